@@ -1,0 +1,129 @@
+//! The API's one error type. Each variant has a stable `code` clients may
+//! match on; 5xx bodies never carry internal details.
+
+use axum::extract::rejection::JsonRejection;
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use serde_json::json;
+
+use crate::job::InvalidJob;
+use crate::store::StoreError;
+
+#[derive(Debug, thiserror::Error)]
+pub enum ApiError {
+    #[error("{0}")]
+    InvalidJson(String),
+    #[error("{0}")]
+    InvalidRequest(String),
+    #[error("{0}")]
+    UnsupportedMediaType(String),
+    #[error("request body is over the limit of {limit} bytes")]
+    BodyTooLarge { limit: usize },
+    #[error("{0}")]
+    InvalidSchedule(String),
+    #[error("{0}")]
+    InvalidRunAt(String),
+    #[error("{0}")]
+    InvalidPayload(String),
+    #[error("{0}")]
+    InvalidId(String),
+    #[error(transparent)]
+    InvalidJob(#[from] InvalidJob),
+    #[error("job {0} not found")]
+    NotFound(u64),
+    #[error("a job with this topic and key exists already: job {existing_id}")]
+    KeyConflict { existing_id: u64 },
+    #[error("the database is unavailable; nothing was written, try again")]
+    Unavailable,
+    #[error("internal error")]
+    Internal,
+}
+
+impl ApiError {
+    pub fn status(&self) -> StatusCode {
+        match self {
+            ApiError::InvalidJson(_)
+            | ApiError::InvalidRequest(_)
+            | ApiError::InvalidSchedule(_)
+            | ApiError::InvalidRunAt(_)
+            | ApiError::InvalidPayload(_)
+            | ApiError::InvalidId(_) => StatusCode::BAD_REQUEST,
+            ApiError::InvalidJob(InvalidJob::PayloadTooLarge { .. })
+            | ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::InvalidJob(_) => StatusCode::BAD_REQUEST,
+            ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
+            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::KeyConflict { .. } => StatusCode::CONFLICT,
+            ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
+            ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+        }
+    }
+
+    /// The stable, machine-readable code.
+    pub fn code(&self) -> &'static str {
+        match self {
+            ApiError::InvalidJson(_) => "invalid_json",
+            ApiError::InvalidRequest(_) => "invalid_request",
+            ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
+            ApiError::BodyTooLarge { .. } => "payload_too_large",
+            ApiError::InvalidSchedule(_) => "invalid_schedule",
+            ApiError::InvalidRunAt(_) => "invalid_run_at",
+            ApiError::InvalidPayload(_) => "invalid_payload",
+            ApiError::InvalidId(_) => "invalid_id",
+            ApiError::InvalidJob(invalid) => match invalid {
+                InvalidJob::Topic => "invalid_topic",
+                InvalidJob::Key => "invalid_key",
+                InvalidJob::Header(_) => "invalid_headers",
+                InvalidJob::TooEarly => "invalid_run_at",
+                InvalidJob::TooFar { .. } => "schedule_too_far",
+                InvalidJob::PayloadTooLarge { .. } => "payload_too_large",
+            },
+            ApiError::NotFound(_) => "not_found",
+            ApiError::KeyConflict { .. } => "key_conflict",
+            ApiError::Unavailable => "unavailable",
+            ApiError::Internal => "internal",
+        }
+    }
+}
+
+impl From<StoreError> for ApiError {
+    fn from(err: StoreError) -> Self {
+        match err {
+            StoreError::NotFound(id) => ApiError::NotFound(id),
+            StoreError::Unavailable(_) => {
+                tracing::warn!(error = %err, "database unavailable");
+                ApiError::Unavailable
+            }
+            other => {
+                tracing::error!(error = %other, "store error");
+                ApiError::Internal
+            }
+        }
+    }
+}
+
+impl From<JsonRejection> for ApiError {
+    fn from(rejection: JsonRejection) -> Self {
+        match rejection {
+            JsonRejection::JsonSyntaxError(err) => ApiError::InvalidJson(err.body_text()),
+            JsonRejection::JsonDataError(err) => ApiError::InvalidRequest(err.body_text()),
+            JsonRejection::MissingJsonContentType(err) => {
+                ApiError::UnsupportedMediaType(err.body_text())
+            }
+            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => {
+                ApiError::BodyTooLarge { limit: 0 }
+            }
+            other => ApiError::InvalidRequest(other.body_text()),
+        }
+    }
+}
+
+impl IntoResponse for ApiError {
+    fn into_response(self) -> Response {
+        let body = json!({
+            "error": { "code": self.code(), "message": self.to_string() }
+        });
+        (self.status(), Json(body)).into_response()
+    }
+}

@@ -1,0 +1,402 @@
+//! `/v1/jobs`: create and read jobs.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::Json;
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use chrono::{DateTime, SecondsFormat, Utc};
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use super::{ApiError, ApiJson, ApiState};
+use crate::job::{self, InvalidJob, Job, JobId, NewJob, PayloadKind, Schedule};
+use crate::metrics;
+use crate::store::StoreError;
+
+/// Body of `POST /v1/jobs`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateJob {
+    pub topic: Option<String>,
+    pub key: Option<String>,
+    /// Any JSON value; produced as its JSON text.
+    pub payload: Option<Box<RawValue>>,
+    /// Raw bytes, base64 (standard alphabet, padded).
+    pub payload_base64: Option<String>,
+    pub headers: Option<BTreeMap<String, String>>,
+    /// RFC 3339 time; any offset, normalised to UTC.
+    pub run_at: Option<String>,
+    /// Delay from now (the database's now), in milliseconds.
+    pub delay_ms: Option<i64>,
+    pub max_attempts: Option<u32>,
+}
+
+/// The limits a new job is checked against.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub payload_max_bytes: usize,
+    pub max_schedule_ahead_days: u64,
+    pub default_max_attempts: u32,
+}
+
+impl CreateJob {
+    /// Checks every rule and builds the job to write. `now` is only used to
+    /// refuse times beyond the horizon; due-ness is decided by the database.
+    pub fn validate(self, limits: Limits, now: DateTime<Utc>) -> Result<NewJob, ApiError> {
+        let topic = self.topic.ok_or(InvalidJob::Topic)?;
+        job::topic_validate(&topic)?;
+        if let Some(key) = &self.key {
+            job::key_validate(key)?;
+        }
+        let headers = self.headers.unwrap_or_default();
+        job::headers_validate(&headers)?;
+
+        let max_ahead_ms = limits.max_schedule_ahead_days.saturating_mul(86_400_000);
+        let too_far = InvalidJob::TooFar {
+            max_days: limits.max_schedule_ahead_days,
+        };
+        let schedule = match (self.run_at, self.delay_ms) {
+            (Some(_), Some(_)) | (None, None) => {
+                return Err(ApiError::InvalidSchedule(
+                    "give exactly one of run_at (RFC 3339 time) or delay_ms".to_owned(),
+                ))
+            }
+            (None, Some(delay_ms)) => {
+                let delay_ms = u64::try_from(delay_ms).map_err(|_| {
+                    ApiError::InvalidSchedule("delay_ms must be zero or more".to_owned())
+                })?;
+                if delay_ms > max_ahead_ms {
+                    return Err(too_far.into());
+                }
+                Schedule::After { delay_ms }
+            }
+            (Some(run_at), None) => {
+                let at = DateTime::parse_from_rfc3339(&run_at)
+                    .map_err(|err| {
+                        ApiError::InvalidRunAt(format!(
+                            "run_at {run_at:?} is not an RFC 3339 time ({err}), e.g. 2030-01-31T09:00:00.000Z"
+                        ))
+                    })?
+                    .with_timezone(&Utc);
+                if at.timestamp_millis() < 0 {
+                    return Err(InvalidJob::TooEarly.into());
+                }
+                let ahead_ms = (at - now).num_milliseconds();
+                if ahead_ms > 0 && ahead_ms as u64 > max_ahead_ms {
+                    return Err(too_far.into());
+                }
+                Schedule::At(job::truncate_to_ms(at))
+            }
+        };
+
+        let (payload, payload_kind) = match (self.payload, self.payload_base64) {
+            (Some(_), Some(_)) => {
+                return Err(ApiError::InvalidPayload(
+                    "give payload or payload_base64, not both".to_owned(),
+                ))
+            }
+            (Some(json), None) => (json.get().as_bytes().to_vec(), PayloadKind::Json),
+            (None, Some(encoded)) => {
+                let bytes = BASE64.decode(encoded.as_bytes()).map_err(|err| {
+                    ApiError::InvalidPayload(format!("payload_base64 is not valid base64: {err}"))
+                })?;
+                (bytes, PayloadKind::Bytes)
+            }
+            (None, None) => (Vec::new(), PayloadKind::Bytes),
+        };
+        if payload.len() > limits.payload_max_bytes {
+            return Err(InvalidJob::PayloadTooLarge {
+                size: payload.len(),
+                limit: limits.payload_max_bytes,
+            }
+            .into());
+        }
+
+        let max_attempts = self.max_attempts.unwrap_or(limits.default_max_attempts);
+        if max_attempts == 0 {
+            return Err(ApiError::InvalidRequest(
+                "max_attempts must be at least 1".to_owned(),
+            ));
+        }
+        Ok(NewJob {
+            topic,
+            key: self.key,
+            payload,
+            payload_kind,
+            headers,
+            schedule,
+            max_attempts,
+        })
+    }
+}
+
+/// A job as the API shows it.
+#[derive(Debug, Serialize, Deserialize)]
+pub struct JobView {
+    pub id: JobId,
+    pub topic: String,
+    pub key: Option<String>,
+    pub status: String,
+    pub run_at: String,
+    pub attempt: u32,
+    pub max_attempts: u32,
+    pub version: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload: Option<Box<RawValue>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload_base64: Option<String>,
+    pub headers: BTreeMap<String, String>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub dispatched_at: Option<String>,
+    pub kafka: Option<KafkaPosition>,
+    pub last_error: Option<String>,
+}
+
+#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+pub struct KafkaPosition {
+    pub partition: i32,
+    pub offset: i64,
+}
+
+pub fn time_format(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+impl From<Job> for JobView {
+    fn from(job: Job) -> Self {
+        let (payload, payload_base64) = match job.payload_kind {
+            PayloadKind::Json => match String::from_utf8(job.payload) {
+                Ok(text) => match RawValue::from_string(text) {
+                    Ok(raw) => (Some(raw), None),
+                    Err(_) => (None, None),
+                },
+                Err(err) => (None, Some(BASE64.encode(err.into_bytes()))),
+            },
+            PayloadKind::Bytes => (None, Some(BASE64.encode(&job.payload))),
+        };
+        let kafka = match (job.kafka_partition, job.kafka_offset) {
+            (Some(partition), Some(offset)) => Some(KafkaPosition { partition, offset }),
+            _ => None,
+        };
+        JobView {
+            id: job.id,
+            topic: job.topic,
+            key: job.key,
+            status: job.status.to_string(),
+            run_at: time_format(job.schedule_time),
+            attempt: job.attempt,
+            max_attempts: job.max_attempts,
+            version: job.version,
+            payload,
+            payload_base64,
+            headers: job.headers,
+            created_at: time_format(job.created_at),
+            updated_at: time_format(job.updated_at),
+            dispatched_at: job.dispatched_at.map(time_format),
+            kafka,
+            last_error: job.last_error,
+        }
+    }
+}
+
+/// `POST /v1/jobs` — 201 with the new job. With a key already used on the
+/// topic: 200 with the existing job when the request is the same, 409
+/// otherwise.
+///
+/// Crash after the INSERT and before indexing: the job is in MySQL and is
+/// indexed by the reconciler's overdue probe; nothing is lost.
+pub async fn create(
+    State(state): State<ApiState>,
+    ApiJson(body): ApiJson<CreateJob>,
+) -> Result<impl IntoResponse, ApiError> {
+    let limits = Limits {
+        payload_max_bytes: state.config.payload_max_bytes,
+        max_schedule_ahead_days: state.config.max_schedule_ahead_days,
+        default_max_attempts: state.config.default_max_attempts,
+    };
+    let new_job = body.validate(limits, Utc::now())?;
+    let (job, db_now) = match state.store.job_insert(&new_job).await {
+        Ok(inserted) => inserted,
+        Err(StoreError::DuplicateKey) => {
+            let existing = existing_for(&state, &new_job).await?;
+            return Ok((StatusCode::OK, Json(JobView::from(existing))));
+        }
+        Err(err) => return Err(err.into()),
+    };
+    metrics::job_created();
+    tracing::debug!(job_id = job.id, topic = %job.topic, "job created");
+
+    if job.schedule_time < db_now + state.config.window() {
+        match state
+            .index
+            .job_add_many(&[(job.id, job.schedule_time)])
+            .await
+        {
+            Ok(()) => state.wake.notify_one(),
+            // The job is safe in MySQL; the reconciler indexes it.
+            Err(err) => {
+                metrics::index_error();
+                tracing::warn!(job_id = job.id, error = %err, "cannot index new job");
+            }
+        }
+    }
+    Ok((StatusCode::CREATED, Json(JobView::from(job))))
+}
+
+/// The job already holding (topic, key), if the request matches it.
+async fn existing_for(state: &ApiState, new_job: &NewJob) -> Result<Job, ApiError> {
+    let key = new_job.key.as_deref().unwrap_or_default();
+    let existing = state
+        .store
+        .job_find_by_key(&new_job.topic, key)
+        .await?
+        .ok_or(ApiError::Internal)?;
+    let same_time = match new_job.schedule {
+        Schedule::At(at) => at == existing.schedule_time,
+        // A retried delay cannot land on the same instant; the key decides.
+        Schedule::After { .. } => true,
+    };
+    let same = same_time
+        && existing.payload == new_job.payload
+        && existing.payload_kind == new_job.payload_kind
+        && existing.headers == new_job.headers;
+    if same {
+        Ok(existing)
+    } else {
+        Err(ApiError::KeyConflict {
+            existing_id: existing.id,
+        })
+    }
+}
+
+/// `GET /v1/jobs/{id}`.
+pub async fn get(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+) -> Result<Json<JobView>, ApiError> {
+    let id: JobId = id
+        .parse()
+        .map_err(|_| ApiError::InvalidId(format!("job id {id:?} is not a positive integer")))?;
+    let job = state.store.job_get(id).await?;
+    Ok(Json(JobView::from(job)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        payload_max_bytes: 16,
+        max_schedule_ahead_days: 10,
+        default_max_attempts: 3,
+    };
+
+    fn parse(body: &str) -> Result<NewJob, ApiError> {
+        let now = DateTime::parse_from_rfc3339("2030-01-01T00:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        let request: CreateJob = serde_json::from_str(body).expect("well-formed test body");
+        request.validate(LIMITS, now)
+    }
+
+    fn code(body: &str) -> &'static str {
+        parse(body).expect_err("should be refused").code()
+    }
+
+    #[test]
+    fn a_json_payload_is_kept_as_sent() {
+        let job = parse(r#"{"topic":"t","payload":{"a": [1, 2]},"delay_ms":5}"#).unwrap();
+        assert_eq!(job.payload, br#"{"a": [1, 2]}"#);
+        assert_eq!(job.payload_kind, PayloadKind::Json);
+        assert_eq!(job.schedule, Schedule::After { delay_ms: 5 });
+        assert_eq!(job.max_attempts, 3);
+    }
+
+    #[test]
+    fn run_at_is_normalised_to_utc_milliseconds() {
+        let job = parse(
+            r#"{"topic":"t","payload_base64":"AAE=","run_at":"2030-01-02T01:00:00.1239+01:00"}"#,
+        )
+        .unwrap();
+        let Schedule::At(at) = job.schedule else {
+            panic!("absolute")
+        };
+        assert_eq!(time_format(at), "2030-01-02T00:00:00.123Z");
+        assert_eq!(job.payload, vec![0, 1]);
+    }
+
+    #[test]
+    fn the_past_is_accepted() {
+        assert!(parse(r#"{"topic":"t","run_at":"2020-01-01T00:00:00Z"}"#).is_ok());
+    }
+
+    #[test]
+    fn each_mistake_has_its_code() {
+        assert_eq!(code(r#"{"delay_ms":1}"#), "invalid_topic");
+        assert_eq!(code(r#"{"topic":"a b","delay_ms":1}"#), "invalid_topic");
+        assert_eq!(code(r#"{"topic":"t"}"#), "invalid_schedule");
+        assert_eq!(
+            code(r#"{"topic":"t","delay_ms":1,"run_at":"2030-01-01T00:00:00Z"}"#),
+            "invalid_schedule"
+        );
+        assert_eq!(code(r#"{"topic":"t","delay_ms":-1}"#), "invalid_schedule");
+        assert_eq!(
+            code(r#"{"topic":"t","run_at":"tomorrow"}"#),
+            "invalid_run_at"
+        );
+        assert_eq!(
+            code(r#"{"topic":"t","run_at":"2030-01-01 00:00:00"}"#),
+            "invalid_run_at"
+        );
+        assert_eq!(
+            code(r#"{"topic":"t","run_at":"1969-12-31T23:59:59Z"}"#),
+            "invalid_run_at"
+        );
+        assert_eq!(
+            code(r#"{"topic":"t","run_at":"2030-01-11T00:00:01Z"}"#),
+            "schedule_too_far"
+        );
+        assert_eq!(
+            code(r#"{"topic":"t","delay_ms":864000001}"#),
+            "schedule_too_far"
+        );
+        assert_eq!(
+            code(r#"{"topic":"t","delay_ms":1,"payload":"x","payload_base64":"eA=="}"#),
+            "invalid_payload"
+        );
+        assert_eq!(
+            code(r#"{"topic":"t","delay_ms":1,"payload_base64":"not base64!"}"#),
+            "invalid_payload"
+        );
+        assert_eq!(
+            code(r#"{"topic":"t","delay_ms":1,"payload":"0123456789abcdef"}"#),
+            "payload_too_large"
+        );
+        assert_eq!(
+            code(r#"{"topic":"t","delay_ms":1,"key":""}"#),
+            "invalid_key"
+        );
+        assert_eq!(
+            code(r#"{"topic":"t","delay_ms":1,"headers":{"tickler-attempt":"9"}}"#),
+            "invalid_headers"
+        );
+        assert_eq!(
+            code(r#"{"topic":"t","delay_ms":1,"max_attempts":0}"#),
+            "invalid_request"
+        );
+    }
+
+    #[test]
+    fn the_payload_limit_counts_decoded_bytes() {
+        // 16 bytes exactly, as 24 characters of base64.
+        assert!(
+            parse(r#"{"topic":"t","delay_ms":1,"payload_base64":"MDEyMzQ1Njc4OWFiY2RlZg=="}"#)
+                .is_ok()
+        );
+    }
+}

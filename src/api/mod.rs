@@ -1,0 +1,86 @@
+//! The HTTP/JSON API under `/v1`, plus `/healthz` and `/metrics`.
+
+mod error;
+mod jobs;
+
+use std::sync::Arc;
+
+use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
+use axum::http::StatusCode;
+use axum::response::IntoResponse;
+use axum::routing::{get, post};
+use axum::{Json, Router};
+use metrics_exporter_prometheus::PrometheusHandle;
+use serde_json::json;
+use tokio::sync::Notify;
+
+pub use error::ApiError;
+
+use crate::config::Config;
+use crate::index::Index;
+use crate::store::Store;
+
+/// What every handler shares.
+#[derive(Clone)]
+pub struct ApiState {
+    pub store: Store,
+    pub index: Index,
+    pub config: Arc<Config>,
+    /// Wakes the local dispatcher when a job enters the window.
+    pub wake: Arc<Notify>,
+    pub metrics: PrometheusHandle,
+}
+
+pub fn router(state: ApiState) -> Router {
+    // Room for a maximal payload as base64 (4/3) plus the other fields.
+    let body_limit = state.config.payload_max_bytes / 3 * 4 + 64 * 1024;
+    Router::new()
+        .route("/v1/jobs", post(jobs::create))
+        .route("/v1/jobs/{id}", get(jobs::get))
+        .route("/healthz", get(healthz))
+        .route("/metrics", get(metrics))
+        .layer(DefaultBodyLimit::max(body_limit))
+        .with_state(state)
+}
+
+/// `Json` whose rejections are `ApiError`s, so malformed bodies get the
+/// same error shape as every other mistake.
+pub struct ApiJson<T>(pub T);
+
+impl<S, T> FromRequest<S> for ApiJson<T>
+where
+    axum::Json<T>: FromRequest<S, Rejection = axum::extract::rejection::JsonRejection>,
+    S: Send + Sync,
+{
+    type Rejection = ApiError;
+
+    async fn from_request(req: Request, state: &S) -> Result<Self, Self::Rejection> {
+        let Json(value) = Json::<T>::from_request(req, state).await?;
+        Ok(ApiJson(value))
+    }
+}
+
+async fn healthz(State(state): State<ApiState>) -> impl IntoResponse {
+    let mysql = state.store.ping().await;
+    let redis = state.index.ping().await;
+    let word = |ok: bool| if ok { "ok" } else { "unavailable" };
+    // Redis down is degraded, not down: jobs are still accepted and kept.
+    let status = if mysql.is_ok() {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    let body = json!({
+        "status": word(mysql.is_ok() && redis.is_ok()),
+        "mysql": word(mysql.is_ok()),
+        "redis": word(redis.is_ok()),
+    });
+    (status, Json(body))
+}
+
+async fn metrics(State(state): State<ApiState>) -> impl IntoResponse {
+    (
+        [("content-type", "text/plain; version=0.0.4")],
+        state.metrics.render(),
+    )
+}

@@ -1,0 +1,130 @@
+//! Starts the roles a configuration asks for, all under one cancellation
+//! token and one task tracker, and stops them in order: the HTTP server
+//! stops taking requests, the dispatcher finishes the batch in hand, then
+//! the process exits.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::api::{self, ApiState};
+use crate::config::Config;
+use crate::dispatcher::{DispatchError, Dispatcher, DispatcherConfig};
+use crate::index::{Index, IndexError};
+use crate::loader::{Loader, LoaderConfig};
+use crate::metrics;
+use crate::store::{Store, StoreError};
+
+#[derive(Debug, thiserror::Error)]
+pub enum StartError {
+    #[error("mysql: {0}")]
+    Store(#[from] StoreError),
+    #[error("redis: {0}")]
+    Index(#[from] IndexError),
+    #[error("kafka: {0}")]
+    Dispatcher(#[from] DispatchError),
+    #[error("cannot listen on {addr}: {source}")]
+    Listen {
+        addr: String,
+        source: std::io::Error,
+    },
+}
+
+/// A started tickler. Dropping it does not stop it: call `shutdown`.
+pub struct Running {
+    /// Where the API listens, when this process runs the `api` role.
+    pub http_addr: Option<SocketAddr>,
+    pub store: Store,
+    pub index: Index,
+    cancel: CancellationToken,
+    tracker: TaskTracker,
+}
+
+impl Running {
+    /// Stops every role and waits for in-flight work to finish.
+    pub async fn shutdown(self) {
+        self.cancel.cancel();
+        self.wait().await;
+    }
+
+    /// Waits until every role has stopped (after the token is cancelled).
+    pub async fn wait(self) {
+        self.tracker.close();
+        self.tracker.wait().await;
+        self.store.close().await;
+    }
+}
+
+/// Connects to the stores and starts the configured roles. Returns once
+/// every role is running; they stop when `cancel` fires.
+pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running, StartError> {
+    let config = Arc::new(config);
+    let store = Store::connect_lazy(&config.mysql_url, config.mysql_pool_size)?;
+    let index = Index::connect(&config.redis_url, &config.redis_prefix, config.shards).await?;
+    let wake = Arc::new(Notify::new());
+    let tracker = TaskTracker::new();
+
+    if config.has_role("dispatcher") {
+        let dispatcher = Dispatcher::new(
+            store.clone(),
+            index.clone(),
+            DispatcherConfig::from_config(&config),
+            wake.clone(),
+        )?;
+        tracker.spawn(dispatcher.run(cancel.child_token()));
+    }
+    if config.has_role("loader") {
+        let loader = Loader::new(
+            store.clone(),
+            index.clone(),
+            LoaderConfig::from_config(&config),
+            wake.clone(),
+        );
+        tracker.spawn(loader.run(cancel.child_token()));
+    }
+
+    let mut http_addr = None;
+    if config.has_role("api") {
+        let listener = TcpListener::bind(&config.http_addr)
+            .await
+            .map_err(|source| StartError::Listen {
+                addr: config.http_addr.clone(),
+                source,
+            })?;
+        let addr = listener.local_addr().map_err(|source| StartError::Listen {
+            addr: config.http_addr.clone(),
+            source,
+        })?;
+        http_addr = Some(addr);
+        let router = api::router(ApiState {
+            store: store.clone(),
+            index: index.clone(),
+            config: config.clone(),
+            wake: wake.clone(),
+            metrics: metrics::install(),
+        });
+        let stop = cancel.child_token();
+        tracker.spawn(async move {
+            tracing::info!(%addr, "api listening");
+            let served = axum::serve(listener, router)
+                .with_graceful_shutdown(async move { stop.cancelled().await })
+                .await;
+            if let Err(err) = served {
+                tracing::error!(error = %err, "http server failed");
+            }
+            tracing::info!("api stopped");
+        });
+    }
+
+    Ok(Running {
+        http_addr,
+        store,
+        index,
+        cancel,
+        tracker,
+    })
+}

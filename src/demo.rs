@@ -1,0 +1,108 @@
+//! The README's demonstration: schedules a few jobs seconds ahead through a
+//! running tickler's API, then reads them back from Kafka as they arrive and
+//! prints each with its lateness (arrival minus scheduled time).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use anyhow::{bail, Context};
+use chrono::Utc;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::json;
+
+use crate::config::Config;
+use crate::job::{HEADER_JOB_ID, HEADER_SCHEDULED_AT};
+use crate::kafka;
+
+pub async fn run(config: &Config, topic: &str, jobs: u32) -> anyhow::Result<()> {
+    kafka::topic_ensure(&config.kafka_brokers, topic, 1)
+        .await
+        .with_context(|| format!("creating topic {topic}"))?;
+    let consumer = tail_consumer(&config.kafka_brokers, topic)?;
+
+    let base = format!("http://{}", config.http_addr);
+    let http = reqwest::Client::new();
+    let mut expected = BTreeSet::new();
+    let run = Utc::now().timestamp_millis();
+    for n in 1..=jobs {
+        let delay_ms = 1000 * u64::from(n);
+        let body = json!({
+            "topic": topic,
+            "key": format!("demo-{run}-{n}"),
+            "payload": {"hello": "world", "n": n},
+            "headers": {"source": "tickler demo"},
+            "delay_ms": delay_ms,
+        });
+        let response = http
+            .post(format!("{base}/v1/jobs"))
+            .json(&body)
+            .send()
+            .await
+            .with_context(|| format!("is tickler serving on {base}?"))?;
+        let status = response.status();
+        let job: serde_json::Value = response.json().await?;
+        if !status.is_success() {
+            bail!("tickler refused the job: {status} {job}");
+        }
+        println!(
+            "scheduled job {:>6}  run_at {}  (in {} ms)",
+            job["id"],
+            job["run_at"].as_str().unwrap_or("?"),
+            delay_ms
+        );
+        expected.insert(job["id"].to_string());
+    }
+
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(u64::from(jobs) + 15);
+    while !expected.is_empty() {
+        let message = tokio::time::timeout_at(deadline, consumer.recv())
+            .await
+            .context("timed out waiting for the jobs to arrive on Kafka")??;
+        let arrived_ms = Utc::now().timestamp_millis();
+        let header = |name: &str| -> Option<String> {
+            message
+                .headers()?
+                .iter()
+                .find(|h| h.key == name)
+                .and_then(|h| h.value.map(|v| String::from_utf8_lossy(v).into_owned()))
+        };
+        let (Some(id), Some(scheduled)) = (header(HEADER_JOB_ID), header(HEADER_SCHEDULED_AT))
+        else {
+            continue;
+        };
+        let scheduled_ms: i64 = scheduled.parse().unwrap_or(arrived_ms);
+        expected.remove(&id);
+        println!(
+            "arrived   job {:>6}  partition {} offset {:<6} lateness {:>4} ms  payload {}",
+            id,
+            message.partition(),
+            message.offset(),
+            arrived_ms - scheduled_ms,
+            String::from_utf8_lossy(message.payload().unwrap_or_default()),
+        );
+    }
+    println!("all {jobs} jobs arrived");
+    Ok(())
+}
+
+/// A consumer reading every partition of `topic` from its current end.
+fn tail_consumer(brokers: &str, topic: &str) -> anyhow::Result<StreamConsumer> {
+    let consumer: StreamConsumer = kafka::client_config(brokers)
+        .set("group.id", format!("tickler-demo-{}", std::process::id()))
+        .set("enable.auto.commit", "false")
+        // The broker answers a fetch when this expires: keep it low so the
+        // printed lateness is tickler's, not the consumer's.
+        .set("fetch.wait.max.ms", "10")
+        .create()?;
+    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+    let mut assignment = TopicPartitionList::new();
+    for t in metadata.topics() {
+        for p in t.partitions() {
+            assignment.add_partition_offset(topic, p.id(), Offset::End)?;
+        }
+    }
+    consumer.assign(&assignment)?;
+    Ok(consumer)
+}

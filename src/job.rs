@@ -1,0 +1,307 @@
+//! The job: its states, the rules a new job must satisfy, and which shard it
+//! belongs to. Pure logic only — no IO — so every rule here is unit-tested.
+
+use std::collections::BTreeMap;
+use std::fmt;
+use std::str::FromStr;
+
+use chrono::{DateTime, TimeZone, Utc};
+use serde::{Deserialize, Serialize};
+
+/// Job identifier: the `jobs.id` primary key.
+pub type JobId = u64;
+
+/// Prefix reserved for the headers tickler itself puts on every record.
+pub const RESERVED_HEADER_PREFIX: &str = "tickler-";
+pub const HEADER_JOB_ID: &str = "tickler-job-id";
+pub const HEADER_ATTEMPT: &str = "tickler-attempt";
+pub const HEADER_SCHEDULED_AT: &str = "tickler-scheduled-at";
+pub const HEADER_DISPATCHED_AT: &str = "tickler-dispatched-at";
+
+/// The `jobs.status` column. The words are part of the product: operators
+/// read and write them in SQL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Status {
+    Pending,
+    Dispatching,
+    Dispatched,
+    Succeeded,
+    Dead,
+    Cancelled,
+}
+
+impl Status {
+    pub const ALL: [Status; 6] = [
+        Status::Pending,
+        Status::Dispatching,
+        Status::Dispatched,
+        Status::Succeeded,
+        Status::Dead,
+        Status::Cancelled,
+    ];
+
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Status::Pending => "pending",
+            Status::Dispatching => "dispatching",
+            Status::Dispatched => "dispatched",
+            Status::Succeeded => "succeeded",
+            Status::Dead => "dead",
+            Status::Cancelled => "cancelled",
+        }
+    }
+}
+
+impl fmt::Display for Status {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+#[error("unknown job status {0:?}")]
+pub struct UnknownStatus(pub String);
+
+impl FromStr for Status {
+    type Err = UnknownStatus;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        Status::ALL
+            .into_iter()
+            .find(|status| status.as_str() == s)
+            .ok_or_else(|| UnknownStatus(s.to_owned()))
+    }
+}
+
+/// How the payload was given, so it can be handed back the same way.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PayloadKind {
+    /// Any JSON value, stored as its UTF-8 text.
+    Json,
+    /// Raw bytes, given as base64.
+    Bytes,
+}
+
+impl PayloadKind {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            PayloadKind::Json => "json",
+            PayloadKind::Bytes => "bytes",
+        }
+    }
+}
+
+impl FromStr for PayloadKind {
+    type Err = UnknownStatus;
+
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "json" => Ok(PayloadKind::Json),
+            "bytes" => Ok(PayloadKind::Bytes),
+            other => Err(UnknownStatus(other.to_owned())),
+        }
+    }
+}
+
+/// When a new job should run: an absolute time, or a delay counted from the
+/// database's clock at insert time (never from the caller's or tickler's).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Schedule {
+    At(DateTime<Utc>),
+    After { delay_ms: u64 },
+}
+
+/// A job that passed validation and may be written.
+#[derive(Debug, Clone, PartialEq)]
+pub struct NewJob {
+    pub topic: String,
+    pub key: Option<String>,
+    pub payload: Vec<u8>,
+    pub payload_kind: PayloadKind,
+    pub headers: BTreeMap<String, String>,
+    pub schedule: Schedule,
+    pub max_attempts: u32,
+}
+
+/// A job as stored.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Job {
+    pub id: JobId,
+    pub topic: String,
+    pub key: Option<String>,
+    pub payload: Vec<u8>,
+    pub payload_kind: PayloadKind,
+    pub headers: BTreeMap<String, String>,
+    pub schedule_time: DateTime<Utc>,
+    pub status: Status,
+    pub attempt: u32,
+    pub max_attempts: u32,
+    pub version: u32,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub dispatched_at: Option<DateTime<Utc>>,
+    pub kafka_partition: Option<i32>,
+    pub kafka_offset: Option<i64>,
+    pub last_error: Option<String>,
+}
+
+impl Job {
+    /// The Kafka record key: the job's key, or its id when it has none, so
+    /// that records of one job always land on one partition.
+    pub fn record_key(&self) -> String {
+        self.key.clone().unwrap_or_else(|| self.id.to_string())
+    }
+}
+
+/// Why a job was refused. Each variant maps to a stable API error code.
+#[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
+pub enum InvalidJob {
+    #[error("topic must be 1 to 249 characters of [a-zA-Z0-9._-], and not '.' or '..'")]
+    Topic,
+    #[error("key must be 1 to 255 characters")]
+    Key,
+    #[error(
+        "header {0:?} is invalid: names are 1 to 255 characters and may not start with 'tickler-'"
+    )]
+    Header(String),
+    #[error("run_at is not after 1970-01-01T00:00:00Z")]
+    TooEarly,
+    #[error("the job would run more than {max_days} days from now")]
+    TooFar { max_days: u64 },
+    #[error("payload is {size} bytes, over the limit of {limit} bytes")]
+    PayloadTooLarge { size: usize, limit: usize },
+}
+
+/// Kafka's own rule for topic names.
+pub fn topic_validate(topic: &str) -> Result<(), InvalidJob> {
+    let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-');
+    if topic.is_empty() || topic.len() > 249 || topic == "." || topic == ".." {
+        return Err(InvalidJob::Topic);
+    }
+    if !topic.chars().all(legal) {
+        return Err(InvalidJob::Topic);
+    }
+    Ok(())
+}
+
+pub fn key_validate(key: &str) -> Result<(), InvalidJob> {
+    // The column is VARCHAR(255) in characters.
+    let len = key.chars().count();
+    if len == 0 || len > 255 {
+        return Err(InvalidJob::Key);
+    }
+    Ok(())
+}
+
+pub fn headers_validate(headers: &BTreeMap<String, String>) -> Result<(), InvalidJob> {
+    for name in headers.keys() {
+        let reserved = name
+            .to_ascii_lowercase()
+            .starts_with(RESERVED_HEADER_PREFIX);
+        if name.is_empty() || name.len() > 255 || reserved {
+            return Err(InvalidJob::Header(name.clone()));
+        }
+    }
+    Ok(())
+}
+
+/// Truncates a time to the millisecond: the precision of `DATETIME(3)` and
+/// of the Redis scores. Truncating (not rounding) keeps MySQL and MariaDB,
+/// which differ in how they round on insert, in agreement.
+pub fn truncate_to_ms(at: DateTime<Utc>) -> DateTime<Utc> {
+    Utc.timestamp_millis_opt(at.timestamp_millis())
+        .single()
+        .unwrap_or(at)
+}
+
+/// The logical shard of a job: a stable mix of the id, modulo the shard
+/// count. The mix (splitmix64's finaliser) must never change: a different
+/// function would strand jobs already indexed under the old shard.
+pub fn shard_of(id: JobId, shards: u32) -> u32 {
+    let mut z = id.wrapping_add(0x9e37_79b9_7f4a_7c15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+    z ^= z >> 31;
+    (z % u64::from(shards.max(1))) as u32
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn status_words_round_trip() {
+        for status in Status::ALL {
+            assert_eq!(status.as_str().parse::<Status>().unwrap(), status);
+        }
+        assert!("Pending".parse::<Status>().is_err());
+        assert!("canceled".parse::<Status>().is_err());
+    }
+
+    #[test]
+    fn topic_rules_follow_kafka() {
+        assert!(topic_validate("orders.v1_retry-2").is_ok());
+        assert!(topic_validate(&"a".repeat(249)).is_ok());
+        for bad in [
+            "",
+            ".",
+            "..",
+            "has space",
+            "ünïcode",
+            "a/b",
+            &"a".repeat(250),
+        ] {
+            assert_eq!(topic_validate(bad), Err(InvalidJob::Topic), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn key_length_is_counted_in_characters() {
+        assert!(key_validate(&"é".repeat(255)).is_ok());
+        assert_eq!(key_validate(&"é".repeat(256)), Err(InvalidJob::Key));
+        assert_eq!(key_validate(""), Err(InvalidJob::Key));
+    }
+
+    #[test]
+    fn reserved_header_names_are_refused() {
+        let mut headers = BTreeMap::new();
+        headers.insert("trace-id".to_owned(), "abc".to_owned());
+        assert!(headers_validate(&headers).is_ok());
+        headers.insert("Tickler-Job-Id".to_owned(), "1".to_owned());
+        assert!(matches!(
+            headers_validate(&headers),
+            Err(InvalidJob::Header(name)) if name == "Tickler-Job-Id"
+        ));
+    }
+
+    #[test]
+    fn truncation_drops_sub_millisecond_digits() {
+        let at = DateTime::parse_from_rfc3339("2030-01-02T03:04:05.123999+02:00")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert_eq!(
+            truncate_to_ms(at).to_rfc3339(),
+            "2030-01-02T01:04:05.123+00:00"
+        );
+    }
+
+    #[test]
+    fn shards_are_stable_and_spread() {
+        // Pinned values: changing the mix would strand indexed jobs.
+        assert_eq!(shard_of(1, 16), shard_of(1, 16));
+        let pinned: Vec<u32> = (1..=8).map(|id| shard_of(id, 16)).collect();
+        assert_eq!(pinned, vec![1, 14, 13, 10, 10, 0, 7, 6]);
+
+        let mut counts = [0u32; 16];
+        for id in 1..=160_000 {
+            counts[shard_of(id, 16) as usize] += 1;
+        }
+        for count in counts {
+            assert!((9_000..11_000).contains(&count), "uneven: {counts:?}");
+        }
+        assert_eq!(shard_of(42, 1), 0);
+        assert_eq!(shard_of(42, 0), 0, "zero shards is treated as one");
+    }
+}

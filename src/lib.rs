@@ -1,0 +1,30 @@
+//! tickler — a durable scheduler for delayed Kafka messages.
+//!
+//! A job is "produce this payload to topic T at time t". MySQL holds every
+//! job and decides every state change; Redis indexes only the jobs due
+//! within a window; Kafka receives them when due. See docs/architecture.md.
+//!
+//! Module map:
+//! - [`config`]     — settings from defaults, a file and `TICKLER_*` variables
+//! - [`job`]        — the job, its states and validation rules; sharding
+//! - [`store`]      — MySQL: the only code that speaks SQL; migrations
+//! - [`index`]      — Redis: the only code that speaks Redis; scripts in `lua/`
+//! - [`loader`]     — moves jobs entering the window from MySQL to Redis
+//! - [`dispatcher`] — claims due jobs, wins the MySQL CAS, produces to Kafka
+//! - [`api`]        — HTTP/JSON under `/v1`, `/healthz`, `/metrics`
+//! - [`app`]        — starts the roles under one cancellation token
+//! - [`kafka`]      — Kafka client settings and topic administration
+//! - [`metrics`]    — every metric name, and the Prometheus recorder
+//! - [`demo`]       — the README's demonstration client
+
+pub mod api;
+pub mod app;
+pub mod config;
+pub mod demo;
+pub mod dispatcher;
+pub mod index;
+pub mod job;
+pub mod kafka;
+pub mod loader;
+pub mod metrics;
+pub mod store;

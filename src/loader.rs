@@ -1,0 +1,144 @@
+//! The loader: moves pending jobs entering the window from MySQL into the
+//! Redis index, incrementally. Each pass reads only the slice of time that
+//! entered the window since the last pass (a watermark), so its cost follows
+//! the arrival rate, never the number of far-future jobs.
+//!
+//! The first pass after start has no watermark and indexes everything
+//! pending up to the window's end (overdue jobs included): that is how a
+//! restarted tickler, or one facing an empty Redis, rebuilds the index.
+//!
+//! Each pass re-reads a short overlap below the watermark, so a job whose
+//! INSERT committed just after a pass read past its time is still found.
+//! Re-adding an id is idempotent.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::index::{Index, IndexError};
+use crate::metrics;
+use crate::store::{Store, StoreError, WindowEntry};
+
+#[derive(Debug, Clone)]
+pub struct LoaderConfig {
+    /// Jobs due within this much of now belong in Redis.
+    pub window: Duration,
+    /// Time between passes.
+    pub interval: Duration,
+    /// Rows read per query.
+    pub batch: u32,
+    /// How far below the watermark each pass re-reads.
+    pub overlap: Duration,
+}
+
+impl LoaderConfig {
+    pub fn from_config(config: &Config) -> Self {
+        LoaderConfig {
+            window: config.window(),
+            interval: Duration::from_millis(config.loader_interval_ms),
+            batch: config.loader_batch,
+            overlap: Duration::from_secs(10),
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum LoadError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Index(#[from] IndexError),
+}
+
+/// What one pass did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoadReport {
+    /// Jobs added to (or refreshed in) the index.
+    pub indexed: usize,
+    /// Everything pending before this time is now indexed.
+    pub watermark: DateTime<Utc>,
+}
+
+pub struct Loader {
+    store: Store,
+    index: Index,
+    config: LoaderConfig,
+    wake: Arc<Notify>,
+    watermark: Option<DateTime<Utc>>,
+}
+
+impl Loader {
+    pub fn new(store: Store, index: Index, config: LoaderConfig, wake: Arc<Notify>) -> Self {
+        Loader {
+            store,
+            index,
+            config,
+            wake,
+            watermark: None,
+        }
+    }
+
+    /// Loads every interval until `cancel` fires. A failed pass is logged
+    /// and retried from the same watermark.
+    pub async fn run(mut self, cancel: CancellationToken) {
+        tracing::info!(
+            window_ms = self.config.window.as_millis() as u64,
+            "loader started"
+        );
+        loop {
+            let pass = async {
+                let now = self.store.db_now().await?;
+                self.run_once(now).await
+            };
+            match pass.await {
+                Ok(report) if report.indexed > 0 => {
+                    tracing::debug!(num_jobs = report.indexed, watermark = %report.watermark, "loader pass");
+                }
+                Ok(_) => {}
+                Err(err) => tracing::warn!(error = %err, "loader pass failed"),
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = tokio::time::sleep(self.config.interval) => {}
+            }
+        }
+        tracing::info!("loader stopped");
+    }
+
+    /// One pass at database time `now`: indexes pending jobs due before
+    /// `now + window` that entered since the last pass.
+    pub async fn run_once(&mut self, now: DateTime<Utc>) -> Result<LoadReport, LoadError> {
+        let until = now + self.config.window;
+        // Never move backwards, even if the database clock does.
+        let until = self.watermark.map_or(until, |w| w.max(until));
+        let from = self.watermark.map(|w| w - self.config.overlap);
+        let mut indexed = 0;
+        let mut after: Option<WindowEntry> = None;
+        loop {
+            let page = self
+                .store
+                .job_list_entering_window(from, until, after, self.config.batch)
+                .await?;
+            let entries: Vec<_> = page.iter().map(|e| (e.id, e.schedule_time)).collect();
+            self.index.job_add_many(&entries).await?;
+            indexed += page.len();
+            after = page.last().copied();
+            if page.len() < self.config.batch as usize {
+                break;
+            }
+        }
+        self.watermark = Some(until);
+        if indexed > 0 {
+            metrics::loader_indexed(indexed);
+            self.wake.notify_one();
+        }
+        Ok(LoadReport {
+            indexed,
+            watermark: until,
+        })
+    }
+}

@@ -1,0 +1,98 @@
+//! Every metric tickler exports, named in one place, and the Prometheus
+//! recorder behind `GET /metrics`.
+
+use std::sync::OnceLock;
+
+use chrono::{DateTime, Utc};
+use metrics::{counter, describe_counter, describe_histogram, histogram, Unit};
+use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
+
+pub const JOBS_CREATED: &str = "tickler_jobs_created_total";
+pub const JOBS_DISPATCHED: &str = "tickler_jobs_dispatched_total";
+pub const DISPATCH_LATENESS: &str = "tickler_dispatch_lateness_seconds";
+pub const DISPATCH_CAS_LOST: &str = "tickler_dispatch_cas_lost_total";
+pub const PRODUCE_FAILED: &str = "tickler_produce_failed_total";
+pub const LOADER_INDEXED: &str = "tickler_loader_indexed_total";
+pub const INDEX_ERRORS: &str = "tickler_index_errors_total";
+
+/// Installs the process-wide recorder once and returns the handle that
+/// renders it. Later calls (several servers in one test process) share it.
+pub fn install() -> PrometheusHandle {
+    static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
+    HANDLE
+        .get_or_init(|| {
+            let recorder = PrometheusBuilder::new()
+                .set_buckets_for_metric(
+                    metrics_exporter_prometheus::Matcher::Full(DISPATCH_LATENESS.to_owned()),
+                    &[
+                        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 300.0,
+                    ],
+                )
+                .map(|builder| builder.build_recorder())
+                .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
+            let handle = recorder.handle();
+            // Fails only if another recorder is installed; then ours renders
+            // nothing, which beats refusing to start.
+            let _ = metrics::set_global_recorder(recorder);
+            describe();
+            handle
+        })
+        .clone()
+}
+
+fn describe() {
+    describe_counter!(JOBS_CREATED, "Jobs accepted by the API.");
+    describe_counter!(
+        JOBS_DISPATCHED,
+        "Jobs produced to Kafka and marked dispatched."
+    );
+    describe_histogram!(
+        DISPATCH_LATENESS,
+        Unit::Seconds,
+        "Dispatch time minus schedule time, per job."
+    );
+    describe_counter!(
+        DISPATCH_CAS_LOST,
+        "Ids Redis offered that MySQL refused (cancelled, moved, done, or not yet due)."
+    );
+    describe_counter!(
+        PRODUCE_FAILED,
+        "Jobs the broker did not accept; they go back to pending."
+    );
+    describe_counter!(LOADER_INDEXED, "Jobs the loader put in the Redis window.");
+    describe_counter!(
+        INDEX_ERRORS,
+        "Redis operations that failed (repaired later from MySQL)."
+    );
+}
+
+pub fn job_created() {
+    counter!(JOBS_CREATED).increment(1);
+}
+
+pub fn dispatched(n: usize) {
+    counter!(JOBS_DISPATCHED).increment(n as u64);
+}
+
+pub fn dispatch_lateness(scheduled: DateTime<Utc>, dispatched: DateTime<Utc>) {
+    let seconds = (dispatched - scheduled).num_milliseconds().max(0) as f64 / 1000.0;
+    histogram!(DISPATCH_LATENESS).record(seconds);
+}
+
+pub fn dispatch_cas_lost(n: usize) {
+    if n > 0 {
+        counter!(DISPATCH_CAS_LOST).increment(n as u64);
+    }
+}
+
+pub fn produce_failed(n: usize) {
+    counter!(PRODUCE_FAILED).increment(n as u64);
+}
+
+pub fn loader_indexed(n: usize) {
+    counter!(LOADER_INDEXED).increment(n as u64);
+}
+
+pub fn index_error() {
+    counter!(INDEX_ERRORS).increment(1);
+}

@@ -1,0 +1,75 @@
+//! Runs the refinery migrations in `migrations/` over a sqlx connection.
+//!
+//! refinery ships no sqlx driver; implementing its async traits here (a few
+//! lines) keeps one MySQL driver in the binary. MySQL commits DDL
+//! implicitly, so each migration file holds a single DDL change and a failed
+//! one leaves the schema at the previous version.
+
+use futures::future::BoxFuture;
+use refinery_core::traits::r#async::{AsyncMigrate, AsyncQuery, AsyncTransaction};
+use refinery_core::Migration;
+use sqlx::mysql::MySqlRow;
+use sqlx::{Connection, Executor, MySqlConnection, Row};
+use time::format_description::well_known::Rfc3339;
+use time::OffsetDateTime;
+
+refinery::embed_migrations!("migrations");
+
+/// A sqlx connection refinery can drive.
+pub struct Migrator(pub MySqlConnection);
+
+// The work is done in boxed futures: sqlx's executor lifetimes defeat the
+// compiler's `Send` proof for refinery's `impl Future + Send` signatures.
+impl Migrator {
+    fn execute_all(&mut self, queries: Vec<String>) -> BoxFuture<'_, Result<usize, sqlx::Error>> {
+        Box::pin(async move {
+            let mut tx = self.0.begin().await?;
+            for query in &queries {
+                // A plain &str runs over the text protocol, as DDL must.
+                (&mut *tx).execute(query.as_str()).await?;
+            }
+            tx.commit().await?;
+            Ok(queries.len())
+        })
+    }
+
+    fn applied(&mut self, query: String) -> BoxFuture<'_, Result<Vec<Migration>, sqlx::Error>> {
+        Box::pin(async move {
+            let rows = (&mut self.0).fetch_all(query.as_str()).await?;
+            rows.iter().map(migration_from_row).collect()
+        })
+    }
+}
+
+fn migration_from_row(row: &MySqlRow) -> Result<Migration, sqlx::Error> {
+    let version: i32 = row.try_get(0)?;
+    let name: String = row.try_get(1)?;
+    let applied_on: String = row.try_get(2)?;
+    let checksum: String = row.try_get(3)?;
+    let applied_on = OffsetDateTime::parse(&applied_on, &Rfc3339)
+        .map_err(|err| sqlx::Error::Decode(Box::new(err)))?;
+    let checksum = checksum
+        .parse::<u64>()
+        .map_err(|err| sqlx::Error::Decode(Box::new(err)))?;
+    Ok(Migration::applied(version, name, applied_on, checksum))
+}
+
+impl AsyncTransaction for Migrator {
+    type Error = sqlx::Error;
+
+    async fn execute<'a, T: Iterator<Item = &'a str> + Send + 'a>(
+        &'a mut self,
+        queries: T,
+    ) -> Result<usize, Self::Error> {
+        let queries = queries.map(str::to_owned).collect();
+        self.execute_all(queries).await
+    }
+}
+
+impl AsyncQuery<Vec<Migration>> for Migrator {
+    async fn query<'a>(&'a mut self, query: &'a str) -> Result<Vec<Migration>, Self::Error> {
+        self.applied(query.to_owned()).await
+    }
+}
+
+impl AsyncMigrate for Migrator {}

@@ -1,0 +1,116 @@
+//! The store: the only code that speaks SQL. MySQL is the source of truth,
+//! so every state change here is a compare-and-set on `status` (and, for a
+//! claim, a token) — MySQL decides, Redis only suggests.
+//!
+//! The SQL runs on MySQL 8.0 and MariaDB 10.6+: no `RETURNING`, no
+//! engine-only functions. "Now" is always the database's `UTC_TIMESTAMP(3)`,
+//! never a tickler host's clock, and sessions are forced to UTC.
+
+mod jobs;
+mod migrate;
+
+use std::str::FromStr;
+use std::time::Duration;
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
+use sqlx::{ConnectOptions, Connection};
+
+pub use jobs::{ClaimOutcome, Dispatched, WindowEntry};
+
+/// Store failures a caller can act on.
+#[derive(Debug, thiserror::Error)]
+pub enum StoreError {
+    #[error("job {0} not found")]
+    NotFound(u64),
+    #[error("a job with this topic and key exists already")]
+    DuplicateKey,
+    #[error("the database is unavailable: {0}")]
+    Unavailable(#[source] sqlx::Error),
+    #[error("database error: {0}")]
+    Query(#[source] sqlx::Error),
+    #[error("stored row is malformed: {0}")]
+    Corrupt(String),
+    #[error("migration failed: {0}")]
+    Migration(#[from] refinery_core::Error),
+}
+
+impl From<sqlx::Error> for StoreError {
+    fn from(err: sqlx::Error) -> Self {
+        match err {
+            sqlx::Error::Io(_)
+            | sqlx::Error::PoolTimedOut
+            | sqlx::Error::PoolClosed
+            | sqlx::Error::Tls(_)
+            | sqlx::Error::WorkerCrashed => StoreError::Unavailable(err),
+            sqlx::Error::Database(ref db) if db.is_unique_violation() => StoreError::DuplicateKey,
+            other => StoreError::Query(other),
+        }
+    }
+}
+
+/// Handle to the jobs database. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct Store {
+    pool: MySqlPool,
+}
+
+impl Store {
+    /// Connects lazily: the pool opens connections on first use, so a
+    /// process can start (and answer 503) while MySQL is down.
+    pub fn connect_lazy(url: &str, pool_size: u32) -> Result<Store, StoreError> {
+        let options = connect_options(url)?;
+        let pool = MySqlPoolOptions::new()
+            .max_connections(pool_size)
+            .min_connections(0)
+            // A caller waiting on a dead database gets an answer quickly.
+            .acquire_timeout(Duration::from_secs(3))
+            .connect_lazy_with(options);
+        Ok(Store { pool })
+    }
+
+    /// Applies every migration in `migrations/` not yet applied; returns the
+    /// names of those it applied.
+    pub async fn migrate(url: &str) -> Result<Vec<String>, StoreError> {
+        let conn = connect_options(url)?.connect().await?;
+        let mut migrator = migrate::Migrator(conn);
+        let report = migrate::migrations::runner()
+            .set_abort_divergent(true)
+            .run_async(&mut migrator)
+            .await?;
+        let _ = migrator.0.close().await;
+        Ok(report
+            .applied_migrations()
+            .iter()
+            .map(|m| m.to_string())
+            .collect())
+    }
+
+    /// The database's clock: the one clock that decides due-ness.
+    pub async fn db_now(&self) -> Result<DateTime<Utc>, StoreError> {
+        let now: NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(3)")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(now.and_utc())
+    }
+
+    /// Answers whether the database takes queries.
+    pub async fn ping(&self) -> Result<(), StoreError> {
+        sqlx::query("SELECT 1").execute(&self.pool).await?;
+        Ok(())
+    }
+
+    pub async fn close(&self) {
+        self.pool.close().await;
+    }
+}
+
+fn connect_options(url: &str) -> Result<MySqlConnectOptions, StoreError> {
+    let options = MySqlConnectOptions::from_str(url).map_err(StoreError::Query)?;
+    // Every DATETIME tickler reads or writes is UTC, whatever the server's
+    // default time zone; CURRENT_TIMESTAMP defaults follow the session zone.
+    Ok(options
+        .timezone(Some("+00:00".to_owned()))
+        .charset("utf8mb4")
+        .disable_statement_logging())
+}

@@ -1,0 +1,333 @@
+//! Test harness: every test gets its own database (migrated), Redis key
+//! prefix and Kafka topic, and its own tickler started in-process, so tests
+//! run in parallel against the real services started by `scripts/services`.
+#![allow(dead_code)]
+
+use std::future::Future;
+use std::time::Duration;
+
+use rand::Rng;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::Value;
+use sqlx::mysql::MySqlPool;
+use sqlx::Connection;
+use tickler::app::{self, Running};
+use tickler::config::Config;
+use tickler::index::Index;
+use tickler::kafka;
+use tickler::store::Store;
+use tokio_util::sync::CancellationToken;
+
+/// The MySQL server the tests create their databases on.
+pub fn mysql_server_url() -> String {
+    std::env::var("TICKLER_TEST_MYSQL_URL")
+        .unwrap_or_else(|_| "mysql://tickler:tickler@127.0.0.1:3306".to_owned())
+}
+
+pub fn redis_url() -> String {
+    std::env::var("TICKLER_TEST_REDIS_URL")
+        .unwrap_or_else(|_| "redis://127.0.0.1:6379/0".to_owned())
+}
+
+pub fn kafka_brokers() -> String {
+    std::env::var("TICKLER_TEST_KAFKA_BROKERS").unwrap_or_else(|_| "127.0.0.1:9092".to_owned())
+}
+
+pub fn unique(prefix: &str) -> String {
+    let n: u64 = rand::rng().random();
+    format!("{prefix}{n:016x}")
+}
+
+/// Initialises logging once (RUST_LOG-style filter in TICKLER_TEST_LOG).
+pub fn init_logging() {
+    let filter = std::env::var("TICKLER_TEST_LOG").unwrap_or_else(|_| "warn".to_owned());
+    let _ = tracing_subscriber::fmt()
+        .with_env_filter(tracing_subscriber::EnvFilter::new(filter))
+        .with_test_writer()
+        .try_init();
+}
+
+/// Creates a fresh database and applies the migrations; returns its URL.
+pub async fn database_create() -> (String, String) {
+    let name = unique("tickler_t_");
+    let mut conn = sqlx::MySqlConnection::connect(&mysql_server_url())
+        .await
+        .expect("mysql is running (scripts/services)");
+    sqlx::query(&format!("CREATE DATABASE {name}"))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    conn.close().await.unwrap();
+    let url = format!("{}/{name}", mysql_server_url());
+    Store::migrate(&url).await.expect("migrations apply");
+    (name, url)
+}
+
+pub async fn database_drop(name: &str) {
+    if let Ok(mut conn) = sqlx::MySqlConnection::connect(&mysql_server_url()).await {
+        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name}"))
+            .execute(&mut conn)
+            .await;
+    }
+}
+
+/// Settings for a test tickler: small intervals, few shards, random port.
+pub fn test_config(mysql_url: &str, prefix: &str) -> Config {
+    Config {
+        mysql_url: mysql_url.to_owned(),
+        mysql_pool_size: 8,
+        redis_url: redis_url(),
+        redis_prefix: prefix.to_owned(),
+        kafka_brokers: kafka_brokers(),
+        http_addr: "127.0.0.1:0".to_owned(),
+        shards: 4,
+        loader_interval_ms: 200,
+        dispatch_idle_ms: 200,
+        claim_lease_ms: 15_000,
+        ..Config::default()
+    }
+}
+
+/// One test's world: database, prefix, topic, and a running tickler.
+pub struct TestEnv {
+    pub config: Config,
+    pub db_name: String,
+    /// Direct SQL access, for assertions and hand edits.
+    pub sql: MySqlPool,
+    pub store: Store,
+    pub index: Index,
+    pub topic: String,
+    pub base_url: String,
+    pub http: reqwest::Client,
+    running: Option<Running>,
+}
+
+impl TestEnv {
+    pub async fn start() -> TestEnv {
+        TestEnv::start_with(|_| {}).await
+    }
+
+    /// Starts with the test configuration adjusted by `adjust`.
+    pub async fn start_with(adjust: impl FnOnce(&mut Config)) -> TestEnv {
+        init_logging();
+        let (db_name, url) = database_create().await;
+        let prefix = unique("tickler-t-");
+        let mut config = test_config(&url, &prefix);
+        adjust(&mut config);
+        let topic = unique("tickler-test-");
+        kafka::topic_ensure(&config.kafka_brokers, &topic, 2)
+            .await
+            .expect("kafka is running (scripts/services)");
+        let running = app::start(config.clone(), CancellationToken::new())
+            .await
+            .expect("tickler starts");
+        let base_url = running
+            .http_addr
+            .map(|addr| format!("http://{addr}"))
+            .unwrap_or_default();
+        TestEnv {
+            sql: MySqlPool::connect(&url).await.unwrap(),
+            store: running.store.clone(),
+            index: running.index.clone(),
+            config,
+            db_name,
+            topic,
+            base_url,
+            http: reqwest::Client::new(),
+            running: Some(running),
+        }
+    }
+
+    /// Stops tickler and drops the database.
+    pub async fn finish(mut self) {
+        if let Some(running) = self.running.take() {
+            running.shutdown().await;
+        }
+        self.sql.close().await;
+        database_drop(&self.db_name).await;
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        let response = self
+            .http
+            .post(format!("{}{path}", self.base_url))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    pub async fn get(&self, path: &str) -> (u16, Value) {
+        let response = self
+            .http
+            .get(format!("{}{path}", self.base_url))
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or(Value::Null))
+    }
+
+    /// Creates a job on this test's topic; panics unless 201.
+    pub async fn job_create(&self, mut body: Value) -> Value {
+        if body.get("topic").is_none() {
+            body["topic"] = Value::String(self.topic.clone());
+        }
+        let (status, job) = self.post("/v1/jobs", body).await;
+        assert_eq!(status, 201, "create failed: {job}");
+        job
+    }
+
+    pub async fn jobs_count(&self) -> i64 {
+        sqlx::query_scalar("SELECT COUNT(*) FROM jobs")
+            .fetch_one(&self.sql)
+            .await
+            .unwrap()
+    }
+
+    pub async fn job_status(&self, id: u64) -> String {
+        sqlx::query_scalar("SELECT CAST(status AS CHAR) FROM jobs WHERE id = ?")
+            .bind(id)
+            .fetch_one(&self.sql)
+            .await
+            .unwrap()
+    }
+
+    /// Every Redis key under this test's prefix.
+    pub async fn redis_keys(&self) -> Vec<String> {
+        let client = redis::Client::open(self.config.redis_url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        redis::cmd("KEYS")
+            .arg(format!("{{{}:*", self.config.redis_prefix))
+            .query_async(&mut conn)
+            .await
+            .unwrap()
+    }
+
+    /// Whether any Redis key of this test holds `id`.
+    pub async fn redis_holds(&self, id: u64) -> bool {
+        let client = redis::Client::open(self.config.redis_url.as_str()).unwrap();
+        let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+        for key in self.redis_keys().await {
+            let score: Option<f64> = redis::cmd("ZSCORE")
+                .arg(&key)
+                .arg(id)
+                .query_async(&mut conn)
+                .await
+                .unwrap();
+            if score.is_some() {
+                return true;
+            }
+        }
+        false
+    }
+
+    pub fn consumer(&self) -> StreamConsumer {
+        consumer_from_beginning(&self.config.kafka_brokers, &self.topic)
+    }
+}
+
+/// A consumer reading every partition of `topic` from the beginning, with a
+/// low fetch wait so that records show up promptly.
+pub fn consumer_from_beginning(brokers: &str, topic: &str) -> StreamConsumer {
+    let consumer: StreamConsumer = kafka::client_config(brokers)
+        .set("group.id", unique("tickler-test-"))
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "10")
+        .create()
+        .unwrap();
+    let metadata = consumer
+        .fetch_metadata(Some(topic), Duration::from_secs(10))
+        .unwrap();
+    let mut assignment = TopicPartitionList::new();
+    for t in metadata.topics() {
+        for p in t.partitions() {
+            assignment
+                .add_partition_offset(topic, p.id(), Offset::Beginning)
+                .unwrap();
+        }
+    }
+    assert!(assignment.count() > 0, "topic {topic} has partitions");
+    consumer.assign(&assignment).unwrap();
+    consumer
+}
+
+/// A record as the tests look at it.
+#[derive(Debug, Clone)]
+pub struct Record {
+    pub partition: i32,
+    pub offset: i64,
+    pub key: Option<String>,
+    pub payload: Vec<u8>,
+    pub headers: Vec<(String, String)>,
+}
+
+impl Record {
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    fn from_message(message: &BorrowedMessage<'_>) -> Record {
+        let headers = message
+            .headers()
+            .map(|hs| {
+                hs.iter()
+                    .map(|h| {
+                        (
+                            h.key.to_owned(),
+                            String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
+                        )
+                    })
+                    .collect()
+            })
+            .unwrap_or_default();
+        Record {
+            partition: message.partition(),
+            offset: message.offset(),
+            key: message
+                .key()
+                .map(|k| String::from_utf8_lossy(k).into_owned()),
+            payload: message.payload().unwrap_or_default().to_vec(),
+            headers,
+        }
+    }
+}
+
+/// Reads records until `n` have arrived or `wait` has passed.
+pub async fn records_read(consumer: &StreamConsumer, n: usize, wait: Duration) -> Vec<Record> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut records = Vec::new();
+    while records.len() < n {
+        match tokio::time::timeout_at(deadline, consumer.recv()).await {
+            Ok(Ok(message)) => records.push(Record::from_message(&message)),
+            Ok(Err(err)) => panic!("kafka consumer error: {err}"),
+            Err(_) => break,
+        }
+    }
+    records
+}
+
+/// Polls `check` until it returns Some or `wait` passes.
+pub async fn eventually<T, F, Fut>(wait: Duration, mut check: F) -> Option<T>
+where
+    F: FnMut() -> Fut,
+    Fut: Future<Output = Option<T>>,
+{
+    let deadline = tokio::time::Instant::now() + wait;
+    loop {
+        if let Some(value) = check().await {
+            return Some(value);
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return None;
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
