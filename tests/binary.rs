@@ -1,0 +1,135 @@
+//! The `tickler` binary as operators run it: configuration errors at
+//! start-up, and a clean drain on SIGTERM.
+
+mod common;
+
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use common::{database_create, database_drop, eventually, records_read, unique};
+use tickler::kafka;
+
+fn tickler() -> Command {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tickler"));
+    command.env("TICKLER_LOG", "warn");
+    command
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn a_bad_setting_stops_start_up_with_a_message_naming_it() {
+    let output = tickler()
+        .arg("migrate")
+        .env("TICKLER_SHARDS", "0")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("invalid configuration: shards"), "{stderr}");
+
+    let output = tickler()
+        .args(["migrate", "--config", "/nonexistent/tickler.toml"])
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(stderr.contains("tickler.toml"), "{stderr}");
+}
+
+fn kill_term(child: &Child) {
+    let status = Command::new("kill")
+        .args(["-TERM", &child.id().to_string()])
+        .status()
+        .unwrap();
+    assert!(status.success());
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_finishes_the_batch_in_hand_and_exits_cleanly() {
+    let (db_name, url) = database_create().await;
+    let topic = unique("tickler-test-");
+    kafka::topic_ensure(&common::kafka_brokers(), &topic, 2)
+        .await
+        .unwrap();
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut child = tickler()
+        .arg("serve")
+        .env("TICKLER_MYSQL_URL", &url)
+        .env("TICKLER_REDIS_PREFIX", unique("tickler-t-"))
+        .env("TICKLER_HTTP_ADDR", &addr)
+        // One shard, small batches: the 400 jobs below take many passes.
+        .env("TICKLER_SHARDS", "1")
+        .env("TICKLER_DISPATCH_BATCH", "20")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let http = reqwest::Client::new();
+    let up = eventually(Duration::from_secs(20), || async {
+        let response = http
+            .get(format!("http://{addr}/healthz"))
+            .send()
+            .await
+            .ok()?;
+        response.status().is_success().then_some(())
+    })
+    .await;
+    assert!(up.is_some(), "tickler serves");
+
+    let consumer = common::consumer_from_beginning(&common::kafka_brokers(), &topic);
+    // All due at one instant, after they have all been created.
+    let run_at = (chrono::Utc::now() + chrono::Duration::seconds(3)).to_rfc3339();
+    for n in 0..400 {
+        let body = serde_json::json!({"topic": topic, "payload": n, "run_at": run_at});
+        let response = http
+            .post(format!("http://{addr}/v1/jobs"))
+            .json(&body)
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 201);
+    }
+    // Stop while the jobs are being dispatched.
+    records_read(&consumer, 1, Duration::from_secs(10)).await;
+    kill_term(&child);
+    let exited = eventually(Duration::from_secs(20), || {
+        let status = child.try_wait().unwrap();
+        async move { status }
+    })
+    .await
+    .expect("tickler exits after SIGTERM");
+    assert!(exited.success(), "clean exit, got {exited:?}");
+
+    let sql = sqlx::MySqlPool::connect(&url).await.unwrap();
+    let in_hand: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE status = 'dispatching'")
+        .fetch_one(&sql)
+        .await
+        .unwrap();
+    assert_eq!(in_hand, 0, "every claimed batch was finished before exit");
+    let dispatched: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE status = 'dispatched'")
+            .fetch_one(&sql)
+            .await
+            .unwrap();
+    eprintln!("dispatched before exit: {dispatched} of 400");
+    // Everything marked dispatched is on Kafka (one record was read above).
+    let records = records_read(&consumer, dispatched as usize - 1, Duration::from_secs(10)).await;
+    assert_eq!(records.len() + 1, dispatched as usize);
+    let pending: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE status = 'pending'")
+        .fetch_one(&sql)
+        .await
+        .unwrap();
+    assert_eq!(
+        pending + dispatched,
+        400,
+        "the rest wait, pending, for the next start"
+    );
+    sql.close().await;
+    database_drop(&db_name).await;
+}
