@@ -17,6 +17,7 @@ use crate::dispatcher::{DispatchError, Dispatcher, DispatcherConfig};
 use crate::index::{Index, IndexError};
 use crate::loader::{Loader, LoaderConfig};
 use crate::metrics;
+use crate::reconciler::{Reconciler, ReconcilerConfig};
 use crate::store::{Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +86,16 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
             wake.clone(),
         );
         tracker.spawn(loader.run(cancel.child_token()));
+    }
+
+    if config.has_role("reconciler") {
+        let reconciler = Reconciler::new(
+            store.clone(),
+            index.clone(),
+            ReconcilerConfig::from_config(&config),
+            wake.clone(),
+        );
+        tracker.spawn(reconciler.run(cancel.child_token()));
     }
 
     let mut http_addr = None;

@@ -27,7 +27,8 @@ pub struct Config {
     pub kafka_brokers: String,
     /// Address the HTTP API listens on.
     pub http_addr: String,
-    /// Roles this process runs: any of `api`, `loader`, `dispatcher`.
+    /// Roles this process runs: any of `api`, `loader`, `dispatcher`,
+    /// `reconciler`.
     pub roles: Vec<String>,
     /// Number of logical shards (one Redis ZSET each). Changing it on a live
     /// deployment strands indexed jobs until the reconciler re-feeds them.
@@ -47,6 +48,11 @@ pub struct Config {
     /// Longest the dispatcher sleeps when nothing is due, so that jobs
     /// indexed by another instance are noticed.
     pub dispatch_idle_ms: u64,
+    /// Time between reconciler passes (expired claims, overdue probe).
+    pub reconcile_interval_ms: u64,
+    /// How overdue a pending job must be before the reconciler checks that
+    /// Redis holds it.
+    pub reconcile_grace_ms: u64,
     /// Kafka producer: how long librdkafka may wait to fill a batch.
     pub kafka_linger_ms: u64,
     /// Kafka producer: how long a record may take to be acknowledged before
@@ -81,6 +87,8 @@ impl Default for Config {
             dispatch_batch: 500,
             claim_lease_ms: 30_000,
             dispatch_idle_ms: 1_000,
+            reconcile_interval_ms: 2_000,
+            reconcile_grace_ms: 1_000,
             kafka_linger_ms: 1,
             kafka_message_timeout_ms: 10_000,
             payload_max_bytes: 1024 * 1024,
@@ -102,7 +110,7 @@ pub enum ConfigError {
     },
 }
 
-pub const ROLES: [&str; 3] = ["api", "loader", "dispatcher"];
+pub const ROLES: [&str; 4] = ["api", "loader", "dispatcher", "reconciler"];
 
 impl Config {
     /// Defaults, overridden by `file` (when given) and then by `TICKLER_*`
@@ -180,6 +188,9 @@ impl Config {
                 "claim_lease_ms",
                 "must be at least 1000 and longer than kafka_message_timeout_ms, or a slow send could be claimed twice",
             ));
+        }
+        if self.reconcile_interval_ms == 0 {
+            return Err(invalid("reconcile_interval_ms", "must be positive"));
         }
         if self.dispatch_idle_ms == 0 {
             return Err(invalid("dispatch_idle_ms", "must be positive"));

@@ -54,6 +54,9 @@ pub struct DispatcherConfig {
     pub message_timeout_ms: u64,
     /// Delay before a job whose send failed is tried again.
     pub retry_delay: Duration,
+    /// The index window: an id found not yet due and later than this is
+    /// dropped from Redis (the loader brings it back in time).
+    pub window: Duration,
 }
 
 impl DispatcherConfig {
@@ -67,6 +70,7 @@ impl DispatcherConfig {
             linger_ms: config.kafka_linger_ms,
             message_timeout_ms: config.kafka_message_timeout_ms,
             retry_delay: Duration::from_secs(1),
+            window: config.window(),
         }
     }
 }
@@ -209,12 +213,19 @@ impl Dispatcher {
             }
         }
         if !outcome.not_due.is_empty() {
-            let back: Vec<(JobId, i64)> = outcome
+            // Moved later (by hand): back at the real time if that is inside
+            // the window, else out of Redis until the loader brings it back.
+            let horizon_ms = redis_now_ms + self.config.window.as_millis() as i64;
+            let (back, beyond): (Vec<(JobId, i64)>, Vec<(JobId, i64)>) = outcome
                 .not_due
                 .iter()
                 .map(|e| (e.id, e.schedule_time.timestamp_millis()))
-                .collect();
+                .partition(|(_, ms)| *ms < horizon_ms);
             self.index_requeue(&back).await;
+            let beyond: Vec<JobId> = beyond.into_iter().map(|(id, _)| id).collect();
+            if let Err(err) = self.index.job_remove_many(&beyond).await {
+                tracing::warn!(error = %err, "cannot drop ids moved beyond the window");
+            }
         }
         if outcome.won.is_empty() {
             return report;

@@ -11,6 +11,7 @@
 //! - [`index`]      — Redis: the only code that speaks Redis; scripts in `lua/`
 //! - [`loader`]     — moves jobs entering the window from MySQL to Redis
 //! - [`dispatcher`] — claims due jobs, wins the MySQL CAS, produces to Kafka
+//! - [`reconciler`] — repairs from MySQL: expired claims, jobs Redis lost
 //! - [`api`]        — HTTP/JSON under `/v1`, `/healthz`, `/metrics`
 //! - [`app`]        — starts the roles under one cancellation token
 //! - [`kafka`]      — Kafka client settings and topic administration
@@ -27,4 +28,5 @@ pub mod job;
 pub mod kafka;
 pub mod loader;
 pub mod metrics;
+pub mod reconciler;
 pub mod store;

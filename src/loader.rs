@@ -7,6 +7,10 @@
 //! pending up to the window's end (overdue jobs included): that is how a
 //! restarted tickler, or one facing an empty Redis, rebuilds the index.
 //!
+//! Each pass first checks the index's sentinel keys; if Redis has lost them
+//! (FLUSHALL, restart), the watermark is dropped and the window re-indexed
+//! in that same pass.
+//!
 //! Each pass re-reads a short overlap below the watermark, so a job whose
 //! INSERT committed just after a pass read past its time is still found.
 //! Re-adding an id is idempotent.
@@ -61,6 +65,8 @@ pub struct LoadReport {
     pub indexed: usize,
     /// Everything pending before this time is now indexed.
     pub watermark: DateTime<Utc>,
+    /// Whether this pass found the index lost and rebuilt it.
+    pub rebuilt: bool,
 }
 
 pub struct Loader {
@@ -112,6 +118,19 @@ impl Loader {
     /// One pass at database time `now`: indexes pending jobs due before
     /// `now + window` that entered since the last pass.
     pub async fn run_once(&mut self, now: DateTime<Utc>) -> Result<LoadReport, LoadError> {
+        // Redis lost its data (FLUSHALL, restart without persistence): start
+        // over without a watermark, re-indexing the whole window now rather
+        // than waiting for the reconciler to find jobs overdue.
+        let mut rebuilt = false;
+        if !self.index.intact().await? {
+            if self.watermark.is_some() {
+                tracing::warn!("redis index lost: re-indexing the window from mysql");
+                metrics::index_rebuilt();
+                rebuilt = true;
+            }
+            self.index.mark_intact().await?;
+            self.watermark = None;
+        }
         let until = now + self.config.window;
         // Never move backwards, even if the database clock does.
         let until = self.watermark.map_or(until, |w| w.max(until));
@@ -121,7 +140,7 @@ impl Loader {
         loop {
             let page = self
                 .store
-                .job_list_entering_window(from, until, after, self.config.batch)
+                .job_list_pending(from, until, after, self.config.batch)
                 .await?;
             let entries: Vec<_> = page.iter().map(|e| (e.id, e.schedule_time)).collect();
             self.index.job_add_many(&entries).await?;
@@ -139,6 +158,7 @@ impl Loader {
         Ok(LoadReport {
             indexed,
             watermark: until,
+            rebuilt,
         })
     }
 }

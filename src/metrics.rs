@@ -14,6 +14,9 @@ pub const DISPATCH_CAS_LOST: &str = "tickler_dispatch_cas_lost_total";
 pub const PRODUCE_FAILED: &str = "tickler_produce_failed_total";
 pub const LOADER_INDEXED: &str = "tickler_loader_indexed_total";
 pub const INDEX_ERRORS: &str = "tickler_index_errors_total";
+pub const INDEX_REBUILDS: &str = "tickler_index_rebuilds_total";
+pub const RECONCILER_REFED: &str = "tickler_reconciler_refed_total";
+pub const RECONCILER_RESCUED: &str = "tickler_reconciler_rescued_total";
 
 /// Installs the process-wide recorder once and returns the handle that
 /// renders it. Later calls (several servers in one test process) share it.
@@ -95,4 +98,20 @@ pub fn loader_indexed(n: usize) {
 
 pub fn index_error() {
     counter!(INDEX_ERRORS).increment(1);
+}
+
+pub fn index_rebuilt() {
+    counter!(INDEX_REBUILDS).increment(1);
+}
+
+pub fn reconciler_refed(n: u64) {
+    if n > 0 {
+        counter!(RECONCILER_REFED).increment(n);
+    }
+}
+
+pub fn reconciler_rescued(n: usize) {
+    if n > 0 {
+        counter!(RECONCILER_RESCUED).increment(n as u64);
+    }
 }

@@ -167,3 +167,39 @@ async fn ids_spread_over_shards_by_their_hash() {
     assert_eq!(claimed, (1..=64).collect::<Vec<_>>());
     assert!(used >= 6, "64 ids use most of 8 shards, used {used}");
 }
+
+#[tokio::test]
+async fn refeed_adds_only_ids_the_index_lost() {
+    let index = index_with_one_shard().await;
+    index
+        .job_add_many(&[(1, at_ms(1_000)), (2, at_ms(1_000))])
+        .await
+        .unwrap();
+    let claim = index
+        .job_claim(0, 1, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert_eq!(claim.ids, vec![1]);
+
+    let added = index
+        .job_refeed_many(&[(1, at_ms(1_000)), (2, at_ms(1_000)), (3, at_ms(2_000))])
+        .await
+        .unwrap();
+    assert_eq!(added, 1, "1 is in flight, 2 is due: only 3 was lost");
+    assert!(matches!(
+        index.job_locate(1).await.unwrap(),
+        Some(Location::InFlight(_))
+    ));
+    assert_eq!(
+        index.job_locate(3).await.unwrap(),
+        Some(Location::Due(2_000))
+    );
+}
+
+#[tokio::test]
+async fn sentinels_tell_a_lost_index_from_an_intact_one() {
+    let index = index_with_one_shard().await;
+    assert!(!index.intact().await.unwrap(), "a new redis is not intact");
+    index.mark_intact().await.unwrap();
+    assert!(index.intact().await.unwrap());
+}

@@ -54,6 +54,7 @@ struct Scripts {
     claim: Script,
     requeue: Script,
     remove: Script,
+    refeed: Script,
 }
 
 /// Handle to the Redis index. Cheap to clone; one multiplexed connection
@@ -97,6 +98,7 @@ impl Index {
                 claim: Script::new(include_str!("../../lua/claim.lua")),
                 requeue: Script::new(include_str!("../../lua/requeue.lua")),
                 remove: Script::new(include_str!("../../lua/remove.lua")),
+                refeed: Script::new(include_str!("../../lua/refeed.lua")),
             }),
         })
     }
@@ -117,6 +119,53 @@ impl Index {
     /// The in-flight-set key of a shard.
     pub fn inflight_key(&self, shard: u32) -> String {
         format!("{{{}:{}}}:inflight", self.prefix, shard)
+    }
+
+    /// The sentinel key of a shard: present while the shard's sets are known
+    /// to hold everything they should. Redis losing its data loses it too.
+    pub fn sentinel_key(&self, shard: u32) -> String {
+        format!("{{{}:{}}}:intact", self.prefix, shard)
+    }
+
+    /// Whether every shard's sentinel is present. False after a FLUSHALL, a
+    /// restart without persistence, or on a brand-new Redis.
+    pub async fn intact(&self) -> Result<bool, IndexError> {
+        let mut pipe = redis::pipe();
+        for shard in 0..self.shards {
+            pipe.exists(self.sentinel_key(shard));
+        }
+        let present: Vec<bool> = pipe.query_async(&mut self.conn.clone()).await?;
+        Ok(present.into_iter().all(|p| p))
+    }
+
+    /// Sets every shard's sentinel. Called *before* a full re-index, so a
+    /// flush during the re-index is noticed by the next check.
+    pub async fn mark_intact(&self) -> Result<(), IndexError> {
+        let mut pipe = redis::pipe();
+        for shard in 0..self.shards {
+            pipe.set(self.sentinel_key(shard), 1).ignore();
+        }
+        pipe.query_async::<()>(&mut self.conn.clone()).await?;
+        Ok(())
+    }
+
+    /// Adds back ids the index has lost, leaving alone those already due or
+    /// in flight. Returns how many were added.
+    pub async fn job_refeed_many(
+        &self,
+        jobs: &[(JobId, DateTime<Utc>)],
+    ) -> Result<u64, IndexError> {
+        let mut added = 0;
+        for (shard, entries) in self.group_by_shard(jobs.iter().map(|(id, at)| (*id, ms_of(*at)))) {
+            let mut invocation = self.scripts.refeed.key(self.due_key(shard));
+            invocation.key(self.inflight_key(shard));
+            for (id, ms) in entries {
+                invocation.arg(id).arg(ms);
+            }
+            let count: i64 = invocation.invoke_async(&mut self.conn.clone()).await?;
+            added += u64::try_from(count).unwrap_or(0);
+        }
+        Ok(added)
     }
 
     /// Indexes jobs at their due times. Idempotent: re-adding an id moves it

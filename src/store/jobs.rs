@@ -106,8 +106,9 @@ impl Store {
     /// Pending jobs with `from <= schedule_time < until` (no lower bound when
     /// `from` is None), in (schedule_time, id) order, starting after `after`.
     /// A range scan on (status, schedule_time): far-future rows are never
-    /// read.
-    pub async fn job_list_entering_window(
+    /// read. Serves the loader (jobs entering the window) and the
+    /// reconciler's overdue probe.
+    pub async fn job_list_pending(
         &self,
         from: Option<DateTime<Utc>>,
         until: DateTime<Utc>,
@@ -253,6 +254,44 @@ impl Store {
         push_id_list(&mut query, &ids);
         let result = query.build().execute(&self.pool).await?;
         Ok(result.rows_affected())
+    }
+
+    /// `dispatching → pending` for claims whose lease expired by the
+    /// database's clock: the dispatcher holding them died or stalled. Returns
+    /// the jobs rescued, to be re-indexed. Safe on several instances at once.
+    ///
+    /// Crash after this commits: the rows are pending and overdue; the next
+    /// overdue probe re-indexes them.
+    pub async fn job_rescue_expired(&self, limit: u32) -> Result<Vec<WindowEntry>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, schedule_time FROM jobs WHERE status = 'dispatching' \
+             AND claim_expires_at < UTC_TIMESTAMP(3) ORDER BY schedule_time LIMIT ?",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        let expired: Vec<WindowEntry> = rows
+            .iter()
+            .map(|row| {
+                let at: NaiveDateTime = row.try_get("schedule_time")?;
+                Ok(WindowEntry {
+                    id: row.try_get("id")?,
+                    schedule_time: at.and_utc(),
+                })
+            })
+            .collect::<Result<_, StoreError>>()?;
+        if expired.is_empty() {
+            return Ok(expired);
+        }
+        let mut update = QueryBuilder::<MySql>::new(
+            "UPDATE jobs SET status = 'pending', version = version + 1, claim_token = NULL, \
+             claim_expires_at = NULL, last_error = 'claim expired: the dispatcher died or stalled' \
+             WHERE status = 'dispatching' AND claim_expires_at < UTC_TIMESTAMP(3) AND id IN ",
+        );
+        let ids: Vec<JobId> = expired.iter().map(|e| e.id).collect();
+        push_id_list(&mut update, &ids);
+        update.build().execute(&self.pool).await?;
+        Ok(expired)
     }
 
     /// `dispatching → pending` for jobs this claim could not produce (the

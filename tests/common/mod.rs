@@ -212,7 +212,8 @@ impl TestEnv {
     pub async fn redis_holds(&self, id: u64) -> bool {
         let client = redis::Client::open(self.config.redis_url.as_str()).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
-        for key in self.redis_keys().await {
+        let sets = self.redis_keys().await.into_iter();
+        for key in sets.filter(|k| k.ends_with(":due") || k.ends_with(":inflight")) {
             let score: Option<f64> = redis::cmd("ZSCORE")
                 .arg(&key)
                 .arg(id)

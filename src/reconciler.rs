@@ -1,0 +1,155 @@
+//! The reconciler: repairs, from MySQL, what a crash or a lost Redis left
+//! behind. Every pass:
+//!
+//! 1. **Expired claims** — rows `dispatching` whose lease expired by the
+//!    database's clock (their dispatcher died mid-batch) go back to
+//!    `pending` and are re-indexed, so they are produced again.
+//! 2. **Overdue probe** — pending jobs due more than `grace` ago are put
+//!    back in Redis unless already due or in flight there (the index lost
+//!    them, or the write after an INSERT never landed).
+//!
+//! Its cost follows the number of overdue and in-flight rows — both range
+//! scans on `(status, schedule_time)` — never the number of far-future jobs.
+//! Every change is a compare-and-set, so several instances may run it at
+//! once. (Expired Redis leases are returned by the claim script itself, and
+//! stale Redis members are dropped by the dispatcher's compare-and-set.)
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::index::{Index, IndexError};
+use crate::metrics;
+use crate::store::{Store, StoreError, WindowEntry};
+
+#[derive(Debug, Clone)]
+pub struct ReconcilerConfig {
+    /// Time between passes.
+    pub interval: Duration,
+    /// How overdue a pending job must be before the probe checks it, so the
+    /// normal path (INSERT, then index) is not raced.
+    pub grace: Duration,
+    /// Rows per query.
+    pub batch: u32,
+    /// Most overdue rows one pass examines; the rest wait for the next pass.
+    pub max_per_pass: usize,
+}
+
+impl ReconcilerConfig {
+    pub fn from_config(config: &Config) -> Self {
+        ReconcilerConfig {
+            interval: Duration::from_millis(config.reconcile_interval_ms),
+            grace: Duration::from_millis(config.reconcile_grace_ms),
+            batch: 1_000,
+            max_per_pass: 100_000,
+        }
+    }
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ReconcileError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Index(#[from] IndexError),
+}
+
+/// What one pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ReconcileReport {
+    /// Expired claims returned to pending.
+    pub rescued: usize,
+    /// Overdue pending rows examined.
+    pub overdue: usize,
+    /// Of those, ids Redis had lost and got back.
+    pub refed: u64,
+}
+
+pub struct Reconciler {
+    store: Store,
+    index: Index,
+    config: ReconcilerConfig,
+    /// Wakes the local dispatcher when jobs were put back.
+    wake: Arc<Notify>,
+}
+
+impl Reconciler {
+    pub fn new(store: Store, index: Index, config: ReconcilerConfig, wake: Arc<Notify>) -> Self {
+        Reconciler {
+            store,
+            index,
+            config,
+            wake,
+        }
+    }
+
+    /// Reconciles every interval until `cancel` fires; a failed pass is
+    /// logged and the next one tries again.
+    pub async fn run(self, cancel: CancellationToken) {
+        tracing::info!(
+            interval_ms = self.config.interval.as_millis() as u64,
+            "reconciler started"
+        );
+        loop {
+            let pass = async {
+                let now = self.store.db_now().await?;
+                self.run_once(now).await
+            };
+            match pass.await {
+                Ok(report) if report.rescued > 0 || report.refed > 0 => {
+                    tracing::warn!(
+                        rescued = report.rescued,
+                        refed = report.refed,
+                        overdue = report.overdue,
+                        "reconciler repaired jobs"
+                    );
+                }
+                Ok(_) => {}
+                Err(err) => tracing::warn!(error = %err, "reconciler pass failed"),
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = tokio::time::sleep(self.config.interval) => {}
+            }
+        }
+        tracing::info!("reconciler stopped");
+    }
+
+    /// One pass at database time `now`.
+    pub async fn run_once(&self, now: DateTime<Utc>) -> Result<ReconcileReport, ReconcileError> {
+        let mut report = ReconcileReport::default();
+
+        let rescued = self.store.job_rescue_expired(self.config.batch).await?;
+        report.rescued = rescued.len();
+        metrics::reconciler_rescued(rescued.len());
+        if !rescued.is_empty() {
+            let entries: Vec<_> = rescued.iter().map(|e| (e.id, e.schedule_time)).collect();
+            self.index.job_refeed_many(&entries).await?;
+        }
+
+        let before = now - self.config.grace;
+        let mut after: Option<WindowEntry> = None;
+        while report.overdue < self.config.max_per_pass {
+            let page = self
+                .store
+                .job_list_pending(None, before, after, self.config.batch)
+                .await?;
+            let entries: Vec<_> = page.iter().map(|e| (e.id, e.schedule_time)).collect();
+            report.refed += self.index.job_refeed_many(&entries).await?;
+            report.overdue += page.len();
+            after = page.last().copied();
+            if page.len() < self.config.batch as usize {
+                break;
+            }
+        }
+        metrics::reconciler_refed(report.refed);
+        if report.refed > 0 || report.rescued > 0 {
+            self.wake.notify_one();
+        }
+        Ok(report)
+    }
+}

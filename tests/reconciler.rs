@@ -1,0 +1,155 @@
+//! Repairs from MySQL: jobs the index lost, claims whose dispatcher died,
+//! and a Redis that lost everything. Each test simulates the fault's
+//! leftovers exactly (rows and keys as a crash leaves them), then lets the
+//! repair run.
+
+mod common;
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use common::{records_read, TestEnv};
+use serde_json::json;
+use tickler::loader::{Loader, LoaderConfig};
+use tickler::reconciler::{Reconciler, ReconcilerConfig};
+use tokio::sync::Notify;
+
+fn reconciler(env: &TestEnv) -> Reconciler {
+    Reconciler::new(
+        env.store.clone(),
+        env.index.clone(),
+        ReconcilerConfig::from_config(&env.config),
+        Arc::new(Notify::new()),
+    )
+}
+
+/// A tickler whose own reconciler is off, so the test drives repairs.
+async fn env_without_reconciler() -> TestEnv {
+    TestEnv::start_with(|c| {
+        c.roles = vec!["api".into(), "loader".into(), "dispatcher".into()];
+    })
+    .await
+}
+
+/// Inserts a row the way a tickler that died right after its INSERT (before
+/// indexing) leaves it.
+async fn row_insert(env: &TestEnv, status: &str, due_offset_ms: i64) -> u64 {
+    sqlx::query(
+        "INSERT INTO jobs (topic, payload, schedule_time, status, claim_token, claim_expires_at) \
+         VALUES (?, 'x', TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3)), ?, \
+         IF(? = 'dispatching', 1, NULL), \
+         IF(? = 'dispatching', TIMESTAMPADD(SECOND, -1, UTC_TIMESTAMP(3)), NULL))",
+    )
+    .bind(&env.topic)
+    .bind(due_offset_ms * 1000)
+    .bind(status)
+    .bind(status)
+    .bind(status)
+    .execute(&env.sql)
+    .await
+    .unwrap()
+    .last_insert_id()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconciler_refeeds_an_overdue_job_the_index_never_got() {
+    let env = env_without_reconciler().await;
+    let consumer = env.consumer();
+    let id = row_insert(&env, "pending", -5_000).await;
+    assert!(!env.redis_holds(id).await);
+
+    let now = env.store.db_now().await.unwrap();
+    let report = reconciler(&env).run_once(now).await.unwrap();
+    assert_eq!(report.refed, 1, "{report:?}");
+
+    let records = records_read(&consumer, 1, Duration::from_secs(10)).await;
+    assert_eq!(records.len(), 1, "the lost job is produced");
+    assert_eq!(
+        records[0].header("tickler-job-id"),
+        Some(id.to_string().as_str())
+    );
+    // A second pass finds nothing to do.
+    let now = env.store.db_now().await.unwrap();
+    assert_eq!(reconciler(&env).run_once(now).await.unwrap().refed, 0);
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reconciler_returns_an_expired_claim_to_pending_and_it_is_produced() {
+    let env = env_without_reconciler().await;
+    let consumer = env.consumer();
+    // A dispatcher claimed this in MySQL, then died: lease expired.
+    let id = row_insert(&env, "dispatching", -2_000).await;
+    // A live claim must be left alone.
+    let live = row_insert(&env, "pending", -2_000).await;
+    sqlx::query(
+        "UPDATE jobs SET status = 'dispatching', claim_token = 2, \
+         claim_expires_at = TIMESTAMPADD(MINUTE, 5, UTC_TIMESTAMP(3)) WHERE id = ?",
+    )
+    .bind(live)
+    .execute(&env.sql)
+    .await
+    .unwrap();
+
+    let now = env.store.db_now().await.unwrap();
+    let report = reconciler(&env).run_once(now).await.unwrap();
+    assert_eq!(report.rescued, 1, "{report:?}");
+
+    let records = records_read(&consumer, 2, Duration::from_secs(5)).await;
+    let ids: Vec<_> = records
+        .iter()
+        .map(|r| r.header("tickler-job-id").unwrap().to_owned())
+        .collect();
+    assert_eq!(
+        ids,
+        vec![id.to_string()],
+        "only the expired claim is produced"
+    );
+    assert_eq!(records[0].header("tickler-attempt"), Some("1"));
+    assert_eq!(env.job_status(id).await, "dispatched");
+    assert_eq!(env.job_status(live).await, "dispatching");
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn loader_rebuilds_the_window_after_redis_loses_everything() {
+    let env = env_without_reconciler().await;
+    let consumer = env.consumer();
+    let soon = env
+        .job_create(json!({"payload": "soon", "delay_ms": 2_500}))
+        .await;
+    let soon_id = soon["id"].as_u64().unwrap();
+    let mut loader = Loader::new(
+        env.store.clone(),
+        env.index.clone(),
+        LoaderConfig::from_config(&env.config),
+        Arc::new(Notify::new()),
+    );
+    let now = env.store.db_now().await.unwrap();
+    let first = loader.run_once(now).await.unwrap();
+    assert!(!first.rebuilt);
+
+    // What FLUSHALL does to this deployment's keys (other tests share the
+    // Redis, so only ours go).
+    let client = redis::Client::open(env.config.redis_url.as_str()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    for key in env.redis_keys().await {
+        let _: () = redis::cmd("DEL")
+            .arg(&key)
+            .query_async(&mut conn)
+            .await
+            .unwrap();
+    }
+    assert!(!env.redis_holds(soon_id).await);
+
+    let now = env.store.db_now().await.unwrap();
+    let report = loader.run_once(now).await.unwrap();
+    assert!(report.rebuilt, "the loss is noticed: {report:?}");
+    assert!(
+        env.redis_holds(soon_id).await,
+        "the window is indexed again"
+    );
+    let records = records_read(&consumer, 1, Duration::from_secs(10)).await;
+    assert_eq!(records.len(), 1, "and the job fires");
+    env.finish().await;
+}
