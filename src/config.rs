@@ -75,11 +75,7 @@ impl Default for Config {
             redis_prefix: "tickler".to_owned(),
             kafka_brokers: "127.0.0.1:9092".to_owned(),
             http_addr: "127.0.0.1:8080".to_owned(),
-            roles: vec![
-                "api".to_owned(),
-                "loader".to_owned(),
-                "dispatcher".to_owned(),
-            ],
+            roles: ROLES.iter().map(|role| role.to_string()).collect(),
             shards: 16,
             window_ms: 600_000,
             loader_interval_ms: 1_000,
@@ -247,6 +243,9 @@ mod tests {
         assert_eq!(config.kafka_brokers, "127.0.0.1:9092");
         assert_eq!(config.shards, 16);
         assert_eq!(config.window(), Duration::from_secs(600));
+        for role in ["api", "loader", "dispatcher", "reconciler"] {
+            assert!(config.has_role(role), "{role} runs by default");
+        }
     }
 
     #[test]

@@ -3,6 +3,9 @@
 //! run in parallel against the real services started by `scripts/services`.
 #![allow(dead_code)]
 
+pub mod chronos;
+pub mod procs;
+
 use std::future::Future;
 use std::time::Duration;
 

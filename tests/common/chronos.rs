@@ -1,0 +1,394 @@
+//! The fault suite's world and checker, after Jepsen's Chronos test: every
+//! job has a target window [schedule_time, schedule_time + bound]; a
+//! consumer records every record's arrival; the checker reports jobs lost,
+//! produced early, cancelled-but-produced, and duplicates — separating those
+//! a fault explains (the job's dispatch was interrupted) from the rest.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use futures::StreamExt;
+use rdkafka::consumer::StreamConsumer;
+use rdkafka::message::{Headers, Message};
+use sqlx::mysql::MySqlPool;
+use sqlx::Connection;
+use tickler::kafka;
+use tickler::store::Store;
+use tokio_util::sync::CancellationToken;
+
+use super::procs::{free_port, scratch_dir, Proc};
+use super::{consumer_from_beginning, eventually, unique};
+
+/// Where the world's services are.
+#[derive(Clone, Debug)]
+pub struct Services {
+    /// MySQL server URL without a database.
+    pub mysql_server_url: String,
+    pub redis_url: String,
+    pub brokers: String,
+}
+
+impl Services {
+    pub fn shared() -> Services {
+        Services {
+            mysql_server_url: super::mysql_server_url(),
+            redis_url: super::redis_url(),
+            brokers: super::kafka_brokers(),
+        }
+    }
+}
+
+/// A job the test scheduled, and when it is due (ms since the epoch).
+#[derive(Clone, Copy, Debug)]
+pub struct Expected {
+    pub id: u64,
+    pub due_ms: i64,
+}
+
+/// A record as the consumer saw it.
+#[derive(Clone, Copy, Debug)]
+pub struct Seen {
+    pub id: u64,
+    pub attempt: u32,
+    pub received_ms: i64,
+}
+
+/// One fault test's deployment: its database, topic, Redis prefix, a
+/// `tickler serve` child process, and a consumer recording every record.
+pub struct World {
+    pub services: Services,
+    pub db_name: String,
+    pub mysql_url: String,
+    pub topic: String,
+    pub http_addr: String,
+    pub sql: MySqlPool,
+    pub tickler: Proc,
+    pub http: reqwest::Client,
+    seen: Arc<Mutex<Vec<Seen>>>,
+    stop: CancellationToken,
+}
+
+/// Settings that make faults show quickly: short leases and intervals.
+pub fn fast_settings() -> Vec<(String, String)> {
+    [
+        ("TICKLER_SHARDS", "4"),
+        ("TICKLER_CLAIM_LEASE_MS", "3000"),
+        ("TICKLER_KAFKA_MESSAGE_TIMEOUT_MS", "2000"),
+        ("TICKLER_RECONCILE_INTERVAL_MS", "500"),
+        ("TICKLER_LOADER_INTERVAL_MS", "200"),
+        ("TICKLER_DISPATCH_IDLE_MS", "200"),
+        ("TICKLER_LOG", "warn"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect()
+}
+
+impl World {
+    /// Creates the database and topic, starts the recording consumer and
+    /// `tickler serve` with `extra_env` on top of the fast settings.
+    pub async fn start(services: Services, extra_env: &[(&str, &str)]) -> World {
+        super::init_logging();
+        let db_name = unique("tickler_t_");
+        let mut conn = sqlx::MySqlConnection::connect(&services.mysql_server_url)
+            .await
+            .expect("mysql answers");
+        sqlx::query(&format!("CREATE DATABASE {db_name}"))
+            .execute(&mut conn)
+            .await
+            .unwrap();
+        conn.close().await.unwrap();
+        let mysql_url = format!("{}/{db_name}", services.mysql_server_url);
+        Store::migrate(&mysql_url).await.unwrap();
+
+        let topic = unique("tickler-fault-");
+        kafka::topic_ensure(&services.brokers, &topic, 2)
+            .await
+            .unwrap();
+        let seen = Arc::new(Mutex::new(Vec::new()));
+        let stop = CancellationToken::new();
+        let consumer = consumer_from_beginning(&services.brokers, &topic);
+        tokio::spawn(record(consumer, seen.clone(), stop.clone()));
+
+        let http_addr = format!("127.0.0.1:{}", free_port());
+        let mut env = fast_settings();
+        env.extend([
+            ("TICKLER_MYSQL_URL".to_owned(), mysql_url.clone()),
+            ("TICKLER_REDIS_URL".to_owned(), services.redis_url.clone()),
+            ("TICKLER_KAFKA_BROKERS".to_owned(), services.brokers.clone()),
+            ("TICKLER_HTTP_ADDR".to_owned(), http_addr.clone()),
+            ("TICKLER_REDIS_PREFIX".to_owned(), unique("tickler-t-")),
+        ]);
+        for (k, v) in extra_env {
+            env.retain(|(key, _)| key != k);
+            env.push((k.to_string(), v.to_string()));
+        }
+        let log = scratch_dir().join("tickler.log");
+        let tickler = Proc::spawn(
+            "tickler",
+            env!("CARGO_BIN_EXE_tickler"),
+            &["serve".to_owned()],
+            &env,
+            log,
+        );
+        let world = World {
+            services,
+            db_name,
+            sql: MySqlPool::connect(&mysql_url).await.unwrap(),
+            mysql_url,
+            topic,
+            http_addr,
+            tickler,
+            http: reqwest::Client::new(),
+            seen,
+            stop,
+        };
+        world.healthy().await;
+        world
+    }
+
+    /// Waits until tickler answers /healthz.
+    pub async fn healthy(&self) {
+        let up = eventually(Duration::from_secs(30), || async {
+            let response = self
+                .http
+                .get(format!("http://{}/healthz", self.http_addr))
+                .send()
+                .await
+                .ok()?;
+            response.status().is_success().then_some(())
+        })
+        .await;
+        assert!(
+            up.is_some(),
+            "tickler is healthy; log:\n{}",
+            self.tickler.log_tail()
+        );
+    }
+
+    pub async fn restart_tickler(&mut self) {
+        self.tickler.start();
+        self.healthy().await;
+    }
+
+    /// Schedules `n` jobs due evenly over [first, first + span), through the
+    /// API, 16 requests at a time.
+    pub async fn jobs_schedule(
+        &self,
+        n: usize,
+        first: DateTime<Utc>,
+        span: Duration,
+    ) -> Vec<Expected> {
+        let step_ms = span.as_millis() as i64 / n.max(1) as i64;
+        let requests = (0..n).map(|i| {
+            let due = first + chrono::Duration::milliseconds(step_ms * i as i64);
+            let body = serde_json::json!({
+                "topic": self.topic, "payload": {"n": i}, "run_at": due.to_rfc3339(),
+            });
+            async move {
+                let (status, job) = self.post_job(&body).await;
+                assert_eq!(status, 201, "create: {job}");
+                Expected {
+                    id: job["id"].as_u64().unwrap(),
+                    due_ms: due.timestamp_millis(),
+                }
+            }
+        });
+        futures::stream::iter(requests)
+            .buffer_unordered(16)
+            .collect()
+            .await
+    }
+
+    pub async fn post_job(&self, body: &serde_json::Value) -> (u16, serde_json::Value) {
+        let response = self
+            .http
+            .post(format!("http://{}/v1/jobs", self.http_addr))
+            .json(body)
+            .send()
+            .await
+            .unwrap();
+        let status = response.status().as_u16();
+        (status, response.json().await.unwrap_or_default())
+    }
+
+    /// The records seen so far.
+    pub fn seen(&self) -> Vec<Seen> {
+        self.seen.lock().unwrap().clone()
+    }
+
+    /// Waits until every id in `ids` has been seen, or `wait` passes; then a
+    /// little longer, so late duplicates are counted too.
+    pub async fn await_seen(&self, ids: &HashSet<u64>, wait: Duration) {
+        eventually(wait, || async {
+            let seen: HashSet<u64> = self.seen().iter().map(|s| s.id).collect();
+            ids.is_subset(&seen).then_some(())
+        })
+        .await;
+        tokio::time::sleep(Duration::from_secs(1)).await;
+    }
+
+    /// Jobs whose dispatch a fault interrupted: tickler recorded why in
+    /// `last_error` (claim expired, produce failed).
+    pub async fn interrupted(&self) -> HashSet<u64> {
+        let ids: Vec<u64> = sqlx::query_scalar("SELECT id FROM jobs WHERE last_error IS NOT NULL")
+            .fetch_all(&self.sql)
+            .await
+            .unwrap();
+        ids.into_iter().collect()
+    }
+
+    pub async fn finish(mut self) {
+        self.stop.cancel();
+        self.tickler.stop();
+        self.sql.close().await;
+        if let Ok(mut conn) = sqlx::MySqlConnection::connect(&self.services.mysql_server_url).await
+        {
+            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {}", self.db_name))
+                .execute(&mut conn)
+                .await;
+        }
+    }
+}
+
+async fn record(consumer: StreamConsumer, seen: Arc<Mutex<Vec<Seen>>>, stop: CancellationToken) {
+    loop {
+        let message = tokio::select! {
+            _ = stop.cancelled() => return,
+            message = consumer.recv() => message,
+        };
+        let Ok(message) = message else {
+            // The broker may be down on purpose; the consumer reconnects.
+            tokio::time::sleep(Duration::from_millis(50)).await;
+            continue;
+        };
+        let received_ms = Utc::now().timestamp_millis();
+        let header = |name: &str| -> Option<String> {
+            message
+                .headers()?
+                .iter()
+                .find(|h| h.key == name)
+                .and_then(|h| h.value)
+                .map(|v| String::from_utf8_lossy(v).into_owned())
+        };
+        let (Some(id), Some(attempt)) = (header("tickler-job-id"), header("tickler-attempt"))
+        else {
+            continue;
+        };
+        seen.lock().unwrap().push(Seen {
+            id: id.parse().unwrap(),
+            attempt: attempt.parse().unwrap(),
+            received_ms,
+        });
+    }
+}
+
+/// What a run came to.
+#[derive(Debug, Default)]
+pub struct Verdict {
+    pub jobs: usize,
+    pub records: usize,
+    pub lost: Vec<u64>,
+    pub early: Vec<u64>,
+    pub cancelled_produced: Vec<u64>,
+    /// (job id, attempt) seen more than once, with a fault to explain it.
+    pub explained_duplicates: Vec<(u64, u32)>,
+    /// (job id, attempt) seen more than once with no interruption recorded.
+    pub unexplained_duplicates: Vec<(u64, u32)>,
+    pub lateness_p50_ms: i64,
+    pub lateness_p99_ms: i64,
+    pub lateness_max_ms: i64,
+}
+
+impl Verdict {
+    /// Panics with the whole verdict unless nothing was lost, early,
+    /// wrongly produced, or duplicated without cause.
+    pub fn assert_clean(&self, name: &str) {
+        eprintln!(
+            "fault {name}: jobs {} records {} lost {} early {} cancelled-but-produced {} \
+             duplicates {} (unexplained {}) lateness p50 {} ms p99 {} ms max {} ms",
+            self.jobs,
+            self.records,
+            self.lost.len(),
+            self.early.len(),
+            self.cancelled_produced.len(),
+            self.explained_duplicates.len() + self.unexplained_duplicates.len(),
+            self.unexplained_duplicates.len(),
+            self.lateness_p50_ms,
+            self.lateness_p99_ms,
+            self.lateness_max_ms,
+        );
+        assert!(
+            self.lost.is_empty()
+                && self.early.is_empty()
+                && self.cancelled_produced.is_empty()
+                && self.unexplained_duplicates.is_empty(),
+            "fault {name} broke a promise: {self:?}"
+        );
+    }
+}
+
+/// Checks what was seen against what was expected. `cancelled` jobs must
+/// never appear; every other expected job must appear, never before its due
+/// time; a (job, attempt) may appear twice only for `interrupted` jobs.
+pub fn check(
+    expected: &[Expected],
+    cancelled: &HashSet<u64>,
+    interrupted: &HashSet<u64>,
+    seen: &[Seen],
+) -> Verdict {
+    let due: HashMap<u64, i64> = expected.iter().map(|e| (e.id, e.due_ms)).collect();
+    let mut first_seen: HashMap<u64, i64> = HashMap::new();
+    let mut counts: BTreeMap<(u64, u32), usize> = BTreeMap::new();
+    let mut verdict = Verdict {
+        jobs: expected.len(),
+        records: seen.len(),
+        ..Verdict::default()
+    };
+    for s in seen {
+        *counts.entry((s.id, s.attempt)).or_default() += 1;
+        let first = first_seen.entry(s.id).or_insert(s.received_ms);
+        *first = (*first).min(s.received_ms);
+        if let Some(due_ms) = due.get(&s.id) {
+            if s.received_ms < *due_ms && !verdict.early.contains(&s.id) {
+                verdict.early.push(s.id);
+            }
+        }
+        if cancelled.contains(&s.id) && !verdict.cancelled_produced.contains(&s.id) {
+            verdict.cancelled_produced.push(s.id);
+        }
+    }
+    for ((id, attempt), count) in counts {
+        if count > 1 {
+            if interrupted.contains(&id) {
+                verdict.explained_duplicates.push((id, attempt));
+            } else {
+                verdict.unexplained_duplicates.push((id, attempt));
+            }
+        }
+    }
+    let mut lateness = Vec::new();
+    for e in expected {
+        if cancelled.contains(&e.id) {
+            continue;
+        }
+        match first_seen.get(&e.id) {
+            Some(at) => lateness.push(at - e.due_ms),
+            None => verdict.lost.push(e.id),
+        }
+    }
+    lateness.sort_unstable();
+    let pick = |q: f64| -> i64 {
+        if lateness.is_empty() {
+            0
+        } else {
+            lateness[((lateness.len() - 1) as f64 * q) as usize]
+        }
+    };
+    verdict.lateness_p50_ms = pick(0.5);
+    verdict.lateness_p99_ms = pick(0.99);
+    verdict.lateness_max_ms = lateness.last().copied().unwrap_or(0);
+    verdict
+}

@@ -1,0 +1,274 @@
+//! Processes a fault test can kill, pause and restart: private instances of
+//! Redis, MariaDB and tansu (so a FLUSHALL or a kill -9 hits only that test),
+//! and the `tickler` binary itself.
+
+use std::net::TcpListener;
+use std::path::PathBuf;
+use std::process::{Child, Command, Stdio};
+use std::time::Duration;
+
+use super::unique;
+
+pub fn free_port() -> u16 {
+    TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// A scratch directory for one test's processes.
+pub fn scratch_dir() -> PathBuf {
+    let dir = std::env::temp_dir().join("tickler-faults").join(unique(""));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
+pub async fn port_wait(port: u16, wait: Duration) {
+    let deadline = tokio::time::Instant::now() + wait;
+    while tokio::net::TcpStream::connect(("127.0.0.1", port))
+        .await
+        .is_err()
+    {
+        assert!(
+            tokio::time::Instant::now() < deadline,
+            "nothing answers on port {port} after {wait:?}"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+}
+
+fn signal(pid: u32, sig: &str) {
+    let _ = Command::new("kill")
+        .args([sig, &pid.to_string()])
+        .stderr(Stdio::null())
+        .status();
+}
+
+/// A child process that can be killed and started again with the same
+/// command line. Killed with -9 when dropped.
+pub struct Proc {
+    name: String,
+    program: String,
+    args: Vec<String>,
+    envs: Vec<(String, String)>,
+    log: PathBuf,
+    child: Option<Child>,
+}
+
+impl Proc {
+    pub fn spawn(
+        name: &str,
+        program: &str,
+        args: &[String],
+        envs: &[(String, String)],
+        log: PathBuf,
+    ) -> Proc {
+        let mut proc = Proc {
+            name: name.to_owned(),
+            program: program.to_owned(),
+            args: args.to_vec(),
+            envs: envs.to_vec(),
+            log,
+            child: None,
+        };
+        proc.start();
+        proc
+    }
+
+    pub fn start(&mut self) {
+        assert!(self.child.is_none(), "{} is already running", self.name);
+        let log = std::fs::OpenOptions::new()
+            .create(true)
+            .append(true)
+            .open(&self.log)
+            .unwrap();
+        let child = Command::new(&self.program)
+            .args(&self.args)
+            .envs(self.envs.iter().map(|(k, v)| (k, v)))
+            .stdin(Stdio::null())
+            .stdout(log.try_clone().unwrap())
+            .stderr(log)
+            .spawn()
+            .unwrap_or_else(|err| panic!("cannot start {}: {err}", self.program));
+        self.child = Some(child);
+    }
+
+    /// kill -9, and reap it.
+    pub fn kill9(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            let _ = child.kill();
+            let _ = child.wait();
+        }
+    }
+
+    /// SIGTERM, and wait for it to exit.
+    pub fn stop(&mut self) {
+        if let Some(mut child) = self.child.take() {
+            signal(child.id(), "-TERM");
+            let _ = child.wait();
+        }
+    }
+
+    pub fn pause(&self) {
+        if let Some(child) = &self.child {
+            signal(child.id(), "-STOP");
+        }
+    }
+
+    pub fn resume(&self) {
+        if let Some(child) = &self.child {
+            signal(child.id(), "-CONT");
+        }
+    }
+
+    pub fn log_tail(&self) -> String {
+        let text = std::fs::read_to_string(&self.log).unwrap_or_default();
+        let lines: Vec<&str> = text.lines().collect();
+        lines[lines.len().saturating_sub(30)..].join("\n")
+    }
+}
+
+impl Drop for Proc {
+    fn drop(&mut self) {
+        if let Some(child) = &self.child {
+            signal(child.id(), "-CONT");
+        }
+        self.kill9();
+    }
+}
+
+/// A Redis of this test's own, without persistence.
+pub struct PrivateRedis {
+    pub proc: Proc,
+    pub port: u16,
+}
+
+impl PrivateRedis {
+    pub async fn start() -> PrivateRedis {
+        let port = free_port();
+        let dir = scratch_dir();
+        let args: Vec<String> = [
+            "--port",
+            &port.to_string(),
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            dir.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let proc = Proc::spawn("redis", "redis-server", &args, &[], dir.join("redis.log"));
+        port_wait(port, Duration::from_secs(10)).await;
+        PrivateRedis { proc, port }
+    }
+
+    pub fn url(&self) -> String {
+        format!("redis://127.0.0.1:{}/0", self.port)
+    }
+
+    pub async fn restart(&mut self) {
+        self.proc.kill9();
+        self.proc.start();
+        port_wait(self.port, Duration::from_secs(10)).await;
+    }
+}
+
+/// A MariaDB server of this test's own (its own data directory), so it can
+/// be killed with -9 and restarted through crash recovery.
+pub struct PrivateMariadb {
+    pub proc: Proc,
+    pub port: u16,
+}
+
+impl PrivateMariadb {
+    pub async fn start() -> PrivateMariadb {
+        let port = free_port();
+        let dir = scratch_dir();
+        let data = dir.join("data");
+        let status = Command::new("mariadb-install-db")
+            .args([
+                "--no-defaults",
+                &format!("--datadir={}", data.display()),
+                "--user=root",
+                "--auth-root-authentication-method=normal",
+                "--skip-test-db",
+            ])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .status()
+            .expect("mariadb-install-db (apt-get install mariadb-server)");
+        assert!(status.success(), "mariadb-install-db failed");
+        let args: Vec<String> = vec![
+            "--no-defaults".into(),
+            format!("--datadir={}", data.display()),
+            format!("--port={port}"),
+            "--bind-address=127.0.0.1".into(),
+            format!("--socket={}", dir.join("sock").display()),
+            format!("--pid-file={}", dir.join("pid").display()),
+            "--user=root".into(),
+            "--skip-log-bin".into(),
+            "--innodb-buffer-pool-size=64M".into(),
+            "--max-connections=500".into(),
+        ];
+        let proc = Proc::spawn("mariadb", "mariadbd", &args, &[], dir.join("mariadb.log"));
+        port_wait(port, Duration::from_secs(30)).await;
+        PrivateMariadb { proc, port }
+    }
+
+    /// Server URL (no database), as root without password on loopback.
+    pub fn server_url(&self) -> String {
+        format!("mysql://root@127.0.0.1:{}", self.port)
+    }
+
+    pub async fn restart(&mut self) {
+        self.proc.start();
+        port_wait(self.port, Duration::from_secs(60)).await;
+    }
+}
+
+/// A tansu broker of this test's own, storing in SQLite so topics and
+/// records survive a stop and start.
+pub struct PrivateTansu {
+    pub proc: Proc,
+    pub port: u16,
+}
+
+impl PrivateTansu {
+    pub async fn start() -> PrivateTansu {
+        let port = free_port();
+        let dir = scratch_dir();
+        let listener = format!("tcp://127.0.0.1:{port}");
+        let args: Vec<String> = vec![
+            "broker".into(),
+            "--listener-url".into(),
+            listener.clone(),
+            "--advertised-listener-url".into(),
+            listener,
+            "--storage-engine".into(),
+            format!("sqlite://{}", dir.join("tansu.db").display()),
+        ];
+        let tansu = std::env::var("HOME")
+            .map(|home| format!("{home}/.cargo/bin/tansu"))
+            .ok()
+            .filter(|path| std::path::Path::new(path).exists())
+            .unwrap_or_else(|| "tansu".to_owned());
+        let proc = Proc::spawn("tansu", &tansu, &args, &[], dir.join("tansu.log"));
+        port_wait(port, Duration::from_secs(20)).await;
+        PrivateTansu { proc, port }
+    }
+
+    pub fn brokers(&self) -> String {
+        format!("127.0.0.1:{}", self.port)
+    }
+
+    pub async fn restart(&mut self) {
+        self.proc.start();
+        port_wait(self.port, Duration::from_secs(20)).await;
+    }
+}

@@ -1,0 +1,401 @@
+//! The fault suite: a few thousand jobs due across a real fault, then the
+//! Chronos-style checker. Every fault must end with nothing lost, nothing
+//! early, nothing cancelled produced, and no duplicate a fault does not
+//! explain. Faults that would disturb other tests (FLUSHALL, restarts,
+//! outages) hit private instances of the service.
+//!
+//! `TICKLER_FAULT_SCALE=10` multiplies the number of jobs for a longer run.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use chrono::Utc;
+use common::chronos::{check, Expected, Seen, Services, World};
+use common::procs::{PrivateMariadb, PrivateRedis, PrivateTansu};
+
+fn jobs(base: usize) -> usize {
+    let scale: usize = std::env::var("TICKLER_FAULT_SCALE")
+        .ok()
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1);
+    base * scale.max(1)
+}
+
+/// Sleeps until `at` (test clock).
+async fn until(at: chrono::DateTime<Utc>) {
+    if let Ok(wait) = (at - Utc::now()).to_std() {
+        tokio::time::sleep(wait).await;
+    }
+}
+
+fn secs(s: f64) -> chrono::Duration {
+    chrono::Duration::milliseconds((s * 1000.0) as i64)
+}
+
+fn ids(expected: &[Expected], except: &HashSet<u64>) -> HashSet<u64> {
+    expected
+        .iter()
+        .map(|e| e.id)
+        .filter(|id| !except.contains(id))
+        .collect()
+}
+
+/// Waits for every job, then checks and asserts.
+async fn verdict(
+    world: &World,
+    name: &str,
+    expected: &[Expected],
+    cancelled: &HashSet<u64>,
+    wait: Duration,
+) {
+    world.await_seen(&ids(expected, cancelled), wait).await;
+    let interrupted = world.interrupted().await;
+    check(expected, cancelled, &interrupted, &world.seen()).assert_clean(name);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn kill_9_of_tickler_mid_batch_repeatedly_loses_nothing() {
+    let mut world = World::start(Services::shared(), &[]).await;
+    let t0 = Utc::now() + secs(3.0);
+    let expected = world
+        .jobs_schedule(jobs(2000), t0, Duration::from_secs(10))
+        .await;
+    for at in [1.5, 4.0, 7.0] {
+        until(t0 + secs(at)).await;
+        world.tickler.kill9();
+        tokio::time::sleep(Duration::from_millis(300)).await;
+        world.restart_tickler().await;
+    }
+    verdict(
+        &world,
+        "kill -9",
+        &expected,
+        &HashSet::new(),
+        Duration::from_secs(60),
+    )
+    .await;
+    world.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_flushall_loses_nothing() {
+    let redis = PrivateRedis::start().await;
+    let services = Services {
+        redis_url: redis.url(),
+        ..Services::shared()
+    };
+    let world = World::start(services, &[]).await;
+    let t0 = Utc::now() + secs(3.0);
+    let expected = world
+        .jobs_schedule(jobs(2000), t0, Duration::from_secs(8))
+        .await;
+    until(t0 + secs(3.0)).await;
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+    verdict(
+        &world,
+        "redis FLUSHALL",
+        &expected,
+        &HashSet::new(),
+        Duration::from_secs(60),
+    )
+    .await;
+    world.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_restart_loses_nothing() {
+    let mut redis = PrivateRedis::start().await;
+    let services = Services {
+        redis_url: redis.url(),
+        ..Services::shared()
+    };
+    let world = World::start(services, &[]).await;
+    let t0 = Utc::now() + secs(3.0);
+    let expected = world
+        .jobs_schedule(jobs(2000), t0, Duration::from_secs(8))
+        .await;
+    until(t0 + secs(3.0)).await;
+    redis.restart().await;
+    verdict(
+        &world,
+        "redis restart",
+        &expected,
+        &HashSet::new(),
+        Duration::from_secs(60),
+    )
+    .await;
+    world.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn redis_unreachable_for_30s_loses_nothing_and_the_api_keeps_accepting() {
+    let redis = PrivateRedis::start().await;
+    let services = Services {
+        redis_url: redis.url(),
+        ..Services::shared()
+    };
+    let world = World::start(services, &[]).await;
+    let t0 = Utc::now() + secs(3.0);
+    let mut expected = world
+        .jobs_schedule(jobs(2000), t0, Duration::from_secs(40))
+        .await;
+    until(t0 + secs(2.0)).await;
+    redis.proc.pause();
+    // MySQL is the truth: jobs are accepted while Redis does not answer.
+    let during = world
+        .jobs_schedule(20, Utc::now() + secs(1.0), Duration::from_secs(2))
+        .await;
+    expected.extend(during);
+    until(t0 + secs(32.0)).await;
+    redis.proc.resume();
+    verdict(
+        &world,
+        "redis unreachable 30 s",
+        &expected,
+        &HashSet::new(),
+        Duration::from_secs(90),
+    )
+    .await;
+    world.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mariadb_killed_and_restarted_loses_nothing_and_the_api_answers_503() {
+    let mut mariadb = PrivateMariadb::start().await;
+    let services = Services {
+        mysql_server_url: mariadb.server_url(),
+        ..Services::shared()
+    };
+    let world = World::start(services, &[]).await;
+    let t0 = Utc::now() + secs(3.0);
+    let expected = world
+        .jobs_schedule(jobs(2000), t0, Duration::from_secs(10))
+        .await;
+    until(t0 + secs(3.0)).await;
+    mariadb.proc.kill9();
+    let body = serde_json::json!({"topic": world.topic, "payload": 1, "delay_ms": 10});
+    let (status, reply) = world.post_job(&body).await;
+    assert_eq!(status, 503, "mysql down: {reply}");
+    assert_eq!(reply["error"]["code"], "unavailable");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    mariadb.restart().await;
+    verdict(
+        &world,
+        "mariadb kill -9",
+        &expected,
+        &HashSet::new(),
+        Duration::from_secs(90),
+    )
+    .await;
+    world.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn broker_stopped_for_30s_loses_nothing() {
+    let mut tansu = PrivateTansu::start().await;
+    let services = Services {
+        brokers: tansu.brokers(),
+        ..Services::shared()
+    };
+    let world = World::start(services, &[]).await;
+    let t0 = Utc::now() + secs(3.0);
+    let expected = world
+        .jobs_schedule(jobs(2000), t0, Duration::from_secs(40))
+        .await;
+    until(t0 + secs(2.0)).await;
+    tansu.proc.stop();
+    until(t0 + secs(32.0)).await;
+    tansu.restart().await;
+    verdict(
+        &world,
+        "broker down 30 s",
+        &expected,
+        &HashSet::new(),
+        Duration::from_secs(90),
+    )
+    .await;
+    world.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tickler_with_a_clock_30s_fast_produces_nothing_early() {
+    let faketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+    assert!(
+        std::path::Path::new(faketime).exists(),
+        "libfaketime is installed (scripts/services installs it)"
+    );
+    let world = World::start(
+        Services::shared(),
+        &[
+            ("LD_PRELOAD", faketime),
+            ("FAKETIME", "+30s"),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+            ("FAKETIME_NO_CACHE", "1"),
+        ],
+    )
+    .await;
+    let t0 = Utc::now() + secs(3.0);
+    let expected = world
+        .jobs_schedule(jobs(1500), t0, Duration::from_secs(10))
+        .await;
+    verdict(
+        &world,
+        "clock 30 s fast",
+        &expected,
+        &HashSet::new(),
+        Duration::from_secs(60),
+    )
+    .await;
+    world.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hand_sql_edits_while_jobs_fire_are_honoured() {
+    let world = World::start(Services::shared(), &[]).await;
+    let t0 = Utc::now() + secs(3.0);
+    let mut expected = world
+        .jobs_schedule(jobs(2000), t0, Duration::from_secs(10))
+        .await;
+    expected.sort_by_key(|e| e.due_ms);
+    until(t0 + secs(2.0)).await;
+
+    // Jobs still ahead: every fourth is cancelled, moved later or earlier.
+    let ahead_ms = (t0 + secs(4.0)).timestamp_millis();
+    let mut cancelled = HashSet::new();
+    let (mut moved_later, mut moved_earlier) = (0, 0);
+    for (n, job) in expected
+        .iter_mut()
+        .filter(|e| e.due_ms > ahead_ms)
+        .enumerate()
+        .take(400)
+    {
+        let (sql, shift_ms) = match n % 4 {
+            0 => (
+                "UPDATE jobs SET status = 'cancelled' WHERE id = ? AND status = 'pending'",
+                0,
+            ),
+            1 => (
+                "UPDATE jobs SET schedule_time = schedule_time + INTERVAL 3 SECOND \
+                 WHERE id = ? AND status = 'pending'",
+                3_000,
+            ),
+            2 => (
+                "UPDATE jobs SET schedule_time = schedule_time - INTERVAL 2 SECOND \
+                 WHERE id = ? AND status = 'pending'",
+                -2_000,
+            ),
+            _ => continue,
+        };
+        let done = sqlx::query(sql)
+            .bind(job.id)
+            .execute(&world.sql)
+            .await
+            .unwrap();
+        if done.rows_affected() == 1 {
+            match shift_ms {
+                0 => {
+                    cancelled.insert(job.id);
+                }
+                3_000 => moved_later += 1,
+                _ => moved_earlier += 1,
+            }
+            job.due_ms += shift_ms;
+        }
+    }
+    // Jobs already produced are requeued for another attempt.
+    let mut requeued = HashSet::new();
+    for job in expected.iter().take(50) {
+        let done = sqlx::query(
+            "UPDATE jobs SET status = 'pending', attempt = attempt + 1, \
+             schedule_time = UTC_TIMESTAMP(3) WHERE id = ? AND status = 'dispatched'",
+        )
+        .bind(job.id)
+        .execute(&world.sql)
+        .await
+        .unwrap();
+        if done.rows_affected() == 1 {
+            requeued.insert(job.id);
+        }
+    }
+    assert!(cancelled.len() > 50 && moved_later > 50 && moved_earlier > 50 && requeued.len() > 10);
+
+    verdict(
+        &world,
+        "hand edits",
+        &expected,
+        &cancelled,
+        Duration::from_secs(60),
+    )
+    .await;
+    let second_attempts = |seen: &[Seen]| -> HashSet<u64> {
+        seen.iter()
+            .filter(|s| s.attempt == 2)
+            .map(|s| s.id)
+            .collect()
+    };
+    let arrived = common::eventually(Duration::from_secs(20), || async {
+        let got = second_attempts(&world.seen());
+        requeued.is_subset(&got).then_some(())
+    })
+    .await;
+    assert!(
+        arrived.is_some(),
+        "every requeued job is produced again, as attempt 2"
+    );
+    world.finish().await;
+}
+
+#[test]
+fn the_checker_flags_every_broken_promise() {
+    let expected = [
+        Expected {
+            id: 1,
+            due_ms: 1_000,
+        },
+        Expected {
+            id: 2,
+            due_ms: 1_000,
+        },
+        Expected {
+            id: 3,
+            due_ms: 1_000,
+        },
+        Expected {
+            id: 4,
+            due_ms: 1_000,
+        },
+        Expected {
+            id: 5,
+            due_ms: 1_000,
+        },
+    ];
+    let seen = |id, attempt, received_ms| Seen {
+        id,
+        attempt,
+        received_ms,
+    };
+    let records = [
+        seen(1, 1, 1_010),
+        seen(2, 1, 990),   // early
+        seen(3, 1, 1_020), // cancelled, yet produced
+        seen(4, 1, 1_005),
+        seen(4, 1, 1_500), // duplicate, unexplained
+                           // 5 is lost
+    ];
+    let cancelled: HashSet<u64> = [3].into();
+    let verdict = check(&expected, &cancelled, &HashSet::new(), &records);
+    assert_eq!(verdict.lost, vec![5]);
+    assert_eq!(verdict.early, vec![2]);
+    assert_eq!(verdict.cancelled_produced, vec![3]);
+    assert_eq!(verdict.unexplained_duplicates, vec![(4, 1)]);
+    assert_eq!(verdict.lateness_max_ms, 10);
+
+    let interrupted: HashSet<u64> = [4].into();
+    let verdict = check(&expected, &cancelled, &interrupted, &records);
+    assert_eq!(verdict.explained_duplicates, vec![(4, 1)]);
+    assert!(verdict.unexplained_duplicates.is_empty());
+}
