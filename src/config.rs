@@ -2,6 +2,7 @@
 //! environment variables (the last word wins). The only module that reads
 //! the environment or configuration files. Validated once at start-up.
 
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
@@ -25,6 +26,9 @@ pub struct Config {
     pub redis_prefix: String,
     /// Kafka bootstrap servers, comma-separated.
     pub kafka_brokers: String,
+    /// Extra librdkafka properties for the producer, applied last (e.g.
+    /// `security.protocol`, `sasl.mechanism`, `ssl.ca.location`, `debug`).
+    pub kafka_options: BTreeMap<String, String>,
     /// Address the HTTP API listens on.
     pub http_addr: String,
     /// Roles this process runs: any of `api`, `loader`, `dispatcher`,
@@ -74,6 +78,7 @@ impl Default for Config {
             redis_url: "redis://127.0.0.1:6379/0".to_owned(),
             redis_prefix: "tickler".to_owned(),
             kafka_brokers: "127.0.0.1:9092".to_owned(),
+            kafka_options: BTreeMap::new(),
             http_addr: "127.0.0.1:8080".to_owned(),
             roles: ROLES.iter().map(|role| role.to_string()).collect(),
             shards: 16,
@@ -179,10 +184,13 @@ impl Config {
         if self.loader_batch == 0 || self.dispatch_batch == 0 {
             return Err(invalid("loader_batch/dispatch_batch", "must be positive"));
         }
-        if self.claim_lease_ms < 1_000 || self.claim_lease_ms <= self.kafka_message_timeout_ms {
+        // librdkafka notices a timed-out message up to a second or so after
+        // message.timeout.ms; the lease must outlast that, or a send still in
+        // flight is rescued and produced twice.
+        if self.claim_lease_ms < self.kafka_message_timeout_ms + 3_000 {
             return Err(invalid(
                 "claim_lease_ms",
-                "must be at least 1000 and longer than kafka_message_timeout_ms, or a slow send could be claimed twice",
+                "must be at least kafka_message_timeout_ms + 3000, or a send still in flight could be claimed again",
             ));
         }
         if self.reconcile_interval_ms == 0 {

@@ -16,13 +16,15 @@
 //! - after marking, before releasing Redis: stale in-flight entries, removed
 //!   when their lease expires and the CAS finds the row not pending.
 
-use std::sync::Arc;
+use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
 use chrono::{TimeZone, Utc};
 use futures::future::join_all;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -38,6 +40,8 @@ use crate::store::{Dispatched, Store};
 pub struct DispatcherConfig {
     /// Brokers to produce to.
     pub brokers: String,
+    /// Extra librdkafka properties, applied last.
+    pub kafka_options: BTreeMap<String, String>,
     /// Most ids claimed per shard per pass.
     pub batch: u32,
     /// Lease on a claim, in Redis and in MySQL.
@@ -63,6 +67,7 @@ impl DispatcherConfig {
     pub fn from_config(config: &Config) -> Self {
         DispatcherConfig {
             brokers: config.kafka_brokers.clone(),
+            kafka_options: config.kafka_options.clone(),
             batch: config.dispatch_batch,
             lease: config.claim_lease(),
             idle: Duration::from_millis(config.dispatch_idle_ms),
@@ -100,12 +105,36 @@ pub struct DispatchReport {
     pub next_in: Option<Duration>,
 }
 
+/// Consecutive passes in which every send failed before the producer is
+/// replaced. An idempotent producer whose sequence state the broker no
+/// longer accepts (seen after a broker restart) fails every send forever;
+/// a fresh producer starts a new sequence.
+const PRODUCER_FAILED_PASSES_BEFORE_RESTART: u32 = 3;
+
 pub struct Dispatcher {
     store: Store,
     index: Index,
-    producer: FutureProducer,
+    /// Replaced (between passes, with nothing in flight) when it is wedged.
+    producer: RwLock<FutureProducer>,
+    /// Passes in a row in which every send failed.
+    failed_passes: AtomicU32,
     config: DispatcherConfig,
     wake: Arc<Notify>,
+}
+
+fn producer_create(
+    config: &DispatcherConfig,
+) -> Result<FutureProducer, rdkafka::error::KafkaError> {
+    let mut client = kafka::client_config(&config.brokers);
+    client
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", config.linger_ms.to_string())
+        .set("message.timeout.ms", config.message_timeout_ms.to_string());
+    for (key, value) in &config.kafka_options {
+        client.set(key, value);
+    }
+    client.create()
 }
 
 impl Dispatcher {
@@ -115,16 +144,12 @@ impl Dispatcher {
         config: DispatcherConfig,
         wake: Arc<Notify>,
     ) -> Result<Self, DispatchError> {
-        let producer: FutureProducer = kafka::client_config(&config.brokers)
-            .set("enable.idempotence", "true")
-            .set("acks", "all")
-            .set("linger.ms", config.linger_ms.to_string())
-            .set("message.timeout.ms", config.message_timeout_ms.to_string())
-            .create()?;
+        let producer = producer_create(&config)?;
         Ok(Dispatcher {
             store,
             index,
-            producer,
+            producer: RwLock::new(producer),
+            failed_passes: AtomicU32::new(0),
             config,
             wake,
         })
@@ -213,14 +238,22 @@ impl Dispatcher {
             }
         }
         if !outcome.not_due.is_empty() {
-            // Moved later (by hand): back at the real time if that is inside
-            // the window, else out of Redis until the loader brings it back.
+            // Moved later (by hand), or Redis's clock runs ahead of MySQL's:
+            // back at the time MySQL will agree it is due — the schedule plus
+            // how far Redis is ahead — if that is inside the window, else out
+            // of Redis until the loader brings it back.
+            let skew_ms = outcome.db_now.map_or(0, |db_now| {
+                (redis_now_ms - db_now.timestamp_millis()).max(0)
+            });
             let horizon_ms = redis_now_ms + self.config.window.as_millis() as i64;
             let (back, beyond): (Vec<(JobId, i64)>, Vec<(JobId, i64)>) = outcome
                 .not_due
                 .iter()
-                .map(|e| (e.id, e.schedule_time.timestamp_millis()))
+                .map(|e| (e.id, e.schedule_time.timestamp_millis() + skew_ms))
                 .partition(|(_, ms)| *ms < horizon_ms);
+            if skew_ms > 1_000 {
+                tracing::warn!(skew_ms, "redis's clock runs ahead of mysql's");
+            }
             self.index_requeue(&back).await;
             let beyond: Vec<JobId> = beyond.into_iter().map(|(id, _)| id).collect();
             if let Err(err) = self.index.job_remove_many(&beyond).await {
@@ -238,10 +271,11 @@ impl Dispatcher {
             .timestamp_millis_opt(dispatched_ms)
             .single()
             .unwrap_or_else(Utc::now);
+        let producer = self.producer_current();
         let sends = outcome
             .won
             .iter()
-            .map(|job| self.produce(job, dispatched_ms));
+            .map(|job| self.produce(&producer, job, dispatched_ms));
         let results = join_all(sends).await;
 
         let mut dispatched = Vec::with_capacity(results.len());
@@ -268,6 +302,8 @@ impl Dispatcher {
         report.dispatched = dispatched.len();
         report.failed = failed.len();
         metrics::dispatched(dispatched.len());
+        drop(producer);
+        self.producer_check(dispatched.is_empty() && !failed.is_empty());
 
         self.mark_dispatched(token, &dispatched).await;
         if !failed.is_empty() {
@@ -311,7 +347,12 @@ impl Dispatcher {
     }
 
     /// Produces one job; returns (partition, offset) or the broker's error.
-    async fn produce(&self, job: &Job, dispatched_ms: i64) -> Result<(i32, i64), String> {
+    async fn produce(
+        &self,
+        producer: &FutureProducer,
+        job: &Job,
+        dispatched_ms: i64,
+    ) -> Result<(i32, i64), String> {
         let id = job.id.to_string();
         let attempt = job.attempt.to_string();
         let scheduled = job.schedule_time.timestamp_millis().to_string();
@@ -339,8 +380,10 @@ impl Dispatcher {
             .key(&key)
             .payload(&job.payload)
             .headers(headers);
-        let queue_timeout = Timeout::After(Duration::from_millis(self.config.message_timeout_ms));
-        match self.producer.send(record, queue_timeout).await {
+        // The claim is bounded, so the local queue is never full for long;
+        // waiting for room would only eat into the claim's lease.
+        let queue_timeout = Timeout::After(Duration::from_millis(100));
+        match producer.send(record, queue_timeout).await {
             Ok(delivery) => Ok((delivery.partition, delivery.offset)),
             Err((err, _)) => Err(err.to_string()),
         }
@@ -382,9 +425,46 @@ impl Dispatcher {
         }
     }
 
+    fn producer_current(&self) -> FutureProducer {
+        match self.producer.read() {
+            Ok(producer) => producer.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Replaces the producer when librdkafka reports it fatally failed, or
+    /// after several passes in which every send failed. Called between
+    /// passes, when this dispatcher has nothing in flight.
+    fn producer_check(&self, all_failed: bool) {
+        let passes = if all_failed {
+            self.failed_passes.fetch_add(1, Ordering::Relaxed) + 1
+        } else {
+            self.failed_passes.store(0, Ordering::Relaxed);
+            0
+        };
+        let fatal = self.producer_current().client().fatal_error();
+        if fatal.is_none() && passes < PRODUCER_FAILED_PASSES_BEFORE_RESTART {
+            return;
+        }
+        match producer_create(&self.config) {
+            Ok(fresh) => {
+                tracing::warn!(failed_passes = passes, fatal = ?fatal, "replacing the kafka producer");
+                metrics::producer_restarted();
+                self.failed_passes.store(0, Ordering::Relaxed);
+                match self.producer.write() {
+                    Ok(mut producer) => *producer = fresh,
+                    Err(poisoned) => *poisoned.into_inner() = fresh,
+                }
+            }
+            Err(err) => tracing::warn!(error = %err, "cannot create a kafka producer"),
+        }
+    }
+
     fn producer_flush(&self) {
-        use rdkafka::producer::Producer;
-        if let Err(err) = self.producer.flush(Timeout::After(Duration::from_secs(5))) {
+        if let Err(err) = self
+            .producer_current()
+            .flush(Timeout::After(Duration::from_secs(5)))
+        {
             tracing::warn!(error = %err, "producer flush on shutdown failed");
         }
     }

@@ -14,6 +14,7 @@ pub const DISPATCH_CAS_LOST: &str = "tickler_dispatch_cas_lost_total";
 pub const PRODUCE_FAILED: &str = "tickler_produce_failed_total";
 pub const LOADER_INDEXED: &str = "tickler_loader_indexed_total";
 pub const INDEX_ERRORS: &str = "tickler_index_errors_total";
+pub const PRODUCER_RESTARTS: &str = "tickler_producer_restarts_total";
 pub const INDEX_REBUILDS: &str = "tickler_index_rebuilds_total";
 pub const RECONCILER_REFED: &str = "tickler_reconciler_refed_total";
 pub const RECONCILER_RESCUED: &str = "tickler_reconciler_rescued_total";
@@ -114,4 +115,8 @@ pub fn reconciler_rescued(n: usize) {
     if n > 0 {
         counter!(RECONCILER_RESCUED).increment(n as u64);
     }
+}
+
+pub fn producer_restarted() {
+    counter!(PRODUCER_RESTARTS).increment(1);
 }

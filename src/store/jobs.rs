@@ -32,6 +32,8 @@ pub struct ClaimOutcome {
     /// Ids whose row is gone or no longer `pending` (cancelled, already
     /// dispatched, claimed elsewhere): stale index entries.
     pub stale: Vec<JobId>,
+    /// The database's clock when the claim was decided.
+    pub db_now: Option<DateTime<Utc>>,
 }
 
 /// A job produced to Kafka, ready to be marked.
@@ -178,7 +180,7 @@ impl Store {
         update.build().execute(&self.pool).await?;
 
         let mut select = QueryBuilder::<MySql>::new(format!(
-            "SELECT {JOB_COLUMNS}, claim_token FROM jobs WHERE id IN "
+            "SELECT {JOB_COLUMNS}, claim_token, UTC_TIMESTAMP(3) AS db_now FROM jobs WHERE id IN "
         ));
         push_id_list(&mut select, ids);
         let rows = select.build().fetch_all(&self.pool).await?;
@@ -188,6 +190,8 @@ impl Store {
         for row in &rows {
             let job = job_from_row(row)?;
             let claimed_by: Option<u64> = row.try_get("claim_token")?;
+            let db_now: NaiveDateTime = row.try_get("db_now")?;
+            outcome.db_now = Some(db_now.and_utc());
             seen.push(job.id);
             match job.status {
                 Status::Dispatching if claimed_by == Some(token) => outcome.won.push(job),

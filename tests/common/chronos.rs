@@ -74,7 +74,7 @@ pub struct World {
 pub fn fast_settings() -> Vec<(String, String)> {
     [
         ("TICKLER_SHARDS", "4"),
-        ("TICKLER_CLAIM_LEASE_MS", "3000"),
+        ("TICKLER_CLAIM_LEASE_MS", "5000"),
         ("TICKLER_KAFKA_MESSAGE_TIMEOUT_MS", "2000"),
         ("TICKLER_RECONCILE_INTERVAL_MS", "500"),
         ("TICKLER_LOADER_INTERVAL_MS", "200"),
@@ -325,9 +325,18 @@ impl Verdict {
                 && self.early.is_empty()
                 && self.cancelled_produced.is_empty()
                 && self.unexplained_duplicates.is_empty(),
-            "fault {name} broke a promise: {self:?}"
+            "fault {name} broke a promise: lost {:?}, early {:?}, cancelled-but-produced {:?}, \
+             unexplained duplicates {:?} (first 20 of each)",
+            first(&self.lost),
+            first(&self.early),
+            first(&self.cancelled_produced),
+            first(&self.unexplained_duplicates),
         );
     }
+}
+
+fn first<T: Clone>(items: &[T]) -> Vec<T> {
+    items.iter().take(20).cloned().collect()
 }
 
 /// Checks what was seen against what was expected. `cancelled` jobs must

@@ -53,6 +53,8 @@ pub struct Proc {
     args: Vec<String>,
     envs: Vec<(String, String)>,
     log: PathBuf,
+    /// Working directory: the log's directory.
+    dir: PathBuf,
     child: Option<Child>,
 }
 
@@ -69,6 +71,10 @@ impl Proc {
             program: program.to_owned(),
             args: args.to_vec(),
             envs: envs.to_vec(),
+            dir: log
+                .parent()
+                .map(PathBuf::from)
+                .unwrap_or_else(std::env::temp_dir),
             log,
             child: None,
         };
@@ -86,6 +92,7 @@ impl Proc {
         let child = Command::new(&self.program)
             .args(&self.args)
             .envs(self.envs.iter().map(|(k, v)| (k, v)))
+            .current_dir(&self.dir)
             .stdin(Stdio::null())
             .stdout(log.try_clone().unwrap())
             .stderr(log)
@@ -188,6 +195,11 @@ pub struct PrivateMariadb {
 
 impl PrivateMariadb {
     pub async fn start() -> PrivateMariadb {
+        PrivateMariadb::start_with_env(&[]).await
+    }
+
+    /// Starts the server with extra environment (e.g. libfaketime).
+    pub async fn start_with_env(env: &[(String, String)]) -> PrivateMariadb {
         let port = free_port();
         let dir = scratch_dir();
         let data = dir.join("data");
@@ -216,7 +228,7 @@ impl PrivateMariadb {
             "--innodb-buffer-pool-size=64M".into(),
             "--max-connections=500".into(),
         ];
-        let proc = Proc::spawn("mariadb", "mariadbd", &args, &[], dir.join("mariadb.log"));
+        let proc = Proc::spawn("mariadb", "mariadbd", &args, env, dir.join("mariadb.log"));
         port_wait(port, Duration::from_secs(30)).await;
         PrivateMariadb { proc, port }
     }
@@ -251,7 +263,8 @@ impl PrivateTansu {
             "--advertised-listener-url".into(),
             listener,
             "--storage-engine".into(),
-            format!("sqlite://{}", dir.join("tansu.db").display()),
+            // tansu reads the path relative to its working directory.
+            "sqlite://tansu.db".into(),
         ];
         let tansu = std::env::var("HOME")
             .map(|home| format!("{home}/.cargo/bin/tansu"))
