@@ -18,7 +18,7 @@ use crate::index::{Index, IndexError};
 use crate::loader::{Loader, LoaderConfig};
 use crate::metrics;
 use crate::reconciler::{Reconciler, ReconcilerConfig};
-use crate::store::{Store, StoreError};
+use crate::store::{Actor, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -41,6 +41,8 @@ pub struct Running {
     pub http_addr: Option<SocketAddr>,
     pub store: Store,
     pub index: Index,
+    /// The other roles' pools, closed on shutdown.
+    stores: Vec<Store>,
     cancel: CancellationToken,
     tracker: TaskTracker,
 }
@@ -57,6 +59,9 @@ impl Running {
         self.tracker.close();
         self.tracker.wait().await;
         self.store.close().await;
+        for store in &self.stores {
+            store.close().await;
+        }
     }
 }
 
@@ -64,14 +69,17 @@ impl Running {
 /// every role is running; they stop when `cancel` fires.
 pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running, StartError> {
     let config = Arc::new(config);
-    let store = Store::connect_lazy(&config.mysql_url, config.mysql_pool_size)?;
+    // One pool per actor, so the jobs' history says who changed what.
+    let store = Store::connect_lazy(&config.mysql_url, config.mysql_pool_size, Actor::Api)?;
+    let dispatcher_store = Store::connect_lazy(&config.mysql_url, 4, Actor::Dispatcher)?;
+    let reconciler_store = Store::connect_lazy(&config.mysql_url, 2, Actor::Reconciler)?;
     let index = Index::connect(&config.redis_url, &config.redis_prefix, config.shards).await?;
     let wake = Arc::new(Notify::new());
     let tracker = TaskTracker::new();
 
     if config.has_role("dispatcher") {
         let dispatcher = Dispatcher::new(
-            store.clone(),
+            dispatcher_store.clone(),
             index.clone(),
             DispatcherConfig::from_config(&config),
             wake.clone(),
@@ -80,7 +88,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
     }
     if config.has_role("loader") {
         let loader = Loader::new(
-            store.clone(),
+            reconciler_store.clone(),
             index.clone(),
             LoaderConfig::from_config(&config),
             wake.clone(),
@@ -90,7 +98,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
 
     if config.has_role("reconciler") {
         let reconciler = Reconciler::new(
-            store.clone(),
+            reconciler_store.clone(),
             index.clone(),
             ReconcilerConfig::from_config(&config),
             wake.clone(),
@@ -133,6 +141,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
 
     Ok(Running {
         http_addr,
+        stores: vec![dispatcher_store, reconciler_store],
         store,
         index,
         cancel,

@@ -62,6 +62,8 @@ pub struct Config {
     /// Kafka producer: how long a record may take to be acknowledged before
     /// the send fails (and the job is retried).
     pub kafka_message_timeout_ms: u64,
+    /// Most jobs in one `POST /v1/jobs/batch`.
+    pub batch_max: usize,
     /// Largest payload accepted, in bytes (after base64 decoding).
     pub payload_max_bytes: usize,
     /// Latest a job may be scheduled, counted from now.
@@ -92,6 +94,7 @@ impl Default for Config {
             reconcile_grace_ms: 1_000,
             kafka_linger_ms: 1,
             kafka_message_timeout_ms: 10_000,
+            batch_max: 1_000,
             payload_max_bytes: 1024 * 1024,
             max_schedule_ahead_days: 3650,
             default_max_attempts: 1,
@@ -204,6 +207,9 @@ impl Config {
                 "payload_max_bytes",
                 "must be between 1 and 16777215 (the MEDIUMBLOB column)",
             ));
+        }
+        if !(1..=10_000).contains(&self.batch_max) {
+            return Err(invalid("batch_max", "must be between 1 and 10000"));
         }
         if !(1..=36_500).contains(&self.max_schedule_ahead_days) {
             return Err(invalid(

@@ -14,6 +14,11 @@
 //! Each pass re-reads a short overlap below the watermark, so a job whose
 //! INSERT committed just after a pass read past its time is still found.
 //! Re-adding an id is idempotent.
+//!
+//! Each pass also reads the pending rows *changed* since the last pass (by
+//! `updated_at`, not counting fresh inserts): rows moved or requeued by hand
+//! with plain SQL, or rescheduled through the API, are re-indexed at their
+//! new time — a job moved earlier fires at its new time.
 
 use std::sync::Arc;
 use std::time::Duration;
@@ -35,7 +40,9 @@ pub struct LoaderConfig {
     pub interval: Duration,
     /// Rows read per query.
     pub batch: u32,
-    /// How far below the watermark each pass re-reads.
+    /// How far below the watermark each pass re-reads, and how far back
+    /// before the last pass each scan for changed rows starts (covers
+    /// transactions that committed after the pass read).
     pub overlap: Duration,
 }
 
@@ -75,6 +82,8 @@ pub struct Loader {
     config: LoaderConfig,
     wake: Arc<Notify>,
     watermark: Option<DateTime<Utc>>,
+    /// Database time of the last scan for changed rows.
+    edits_scanned_at: Option<DateTime<Utc>>,
 }
 
 impl Loader {
@@ -85,6 +94,7 @@ impl Loader {
             config,
             wake,
             watermark: None,
+            edits_scanned_at: None,
         }
     }
 
@@ -113,6 +123,34 @@ impl Loader {
             }
         }
         tracing::info!("loader stopped");
+    }
+
+    /// Indexes pending rows changed since the last scan and due before
+    /// `until`. The first scan looks back one overlap; the full first pass
+    /// has indexed everything older.
+    async fn load_edited(
+        &mut self,
+        now: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<usize, LoadError> {
+        let since = self.edits_scanned_at.unwrap_or(now) - self.config.overlap;
+        let mut after = None;
+        let mut indexed = 0;
+        loop {
+            let (page, last) = self
+                .store
+                .job_list_edited(since, after, until, self.config.batch)
+                .await?;
+            let entries: Vec<_> = page.iter().map(|e| (e.id, e.schedule_time)).collect();
+            self.index.job_add_many(&entries).await?;
+            indexed += page.len();
+            if page.len() < self.config.batch as usize {
+                break;
+            }
+            after = last;
+        }
+        self.edits_scanned_at = Some(now);
+        Ok(indexed)
     }
 
     /// One pass at database time `now`: indexes pending jobs due before
@@ -151,6 +189,7 @@ impl Loader {
             }
         }
         self.watermark = Some(until);
+        indexed += self.load_edited(now, until).await?;
         if indexed > 0 {
             metrics::loader_indexed(indexed);
             self.wake.notify_one();

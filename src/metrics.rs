@@ -74,6 +74,10 @@ pub fn job_created() {
     counter!(JOBS_CREATED).increment(1);
 }
 
+pub fn jobs_created(n: usize) {
+    counter!(JOBS_CREATED).increment(n as u64);
+}
+
 pub fn dispatched(n: usize) {
     counter!(JOBS_DISPATCHED).increment(n as u64);
 }

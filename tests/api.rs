@@ -116,7 +116,7 @@ async fn bad_requests_get_a_stable_4xx_code_and_write_nothing() {
     }
     let huge = format!(
         "{{\"topic\":\"{topic}\",\"delay_ms\":1,\"payload\":\"{}\"}}",
-        "y".repeat(200_000)
+        "y".repeat(17 << 20)
     );
     let response = env
         .http

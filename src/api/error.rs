@@ -18,8 +18,8 @@ pub enum ApiError {
     InvalidRequest(String),
     #[error("{0}")]
     UnsupportedMediaType(String),
-    #[error("request body is over the limit of {limit} bytes")]
-    BodyTooLarge { limit: usize },
+    #[error("request body is too large")]
+    BodyTooLarge,
     #[error("{0}")]
     InvalidSchedule(String),
     #[error("{0}")]
@@ -49,8 +49,9 @@ impl ApiError {
             | ApiError::InvalidRunAt(_)
             | ApiError::InvalidPayload(_)
             | ApiError::InvalidId(_) => StatusCode::BAD_REQUEST,
-            ApiError::InvalidJob(InvalidJob::PayloadTooLarge { .. })
-            | ApiError::BodyTooLarge { .. } => StatusCode::PAYLOAD_TOO_LARGE,
+            ApiError::InvalidJob(InvalidJob::PayloadTooLarge { .. }) | ApiError::BodyTooLarge => {
+                StatusCode::PAYLOAD_TOO_LARGE
+            }
             ApiError::InvalidJob(_) => StatusCode::BAD_REQUEST,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::NotFound(_) => StatusCode::NOT_FOUND,
@@ -66,7 +67,7 @@ impl ApiError {
             ApiError::InvalidJson(_) => "invalid_json",
             ApiError::InvalidRequest(_) => "invalid_request",
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
-            ApiError::BodyTooLarge { .. } => "payload_too_large",
+            ApiError::BodyTooLarge => "payload_too_large",
             ApiError::InvalidSchedule(_) => "invalid_schedule",
             ApiError::InvalidRunAt(_) => "invalid_run_at",
             ApiError::InvalidPayload(_) => "invalid_payload",
@@ -111,9 +112,7 @@ impl From<JsonRejection> for ApiError {
             JsonRejection::MissingJsonContentType(err) => {
                 ApiError::UnsupportedMediaType(err.body_text())
             }
-            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => {
-                ApiError::BodyTooLarge { limit: 0 }
-            }
+            other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::BodyTooLarge,
             other => ApiError::InvalidRequest(other.body_text()),
         }
     }

@@ -1,23 +1,26 @@
-//! `/v1/jobs`: create and read jobs.
+//! `/v1/jobs`: create (single and batch), read, reschedule or modify, and
+//! cancel jobs. Every request is validated completely before anything is
+//! written.
 
 use std::collections::BTreeMap;
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
-use axum::response::IntoResponse;
+use axum::response::{IntoResponse, Response};
 use axum::Json;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
+use serde_json::json;
 use serde_json::value::RawValue;
 
 use super::{ApiError, ApiJson, ApiState};
-use crate::job::{self, InvalidJob, Job, JobId, NewJob, PayloadKind, Schedule};
+use crate::job::{self, InvalidJob, Job, JobId, NewJob, PayloadKind, Schedule, Status};
 use crate::metrics;
-use crate::store::StoreError;
+use crate::store::{BatchRow, Cancelled, JobChanges, Modified, StoreError};
 
-/// Body of `POST /v1/jobs`.
+/// Body of `POST /v1/jobs`, and each item of `POST /v1/jobs/batch`.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateJob {
@@ -35,7 +38,19 @@ pub struct CreateJob {
     pub max_attempts: Option<u32>,
 }
 
-/// The limits a new job is checked against.
+/// Body of `PATCH /v1/jobs/{id}`: the version read, and what to change.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct PatchJob {
+    pub version: Option<u32>,
+    pub payload: Option<Box<RawValue>>,
+    pub payload_base64: Option<String>,
+    pub headers: Option<BTreeMap<String, String>>,
+    pub run_at: Option<String>,
+    pub delay_ms: Option<i64>,
+}
+
+/// The limits a job is checked against.
 #[derive(Debug, Clone, Copy)]
 pub struct Limits {
     pub payload_max_bytes: usize,
@@ -43,9 +58,96 @@ pub struct Limits {
     pub default_max_attempts: u32,
 }
 
+impl Limits {
+    pub fn of(state: &ApiState) -> Limits {
+        Limits {
+            payload_max_bytes: state.config.payload_max_bytes,
+            max_schedule_ahead_days: state.config.max_schedule_ahead_days,
+            default_max_attempts: state.config.default_max_attempts,
+        }
+    }
+}
+
+/// `run_at` or `delay_ms`, checked. None when neither is given; both is an
+/// error. `now` only bounds the horizon: due-ness is the database's call.
+fn schedule_parse(
+    run_at: Option<String>,
+    delay_ms: Option<i64>,
+    limits: Limits,
+    now: DateTime<Utc>,
+) -> Result<Option<Schedule>, ApiError> {
+    let max_ahead_ms = limits.max_schedule_ahead_days.saturating_mul(86_400_000);
+    let too_far = InvalidJob::TooFar {
+        max_days: limits.max_schedule_ahead_days,
+    };
+    match (run_at, delay_ms) {
+        (Some(_), Some(_)) => Err(ApiError::InvalidSchedule(
+            "give run_at (RFC 3339 time) or delay_ms, not both".to_owned(),
+        )),
+        (None, None) => Ok(None),
+        (None, Some(delay_ms)) => {
+            let delay_ms = u64::try_from(delay_ms).map_err(|_| {
+                ApiError::InvalidSchedule("delay_ms must be zero or more".to_owned())
+            })?;
+            if delay_ms > max_ahead_ms {
+                return Err(too_far.into());
+            }
+            Ok(Some(Schedule::After { delay_ms }))
+        }
+        (Some(run_at), None) => {
+            let at = DateTime::parse_from_rfc3339(&run_at)
+                .map_err(|err| {
+                    ApiError::InvalidRunAt(format!(
+                        "run_at {run_at:?} is not an RFC 3339 time ({err}), e.g. 2030-01-31T09:00:00.000Z"
+                    ))
+                })?
+                .with_timezone(&Utc);
+            if at.timestamp_millis() < 0 {
+                return Err(InvalidJob::TooEarly.into());
+            }
+            let ahead_ms = (at - now).num_milliseconds();
+            if ahead_ms > 0 && ahead_ms as u64 > max_ahead_ms {
+                return Err(too_far.into());
+            }
+            Ok(Some(Schedule::At(job::truncate_to_ms(at))))
+        }
+    }
+}
+
+/// `payload` or `payload_base64`, decoded and checked. None when neither is
+/// given; both is an error.
+fn payload_parse(
+    payload: Option<Box<RawValue>>,
+    payload_base64: Option<String>,
+    limits: Limits,
+) -> Result<Option<(Vec<u8>, PayloadKind)>, ApiError> {
+    let parsed = match (payload, payload_base64) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::InvalidPayload(
+                "give payload or payload_base64, not both".to_owned(),
+            ))
+        }
+        (Some(json), None) => (json.get().as_bytes().to_vec(), PayloadKind::Json),
+        (None, Some(encoded)) => {
+            let bytes = BASE64.decode(encoded.as_bytes()).map_err(|err| {
+                ApiError::InvalidPayload(format!("payload_base64 is not valid base64: {err}"))
+            })?;
+            (bytes, PayloadKind::Bytes)
+        }
+        (None, None) => return Ok(None),
+    };
+    if parsed.0.len() > limits.payload_max_bytes {
+        return Err(InvalidJob::PayloadTooLarge {
+            size: parsed.0.len(),
+            limit: limits.payload_max_bytes,
+        }
+        .into());
+    }
+    Ok(Some(parsed))
+}
+
 impl CreateJob {
-    /// Checks every rule and builds the job to write. `now` is only used to
-    /// refuse times beyond the horizon; due-ness is decided by the database.
+    /// Checks every rule and builds the job to write.
     pub fn validate(self, limits: Limits, now: DateTime<Utc>) -> Result<NewJob, ApiError> {
         let topic = self.topic.ok_or(InvalidJob::Topic)?;
         job::topic_validate(&topic)?;
@@ -54,68 +156,12 @@ impl CreateJob {
         }
         let headers = self.headers.unwrap_or_default();
         job::headers_validate(&headers)?;
-
-        let max_ahead_ms = limits.max_schedule_ahead_days.saturating_mul(86_400_000);
-        let too_far = InvalidJob::TooFar {
-            max_days: limits.max_schedule_ahead_days,
-        };
-        let schedule = match (self.run_at, self.delay_ms) {
-            (Some(_), Some(_)) | (None, None) => {
-                return Err(ApiError::InvalidSchedule(
-                    "give exactly one of run_at (RFC 3339 time) or delay_ms".to_owned(),
-                ))
-            }
-            (None, Some(delay_ms)) => {
-                let delay_ms = u64::try_from(delay_ms).map_err(|_| {
-                    ApiError::InvalidSchedule("delay_ms must be zero or more".to_owned())
-                })?;
-                if delay_ms > max_ahead_ms {
-                    return Err(too_far.into());
-                }
-                Schedule::After { delay_ms }
-            }
-            (Some(run_at), None) => {
-                let at = DateTime::parse_from_rfc3339(&run_at)
-                    .map_err(|err| {
-                        ApiError::InvalidRunAt(format!(
-                            "run_at {run_at:?} is not an RFC 3339 time ({err}), e.g. 2030-01-31T09:00:00.000Z"
-                        ))
-                    })?
-                    .with_timezone(&Utc);
-                if at.timestamp_millis() < 0 {
-                    return Err(InvalidJob::TooEarly.into());
-                }
-                let ahead_ms = (at - now).num_milliseconds();
-                if ahead_ms > 0 && ahead_ms as u64 > max_ahead_ms {
-                    return Err(too_far.into());
-                }
-                Schedule::At(job::truncate_to_ms(at))
-            }
-        };
-
-        let (payload, payload_kind) = match (self.payload, self.payload_base64) {
-            (Some(_), Some(_)) => {
-                return Err(ApiError::InvalidPayload(
-                    "give payload or payload_base64, not both".to_owned(),
-                ))
-            }
-            (Some(json), None) => (json.get().as_bytes().to_vec(), PayloadKind::Json),
-            (None, Some(encoded)) => {
-                let bytes = BASE64.decode(encoded.as_bytes()).map_err(|err| {
-                    ApiError::InvalidPayload(format!("payload_base64 is not valid base64: {err}"))
-                })?;
-                (bytes, PayloadKind::Bytes)
-            }
-            (None, None) => (Vec::new(), PayloadKind::Bytes),
-        };
-        if payload.len() > limits.payload_max_bytes {
-            return Err(InvalidJob::PayloadTooLarge {
-                size: payload.len(),
-                limit: limits.payload_max_bytes,
-            }
-            .into());
-        }
-
+        let schedule =
+            schedule_parse(self.run_at, self.delay_ms, limits, now)?.ok_or_else(|| {
+                ApiError::InvalidSchedule("give run_at (RFC 3339 time) or delay_ms".to_owned())
+            })?;
+        let (payload, payload_kind) = payload_parse(self.payload, self.payload_base64, limits)?
+            .unwrap_or((Vec::new(), PayloadKind::Bytes));
         let max_attempts = self.max_attempts.unwrap_or(limits.default_max_attempts);
         if max_attempts == 0 {
             return Err(ApiError::InvalidRequest(
@@ -131,6 +177,38 @@ impl CreateJob {
             schedule,
             max_attempts,
         })
+    }
+}
+
+impl PatchJob {
+    /// Checks every rule; returns the version the caller read and the
+    /// changes.
+    pub fn validate(
+        self,
+        limits: Limits,
+        now: DateTime<Utc>,
+    ) -> Result<(u32, JobChanges), ApiError> {
+        let version = self.version.ok_or_else(|| {
+            ApiError::InvalidRequest(
+                "version is required: send the version you read, to change nothing you have not seen"
+                    .to_owned(),
+            )
+        })?;
+        if let Some(headers) = &self.headers {
+            job::headers_validate(headers)?;
+        }
+        let changes = JobChanges {
+            schedule: schedule_parse(self.run_at, self.delay_ms, limits, now)?,
+            payload: payload_parse(self.payload, self.payload_base64, limits)?,
+            headers: self.headers,
+        };
+        if changes == JobChanges::default() {
+            return Err(ApiError::InvalidRequest(
+                "nothing to change: give run_at, delay_ms, payload, payload_base64 or headers"
+                    .to_owned(),
+            ));
+        }
+        Ok((version, changes))
     }
 }
 
@@ -165,6 +243,16 @@ pub struct KafkaPosition {
 
 pub fn time_format(at: DateTime<Utc>) -> String {
     at.to_rfc3339_opts(SecondsFormat::Millis, true)
+}
+
+impl JobView {
+    /// The view without its payload (for listings).
+    pub fn without_payload(job: Job) -> JobView {
+        let mut view = JobView::from(job);
+        view.payload = None;
+        view.payload_base64 = None;
+        view
+    }
 }
 
 impl From<Job> for JobView {
@@ -204,6 +292,36 @@ impl From<Job> for JobView {
     }
 }
 
+fn id_parse(id: &str) -> Result<JobId, ApiError> {
+    id.parse()
+        .map_err(|_| ApiError::InvalidId(format!("job id {id:?} is not a positive integer")))
+}
+
+/// Makes Redis follow a job MySQL has just written: indexed at its time if
+/// it is pending and due within the window, otherwise not in Redis at all.
+/// A failure is logged, never returned: MySQL has the truth, and the loader
+/// and reconciler repair the index.
+async fn index_follow(state: &ApiState, jobs: &[&Job], db_now: DateTime<Utc>) {
+    let horizon = db_now + state.config.window();
+    let (inside, outside): (Vec<&Job>, Vec<&Job>) = jobs
+        .iter()
+        .partition(|job| job.status == Status::Pending && job.schedule_time < horizon);
+    let add: Vec<(JobId, DateTime<Utc>)> = inside.iter().map(|j| (j.id, j.schedule_time)).collect();
+    let remove: Vec<JobId> = outside.iter().map(|j| j.id).collect();
+    let result = async {
+        state.index.job_add_many(&add).await?;
+        state.index.job_remove_many(&remove).await
+    };
+    match result.await {
+        Ok(_) if !add.is_empty() => state.wake.notify_one(),
+        Ok(_) => {}
+        Err(err) => {
+            metrics::index_error();
+            tracing::warn!(num_jobs = jobs.len(), error = %err, "cannot index jobs");
+        }
+    }
+}
+
 /// `POST /v1/jobs` — 201 with the new job. With a key already used on the
 /// topic: 200 with the existing job when the request is the same, 409
 /// otherwise.
@@ -214,12 +332,7 @@ pub async fn create(
     State(state): State<ApiState>,
     ApiJson(body): ApiJson<CreateJob>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let limits = Limits {
-        payload_max_bytes: state.config.payload_max_bytes,
-        max_schedule_ahead_days: state.config.max_schedule_ahead_days,
-        default_max_attempts: state.config.default_max_attempts,
-    };
-    let new_job = body.validate(limits, Utc::now())?;
+    let new_job = body.validate(Limits::of(&state), Utc::now())?;
     let (job, db_now) = match state.store.job_insert(&new_job).await {
         Ok(inserted) => inserted,
         Err(StoreError::DuplicateKey) => {
@@ -230,22 +343,21 @@ pub async fn create(
     };
     metrics::job_created();
     tracing::debug!(job_id = job.id, topic = %job.topic, "job created");
-
-    if job.schedule_time < db_now + state.config.window() {
-        match state
-            .index
-            .job_add_many(&[(job.id, job.schedule_time)])
-            .await
-        {
-            Ok(()) => state.wake.notify_one(),
-            // The job is safe in MySQL; the reconciler indexes it.
-            Err(err) => {
-                metrics::index_error();
-                tracing::warn!(job_id = job.id, error = %err, "cannot index new job");
-            }
-        }
-    }
+    index_follow(&state, &[&job], db_now).await;
     Ok((StatusCode::CREATED, Json(JobView::from(job))))
+}
+
+/// Whether a request for an existing (topic, key) asks for the same job.
+fn same_request(existing: &Job, new_job: &NewJob) -> bool {
+    let same_time = match new_job.schedule {
+        Schedule::At(at) => at == existing.schedule_time,
+        // A retried delay cannot land on the same instant; the key decides.
+        Schedule::After { .. } => true,
+    };
+    same_time
+        && existing.payload == new_job.payload
+        && existing.payload_kind == new_job.payload_kind
+        && existing.headers == new_job.headers
 }
 
 /// The job already holding (topic, key), if the request matches it.
@@ -256,16 +368,7 @@ async fn existing_for(state: &ApiState, new_job: &NewJob) -> Result<Job, ApiErro
         .job_find_by_key(&new_job.topic, key)
         .await?
         .ok_or(ApiError::Internal)?;
-    let same_time = match new_job.schedule {
-        Schedule::At(at) => at == existing.schedule_time,
-        // A retried delay cannot land on the same instant; the key decides.
-        Schedule::After { .. } => true,
-    };
-    let same = same_time
-        && existing.payload == new_job.payload
-        && existing.payload_kind == new_job.payload_kind
-        && existing.headers == new_job.headers;
-    if same {
+    if same_request(&existing, new_job) {
         Ok(existing)
     } else {
         Err(ApiError::KeyConflict {
@@ -274,16 +377,170 @@ async fn existing_for(state: &ApiState, new_job: &NewJob) -> Result<Job, ApiErro
     }
 }
 
+/// Body of `POST /v1/jobs/batch`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct CreateBatch {
+    pub jobs: Vec<serde_json::Value>,
+}
+
+/// `POST /v1/jobs/batch` — up to `batch_max` jobs in one transaction; 200
+/// with one result per item, in order: `created`, `existing` (same key, same
+/// request) or `error` (with the code and message a single create would
+/// give). Invalid items do not stop the valid ones.
+pub async fn create_batch(
+    State(state): State<ApiState>,
+    ApiJson(body): ApiJson<CreateBatch>,
+) -> Result<impl IntoResponse, ApiError> {
+    let max = state.config.batch_max;
+    if body.jobs.is_empty() || body.jobs.len() > max {
+        return Err(ApiError::InvalidRequest(format!(
+            "a batch holds 1 to {max} jobs, this one {}",
+            body.jobs.len()
+        )));
+    }
+    let limits = Limits::of(&state);
+    let now = Utc::now();
+    let checked: Vec<Result<NewJob, ApiError>> = body
+        .jobs
+        .into_iter()
+        .map(|item| {
+            let request: CreateJob = serde_json::from_value(item)
+                .map_err(|err| ApiError::InvalidRequest(err.to_string()))?;
+            request.validate(limits, now)
+        })
+        .collect();
+    let valid: Vec<NewJob> = checked
+        .iter()
+        .filter_map(|c| c.as_ref().ok().cloned())
+        .collect();
+    let (rows, db_now) = if valid.is_empty() {
+        (Vec::new(), now)
+    } else {
+        state.store.job_insert_many(&valid).await?
+    };
+    let created: Vec<&Job> = rows
+        .iter()
+        .filter_map(|row| match row {
+            BatchRow::Created(job) => Some(job),
+            BatchRow::Duplicate => None,
+        })
+        .collect();
+    metrics::jobs_created(created.len());
+    index_follow(&state, &created, db_now).await;
+
+    let mut rows = rows.into_iter().zip(valid.iter());
+    let mut results = Vec::with_capacity(checked.len());
+    for item in checked {
+        let result = match item {
+            Err(err) => {
+                json!({"result": "error", "error": {"code": err.code(), "message": err.to_string()}})
+            }
+            Ok(_) => match rows.next() {
+                Some((BatchRow::Created(job), _)) => {
+                    json!({"result": "created", "id": job.id, "run_at": time_format(job.schedule_time)})
+                }
+                Some((BatchRow::Duplicate, new_job)) => match existing_for(&state, new_job).await {
+                    Ok(job) => {
+                        json!({"result": "existing", "id": job.id, "run_at": time_format(job.schedule_time)})
+                    }
+                    Err(err) => {
+                        json!({"result": "error", "error": {"code": err.code(), "message": err.to_string()}})
+                    }
+                },
+                None => return Err(ApiError::Internal),
+            },
+        };
+        results.push(result);
+    }
+    Ok(Json(json!({ "results": results })))
+}
+
 /// `GET /v1/jobs/{id}`.
 pub async fn get(
     State(state): State<ApiState>,
     Path(id): Path<String>,
 ) -> Result<Json<JobView>, ApiError> {
-    let id: JobId = id
-        .parse()
-        .map_err(|_| ApiError::InvalidId(format!("job id {id:?} is not a positive integer")))?;
-    let job = state.store.job_get(id).await?;
+    let job = state.store.job_get(id_parse(&id)?).await?;
     Ok(Json(JobView::from(job)))
+}
+
+/// `PATCH /v1/jobs/{id}` — reschedule or modify a pending job whose version
+/// is still the one the caller read. 200 with the job; 409
+/// `version_conflict` or `not_pending` with the job as it is.
+pub async fn patch(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<PatchJob>,
+) -> Result<Response, ApiError> {
+    let id = id_parse(&id)?;
+    let (version, changes) = body.validate(Limits::of(&state), Utc::now())?;
+    match state.store.job_modify(id, version, &changes).await? {
+        Modified::Applied(job, db_now) => {
+            index_follow(&state, &[&job], db_now).await;
+            Ok(Json(JobView::from(job)).into_response())
+        }
+        Modified::VersionMismatch(job) => Ok(conflict(
+            "version_conflict",
+            format!(
+                "job {id} is at version {}, not {version}: read it again",
+                job.version
+            ),
+            job,
+        )),
+        Modified::NotPending(job) => Ok(conflict(
+            "not_pending",
+            format!("job {id} is {}: only pending jobs can change", job.status),
+            job,
+        )),
+    }
+}
+
+/// A 409 carrying the job as it is now, so the caller can decide.
+fn conflict(code: &str, message: String, job: Job) -> Response {
+    let body = json!({
+        "error": {"code": code, "message": message},
+        "job": JobView::from(job),
+    });
+    (StatusCode::CONFLICT, Json(body)).into_response()
+}
+
+/// `DELETE /v1/jobs/{id}` — cancel. `outcome` says what happened:
+/// `cancelled` (200: it will never be produced), `too_late` (409: it was
+/// produced; `kafka` says where), `in_flight` (409: a dispatcher holds it
+/// this instant; GET it again for the final state).
+pub async fn cancel(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+) -> Result<Response, ApiError> {
+    let id = id_parse(&id)?;
+    let (status, outcome, job) = match state.store.job_cancel(id).await? {
+        Cancelled::Applied(job) => {
+            if let Err(err) = state.index.job_remove_many(&[job.id]).await {
+                // Harmless: the dispatcher's CAS refuses a cancelled job.
+                tracing::warn!(job_id = job.id, error = %err, "cannot drop cancelled job from redis");
+            }
+            (StatusCode::OK, "cancelled", job)
+        }
+        Cancelled::Already(job) => (StatusCode::OK, "cancelled", job),
+        Cancelled::InFlight(job) => (StatusCode::CONFLICT, "in_flight", job),
+        Cancelled::TooLate(job) => (StatusCode::CONFLICT, "too_late", job),
+    };
+    let mut body = json!({"outcome": outcome});
+    if outcome == "too_late" {
+        body["topic"] = json!(job.topic);
+        body["kafka"] = json!({"partition": job.kafka_partition, "offset": job.kafka_offset});
+        body["dispatched_at"] = json!(job.dispatched_at.map(time_format));
+    }
+    if status != StatusCode::OK {
+        let message = match outcome {
+            "too_late" => format!("job {id} was already produced"),
+            _ => format!("job {id} is being dispatched this instant; GET it for the final state"),
+        };
+        body["error"] = json!({"code": outcome, "message": message});
+    }
+    body["job"] = json!(JobView::from(job));
+    Ok((status, Json(body)).into_response())
 }
 
 #[cfg(test)]

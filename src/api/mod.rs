@@ -2,6 +2,7 @@
 
 mod error;
 mod jobs;
+mod query;
 
 use std::sync::Arc;
 
@@ -32,11 +33,17 @@ pub struct ApiState {
 }
 
 pub fn router(state: ApiState) -> Router {
-    // Room for a maximal payload as base64 (4/3) plus the other fields.
-    let body_limit = state.config.payload_max_bytes / 3 * 4 + 64 * 1024;
+    // Room for a maximal payload as base64 (4/3) plus the other fields, and
+    // at least 16 MiB for batches.
+    let body_limit = (state.config.payload_max_bytes / 3 * 4 + 64 * 1024).max(16 << 20);
     Router::new()
-        .route("/v1/jobs", post(jobs::create))
-        .route("/v1/jobs/{id}", get(jobs::get))
+        .route("/v1/jobs", post(jobs::create).get(query::list))
+        .route("/v1/jobs/batch", post(jobs::create_batch))
+        .route(
+            "/v1/jobs/{id}",
+            get(jobs::get).patch(jobs::patch).delete(jobs::cancel),
+        )
+        .route("/v1/jobs/{id}/history", get(query::history))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .layer(DefaultBodyLimit::max(body_limit))

@@ -8,11 +8,76 @@ use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, QueryBuilder, Row};
 
 use super::{Store, StoreError};
-use crate::job::{Job, JobId, NewJob, Schedule, Status};
+use crate::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status};
 
 const JOB_COLUMNS: &str = "id, topic, job_key, payload, payload_kind, headers, schedule_time, \
      status, attempt, max_attempts, version, created_at, updated_at, dispatched_at, \
      kafka_partition, kafka_offset, last_error";
+
+/// Columns for listings: everything but the payload, which may be large.
+const JOB_COLUMNS_NO_PAYLOAD: &str = "id, topic, job_key, CAST('' AS BINARY) AS payload, \
+     payload_kind, headers, schedule_time, status, attempt, max_attempts, version, created_at, \
+     updated_at, dispatched_at, kafka_partition, kafka_offset, last_error";
+
+/// What a modification of a pending job changes; None leaves it as is.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct JobChanges {
+    pub schedule: Option<Schedule>,
+    pub payload: Option<(Vec<u8>, PayloadKind)>,
+    pub headers: Option<BTreeMap<String, String>>,
+}
+
+/// What became of a modification.
+#[derive(Debug)]
+pub enum Modified {
+    /// Applied; the job as it is now, and the database's clock.
+    Applied(Job, DateTime<Utc>),
+    /// The caller's version is not the job's: it changed meanwhile.
+    VersionMismatch(Job),
+    /// The job is no longer pending: too late to change it.
+    NotPending(Job),
+}
+
+/// What became of a cancel.
+#[derive(Debug)]
+pub enum Cancelled {
+    /// The job was pending and is now cancelled: it will never be produced.
+    Applied(Job),
+    /// It was cancelled before.
+    Already(Job),
+    /// A dispatcher holds it this instant; its fate is decided in moments.
+    InFlight(Job),
+    /// It was produced already (or finished): see its Kafka position.
+    TooLate(Job),
+}
+
+/// One item of a batch insert.
+#[derive(Debug)]
+pub enum BatchRow {
+    Created(Job),
+    /// The (topic, key) was taken: by an earlier row or an earlier item.
+    Duplicate,
+}
+
+/// Filters of a listing; None matches everything.
+#[derive(Debug, Clone, Default)]
+pub struct JobFilter {
+    pub topic: Option<String>,
+    pub status: Option<Status>,
+    pub key: Option<String>,
+    pub run_at_from: Option<DateTime<Utc>>,
+    pub run_at_to: Option<DateTime<Utc>>,
+}
+
+/// One entry of a job's history.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobEvent {
+    pub at: DateTime<Utc>,
+    pub actor: String,
+    pub status: Status,
+    pub schedule_time: DateTime<Utc>,
+    pub attempt: u32,
+}
 
 /// A pending job the loader found entering the window.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -46,6 +111,288 @@ pub struct Dispatched {
 }
 
 impl Store {
+    /// Changes a pending job whose version is still `version`.
+    ///
+    /// Crash after this commits: the row has the new time; if Redis still
+    /// has the old one, a later old time is refused by the claim's
+    /// compare-and-set, and an earlier new time is picked up by the loader's
+    /// scan of edited rows.
+    pub async fn job_modify(
+        &self,
+        id: JobId,
+        version: u32,
+        changes: &JobChanges,
+    ) -> Result<Modified, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        let mut query = QueryBuilder::<MySql>::new("UPDATE jobs SET version = version + 1");
+        match changes.schedule {
+            Some(Schedule::At(at)) => {
+                query.push(", schedule_time = ").push_bind(at.naive_utc());
+            }
+            Some(Schedule::After { delay_ms }) => {
+                query
+                    .push(", schedule_time = TIMESTAMPADD(MICROSECOND, ")
+                    .push_bind(delay_ms.saturating_mul(1000))
+                    .push(", UTC_TIMESTAMP(3))");
+            }
+            None => {}
+        }
+        if let Some((payload, kind)) = &changes.payload {
+            query
+                .push(", payload = ")
+                .push_bind(payload)
+                .push(", payload_kind = ")
+                .push_bind(kind.as_str());
+        }
+        if let Some(headers) = &changes.headers {
+            query
+                .push(", headers = ")
+                .push_bind(headers_encode(headers));
+        }
+        query
+            .push(" WHERE id = ")
+            .push_bind(id)
+            .push(" AND version = ")
+            .push_bind(version)
+            .push(" AND status = 'pending'");
+        let applied = query.build().execute(&mut *conn).await?.rows_affected() == 1;
+        let row = sqlx::query(&format!(
+            "SELECT {JOB_COLUMNS}, UTC_TIMESTAMP(3) AS db_now FROM jobs WHERE id = ?"
+        ))
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or(StoreError::NotFound(id))?;
+        let job = job_from_row(&row)?;
+        if applied {
+            let now: NaiveDateTime = row.try_get("db_now")?;
+            Ok(Modified::Applied(job, now.and_utc()))
+        } else if job.status != Status::Pending {
+            Ok(Modified::NotPending(job))
+        } else {
+            Ok(Modified::VersionMismatch(job))
+        }
+    }
+
+    /// Cancels a pending job. The compare-and-set on `status = 'pending'` is
+    /// what makes an `Applied` answer definitive: the dispatcher's own CAS
+    /// can no longer win.
+    pub async fn job_cancel(&self, id: JobId) -> Result<Cancelled, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        let applied = sqlx::query(
+            "UPDATE jobs SET status = 'cancelled', version = version + 1 \
+             WHERE id = ? AND status = 'pending'",
+        )
+        .bind(id)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected()
+            == 1;
+        let row = sqlx::query(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"))
+            .bind(id)
+            .fetch_optional(&mut *conn)
+            .await?
+            .ok_or(StoreError::NotFound(id))?;
+        let job = job_from_row(&row)?;
+        Ok(match job.status {
+            _ if applied => Cancelled::Applied(job),
+            Status::Cancelled => Cancelled::Already(job),
+            Status::Dispatching => Cancelled::InFlight(job),
+            // Pending again between our UPDATE and SELECT (a claim released):
+            // the caller may simply try again; say in flight.
+            Status::Pending => Cancelled::InFlight(job),
+            Status::Dispatched | Status::Succeeded | Status::Dead => Cancelled::TooLate(job),
+        })
+    }
+
+    /// Inserts many jobs in one statement and one transaction. A (topic,
+    /// key) already taken yields `Duplicate` for that item and writes
+    /// nothing for it. Returns one row per item, in order, and the database
+    /// clock.
+    ///
+    /// Crash after the commit: as for a single insert, every created job is
+    /// in MySQL and will be indexed by the loader or the overdue probe.
+    pub async fn job_insert_many(
+        &self,
+        jobs: &[NewJob],
+    ) -> Result<(Vec<BatchRow>, DateTime<Utc>), StoreError> {
+        // Each row carries token_base | item index, so the rows can be read
+        // back and matched to their items (MySQL has no RETURNING).
+        let token_base: u64 = rand::random::<u64>() & !0xFFFF;
+        let mut tx = self.pool.begin().await?;
+        let mut insert = QueryBuilder::<MySql>::new(
+            "INSERT INTO jobs (topic, job_key, payload, payload_kind, headers, schedule_time, \
+             max_attempts, create_token) ",
+        );
+        insert.push_values(jobs.iter().enumerate(), |mut row, (index, job)| {
+            let (at, delay_us) = match job.schedule {
+                Schedule::At(at) => (Some(at.naive_utc()), None),
+                Schedule::After { delay_ms } => (None, Some(delay_ms.saturating_mul(1000))),
+            };
+            row.push_bind(&job.topic)
+                .push_bind(&job.key)
+                .push_bind(&job.payload)
+                .push_bind(job.payload_kind.as_str())
+                .push_bind(headers_encode(&job.headers))
+                .push_unseparated(", COALESCE(")
+                .push_bind_unseparated(at)
+                .push_unseparated(", TIMESTAMPADD(MICROSECOND, ")
+                .push_bind_unseparated(delay_us)
+                .push_unseparated(", UTC_TIMESTAMP(3)))")
+                .push_bind(job.max_attempts)
+                .push_bind(token_base | index as u64);
+        });
+        insert.push(" ON DUPLICATE KEY UPDATE id = id");
+        let first_id = insert.build().execute(&mut *tx).await?.last_insert_id();
+
+        let mut rows: Vec<BatchRow> = jobs.iter().map(|_| BatchRow::Duplicate).collect();
+        if first_id > 0 {
+            // Our rows have ids from first_id up, in item order; rows of
+            // concurrent inserts may sit between them.
+            let found = sqlx::query(&format!(
+                "SELECT {JOB_COLUMNS}, create_token FROM jobs WHERE id >= ? \
+                 AND create_token BETWEEN ? AND ? ORDER BY id LIMIT ?"
+            ))
+            .bind(first_id)
+            .bind(token_base)
+            .bind(token_base | 0xFFFF)
+            .bind(jobs.len() as u64)
+            .fetch_all(&mut *tx)
+            .await?;
+            for row in &found {
+                let token: u64 = row.try_get("create_token")?;
+                let index = (token - token_base) as usize;
+                if let Some(slot) = rows.get_mut(index) {
+                    *slot = BatchRow::Created(job_from_row(row)?);
+                }
+            }
+        }
+        let now: NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(3)")
+            .fetch_one(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok((rows, now.and_utc()))
+    }
+
+    /// Jobs matching `filter` with ids above `after`, by id, without their
+    /// payloads. Paging by id stays correct while rows change: a row is
+    /// never shown twice or skipped because another changed.
+    pub async fn job_list(
+        &self,
+        filter: &JobFilter,
+        after: Option<JobId>,
+        limit: u32,
+    ) -> Result<Vec<Job>, StoreError> {
+        let mut query = QueryBuilder::<MySql>::new(format!(
+            "SELECT {JOB_COLUMNS_NO_PAYLOAD} FROM jobs WHERE id > "
+        ));
+        query.push_bind(after.unwrap_or(0));
+        if let Some(topic) = &filter.topic {
+            query.push(" AND topic = ").push_bind(topic);
+        }
+        if let Some(status) = filter.status {
+            query.push(" AND status = ").push_bind(status.as_str());
+        }
+        if let Some(key) = &filter.key {
+            query.push(" AND job_key = ").push_bind(key);
+        }
+        if let Some(from) = filter.run_at_from {
+            query
+                .push(" AND schedule_time >= ")
+                .push_bind(from.naive_utc());
+        }
+        if let Some(to) = filter.run_at_to {
+            query
+                .push(" AND schedule_time < ")
+                .push_bind(to.naive_utc());
+        }
+        query.push(" ORDER BY id LIMIT ").push_bind(limit);
+        let rows = query.build().fetch_all(&self.pool).await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
+    /// Every recorded change of a job, oldest first.
+    pub async fn job_history(&self, id: JobId) -> Result<Vec<JobEvent>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT at, actor, status, schedule_time, attempt FROM job_events \
+             WHERE job_id = ? ORDER BY id",
+        )
+        .bind(id)
+        .fetch_all(&self.pool)
+        .await?;
+        if rows.is_empty() {
+            // No history and no job: say so; a job always has its creation.
+            self.job_get(id).await?;
+        }
+        rows.iter()
+            .map(|row| {
+                let at: NaiveDateTime = row.try_get("at")?;
+                let scheduled: NaiveDateTime = row.try_get("schedule_time")?;
+                let status = text(row, "status")?.unwrap_or_default();
+                Ok(JobEvent {
+                    at: at.and_utc(),
+                    actor: text(row, "actor")?.unwrap_or_default(),
+                    status: status
+                        .parse()
+                        .map_err(|_| StoreError::Corrupt(format!("job {id}: event status")))?,
+                    schedule_time: scheduled.and_utc(),
+                    attempt: row.try_get("attempt")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Pending jobs changed at or after `since` (by hand, rescheduled,
+    /// requeued, released) — not freshly inserted ones — due before
+    /// `until`, in (`updated_at`, id) order after `after`. Returns them with
+    /// the position of the last one, for paging (one bulk UPDATE gives many
+    /// rows the same `updated_at`).
+    pub async fn job_list_edited(
+        &self,
+        since: DateTime<Utc>,
+        after: Option<(DateTime<Utc>, JobId)>,
+        until: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<(Vec<WindowEntry>, Option<(DateTime<Utc>, JobId)>), StoreError> {
+        let mut query = QueryBuilder::<MySql>::new(
+            "SELECT id, schedule_time, updated_at FROM jobs WHERE status = 'pending' \
+             AND updated_at > created_at AND schedule_time < ",
+        );
+        query.push_bind(until.naive_utc());
+        query
+            .push(" AND updated_at >= ")
+            .push_bind(since.naive_utc());
+        if let Some((at, id)) = after {
+            query
+                .push(" AND (updated_at > ")
+                .push_bind(at.naive_utc())
+                .push(" OR (updated_at = ")
+                .push_bind(at.naive_utc())
+                .push(" AND id > ")
+                .push_bind(id)
+                .push("))");
+        }
+        query
+            .push(" ORDER BY updated_at, id LIMIT ")
+            .push_bind(limit);
+        let rows = query.build().fetch_all(&self.pool).await?;
+        let mut last = None;
+        let entries = rows
+            .iter()
+            .map(|row| {
+                let at: NaiveDateTime = row.try_get("schedule_time")?;
+                let updated: NaiveDateTime = row.try_get("updated_at")?;
+                let id: JobId = row.try_get("id")?;
+                last = Some((updated.and_utc(), id));
+                Ok(WindowEntry {
+                    id,
+                    schedule_time: at.and_utc(),
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok((entries, last))
+    }
+
     /// Inserts a job; returns it as stored with the database's clock at that
     /// moment. The schedule of a `delay_ms` job is computed from the
     /// database's clock inside the INSERT.

@@ -14,9 +14,12 @@ use std::time::Duration;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
-use sqlx::{ConnectOptions, Connection};
+use sqlx::{ConnectOptions, Connection, Executor};
 
-pub use jobs::{ClaimOutcome, Dispatched, WindowEntry};
+pub use jobs::{
+    BatchRow, Cancelled, ClaimOutcome, Dispatched, JobChanges, JobEvent, JobFilter, Modified,
+    WindowEntry,
+};
 
 /// Store failures a caller can act on.
 #[derive(Debug, thiserror::Error)]
@@ -49,6 +52,24 @@ impl From<sqlx::Error> for StoreError {
     }
 }
 
+/// Who changes rows through a store handle, as the jobs' history shows it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Actor {
+    Api,
+    Dispatcher,
+    Reconciler,
+}
+
+impl Actor {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Actor::Api => "api",
+            Actor::Dispatcher => "dispatcher",
+            Actor::Reconciler => "reconciler",
+        }
+    }
+}
+
 /// Handle to the jobs database. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct Store {
@@ -58,13 +79,26 @@ pub struct Store {
 impl Store {
     /// Connects lazily: the pool opens connections on first use, so a
     /// process can start (and answer 503) while MySQL is down.
-    pub fn connect_lazy(url: &str, pool_size: u32) -> Result<Store, StoreError> {
+    ///
+    /// `actor` names who changes rows through this handle in the jobs'
+    /// history (`api`, `dispatcher`, `reconciler`): each connection sets
+    /// `@tickler_actor`, which the history triggers read. Sessions without
+    /// it — people editing by hand — are recorded as `sql`.
+    pub fn connect_lazy(url: &str, pool_size: u32, actor: Actor) -> Result<Store, StoreError> {
         let options = connect_options(url)?;
+        let set_actor = format!("SET @tickler_actor = '{}'", actor.as_str());
         let pool = MySqlPoolOptions::new()
             .max_connections(pool_size)
             .min_connections(0)
             // A caller waiting on a dead database gets an answer quickly.
             .acquire_timeout(Duration::from_secs(3))
+            .after_connect(move |conn, _meta| {
+                let set_actor = set_actor.clone();
+                Box::pin(async move {
+                    conn.execute(set_actor.as_str()).await?;
+                    Ok(())
+                })
+            })
             .connect_lazy_with(options);
         Ok(Store { pool })
     }
