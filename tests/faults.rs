@@ -282,15 +282,25 @@ async fn tickler_and_redis_30s_ahead_of_mysql_produce_nothing_early() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn hand_sql_edits_while_jobs_fire_are_honoured() {
     let world = World::start(Services::shared(), &[]).await;
-    let t0 = Utc::now() + secs(3.0);
+    let t0 = Utc::now() + secs(5.0);
     let mut expected = world
-        .jobs_schedule(jobs(2000), t0, Duration::from_secs(10))
+        .jobs_schedule(jobs(2000), t0, Duration::from_secs(12))
         .await;
     expected.sort_by_key(|e| e.due_ms);
-    until(t0 + secs(2.0)).await;
+    // Edit while jobs fire: once a hundred have gone out.
+    let firing = common::eventually(Duration::from_secs(30), || async {
+        let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE status = 'dispatched'")
+            .fetch_one(&world.sql)
+            .await
+            .unwrap();
+        (n >= 100).then_some(())
+    })
+    .await;
+    assert!(firing.is_some(), "jobs are firing");
 
-    // Jobs still ahead: every fourth is cancelled, moved later or earlier.
-    let ahead_ms = (t0 + secs(4.0)).timestamp_millis();
+    // Jobs still ahead (by the clock now): every fourth is cancelled, moved
+    // later or moved earlier.
+    let ahead_ms = (Utc::now() + secs(2.0)).timestamp_millis();
     let mut cancelled = HashSet::new();
     let (mut moved_later, mut moved_earlier) = (0, 0);
     for (n, job) in expected
@@ -333,8 +343,13 @@ async fn hand_sql_edits_while_jobs_fire_are_honoured() {
         }
     }
     // Jobs already produced are requeued for another attempt.
+    let produced: Vec<u64> =
+        sqlx::query_scalar("SELECT id FROM jobs WHERE status = 'dispatched' ORDER BY id LIMIT 50")
+            .fetch_all(&world.sql)
+            .await
+            .unwrap();
     let mut requeued = HashSet::new();
-    for job in expected.iter().take(50) {
+    for job in expected.iter().filter(|e| produced.contains(&e.id)) {
         let done = sqlx::query(
             "UPDATE jobs SET status = 'pending', attempt = attempt + 1, \
              schedule_time = UTC_TIMESTAMP(3) WHERE id = ? AND status = 'dispatched'",
@@ -347,7 +362,11 @@ async fn hand_sql_edits_while_jobs_fire_are_honoured() {
             requeued.insert(job.id);
         }
     }
-    assert!(cancelled.len() > 50 && moved_later > 50 && moved_earlier > 50 && requeued.len() > 10);
+    let counts = (cancelled.len(), moved_later, moved_earlier, requeued.len());
+    assert!(
+        counts.0 > 20 && counts.1 > 20 && counts.2 > 20 && counts.3 > 10,
+        "enough edits took effect (cancelled, later, earlier, requeued): {counts:?}"
+    );
 
     verdict(
         &world,

@@ -203,19 +203,36 @@ impl PrivateMariadb {
         let port = free_port();
         let dir = scratch_dir();
         let data = dir.join("data");
-        let status = Command::new("mariadb-install-db")
-            .args([
-                "--no-defaults",
-                &format!("--datadir={}", data.display()),
-                "--user=root",
-                "--auth-root-authentication-method=normal",
-                "--skip-test-db",
-            ])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .status()
-            .expect("mariadb-install-db (apt-get install mariadb-server)");
-        assert!(status.success(), "mariadb-install-db failed");
+        // The bootstrap occasionally fails under a loaded machine; its log is
+        // kept, and a fresh data directory tried again.
+        let install_log = dir.join("install.log");
+        let mut installed = false;
+        for _ in 0..3 {
+            let _ = std::fs::remove_dir_all(&data);
+            let log = std::fs::File::create(&install_log).unwrap();
+            let status = Command::new("mariadb-install-db")
+                .args([
+                    "--no-defaults",
+                    &format!("--datadir={}", data.display()),
+                    "--user=root",
+                    "--auth-root-authentication-method=normal",
+                    "--skip-test-db",
+                ])
+                .stdout(log.try_clone().unwrap())
+                .stderr(log)
+                .status()
+                .expect("mariadb-install-db (apt-get install mariadb-server)");
+            if status.success() {
+                installed = true;
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(500)).await;
+        }
+        assert!(
+            installed,
+            "mariadb-install-db failed three times:\n{}",
+            std::fs::read_to_string(&install_log).unwrap_or_default()
+        );
         let args: Vec<String> = vec![
             "--no-defaults".into(),
             format!("--datadir={}", data.display()),

@@ -1,0 +1,486 @@
+//! Changing your mind: reschedule and modify with optimistic versions,
+//! definitive cancel (raced against dispatch), idempotent and batch create,
+//! listing with cursors, history with actors.
+
+mod common;
+
+use std::collections::HashSet;
+use std::time::Duration;
+
+use chrono::Utc;
+use common::{eventually, records_read, TestEnv};
+use futures::StreamExt;
+use serde_json::{json, Value};
+
+async fn patch(env: &TestEnv, id: u64, body: Value) -> (u16, Value) {
+    let response = env
+        .http
+        .patch(format!("{}/v1/jobs/{id}", env.base_url))
+        .json(&body)
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.json().await.unwrap())
+}
+
+async fn cancel(env: &TestEnv, id: u64) -> (u16, Value) {
+    let response = env
+        .http
+        .delete(format!("{}/v1/jobs/{id}", env.base_url))
+        .send()
+        .await
+        .unwrap();
+    (response.status().as_u16(), response.json().await.unwrap())
+}
+
+fn ms(header: Option<&str>) -> i64 {
+    header.unwrap().parse().unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_moved_later_is_not_produced_at_its_old_time() {
+    let env = TestEnv::start().await;
+    let consumer = env.consumer();
+    let job = env
+        .job_create(json!({"key": "moved", "payload": 1, "delay_ms": 1000}))
+        .await;
+    let id = job["id"].as_u64().unwrap();
+    let new_at = Utc::now() + chrono::Duration::milliseconds(3500);
+    let (status, moved) = patch(
+        &env,
+        id,
+        json!({"version": job["version"], "run_at": new_at.to_rfc3339()}),
+    )
+    .await;
+    assert_eq!(status, 200, "{moved}");
+    assert_eq!(moved["version"], job["version"].as_u64().unwrap() + 1);
+    env.job_create(json!({"key": "witness", "payload": 2, "delay_ms": 1500}))
+        .await;
+
+    let records = records_read(&consumer, 2, Duration::from_secs(10)).await;
+    let keys: Vec<_> = records.iter().map(|r| r.key.clone().unwrap()).collect();
+    assert_eq!(keys, vec!["witness", "moved"], "the witness first");
+    let moved_record = &records[1];
+    assert_eq!(
+        ms(moved_record.header("tickler-scheduled-at")),
+        new_at.timestamp_millis()
+    );
+    assert!(ms(moved_record.header("tickler-dispatched-at")) >= new_at.timestamp_millis());
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_moved_earlier_fires_at_its_new_time_with_its_new_payload() {
+    let env = TestEnv::start().await;
+    let consumer = env.consumer();
+    let job = env
+        .job_create(json!({"payload": "old", "delay_ms": 120_000}))
+        .await;
+    let id = job["id"].as_u64().unwrap();
+    let (status, moved) = patch(
+        &env,
+        id,
+        json!({"version": job["version"], "delay_ms": 500, "payload": "new", "headers": {"h": "v"}}),
+    )
+    .await;
+    assert_eq!(status, 200, "{moved}");
+    let records = records_read(&consumer, 1, Duration::from_secs(10)).await;
+    assert_eq!(
+        records.len(),
+        1,
+        "fires at its new time, not in two minutes"
+    );
+    assert_eq!(records[0].payload, b"\"new\"");
+    assert_eq!(records[0].header("h"), Some("v"));
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn moving_across_the_window_edge_follows_in_redis() {
+    let env = TestEnv::start().await;
+    let job = env
+        .job_create(json!({"payload": 1, "delay_ms": 60_000}))
+        .await;
+    let id = job["id"].as_u64().unwrap();
+    assert!(env.redis_holds(id).await);
+    let (status, out) = patch(
+        &env,
+        id,
+        json!({"version": 1, "delay_ms": 30u64 * 86_400_000}),
+    )
+    .await;
+    assert_eq!(status, 200, "{out}");
+    assert!(
+        !env.redis_holds(id).await,
+        "moved out of the window: gone from redis"
+    );
+    let (status, back) = patch(&env, id, json!({"version": 2, "delay_ms": 60_000})).await;
+    assert_eq!(status, 200, "{back}");
+    assert!(env.redis_holds(id).await, "moved into the window: indexed");
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stale_version_or_a_finished_job_is_a_409_with_the_job() {
+    let env = TestEnv::start().await;
+    let job = env
+        .job_create(json!({"payload": 1, "delay_ms": 60_000}))
+        .await;
+    let id = job["id"].as_u64().unwrap();
+    let (status, _) = patch(&env, id, json!({"version": 1, "delay_ms": 70_000})).await;
+    assert_eq!(status, 200);
+    let (status, reply) = patch(&env, id, json!({"version": 1, "delay_ms": 80_000})).await;
+    assert_eq!(status, 409);
+    assert_eq!(reply["error"]["code"], "version_conflict");
+    assert_eq!(reply["job"]["version"], 2, "the current job comes back");
+
+    let (status, reply) = patch(&env, id, json!({"version": 2})).await;
+    assert_eq!(
+        (status, reply["error"]["code"].as_str()),
+        (400, Some("invalid_request"))
+    );
+    let (status, reply) = patch(&env, id, json!({"delay_ms": 5})).await;
+    assert_eq!(
+        (status, reply["error"]["code"].as_str()),
+        (400, Some("invalid_request"))
+    );
+
+    cancel(&env, id).await;
+    let (status, reply) = patch(&env, id, json!({"version": 3, "delay_ms": 5})).await;
+    assert_eq!(status, 409);
+    assert_eq!(reply["error"]["code"], "not_pending");
+    assert_eq!(reply["job"]["status"], "cancelled");
+    let (status, _) = patch(&env, 999_999, json!({"version": 1, "delay_ms": 5})).await;
+    assert_eq!(status, 404);
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_answers_cancelled_too_late_or_in_flight() {
+    let env = TestEnv::start().await;
+    let consumer = env.consumer();
+    let later = env
+        .job_create(json!({"payload": 1, "delay_ms": 60_000}))
+        .await;
+    let (status, reply) = cancel(&env, later["id"].as_u64().unwrap()).await;
+    assert_eq!(
+        (status, reply["outcome"].as_str()),
+        (200, Some("cancelled"))
+    );
+    assert!(!env.redis_holds(later["id"].as_u64().unwrap()).await);
+    let (status, reply) = cancel(&env, later["id"].as_u64().unwrap()).await;
+    assert_eq!(
+        (status, reply["outcome"].as_str()),
+        (200, Some("cancelled")),
+        "idempotent"
+    );
+
+    let soon = env.job_create(json!({"payload": 2, "delay_ms": 0})).await;
+    let soon_id = soon["id"].as_u64().unwrap();
+    let records = records_read(&consumer, 1, Duration::from_secs(10)).await;
+    eventually(Duration::from_secs(5), || async {
+        (env.job_status(soon_id).await == "dispatched").then_some(())
+    })
+    .await
+    .unwrap();
+    let (status, reply) = cancel(&env, soon_id).await;
+    assert_eq!(status, 409);
+    assert_eq!(reply["outcome"], "too_late");
+    assert_eq!(reply["topic"], env.topic.as_str());
+    assert_eq!(reply["kafka"]["partition"], records[0].partition);
+    assert_eq!(reply["kafka"]["offset"], records[0].offset);
+    assert!(reply["dispatched_at"].is_string());
+
+    // A dispatcher holds this one (as a claim in MySQL looks).
+    let held = env
+        .job_create(json!({"payload": 3, "delay_ms": 600_000}))
+        .await;
+    let held_id = held["id"].as_u64().unwrap();
+    sqlx::query("UPDATE jobs SET status = 'dispatching', claim_token = 1, claim_expires_at = UTC_TIMESTAMP(3) + INTERVAL 1 MINUTE WHERE id = ?")
+        .bind(held_id)
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    let (status, reply) = cancel(&env, held_id).await;
+    assert_eq!(
+        (status, reply["outcome"].as_str()),
+        (409, Some("in_flight"))
+    );
+    let (status, _) = cancel(&env, 999_999).await;
+    assert_eq!(status, 404);
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_answered_cancelled_never_reaches_kafka_even_racing_dispatch() {
+    let env = TestEnv::start().await;
+    let consumer = env.consumer();
+    let rounds = 300;
+    // Jobs due over ~1.5 s; each cancelled at about its due time.
+    let start = Utc::now() + chrono::Duration::milliseconds(1500);
+    let mut jobs = Vec::new();
+    for n in 0..rounds {
+        let at = start + chrono::Duration::milliseconds(5 * n);
+        let job = env
+            .job_create(json!({"payload": n, "run_at": at.to_rfc3339()}))
+            .await;
+        jobs.push((job["id"].as_u64().unwrap(), at));
+    }
+    let outcomes: Vec<(u64, String)> = futures::stream::iter(jobs.iter().copied())
+        .map(|(id, at)| {
+            let env = &env;
+            async move {
+                if let Ok(wait) = (at - Utc::now()).to_std() {
+                    tokio::time::sleep(wait).await;
+                }
+                let (_, reply) = cancel(env, id).await;
+                (id, reply["outcome"].as_str().unwrap_or("?").to_owned())
+            }
+        })
+        .buffer_unordered(32)
+        .collect()
+        .await;
+    let cancelled: HashSet<u64> = outcomes
+        .iter()
+        .filter(|(_, o)| o == "cancelled")
+        .map(|(id, _)| *id)
+        .collect();
+    let produced_expected = rounds as usize - cancelled.len();
+    let records = records_read(&consumer, produced_expected + 1, Duration::from_secs(8)).await;
+    let produced: HashSet<u64> = records
+        .iter()
+        .map(|r| r.header("tickler-job-id").unwrap().parse().unwrap())
+        .collect();
+    eprintln!(
+        "cancel race: {} cancelled, {} too late or in flight, {} produced",
+        cancelled.len(),
+        rounds as usize - cancelled.len(),
+        produced.len()
+    );
+    assert!(
+        produced.is_disjoint(&cancelled),
+        "a job answered cancelled was produced"
+    );
+    assert_eq!(
+        produced.len(),
+        produced_expected,
+        "every job not cancelled was produced"
+    );
+    assert!(
+        !cancelled.is_empty() && produced_expected > 0,
+        "the race had both outcomes: {outcomes:?}"
+    );
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn concurrent_duplicate_creates_make_one_job() {
+    let env = TestEnv::start().await;
+    let body =
+        json!({"topic": env.topic, "key": "once", "payload": 1, "run_at": "2031-01-01T00:00:00Z"});
+    let replies: Vec<(u16, Value)> = futures::stream::iter(0..20)
+        .map(|_| env.post("/v1/jobs", body.clone()))
+        .buffer_unordered(20)
+        .collect()
+        .await;
+    let ids: HashSet<u64> = replies
+        .iter()
+        .map(|(_, job)| job["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(ids.len(), 1, "{replies:?}");
+    let created = replies.iter().filter(|(status, _)| *status == 201).count();
+    assert_eq!(created, 1, "one 201, the rest 200");
+    assert!(replies
+        .iter()
+        .all(|(status, _)| *status == 201 || *status == 200));
+    assert_eq!(env.jobs_count().await, 1);
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_reports_each_item_and_writes_the_valid_ones() {
+    let env = TestEnv::start_with(|c| c.batch_max = 5).await;
+    let consumer = env.consumer();
+    env.job_create(json!({"key": "taken", "payload": 1, "run_at": "2031-01-01T00:00:00Z"}))
+        .await;
+    let t = env.topic.clone();
+    let body = json!({"jobs": [
+        {"topic": t, "key": "a", "payload": {"n": 1}, "delay_ms": 300},
+        {"topic": t, "payload": "no key", "delay_ms": 300},
+        {"topic": "bad topic!", "delay_ms": 1},
+        {"topic": t, "key": "taken", "payload": 1, "run_at": "2031-01-01T00:00:00Z"},
+        {"topic": t, "key": "taken", "payload": 2, "run_at": "2031-01-01T00:00:00Z"},
+    ]});
+    let (status, reply) = env.post("/v1/jobs/batch", body).await;
+    assert_eq!(status, 200, "{reply}");
+    let results = reply["results"].as_array().unwrap();
+    let kinds: Vec<&str> = results
+        .iter()
+        .map(|r| r["result"].as_str().unwrap())
+        .collect();
+    assert_eq!(
+        kinds,
+        vec!["created", "created", "error", "existing", "error"]
+    );
+    assert_eq!(results[2]["error"]["code"], "invalid_topic");
+    assert_eq!(results[4]["error"]["code"], "key_conflict");
+    assert_eq!(env.jobs_count().await, 3);
+    // The created ones are real jobs and fire.
+    let records = records_read(&consumer, 2, Duration::from_secs(10)).await;
+    let mut ids: Vec<String> = records
+        .iter()
+        .map(|r| r.header("tickler-job-id").unwrap().to_owned())
+        .collect();
+    ids.sort();
+    let mut expected = vec![results[0]["id"].to_string(), results[1]["id"].to_string()];
+    expected.sort();
+    assert_eq!(ids, expected);
+
+    let six: Vec<Value> = (0..6)
+        .map(|n| json!({"topic": t, "payload": n, "delay_ms": 1}))
+        .collect();
+    let (status, reply) = env.post("/v1/jobs/batch", json!({"jobs": six})).await;
+    assert_eq!(
+        (status, reply["error"]["code"].as_str()),
+        (400, Some("invalid_request"))
+    );
+    assert_eq!(
+        env.jobs_count().await,
+        3,
+        "an oversized batch writes nothing"
+    );
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn listing_filters_and_pages_without_skipping_while_rows_change() {
+    let env = TestEnv::start().await;
+    let mut ids = Vec::new();
+    for n in 0..25 {
+        let at = format!("2031-01-01T00:00:{n:02}Z");
+        let job = env
+            .job_create(json!({"key": format!("k{n}"), "payload": n, "run_at": at}))
+            .await;
+        ids.push(job["id"].as_u64().unwrap());
+    }
+    // Page through, cancelling jobs between pages.
+    let mut seen = Vec::new();
+    let mut cursor: Option<String> = None;
+    loop {
+        let mut path = format!("/v1/jobs?topic={}&limit=7", env.topic);
+        if let Some(c) = &cursor {
+            path.push_str(&format!("&cursor={c}"));
+        }
+        let (status, page) = env.get(&path).await;
+        assert_eq!(status, 200, "{page}");
+        for job in page["jobs"].as_array().unwrap() {
+            assert!(job.get("payload").is_none(), "listings carry no payloads");
+            seen.push(job["id"].as_u64().unwrap());
+        }
+        cancel(&env, ids[seen.len().min(24)]).await;
+        match page["next_cursor"].as_str() {
+            Some(next) => cursor = Some(next.to_owned()),
+            None => break,
+        }
+    }
+    assert_eq!(seen, ids, "each job once, in order");
+
+    let (_, cancelled) = env
+        .get(&format!(
+            "/v1/jobs?topic={}&status=cancelled&limit=100",
+            env.topic
+        ))
+        .await;
+    let n_cancelled = cancelled["jobs"].as_array().unwrap().len();
+    assert!(n_cancelled >= 3, "{cancelled}");
+    let (_, ranged) = env
+        .get(&format!(
+            "/v1/jobs?topic={}&run_at_from=2031-01-01T00:00:10Z&run_at_to=2031-01-01T00:00:15Z",
+            env.topic
+        ))
+        .await;
+    assert_eq!(ranged["jobs"].as_array().unwrap().len(), 5);
+    let (_, by_key) = env
+        .get(&format!("/v1/jobs?topic={}&key=k7", env.topic))
+        .await;
+    assert_eq!(by_key["jobs"][0]["id"], ids[7]);
+    let (status, reply) = env.get("/v1/jobs?status=lost").await;
+    assert_eq!(
+        (status, reply["error"]["code"].as_str()),
+        (400, Some("invalid_request"))
+    );
+    let (status, _) = env.get("/v1/jobs?cursor=nonsense").await;
+    assert_eq!(status, 400);
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_shows_every_change_with_its_actor() {
+    let env = TestEnv::start().await;
+    let consumer = env.consumer();
+    let job = env
+        .job_create(json!({"payload": 1, "delay_ms": 60_000}))
+        .await;
+    let id = job["id"].as_u64().unwrap();
+    patch(&env, id, json!({"version": 1, "delay_ms": 200})).await;
+    records_read(&consumer, 1, Duration::from_secs(10)).await;
+    eventually(Duration::from_secs(5), || async {
+        (env.job_status(id).await == "dispatched").then_some(())
+    })
+    .await
+    .unwrap();
+    // A person requeues it by hand.
+    sqlx::query("UPDATE jobs SET status = 'pending', attempt = attempt + 1, schedule_time = UTC_TIMESTAMP(3) + INTERVAL 1 HOUR WHERE id = ?")
+        .bind(id)
+        .execute(&env.sql)
+        .await
+        .unwrap();
+
+    let (status, history) = env.get(&format!("/v1/jobs/{id}/history")).await;
+    assert_eq!(status, 200);
+    let steps: Vec<(String, String)> = history["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["actor"].as_str().unwrap().to_owned(),
+                e["status"].as_str().unwrap().to_owned(),
+            )
+        })
+        .collect();
+    let expected: Vec<(String, String)> = [
+        ("api", "pending"),
+        ("api", "pending"),
+        ("dispatcher", "dispatching"),
+        ("dispatcher", "dispatched"),
+        ("sql", "pending"),
+    ]
+    .iter()
+    .map(|(a, s)| (a.to_string(), s.to_string()))
+    .collect();
+    assert_eq!(steps, expected, "{history}");
+    assert_eq!(history["events"][4]["attempt"], 2);
+    let (status, _) = env.get("/v1/jobs/999999/history").await;
+    assert_eq!(status, 404);
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_past_fires_at_once_and_years_ahead_is_accepted() {
+    let env = TestEnv::start().await;
+    let consumer = env.consumer();
+    let past = env
+        .job_create(json!({"payload": 1, "run_at": "2020-02-29T12:00:00+05:00"}))
+        .await;
+    assert_eq!(past["run_at"], "2020-02-29T07:00:00.000Z");
+    let far = env.job_create(json!({"payload": 2, "run_at": (Utc::now() + chrono::Duration::days(9 * 365)).to_rfc3339()})).await;
+    assert_eq!(far["status"], "pending");
+    let records = records_read(&consumer, 1, Duration::from_secs(10)).await;
+    assert_eq!(
+        records[0].header("tickler-job-id"),
+        Some(past["id"].to_string().as_str())
+    );
+    assert!(!env.redis_holds(far["id"].as_u64().unwrap()).await);
+    env.finish().await;
+}
