@@ -17,9 +17,11 @@
 //! - [`kafka`]      — Kafka client settings and topic administration
 //! - [`metrics`]    — every metric name, and the Prometheus recorder
 //! - [`demo`]       — the README's demonstration client
+//! - [`bench`]      — the benchmark harness behind `tickler bench`
 
 pub mod api;
 pub mod app;
+pub mod bench;
 pub mod config;
 pub mod demo;
 pub mod dispatcher;

@@ -133,3 +133,21 @@ async fn sigterm_finishes_the_batch_in_hand_and_exits_cleanly() {
     sql.close().await;
     database_drop(&db_name).await;
 }
+
+/// The benchmark harness in its seconds-long mode: every stage runs and
+/// every job arrives. No timing is asserted (figures are in
+/// docs/benchmarks.md, from a release build).
+#[test]
+fn bench_smoke_completes_and_every_job_arrives() {
+    let output = tickler()
+        .args(["bench", "--smoke"])
+        .env("TICKLER_REDIS_PREFIX", unique("tickler-t-"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "bench failed:\n{stdout}\n{stderr}");
+    for figure in ["schedule:", "lateness:", "burst:", "redis:", "reconcile:"] {
+        assert!(stdout.contains(figure), "prints {figure}\n{stdout}");
+    }
+}

@@ -31,6 +31,31 @@ enum Command {
     Migrate,
     /// Schedule a few jobs a few seconds ahead through the API of a running
     /// tickler and print them as they arrive on Kafka, with their lateness.
+    /// Measure throughput, lateness, burst drain, Redis bytes per job and
+    /// reconciler cost against the local services (see docs/benchmarks.md).
+    Bench {
+        /// Seconds-long run that checks every job arrives (for CI).
+        #[arg(long)]
+        smoke: bool,
+        /// Jobs per second in the lateness stage.
+        #[arg(long)]
+        rate: Option<u64>,
+        /// Seconds of the lateness stage.
+        #[arg(long)]
+        lateness_secs: Option<u64>,
+        /// Jobs due at one instant in the burst stage.
+        #[arg(long)]
+        burst: Option<u64>,
+        /// Far-future pending rows for the reconciler stage.
+        #[arg(long)]
+        far_rows: Option<u64>,
+        /// Window rows to re-index in the reconciler stage.
+        #[arg(long)]
+        window_rows: Option<u64>,
+        /// Concurrent API clients.
+        #[arg(long)]
+        clients: Option<usize>,
+    },
     Demo {
         /// How many jobs to schedule.
         #[arg(long, default_value_t = 5)]
@@ -72,6 +97,31 @@ async fn main() -> anyhow::Result<()> {
             shutdown_signal().await;
             tracing::info!("shutting down: finishing in-flight batches");
             running.shutdown().await;
+        }
+        Command::Bench {
+            smoke,
+            rate,
+            lateness_secs,
+            burst,
+            far_rows,
+            window_rows,
+            clients,
+        } => {
+            let defaults = if smoke {
+                tickler::bench::BenchOptions::smoke()
+            } else {
+                tickler::bench::BenchOptions::full()
+            };
+            let options = tickler::bench::BenchOptions {
+                rate: rate.unwrap_or(defaults.rate),
+                lateness_secs: lateness_secs.unwrap_or(defaults.lateness_secs),
+                burst: burst.unwrap_or(defaults.burst),
+                far_rows: far_rows.unwrap_or(defaults.far_rows),
+                window_rows: window_rows.unwrap_or(defaults.window_rows),
+                clients: clients.unwrap_or(defaults.clients),
+                ..defaults
+            };
+            tickler::bench::run(&config, options).await?;
         }
         Command::Demo { jobs, topic } => {
             tickler::demo::run(&config, &topic, jobs).await?;

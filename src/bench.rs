@@ -1,0 +1,581 @@
+//! `tickler bench`: measures tickler against the local services and prints
+//! one line per figure, with the parameters used. Self-contained: it makes
+//! its own database, Redis prefix and topic, runs tickler in-process, and
+//! drops the database at the end. Never a test of timings: `--smoke` runs
+//! every stage for seconds and checks only that every job arrived.
+//!
+//! Stages, in order:
+//! 1. schedule  — jobs/s accepted through `POST /v1/jobs/batch`, durable in MySQL
+//! 2. lateness  — a steady stream; consumer receive time minus schedule time
+//! 3. burst     — many jobs due at one instant; jobs/s until all consumed and marked
+//! 4. redis     — bytes per job, far-future and inside the window (tickler stopped)
+//! 5. reconcile — overdue probe and full pass among millions of pending rows;
+//!    re-index of a full window after Redis lost it
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use chrono::Utc;
+use futures::StreamExt;
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::message::{Headers, Message};
+use rdkafka::{Offset, TopicPartitionList};
+use serde_json::{json, Value};
+use sqlx::Connection;
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::index::Index;
+use crate::job::Status;
+use crate::kafka;
+use crate::loader::{Loader, LoaderConfig};
+use crate::reconciler::{Reconciler, ReconcilerConfig};
+use crate::store::{Actor, Store};
+
+/// What to run, and how big.
+#[derive(Debug, Clone)]
+pub struct BenchOptions {
+    pub smoke: bool,
+    pub clients: usize,
+    pub batch: usize,
+    pub schedule_secs: u64,
+    pub rate: u64,
+    pub lateness_secs: u64,
+    pub burst: u64,
+    pub memory_jobs: u64,
+    pub far_rows: u64,
+    pub window_rows: u64,
+}
+
+impl BenchOptions {
+    /// The full parameters.
+    pub fn full() -> Self {
+        BenchOptions {
+            smoke: false,
+            clients: 8,
+            batch: 1000,
+            schedule_secs: 10,
+            rate: 2000,
+            lateness_secs: 30,
+            burst: 50_000,
+            memory_jobs: 100_000,
+            far_rows: 10_000_000,
+            window_rows: 1_000_000,
+        }
+    }
+
+    /// Seconds-long, for CI: proves every stage works and every job arrives.
+    pub fn smoke() -> Self {
+        BenchOptions {
+            smoke: true,
+            clients: 2,
+            batch: 200,
+            schedule_secs: 1,
+            rate: 200,
+            lateness_secs: 2,
+            burst: 1000,
+            memory_jobs: 1000,
+            far_rows: 20_000,
+            window_rows: 5_000,
+        }
+    }
+}
+
+/// A record as the bench's consumer saw it.
+#[derive(Debug, Clone, Copy)]
+struct Seen {
+    received_ms: i64,
+    scheduled_ms: i64,
+    dispatched_ms: i64,
+}
+
+type Records = Arc<Mutex<HashMap<u64, Seen>>>;
+
+struct Bench {
+    options: BenchOptions,
+    config: Config,
+    topic: String,
+    http: reqwest::Client,
+    base_url: String,
+    records: Records,
+}
+
+/// Runs every stage; Err if a stage failed or a job did not arrive.
+pub async fn run(base: &Config, options: BenchOptions) -> anyhow::Result<()> {
+    let server_url = base
+        .mysql_url
+        .rsplit_once('/')
+        .map(|(server, _)| server.to_owned())
+        .context("mysql_url has no database part")?;
+    let suffix = format!("{:08x}", rand::random::<u32>());
+    let db_name = format!("tickler_bench_{suffix}");
+    let mut conn = sqlx::MySqlConnection::connect(&server_url).await?;
+    sqlx::query(&format!("CREATE DATABASE {db_name}"))
+        .execute(&mut conn)
+        .await?;
+    let result = run_in(base, options, &server_url, &db_name, &suffix).await;
+    sqlx::query(&format!("DROP DATABASE IF EXISTS {db_name}"))
+        .execute(&mut conn)
+        .await?;
+    result
+}
+
+async fn run_in(
+    base: &Config,
+    options: BenchOptions,
+    server_url: &str,
+    db_name: &str,
+    suffix: &str,
+) -> anyhow::Result<()> {
+    let config = Config {
+        mysql_url: format!("{server_url}/{db_name}"),
+        redis_prefix: format!("tickler-bench-{suffix}"),
+        http_addr: "127.0.0.1:0".to_owned(),
+        ..base.clone()
+    };
+    Store::migrate(&config.mysql_url).await?;
+    let topic = format!("tickler-bench-{suffix}");
+    kafka::topic_ensure(&config.kafka_brokers, &topic, 4).await?;
+    println!(
+        "bench: {} mode; mysql {server_url}/{db_name}, redis prefix {}, topic {topic} (4 partitions), shards {}",
+        if options.smoke { "smoke" } else { "full" },
+        config.redis_prefix,
+        config.shards
+    );
+
+    let cancel = CancellationToken::new();
+    let running = crate::app::start(config.clone(), cancel.clone()).await?;
+    let addr = running.http_addr.context("the bench runs the api role")?;
+    let records: Records = Arc::new(Mutex::new(HashMap::new()));
+    let consumer = consumer_at_end(&config.kafka_brokers, &topic)?;
+    let stop_consumer = CancellationToken::new();
+    tokio::spawn(record(consumer, records.clone(), stop_consumer.clone()));
+
+    let bench = Bench {
+        options,
+        config: config.clone(),
+        topic,
+        http: reqwest::Client::new(),
+        base_url: format!("http://{addr}"),
+        records,
+    };
+    let outcome = async {
+        bench.schedule().await?;
+        bench.lateness().await?;
+        bench.burst(&running.store).await?;
+        anyhow::Ok(())
+    }
+    .await;
+    stop_consumer.cancel();
+    running.shutdown().await;
+    outcome?;
+
+    // The remaining stages drive the components directly, tickler stopped,
+    // so nothing else touches the rows and keys they measure.
+    let store = Store::connect_lazy(&config.mysql_url, 4, Actor::Reconciler)?;
+    let index = Index::connect(&config.redis_url, &config.redis_prefix, config.shards).await?;
+    bench.redis_memory(&store, &index).await?;
+    bench.reconcile(&store, &index).await?;
+    index.clear().await?;
+    store.close().await;
+    Ok(())
+}
+
+impl Bench {
+    async fn batch_post(&self, jobs: Vec<Value>) -> anyhow::Result<()> {
+        let n = jobs.len();
+        let response = self
+            .http
+            .post(format!("{}/v1/jobs/batch", self.base_url))
+            .json(&json!({ "jobs": jobs }))
+            .send()
+            .await?;
+        if !response.status().is_success() {
+            bail!("batch refused: {}", response.text().await?);
+        }
+        let body: Value = response.json().await?;
+        let created = body["results"]
+            .as_array()
+            .map(|r| r.iter().filter(|x| x["result"] == "created").count())
+            .unwrap_or(0);
+        if created != n {
+            bail!("batch created {created} of {n}: {body}");
+        }
+        Ok(())
+    }
+
+    fn job(&self, run_at: chrono::DateTime<Utc>, n: u64) -> Value {
+        json!({"topic": self.topic, "payload": {"n": n}, "run_at": run_at.to_rfc3339()})
+    }
+
+    /// Stage 1: clients post batches of far-future jobs for a while.
+    async fn schedule(&self) -> anyhow::Result<()> {
+        let far = Utc::now() + chrono::Duration::days(30);
+        let deadline = Instant::now() + Duration::from_secs(self.options.schedule_secs);
+        let started = Instant::now();
+        let total = Arc::new(Mutex::new(0u64));
+        let workers = (0..self.options.clients).map(|client| {
+            let total = total.clone();
+            async move {
+                let mut n = 0u64;
+                while Instant::now() < deadline {
+                    let jobs: Vec<Value> = (0..self.options.batch as u64)
+                        .map(|i| self.job(far, client as u64 * 1_000_000_000 + n + i))
+                        .collect();
+                    self.batch_post(jobs).await?;
+                    n += self.options.batch as u64;
+                }
+                *total.lock().unwrap_or_else(|p| p.into_inner()) += n;
+                anyhow::Ok(())
+            }
+        });
+        for result in futures::future::join_all(workers).await {
+            result?;
+        }
+        let seconds = started.elapsed().as_secs_f64();
+        let total = *total.lock().unwrap_or_else(|p| p.into_inner());
+        println!(
+            "schedule: {:.0} jobs/s accepted ({total} jobs in {seconds:.1} s; batch API, {} clients, {} jobs per request, durable in MySQL)",
+            total as f64 / seconds,
+            self.options.clients,
+            self.options.batch
+        );
+        Ok(())
+    }
+
+    /// Stage 2: `rate` jobs/s due evenly over `lateness_secs`, each second's
+    /// jobs created two seconds ahead; lateness at the consumer.
+    async fn lateness(&self) -> anyhow::Result<()> {
+        let rate = self.options.rate;
+        let secs = self.options.lateness_secs;
+        let start = Utc::now() + chrono::Duration::seconds(2);
+        let step_us = 1_000_000 / rate as i64;
+        let mut ids = Vec::new();
+        for second in 0..secs {
+            let at = start + chrono::Duration::seconds(second as i64 - 2);
+            if let Ok(wait) = (at - Utc::now()).to_std() {
+                tokio::time::sleep(wait).await;
+            }
+            let jobs: Vec<Value> = (0..rate)
+                .map(|i| {
+                    let due = start
+                        + chrono::Duration::seconds(second as i64)
+                        + chrono::Duration::microseconds(step_us * i as i64);
+                    self.job(due, second * rate + i)
+                })
+                .collect();
+            ids.extend(self.batches_created(jobs).await?);
+        }
+        let wait = Duration::from_secs(secs + 30);
+        let seen = self.await_records(&ids, wait).await;
+        let mut end_to_end: Vec<i64> = seen
+            .iter()
+            .map(|s| s.received_ms - s.scheduled_ms)
+            .collect();
+        let mut dispatch: Vec<i64> = seen
+            .iter()
+            .map(|s| s.dispatched_ms - s.scheduled_ms)
+            .collect();
+        println!(
+            "lateness: end to end {} (consumer receive minus schedule_time; {rate} jobs/s for {secs} s, {} jobs, consumer fetch.wait.max.ms 5)",
+            percentiles(&mut end_to_end),
+            ids.len()
+        );
+        println!(
+            "lateness: at dispatch {} (tickler-dispatched-at minus schedule_time)",
+            percentiles(&mut dispatch)
+        );
+        if seen.len() != ids.len() {
+            bail!("lateness: {} of {} jobs arrived", seen.len(), ids.len());
+        }
+        Ok(())
+    }
+
+    /// Creates jobs through the batch API and returns their ids.
+    async fn batches_created(&self, jobs: Vec<Value>) -> anyhow::Result<Vec<u64>> {
+        let chunks: Vec<Vec<Value>> = jobs
+            .chunks(self.options.batch)
+            .map(|c| c.to_vec())
+            .collect();
+        let mut ids = Vec::new();
+        let mut posts = futures::stream::iter(chunks)
+            .map(|chunk| async move {
+                let response = self
+                    .http
+                    .post(format!("{}/v1/jobs/batch", self.base_url))
+                    .json(&json!({ "jobs": chunk }))
+                    .send()
+                    .await?;
+                let body: Value = response.json().await?;
+                let ids: Vec<u64> = body["results"]
+                    .as_array()
+                    .context("batch answer has results")?
+                    .iter()
+                    .filter_map(|r| r["id"].as_u64())
+                    .collect();
+                anyhow::Ok(ids)
+            })
+            .buffer_unordered(self.options.clients);
+        while let Some(result) = posts.next().await {
+            ids.extend(result?);
+        }
+        Ok(ids)
+    }
+
+    /// Stage 3: `burst` jobs due at one instant.
+    async fn burst(&self, store: &Store) -> anyhow::Result<()> {
+        let n = self.options.burst;
+        let lead = if self.options.smoke { 3 } else { 12 };
+        let due = Utc::now() + chrono::Duration::seconds(lead);
+        let jobs: Vec<Value> = (0..n).map(|i| self.job(due, i)).collect();
+        let ids = self.batches_created(jobs).await?;
+        let marked_before = store.job_count(&self.topic, Status::Dispatched).await?;
+        if Utc::now() >= due {
+            bail!("burst: creating {n} jobs took longer than the {lead} s lead");
+        }
+        until(due).await;
+        let started = Instant::now();
+        let seen = self.await_records(&ids, Duration::from_secs(120)).await;
+        let consumed = started.elapsed();
+        // Then every row marked dispatched.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let marked = loop {
+            let marked = store.job_count(&self.topic, Status::Dispatched).await? - marked_before;
+            if marked as u64 >= n || Instant::now() >= deadline {
+                break marked;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let drained = started.elapsed();
+        println!(
+            "burst: {n} jobs due at one instant: all consumed from Kafka after {:.2} s, rows marked after {:.2} s: {:.0} jobs/s",
+            consumed.as_secs_f64(),
+            drained.as_secs_f64(),
+            n as f64 / drained.as_secs_f64()
+        );
+        if seen.len() as u64 != n || marked as u64 != n {
+            bail!("burst: {} of {n} jobs arrived, {marked} marked", seen.len());
+        }
+        Ok(())
+    }
+
+    /// Waits until every id has been seen or `wait` passes; returns what
+    /// was seen of them.
+    async fn await_records(&self, ids: &[u64], wait: Duration) -> Vec<Seen> {
+        let deadline = Instant::now() + wait;
+        loop {
+            let seen: Vec<Seen> = {
+                let records = self.records.lock().unwrap_or_else(|p| p.into_inner());
+                ids.iter()
+                    .filter_map(|id| records.get(id).copied())
+                    .collect()
+            };
+            if seen.len() == ids.len() || Instant::now() >= deadline {
+                return seen;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+
+    /// Stage 4: Redis memory per job, far-future and inside the window,
+    /// indexed by a loader pass.
+    async fn redis_memory(&self, store: &Store, index: &Index) -> anyhow::Result<()> {
+        // Each measurement is a full loader pass (as after a start), from a
+        // cleared prefix, so only the seeded jobs can change the memory.
+        index.clear().await?;
+        let n = self.options.memory_jobs;
+        let now = store.db_now().await?;
+        self.loader(store, index).run_once(now).await?;
+        let before = index.memory_used().await?;
+        let far_topic = format!("{}-far", self.topic);
+        store
+            .job_seed(
+                &far_topic,
+                n,
+                now + chrono::Duration::days(30),
+                Duration::from_secs(3600),
+            )
+            .await?;
+        self.loader(store, index)
+            .run_once(store.db_now().await?)
+            .await?;
+        let after_far = index.memory_used().await?;
+        let near_topic = format!("{}-near", self.topic);
+        let window = self.config.window();
+        store
+            .job_seed(
+                &near_topic,
+                n,
+                now + chrono::Duration::seconds(60),
+                window / 2,
+            )
+            .await?;
+        let report = self
+            .loader(store, index)
+            .run_once(store.db_now().await?)
+            .await?;
+        let after_near = index.memory_used().await?;
+        let per_job = |delta: u64| delta as f64 / n as f64;
+        println!(
+            "redis: {:.1} bytes/job for jobs due in 30 days; {:.1} bytes/job inside the window ({n} jobs each, used_memory delta; {} shards; {} indexed)",
+            per_job(after_far.saturating_sub(before)),
+            per_job(after_near.saturating_sub(after_far)),
+            self.config.shards,
+            report.indexed
+        );
+        index.clear().await?;
+        Ok(())
+    }
+
+    /// Stage 5: reconciler cost among many far-future rows, and a re-index.
+    async fn reconcile(&self, store: &Store, index: &Index) -> anyhow::Result<()> {
+        let far = self.options.far_rows;
+        let window_rows = self.options.window_rows;
+        let now = store.db_now().await?;
+        let seeding = Instant::now();
+        let topic = format!("{}-reconcile", self.topic);
+        store
+            .job_seed(
+                &topic,
+                far,
+                now + chrono::Duration::days(30),
+                Duration::from_secs(335 * 86_400),
+            )
+            .await?;
+        store
+            .job_seed(
+                &topic,
+                window_rows,
+                now + chrono::Duration::seconds(60),
+                Duration::from_secs(480),
+            )
+            .await?;
+        println!(
+            "reconcile: seeded {far} far-future and {window_rows} window rows in {:.1} s",
+            seeding.elapsed().as_secs_f64()
+        );
+        let reconciler = Reconciler::new(
+            store.clone(),
+            index.clone(),
+            ReconcilerConfig::from_config(&self.config),
+            Arc::new(Notify::new()),
+        );
+        let now = store.db_now().await?;
+        let probe = Instant::now();
+        let overdue = store.job_list_pending(None, now, None, 1000).await?;
+        let probe = probe.elapsed();
+        let pass = Instant::now();
+        let report = reconciler.run_once(now).await?;
+        let pass = pass.elapsed();
+        println!(
+            "reconcile: overdue probe {:.2} ms ({} overdue), full pass {:.2} ms ({report:?}) with {} pending rows",
+            probe.as_secs_f64() * 1000.0,
+            overdue.len(),
+            pass.as_secs_f64() * 1000.0,
+            far + window_rows
+        );
+        index.clear().await?;
+        let mut loader = self.loader(store, index);
+        let started = Instant::now();
+        let report = loader.run_once(store.db_now().await?).await?;
+        println!(
+            "reconcile: re-index after Redis lost everything: {} window jobs in {:.2} s ({:.0} jobs/s)",
+            report.indexed,
+            started.elapsed().as_secs_f64(),
+            report.indexed as f64 / started.elapsed().as_secs_f64()
+        );
+        if (report.indexed as u64) < window_rows {
+            bail!(
+                "re-index found {} of {window_rows} window jobs",
+                report.indexed
+            );
+        }
+        Ok(())
+    }
+
+    fn loader(&self, store: &Store, index: &Index) -> Loader {
+        Loader::new(
+            store.clone(),
+            index.clone(),
+            LoaderConfig::from_config(&self.config),
+            Arc::new(Notify::new()),
+        )
+    }
+}
+
+/// p50, p99, p99.9 and max of lateness in ms.
+fn percentiles(values: &mut [i64]) -> String {
+    if values.is_empty() {
+        return "no records".to_owned();
+    }
+    values.sort_unstable();
+    let at = |q: f64| values[((values.len() - 1) as f64 * q).round() as usize];
+    format!(
+        "p50 {} ms, p99 {} ms, p99.9 {} ms, max {} ms",
+        at(0.5),
+        at(0.99),
+        at(0.999),
+        values[values.len() - 1]
+    )
+}
+
+async fn until(at: chrono::DateTime<Utc>) {
+    if let Ok(wait) = (at - Utc::now()).to_std() {
+        tokio::time::sleep(wait).await;
+    }
+}
+
+fn consumer_at_end(brokers: &str, topic: &str) -> anyhow::Result<StreamConsumer> {
+    let consumer: StreamConsumer = kafka::client_config(brokers)
+        .set("group.id", format!("tickler-bench-{}", std::process::id()))
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "5")
+        .create()?;
+    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+    let mut assignment = TopicPartitionList::new();
+    for t in metadata.topics() {
+        for p in t.partitions() {
+            assignment.add_partition_offset(topic, p.id(), Offset::Beginning)?;
+        }
+    }
+    consumer.assign(&assignment)?;
+    Ok(consumer)
+}
+
+async fn record(consumer: StreamConsumer, records: Records, stop: CancellationToken) {
+    loop {
+        let message = tokio::select! {
+            _ = stop.cancelled() => return,
+            message = consumer.recv() => message,
+        };
+        let Ok(message) = message else { continue };
+        let received_ms = Utc::now().timestamp_millis();
+        let header = |name: &str| -> Option<i64> {
+            message
+                .headers()?
+                .iter()
+                .find(|h| h.key == name)
+                .and_then(|h| h.value)
+                .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
+        };
+        let (Some(id), Some(scheduled_ms), Some(dispatched_ms)) = (
+            header(crate::job::HEADER_JOB_ID),
+            header(crate::job::HEADER_SCHEDULED_AT),
+            header(crate::job::HEADER_DISPATCHED_AT),
+        ) else {
+            continue;
+        };
+        records
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .entry(id as u64)
+            .or_insert(Seen {
+                received_ms,
+                scheduled_ms,
+                dispatched_ms,
+            });
+    }
+}
