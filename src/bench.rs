@@ -177,8 +177,8 @@ async fn run_in(
     // so nothing else touches the rows and keys they measure.
     let store = Store::connect_lazy(&config.mysql_url, 4, Actor::Reconciler)?;
     let index = Index::connect(&config.redis_url, &config.redis_prefix, config.shards).await?;
-    bench.redis_memory(&store, &index).await?;
     bench.reconcile(&store, &index).await?;
+    bench.redis_memory(&store, &index).await?;
     index.clear().await?;
     store.close().await;
     Ok(())

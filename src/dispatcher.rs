@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 use chrono::{TimeZone, Utc};
 use futures::future::join_all;
 use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord, Producer};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::util::Timeout;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -116,8 +116,9 @@ pub struct Dispatcher {
     index: Index,
     /// Replaced (between passes, with nothing in flight) when it is wedged.
     producer: RwLock<FutureProducer>,
-    /// Passes in a row in which every send failed.
-    failed_passes: AtomicU32,
+    /// Settled passes in a row in which every send failed (the settler
+    /// counts; the dispatcher reads before each pass).
+    failed_passes: Arc<AtomicU32>,
     config: DispatcherConfig,
     wake: Arc<Notify>,
 }
@@ -149,7 +150,7 @@ impl Dispatcher {
             store,
             index,
             producer: RwLock::new(producer),
-            failed_passes: AtomicU32::new(0),
+            failed_passes: Arc::new(AtomicU32::new(0)),
             config,
             wake,
         })
@@ -159,13 +160,28 @@ impl Dispatcher {
     pub async fn run(self, cancel: CancellationToken) {
         let mut failures = 0u32;
         tracing::info!(shards = self.config.shards.len(), "dispatcher started");
+        // The settler records pass N while pass N+1 claims. Capacity 1: at
+        // most one batch waits to be recorded, so memory and the work in
+        // flight stay bounded.
+        let (to_settler, mut settles) = tokio::sync::mpsc::channel::<Settle>(1);
+        let settler = self.settler();
+        let settling = tokio::spawn(async move {
+            while let Some(settle) = settles.recv().await {
+                settler.settle(settle).await;
+            }
+        });
         while !cancel.is_cancelled() {
             let started = Instant::now();
-            let report = self.run_once().await;
+            let (report, settle) = self.pass().await;
+            if let Some(settle) = settle {
+                if let Err(unsent) = to_settler.send(settle).await {
+                    self.settler().settle(unsent.0).await;
+                }
+            }
             let pause = if report.more {
                 failures = 0;
                 Duration::ZERO
-            } else if report.claimed > 0 && report.dispatched == 0 && report.failed > 0 {
+            } else if self.failed_passes.load(Ordering::Relaxed) > 0 || report.failed > 0 {
                 // The broker or the database is failing: back off.
                 failures = failures.saturating_add(1);
                 Duration::from_millis(100u64 << failures.min(5))
@@ -185,6 +201,11 @@ impl Dispatcher {
                 _ = tokio::time::sleep(pause) => {}
             }
         }
+        // Drain: every batch produced is recorded before the process exits.
+        drop(to_settler);
+        if let Err(err) = settling.await {
+            tracing::error!(error = %err, "settler task failed");
+        }
         self.producer_flush();
         tracing::info!("dispatcher stopped");
     }
@@ -193,11 +214,32 @@ impl Dispatcher {
     /// Never fails: what could not be done is left for the lease to repair
     /// and counted in the report.
     pub async fn run_once(&self) -> DispatchReport {
+        let (mut report, settle) = self.pass().await;
+        if let Some(settle) = settle {
+            let (dispatched, failed) = self.settler().settle(settle).await;
+            report.dispatched = dispatched;
+            report.failed += failed;
+        }
+        report
+    }
+
+    fn settler(&self) -> Settler {
+        Settler {
+            store: self.store.clone(),
+            index: self.index.clone(),
+            failed_passes: self.failed_passes.clone(),
+        }
+    }
+
+    /// Claim, CAS and produce; what is left to record (mark, release,
+    /// requeue) is returned for the settler.
+    async fn pass(&self) -> (DispatchReport, Option<Settle>) {
+        self.producer_check();
         let mut report = DispatchReport::default();
         let claims = self.claim_all().await;
         let started = Instant::now();
         let Some(redis_now_ms) = claims.iter().map(|c| c.now_ms).max() else {
-            return report;
+            return (report, None);
         };
         report.more = claims
             .iter()
@@ -210,7 +252,7 @@ impl Dispatcher {
         let ids: Vec<JobId> = claims.into_iter().flat_map(|c| c.ids).collect();
         report.claimed = ids.len();
         if ids.is_empty() {
-            return report;
+            return (report, None);
         }
 
         let token: u64 = rand::random();
@@ -226,7 +268,7 @@ impl Dispatcher {
                 let back: Vec<(JobId, i64)> = ids.iter().map(|id| (*id, retry_ms)).collect();
                 self.index_requeue(&back).await;
                 report.failed = ids.len();
-                return report;
+                return (report, None);
             }
         };
         report.stale = outcome.stale.len();
@@ -261,7 +303,7 @@ impl Dispatcher {
             }
         }
         if outcome.won.is_empty() {
-            return report;
+            return (report, None);
         }
 
         // The dispatch time comes from Redis's clock plus elapsed monotonic
@@ -271,61 +313,34 @@ impl Dispatcher {
             .timestamp_millis_opt(dispatched_ms)
             .single()
             .unwrap_or_else(Utc::now);
+        // Enqueue every record, then wait for the broker's acknowledgements:
+        // measured, a pass that does not wait spins through many more, smaller
+        // passes and loses more to the extra queries than it gains (docs/
+        // benchmarks.md). Marking is left to the settler.
         let producer = self.producer_current();
-        let sends = outcome
-            .won
-            .iter()
-            .map(|job| self.produce(&producer, job, dispatched_ms));
-        let results = join_all(sends).await;
-
-        let mut dispatched = Vec::with_capacity(results.len());
-        let mut failed = Vec::new();
-        let mut first_error = None;
-        for (job, result) in outcome.won.iter().zip(results) {
-            match result {
-                Ok((partition, offset)) => {
-                    metrics::dispatch_lateness(job.schedule_time, dispatched_at);
-                    dispatched.push(Dispatched {
-                        id: job.id,
-                        partition,
-                        offset,
-                        dispatched_at,
-                    });
-                }
-                Err(err) => {
-                    tracing::warn!(job_id = job.id, topic = %job.topic, error = %err, "produce failed");
-                    first_error.get_or_insert(err);
-                    failed.push(job.id);
-                }
+        let enqueued = outcome.won.iter().map(|job| {
+            let sending = self.enqueue(&producer, job, dispatched_ms);
+            async move {
+                (
+                    job.id,
+                    job.schedule_time,
+                    Sending::Done(sending.delivered().await),
+                )
             }
-        }
-        report.dispatched = dispatched.len();
-        report.failed = failed.len();
-        metrics::dispatched(dispatched.len());
-        drop(producer);
-        self.producer_check(dispatched.is_empty() && !failed.is_empty());
-
-        self.mark_dispatched(token, &dispatched).await;
-        if !failed.is_empty() {
-            let error = first_error.unwrap_or_default();
-            metrics::produce_failed(failed.len());
-            match self.store.job_release_many(token, &failed, &error).await {
-                Ok(_) => {
-                    let retry_ms = dispatched_ms + self.config.retry_delay.as_millis() as i64;
-                    let back: Vec<(JobId, i64)> = failed.iter().map(|id| (*id, retry_ms)).collect();
-                    self.index_requeue(&back).await;
-                }
-                // The rows stay dispatching; the reconciler frees them when
-                // the lease expires.
-                Err(err) => tracing::warn!(error = %err, "cannot release failed claims"),
-            }
-        }
-        let done: Vec<JobId> = dispatched.iter().map(|d| d.id).collect();
-        if let Err(err) = self.index.job_remove_many(&done).await {
-            // Harmless: the entries expire and the CAS finds the rows done.
-            tracing::warn!(error = %err, "cannot release redis claims");
-        }
-        report
+        });
+        let sends: Vec<(JobId, chrono::DateTime<Utc>, Sending)> = join_all(enqueued).await;
+        report.dispatched = sends.len();
+        let retry_ms = dispatched_ms + self.config.retry_delay.as_millis() as i64;
+        (
+            report,
+            Some(Settle {
+                token,
+                producer,
+                sends,
+                dispatched_at,
+                retry_ms,
+            }),
+        )
     }
 
     async fn claim_all(&self) -> Vec<Claim> {
@@ -346,13 +361,9 @@ impl Dispatcher {
         out
     }
 
-    /// Produces one job; returns (partition, offset) or the broker's error.
-    async fn produce(
-        &self,
-        producer: &FutureProducer,
-        job: &Job,
-        dispatched_ms: i64,
-    ) -> Result<(i32, i64), String> {
+    /// Puts one job's record in the producer's queue; its delivery is
+    /// awaited by the settler.
+    fn enqueue(&self, producer: &FutureProducer, job: &Job, dispatched_ms: i64) -> Sending {
         let id = job.id.to_string();
         let attempt = job.attempt.to_string();
         let scheduled = job.schedule_time.timestamp_millis().to_string();
@@ -380,13 +391,177 @@ impl Dispatcher {
             .key(&key)
             .payload(&job.payload)
             .headers(headers);
-        // The claim is bounded, so the local queue is never full for long;
-        // waiting for room would only eat into the claim's lease.
-        let queue_timeout = Timeout::After(Duration::from_millis(100));
-        match producer.send(record, queue_timeout).await {
-            Ok(delivery) => Ok((delivery.partition, delivery.offset)),
-            Err((err, _)) => Err(err.to_string()),
+        // The claim is bounded, so the local queue is never full for long; a
+        // full queue fails the send (and the job is retried) at once.
+        match producer.send_result(record) {
+            Ok(delivery) => Sending::Queued(delivery),
+            Err((err, _)) => Sending::Refused(err.to_string()),
         }
+    }
+
+    async fn index_requeue(&self, jobs: &[(JobId, i64)]) {
+        if let Err(err) = self.index.job_requeue_many(jobs).await {
+            // The in-flight lease returns them to the due set anyway.
+            tracing::warn!(error = %err, num_jobs = jobs.len(), "cannot requeue ids");
+            metrics::index_error();
+        }
+    }
+
+    fn producer_current(&self) -> FutureProducer {
+        match self.producer.read() {
+            Ok(producer) => producer.clone(),
+            Err(poisoned) => poisoned.into_inner().clone(),
+        }
+    }
+
+    /// Replaces the producer when librdkafka reports it fatally failed, or
+    /// after several settled passes in which every send failed. Batches still
+    /// settling keep the old producer alive until their deliveries resolve.
+    fn producer_check(&self) {
+        let passes = self.failed_passes.load(Ordering::Relaxed);
+        let fatal = self.producer_current().client().fatal_error();
+        if fatal.is_none() && passes < PRODUCER_FAILED_PASSES_BEFORE_RESTART {
+            return;
+        }
+        match producer_create(&self.config) {
+            Ok(fresh) => {
+                tracing::warn!(failed_passes = passes, fatal = ?fatal, "replacing the kafka producer");
+                metrics::producer_restarted();
+                self.failed_passes.store(0, Ordering::Relaxed);
+                match self.producer.write() {
+                    Ok(mut producer) => *producer = fresh,
+                    Err(poisoned) => *poisoned.into_inner() = fresh,
+                }
+            }
+            Err(err) => tracing::warn!(error = %err, "cannot create a kafka producer"),
+        }
+    }
+
+    fn producer_flush(&self) {
+        if let Err(err) = self
+            .producer_current()
+            .flush(Timeout::After(Duration::from_secs(5)))
+        {
+            tracing::warn!(error = %err, "producer flush on shutdown failed");
+        }
+    }
+}
+
+/// A record handed to the producer.
+enum Sending {
+    Queued(DeliveryFuture),
+    /// The producer refused it at once (queue full, unknown topic...).
+    Refused(String),
+    /// Acknowledged (partition, offset) or failed.
+    Done(Result<(i32, i64), String>),
+}
+
+impl Sending {
+    /// Where the record landed, or why it did not.
+    async fn delivered(self) -> Result<(i32, i64), String> {
+        match self {
+            Sending::Queued(delivery) => match delivery.await {
+                Ok(Ok(delivery)) => Ok((delivery.partition, delivery.offset)),
+                Ok(Err((err, _))) => Err(err.to_string()),
+                Err(_) => Err("the producer was dropped before delivery".to_owned()),
+            },
+            Sending::Refused(err) => Err(err),
+            Sending::Done(result) => result,
+        }
+    }
+}
+
+/// What a pass leaves to the settler: records in the producer's hands.
+struct Settle {
+    token: u64,
+    /// Kept alive until every delivery resolves, even if replaced.
+    producer: FutureProducer,
+    sends: Vec<(JobId, chrono::DateTime<Utc>, Sending)>,
+    dispatched_at: chrono::DateTime<Utc>,
+    /// When jobs whose send failed are tried again (Redis clock, ms).
+    retry_ms: i64,
+}
+
+/// Records a pass's deliveries: marks produced jobs `dispatched`, returns
+/// failed ones to `pending`, releases the Redis claims. Runs beside the next
+/// pass, so claiming never waits on marking.
+struct Settler {
+    store: Store,
+    index: Index,
+    failed_passes: Arc<AtomicU32>,
+}
+
+impl Settler {
+    /// Returns (produced, failed).
+    async fn settle(&self, settle: Settle) -> (usize, usize) {
+        let Settle {
+            token,
+            producer,
+            sends,
+            dispatched_at,
+            retry_ms,
+        } = settle;
+        let mut dispatched = Vec::with_capacity(sends.len());
+        let mut failed = Vec::new();
+        let mut first_error = None;
+        let outcomes = join_all(
+            sends
+                .into_iter()
+                .map(|(id, scheduled, sending)| async move {
+                    (id, scheduled, sending.delivered().await)
+                }),
+        )
+        .await;
+        drop(producer);
+        for (id, scheduled, result) in outcomes {
+            match result {
+                Ok((partition, offset)) => {
+                    metrics::dispatch_lateness(scheduled, dispatched_at);
+                    dispatched.push(Dispatched {
+                        id,
+                        partition,
+                        offset,
+                        dispatched_at,
+                    });
+                }
+                Err(err) => {
+                    tracing::warn!(job_id = id, error = %err, "produce failed");
+                    first_error.get_or_insert(err);
+                    failed.push(id);
+                }
+            }
+        }
+        metrics::dispatched(dispatched.len());
+        if dispatched.is_empty() && !failed.is_empty() {
+            self.failed_passes.fetch_add(1, Ordering::Relaxed);
+        } else {
+            self.failed_passes.store(0, Ordering::Relaxed);
+        }
+
+        self.mark_dispatched(token, &dispatched).await;
+        if !failed.is_empty() {
+            metrics::produce_failed(failed.len());
+            let error = first_error.unwrap_or_default();
+            match self.store.job_release_many(token, &failed, &error).await {
+                Ok(_) => {
+                    let back: Vec<(JobId, i64)> = failed.iter().map(|id| (*id, retry_ms)).collect();
+                    if let Err(err) = self.index.job_requeue_many(&back).await {
+                        // The in-flight lease returns them to the due set anyway.
+                        tracing::warn!(error = %err, num_jobs = back.len(), "cannot requeue ids");
+                        metrics::index_error();
+                    }
+                }
+                // The rows stay dispatching; the reconciler frees them when
+                // the lease expires.
+                Err(err) => tracing::warn!(error = %err, "cannot release failed claims"),
+            }
+        }
+        let done: Vec<JobId> = dispatched.iter().map(|d| d.id).collect();
+        if let Err(err) = self.index.job_remove_many(&done).await {
+            // Harmless: the entries expire and the CAS finds the rows done.
+            tracing::warn!(error = %err, "cannot release redis claims");
+        }
+        (dispatched.len(), failed.len())
     }
 
     /// Marks produced jobs, retrying briefly: giving up means they are
@@ -414,58 +589,6 @@ impl Dispatcher {
                     delay *= 4;
                 }
             }
-        }
-    }
-
-    async fn index_requeue(&self, jobs: &[(JobId, i64)]) {
-        if let Err(err) = self.index.job_requeue_many(jobs).await {
-            // The in-flight lease returns them to the due set anyway.
-            tracing::warn!(error = %err, num_jobs = jobs.len(), "cannot requeue ids");
-            metrics::index_error();
-        }
-    }
-
-    fn producer_current(&self) -> FutureProducer {
-        match self.producer.read() {
-            Ok(producer) => producer.clone(),
-            Err(poisoned) => poisoned.into_inner().clone(),
-        }
-    }
-
-    /// Replaces the producer when librdkafka reports it fatally failed, or
-    /// after several passes in which every send failed. Called between
-    /// passes, when this dispatcher has nothing in flight.
-    fn producer_check(&self, all_failed: bool) {
-        let passes = if all_failed {
-            self.failed_passes.fetch_add(1, Ordering::Relaxed) + 1
-        } else {
-            self.failed_passes.store(0, Ordering::Relaxed);
-            0
-        };
-        let fatal = self.producer_current().client().fatal_error();
-        if fatal.is_none() && passes < PRODUCER_FAILED_PASSES_BEFORE_RESTART {
-            return;
-        }
-        match producer_create(&self.config) {
-            Ok(fresh) => {
-                tracing::warn!(failed_passes = passes, fatal = ?fatal, "replacing the kafka producer");
-                metrics::producer_restarted();
-                self.failed_passes.store(0, Ordering::Relaxed);
-                match self.producer.write() {
-                    Ok(mut producer) => *producer = fresh,
-                    Err(poisoned) => *poisoned.into_inner() = fresh,
-                }
-            }
-            Err(err) => tracing::warn!(error = %err, "cannot create a kafka producer"),
-        }
-    }
-
-    fn producer_flush(&self) {
-        if let Err(err) = self
-            .producer_current()
-            .flush(Timeout::After(Duration::from_secs(5)))
-        {
-            tracing::warn!(error = %err, "producer flush on shutdown failed");
         }
     }
 }
