@@ -177,8 +177,10 @@ async fn run_in(
     // so nothing else touches the rows and keys they measure.
     let store = Store::connect_lazy(&config.mysql_url, 4, Actor::Reconciler)?;
     let index = Index::connect(&config.redis_url, &config.redis_prefix, config.shards).await?;
-    bench.reconcile(&store, &index).await?;
+    // Memory first, on an empty index; its window jobs are due 5 to 9
+    // minutes out, so none is overdue during the reconcile stage.
     bench.redis_memory(&store, &index).await?;
+    bench.reconcile(&store, &index).await?;
     index.clear().await?;
     store.close().await;
     Ok(())
@@ -404,13 +406,12 @@ impl Bench {
             .await?;
         let after_far = index.memory_used().await?;
         let near_topic = format!("{}-near", self.topic);
-        let window = self.config.window();
         store
             .job_seed(
                 &near_topic,
                 n,
-                now + chrono::Duration::seconds(60),
-                window / 2,
+                now + chrono::Duration::minutes(5),
+                Duration::from_secs(240),
             )
             .await?;
         let report = self
@@ -445,12 +446,15 @@ impl Bench {
                 Duration::from_secs(335 * 86_400),
             )
             .await?;
+        // The window rows after the far ones, due 5 to 9 minutes out, so none
+        // is overdue yet when the probe runs.
+        let now = store.db_now().await?;
         store
             .job_seed(
                 &topic,
                 window_rows,
-                now + chrono::Duration::seconds(60),
-                Duration::from_secs(480),
+                now + chrono::Duration::minutes(5),
+                Duration::from_secs(240),
             )
             .await?;
         println!(

@@ -236,7 +236,9 @@ impl Dispatcher {
     async fn pass(&self) -> (DispatchReport, Option<Settle>) {
         self.producer_check();
         let mut report = DispatchReport::default();
+        let pass_started = Instant::now();
         let claims = self.claim_all().await;
+        let claimed_after = pass_started.elapsed();
         let started = Instant::now();
         let Some(redis_now_ms) = claims.iter().map(|c| c.now_ms).max() else {
             return (report, None);
@@ -256,6 +258,7 @@ impl Dispatcher {
         }
 
         let token: u64 = rand::random();
+        let cas_started = Instant::now();
         let outcome = match self
             .store
             .job_claim_many(&ids, token, self.config.lease)
@@ -328,8 +331,16 @@ impl Dispatcher {
                 )
             }
         });
+        let produce_started = Instant::now();
         let sends: Vec<(JobId, chrono::DateTime<Utc>, Sending)> = join_all(enqueued).await;
         report.dispatched = sends.len();
+        tracing::debug!(
+            num_jobs = sends.len(),
+            claim_us = claimed_after.as_micros() as u64,
+            cas_us = (produce_started - cas_started).as_micros() as u64,
+            produce_us = produce_started.elapsed().as_micros() as u64,
+            "dispatch pass"
+        );
         let retry_ms = dispatched_ms + self.config.retry_delay.as_millis() as i64;
         (
             report,
