@@ -19,9 +19,9 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use chrono::Utc;
 use futures::StreamExt;
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::StreamConsumer;
 use rdkafka::message::{Headers, Message};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::Offset;
 use serde_json::{json, Value};
 use sqlx::Connection;
 use tokio::sync::Notify;
@@ -150,7 +150,7 @@ async fn run_in(
     let running = crate::app::start(config.clone(), cancel.clone()).await?;
     let addr = running.http_addr.context("the bench runs the api role")?;
     let records: Records = Arc::new(Mutex::new(HashMap::new()));
-    let consumer = consumer_at_end(&config.kafka_brokers, &topic)?;
+    let consumer = kafka::consumer_assigned(&config.kafka_brokers, &topic, Offset::Beginning)?;
     let stop_consumer = CancellationToken::new();
     tokio::spawn(record(consumer, records.clone(), stop_consumer.clone()));
 
@@ -530,23 +530,6 @@ async fn until(at: chrono::DateTime<Utc>) {
     if let Ok(wait) = (at - Utc::now()).to_std() {
         tokio::time::sleep(wait).await;
     }
-}
-
-fn consumer_at_end(brokers: &str, topic: &str) -> anyhow::Result<StreamConsumer> {
-    let consumer: StreamConsumer = kafka::client_config(brokers)
-        .set("group.id", format!("tickler-bench-{}", std::process::id()))
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "5")
-        .create()?;
-    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
-    let mut assignment = TopicPartitionList::new();
-    for t in metadata.topics() {
-        for p in t.partitions() {
-            assignment.add_partition_offset(topic, p.id(), Offset::Beginning)?;
-        }
-    }
-    consumer.assign(&assignment)?;
-    Ok(consumer)
 }
 
 async fn record(consumer: StreamConsumer, records: Records, stop: CancellationToken) {

@@ -7,9 +7,8 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use chrono::Utc;
-use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::message::{Headers, Message};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::Offset;
 use serde_json::json;
 
 use crate::config::Config;
@@ -20,7 +19,7 @@ pub async fn run(config: &Config, topic: &str, jobs: u32) -> anyhow::Result<()> 
     kafka::topic_ensure(&config.kafka_brokers, topic, 1)
         .await
         .with_context(|| format!("creating topic {topic}"))?;
-    let consumer = tail_consumer(&config.kafka_brokers, topic)?;
+    let consumer = kafka::consumer_assigned(&config.kafka_brokers, topic, Offset::End)?;
 
     let base = format!("http://{}", config.http_addr);
     let http = reqwest::Client::new();
@@ -85,24 +84,4 @@ pub async fn run(config: &Config, topic: &str, jobs: u32) -> anyhow::Result<()> 
     }
     println!("all {jobs} jobs arrived");
     Ok(())
-}
-
-/// A consumer reading every partition of `topic` from its current end.
-fn tail_consumer(brokers: &str, topic: &str) -> anyhow::Result<StreamConsumer> {
-    let consumer: StreamConsumer = kafka::client_config(brokers)
-        .set("group.id", format!("tickler-demo-{}", std::process::id()))
-        .set("enable.auto.commit", "false")
-        // The broker answers a fetch when this expires: keep it low so the
-        // printed lateness is tickler's, not the consumer's.
-        .set("fetch.wait.max.ms", "10")
-        .create()?;
-    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
-    let mut assignment = TopicPartitionList::new();
-    for t in metadata.topics() {
-        for p in t.partitions() {
-            assignment.add_partition_offset(topic, p.id(), Offset::End)?;
-        }
-    }
-    consumer.assign(&assignment)?;
-    Ok(consumer)
 }

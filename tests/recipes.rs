@@ -33,7 +33,7 @@ async fn run(env: &TestEnv, name: &str, id: u64, run_at: Option<chrono::DateTime
         );
     }
     assert!(
-        !sql.contains("17") && !sql.contains("2030"),
+        !sql.contains("id = 17") && !sql.contains("'2030-"),
         "every example value replaced: {sql}"
     );
     let mut conn = env.sql.acquire().await.unwrap();

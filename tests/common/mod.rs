@@ -10,9 +10,9 @@ use std::future::Future;
 use std::time::Duration;
 
 use rand::Rng;
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::consumer::StreamConsumer;
 use rdkafka::message::{BorrowedMessage, Headers, Message};
-use rdkafka::{Offset, TopicPartitionList};
+use rdkafka::Offset;
 use serde_json::Value;
 use sqlx::mysql::MySqlPool;
 use sqlx::Connection;
@@ -235,29 +235,9 @@ impl TestEnv {
     }
 }
 
-/// A consumer reading every partition of `topic` from the beginning, with a
-/// low fetch wait so that records show up promptly.
+/// A consumer reading every partition of `topic` from the beginning.
 pub fn consumer_from_beginning(brokers: &str, topic: &str) -> StreamConsumer {
-    let consumer: StreamConsumer = kafka::client_config(brokers)
-        .set("group.id", unique("tickler-test-"))
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "10")
-        .create()
-        .unwrap();
-    let metadata = consumer
-        .fetch_metadata(Some(topic), Duration::from_secs(10))
-        .unwrap();
-    let mut assignment = TopicPartitionList::new();
-    for t in metadata.topics() {
-        for p in t.partitions() {
-            assignment
-                .add_partition_offset(topic, p.id(), Offset::Beginning)
-                .unwrap();
-        }
-    }
-    assert!(assignment.count() > 0, "topic {topic} has partitions");
-    consumer.assign(&assignment).unwrap();
-    consumer
+    kafka::consumer_assigned(brokers, topic, Offset::Beginning).expect("kafka consumer")
 }
 
 /// A record as the tests look at it.
