@@ -8,7 +8,7 @@ use std::collections::HashSet;
 use std::time::Duration;
 
 use chrono::Utc;
-use common::{eventually, records_read, TestEnv};
+use common::{records_read, TestEnv};
 use futures::StreamExt;
 use serde_json::{json, Value};
 
@@ -178,11 +178,8 @@ async fn cancel_answers_cancelled_too_late_or_in_flight() {
     let soon = env.job_create(json!({"payload": 2, "delay_ms": 0})).await;
     let soon_id = soon["id"].as_u64().unwrap();
     let records = records_read(&consumer, 1, Duration::from_secs(10)).await;
-    eventually(Duration::from_secs(5), || async {
-        (env.job_status(soon_id).await == "dispatched").then_some(())
-    })
-    .await
-    .unwrap();
+    env.status_await(soon_id, "dispatched", Duration::from_secs(5))
+        .await;
     let (status, reply) = cancel(&env, soon_id).await;
     assert_eq!(status, 409);
     assert_eq!(reply["outcome"], "too_late");
@@ -424,11 +421,8 @@ async fn history_shows_every_change_with_its_actor() {
     let id = job["id"].as_u64().unwrap();
     patch(&env, id, json!({"version": 1, "delay_ms": 200})).await;
     records_read(&consumer, 1, Duration::from_secs(10)).await;
-    eventually(Duration::from_secs(5), || async {
-        (env.job_status(id).await == "dispatched").then_some(())
-    })
-    .await
-    .unwrap();
+    env.status_await(id, "dispatched", Duration::from_secs(5))
+        .await;
     // A person requeues it by hand.
     sqlx::query("UPDATE jobs SET status = 'pending', attempt = attempt + 1, schedule_time = UTC_TIMESTAMP(3) + INTERVAL 1 HOUR WHERE id = ?")
         .bind(id)

@@ -3,14 +3,11 @@
 
 mod common;
 
-use std::sync::Arc;
 use std::time::Duration;
 
 use common::{eventually, records_read, TestEnv};
 use serde_json::json;
 use tickler::index::Location;
-use tickler::loader::{Loader, LoaderConfig};
-use tokio::sync::Notify;
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delayed_job_arrives_on_kafka_with_its_headers_and_is_marked_dispatched() {
@@ -85,12 +82,7 @@ async fn job_due_in_30_days_is_in_mysql_and_in_no_redis_key() {
 
     // Drive a full loader pass ourselves rather than hoping the background
     // one has run: after it, everything due within the window is indexed.
-    let mut loader = Loader::new(
-        env.store.clone(),
-        env.index.clone(),
-        LoaderConfig::from_config(&env.config),
-        Arc::new(Notify::new()),
-    );
+    let mut loader = env.loader();
     let now = env.store.db_now().await.unwrap();
     loader.run_once(now).await.unwrap();
     loader

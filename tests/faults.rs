@@ -164,6 +164,33 @@ async fn redis_unreachable_for_30s_loses_nothing_and_the_api_keeps_accepting() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tickler_started_while_redis_is_down_takes_jobs_and_produces_them_when_it_returns() {
+    let mut redis = PrivateRedis::start().await;
+    redis.proc.kill9();
+    let services = Services {
+        redis_url: redis.url(),
+        ..Services::shared()
+    };
+    // tickler starts without Redis: MySQL takes the jobs.
+    let world = World::start(services, &[]).await;
+    let t0 = Utc::now() + secs(1.0);
+    let expected = world
+        .jobs_schedule(jobs(200), t0, Duration::from_secs(2))
+        .await;
+    until(t0 + secs(3.0)).await;
+    redis.restart().await;
+    verdict(
+        &world,
+        "tickler started without redis",
+        &expected,
+        &HashSet::new(),
+        Duration::from_secs(30),
+    )
+    .await;
+    world.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn mariadb_killed_and_restarted_loses_nothing_and_the_api_answers_503() {
     let mut mariadb = PrivateMariadb::start().await;
     let services = Services {

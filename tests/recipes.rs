@@ -7,7 +7,7 @@ mod common;
 use std::time::Duration;
 
 use chrono::Utc;
-use common::{eventually, records_read, TestEnv};
+use common::{records_read, TestEnv};
 use serde_json::json;
 
 /// The SQL block following `<!-- recipe: NAME -->` in docs/operations.md.
@@ -123,11 +123,8 @@ async fn recipe_requeue_produces_a_dispatched_job_again_as_its_next_attempt() {
     let job = env.job_create(json!({"payload": 1, "delay_ms": 0})).await;
     let id = job["id"].as_u64().unwrap();
     records_read(&consumer, 1, Duration::from_secs(10)).await;
-    eventually(Duration::from_secs(5), || async {
-        (env.job_status(id).await == "dispatched").then_some(())
-    })
-    .await
-    .unwrap();
+    env.status_await(id, "dispatched", Duration::from_secs(5))
+        .await;
     assert_eq!(run(&env, "requeue", id, None).await, 1);
     let again = records_read(&consumer, 1, Duration::from_secs(10)).await;
     assert_eq!(again.len(), 1, "produced again");

@@ -10,7 +10,6 @@ use std::time::Duration;
 
 use common::{records_read, TestEnv};
 use serde_json::json;
-use tickler::loader::{Loader, LoaderConfig};
 use tickler::reconciler::{Reconciler, ReconcilerConfig};
 use tokio::sync::Notify;
 
@@ -119,12 +118,7 @@ async fn loader_rebuilds_the_window_after_redis_loses_everything() {
         .job_create(json!({"payload": "soon", "delay_ms": 2_500}))
         .await;
     let soon_id = soon["id"].as_u64().unwrap();
-    let mut loader = Loader::new(
-        env.store.clone(),
-        env.index.clone(),
-        LoaderConfig::from_config(&env.config),
-        Arc::new(Notify::new()),
-    );
+    let mut loader = env.loader();
     let now = env.store.db_now().await.unwrap();
     let first = loader.run_once(now).await.unwrap();
     assert!(!first.rebuilt);

@@ -89,7 +89,9 @@ impl Index {
             .set_connection_timeout(Some(Duration::from_secs(1)))
             .set_response_timeout(Some(Duration::from_secs(2)))
             .set_number_of_retries(1);
-        let conn = ConnectionManager::new_with_config(client, config).await?;
+        // Lazy: tickler starts (and its API takes jobs into MySQL) while
+        // Redis is down; the connection is made, and remade, on use.
+        let conn = ConnectionManager::new_lazy_with_config(client, config)?;
         Ok(Index {
             conn,
             prefix: prefix.into(),

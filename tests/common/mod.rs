@@ -200,6 +200,28 @@ impl TestEnv {
             .unwrap()
     }
 
+    /// A loader over this test's stores, driven by the test (`run_once`).
+    pub fn loader(&self) -> tickler::loader::Loader {
+        tickler::loader::Loader::new(
+            self.store.clone(),
+            self.index.clone(),
+            tickler::loader::LoaderConfig::from_config(&self.config),
+            std::sync::Arc::new(tokio::sync::Notify::new()),
+        )
+    }
+
+    /// Waits until job `id` has `status`; panics after `wait`.
+    pub async fn status_await(&self, id: u64, status: &str, wait: Duration) {
+        let reached = eventually(wait, || async {
+            (self.job_status(id).await == status).then_some(())
+        })
+        .await;
+        assert!(
+            reached.is_some(),
+            "job {id} did not become {status} within {wait:?}"
+        );
+    }
+
     /// Every Redis key under this test's prefix.
     pub async fn redis_keys(&self) -> Vec<String> {
         let client = redis::Client::open(self.config.redis_url.as_str()).unwrap();
