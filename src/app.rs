@@ -18,6 +18,7 @@ use crate::index::{Index, IndexError};
 use crate::loader::{Loader, LoaderConfig};
 use crate::metrics;
 use crate::reconciler::{Reconciler, ReconcilerConfig};
+use crate::results::{DeadLetterProducer, Resolver, ResultsConsumer};
 use crate::store::{Actor, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -73,8 +74,19 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
     let store = Store::connect_lazy(&config.mysql_url, config.mysql_pool_size, Actor::Api)?;
     let dispatcher_store = Store::connect_lazy(&config.mysql_url, 4, Actor::Dispatcher)?;
     let reconciler_store = Store::connect_lazy(&config.mysql_url, 2, Actor::Reconciler)?;
+    let results_store = Store::connect_lazy(&config.mysql_url, 2, Actor::Results)?;
     let index = Index::connect(&config.redis_url, &config.redis_prefix, config.shards).await?;
     let wake = Arc::new(Notify::new());
+    let dead_letters = Arc::new(Notify::new());
+    let resolver_for = |store: &Store| {
+        Resolver::new(
+            store.clone(),
+            index.clone(),
+            config.clone(),
+            wake.clone(),
+            dead_letters.clone(),
+        )
+    };
     let tracker = TaskTracker::new();
 
     if config.has_role("dispatcher") {
@@ -102,8 +114,16 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
             index.clone(),
             ReconcilerConfig::from_config(&config),
             wake.clone(),
+            resolver_for(&reconciler_store),
         );
         tracker.spawn(reconciler.run(cancel.child_token()));
+    }
+    if config.has_role("results") {
+        let consumer = ResultsConsumer::new(resolver_for(&results_store), config.clone());
+        tracker.spawn(consumer.run(cancel.child_token()));
+        let producer =
+            DeadLetterProducer::new(results_store.clone(), config.clone(), dead_letters.clone());
+        tracker.spawn(producer.run(cancel.child_token()));
     }
 
     let mut http_addr = None;
@@ -124,6 +144,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
             index: index.clone(),
             config: config.clone(),
             wake: wake.clone(),
+            resolver: resolver_for(&store),
             metrics: metrics::install(),
         });
         let stop = cancel.child_token();
@@ -141,7 +162,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
 
     Ok(Running {
         http_addr,
-        stores: vec![dispatcher_store, reconciler_store],
+        stores: vec![dispatcher_store, reconciler_store, results_store],
         store,
         index,
         cancel,

@@ -33,6 +33,7 @@ use crate::job::Status;
 use crate::kafka;
 use crate::loader::{Loader, LoaderConfig};
 use crate::reconciler::{Reconciler, ReconcilerConfig};
+use crate::results::Resolver;
 use crate::store::{Actor, Store};
 
 /// What to run, and how big.
@@ -134,6 +135,8 @@ async fn run_in(
         mysql_url: format!("{server_url}/{db_name}"),
         redis_prefix: format!("tickler-bench-{suffix}"),
         http_addr: "127.0.0.1:0".to_owned(),
+        results_topic: format!("tickler-bench-results-{suffix}"),
+        results_group: format!("tickler-bench-{suffix}"),
         ..base.clone()
     };
     Store::migrate(&config.mysql_url).await?;
@@ -466,6 +469,13 @@ impl Bench {
             index.clone(),
             ReconcilerConfig::from_config(&self.config),
             Arc::new(Notify::new()),
+            Resolver::new(
+                store.clone(),
+                index.clone(),
+                Arc::new(self.config.clone()),
+                Arc::new(Notify::new()),
+                Arc::new(Notify::new()),
+            ),
         );
         let now = store.db_now().await?;
         let probe = Instant::now();

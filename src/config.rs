@@ -11,6 +11,9 @@ use figment::providers::{Env, Format, Serialized, Toml};
 use figment::Figment;
 use serde::{Deserialize, Serialize};
 
+use crate::job;
+use crate::retry::{Policy, PolicyOverrides};
+
 /// Every setting, with its default. Durations carry their unit in the name so
 /// that `TICKLER_WINDOW_MS=600000` reads unambiguously.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -32,7 +35,7 @@ pub struct Config {
     /// Address the HTTP API listens on.
     pub http_addr: String,
     /// Roles this process runs: any of `api`, `loader`, `dispatcher`,
-    /// `reconciler`.
+    /// `reconciler`, `results`.
     pub roles: Vec<String>,
     /// Number of logical shards (one Redis ZSET each). Changing it on a live
     /// deployment strands indexed jobs until the reconciler re-feeds them.
@@ -68,8 +71,63 @@ pub struct Config {
     pub payload_max_bytes: usize,
     /// Latest a job may be scheduled, counted from now.
     pub max_schedule_ahead_days: u64,
-    /// `max_attempts` given to jobs that do not set it.
+    /// Result policy of jobs whose request and topic leave it open:
+    /// whether a consumer reports back...
+    pub default_expects_result: bool,
+    /// ...how many attempts a job gets in all...
     pub default_max_attempts: u32,
+    /// ...the retry delay, `min(cap, base * 2^(attempt-1))` jittered to
+    /// between half of it and all of it...
+    pub default_backoff_base_ms: u32,
+    pub default_backoff_cap_ms: u32,
+    /// ...and how long a dispatched job waits for its result before the
+    /// silence counts as a retry.
+    pub default_ack_timeout_ms: u32,
+    /// Per-topic result policy and dead-letter topic, by business topic
+    /// (`[topics."orders.reminders"]` in the file).
+    pub topics: BTreeMap<String, TopicConfig>,
+    /// The topic consumers report results on.
+    pub results_topic: String,
+    /// Consumer group tickler reads the results topic with.
+    pub results_group: String,
+    /// Partitions of the results topic when tickler creates it (it exists
+    /// already in most deployments; then this is not used).
+    pub results_topic_partitions: i32,
+    /// Most reports applied in one transaction.
+    pub results_batch: usize,
+    /// Where a record for each job that ends `dead` goes; none by default.
+    pub dead_letter_topic: Option<String>,
+}
+
+/// One business topic's settings; what is left out comes from the defaults.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TopicConfig {
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub expects_result: Option<bool>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_attempts: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backoff_base_ms: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub backoff_cap_ms: Option<u32>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ack_timeout_ms: Option<u32>,
+    /// Overrides `dead_letter_topic`; `""` turns dead letters off here.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub dead_letter_topic: Option<String>,
+}
+
+impl TopicConfig {
+    pub fn overrides(&self) -> PolicyOverrides {
+        PolicyOverrides {
+            expects_result: self.expects_result,
+            max_attempts: self.max_attempts,
+            backoff_base_ms: self.backoff_base_ms,
+            backoff_cap_ms: self.backoff_cap_ms,
+            ack_timeout_ms: self.ack_timeout_ms,
+        }
+    }
 }
 
 impl Default for Config {
@@ -97,7 +155,17 @@ impl Default for Config {
             batch_max: 1_000,
             payload_max_bytes: 1024 * 1024,
             max_schedule_ahead_days: 3650,
-            default_max_attempts: 1,
+            default_expects_result: false,
+            default_max_attempts: 5,
+            default_backoff_base_ms: 1_000,
+            default_backoff_cap_ms: 3_600_000,
+            default_ack_timeout_ms: 300_000,
+            topics: BTreeMap::new(),
+            results_topic: "tickler.results".to_owned(),
+            results_group: "tickler".to_owned(),
+            results_topic_partitions: 4,
+            results_batch: 500,
+            dead_letter_topic: None,
         }
     }
 }
@@ -114,7 +182,7 @@ pub enum ConfigError {
     },
 }
 
-pub const ROLES: [&str; 4] = ["api", "loader", "dispatcher", "reconciler"];
+pub const ROLES: [&str; 5] = ["api", "loader", "dispatcher", "reconciler", "results"];
 
 impl Config {
     /// Defaults, overridden by `file` (when given) and then by `TICKLER_*`
@@ -217,8 +285,51 @@ impl Config {
                 "must be between 1 and 36500",
             ));
         }
-        if self.default_max_attempts == 0 {
-            return Err(invalid("default_max_attempts", "must be at least 1"));
+        if let Err(problem) = self.policy_default().validate() {
+            return Err(ConfigError::Invalid {
+                field: "default_*",
+                problem: format!("give an invalid result policy: {problem}"),
+            });
+        }
+        for (topic, settings) in &self.topics {
+            let problem = if job::topic_validate(topic).is_err() {
+                Some("is not a valid Kafka topic name".to_owned())
+            } else if let Err(problem) = self.policy_for(topic).validate() {
+                Some(problem)
+            } else {
+                match &settings.dead_letter_topic {
+                    Some(dlt) if !dlt.is_empty() && job::topic_validate(dlt).is_err() => {
+                        Some("has a dead_letter_topic that is not a valid topic name".to_owned())
+                    }
+                    _ => None,
+                }
+            };
+            if let Some(problem) = problem {
+                return Err(ConfigError::Invalid {
+                    field: "topics",
+                    problem: format!("entry {topic:?}: {problem}"),
+                });
+            }
+        }
+        if job::topic_validate(&self.results_topic).is_err() {
+            return Err(invalid("results_topic", "must be a valid Kafka topic name"));
+        }
+        if self.results_group.is_empty() {
+            return Err(invalid("results_group", "must not be empty"));
+        }
+        if self.results_topic_partitions < 1 {
+            return Err(invalid("results_topic_partitions", "must be at least 1"));
+        }
+        if !(1..=10_000).contains(&self.results_batch) {
+            return Err(invalid("results_batch", "must be between 1 and 10000"));
+        }
+        if let Some(dlt) = &self.dead_letter_topic {
+            if job::topic_validate(dlt).is_err() {
+                return Err(invalid(
+                    "dead_letter_topic",
+                    "must be a valid Kafka topic name",
+                ));
+            }
         }
         Ok(())
     }
@@ -240,6 +351,38 @@ impl Config {
         Duration::from_millis(self.window_ms)
     }
 
+    /// The result policy of jobs that set none themselves.
+    pub fn policy_default(&self) -> Policy {
+        Policy {
+            expects_result: self.default_expects_result,
+            max_attempts: self.default_max_attempts,
+            backoff_base_ms: self.default_backoff_base_ms,
+            backoff_cap_ms: self.default_backoff_cap_ms,
+            ack_timeout_ms: self.default_ack_timeout_ms,
+        }
+    }
+
+    /// The result policy of jobs on `topic`, before the request's own.
+    pub fn policy_for(&self, topic: &str) -> Policy {
+        match self.topics.get(topic) {
+            Some(settings) => settings.overrides().over(self.policy_default()),
+            None => self.policy_default(),
+        }
+    }
+
+    /// Where dead jobs of `topic` are recorded, if anywhere.
+    pub fn dead_letter_for(&self, topic: &str) -> Option<&str> {
+        let chosen = match self
+            .topics
+            .get(topic)
+            .and_then(|t| t.dead_letter_topic.as_deref())
+        {
+            Some(topic_own) => Some(topic_own),
+            None => self.dead_letter_topic.as_deref(),
+        };
+        chosen.filter(|t| !t.is_empty())
+    }
+
     pub fn claim_lease(&self) -> Duration {
         Duration::from_millis(self.claim_lease_ms)
     }
@@ -257,7 +400,7 @@ mod tests {
         assert_eq!(config.kafka_brokers, "127.0.0.1:9092");
         assert_eq!(config.shards, 16);
         assert_eq!(config.window(), Duration::from_secs(600));
-        for role in ["api", "loader", "dispatcher", "reconciler"] {
+        for role in ["api", "loader", "dispatcher", "reconciler", "results"] {
             assert!(config.has_role(role), "{role} runs by default");
         }
     }
@@ -296,6 +439,44 @@ mod tests {
         };
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("\"reaper\""), "{err}");
+    }
+
+    #[test]
+    fn topics_override_the_default_policy() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "tickler.toml",
+                "default_max_attempts = 3\ndead_letter_topic = \"all.dead\"\n\
+                 [topics.\"orders.reminders\"]\nexpects_result = true\nack_timeout_ms = 60000\n\
+                 [topics.quiet]\ndead_letter_topic = \"\"\n",
+            )?;
+            let config = Config::load(Some(Path::new("tickler.toml"))).unwrap();
+            let policy = config.policy_for("orders.reminders");
+            assert!(policy.expects_result);
+            assert_eq!(policy.ack_timeout_ms, 60_000);
+            assert_eq!(policy.max_attempts, 3, "from the defaults");
+            assert!(!config.policy_for("other").expects_result);
+            assert_eq!(config.dead_letter_for("other"), Some("all.dead"));
+            assert_eq!(config.dead_letter_for("quiet"), None);
+
+            jail.create_file(
+                "bad.toml",
+                "[topics.\"orders\"]\nbackoff_base_ms = 5000\nbackoff_cap_ms = 10\n",
+            )?;
+            let err = Config::load(Some(Path::new("bad.toml")))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                err.contains("\"orders\"") && err.contains("backoff_base_ms"),
+                "{err}"
+            );
+            jail.create_file("typo.toml", "[topics.orders]\nmax_attempt = 5\n")?;
+            let err = Config::load(Some(Path::new("typo.toml")))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("max_attempt"), "{err}");
+            Ok(())
+        });
     }
 
     #[test]

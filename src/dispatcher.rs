@@ -126,16 +126,12 @@ pub struct Dispatcher {
 fn producer_create(
     config: &DispatcherConfig,
 ) -> Result<FutureProducer, rdkafka::error::KafkaError> {
-    let mut client = kafka::client_config(&config.brokers);
-    client
-        .set("enable.idempotence", "true")
-        .set("acks", "all")
-        .set("linger.ms", config.linger_ms.to_string())
-        .set("message.timeout.ms", config.message_timeout_ms.to_string());
-    for (key, value) in &config.kafka_options {
-        client.set(key, value);
-    }
-    client.create()
+    kafka::producer_create(
+        &config.brokers,
+        &config.kafka_options,
+        config.linger_ms,
+        config.message_timeout_ms,
+    )
 }
 
 impl Dispatcher {

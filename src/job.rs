@@ -8,6 +8,8 @@ use std::str::FromStr;
 use chrono::{DateTime, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 
+use crate::retry::Policy;
+
 /// Job identifier: the `jobs.id` primary key.
 pub type JobId = u64;
 
@@ -122,7 +124,7 @@ pub struct NewJob {
     pub payload_kind: PayloadKind,
     pub headers: BTreeMap<String, String>,
     pub schedule: Schedule,
-    pub max_attempts: u32,
+    pub policy: Policy,
 }
 
 /// A job as stored.
@@ -137,7 +139,8 @@ pub struct Job {
     pub schedule_time: DateTime<Utc>,
     pub status: Status,
     pub attempt: u32,
-    pub max_attempts: u32,
+    /// `policy.max_attempts` is the `max_attempts` column.
+    pub policy: Policy,
     pub version: u32,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
@@ -145,6 +148,8 @@ pub struct Job {
     pub kafka_partition: Option<i32>,
     pub kafka_offset: Option<i64>,
     pub last_error: Option<String>,
+    /// When a dispatched job expecting a result stops waiting for it.
+    pub ack_deadline: Option<DateTime<Utc>>,
 }
 
 impl Job {

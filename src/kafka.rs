@@ -1,12 +1,14 @@
 //! Kafka client settings and topic administration shared by the dispatcher,
-//! the demo and the tests. Producing records is the dispatcher's alone.
+//! the results role, the demo and the tests.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
+use rdkafka::producer::FutureProducer;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 use rdkafka::{Offset, TopicPartitionList};
@@ -20,6 +22,26 @@ pub fn client_config(brokers: &str) -> ClientConfig {
         // Quiet librdkafka's own logging; errors reach us through results.
         .set("log_level", "3");
     config
+}
+
+/// The idempotent producer (acks=all) tickler produces every record with;
+/// `options` (the `kafka_options` setting) are applied last.
+pub fn producer_create(
+    brokers: &str,
+    options: &BTreeMap<String, String>,
+    linger_ms: u64,
+    message_timeout_ms: u64,
+) -> Result<FutureProducer, KafkaError> {
+    let mut client = client_config(brokers);
+    client
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", linger_ms.to_string())
+        .set("message.timeout.ms", message_timeout_ms.to_string());
+    for (key, value) in options {
+        client.set(key, value);
+    }
+    client.create()
 }
 
 /// Creates `topic` with `partitions` partitions unless it exists already.

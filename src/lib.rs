@@ -11,7 +11,10 @@
 //! - [`index`]      — Redis: the only code that speaks Redis; scripts in `lua/`
 //! - [`loader`]     — moves jobs entering the window from MySQL to Redis
 //! - [`dispatcher`] — claims due jobs, wins the MySQL CAS, produces to Kafka
-//! - [`reconciler`] — repairs from MySQL: expired claims, jobs Redis lost
+//! - [`reconciler`] — repairs from MySQL: expired claims, jobs Redis lost,
+//!   ack deadlines passed in silence
+//! - [`retry`]      — result reports, retry policy and backoff, decisions
+//! - [`results`]    — consumes the results topic; produces dead letters
 //! - [`api`]        — HTTP/JSON under `/v1`, `/healthz`, `/metrics`
 //! - [`app`]        — starts the roles under one cancellation token
 //! - [`kafka`]      — Kafka client settings and topic administration
@@ -31,4 +34,6 @@ pub mod kafka;
 pub mod loader;
 pub mod metrics;
 pub mod reconciler;
+pub mod results;
+pub mod retry;
 pub mod store;

@@ -18,6 +18,13 @@ pub const PRODUCER_RESTARTS: &str = "tickler_producer_restarts_total";
 pub const INDEX_REBUILDS: &str = "tickler_index_rebuilds_total";
 pub const RECONCILER_REFED: &str = "tickler_reconciler_refed_total";
 pub const RECONCILER_RESCUED: &str = "tickler_reconciler_rescued_total";
+pub const RESULTS_APPLIED: &str = "tickler_results_applied_total";
+pub const RESULTS_IGNORED: &str = "tickler_results_ignored_total";
+pub const RESULTS_MALFORMED: &str = "tickler_results_malformed_total";
+pub const ACK_TIMEOUTS: &str = "tickler_ack_timeouts_total";
+pub const JOBS_RETRIED: &str = "tickler_jobs_retried_total";
+pub const JOBS_DEAD: &str = "tickler_jobs_dead_total";
+pub const DEAD_LETTERS_PRODUCED: &str = "tickler_dead_letters_produced_total";
 
 /// Installs the process-wide recorder once and returns the handle that
 /// renders it. Later calls (several servers in one test process) share it.
@@ -64,6 +71,28 @@ fn describe() {
         "Jobs the broker did not accept; they go back to pending."
     );
     describe_counter!(LOADER_INDEXED, "Jobs the loader put in the Redis window.");
+    describe_counter!(
+        RESULTS_APPLIED,
+        "Result reports applied, by channel (topic, http) and outcome."
+    );
+    describe_counter!(
+        RESULTS_IGNORED,
+        "Result reports that changed nothing, by channel and reason (stale_attempt, finished, not_expected, not_dispatched, unknown_job)."
+    );
+    describe_counter!(
+        RESULTS_MALFORMED,
+        "Records on the results topic that are not a valid report; skipped."
+    );
+    describe_counter!(
+        ACK_TIMEOUTS,
+        "Dispatched jobs whose ack deadline passed without a result."
+    );
+    describe_counter!(
+        JOBS_RETRIED,
+        "Jobs sent back to pending for another attempt."
+    );
+    describe_counter!(JOBS_DEAD, "Jobs that ended dead.");
+    describe_counter!(DEAD_LETTERS_PRODUCED, "Dead-letter records produced.");
     describe_counter!(
         INDEX_ERRORS,
         "Redis operations that failed (repaired later from MySQL)."
@@ -123,4 +152,40 @@ pub fn reconciler_rescued(n: usize) {
 
 pub fn producer_restarted() {
     counter!(PRODUCER_RESTARTS).increment(1);
+}
+
+pub fn result_applied(channel: &'static str, outcome: &'static str) {
+    counter!(RESULTS_APPLIED, "channel" => channel, "outcome" => outcome).increment(1);
+}
+
+pub fn result_ignored(channel: &'static str, reason: &'static str) {
+    counter!(RESULTS_IGNORED, "channel" => channel, "reason" => reason).increment(1);
+}
+
+pub fn result_malformed() {
+    counter!(RESULTS_MALFORMED).increment(1);
+}
+
+pub fn ack_timeouts(n: usize) {
+    if n > 0 {
+        counter!(ACK_TIMEOUTS).increment(n as u64);
+    }
+}
+
+pub fn jobs_retried(n: usize) {
+    if n > 0 {
+        counter!(JOBS_RETRIED).increment(n as u64);
+    }
+}
+
+pub fn jobs_dead(n: usize) {
+    if n > 0 {
+        counter!(JOBS_DEAD).increment(n as u64);
+    }
+}
+
+pub fn dead_letters_produced(n: usize) {
+    if n > 0 {
+        counter!(DEAD_LETTERS_PRODUCED).increment(n as u64);
+    }
 }

@@ -4,7 +4,10 @@
 //! 1. **Expired claims** — rows `dispatching` whose lease expired by the
 //!    database's clock (their dispatcher died mid-batch) go back to
 //!    `pending` and are re-indexed, so they are produced again.
-//! 2. **Overdue probe** — pending jobs due more than `grace` ago are put
+//! 2. **Ack deadlines** — dispatched jobs expecting a result whose deadline
+//!    passed in silence are retried (or end dead) as if the consumer had
+//!    said `retry`.
+//! 3. **Overdue probe** — pending jobs due more than `grace` ago are put
 //!    back in Redis unless already due or in flight there (the index lost
 //!    them, or the write after an INSERT never landed).
 //!
@@ -24,6 +27,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::index::{Index, IndexError};
 use crate::metrics;
+use crate::results::Resolver;
 use crate::store::{Store, StoreError, WindowEntry};
 
 #[derive(Debug, Clone)]
@@ -67,6 +71,9 @@ pub struct ReconcileReport {
     pub overdue: usize,
     /// Of those, ids Redis had lost and got back.
     pub refed: u64,
+    /// Dispatched jobs whose ack deadline passed: retried, or dead.
+    pub ack_retried: usize,
+    pub ack_dead: usize,
 }
 
 pub struct Reconciler {
@@ -75,15 +82,23 @@ pub struct Reconciler {
     config: ReconcilerConfig,
     /// Wakes the local dispatcher when jobs were put back.
     wake: Arc<Notify>,
+    resolver: Resolver,
 }
 
 impl Reconciler {
-    pub fn new(store: Store, index: Index, config: ReconcilerConfig, wake: Arc<Notify>) -> Self {
+    pub fn new(
+        store: Store,
+        index: Index,
+        config: ReconcilerConfig,
+        wake: Arc<Notify>,
+        resolver: Resolver,
+    ) -> Self {
         Reconciler {
             store,
             index,
             config,
             wake,
+            resolver,
         }
     }
 
@@ -108,6 +123,13 @@ impl Reconciler {
                         "reconciler repaired jobs"
                     );
                 }
+                Ok(report) if report.ack_retried > 0 || report.ack_dead > 0 => {
+                    tracing::info!(
+                        retried = report.ack_retried,
+                        dead = report.ack_dead,
+                        "ack deadlines passed without a result"
+                    );
+                }
                 Ok(_) => {}
                 Err(err) => tracing::warn!(error = %err, "reconciler pass failed"),
             }
@@ -129,6 +151,15 @@ impl Reconciler {
         if !rescued.is_empty() {
             let entries: Vec<_> = rescued.iter().map(|e| (e.id, e.schedule_time)).collect();
             self.index.job_refeed_many(&entries).await?;
+        }
+
+        loop {
+            let settled = self.resolver.acks_expire(self.config.batch).await?;
+            report.ack_retried += settled.retried.len();
+            report.ack_dead += settled.dead;
+            if settled.retried.len() + settled.dead < self.config.batch as usize {
+                break;
+            }
         }
 
         let before = now - self.config.grace;

@@ -12,6 +12,9 @@ use tickler::kafka;
 fn tickler() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_tickler"));
     command.env("TICKLER_LOG", "warn");
+    // Each tickler its own results topic and group: tests run in parallel.
+    command.env("TICKLER_RESULTS_TOPIC", unique("tickler-results-"));
+    command.env("TICKLER_RESULTS_GROUP", unique("tickler-t-"));
     command
 }
 

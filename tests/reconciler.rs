@@ -11,6 +11,7 @@ use std::time::Duration;
 use common::{records_read, TestEnv};
 use serde_json::json;
 use tickler::reconciler::{Reconciler, ReconcilerConfig};
+use tickler::results::Resolver;
 use tokio::sync::Notify;
 
 fn reconciler(env: &TestEnv) -> Reconciler {
@@ -19,6 +20,13 @@ fn reconciler(env: &TestEnv) -> Reconciler {
         env.index.clone(),
         ReconcilerConfig::from_config(&env.config),
         Arc::new(Notify::new()),
+        Resolver::new(
+            env.store.clone(),
+            env.index.clone(),
+            Arc::new(env.config.clone()),
+            Arc::new(Notify::new()),
+            Arc::new(Notify::new()),
+        ),
     )
 }
 

@@ -28,6 +28,10 @@ pub enum ApiError {
     InvalidPayload(String),
     #[error("{0}")]
     InvalidId(String),
+    #[error("{0}")]
+    InvalidPolicy(String),
+    #[error("{0}")]
+    InvalidReport(String),
     #[error(transparent)]
     InvalidJob(#[from] InvalidJob),
     #[error("job {0} not found")]
@@ -48,7 +52,9 @@ impl ApiError {
             | ApiError::InvalidSchedule(_)
             | ApiError::InvalidRunAt(_)
             | ApiError::InvalidPayload(_)
-            | ApiError::InvalidId(_) => StatusCode::BAD_REQUEST,
+            | ApiError::InvalidId(_)
+            | ApiError::InvalidPolicy(_)
+            | ApiError::InvalidReport(_) => StatusCode::BAD_REQUEST,
             ApiError::InvalidJob(InvalidJob::PayloadTooLarge { .. }) | ApiError::BodyTooLarge => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
@@ -72,6 +78,8 @@ impl ApiError {
             ApiError::InvalidRunAt(_) => "invalid_run_at",
             ApiError::InvalidPayload(_) => "invalid_payload",
             ApiError::InvalidId(_) => "invalid_id",
+            ApiError::InvalidPolicy(_) => "invalid_policy",
+            ApiError::InvalidReport(_) => "invalid_report",
             ApiError::InvalidJob(invalid) => match invalid {
                 InvalidJob::Topic => "invalid_topic",
                 InvalidJob::Key => "invalid_key",

@@ -18,6 +18,7 @@ use serde_json::value::RawValue;
 use super::{ApiError, ApiJson, ApiState};
 use crate::job::{self, InvalidJob, Job, JobId, NewJob, PayloadKind, Schedule, Status};
 use crate::metrics;
+use crate::retry::{Policy, PolicyOverrides};
 use crate::store::{BatchRow, Cancelled, JobChanges, Modified, StoreError};
 
 /// Body of `POST /v1/jobs`, and each item of `POST /v1/jobs/batch`.
@@ -35,7 +36,14 @@ pub struct CreateJob {
     pub run_at: Option<String>,
     /// Delay from now (the database's now), in milliseconds.
     pub delay_ms: Option<i64>,
+    /// Result policy; what is left out comes from the topic's
+    /// configuration, then the defaults. (Listed, not flattened: serde's
+    /// `flatten` would disable `deny_unknown_fields`.)
+    pub expects_result: Option<bool>,
     pub max_attempts: Option<u32>,
+    pub backoff_base_ms: Option<u32>,
+    pub backoff_cap_ms: Option<u32>,
+    pub ack_timeout_ms: Option<u32>,
 }
 
 /// Body of `PATCH /v1/jobs/{id}`: the version read, and what to change.
@@ -55,7 +63,6 @@ pub struct PatchJob {
 pub struct Limits {
     pub payload_max_bytes: usize,
     pub max_schedule_ahead_days: u64,
-    pub default_max_attempts: u32,
 }
 
 impl Limits {
@@ -63,14 +70,13 @@ impl Limits {
         Limits {
             payload_max_bytes: state.config.payload_max_bytes,
             max_schedule_ahead_days: state.config.max_schedule_ahead_days,
-            default_max_attempts: state.config.default_max_attempts,
         }
     }
 }
 
 /// `run_at` or `delay_ms`, checked. None when neither is given; both is an
 /// error. `now` only bounds the horizon: due-ness is the database's call.
-fn schedule_parse(
+pub(super) fn schedule_parse(
     run_at: Option<String>,
     delay_ms: Option<i64>,
     limits: Limits,
@@ -147,8 +153,14 @@ fn payload_parse(
 }
 
 impl CreateJob {
-    /// Checks every rule and builds the job to write.
-    pub fn validate(self, limits: Limits, now: DateTime<Utc>) -> Result<NewJob, ApiError> {
+    /// Checks every rule and builds the job to write; `topic_policy` gives
+    /// the result policy of the job's topic.
+    pub fn validate(
+        self,
+        limits: Limits,
+        now: DateTime<Utc>,
+        topic_policy: impl FnOnce(&str) -> Policy,
+    ) -> Result<NewJob, ApiError> {
         let topic = self.topic.ok_or(InvalidJob::Topic)?;
         job::topic_validate(&topic)?;
         if let Some(key) = &self.key {
@@ -162,12 +174,15 @@ impl CreateJob {
             })?;
         let (payload, payload_kind) = payload_parse(self.payload, self.payload_base64, limits)?
             .unwrap_or((Vec::new(), PayloadKind::Bytes));
-        let max_attempts = self.max_attempts.unwrap_or(limits.default_max_attempts);
-        if max_attempts == 0 {
-            return Err(ApiError::InvalidRequest(
-                "max_attempts must be at least 1".to_owned(),
-            ));
-        }
+        let overrides = PolicyOverrides {
+            expects_result: self.expects_result,
+            max_attempts: self.max_attempts,
+            backoff_base_ms: self.backoff_base_ms,
+            backoff_cap_ms: self.backoff_cap_ms,
+            ack_timeout_ms: self.ack_timeout_ms,
+        };
+        let policy = overrides.over(topic_policy(&topic));
+        policy.validate().map_err(ApiError::InvalidPolicy)?;
         Ok(NewJob {
             topic,
             key: self.key,
@@ -175,7 +190,7 @@ impl CreateJob {
             payload_kind,
             headers,
             schedule,
-            max_attempts,
+            policy,
         })
     }
 }
@@ -223,6 +238,13 @@ pub struct JobView {
     pub attempt: u32,
     pub max_attempts: u32,
     pub version: u32,
+    pub expects_result: bool,
+    pub backoff_base_ms: u32,
+    pub backoff_cap_ms: u32,
+    pub ack_timeout_ms: u32,
+    /// While dispatched and waiting for a result: when silence becomes a
+    /// retry.
+    pub ack_deadline: Option<String>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub payload: Option<Box<RawValue>>,
     #[serde(skip_serializing_if = "Option::is_none")]
@@ -278,8 +300,13 @@ impl From<Job> for JobView {
             status: job.status.to_string(),
             run_at: time_format(job.schedule_time),
             attempt: job.attempt,
-            max_attempts: job.max_attempts,
+            max_attempts: job.policy.max_attempts,
             version: job.version,
+            expects_result: job.policy.expects_result,
+            backoff_base_ms: job.policy.backoff_base_ms,
+            backoff_cap_ms: job.policy.backoff_cap_ms,
+            ack_timeout_ms: job.policy.ack_timeout_ms,
+            ack_deadline: job.ack_deadline.map(time_format),
             payload,
             payload_base64,
             headers: job.headers,
@@ -292,7 +319,7 @@ impl From<Job> for JobView {
     }
 }
 
-fn id_parse(id: &str) -> Result<JobId, ApiError> {
+pub(super) fn id_parse(id: &str) -> Result<JobId, ApiError> {
     id.parse()
         .map_err(|_| ApiError::InvalidId(format!("job id {id:?} is not a positive integer")))
 }
@@ -301,7 +328,7 @@ fn id_parse(id: &str) -> Result<JobId, ApiError> {
 /// it is pending and due within the window, otherwise not in Redis at all.
 /// A failure is logged, never returned: MySQL has the truth, and the loader
 /// and reconciler repair the index.
-async fn index_follow(state: &ApiState, jobs: &[&Job], db_now: DateTime<Utc>) {
+pub(super) async fn index_follow(state: &ApiState, jobs: &[&Job], db_now: DateTime<Utc>) {
     let horizon = db_now + state.config.window();
     let (inside, outside): (Vec<&Job>, Vec<&Job>) = jobs
         .iter()
@@ -332,7 +359,10 @@ pub async fn create(
     State(state): State<ApiState>,
     ApiJson(body): ApiJson<CreateJob>,
 ) -> Result<impl IntoResponse, ApiError> {
-    let new_job = body.validate(Limits::of(&state), Utc::now())?;
+    let config = state.config.clone();
+    let new_job = body.validate(Limits::of(&state), Utc::now(), |topic| {
+        config.policy_for(topic)
+    })?;
     let (job, db_now) = match state.store.job_insert(&new_job).await {
         Ok(inserted) => inserted,
         Err(StoreError::DuplicateKey) => {
@@ -407,7 +437,7 @@ pub async fn create_batch(
         .map(|item| {
             let request: CreateJob = serde_json::from_value(item)
                 .map_err(|err| ApiError::InvalidRequest(err.to_string()))?;
-            request.validate(limits, now)
+            request.validate(limits, now, |topic| state.config.policy_for(topic))
         })
         .collect();
     let valid: Vec<NewJob> = checked
@@ -550,7 +580,6 @@ mod tests {
     const LIMITS: Limits = Limits {
         payload_max_bytes: 16,
         max_schedule_ahead_days: 10,
-        default_max_attempts: 3,
     };
 
     fn parse(body: &str) -> Result<NewJob, ApiError> {
@@ -558,7 +587,10 @@ mod tests {
             .unwrap()
             .with_timezone(&Utc);
         let request: CreateJob = serde_json::from_str(body).expect("well-formed test body");
-        request.validate(LIMITS, now)
+        request.validate(LIMITS, now, |_| Policy {
+            max_attempts: 3,
+            ..Policy::default()
+        })
     }
 
     fn code(body: &str) -> &'static str {
@@ -571,7 +603,20 @@ mod tests {
         assert_eq!(job.payload, br#"{"a": [1, 2]}"#);
         assert_eq!(job.payload_kind, PayloadKind::Json);
         assert_eq!(job.schedule, Schedule::After { delay_ms: 5 });
-        assert_eq!(job.max_attempts, 3);
+        assert_eq!(job.policy.max_attempts, 3, "from the topic");
+        assert!(!job.policy.expects_result);
+        let job = parse(
+            r#"{"topic":"t","delay_ms":5,"expects_result":true,"max_attempts":7,"ack_timeout_ms":2000}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            (
+                job.policy.expects_result,
+                job.policy.max_attempts,
+                job.policy.ack_timeout_ms
+            ),
+            (true, 7, 2_000)
+        );
     }
 
     #[test]
@@ -644,7 +689,15 @@ mod tests {
         );
         assert_eq!(
             code(r#"{"topic":"t","delay_ms":1,"max_attempts":0}"#),
-            "invalid_request"
+            "invalid_policy"
+        );
+        assert_eq!(
+            code(r#"{"topic":"t","delay_ms":1,"ack_timeout_ms":10}"#),
+            "invalid_policy"
+        );
+        assert_eq!(
+            code(r#"{"topic":"t","delay_ms":1,"backoff_base_ms":10,"backoff_cap_ms":5}"#),
+            "invalid_policy"
         );
     }
 

@@ -3,6 +3,7 @@
 mod error;
 mod jobs;
 mod query;
+mod results;
 
 use std::sync::Arc;
 
@@ -19,6 +20,7 @@ pub use error::ApiError;
 
 use crate::config::Config;
 use crate::index::Index;
+use crate::results::Resolver;
 use crate::store::Store;
 
 /// What every handler shares.
@@ -29,6 +31,8 @@ pub struct ApiState {
     pub config: Arc<Config>,
     /// Wakes the local dispatcher when a job enters the window.
     pub wake: Arc<Notify>,
+    /// Applies result reports, as the results topic's consumer does.
+    pub resolver: Resolver,
     pub metrics: PrometheusHandle,
 }
 
@@ -44,6 +48,8 @@ pub fn router(state: ApiState) -> Router {
             get(jobs::get).patch(jobs::patch).delete(jobs::cancel),
         )
         .route("/v1/jobs/{id}/history", get(query::history))
+        .route("/v1/jobs/{id}/result", post(results::report))
+        .route("/v1/jobs/{id}/redrive", post(results::redrive))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .layer(DefaultBodyLimit::max(body_limit))

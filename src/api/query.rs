@@ -100,8 +100,8 @@ pub async fn list(
 }
 
 /// `GET /v1/jobs/{id}/history` — every change of state, time or attempt,
-/// oldest first, with who made it: `api`, `dispatcher`, `reconciler`, or
-/// `sql` for changes made by hand.
+/// oldest first, with who made it: `api`, `dispatcher`, `reconciler`,
+/// `results`, or `sql` for changes made by hand.
 pub async fn history(
     State(state): State<ApiState>,
     Path(id): Path<String>,

@@ -9,15 +9,18 @@ use sqlx::{MySql, QueryBuilder, Row};
 
 use super::{Store, StoreError};
 use crate::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status};
+use crate::retry::Policy;
 
-const JOB_COLUMNS: &str = "id, topic, job_key, payload, payload_kind, headers, schedule_time, \
-     status, attempt, max_attempts, version, created_at, updated_at, dispatched_at, \
-     kafka_partition, kafka_offset, last_error";
+pub(super) const JOB_COLUMNS: &str = "id, topic, job_key, payload, payload_kind, headers, \
+     schedule_time, status, attempt, max_attempts, version, created_at, updated_at, dispatched_at, \
+     kafka_partition, kafka_offset, last_error, expects_result, backoff_base_ms, backoff_cap_ms, \
+     ack_timeout_ms, ack_deadline";
 
 /// Columns for listings: everything but the payload, which may be large.
 const JOB_COLUMNS_NO_PAYLOAD: &str = "id, topic, job_key, CAST('' AS BINARY) AS payload, \
      payload_kind, headers, schedule_time, status, attempt, max_attempts, version, created_at, \
-     updated_at, dispatched_at, kafka_partition, kafka_offset, last_error";
+     updated_at, dispatched_at, kafka_partition, kafka_offset, last_error, expects_result, \
+     backoff_base_ms, backoff_cap_ms, ack_timeout_ms, ack_deadline";
 
 /// What a modification of a pending job changes; None leaves it as is.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -222,7 +225,8 @@ impl Store {
         let mut tx = self.pool.begin().await?;
         let mut insert = QueryBuilder::<MySql>::new(
             "INSERT INTO jobs (topic, job_key, payload, payload_kind, headers, schedule_time, \
-             max_attempts, create_token) ",
+             max_attempts, expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
+             create_token) ",
         );
         insert.push_values(jobs.iter().enumerate(), |mut row, (index, job)| {
             let (at, delay_us) = match job.schedule {
@@ -239,7 +243,11 @@ impl Store {
                 .push_unseparated(", TIMESTAMPADD(MICROSECOND, ")
                 .push_bind_unseparated(delay_us)
                 .push_unseparated(", UTC_TIMESTAMP(3)))")
-                .push_bind(job.max_attempts)
+                .push_bind(job.policy.max_attempts)
+                .push_bind(job.policy.expects_result)
+                .push_bind(job.policy.backoff_base_ms)
+                .push_bind(job.policy.backoff_cap_ms)
+                .push_bind(job.policy.ack_timeout_ms)
                 .push_bind(token_base | index as u64);
         });
         insert.push(" ON DUPLICATE KEY UPDATE id = id");
@@ -458,8 +466,9 @@ impl Store {
         let mut conn = self.pool.acquire().await?;
         sqlx::query(
             "INSERT INTO jobs (topic, job_key, payload, payload_kind, headers, schedule_time, \
-             max_attempts) VALUES (?, ?, ?, ?, ?, \
-             COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))), ?)",
+             max_attempts, expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms) \
+             VALUES (?, ?, ?, ?, ?, COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))), \
+             ?, ?, ?, ?, ?)",
         )
         .bind(&job.topic)
         .bind(&job.key)
@@ -468,7 +477,11 @@ impl Store {
         .bind(headers)
         .bind(at)
         .bind(delay_us)
-        .bind(job.max_attempts)
+        .bind(job.policy.max_attempts)
+        .bind(job.policy.expects_result)
+        .bind(job.policy.backoff_base_ms)
+        .bind(job.policy.backoff_cap_ms)
+        .bind(job.policy.ack_timeout_ms)
         .execute(&mut *conn)
         .await?;
         let row = sqlx::query(&format!(
@@ -622,34 +635,45 @@ impl Store {
         const CHUNK: usize = 1000;
         let mut marked = 0;
         for chunk in jobs.chunks(CHUNK) {
-            let mut query = QueryBuilder::<MySql>::new("UPDATE jobs j JOIN (");
-            for (n, job) in chunk.iter().enumerate() {
-                query.push(if n == 0 {
-                    "SELECT "
-                } else {
-                    " UNION ALL SELECT "
-                });
-                query
-                    .push_bind(job.id)
-                    .push(" AS id, ")
-                    .push_bind(job.partition)
-                    .push(" AS p, ")
-                    .push_bind(job.offset)
-                    .push(" AS o, ")
-                    .push_bind(job.dispatched_at.naive_utc())
-                    .push(" AS t");
-            }
+            let mut query = positions_join(chunk);
+            // A job expecting a result waits for it until the ack
+            // deadline, counted on the database's clock.
             query
                 .push(
-                    ") d ON j.id = d.id SET j.status = 'dispatched', j.version = j.version + 1, \
+                    "SET j.status = 'dispatched', j.version = j.version + 1, \
                      j.claim_token = NULL, j.claim_expires_at = NULL, j.dispatched_at = d.t, \
-                     j.kafka_partition = d.p, j.kafka_offset = d.o \
+                     j.kafka_partition = d.p, j.kafka_offset = d.o, \
+                     j.ack_deadline = IF(j.expects_result, \
+                       TIMESTAMPADD(MICROSECOND, j.ack_timeout_ms * 1000, UTC_TIMESTAMP(3)), NULL) \
                      WHERE j.status = 'dispatching' AND j.claim_token = ",
                 )
                 .push_bind(token);
-            marked += query.build().execute(&self.pool).await?.rows_affected();
+            let chunk_marked = query.build().execute(&self.pool).await?.rows_affected();
+            marked += chunk_marked;
+            if chunk_marked < chunk.len() as u64 {
+                marked += self.job_mark_settled_early(token, chunk).await?;
+            }
         }
         Ok(marked)
+    }
+
+    /// Records where the records of this claim landed for jobs a consumer's
+    /// report settled before the dispatcher marked them (the report keeps
+    /// the claim token for this). Their status is the report's.
+    async fn job_mark_settled_early(
+        &self,
+        token: u64,
+        jobs: &[Dispatched],
+    ) -> Result<u64, StoreError> {
+        let mut query = positions_join(jobs);
+        query
+            .push(
+                "SET j.claim_token = NULL, j.claim_expires_at = NULL, \
+                 j.dispatched_at = d.t, j.kafka_partition = d.p, j.kafka_offset = d.o \
+                 WHERE j.status <> 'dispatching' AND j.claim_token = ",
+            )
+            .push_bind(token);
+        Ok(query.build().execute(&self.pool).await?.rows_affected())
     }
 
     /// `dispatching → pending` for claims whose lease expired by the
@@ -717,7 +741,32 @@ impl Store {
     }
 }
 
-fn push_id_list(query: &mut QueryBuilder<'_, MySql>, ids: &[JobId]) {
+/// `UPDATE jobs j JOIN (<positions>) d ON j.id = d.id `, the positions a
+/// derived table of `SELECT ... UNION ALL` rows (id, p, o, t): linear in the
+/// rows, and plain SQL on both MySQL 8 and MariaDB (no VALUES constructor).
+fn positions_join(jobs: &[Dispatched]) -> QueryBuilder<'static, MySql> {
+    let mut query = QueryBuilder::<MySql>::new("UPDATE jobs j JOIN (");
+    for (n, job) in jobs.iter().enumerate() {
+        query.push(if n == 0 {
+            "SELECT "
+        } else {
+            " UNION ALL SELECT "
+        });
+        query
+            .push_bind(job.id)
+            .push(" AS id, ")
+            .push_bind(job.partition)
+            .push(" AS p, ")
+            .push_bind(job.offset)
+            .push(" AS o, ")
+            .push_bind(job.dispatched_at.naive_utc())
+            .push(" AS t");
+    }
+    query.push(") d ON j.id = d.id ");
+    query
+}
+
+pub(super) fn push_id_list(query: &mut QueryBuilder<'_, MySql>, ids: &[JobId]) {
     query.push("(");
     let mut list = query.separated(", ");
     for id in ids {
@@ -734,7 +783,7 @@ fn headers_encode(headers: &BTreeMap<String, String>) -> Option<String> {
     }
 }
 
-fn job_from_row(row: &MySqlRow) -> Result<Job, StoreError> {
+pub(super) fn job_from_row(row: &MySqlRow) -> Result<Job, StoreError> {
     let id: JobId = row.try_get("id")?;
     let corrupt = |what: &str| StoreError::Corrupt(format!("job {id}: {what}"));
     let status = text(row, "status")?.unwrap_or_default();
@@ -750,6 +799,7 @@ fn job_from_row(row: &MySqlRow) -> Result<Job, StoreError> {
         Ok(value.and_utc())
     };
     let dispatched_at: Option<NaiveDateTime> = row.try_get("dispatched_at")?;
+    let ack_deadline: Option<NaiveDateTime> = row.try_get("ack_deadline")?;
     Ok(Job {
         id,
         topic: text(row, "topic")?.unwrap_or_default(),
@@ -760,7 +810,13 @@ fn job_from_row(row: &MySqlRow) -> Result<Job, StoreError> {
         schedule_time: at("schedule_time")?,
         status: status.parse().map_err(|_| corrupt("unknown status"))?,
         attempt: row.try_get("attempt")?,
-        max_attempts: row.try_get("max_attempts")?,
+        policy: Policy {
+            expects_result: row.try_get("expects_result")?,
+            max_attempts: row.try_get("max_attempts")?,
+            backoff_base_ms: row.try_get("backoff_base_ms")?,
+            backoff_cap_ms: row.try_get("backoff_cap_ms")?,
+            ack_timeout_ms: row.try_get("ack_timeout_ms")?,
+        },
         version: row.try_get("version")?,
         created_at: at("created_at")?,
         updated_at: at("updated_at")?,
@@ -768,6 +824,7 @@ fn job_from_row(row: &MySqlRow) -> Result<Job, StoreError> {
         kafka_partition: row.try_get("kafka_partition")?,
         kafka_offset: row.try_get("kafka_offset")?,
         last_error: text(row, "last_error")?,
+        ack_deadline: ack_deadline.map(|at| at.and_utc()),
     })
 }
 

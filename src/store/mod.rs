@@ -8,6 +8,7 @@
 
 mod jobs;
 mod migrate;
+mod results;
 
 use std::str::FromStr;
 use std::time::Duration;
@@ -20,6 +21,7 @@ pub use jobs::{
     BatchRow, Cancelled, ClaimOutcome, Dispatched, JobChanges, JobEvent, JobFilter, Modified,
     WindowEntry,
 };
+pub use results::{DeadLetter, Disposition, Redriven, Settled};
 
 /// Store failures a caller can act on.
 #[derive(Debug, thiserror::Error)]
@@ -58,6 +60,7 @@ pub enum Actor {
     Api,
     Dispatcher,
     Reconciler,
+    Results,
 }
 
 impl Actor {
@@ -66,6 +69,7 @@ impl Actor {
             Actor::Api => "api",
             Actor::Dispatcher => "dispatcher",
             Actor::Reconciler => "reconciler",
+            Actor::Results => "results",
         }
     }
 }
@@ -81,7 +85,7 @@ impl Store {
     /// process can start (and answer 503) while MySQL is down.
     ///
     /// `actor` names who changes rows through this handle in the jobs'
-    /// history (`api`, `dispatcher`, `reconciler`): each connection sets
+    /// history (`api`, `dispatcher`, `reconciler`, `results`): each connection sets
     /// `@tickler_actor`, which the history triggers read. Sessions without
     /// it — people editing by hand — are recorded as `sql`.
     pub fn connect_lazy(url: &str, pool_size: u32, actor: Actor) -> Result<Store, StoreError> {

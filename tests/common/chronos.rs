@@ -62,6 +62,8 @@ pub struct World {
     pub db_name: String,
     pub mysql_url: String,
     pub topic: String,
+    /// The topic this tickler reads results from.
+    pub results_topic: String,
     pub http_addr: String,
     pub sql: MySqlPool,
     pub tickler: Proc,
@@ -113,6 +115,7 @@ impl World {
         tokio::spawn(record(consumer, seen.clone(), stop.clone()));
 
         let http_addr = format!("127.0.0.1:{}", free_port());
+        let results_topic = unique("tickler-results-");
         let mut env = fast_settings();
         env.extend([
             ("TICKLER_MYSQL_URL".to_owned(), mysql_url.clone()),
@@ -120,6 +123,8 @@ impl World {
             ("TICKLER_KAFKA_BROKERS".to_owned(), services.brokers.clone()),
             ("TICKLER_HTTP_ADDR".to_owned(), http_addr.clone()),
             ("TICKLER_REDIS_PREFIX".to_owned(), unique("tickler-t-")),
+            ("TICKLER_RESULTS_TOPIC".to_owned(), results_topic.clone()),
+            ("TICKLER_RESULTS_GROUP".to_owned(), unique("tickler-t-")),
         ]);
         for (k, v) in extra_env {
             env.retain(|(key, _)| key != k);
@@ -139,6 +144,7 @@ impl World {
             sql: MySqlPool::connect(&mysql_url).await.unwrap(),
             mysql_url,
             topic,
+            results_topic,
             http_addr,
             tickler,
             http: reqwest::Client::new(),

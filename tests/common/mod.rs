@@ -89,6 +89,9 @@ pub fn test_config(mysql_url: &str, prefix: &str) -> Config {
         loader_interval_ms: 200,
         dispatch_idle_ms: 200,
         claim_lease_ms: 15_000,
+        results_topic: unique("tickler-results-"),
+        results_group: unique("tickler-t-"),
+        results_topic_partitions: 2,
         ..Config::default()
     }
 }

@@ -1,0 +1,137 @@
+//! `POST /v1/jobs/{id}/result` — a consumer's report, with the semantics of
+//! the results topic — and `POST /v1/jobs/{id}/redrive`, which sends a dead
+//! job back to pending.
+
+use axum::body::Bytes;
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use chrono::Utc;
+use serde::Deserialize;
+use serde_json::json;
+
+use super::jobs::{id_parse, index_follow, schedule_parse, JobView, Limits};
+use super::{ApiError, ApiJson, ApiState};
+use crate::results::CHANNEL_HTTP;
+use crate::retry::{Ignored, ReportBody, ATTEMPTS_MAX};
+use crate::store::{Disposition, Redriven};
+
+/// 200 `{"applied": true, "job"}` when the report moved the job;
+/// 200 `{"applied": false, "ignored": reason, "message", "job"}` when it
+/// changed nothing (stale attempt, repeated, not expected...) — the same
+/// report on the results topic would be skipped and counted; 404 when there
+/// is no such job; 400 `invalid_report` for a malformed body.
+pub async fn report(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+    ApiJson(body): ApiJson<ReportBody>,
+) -> Result<Response, ApiError> {
+    let id = id_parse(&id)?;
+    let report = body.check(Some(id)).map_err(ApiError::InvalidReport)?;
+    let settled = state
+        .resolver
+        .reports_apply(std::slice::from_ref(&report), CHANNEL_HTTP)
+        .await?;
+    let disposition = settled
+        .dispositions
+        .first()
+        .copied()
+        .ok_or(ApiError::Internal)?;
+    if disposition == Disposition::Ignored(Ignored::UnknownJob) {
+        return Err(ApiError::NotFound(id));
+    }
+    let job = state.store.job_get(id).await?;
+    let body = match disposition {
+        Disposition::Applied(_) => json!({"applied": true, "job": JobView::from(job)}),
+        Disposition::Ignored(why) => {
+            let message = match why {
+                Ignored::StaleAttempt => format!(
+                    "job {id} is at attempt {}, not {}: this report is late or repeated",
+                    job.attempt, report.attempt
+                ),
+                Ignored::Finished => format!("job {id} is {} already", job.status),
+                Ignored::NotExpected => format!(
+                    "job {id} does not expect a result (expects_result is false): it finished when dispatched"
+                ),
+                Ignored::NotDispatched => format!(
+                    "job {id} attempt {} has not been produced yet",
+                    job.attempt
+                ),
+                Ignored::UnknownJob => format!("job {id} not found"),
+            };
+            json!({
+                "applied": false,
+                "ignored": why.as_str(),
+                "message": message,
+                "job": JobView::from(job),
+            })
+        }
+    };
+    Ok((StatusCode::OK, Json(body)).into_response())
+}
+
+/// Body of `POST /v1/jobs/{id}/redrive`; all optional.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct RedriveJob {
+    /// Attempts the job gets from now; default: its topic's `max_attempts`.
+    pub max_attempts: Option<u32>,
+    pub run_at: Option<String>,
+    pub delay_ms: Option<i64>,
+}
+
+/// `POST /v1/jobs/{id}/redrive` — a dead job back to `pending` (now, or at
+/// `run_at` / after `delay_ms`) with a fresh budget of attempts; its attempt
+/// number goes on counting. 200 with the job; 409 `not_dead` with the job
+/// when it is not dead.
+pub async fn redrive(
+    State(state): State<ApiState>,
+    Path(id): Path<String>,
+    body: Bytes,
+) -> Result<Response, ApiError> {
+    let id = id_parse(&id)?;
+    let request: RedriveJob = if body.iter().all(u8::is_ascii_whitespace) {
+        RedriveJob::default()
+    } else {
+        serde_json::from_slice(&body).map_err(|err| {
+            if err.is_data() {
+                ApiError::InvalidRequest(err.to_string())
+            } else {
+                ApiError::InvalidJson(err.to_string())
+            }
+        })?
+    };
+    let schedule = schedule_parse(
+        request.run_at,
+        request.delay_ms,
+        Limits::of(&state),
+        Utc::now(),
+    )?;
+    let job = state.store.job_get(id).await?;
+    let attempts = request
+        .max_attempts
+        .unwrap_or_else(|| state.config.policy_for(&job.topic).max_attempts);
+    if !(1..=ATTEMPTS_MAX).contains(&attempts) {
+        return Err(ApiError::InvalidPolicy(format!(
+            "max_attempts must be between 1 and {ATTEMPTS_MAX}"
+        )));
+    }
+    match state.store.job_redrive(id, attempts, schedule).await? {
+        Redriven::Applied(job, db_now) => {
+            index_follow(&state, &[&job], db_now).await;
+            tracing::info!(job_id = id, attempt = job.attempt, "job redriven");
+            Ok(Json(JobView::from(job)).into_response())
+        }
+        Redriven::NotDead(job) => {
+            let body = json!({
+                "error": {
+                    "code": "not_dead",
+                    "message": format!("job {id} is {}: only dead jobs can be redriven", job.status),
+                },
+                "job": JobView::from(job),
+            });
+            Ok((StatusCode::CONFLICT, Json(body)).into_response())
+        }
+    }
+}

@@ -1,0 +1,409 @@
+//! Results, retries and dead jobs: reports and missed ack deadlines applied
+//! to jobs, redrive, and the dead-letter outbox.
+//!
+//! A decision is taken on rows locked `FOR UPDATE` (by primary key only: no
+//! gap locks) and written in the same transaction, so a report and the ack
+//! deadline, or two instances, never both move one attempt. Crash before the
+//! commit: nothing happened, the report is read again (the results consumer
+//! commits its offset only after this commit) or the deadline is still past.
+
+use std::collections::HashMap;
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use sqlx::{MySql, QueryBuilder, Row, Transaction};
+
+use super::jobs::{job_from_row, push_id_list, JOB_COLUMNS};
+use super::{Store, StoreError, WindowEntry};
+use crate::job::{Job, JobId, Schedule, Status};
+use crate::retry::{self, Decision, Ignored, JobState, Report};
+
+/// What became of one report.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Disposition {
+    /// Applied: the job is now in this state.
+    Applied(Status),
+    /// Changed nothing, for this reason.
+    Ignored(Ignored),
+}
+
+/// What a batch of reports, or of missed ack deadlines, did.
+#[derive(Debug, Default)]
+pub struct Settled {
+    /// One per report, in order (empty for ack deadlines).
+    pub dispositions: Vec<Disposition>,
+    /// Jobs sent back to `pending`, at their new time, to index.
+    pub retried: Vec<WindowEntry>,
+    pub succeeded: usize,
+    pub dead: usize,
+    /// Dead jobs with a dead-letter record to produce.
+    pub dead_lettered: usize,
+    /// The database's clock at the decision.
+    pub db_now: Option<DateTime<Utc>>,
+}
+
+/// What became of a redrive.
+#[derive(Debug)]
+pub enum Redriven {
+    /// The job is pending again with a fresh attempt budget.
+    Applied(Job, DateTime<Utc>),
+    /// Only dead jobs can be redriven.
+    NotDead(Job),
+}
+
+/// A dead-letter record owed: the job as it is, and the attempt it died at.
+#[derive(Debug)]
+pub struct DeadLetter {
+    pub job: Job,
+    pub attempt: u32,
+}
+
+/// A locked job, as a decision needs it.
+struct Locked {
+    state: JobState,
+    version: u32,
+    topic: String,
+    ack_expired: bool,
+}
+
+/// One row's change.
+struct Change {
+    id: JobId,
+    version: u32,
+    status: Status,
+    /// For a retry: the delay from now.
+    delay_ms: Option<u64>,
+    error: Option<String>,
+    attempt: u32,
+    dead_letter: bool,
+}
+
+impl Store {
+    /// Applies consumers' reports. `dead_letter(topic)` says whether a job
+    /// of that topic that dies gets a dead-letter record.
+    pub async fn job_report_many(
+        &self,
+        reports: &[Report],
+        dead_letter: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<Settled, StoreError> {
+        let ids: Vec<JobId> = reports.iter().map(|r| r.job_id).collect();
+        let mut tx = self.pool.begin().await?;
+        let mut locked = lock(&mut tx, &ids).await?;
+        let mut changes: Vec<Change> = Vec::new();
+        let dispositions = {
+            let mut rng = rand::rng();
+            reports
+                .iter()
+                .map(|report| match locked.get_mut(&report.job_id) {
+                    None => Disposition::Ignored(Ignored::UnknownJob),
+                    Some(job) => {
+                        let decision = retry::decide(&job.state, report, &mut rng);
+                        change_push(&mut changes, report.job_id, job, decision, dead_letter)
+                    }
+                })
+                .collect()
+        };
+        let mut settled = finish(tx, &changes).await?;
+        settled.dispositions = dispositions;
+        Ok(settled)
+    }
+
+    /// Treats dispatched jobs whose ack deadline passed (by the database's
+    /// clock) as if their consumer had said `retry`; at most `limit`.
+    pub async fn job_ack_expire(
+        &self,
+        limit: u32,
+        dead_letter: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<Settled, StoreError> {
+        // Served by (status, ack_deadline); locked afterwards by id.
+        let ids: Vec<JobId> = sqlx::query_scalar(
+            "SELECT id FROM jobs WHERE status = 'dispatched' \
+             AND ack_deadline < UTC_TIMESTAMP(3) ORDER BY ack_deadline LIMIT ?",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        if ids.is_empty() {
+            return Ok(Settled::default());
+        }
+        let mut tx = self.pool.begin().await?;
+        let mut locked = lock(&mut tx, &ids).await?;
+        let mut changes = Vec::new();
+        {
+            let mut rng = rand::rng();
+            for id in &ids {
+                let Some(job) = locked.get_mut(id) else {
+                    continue;
+                };
+                // A report may have settled it since the first read.
+                if job.state.status == Status::Dispatched && job.ack_expired {
+                    let decision = retry::decide_silence(&job.state, &mut rng);
+                    change_push(&mut changes, *id, job, decision, dead_letter);
+                }
+            }
+        }
+        finish(tx, &changes).await
+    }
+
+    /// Sends a dead job back to `pending` with `attempts` more attempts, at
+    /// `schedule` (now when None). The attempt number goes on counting
+    /// (consumers deduplicate on job id and attempt, so a redriven job must
+    /// not repeat an attempt number they have seen).
+    pub async fn job_redrive(
+        &self,
+        id: JobId,
+        attempts: u32,
+        schedule: Option<Schedule>,
+    ) -> Result<Redriven, StoreError> {
+        let (at, delay_us) = match schedule {
+            Some(Schedule::At(at)) => (Some(at.naive_utc()), 0),
+            Some(Schedule::After { delay_ms }) => (None, delay_ms.saturating_mul(1000)),
+            None => (None, 0),
+        };
+        let mut conn = self.pool.acquire().await?;
+        // max_attempts is assigned before attempt, from the old attempt, so
+        // the result is the same whether the server evaluates assignments
+        // left to right (MySQL, MariaDB) or all at once.
+        let applied = sqlx::query(
+            "UPDATE jobs SET status = 'pending', max_attempts = attempt + ?, \
+             attempt = attempt + 1, \
+             schedule_time = COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))), \
+             ack_deadline = NULL, version = version + 1 WHERE id = ? AND status = 'dead'",
+        )
+        .bind(attempts)
+        .bind(at)
+        .bind(delay_us)
+        .bind(id)
+        .execute(&mut *conn)
+        .await?
+        .rows_affected()
+            == 1;
+        let row = sqlx::query(&format!(
+            "SELECT {JOB_COLUMNS}, UTC_TIMESTAMP(3) AS db_now FROM jobs WHERE id = ?"
+        ))
+        .bind(id)
+        .fetch_optional(&mut *conn)
+        .await?
+        .ok_or(StoreError::NotFound(id))?;
+        let job = job_from_row(&row)?;
+        if applied {
+            let now: NaiveDateTime = row.try_get("db_now")?;
+            Ok(Redriven::Applied(job, now.and_utc()))
+        } else {
+            Ok(Redriven::NotDead(job))
+        }
+    }
+
+    /// Dead-letter records still owed, oldest first. Entries whose job is
+    /// gone are dropped.
+    pub async fn dead_letter_list(&self, limit: u32) -> Result<Vec<DeadLetter>, StoreError> {
+        let owed: Vec<(JobId, u32)> = sqlx::query_as(
+            "SELECT job_id, attempt FROM dead_letters ORDER BY created_at, job_id LIMIT ?",
+        )
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        if owed.is_empty() {
+            return Ok(Vec::new());
+        }
+        let ids: Vec<JobId> = owed.iter().map(|(id, _)| *id).collect();
+        let mut query =
+            QueryBuilder::<MySql>::new(format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id IN "));
+        push_id_list(&mut query, &ids);
+        let mut jobs: HashMap<JobId, Job> = HashMap::new();
+        for row in query.build().fetch_all(&self.pool).await? {
+            let job = job_from_row(&row)?;
+            jobs.insert(job.id, job);
+        }
+        let mut letters = Vec::with_capacity(owed.len());
+        let mut orphans = Vec::new();
+        for (id, attempt) in owed {
+            match jobs.get(&id) {
+                Some(job) => letters.push(DeadLetter {
+                    job: job.clone(),
+                    attempt,
+                }),
+                None => orphans.push((id, attempt)),
+            }
+        }
+        self.dead_letter_delete(&orphans).await?;
+        Ok(letters)
+    }
+
+    /// Forgets dead-letter records once produced.
+    pub async fn dead_letter_delete(&self, done: &[(JobId, u32)]) -> Result<(), StoreError> {
+        if done.is_empty() {
+            return Ok(());
+        }
+        let mut query =
+            QueryBuilder::<MySql>::new("DELETE FROM dead_letters WHERE (job_id, attempt) IN (");
+        let mut list = query.separated(", ");
+        for (id, attempt) in done {
+            list.push("(")
+                .push_bind_unseparated(*id)
+                .push_unseparated(", ")
+                .push_bind_unseparated(*attempt)
+                .push_unseparated(")");
+        }
+        query.push(")");
+        query.build().execute(&self.pool).await?;
+        Ok(())
+    }
+}
+
+/// Locks the rows of `ids` (in id order, so concurrent batches do not
+/// deadlock) and reads what decisions need.
+async fn lock(
+    tx: &mut Transaction<'_, MySql>,
+    ids: &[JobId],
+) -> Result<HashMap<JobId, Locked>, StoreError> {
+    let mut ids = ids.to_vec();
+    ids.sort_unstable();
+    ids.dedup();
+    let mut query = QueryBuilder::<MySql>::new(format!(
+        "SELECT {JOB_COLUMNS}, (ack_deadline IS NOT NULL AND ack_deadline < UTC_TIMESTAMP(3)) \
+         AS ack_expired FROM jobs WHERE id IN "
+    ));
+    push_id_list(&mut query, &ids);
+    query.push(" ORDER BY id FOR UPDATE");
+    let rows = query.build().fetch_all(&mut **tx).await?;
+    let mut locked = HashMap::with_capacity(rows.len());
+    for row in &rows {
+        let job = job_from_row(row)?;
+        let ack_expired: i64 = row.try_get("ack_expired")?;
+        locked.insert(
+            job.id,
+            Locked {
+                state: JobState {
+                    status: job.status,
+                    attempt: job.attempt,
+                    policy: job.policy,
+                },
+                version: job.version,
+                topic: job.topic,
+                ack_expired: ack_expired != 0,
+            },
+        );
+    }
+    Ok(locked)
+}
+
+/// Records `decision` for a locked job, and moves its in-memory state so a
+/// later report of the same batch is judged against the new state.
+fn change_push(
+    changes: &mut Vec<Change>,
+    id: JobId,
+    job: &mut Locked,
+    decision: Decision,
+    dead_letter: &(dyn Fn(&str) -> bool + Sync),
+) -> Disposition {
+    let attempt = job.state.attempt;
+    let (status, delay_ms, error) = match decision {
+        Decision::Ignore(why) => return Disposition::Ignored(why),
+        Decision::Succeed => (Status::Succeeded, None, None),
+        Decision::Retry { delay_ms, error } => (Status::Pending, Some(delay_ms), Some(error)),
+        Decision::Dead { error } => (Status::Dead, None, Some(error)),
+    };
+    // At most one change per row: after one, the state is finished or a new
+    // attempt that no report of this batch can have seen dispatched.
+    changes.push(Change {
+        id,
+        version: job.version,
+        status,
+        delay_ms,
+        error,
+        attempt,
+        dead_letter: status == Status::Dead && dead_letter(&job.topic),
+    });
+    job.state.status = status;
+    if status == Status::Pending {
+        job.state.attempt += 1;
+    }
+    Disposition::Applied(status)
+}
+
+/// Writes the changes (one UPDATE joined to them as a derived table), the
+/// dead-letter outbox rows, and commits.
+async fn finish(mut tx: Transaction<'_, MySql>, changes: &[Change]) -> Result<Settled, StoreError> {
+    let mut settled = Settled::default();
+    if !changes.is_empty() {
+        let mut update = QueryBuilder::<MySql>::new("UPDATE jobs j JOIN (");
+        for (n, change) in changes.iter().enumerate() {
+            update.push(if n == 0 {
+                "SELECT "
+            } else {
+                " UNION ALL SELECT "
+            });
+            // No NULLs in the derived table: a column's type is taken from
+            // its values, and -1 / '' read plainly as "none".
+            let delay_us = change.delay_ms.map_or(-1, |ms| {
+                i64::try_from(ms.saturating_mul(1000)).unwrap_or(i64::MAX)
+            });
+            update
+                .push_bind(change.id)
+                .push(" AS id, ")
+                .push_bind(change.version)
+                .push(" AS v, ")
+                .push_bind(change.status.as_str())
+                .push(" AS s, ")
+                .push_bind(delay_us)
+                .push(" AS d, ")
+                .push_bind(change.error.clone().unwrap_or_default())
+                .push(" AS e");
+        }
+        // Assignments read only d and columns not assigned before them, so
+        // evaluation order does not matter. The claim token is kept: a
+        // dispatcher still marking this attempt records its position by it.
+        update.push(
+            ") c ON j.id = c.id SET \
+             j.schedule_time = IF(c.d >= 0, TIMESTAMPADD(MICROSECOND, c.d, UTC_TIMESTAMP(3)), j.schedule_time), \
+             j.attempt = IF(c.d >= 0, j.attempt + 1, j.attempt), \
+             j.last_error = IF(c.e = '', j.last_error, c.e), \
+             j.ack_deadline = NULL, j.version = j.version + 1, j.status = c.s \
+             WHERE j.version = c.v",
+        );
+        update.build().execute(&mut *tx).await?;
+
+        let letters: Vec<&Change> = changes.iter().filter(|c| c.dead_letter).collect();
+        if !letters.is_empty() {
+            let mut insert = QueryBuilder::<MySql>::new(
+                "INSERT IGNORE INTO dead_letters (job_id, attempt, created_at) ",
+            );
+            insert.push_values(&letters, |mut row, change| {
+                row.push_bind(change.id)
+                    .push_bind(change.attempt)
+                    .push("UTC_TIMESTAMP(3)");
+            });
+            insert.build().execute(&mut *tx).await?;
+        }
+
+        let retried: Vec<JobId> = changes
+            .iter()
+            .filter(|c| c.status == Status::Pending)
+            .map(|c| c.id)
+            .collect();
+        if !retried.is_empty() {
+            let mut select =
+                QueryBuilder::<MySql>::new("SELECT id, schedule_time FROM jobs WHERE id IN ");
+            push_id_list(&mut select, &retried);
+            for row in select.build().fetch_all(&mut *tx).await? {
+                let at: NaiveDateTime = row.try_get("schedule_time")?;
+                settled.retried.push(WindowEntry {
+                    id: row.try_get("id")?,
+                    schedule_time: at.and_utc(),
+                });
+            }
+        }
+        settled.succeeded = changes
+            .iter()
+            .filter(|c| c.status == Status::Succeeded)
+            .count();
+        settled.dead = changes.iter().filter(|c| c.status == Status::Dead).count();
+        settled.dead_lettered = letters.len();
+    }
+    let now: NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(3)")
+        .fetch_one(&mut *tx)
+        .await?;
+    settled.db_now = Some(now.and_utc());
+    tx.commit().await?;
+    Ok(settled)
+}
