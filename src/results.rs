@@ -186,7 +186,11 @@ impl ResultsConsumer {
             .set("enable.auto.commit", "false")
             // A group reading the topic for the first time misses nothing.
             .set("auto.offset.reset", "earliest")
-            .set("fetch.wait.max.ms", "50");
+            .set("fetch.wait.max.ms", "50")
+            // A member that died is replaced within seconds, not the
+            // default 45: its partitions wait for it until then.
+            .set("session.timeout.ms", "6000")
+            .set("heartbeat.interval.ms", "1000");
         for (key, value) in &self.config.kafka_options {
             client.set(key, value);
         }
