@@ -8,8 +8,10 @@
 //! 1. schedule  — jobs/s accepted through `POST /v1/jobs/batch`, durable in MySQL
 //! 2. lateness  — a steady stream; consumer receive time minus schedule time
 //! 3. burst     — many jobs due at one instant; jobs/s until all consumed and marked
-//! 4. redis     — bytes per job, far-future and inside the window (tickler stopped)
-//! 5. reconcile — overdue probe and full pass among millions of pending rows;
+//! 4. results   — reports applied per second from the results topic, each
+//!    job `ok` (jobs expecting a result, reported as their records arrive)
+//! 5. redis     — bytes per job, far-future and inside the window (tickler stopped)
+//! 6. reconcile — overdue probe and full pass among millions of pending rows;
 //!    re-index of a full window after Redis lost it
 
 use std::collections::HashMap;
@@ -46,6 +48,7 @@ pub struct BenchOptions {
     pub rate: u64,
     pub lateness_secs: u64,
     pub burst: u64,
+    pub results: u64,
     pub memory_jobs: u64,
     pub far_rows: u64,
     pub window_rows: u64,
@@ -62,6 +65,7 @@ impl BenchOptions {
             rate: 2000,
             lateness_secs: 30,
             burst: 50_000,
+            results: 20_000,
             memory_jobs: 100_000,
             far_rows: 10_000_000,
             window_rows: 1_000_000,
@@ -78,6 +82,7 @@ impl BenchOptions {
             rate: 200,
             lateness_secs: 2,
             burst: 1000,
+            results: 500,
             memory_jobs: 1000,
             far_rows: 20_000,
             window_rows: 5_000,
@@ -169,6 +174,7 @@ async fn run_in(
         bench.schedule().await?;
         bench.lateness().await?;
         bench.burst(&running.store).await?;
+        bench.results(&running.store).await?;
         anyhow::Ok(())
     }
     .await;
@@ -363,6 +369,73 @@ impl Bench {
         );
         if seen.len() as u64 != n || marked as u64 != n {
             bail!("burst: {} of {n} jobs arrived, {marked} marked", seen.len());
+        }
+        Ok(())
+    }
+
+    /// Stage 4: jobs expecting a result, all due at once; once their records
+    /// are consumed, an `ok` for each is produced to the results topic (as
+    /// fast as the producer goes, keyed by job id). Figure: reports applied
+    /// per second, from the first report sent to the last job `succeeded`.
+    async fn results(&self, store: &Store) -> anyhow::Result<()> {
+        let n = self.options.results;
+        let due = Utc::now() + chrono::Duration::seconds(2);
+        let jobs: Vec<Value> = (0..n)
+            .map(|i| {
+                let mut job = self.job(due, i);
+                job["expects_result"] = json!(true);
+                job
+            })
+            .collect();
+        let ids = self.batches_created(jobs).await?;
+        let seen = self.await_records(&ids, Duration::from_secs(120)).await;
+        if seen.len() != ids.len() {
+            bail!("results: {} of {n} jobs arrived", seen.len());
+        }
+        let producer = kafka::producer_create(
+            &self.config.kafka_brokers,
+            &self.config.kafka_options,
+            5,
+            30_000,
+        )?;
+        let started = Instant::now();
+        let sends = ids.iter().map(|id| {
+            let key = id.to_string();
+            let report = json!({"job_id": id, "attempt": 1, "outcome": "ok"}).to_string();
+            let producer = &producer;
+            async move {
+                let record = rdkafka::producer::FutureRecord::to(&self.config.results_topic)
+                    .key(&key)
+                    .payload(&report);
+                producer
+                    .send(record, Duration::from_secs(30))
+                    .await
+                    .map_err(|(err, _)| anyhow::anyhow!("report not produced: {err}"))
+            }
+        });
+        for sent in futures::future::join_all(sends).await {
+            sent?;
+        }
+        let produced = started.elapsed();
+        let deadline = Instant::now() + Duration::from_secs(120);
+        let succeeded = loop {
+            let done = store.job_count(&self.topic, Status::Succeeded).await?;
+            if done as u64 >= n || Instant::now() >= deadline {
+                break done;
+            }
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        };
+        let applied = started.elapsed();
+        println!(
+            "results: {n} reports applied in {:.2} s: {:.0} reports/s (all produced after {:.2} s; results topic {} partitions, one consumer, batches up to {})",
+            applied.as_secs_f64(),
+            n as f64 / applied.as_secs_f64(),
+            produced.as_secs_f64(),
+            self.config.results_topic_partitions,
+            self.config.results_batch
+        );
+        if succeeded as u64 != n {
+            bail!("results: {succeeded} of {n} jobs succeeded");
         }
         Ok(())
     }

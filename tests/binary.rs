@@ -150,7 +150,14 @@ fn bench_smoke_completes_and_every_job_arrives() {
     let stdout = String::from_utf8_lossy(&output.stdout);
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(output.status.success(), "bench failed:\n{stdout}\n{stderr}");
-    for figure in ["schedule:", "lateness:", "burst:", "redis:", "reconcile:"] {
+    for figure in [
+        "schedule:",
+        "lateness:",
+        "burst:",
+        "results:",
+        "redis:",
+        "reconcile:",
+    ] {
         assert!(stdout.contains(figure), "prints {figure}\n{stdout}");
     }
 }

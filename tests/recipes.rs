@@ -154,3 +154,61 @@ async fn recipe_release_frees_a_stuck_claim_at_once() {
     assert_eq!(records.len(), 1, "produced without waiting for the lease");
     env.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recipe_redrive_produces_a_dead_job_again_with_a_fresh_budget() {
+    let env = TestEnv::start().await;
+    let consumer = env.consumer();
+    let job = env
+        .job_create(json!({"payload": 1, "delay_ms": 0, "expects_result": true, "max_attempts": 1}))
+        .await;
+    let id = job["id"].as_u64().unwrap();
+    records_read(&consumer, 1, Duration::from_secs(10)).await;
+    let (status, body) = env
+        .post(
+            &format!("/v1/jobs/{id}/result"),
+            json!({"attempt": 1, "outcome": "failed", "error": "bad"}),
+        )
+        .await;
+    assert_eq!(body["job"]["status"], "dead", "{status} {body}");
+    assert_eq!(run(&env, "redrive", id, None).await, 1);
+    let again = records_read(&consumer, 1, Duration::from_secs(10)).await;
+    assert_eq!(again.len(), 1, "produced again");
+    assert_eq!(again[0].header("tickler-attempt"), Some("2"));
+    let (_, job) = env.get(&format!("/v1/jobs/{id}")).await;
+    assert_eq!(job["max_attempts"], 4, "attempts 2, 3 and 4 to go: {job}");
+    // A retry of the redriven attempt is a retry, not a death.
+    let (_, body) = env
+        .post(
+            &format!("/v1/jobs/{id}/result"),
+            json!({"attempt": 2, "outcome": "retry", "retry_after_ms": 0}),
+        )
+        .await;
+    assert_eq!(body["job"]["status"], "pending", "{body}");
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn recipe_policy_makes_a_pending_job_wait_for_its_result() {
+    let env = TestEnv::start_with(|c| c.reconcile_interval_ms = 200).await;
+    let consumer = env.consumer();
+    let job = env
+        .job_create(json!({"payload": 1, "delay_ms": 1500}))
+        .await;
+    let id = job["id"].as_u64().unwrap();
+    assert_eq!(job["expects_result"], false);
+    assert_eq!(run(&env, "policy", id, None).await, 1);
+    records_read(&consumer, 1, Duration::from_secs(10)).await;
+    env.status_await(id, "dispatched", Duration::from_secs(5))
+        .await;
+    let (_, job) = env.get(&format!("/v1/jobs/{id}")).await;
+    assert!(job["ack_deadline"].is_string(), "waits for a result: {job}");
+    let (_, body) = env
+        .post(
+            &format!("/v1/jobs/{id}/result"),
+            json!({"attempt": 1, "outcome": "ok"}),
+        )
+        .await;
+    assert_eq!(body["job"]["status"], "succeeded", "{body}");
+    env.finish().await;
+}
