@@ -34,7 +34,7 @@ use crate::index::{Claim, Index};
 use crate::job::{self, Job, JobId};
 use crate::kafka;
 use crate::metrics;
-use crate::store::{Dispatched, Store};
+use crate::store::{Dispatched, Marked, Store};
 
 #[derive(Debug, Clone)]
 pub struct DispatcherConfig {
@@ -545,7 +545,7 @@ impl Settler {
             self.failed_passes.store(0, Ordering::Relaxed);
         }
 
-        self.mark_dispatched(token, &dispatched).await;
+        let retried_early = self.mark_dispatched(token, &dispatched).await;
         if !failed.is_empty() {
             metrics::produce_failed(failed.len());
             let error = first_error.unwrap_or_default();
@@ -563,7 +563,13 @@ impl Settler {
                 Err(err) => tracing::warn!(error = %err, "cannot release failed claims"),
             }
         }
-        let done: Vec<JobId> = dispatched.iter().map(|d| d.id).collect();
+        // A job a consumer's report already sent back for a retry keeps its
+        // Redis entry (its retry time); its lease entry just expires.
+        let done: Vec<JobId> = dispatched
+            .iter()
+            .map(|d| d.id)
+            .filter(|id| !retried_early.contains(id))
+            .collect();
         if let Err(err) = self.index.job_remove_many(&done).await {
             // Harmless: the entries expire and the CAS finds the rows done.
             tracing::warn!(error = %err, "cannot release redis claims");
@@ -572,15 +578,19 @@ impl Settler {
     }
 
     /// Marks produced jobs, retrying briefly: giving up means they are
-    /// produced a second time after the lease.
-    async fn mark_dispatched(&self, token: u64, dispatched: &[Dispatched]) {
+    /// produced a second time after the lease. Returns the jobs a report
+    /// retried before the mark.
+    async fn mark_dispatched(&self, token: u64, dispatched: &[Dispatched]) -> Vec<JobId> {
         if dispatched.is_empty() {
-            return;
+            return Vec::new();
         }
         let mut delay = Duration::from_millis(50);
         for attempt in 1..=5 {
             match self.store.job_mark_dispatched_many(token, dispatched).await {
-                Ok(marked) => {
+                Ok(Marked {
+                    marked,
+                    retried_early,
+                }) => {
                     let lost = dispatched.len() as u64 - marked.min(dispatched.len() as u64);
                     if lost > 0 {
                         tracing::warn!(
@@ -588,7 +598,7 @@ impl Settler {
                             "claims expired before marking; these jobs will be produced again"
                         );
                     }
-                    return;
+                    return retried_early;
                 }
                 Err(err) => {
                     tracing::warn!(error = %err, attempt, num_jobs = dispatched.len(), "cannot mark jobs dispatched");
@@ -597,5 +607,6 @@ impl Settler {
                 }
             }
         }
+        Vec::new()
     }
 }

@@ -21,6 +21,7 @@ pub const RECONCILER_RESCUED: &str = "tickler_reconciler_rescued_total";
 pub const RESULTS_APPLIED: &str = "tickler_results_applied_total";
 pub const RESULTS_IGNORED: &str = "tickler_results_ignored_total";
 pub const RESULTS_MALFORMED: &str = "tickler_results_malformed_total";
+pub const RESULTS_FAILED: &str = "tickler_results_failed_total";
 pub const ACK_TIMEOUTS: &str = "tickler_ack_timeouts_total";
 pub const JOBS_RETRIED: &str = "tickler_jobs_retried_total";
 pub const JOBS_DEAD: &str = "tickler_jobs_dead_total";
@@ -82,6 +83,10 @@ fn describe() {
     describe_counter!(
         RESULTS_MALFORMED,
         "Records on the results topic that are not a valid report; skipped."
+    );
+    describe_counter!(
+        RESULTS_FAILED,
+        "Reports from the results topic the database refused three times (not for being down); logged and skipped."
     );
     describe_counter!(
         ACK_TIMEOUTS,
@@ -188,4 +193,8 @@ pub fn dead_letters_produced(n: usize) {
     if n > 0 {
         counter!(DEAD_LETTERS_PRODUCED).increment(n as u64);
     }
+}
+
+pub fn result_failed() {
+    counter!(RESULTS_FAILED).increment(1);
 }

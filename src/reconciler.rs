@@ -153,15 +153,6 @@ impl Reconciler {
             self.index.job_refeed_many(&entries).await?;
         }
 
-        loop {
-            let settled = self.resolver.acks_expire(self.config.batch).await?;
-            report.ack_retried += settled.retried.len();
-            report.ack_dead += settled.dead;
-            if settled.retried.len() + settled.dead < self.config.batch as usize {
-                break;
-            }
-        }
-
         let before = now - self.config.grace;
         let mut after: Option<WindowEntry> = None;
         while report.overdue < self.config.max_per_pass {
@@ -178,6 +169,24 @@ impl Reconciler {
             }
         }
         metrics::reconciler_refed(report.refed);
+
+        // Last, so that a failure here never keeps the probe above from
+        // running; bounded per pass like the probe.
+        while report.ack_retried + report.ack_dead < self.config.max_per_pass {
+            match self.resolver.acks_expire(self.config.batch).await {
+                Ok(settled) => {
+                    report.ack_retried += settled.retried.len();
+                    report.ack_dead += settled.dead;
+                    if settled.retried.len() + settled.dead < self.config.batch as usize {
+                        break;
+                    }
+                }
+                Err(err) => {
+                    tracing::warn!(error = %err, "cannot retry jobs past their ack deadline");
+                    break;
+                }
+            }
+        }
         if report.refed > 0 || report.rescued > 0 {
             self.wake.notify_one();
         }

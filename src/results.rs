@@ -26,7 +26,7 @@ use crate::job::{self, JobId};
 use crate::kafka;
 use crate::metrics;
 use crate::retry::{self, Report};
-use crate::store::{Disposition, Settled, Store, StoreError};
+use crate::store::{DeadLetter, Disposition, Settled, Store, StoreError};
 
 /// `channel` label of the results metrics.
 pub const CHANNEL_TOPIC: &str = "topic";
@@ -36,6 +36,10 @@ pub const CHANNEL_ACK_TIMEOUT: &str = "ack_timeout";
 /// Headers of a dead-letter record, besides the job's own.
 pub const HEADER_TOPIC: &str = "tickler-topic";
 pub const HEADER_ERROR: &str = "tickler-error";
+
+/// How long an instance holds the dead-letter records it is producing; a
+/// record that failed is tried again after it.
+const DEAD_LETTER_LEASE: Duration = Duration::from_secs(60);
 
 /// Applies reports and missed ack deadlines, then makes Redis follow: a job
 /// sent back to `pending` inside the window is indexed at once (the loader's
@@ -246,20 +250,56 @@ impl ResultsConsumer {
         }
     }
 
-    /// Applies the batch, retrying while MySQL is unavailable. False when
-    /// cancelled first: nothing is committed, the reports are read again.
+    /// Applies the batch, retrying while MySQL is unavailable. A batch that
+    /// fails otherwise three times (a deadlock would have passed by then) is
+    /// applied report by report, so one report that cannot be applied does
+    /// not hold up the others. False when cancelled first: nothing is
+    /// committed, and the reports are read again.
     async fn apply(&self, reports: &[Report], cancel: &CancellationToken) -> bool {
         if reports.is_empty() {
             return true;
         }
+        match self.apply_retrying(reports, cancel).await {
+            Applied::Yes => true,
+            Applied::Cancelled => false,
+            Applied::Failed(_) if reports.len() > 1 => {
+                for report in reports {
+                    match self
+                        .apply_retrying(std::slice::from_ref(report), cancel)
+                        .await
+                    {
+                        Applied::Yes => {}
+                        Applied::Cancelled => return false,
+                        Applied::Failed(err) => report_skip(report, &err),
+                    }
+                }
+                true
+            }
+            Applied::Failed(err) => {
+                report_skip(&reports[0], &err);
+                true
+            }
+        }
+    }
+
+    /// Retries while MySQL is unavailable; gives up after three other
+    /// failures.
+    async fn apply_retrying(&self, reports: &[Report], cancel: &CancellationToken) -> Applied {
         let mut delay = Duration::from_millis(100);
+        let mut failures = 0;
         loop {
             match self.resolver.reports_apply(reports, CHANNEL_TOPIC).await {
-                Ok(_) => return true,
+                Ok(_) => return Applied::Yes,
                 Err(err) => {
+                    if !matches!(err, StoreError::Unavailable(_)) {
+                        failures += 1;
+                        if failures >= 3 {
+                            return Applied::Failed(err);
+                        }
+                    }
                     tracing::warn!(error = %err, num_reports = reports.len(), "cannot apply results; retrying");
                     tokio::select! {
-                        _ = cancel.cancelled() => return false,
+                        _ = cancel.cancelled() => return Applied::Cancelled,
                         _ = tokio::time::sleep(delay) => {}
                     }
                     delay = (delay * 2).min(Duration::from_secs(5));
@@ -267,6 +307,26 @@ impl ResultsConsumer {
             }
         }
     }
+}
+
+enum Applied {
+    Yes,
+    Cancelled,
+    Failed(StoreError),
+}
+
+/// A report the database keeps refusing (not for being unavailable): logged
+/// whole and counted, so the ones behind it go on. Its job is not changed;
+/// if it expects a result, its ack deadline retries it.
+fn report_skip(report: &Report, err: &StoreError) {
+    metrics::result_failed();
+    tracing::error!(
+        job_id = report.job_id,
+        attempt = report.attempt,
+        outcome = report.outcome.as_str(),
+        error = %err,
+        "cannot apply a result report; skipping it"
+    );
 }
 
 /// Adds a record of the results topic to the batch: its report, or a count
@@ -348,11 +408,17 @@ impl DeadLetterProducer {
         }
     }
 
-    /// Produces everything owed; returns how many records.
+    /// Produces everything owed and not claimed by another instance;
+    /// returns how many records. A record that fails stays claimed for
+    /// `DEAD_LETTER_LEASE` and is tried again after it; the others go on.
     async fn drain(&self, producer: &mut Option<FutureProducer>) -> Result<usize, anyhow::Error> {
+        let claim: u64 = rand::random();
         let mut produced = 0;
         loop {
-            let letters = self.store.dead_letter_list(200).await?;
+            let letters = self
+                .store
+                .dead_letter_claim(claim, DEAD_LETTER_LEASE, 200)
+                .await?;
             if letters.is_empty() {
                 return Ok(produced);
             }
@@ -369,30 +435,41 @@ impl DeadLetterProducer {
                     fresh
                 }
             };
+            let sends = letters.iter().map(|letter| {
+                let producer = &producer;
+                async move {
+                    // None: dead letters were turned off for this topic since.
+                    let result = match self.config.dead_letter_for(&letter.job.topic) {
+                        Some(topic) => dead_letter_send(producer, topic, letter).await.map(Some),
+                        None => Ok(None),
+                    };
+                    (letter, result)
+                }
+            });
             let mut done = Vec::with_capacity(letters.len());
-            let mut failure = None;
-            for letter in &letters {
-                let job = &letter.job;
-                let Some(topic) = self.config.dead_letter_for(&job.topic) else {
-                    // Dead letters were turned off for this topic since.
-                    done.push((job.id, letter.attempt));
-                    continue;
-                };
-                match dead_letter_send(&producer, topic, job, letter.attempt).await {
-                    Ok(()) => {
-                        produced += 1;
-                        done.push((job.id, letter.attempt));
+            let mut failed = 0;
+            for (letter, result) in futures::future::join_all(sends).await {
+                match result {
+                    Ok(sent) => {
+                        produced += usize::from(sent.is_some());
+                        metrics::dead_letters_produced(usize::from(sent.is_some()));
+                        done.push((letter.job.id, letter.attempt));
                     }
                     Err(err) => {
-                        failure = Some(err);
-                        break;
+                        failed += 1;
+                        tracing::warn!(
+                            job_id = letter.job.id,
+                            attempt = letter.attempt,
+                            tries = letter.tries,
+                            error = %err,
+                            "cannot produce a dead-letter record; it is tried again later"
+                        );
                     }
                 }
             }
-            metrics::dead_letters_produced(produced);
             self.store.dead_letter_delete(&done).await?;
-            if let Some(err) = failure {
-                anyhow::bail!("dead-letter topic: {err}");
+            if failed > 0 {
+                anyhow::bail!("{failed} dead-letter records not produced");
             }
         }
     }
@@ -400,22 +477,22 @@ impl DeadLetterProducer {
 
 /// One dead-letter record: the job's key and payload, its own headers, and
 /// tickler's: job id, the attempt it died at, its topic, schedule time and
-/// last error.
+/// the error it died of.
 async fn dead_letter_send(
     producer: &FutureProducer,
     topic: &str,
-    job: &job::Job,
-    attempt: u32,
+    letter: &DeadLetter,
 ) -> Result<(), String> {
+    let job = &letter.job;
     let mut fields: BTreeMap<&str, String> = BTreeMap::new();
     fields.insert(job::HEADER_JOB_ID, job.id.to_string());
-    fields.insert(job::HEADER_ATTEMPT, attempt.to_string());
+    fields.insert(job::HEADER_ATTEMPT, letter.attempt.to_string());
     fields.insert(HEADER_TOPIC, job.topic.clone());
     fields.insert(
         job::HEADER_SCHEDULED_AT,
         job.schedule_time.timestamp_millis().to_string(),
     );
-    fields.insert(HEADER_ERROR, job.last_error.clone().unwrap_or_default());
+    fields.insert(HEADER_ERROR, letter.error.clone().unwrap_or_default());
     let mut headers = OwnedHeaders::new_with_capacity(job.headers.len() + fields.len());
     for (name, value) in job
         .headers

@@ -104,6 +104,17 @@ pub struct ClaimOutcome {
     pub db_now: Option<DateTime<Utc>>,
 }
 
+/// What marking a claim's jobs did.
+#[derive(Debug, Default)]
+pub struct Marked {
+    /// Rows marked (or, when a report came first, whose position was
+    /// recorded).
+    pub marked: u64,
+    /// Jobs a report sent back to `pending` before the mark: Redis already
+    /// holds them at their retry time, so their entries must stay.
+    pub retried_early: Vec<JobId>,
+}
+
 /// A job produced to Kafka, ready to be marked.
 #[derive(Debug, Clone, Copy)]
 pub struct Dispatched {
@@ -618,8 +629,9 @@ impl Store {
     }
 
     /// `dispatching → dispatched` for jobs this claim produced, recording
-    /// where each record landed. Returns how many rows were marked; a row
-    /// not marked lost its claim (lease expired and rescued) meanwhile.
+    /// where each record landed. Returns how many rows were marked (a row
+    /// not marked lost its claim meanwhile: lease expired and rescued), and
+    /// which a consumer's report already sent back to `pending` for a retry.
     ///
     /// Crash before this commits: the records are on Kafka but the rows are
     /// `dispatching`; after the lease they are produced again with the same
@@ -628,12 +640,16 @@ impl Store {
         &self,
         token: u64,
         jobs: &[Dispatched],
-    ) -> Result<u64, StoreError> {
+    ) -> Result<Marked, StoreError> {
+        // In id order, the order reports lock rows in, so the two do not
+        // deadlock.
+        let mut jobs = jobs.to_vec();
+        jobs.sort_unstable_by_key(|job| job.id);
         // One UPDATE per chunk, joined to the positions as a derived table:
         // linear in the rows (a CASE list per column would be quadratic), and
         // plain SQL on both MySQL 8 and MariaDB (no VALUES constructor).
         const CHUNK: usize = 1000;
-        let mut marked = 0;
+        let mut marked = Marked::default();
         for chunk in jobs.chunks(CHUNK) {
             let mut query = positions_join(chunk);
             // A job expecting a result waits for it until the ack
@@ -649,9 +665,10 @@ impl Store {
                 )
                 .push_bind(token);
             let chunk_marked = query.build().execute(&self.pool).await?.rows_affected();
-            marked += chunk_marked;
+            marked.marked += chunk_marked;
             if chunk_marked < chunk.len() as u64 {
-                marked += self.job_mark_settled_early(token, chunk).await?;
+                self.job_mark_settled_early(token, chunk, &mut marked)
+                    .await?;
             }
         }
         Ok(marked)
@@ -664,7 +681,16 @@ impl Store {
         &self,
         token: u64,
         jobs: &[Dispatched],
-    ) -> Result<u64, StoreError> {
+        marked: &mut Marked,
+    ) -> Result<(), StoreError> {
+        let ids: Vec<JobId> = jobs.iter().map(|job| job.id).collect();
+        let mut retried = QueryBuilder::<MySql>::new(
+            "SELECT id FROM jobs WHERE status = 'pending' AND claim_token = ",
+        );
+        retried.push_bind(token).push(" AND id IN ");
+        push_id_list(&mut retried, &ids);
+        let retried: Vec<JobId> = retried.build_query_scalar().fetch_all(&self.pool).await?;
+        marked.retried_early.extend(retried);
         let mut query = positions_join(jobs);
         query
             .push(
@@ -673,7 +699,8 @@ impl Store {
                  WHERE j.status <> 'dispatching' AND j.claim_token = ",
             )
             .push_bind(token);
-        Ok(query.build().execute(&self.pool).await?.rows_affected())
+        marked.marked += query.build().execute(&self.pool).await?.rows_affected();
+        Ok(())
     }
 
     /// `dispatching → pending` for claims whose lease expired by the

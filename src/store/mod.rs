@@ -18,8 +18,8 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
 use sqlx::{ConnectOptions, Connection, Executor};
 
 pub use jobs::{
-    BatchRow, Cancelled, ClaimOutcome, Dispatched, JobChanges, JobEvent, JobFilter, Modified,
-    WindowEntry,
+    BatchRow, Cancelled, ClaimOutcome, Dispatched, JobChanges, JobEvent, JobFilter, Marked,
+    Modified, WindowEntry,
 };
 pub use results::{DeadLetter, Disposition, Redriven, Settled};
 

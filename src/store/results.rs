@@ -8,6 +8,7 @@
 //! commits its offset only after this commit) or the deadline is still past.
 
 use std::collections::HashMap;
+use std::time::Duration;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, QueryBuilder, Row, Transaction};
@@ -15,7 +16,7 @@ use sqlx::{MySql, QueryBuilder, Row, Transaction};
 use super::jobs::{job_from_row, push_id_list, JOB_COLUMNS};
 use super::{Store, StoreError, WindowEntry};
 use crate::job::{Job, JobId, Schedule, Status};
-use crate::retry::{self, Decision, Ignored, JobState, Report};
+use crate::retry::{self, Decision, Ignored, JobState, Policy, Report};
 
 /// What became of one report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -50,11 +51,15 @@ pub enum Redriven {
     NotDead(Job),
 }
 
-/// A dead-letter record owed: the job as it is, and the attempt it died at.
+/// A dead-letter record owed: the job as it is now, the attempt it died at
+/// and the error it died of.
 #[derive(Debug)]
 pub struct DeadLetter {
     pub job: Job,
     pub attempt: u32,
+    pub error: Option<String>,
+    /// How many times this record was claimed, this one included.
+    pub tries: u32,
 }
 
 /// A locked job, as a decision needs it.
@@ -193,34 +198,59 @@ impl Store {
         }
     }
 
-    /// Dead-letter records still owed, oldest first. Entries whose job is
-    /// gone are dropped.
-    pub async fn dead_letter_list(&self, limit: u32) -> Result<Vec<DeadLetter>, StoreError> {
-        let owed: Vec<(JobId, u32)> = sqlx::query_as(
-            "SELECT job_id, attempt FROM dead_letters ORDER BY created_at, job_id LIMIT ?",
+    /// Claims up to `limit` dead-letter records owed (oldest first) for
+    /// `claim` (the caller's token) and `lease`: no other instance takes them
+    /// until the lease expires, and a record that failed is tried again when
+    /// it does. Entries whose job is gone are dropped.
+    pub async fn dead_letter_claim(
+        &self,
+        claim: u64,
+        lease: Duration,
+        limit: u32,
+    ) -> Result<Vec<DeadLetter>, StoreError> {
+        let lease_us = u64::try_from(lease.as_micros()).unwrap_or(u64::MAX);
+        let claimed = sqlx::query(
+            "UPDATE dead_letters SET claim_token = ?, tries = tries + 1, \
+             claimed_until = TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3)) \
+             WHERE claimed_until IS NULL OR claimed_until < UTC_TIMESTAMP(3) \
+             ORDER BY created_at LIMIT ?",
         )
+        .bind(claim)
+        .bind(lease_us)
         .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        if owed.is_empty() {
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        if claimed == 0 {
             return Ok(Vec::new());
         }
-        let ids: Vec<JobId> = owed.iter().map(|(id, _)| *id).collect();
-        let mut query =
-            QueryBuilder::<MySql>::new(format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id IN "));
-        push_id_list(&mut query, &ids);
+        let owed: Vec<(JobId, u32, Option<Vec<u8>>, u32)> = sqlx::query_as(
+            "SELECT job_id, attempt, error, tries FROM dead_letters WHERE claim_token = ? \
+             ORDER BY created_at",
+        )
+        .bind(claim)
+        .fetch_all(&self.pool)
+        .await?;
+        let ids: Vec<JobId> = owed.iter().map(|(id, ..)| *id).collect();
         let mut jobs: HashMap<JobId, Job> = HashMap::new();
-        for row in query.build().fetch_all(&self.pool).await? {
-            let job = job_from_row(&row)?;
-            jobs.insert(job.id, job);
+        if !ids.is_empty() {
+            let mut query =
+                QueryBuilder::<MySql>::new(format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id IN "));
+            push_id_list(&mut query, &ids);
+            for row in query.build().fetch_all(&self.pool).await? {
+                let job = job_from_row(&row)?;
+                jobs.insert(job.id, job);
+            }
         }
         let mut letters = Vec::with_capacity(owed.len());
         let mut orphans = Vec::new();
-        for (id, attempt) in owed {
+        for (id, attempt, error, tries) in owed {
             match jobs.get(&id) {
                 Some(job) => letters.push(DeadLetter {
                     job: job.clone(),
                     attempt,
+                    error: error.map(|e| String::from_utf8_lossy(&e).into_owned()),
+                    tries,
                 }),
                 None => orphans.push((id, attempt)),
             }
@@ -251,7 +281,11 @@ impl Store {
 }
 
 /// Locks the rows of `ids` (in id order, so concurrent batches do not
-/// deadlock) and reads what decisions need.
+/// deadlock) and reads what decisions need. Only ids that exist are locked:
+/// `FOR UPDATE` on a missing id would lock the gap where it would be (at
+/// REPEATABLE READ), holding up inserts. Only the columns a decision needs
+/// are read, so a row a person garbled elsewhere (say, its headers) does not
+/// hold up the reports of a batch.
 async fn lock(
     tx: &mut Transaction<'_, MySql>,
     ids: &[JobId],
@@ -259,27 +293,47 @@ async fn lock(
     let mut ids = ids.to_vec();
     ids.sort_unstable();
     ids.dedup();
-    let mut query = QueryBuilder::<MySql>::new(format!(
-        "SELECT {JOB_COLUMNS}, (ack_deadline IS NOT NULL AND ack_deadline < UTC_TIMESTAMP(3)) \
-         AS ack_expired FROM jobs WHERE id IN "
-    ));
+    let mut exists = QueryBuilder::<MySql>::new("SELECT id FROM jobs WHERE id IN ");
+    push_id_list(&mut exists, &ids);
+    let ids: Vec<JobId> = exists.build_query_scalar().fetch_all(&mut **tx).await?;
+    if ids.is_empty() {
+        return Ok(HashMap::new());
+    }
+    let mut query = QueryBuilder::<MySql>::new(
+        "SELECT id, topic, CAST(status AS CHAR) AS status, attempt, version, expects_result, \
+         max_attempts, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
+         (ack_deadline IS NOT NULL AND ack_deadline < UTC_TIMESTAMP(3)) AS ack_expired \
+         FROM jobs WHERE id IN ",
+    );
     push_id_list(&mut query, &ids);
     query.push(" ORDER BY id FOR UPDATE");
     let rows = query.build().fetch_all(&mut **tx).await?;
     let mut locked = HashMap::with_capacity(rows.len());
     for row in &rows {
-        let job = job_from_row(row)?;
+        let id: JobId = row.try_get("id")?;
+        let status: Vec<u8> = row.try_get("status")?;
+        let status = std::str::from_utf8(&status)
+            .ok()
+            .and_then(|s| s.parse::<Status>().ok())
+            .ok_or_else(|| StoreError::Corrupt(format!("job {id}: unknown status")))?;
+        let topic: Vec<u8> = row.try_get("topic")?;
         let ack_expired: i64 = row.try_get("ack_expired")?;
         locked.insert(
-            job.id,
+            id,
             Locked {
                 state: JobState {
-                    status: job.status,
-                    attempt: job.attempt,
-                    policy: job.policy,
+                    status,
+                    attempt: row.try_get("attempt")?,
+                    policy: Policy {
+                        expects_result: row.try_get("expects_result")?,
+                        max_attempts: row.try_get("max_attempts")?,
+                        backoff_base_ms: row.try_get("backoff_base_ms")?,
+                        backoff_cap_ms: row.try_get("backoff_cap_ms")?,
+                        ack_timeout_ms: row.try_get("ack_timeout_ms")?,
+                    },
                 },
-                version: job.version,
-                topic: job.topic,
+                version: row.try_get("version")?,
+                topic: String::from_utf8_lossy(&topic).into_owned(),
                 ack_expired: ack_expired != 0,
             },
         );
@@ -366,11 +420,12 @@ async fn finish(mut tx: Transaction<'_, MySql>, changes: &[Change]) -> Result<Se
         let letters: Vec<&Change> = changes.iter().filter(|c| c.dead_letter).collect();
         if !letters.is_empty() {
             let mut insert = QueryBuilder::<MySql>::new(
-                "INSERT IGNORE INTO dead_letters (job_id, attempt, created_at) ",
+                "INSERT IGNORE INTO dead_letters (job_id, attempt, error, created_at) ",
             );
             insert.push_values(&letters, |mut row, change| {
                 row.push_bind(change.id)
                     .push_bind(change.attempt)
+                    .push_bind(change.error.clone())
                     .push("UTC_TIMESTAMP(3)");
             });
             insert.build().execute(&mut *tx).await?;
