@@ -10,6 +10,7 @@ use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use common::chronos::{Services, World};
+use common::procs::PrivateMariadb;
 use common::{consumer_from_beginning, eventually, records_read, unique, Record, TestEnv};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::{json, Value};
@@ -696,5 +697,83 @@ async fn a_restart_while_results_are_in_flight_loses_none() {
         "no job was retried: every report arrived"
     );
     reporter.abort();
+    world.finish().await;
+}
+
+/// The deterministic form of the restart above: reports are read while
+/// MySQL is down (so the consumer holds them, unapplied), then tickler is
+/// killed with -9. Had it committed their offsets on reading, they would be
+/// lost; every job must still end `succeeded`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reports_read_while_mysql_is_down_survive_a_kill() {
+    let mut mariadb = PrivateMariadb::start().await;
+    let services = Services {
+        mysql_server_url: mariadb.server_url(),
+        ..Services::shared()
+    };
+    let mut world = World::start(services, &[]).await;
+    let n = 20;
+    let mut ids = Vec::new();
+    for i in 0..n {
+        let (status, job) = world
+            .post_job(&json!({"topic": world.topic, "payload": i, "delay_ms": 0,
+                "expects_result": true, "ack_timeout_ms": 120_000}))
+            .await;
+        assert_eq!(status, 201, "{job}");
+        ids.push(job["id"].as_u64().unwrap());
+    }
+    let dispatched = eventually(Duration::from_secs(20), || async {
+        let done: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE status = 'dispatched'")
+            .fetch_one(&world.sql)
+            .await
+            .unwrap();
+        (done == n).then_some(())
+    })
+    .await;
+    assert!(dispatched.is_some(), "all dispatched");
+
+    mariadb.proc.kill9();
+    let producer = report_producer(&world.services.brokers);
+    for id in &ids {
+        let report = json!({"job_id": id, "attempt": 1, "outcome": "ok"});
+        report_send(
+            &producer,
+            &world.results_topic,
+            &id.to_string(),
+            report.to_string().as_bytes(),
+        )
+        .await;
+    }
+    // The consumer has read them and cannot apply them.
+    let holding = eventually(Duration::from_secs(20), || async {
+        world
+            .tickler
+            .log_tail()
+            .contains("cannot apply results")
+            .then_some(())
+    })
+    .await;
+    assert!(
+        holding.is_some(),
+        "reports read while MySQL is down:\n{}",
+        world.tickler.log_tail()
+    );
+    world.tickler.kill9();
+    mariadb.restart().await;
+    world.restart_tickler().await;
+
+    let all = eventually(Duration::from_secs(60), || async {
+        let done: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE status = 'succeeded'")
+            .fetch_one(&world.sql)
+            .await
+            .ok()?;
+        (done == n).then_some(())
+    })
+    .await;
+    assert!(
+        all.is_some(),
+        "every report applied after the restart:\n{}",
+        world.tickler.log_tail()
+    );
     world.finish().await;
 }
