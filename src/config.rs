@@ -97,6 +97,10 @@ pub struct Config {
     pub results_batch: usize,
     /// Where a record for each job that ends `dead` goes; none by default.
     pub dead_letter_topic: Option<String>,
+    /// Finished jobs (succeeded, dead, cancelled, dispatched without a
+    /// result to wait for) unchanged for this many days are deleted, with
+    /// their history; 0 keeps them forever.
+    pub retention_days: u32,
 }
 
 /// One business topic's settings; what is left out comes from the defaults.
@@ -166,6 +170,7 @@ impl Default for Config {
             results_topic_partitions: 4,
             results_batch: 500,
             dead_letter_topic: None,
+            retention_days: 30,
         }
     }
 }
@@ -323,6 +328,12 @@ impl Config {
         if !(1..=10_000).contains(&self.results_batch) {
             return Err(invalid("results_batch", "must be between 1 and 10000"));
         }
+        if self.retention_days > 36_500 {
+            return Err(invalid(
+                "retention_days",
+                "must be at most 36500 (0 keeps finished jobs forever)",
+            ));
+        }
         if let Some(dlt) = &self.dead_letter_topic {
             if job::topic_validate(dlt).is_err() {
                 return Err(invalid(
@@ -439,6 +450,12 @@ mod tests {
         };
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("\"reaper\""), "{err}");
+        let config = Config {
+            retention_days: 40_000,
+            ..Config::default()
+        };
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("retention_days"), "{err}");
     }
 
     #[test]

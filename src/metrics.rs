@@ -26,6 +26,7 @@ pub const ACK_TIMEOUTS: &str = "tickler_ack_timeouts_total";
 pub const JOBS_RETRIED: &str = "tickler_jobs_retried_total";
 pub const JOBS_DEAD: &str = "tickler_jobs_dead_total";
 pub const DEAD_LETTERS_PRODUCED: &str = "tickler_dead_letters_produced_total";
+pub const JOBS_PURGED: &str = "tickler_jobs_purged_total";
 
 /// Installs the process-wide recorder once and returns the handle that
 /// renders it. Later calls (several servers in one test process) share it.
@@ -98,6 +99,10 @@ fn describe() {
     );
     describe_counter!(JOBS_DEAD, "Jobs that ended dead.");
     describe_counter!(DEAD_LETTERS_PRODUCED, "Dead-letter records produced.");
+    describe_counter!(
+        JOBS_PURGED,
+        "Finished jobs deleted after retention_days, with their history."
+    );
     describe_counter!(
         INDEX_ERRORS,
         "Redis operations that failed (repaired later from MySQL)."
@@ -197,4 +202,10 @@ pub fn dead_letters_produced(n: usize) {
 
 pub fn result_failed() {
     counter!(RESULTS_FAILED).increment(1);
+}
+
+pub fn jobs_purged(n: u64) {
+    if n > 0 {
+        counter!(JOBS_PURGED).increment(n);
+    }
 }

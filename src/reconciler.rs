@@ -11,6 +11,9 @@
 //!    back in Redis unless already due or in flight there (the index lost
 //!    them, or the write after an INSERT never landed).
 //!
+//! Once a minute it also purges finished jobs past `retention_days`, with
+//! their history, in small batches.
+//!
 //! Its cost follows the number of overdue and in-flight rows — both range
 //! scans on `(status, schedule_time)` — never the number of far-future jobs.
 //! Every change is a compare-and-set, so several instances may run it at
@@ -41,6 +44,10 @@ pub struct ReconcilerConfig {
     pub batch: u32,
     /// Most overdue rows one pass examines; the rest wait for the next pass.
     pub max_per_pass: usize,
+    /// Finished jobs older than this are purged; None keeps them.
+    pub retention: Option<Duration>,
+    /// Time between purges.
+    pub purge_interval: Duration,
 }
 
 impl ReconcilerConfig {
@@ -50,6 +57,9 @@ impl ReconcilerConfig {
             grace: Duration::from_millis(config.reconcile_grace_ms),
             batch: 1_000,
             max_per_pass: 100_000,
+            retention: (config.retention_days > 0)
+                .then(|| Duration::from_secs(u64::from(config.retention_days) * 86_400)),
+            purge_interval: Duration::from_secs(60),
         }
     }
 }
@@ -109,7 +119,16 @@ impl Reconciler {
             interval_ms = self.config.interval.as_millis() as u64,
             "reconciler started"
         );
+        let mut purged_at: Option<tokio::time::Instant> = None;
         loop {
+            if purged_at.is_none_or(|at| at.elapsed() >= self.config.purge_interval) {
+                purged_at = Some(tokio::time::Instant::now());
+                match self.purge_once().await {
+                    Ok(0) => {}
+                    Ok(purged) => tracing::info!(purged, "finished jobs past retention purged"),
+                    Err(err) => tracing::warn!(error = %err, "purge failed"),
+                }
+            }
             let pass = async {
                 let now = self.store.db_now().await?;
                 self.run_once(now).await
@@ -139,6 +158,28 @@ impl Reconciler {
             }
         }
         tracing::info!("reconciler stopped");
+    }
+
+    /// Deletes finished jobs past the retention, in batches of `batch`, at
+    /// most `max_per_pass / 10` rows (small, so a first purge of a large
+    /// backlog spreads over passes). Returns how many.
+    pub async fn purge_once(&self) -> Result<u64, ReconcileError> {
+        let Some(retention) = self.config.retention else {
+            return Ok(0);
+        };
+        let mut purged = 0;
+        while purged < (self.config.max_per_pass / 10) as u64 {
+            let batch = self
+                .store
+                .job_purge_finished(retention, self.config.batch)
+                .await?;
+            purged += batch;
+            if batch < u64::from(self.config.batch) {
+                break;
+            }
+        }
+        metrics::jobs_purged(purged);
+        Ok(purged)
     }
 
     /// One pass at database time `now`.

@@ -155,3 +155,91 @@ async fn loader_rebuilds_the_window_after_redis_loses_everything() {
     assert_eq!(records.len(), 1, "and the job fires");
     env.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn finished_jobs_past_retention_are_purged_with_their_history() {
+    let env = env_without_reconciler().await;
+    let mut ids = Vec::new();
+    for n in 0..6 {
+        let job = env
+            .job_create(json!({"payload": n, "delay_ms": 3_600_000}))
+            .await;
+        ids.push(job["id"].as_u64().unwrap());
+    }
+    // By hand: five of them in each state, last changed 40 days ago (one
+    // recently), and one still pending from long ago.
+    let states = [
+        ("succeeded", 40, "NULL"),
+        ("dead", 40, "NULL"),
+        ("cancelled", 40, "NULL"),
+        ("dispatched", 40, "NULL"),
+        // Waiting for its result: never purged, however old.
+        ("dispatched", 40, "UTC_TIMESTAMP(3) + INTERVAL 1 HOUR"),
+        ("succeeded", 1, "NULL"),
+    ];
+    for (id, (status, days, deadline)) in ids.iter().zip(states) {
+        sqlx::query(&format!(
+            "UPDATE jobs SET status = ?, ack_deadline = {deadline}, \
+             updated_at = UTC_TIMESTAMP(3) - INTERVAL {days} DAY WHERE id = ?"
+        ))
+        .bind(status)
+        .bind(id)
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    }
+    let old_pending = env
+        .job_create(json!({"payload": "p", "delay_ms": 3_600_000}))
+        .await["id"]
+        .as_u64()
+        .unwrap();
+    sqlx::query("UPDATE jobs SET updated_at = UTC_TIMESTAMP(3) - INTERVAL 400 DAY WHERE id = ?")
+        .bind(old_pending)
+        .execute(&env.sql)
+        .await
+        .unwrap();
+
+    let purged = reconciler(&env).purge_once().await.unwrap();
+    assert_eq!(purged, 4);
+    let left: Vec<u64> = sqlx::query_scalar("SELECT id FROM jobs ORDER BY id")
+        .fetch_all(&env.sql)
+        .await
+        .unwrap();
+    assert_eq!(left, vec![ids[4], ids[5], old_pending]);
+    let orphans: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM job_events e WHERE NOT EXISTS (SELECT 1 FROM jobs j WHERE j.id = e.job_id)",
+    )
+    .fetch_one(&env.sql)
+    .await
+    .unwrap();
+    assert_eq!(orphans, 0, "history goes with its job");
+    assert_eq!(reconciler(&env).purge_once().await.unwrap(), 0);
+
+    let keep_forever = Reconciler::new(
+        env.store.clone(),
+        env.index.clone(),
+        ReconcilerConfig {
+            retention: None,
+            ..ReconcilerConfig::from_config(&env.config)
+        },
+        Arc::new(Notify::new()),
+        Resolver::new(
+            env.store.clone(),
+            env.index.clone(),
+            Arc::new(env.config.clone()),
+            Arc::new(Notify::new()),
+            Arc::new(Notify::new()),
+        ),
+    );
+    sqlx::query("UPDATE jobs SET updated_at = UTC_TIMESTAMP(3) - INTERVAL 400 DAY WHERE id = ?")
+        .bind(ids[5])
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    assert_eq!(
+        keep_forever.purge_once().await.unwrap(),
+        0,
+        "retention_days = 0"
+    );
+    env.finish().await;
+}

@@ -198,6 +198,61 @@ impl Store {
         }
     }
 
+    /// Deletes finished jobs — `succeeded`, `dead`, `cancelled`, and
+    /// `dispatched` ones not waiting for a result — unchanged for longer than
+    /// `retention`, at most `limit`, with their history, in one transaction.
+    /// Returns how many. A row changed meanwhile (say, redriven) is kept.
+    pub async fn job_purge_finished(
+        &self,
+        retention: Duration,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        let retention_us = i64::try_from(retention.as_micros()).unwrap_or(i64::MAX);
+        let cutoff: NaiveDateTime =
+            sqlx::query_scalar("SELECT TIMESTAMPADD(MICROSECOND, -?, UTC_TIMESTAMP(3))")
+                .bind(retention_us)
+                .fetch_one(&self.pool)
+                .await?;
+        // One range scan per status on (status, updated_at, ...): the cost
+        // follows the rows to purge, not the table.
+        let mut ids: Vec<JobId> = Vec::new();
+        for status in ["succeeded", "dead", "cancelled", "dispatched"] {
+            let left = limit.saturating_sub(ids.len() as u32);
+            if left == 0 {
+                break;
+            }
+            let found: Vec<JobId> = sqlx::query_scalar(
+                "SELECT id FROM jobs WHERE status = ? AND updated_at < ? \
+                 AND (status <> 'dispatched' OR ack_deadline IS NULL) ORDER BY updated_at LIMIT ?",
+            )
+            .bind(status)
+            .bind(cutoff)
+            .bind(left)
+            .fetch_all(&self.pool)
+            .await?;
+            ids.extend(found);
+        }
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let mut tx = self.pool.begin().await?;
+        let mut delete = QueryBuilder::<MySql>::new("DELETE FROM jobs WHERE id IN ");
+        push_id_list(&mut delete, &ids);
+        delete
+            .push(
+                " AND status IN ('succeeded', 'dead', 'cancelled', 'dispatched') \
+                 AND (status <> 'dispatched' OR ack_deadline IS NULL) AND updated_at < ",
+            )
+            .push_bind(cutoff);
+        let purged = delete.build().execute(&mut *tx).await?.rows_affected();
+        let mut events = QueryBuilder::<MySql>::new("DELETE FROM job_events WHERE job_id IN ");
+        push_id_list(&mut events, &ids);
+        events.push(" AND NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.id = job_events.job_id)");
+        events.build().execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(purged)
+    }
+
     /// Claims up to `limit` dead-letter records owed (oldest first) for
     /// `claim` (the caller's token) and `lease`: no other instance takes them
     /// until the lease expires, and a record that failed is tried again when
