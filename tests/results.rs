@@ -15,6 +15,7 @@ use common::{consumer_from_beginning, eventually, records_read, unique, Record, 
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::{json, Value};
 use tickler::kafka;
+use tickler::store::Dispatched;
 
 /// A producer for reports. Each send is awaited before the next, so every
 /// report is its own batch on the broker (tansu cannot resume a consumer
@@ -776,4 +777,63 @@ async fn reports_read_while_mysql_is_down_survive_a_kill() {
         world.tickler.log_tail()
     );
     world.finish().await;
+}
+
+/// The race of a fast consumer, made deterministic: a report retries the job
+/// while the dispatcher that produced it has not marked it yet. The mark then
+/// records where the record landed, says the job was retried early (so the
+/// dispatcher leaves its Redis entry, at the retry time, alone), and does not
+/// turn it back into `dispatched`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_report_that_beats_the_mark_wins_and_the_mark_records_the_position() {
+    let env = TestEnv::start_with(|c| c.roles = vec!["api".into()]).await;
+    let job = env
+        .job_create(json!({"payload": 1, "delay_ms": 0, "expects_result": true}))
+        .await;
+    let id = id_of(&job);
+    // A dispatcher's claim, by hand: dispatching under token 77.
+    sqlx::query(
+        "UPDATE jobs SET status = 'dispatching', claim_token = 77, \
+         claim_expires_at = UTC_TIMESTAMP(3) + INTERVAL 1 MINUTE WHERE id = ?",
+    )
+    .bind(id)
+    .execute(&env.sql)
+    .await
+    .unwrap();
+    let (_, body) = report_http(
+        &env,
+        id,
+        json!({"attempt": 1, "outcome": "retry", "retry_after_ms": 60000}),
+    )
+    .await;
+    assert_eq!(body["applied"], true, "{body}");
+    assert!(env.redis_holds(id).await, "indexed at its retry time");
+
+    let marked = env
+        .store
+        .job_mark_dispatched_many(
+            77,
+            &[Dispatched {
+                id,
+                partition: 1,
+                offset: 42,
+                dispatched_at: chrono::Utc::now(),
+            }],
+        )
+        .await
+        .unwrap();
+    assert_eq!(marked.marked, 1);
+    assert_eq!(marked.retried_early, vec![id]);
+    let (_, job) = env.get(&format!("/v1/jobs/{id}")).await;
+    assert_eq!(job["status"], "pending", "{job}");
+    assert_eq!(job["attempt"], 2);
+    assert_eq!(job["kafka"], json!({"partition": 1, "offset": 42}));
+    assert_eq!(job["ack_deadline"], Value::Null);
+    let token: Option<u64> = sqlx::query_scalar("SELECT claim_token FROM jobs WHERE id = ?")
+        .bind(id)
+        .fetch_one(&env.sql)
+        .await
+        .unwrap();
+    assert_eq!(token, None, "the claim is over");
+    env.finish().await;
 }
