@@ -104,6 +104,9 @@ pub struct Config {
 }
 
 /// One business topic's settings; what is left out comes from the defaults.
+/// The policy fields repeat `PolicyOverrides` rather than flatten it: serde
+/// cannot refuse unknown keys through `flatten`, and a typo in a topic's
+/// settings must stop start-up, not be ignored.
 #[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct TopicConfig {

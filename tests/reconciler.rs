@@ -15,10 +15,14 @@ use tickler::results::Resolver;
 use tokio::sync::Notify;
 
 fn reconciler(env: &TestEnv) -> Reconciler {
+    reconciler_with(env, ReconcilerConfig::from_config(&env.config))
+}
+
+fn reconciler_with(env: &TestEnv, config: ReconcilerConfig) -> Reconciler {
     Reconciler::new(
         env.store.clone(),
         env.index.clone(),
-        ReconcilerConfig::from_config(&env.config),
+        config,
         Arc::new(Notify::new()),
         Resolver::new(
             env.store.clone(),
@@ -215,21 +219,12 @@ async fn finished_jobs_past_retention_are_purged_with_their_history() {
     assert_eq!(orphans, 0, "history goes with its job");
     assert_eq!(reconciler(&env).purge_once().await.unwrap(), 0);
 
-    let keep_forever = Reconciler::new(
-        env.store.clone(),
-        env.index.clone(),
+    let keep_forever = reconciler_with(
+        &env,
         ReconcilerConfig {
             retention: None,
             ..ReconcilerConfig::from_config(&env.config)
         },
-        Arc::new(Notify::new()),
-        Resolver::new(
-            env.store.clone(),
-            env.index.clone(),
-            Arc::new(env.config.clone()),
-            Arc::new(Notify::new()),
-            Arc::new(Notify::new()),
-        ),
     );
     sqlx::query("UPDATE jobs SET updated_at = UTC_TIMESTAMP(3) - INTERVAL 400 DAY WHERE id = ?")
         .bind(ids[5])

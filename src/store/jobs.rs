@@ -170,17 +170,9 @@ impl Store {
             .push_bind(version)
             .push(" AND status = 'pending'");
         let applied = query.build().execute(&mut *conn).await?.rows_affected() == 1;
-        let row = sqlx::query(&format!(
-            "SELECT {JOB_COLUMNS}, UTC_TIMESTAMP(3) AS db_now FROM jobs WHERE id = ?"
-        ))
-        .bind(id)
-        .fetch_optional(&mut *conn)
-        .await?
-        .ok_or(StoreError::NotFound(id))?;
-        let job = job_from_row(&row)?;
+        let (job, now) = job_read_back(&mut conn, id).await?;
         if applied {
-            let now: NaiveDateTime = row.try_get("db_now")?;
-            Ok(Modified::Applied(job, now.and_utc()))
+            Ok(Modified::Applied(job, now))
         } else if job.status != Status::Pending {
             Ok(Modified::NotPending(job))
         } else {
@@ -810,6 +802,34 @@ fn headers_encode(headers: &BTreeMap<String, String>) -> Option<String> {
     }
 }
 
+/// The result policy columns of a row.
+pub(super) fn policy_from_row(row: &MySqlRow) -> Result<Policy, StoreError> {
+    Ok(Policy {
+        expects_result: row.try_get("expects_result")?,
+        max_attempts: row.try_get("max_attempts")?,
+        backoff_base_ms: row.try_get("backoff_base_ms")?,
+        backoff_cap_ms: row.try_get("backoff_cap_ms")?,
+        ack_timeout_ms: row.try_get("ack_timeout_ms")?,
+    })
+}
+
+/// Reads a job back after a compare-and-set on it, with the database's
+/// clock at that moment.
+pub(super) async fn job_read_back(
+    conn: &mut sqlx::MySqlConnection,
+    id: JobId,
+) -> Result<(Job, DateTime<Utc>), StoreError> {
+    let row = sqlx::query(&format!(
+        "SELECT {JOB_COLUMNS}, UTC_TIMESTAMP(3) AS db_now FROM jobs WHERE id = ?"
+    ))
+    .bind(id)
+    .fetch_optional(conn)
+    .await?
+    .ok_or(StoreError::NotFound(id))?;
+    let now: NaiveDateTime = row.try_get("db_now")?;
+    Ok((job_from_row(&row)?, now.and_utc()))
+}
+
 pub(super) fn job_from_row(row: &MySqlRow) -> Result<Job, StoreError> {
     let id: JobId = row.try_get("id")?;
     let corrupt = |what: &str| StoreError::Corrupt(format!("job {id}: {what}"));
@@ -837,13 +857,7 @@ pub(super) fn job_from_row(row: &MySqlRow) -> Result<Job, StoreError> {
         schedule_time: at("schedule_time")?,
         status: status.parse().map_err(|_| corrupt("unknown status"))?,
         attempt: row.try_get("attempt")?,
-        policy: Policy {
-            expects_result: row.try_get("expects_result")?,
-            max_attempts: row.try_get("max_attempts")?,
-            backoff_base_ms: row.try_get("backoff_base_ms")?,
-            backoff_cap_ms: row.try_get("backoff_cap_ms")?,
-            ack_timeout_ms: row.try_get("ack_timeout_ms")?,
-        },
+        policy: policy_from_row(row)?,
         version: row.try_get("version")?,
         created_at: at("created_at")?,
         updated_at: at("updated_at")?,

@@ -13,10 +13,10 @@ use std::time::Duration;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, QueryBuilder, Row, Transaction};
 
-use super::jobs::{job_from_row, push_id_list, JOB_COLUMNS};
+use super::jobs::{job_from_row, job_read_back, policy_from_row, push_id_list, JOB_COLUMNS};
 use super::{Store, StoreError, WindowEntry};
 use crate::job::{Job, JobId, Schedule, Status};
-use crate::retry::{self, Decision, Ignored, JobState, Policy, Report};
+use crate::retry::{self, Decision, Ignored, JobState, Report};
 
 /// What became of one report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -38,7 +38,8 @@ pub struct Settled {
     pub dead: usize,
     /// Dead jobs with a dead-letter record to produce.
     pub dead_lettered: usize,
-    /// The database's clock at the decision.
+    /// The database's clock at the decision; read only when jobs were
+    /// retried (it places them in or beyond the window).
     pub db_now: Option<DateTime<Utc>>,
 }
 
@@ -182,17 +183,9 @@ impl Store {
         .await?
         .rows_affected()
             == 1;
-        let row = sqlx::query(&format!(
-            "SELECT {JOB_COLUMNS}, UTC_TIMESTAMP(3) AS db_now FROM jobs WHERE id = ?"
-        ))
-        .bind(id)
-        .fetch_optional(&mut *conn)
-        .await?
-        .ok_or(StoreError::NotFound(id))?;
-        let job = job_from_row(&row)?;
+        let (job, now) = job_read_back(&mut conn, id).await?;
         if applied {
-            let now: NaiveDateTime = row.try_get("db_now")?;
-            Ok(Redriven::Applied(job, now.and_utc()))
+            Ok(Redriven::Applied(job, now))
         } else {
             Ok(Redriven::NotDead(job))
         }
@@ -379,13 +372,7 @@ async fn lock(
                 state: JobState {
                     status,
                     attempt: row.try_get("attempt")?,
-                    policy: Policy {
-                        expects_result: row.try_get("expects_result")?,
-                        max_attempts: row.try_get("max_attempts")?,
-                        backoff_base_ms: row.try_get("backoff_base_ms")?,
-                        backoff_cap_ms: row.try_get("backoff_cap_ms")?,
-                        ack_timeout_ms: row.try_get("ack_timeout_ms")?,
-                    },
+                    policy: policy_from_row(row)?,
                 },
                 version: row.try_get("version")?,
                 topic: String::from_utf8_lossy(&topic).into_owned(),
@@ -492,10 +479,13 @@ async fn finish(mut tx: Transaction<'_, MySql>, changes: &[Change]) -> Result<Se
             .map(|c| c.id)
             .collect();
         if !retried.is_empty() {
-            let mut select =
-                QueryBuilder::<MySql>::new("SELECT id, schedule_time FROM jobs WHERE id IN ");
+            let mut select = QueryBuilder::<MySql>::new(
+                "SELECT id, schedule_time, UTC_TIMESTAMP(3) AS db_now FROM jobs WHERE id IN ",
+            );
             push_id_list(&mut select, &retried);
             for row in select.build().fetch_all(&mut *tx).await? {
+                let now: NaiveDateTime = row.try_get("db_now")?;
+                settled.db_now = Some(now.and_utc());
                 let at: NaiveDateTime = row.try_get("schedule_time")?;
                 settled.retried.push(WindowEntry {
                     id: row.try_get("id")?,
@@ -510,10 +500,6 @@ async fn finish(mut tx: Transaction<'_, MySql>, changes: &[Change]) -> Result<Se
         settled.dead = changes.iter().filter(|c| c.status == Status::Dead).count();
         settled.dead_lettered = letters.len();
     }
-    let now: NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(3)")
-        .fetch_one(&mut *tx)
-        .await?;
-    settled.db_now = Some(now.and_utc());
     tx.commit().await?;
     Ok(settled)
 }
