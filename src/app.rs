@@ -5,6 +5,7 @@
 
 use std::net::SocketAddr;
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
@@ -15,6 +16,7 @@ use crate::api::{self, ApiState};
 use crate::config::Config;
 use crate::dispatcher::{DispatchError, Dispatcher, DispatcherConfig};
 use crate::index::{Index, IndexError};
+use crate::kafka::Topics;
 use crate::loader::{Loader, LoaderConfig};
 use crate::metrics;
 use crate::reconciler::{Reconciler, ReconcilerConfig};
@@ -88,6 +90,14 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
         )
     };
     let tracker = TaskTracker::new();
+    let topics = Topics::new(
+        &config.kafka_brokers,
+        &config.kafka_options,
+        Duration::from_millis(config.topic_refresh_ms),
+    );
+    if config.has_role("api") || config.has_role("dispatcher") {
+        tracker.spawn(topics.clone().run(cancel.child_token()));
+    }
 
     if config.has_role("dispatcher") {
         let dispatcher = Dispatcher::new(
@@ -95,6 +105,8 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
             index.clone(),
             DispatcherConfig::from_config(&config),
             wake.clone(),
+            topics.clone(),
+            resolver_for(&dispatcher_store),
         )?;
         tracker.spawn(dispatcher.run(cancel.child_token()));
     }
@@ -146,6 +158,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
             wake: wake.clone(),
             resolver: resolver_for(&store),
             metrics: metrics::install(),
+            topics: topics.clone(),
         });
         let stop = cancel.child_token();
         tracker.spawn(async move {

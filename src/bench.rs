@@ -6,7 +6,9 @@
 //!
 //! Stages, in order:
 //! 1. schedule  — jobs/s accepted through `POST /v1/jobs/batch`, durable in MySQL
-//! 2. lateness  — a steady stream; consumer receive time minus schedule time
+//! 2. lateness  — a steady stream; consumer receive time minus schedule time;
+//!    then the same stream again beside a job on a missing topic due every
+//!    second (fault isolation)
 //! 3. burst     — many jobs due at one instant; jobs/s until all consumed and marked
 //! 4. results   — reports applied per second from the results topic, each
 //!    job `ok` (jobs expecting a result, reported as their records arrive)
@@ -55,7 +57,7 @@ pub struct BenchOptions {
 }
 
 impl BenchOptions {
-    /// The full parameters.
+    /// The full run's parameters (docs/benchmarks.md).
     pub fn full() -> Self {
         BenchOptions {
             smoke: false,
@@ -142,6 +144,8 @@ async fn run_in(
         http_addr: "127.0.0.1:0".to_owned(),
         results_topic: format!("tickler-bench-results-{suffix}"),
         results_group: format!("tickler-bench-{suffix}"),
+        // The isolation stage schedules jobs on a topic the broker lacks.
+        topic_check: crate::config::TopicCheck::Warn,
         ..base.clone()
     };
     Store::migrate(&config.mysql_url).await?;
@@ -172,7 +176,10 @@ async fn run_in(
     };
     let outcome = async {
         bench.schedule().await?;
-        bench.lateness().await?;
+        bench.lateness(None).await?;
+        bench
+            .lateness(Some(&format!("tickler-bench-missing-{suffix}")))
+            .await?;
         bench.burst(&running.store).await?;
         bench.results(&running.store).await?;
         anyhow::Ok(())
@@ -258,8 +265,11 @@ impl Bench {
     }
 
     /// Stage 2: `rate` jobs/s due evenly over `lateness_secs`, each second's
-    /// jobs created two seconds ahead; lateness at the consumer.
-    async fn lateness(&self) -> anyhow::Result<()> {
+    /// jobs created two seconds ahead; lateness at the consumer. With
+    /// `missing`, a job on that topic (which the broker does not have) is
+    /// due at the start of every second too: the healthy jobs' lateness
+    /// must not change.
+    async fn lateness(&self, missing: Option<&str>) -> anyhow::Result<()> {
         let rate = self.options.rate;
         let secs = self.options.lateness_secs;
         let start = Utc::now() + chrono::Duration::seconds(2);
@@ -279,6 +289,22 @@ impl Bench {
                 })
                 .collect();
             ids.extend(self.batches_created(jobs).await?);
+            if let Some(missing) = missing {
+                let due = start + chrono::Duration::seconds(second as i64);
+                let body = json!({"topic": missing, "payload": second, "run_at": due.to_rfc3339()});
+                let response = self
+                    .http
+                    .post(format!("{}/v1/jobs", self.base_url))
+                    .json(&body)
+                    .send()
+                    .await?;
+                if !response.status().is_success() {
+                    bail!(
+                        "job on the missing topic refused: {}",
+                        response.text().await?
+                    );
+                }
+            }
         }
         let wait = Duration::from_secs(secs + 30);
         let seen = self.await_records(&ids, wait).await;
@@ -290,13 +316,23 @@ impl Bench {
             .iter()
             .map(|s| s.dispatched_ms - s.scheduled_ms)
             .collect();
+        let stage = if missing.is_some() {
+            "lateness beside a missing topic"
+        } else {
+            "lateness"
+        };
+        let beside = if missing.is_some() {
+            "; plus one job a second on a topic the broker does not have"
+        } else {
+            ""
+        };
         println!(
-            "lateness: end to end {} (consumer receive minus schedule_time; {rate} jobs/s for {secs} s, {} jobs, consumer fetch.wait.max.ms 5)",
+            "{stage}: end to end {} (consumer receive minus schedule_time; {rate} jobs/s for {secs} s, {} jobs, consumer fetch.wait.max.ms 5{beside})",
             percentiles(&mut end_to_end),
             ids.len()
         );
         println!(
-            "lateness: at dispatch {} (tickler-dispatched-at minus schedule_time)",
+            "{stage}: at dispatch {} (tickler-dispatched-at minus schedule_time)",
             percentiles(&mut dispatch)
         );
         if seen.len() != ids.len() {
@@ -458,7 +494,7 @@ impl Bench {
         }
     }
 
-    /// Stage 4: Redis memory per job, far-future and inside the window,
+    /// Stage 5: Redis memory per job, far-future and inside the window,
     /// indexed by a loader pass.
     async fn redis_memory(&self, store: &Store, index: &Index) -> anyhow::Result<()> {
         // Each measurement is a full loader pass (as after a start), from a
@@ -507,7 +543,7 @@ impl Bench {
         Ok(())
     }
 
-    /// Stage 5: reconciler cost among many far-future rows, and a re-index.
+    /// Stage 6: reconciler cost among many far-future rows, and a re-index.
     async fn reconcile(&self, store: &Store, index: &Index) -> anyhow::Result<()> {
         let far = self.options.far_rows;
         let window_rows = self.options.window_rows;

@@ -55,6 +55,10 @@ pub struct Config {
     /// Longest the dispatcher sleeps when nothing is due, so that jobs
     /// indexed by another instance are noticed.
     pub dispatch_idle_ms: u64,
+    /// How long a dispatch pass waits for the broker's acknowledgements
+    /// before it moves on; records still unacknowledged then settle in the
+    /// background, so one slow topic never holds up the next pass.
+    pub dispatch_ack_wait_ms: u64,
     /// Time between reconciler passes (expired claims, overdue probe).
     pub reconcile_interval_ms: u64,
     /// How overdue a pending job must be before the reconciler checks that
@@ -65,6 +69,13 @@ pub struct Config {
     /// Kafka producer: how long a record may take to be acknowledged before
     /// the send fails (and the job is retried).
     pub kafka_message_timeout_ms: u64,
+    /// What create does with a topic the broker does not have: `reject`
+    /// (400 `unknown_topic`), `warn` (accept, log and count), `off`.
+    pub topic_check: TopicCheck,
+    /// How often the broker's list of topics is fetched again (the API's
+    /// check and the dispatcher both read it; an unknown topic also
+    /// triggers a fetch, at most once a second).
+    pub topic_refresh_ms: u64,
     /// Most jobs in one `POST /v1/jobs/batch`.
     pub batch_max: usize,
     /// Largest payload accepted, in bytes (after base64 decoding).
@@ -155,10 +166,13 @@ impl Default for Config {
             dispatch_batch: 500,
             claim_lease_ms: 30_000,
             dispatch_idle_ms: 1_000,
+            dispatch_ack_wait_ms: 200,
             reconcile_interval_ms: 2_000,
             reconcile_grace_ms: 1_000,
             kafka_linger_ms: 1,
             kafka_message_timeout_ms: 10_000,
+            topic_check: TopicCheck::Reject,
+            topic_refresh_ms: 10_000,
             batch_max: 1_000,
             payload_max_bytes: 1024 * 1024,
             max_schedule_ahead_days: 3650,
@@ -176,6 +190,15 @@ impl Default for Config {
             retention_days: 30,
         }
     }
+}
+
+/// The `topic_check` setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum TopicCheck {
+    Reject,
+    Warn,
+    Off,
 }
 
 /// A setting that cannot work, with what is wrong in words.
@@ -274,6 +297,17 @@ impl Config {
         }
         if self.reconcile_interval_ms == 0 {
             return Err(invalid("reconcile_interval_ms", "must be positive"));
+        }
+        if self.topic_refresh_ms < 1_000 {
+            return Err(invalid("topic_refresh_ms", "must be at least 1000"));
+        }
+        if self.dispatch_ack_wait_ms == 0
+            || self.dispatch_ack_wait_ms > self.kafka_message_timeout_ms
+        {
+            return Err(invalid(
+                "dispatch_ack_wait_ms",
+                "must be positive and at most kafka_message_timeout_ms",
+            ));
         }
         if self.dispatch_idle_ms == 0 {
             return Err(invalid("dispatch_idle_ms", "must be positive"));

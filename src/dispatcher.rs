@@ -6,6 +6,14 @@
 //! It sleeps until the earliest due time Redis reports (or until woken by
 //! the API or the loader), never on a fixed poll, and claims in batches.
 //!
+//! One bad job never holds up the rest. A job whose topic the broker does
+//! not have (by the cached metadata) is not sent at all; a record the broker
+//! refuses for the job's own sake (missing topic, too large, not authorised)
+//! is a failed attempt of that job — retried with backoff, then `dead` —
+//! while a failure of the broker itself (timeouts, transport) is not the
+//! job's fault and only delays it. A pass waits for acknowledgements at most
+//! `ack_wait`; records still unacknowledged then settle in the background.
+//!
 //! What a crash leaves behind, step by step:
 //! - after the Redis claim: ids sit in the in-flight set; when the lease
 //!   expires the next claim returns them to the due set.
@@ -21,19 +29,25 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use chrono::{TimeZone, Utc};
-use futures::future::join_all;
+use chrono::{DateTime, TimeZone, Utc};
+use futures::future::{join_all, BoxFuture};
+use futures::stream::{FuturesUnordered, StreamExt};
+use futures::FutureExt;
+use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
+use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
-use tokio::sync::Notify;
+use tokio::sync::{Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
 use crate::index::{Claim, Index};
 use crate::job::{self, Job, JobId};
-use crate::kafka;
+use crate::kafka::{self, TopicState, Topics, TOPICS_REFRESH_MIN};
 use crate::metrics;
+use crate::results::Resolver;
 use crate::store::{Dispatched, Marked, Store};
 
 #[derive(Debug, Clone)]
@@ -56,11 +70,17 @@ pub struct DispatcherConfig {
     /// librdkafka `message.timeout.ms`: a send not acknowledged by then fails
     /// and the job goes back to pending.
     pub message_timeout_ms: u64,
-    /// Delay before a job whose send failed is tried again.
+    /// Delay before a job whose send failed for the broker's sake is tried
+    /// again.
     pub retry_delay: Duration,
     /// The index window: an id found not yet due and later than this is
     /// dropped from Redis (the loader brings it back in time).
     pub window: Duration,
+    /// Longest a pass waits for acknowledgements before moving on.
+    pub ack_wait: Duration,
+    /// Most records settling in the background at once; beyond it a pass
+    /// waits for all of its records (as when the broker is down).
+    pub stragglers_max: usize,
 }
 
 impl DispatcherConfig {
@@ -76,6 +96,8 @@ impl DispatcherConfig {
             message_timeout_ms: config.kafka_message_timeout_ms,
             retry_delay: Duration::from_secs(1),
             window: config.window(),
+            ack_wait: Duration::from_millis(config.dispatch_ack_wait_ms),
+            stragglers_max: (config.dispatch_batch as usize).saturating_mul(4),
         }
     }
 }
@@ -83,7 +105,7 @@ impl DispatcherConfig {
 #[derive(Debug, thiserror::Error)]
 pub enum DispatchError {
     #[error("cannot create the kafka producer: {0}")]
-    Producer(#[from] rdkafka::error::KafkaError),
+    Producer(#[from] KafkaError),
 }
 
 /// What one pass did.
@@ -91,41 +113,57 @@ pub enum DispatchError {
 pub struct DispatchReport {
     /// Ids taken from Redis.
     pub claimed: usize,
-    /// Jobs that won the MySQL CAS and were produced and marked.
+    /// Jobs that won the MySQL CAS and were handed to the producer
+    /// (`run_once`: produced and marked).
     pub dispatched: usize,
     /// Ids whose row was not pending any more (cancelled, done, gone).
     pub stale: usize,
     /// Ids still pending but not yet due by MySQL's clock.
     pub not_due: usize,
-    /// Jobs the broker did not take; back to pending.
+    /// Jobs the broker did not take for its own sake (down, timed out);
+    /// back to pending without counting an attempt.
     pub failed: usize,
+    /// Jobs the broker refused for their own sake (missing topic, too
+    /// large...): a failed attempt each (`run_once` only).
+    pub refused: usize,
     /// Whether some shard had more due than one batch: run again at once.
     pub more: bool,
     /// How long until a shard next needs attention, by Redis's clock.
     pub next_in: Option<Duration>,
 }
 
-/// Consecutive passes in which every send failed before the producer is
-/// replaced. An idempotent producer whose sequence state the broker no
-/// longer accepts (seen after a broker restart) fails every send forever;
-/// a fresh producer starts a new sequence.
+/// Consecutive settled batches in which every send failed for the broker's
+/// sake before the producer is replaced. An idempotent producer whose
+/// sequence state the broker no longer accepts (seen after a broker restart)
+/// fails every send forever; a fresh producer starts a new sequence.
 const PRODUCER_FAILED_PASSES_BEFORE_RESTART: u32 = 3;
+
+/// How recent metadata must be for a topic missing from it to count against
+/// a job. Longer than `retry_delay`, so that a job released to check again
+/// finds the fetch it triggered recent enough.
+const TOPIC_MISSING_TRUST: Duration = Duration::from_secs(5);
 
 pub struct Dispatcher {
     store: Store,
     index: Index,
-    /// Replaced (between passes, with nothing in flight) when it is wedged.
+    /// Replaced (between passes) when it is wedged.
     producer: RwLock<FutureProducer>,
-    /// Settled passes in a row in which every send failed (the settler
+    /// Settled batches in a row in which every send failed (the settler
     /// counts; the dispatcher reads before each pass).
     failed_passes: Arc<AtomicU32>,
     config: DispatcherConfig,
     wake: Arc<Notify>,
+    /// Which topics the broker has: a job for one it lacks is not sent.
+    topics: Topics,
+    /// Counts refused sends as failed attempts.
+    resolver: Resolver,
+    /// Background settling of records unacknowledged after `ack_wait`.
+    stragglers: TaskTracker,
+    /// One permit per record settling in the background.
+    straggler_permits: Arc<Semaphore>,
 }
 
-fn producer_create(
-    config: &DispatcherConfig,
-) -> Result<FutureProducer, rdkafka::error::KafkaError> {
+fn producer_create(config: &DispatcherConfig) -> Result<FutureProducer, KafkaError> {
     kafka::producer_create(
         &config.brokers,
         &config.kafka_options,
@@ -134,12 +172,68 @@ fn producer_create(
     )
 }
 
+/// Why a record did not reach the broker.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Failure {
+    /// Refused for the job's own sake: a failed attempt of the job.
+    Refused {
+        /// Stable word, the `reason` label of `tickler_produce_refused_total`.
+        reason: &'static str,
+        message: String,
+    },
+    /// Not acknowledged in time: the topic may have vanished (checked
+    /// against fresh metadata) or the broker is slow.
+    TimedOut(String),
+    /// The broker's trouble, not the job's: tried again, attempt uncounted.
+    Broker(String),
+    /// Not sent: the topic was missing from metadata more than a second
+    /// old, which is being fetched again. Tried again, attempt uncounted,
+    /// and no sign of trouble with the broker.
+    Unchecked(String),
+}
+
+/// Sorts a Kafka error into the job's fault or the broker's. Only errors
+/// that say something about this record or its topic count against the job;
+/// anything else (transport, leadership, timeouts, a full queue) would
+/// bury every job during a broker outage.
+pub fn failure_classify(code: Option<RDKafkaErrorCode>, message: String) -> Failure {
+    use RDKafkaErrorCode as C;
+    let reason = match code {
+        Some(C::UnknownTopicOrPartition | C::UnknownTopic | C::UnknownPartition) => "unknown_topic",
+        Some(C::TopicAuthorizationFailed) => "not_authorized",
+        Some(
+            C::MessageSizeTooLarge
+            | C::InvalidMessageSize
+            | C::MessageBatchTooLarge
+            | C::InvalidRecord
+            | C::InvalidMessage
+            | C::InvalidTopic
+            | C::PolicyViolation,
+        ) => "invalid_record",
+        Some(C::MessageTimedOut) => return Failure::TimedOut(message),
+        _ => return Failure::Broker(message),
+    };
+    Failure::Refused { reason, message }
+}
+
+/// What became of one record.
+struct Sent {
+    id: JobId,
+    topic: String,
+    scheduled: DateTime<Utc>,
+    result: Result<(i32, i64), Failure>,
+}
+
+type Delivery = BoxFuture<'static, Sent>;
+
 impl Dispatcher {
     pub fn new(
         store: Store,
         index: Index,
         config: DispatcherConfig,
         wake: Arc<Notify>,
+        topics: Topics,
+        resolver: Resolver,
     ) -> Result<Self, DispatchError> {
         let producer = producer_create(&config)?;
         Ok(Dispatcher {
@@ -147,8 +241,12 @@ impl Dispatcher {
             index,
             producer: RwLock::new(producer),
             failed_passes: Arc::new(AtomicU32::new(0)),
+            straggler_permits: Arc::new(Semaphore::new(config.stragglers_max.max(1))),
+            stragglers: TaskTracker::new(),
             config,
             wake,
+            topics,
+            resolver,
         })
     }
 
@@ -168,7 +266,7 @@ impl Dispatcher {
         });
         while !cancel.is_cancelled() {
             let started = Instant::now();
-            let (report, settle) = self.pass().await;
+            let (report, settle) = self.pass(true).await;
             if let Some(settle) = settle {
                 if let Err(unsent) = to_settler.send(settle).await {
                     self.settler().settle(unsent.0).await;
@@ -197,24 +295,27 @@ impl Dispatcher {
                 _ = tokio::time::sleep(pause) => {}
             }
         }
-        // Drain: every batch produced is recorded before the process exits.
+        // Drain: every record produced is recorded before the process exits.
         drop(to_settler);
         if let Err(err) = settling.await {
             tracing::error!(error = %err, "settler task failed");
         }
+        self.stragglers.close();
+        self.stragglers.wait().await;
         self.producer_flush();
         tracing::info!("dispatcher stopped");
     }
 
-    /// One pass over every shard: claim, CAS, produce, mark, release.
-    /// Never fails: what could not be done is left for the lease to repair
-    /// and counted in the report.
+    /// One pass over every shard: claim, CAS, produce, and record every
+    /// outcome (waiting for every acknowledgement). Never fails: what could
+    /// not be done is left for the lease to repair and counted.
     pub async fn run_once(&self) -> DispatchReport {
-        let (mut report, settle) = self.pass().await;
+        let (mut report, settle) = self.pass(false).await;
         if let Some(settle) = settle {
-            let (dispatched, failed) = self.settler().settle(settle).await;
-            report.dispatched = dispatched;
-            report.failed += failed;
+            let settled = self.settler().settle(settle).await;
+            report.dispatched = settled.produced;
+            report.failed += settled.failed;
+            report.refused = settled.refused;
         }
         report
     }
@@ -224,21 +325,25 @@ impl Dispatcher {
             store: self.store.clone(),
             index: self.index.clone(),
             failed_passes: self.failed_passes.clone(),
+            topics: self.topics.clone(),
+            resolver: self.resolver.clone(),
+            window: self.config.window,
         }
     }
 
-    /// Claim, CAS and produce; what is left to record (mark, release,
-    /// requeue) is returned for the settler.
-    async fn pass(&self) -> (DispatchReport, Option<Settle>) {
+    /// Claim, compare-and-set and produce; what is left to record (mark,
+    /// release, count refusals) is returned for the settler. With `detach`,
+    /// records unacknowledged after `ack_wait` settle in the background.
+    async fn pass(&self, detach: bool) -> (DispatchReport, Option<Settle>) {
         self.producer_check();
         let mut report = DispatchReport::default();
         let pass_started = Instant::now();
         let claims = self.claim_all().await;
         let claimed_after = pass_started.elapsed();
-        let started = Instant::now();
         let Some(redis_now_ms) = claims.iter().map(|c| c.now_ms).max() else {
             return (report, None);
         };
+        let started = Instant::now();
         report.more = claims
             .iter()
             .any(|c| c.ids.len() >= self.config.batch as usize);
@@ -255,53 +360,8 @@ impl Dispatcher {
 
         let token: u64 = rand::random();
         let cas_started = Instant::now();
-        let outcome = match self
-            .store
-            .job_claim_many(&ids, token, self.config.lease)
-            .await
-        {
-            Ok(outcome) => outcome,
-            Err(err) => {
-                tracing::warn!(error = %err, num_jobs = ids.len(), "claim compare-and-set failed");
-                let retry_ms = redis_now_ms + self.config.retry_delay.as_millis() as i64;
-                let back: Vec<(JobId, i64)> = ids.iter().map(|id| (*id, retry_ms)).collect();
-                self.index_requeue(&back).await;
-                report.failed = ids.len();
-                return (report, None);
-            }
-        };
-        report.stale = outcome.stale.len();
-        report.not_due = outcome.not_due.len();
-        metrics::dispatch_cas_lost(outcome.stale.len() + outcome.not_due.len());
-        if !outcome.stale.is_empty() {
-            if let Err(err) = self.index.job_remove_many(&outcome.stale).await {
-                tracing::warn!(error = %err, "cannot drop stale index entries");
-            }
-        }
-        if !outcome.not_due.is_empty() {
-            // Moved later (by hand), or Redis's clock runs ahead of MySQL's:
-            // back at the time MySQL will agree it is due — the schedule plus
-            // how far Redis is ahead — if that is inside the window, else out
-            // of Redis until the loader brings it back.
-            let skew_ms = outcome.db_now.map_or(0, |db_now| {
-                (redis_now_ms - db_now.timestamp_millis()).max(0)
-            });
-            let horizon_ms = redis_now_ms + self.config.window.as_millis() as i64;
-            let (back, beyond): (Vec<(JobId, i64)>, Vec<(JobId, i64)>) = outcome
-                .not_due
-                .iter()
-                .map(|e| (e.id, e.schedule_time.timestamp_millis() + skew_ms))
-                .partition(|(_, ms)| *ms < horizon_ms);
-            if skew_ms > 1_000 {
-                tracing::warn!(skew_ms, "redis's clock runs ahead of mysql's");
-            }
-            self.index_requeue(&back).await;
-            let beyond: Vec<JobId> = beyond.into_iter().map(|(id, _)| id).collect();
-            if let Err(err) = self.index.job_remove_many(&beyond).await {
-                tracing::warn!(error = %err, "cannot drop ids moved beyond the window");
-            }
-        }
-        if outcome.won.is_empty() {
+        let won = self.cas(&ids, token, redis_now_ms, &mut report).await;
+        if won.is_empty() {
             return (report, None);
         }
 
@@ -312,38 +372,58 @@ impl Dispatcher {
             .timestamp_millis_opt(dispatched_ms)
             .single()
             .unwrap_or_else(Utc::now);
-        // Enqueue every record, then wait for the broker's acknowledgements:
-        // measured, a pass that does not wait spins through many more, smaller
-        // passes and loses more to the extra queries than it gains (docs/
-        // benchmarks.md). Marking is left to the settler.
+        let retry_ms = dispatched_ms + self.config.retry_delay.as_millis() as i64;
         let producer = self.producer_current();
-        let enqueued = outcome.won.iter().map(|job| {
-            let sending = self.enqueue(&producer, job, dispatched_ms);
-            async move {
-                (
-                    job.id,
-                    job.schedule_time,
-                    Sending::Done(sending.delivered().await),
-                )
-            }
-        });
         let produce_started = Instant::now();
-        let sends: Vec<(JobId, chrono::DateTime<Utc>, Sending)> = join_all(enqueued).await;
-        report.dispatched = sends.len();
+        let (mut outcomes, stragglers) = self.produce(&producer, &won, dispatched_ms).await;
+        report.dispatched = won.len();
+        if !stragglers.is_empty() {
+            let waiting = stragglers.len();
+            let permit = if detach {
+                u32::try_from(waiting).ok().and_then(|n| {
+                    self.straggler_permits
+                        .clone()
+                        .try_acquire_many_owned(n)
+                        .ok()
+                })
+            } else {
+                None
+            };
+            match permit {
+                Some(permit) => {
+                    tracing::debug!(num_jobs = waiting, "records settle in the background");
+                    let settler = self.settler();
+                    let settle = Settle {
+                        token,
+                        producer: producer.clone(),
+                        outcomes: Vec::new(),
+                        dispatched_at,
+                        retry_ms,
+                    };
+                    self.stragglers.spawn(async move {
+                        let outcomes: Vec<Sent> = stragglers.collect().await;
+                        settler.settle(Settle { outcomes, ..settle }).await;
+                        drop(permit);
+                    });
+                }
+                // Too many already settling (the broker is down or slow for
+                // everyone): wait, which also slows claiming.
+                None => outcomes.extend(stragglers.collect::<Vec<Sent>>().await),
+            }
+        }
         tracing::debug!(
-            num_jobs = sends.len(),
+            num_jobs = won.len(),
             claim_us = claimed_after.as_micros() as u64,
             cas_us = (produce_started - cas_started).as_micros() as u64,
             produce_us = produce_started.elapsed().as_micros() as u64,
             "dispatch pass"
         );
-        let retry_ms = dispatched_ms + self.config.retry_delay.as_millis() as i64;
         (
             report,
             Some(Settle {
                 token,
                 producer,
-                sends,
+                outcomes,
                 dispatched_at,
                 retry_ms,
             }),
@@ -368,42 +448,144 @@ impl Dispatcher {
         out
     }
 
-    /// Puts one job's record in the producer's queue; its delivery is
-    /// awaited by the settler.
-    fn enqueue(&self, producer: &FutureProducer, job: &Job, dispatched_ms: i64) -> Sending {
-        let id = job.id.to_string();
-        let attempt = job.attempt.to_string();
-        let scheduled = job.schedule_time.timestamp_millis().to_string();
-        let dispatched = dispatched_ms.to_string();
-        let mut headers = OwnedHeaders::new_with_capacity(job.headers.len() + 4);
-        for (name, value) in &job.headers {
-            headers = headers.insert(Header {
-                key: name,
-                value: Some(value.as_bytes()),
+    /// The MySQL compare-and-set on the claimed ids; returns the jobs won.
+    /// Ids not due by the database's clock go back to Redis (or out of it,
+    /// beyond the window); stale ones are dropped from it.
+    async fn cas(
+        &self,
+        ids: &[JobId],
+        token: u64,
+        redis_now_ms: i64,
+        report: &mut DispatchReport,
+    ) -> Vec<Job> {
+        let outcome = match self
+            .store
+            .job_claim_many(ids, token, self.config.lease)
+            .await
+        {
+            Ok(outcome) => outcome,
+            Err(err) => {
+                tracing::warn!(error = %err, num_jobs = ids.len(), "claim compare-and-set failed");
+                let retry_ms = redis_now_ms + self.config.retry_delay.as_millis() as i64;
+                let back: Vec<(JobId, i64)> = ids.iter().map(|id| (*id, retry_ms)).collect();
+                self.index_requeue(&back).await;
+                report.failed = ids.len();
+                return Vec::new();
+            }
+        };
+        report.stale = outcome.stale.len();
+        report.not_due = outcome.not_due.len();
+        metrics::dispatch_cas_lost(outcome.stale.len() + outcome.not_due.len());
+        if !outcome.stale.is_empty() {
+            if let Err(err) = self.index.job_remove_many(&outcome.stale).await {
+                tracing::warn!(error = %err, "cannot drop stale index entries");
+                metrics::index_error();
+            }
+        }
+        if !outcome.not_due.is_empty() {
+            // Moved later (by hand), or Redis's clock runs ahead of MySQL's:
+            // back at the time MySQL will agree it is due — the schedule plus
+            // how far Redis is ahead — if that is inside the window, else out
+            // of Redis until the loader brings it back.
+            let skew_ms = outcome.db_now.map_or(0, |db_now| {
+                (redis_now_ms - db_now.timestamp_millis()).max(0)
             });
+            let horizon_ms = redis_now_ms + self.config.window.as_millis() as i64;
+            let (back, beyond): (Vec<(JobId, i64)>, Vec<(JobId, i64)>) = outcome
+                .not_due
+                .iter()
+                .map(|e| (e.id, e.schedule_time.timestamp_millis() + skew_ms))
+                .partition(|(_, ms)| *ms < horizon_ms);
+            if skew_ms > 1_000 {
+                tracing::warn!(skew_ms, "redis's clock runs ahead of mysql's");
+            }
+            self.index_requeue(&back).await;
+            let beyond: Vec<JobId> = beyond.into_iter().map(|(id, _)| id).collect();
+            if let Err(err) = self.index.job_remove_many(&beyond).await {
+                tracing::warn!(error = %err, "cannot drop ids moved beyond the window");
+                metrics::index_error();
+            }
         }
-        for (name, value) in [
-            (job::HEADER_JOB_ID, &id),
-            (job::HEADER_ATTEMPT, &attempt),
-            (job::HEADER_SCHEDULED_AT, &scheduled),
-            (job::HEADER_DISPATCHED_AT, &dispatched),
-        ] {
-            headers = headers.insert(Header {
-                key: name,
-                value: Some(value.as_bytes()),
-            });
+        outcome.won
+    }
+
+    /// Hands the jobs' records to the producer and waits for their
+    /// acknowledgements, at most `ack_wait`. Returns the outcomes known by
+    /// then and the deliveries still outstanding. A job whose topic the
+    /// broker does not have is refused without being sent: librdkafka would
+    /// hold it for `message.timeout.ms`.
+    async fn produce(
+        &self,
+        producer: &FutureProducer,
+        jobs: &[Job],
+        dispatched_ms: i64,
+    ) -> (Vec<Sent>, FuturesUnordered<Delivery>) {
+        let mut outcomes = Vec::new();
+        let pending: FuturesUnordered<Delivery> = FuturesUnordered::new();
+        for job in jobs {
+            let sent = |result| Sent {
+                id: job.id,
+                topic: job.topic.clone(),
+                scheduled: job.schedule_time,
+                result,
+            };
+            if self.topics.state(&job.topic) == TopicState::Missing {
+                // Refused only on recent metadata, so a topic created since
+                // is not held against a job. Older metadata is fetched again
+                // in the background (the pass never waits on the broker for
+                // it) and the job tried again after `retry_delay`, by when
+                // the metadata is recent.
+                let failure = if self.topics.fetched_within(TOPIC_MISSING_TRUST) {
+                    Failure::Refused {
+                        reason: "unknown_topic",
+                        message: format!("topic {:?} does not exist on the broker", job.topic),
+                    }
+                } else {
+                    let topics = self.topics.clone();
+                    tokio::spawn(async move { topics.refresh_if_older(TOPICS_REFRESH_MIN).await });
+                    Failure::Unchecked(format!(
+                        "topic {:?} is not in the broker's metadata; checking again",
+                        job.topic
+                    ))
+                };
+                outcomes.push(sent(Err(failure)));
+                continue;
+            }
+            match enqueue(producer, job, dispatched_ms) {
+                Ok(delivery) => {
+                    let (id, topic, scheduled) = (job.id, job.topic.clone(), job.schedule_time);
+                    pending.push(
+                        async move {
+                            let result = match delivery.await {
+                                Ok(Ok(delivery)) => Ok((delivery.partition, delivery.offset)),
+                                Ok(Err((err, _))) => Err(kafka_failure(&err)),
+                                Err(_) => Err(Failure::Broker(
+                                    "the producer was dropped before delivery".to_owned(),
+                                )),
+                            };
+                            Sent {
+                                id,
+                                topic,
+                                scheduled,
+                                result,
+                            }
+                        }
+                        .boxed(),
+                    );
+                }
+                Err(err) => outcomes.push(sent(Err(kafka_failure(&err)))),
+            }
         }
-        let key = job.record_key();
-        let record = FutureRecord::to(&job.topic)
-            .key(&key)
-            .payload(&job.payload)
-            .headers(headers);
-        // The claim is bounded, so the local queue is never full for long; a
-        // full queue fails the send (and the job is retried) at once.
-        match producer.send_result(record) {
-            Ok(delivery) => Sending::Queued(delivery),
-            Err((err, _)) => Sending::Refused(err.to_string()),
+        let mut pending = pending;
+        let deadline = tokio::time::sleep(self.config.ack_wait);
+        tokio::pin!(deadline);
+        while !pending.is_empty() {
+            tokio::select! {
+                Some(sent) = pending.next() => outcomes.push(sent),
+                _ = &mut deadline => break,
+            }
         }
+        (outcomes, pending)
     }
 
     async fn index_requeue(&self, jobs: &[(JobId, i64)]) {
@@ -422,8 +604,9 @@ impl Dispatcher {
     }
 
     /// Replaces the producer when librdkafka reports it fatally failed, or
-    /// after several settled passes in which every send failed. Batches still
-    /// settling keep the old producer alive until their deliveries resolve.
+    /// after several settled batches in which every send failed. Batches
+    /// still settling keep the old producer alive until their deliveries
+    /// resolve.
     fn producer_check(&self) {
         let passes = self.failed_passes.load(Ordering::Relaxed);
         let fatal = self.producer_current().client().fatal_error();
@@ -454,115 +637,176 @@ impl Dispatcher {
     }
 }
 
-/// A record handed to the producer.
-enum Sending {
-    Queued(DeliveryFuture),
-    /// The producer refused it at once (queue full, unknown topic...).
-    Refused(String),
-    /// Acknowledged (partition, offset) or failed.
-    Done(Result<(i32, i64), String>),
+fn kafka_failure(err: &KafkaError) -> Failure {
+    failure_classify(err.rdkafka_error_code(), err.to_string())
 }
 
-impl Sending {
-    /// Where the record landed, or why it did not.
-    async fn delivered(self) -> Result<(i32, i64), String> {
-        match self {
-            Sending::Queued(delivery) => match delivery.await {
-                Ok(Ok(delivery)) => Ok((delivery.partition, delivery.offset)),
-                Ok(Err((err, _))) => Err(err.to_string()),
-                Err(_) => Err("the producer was dropped before delivery".to_owned()),
-            },
-            Sending::Refused(err) => Err(err),
-            Sending::Done(result) => result,
-        }
+/// Puts one job's record in the producer's queue. The claim is bounded, so
+/// the local queue is never full for long; a full queue fails the send (and
+/// the job is retried) at once.
+fn enqueue(
+    producer: &FutureProducer,
+    job: &Job,
+    dispatched_ms: i64,
+) -> Result<DeliveryFuture, KafkaError> {
+    let id = job.id.to_string();
+    let attempt = job.attempt.to_string();
+    let scheduled = job.schedule_time.timestamp_millis().to_string();
+    let dispatched = dispatched_ms.to_string();
+    let mut headers = OwnedHeaders::new_with_capacity(job.headers.len() + 4);
+    for (name, value) in &job.headers {
+        headers = headers.insert(Header {
+            key: name,
+            value: Some(value.as_bytes()),
+        });
     }
+    for (name, value) in [
+        (job::HEADER_JOB_ID, &id),
+        (job::HEADER_ATTEMPT, &attempt),
+        (job::HEADER_SCHEDULED_AT, &scheduled),
+        (job::HEADER_DISPATCHED_AT, &dispatched),
+    ] {
+        headers = headers.insert(Header {
+            key: name,
+            value: Some(value.as_bytes()),
+        });
+    }
+    let key = job.record_key();
+    let record = FutureRecord::to(&job.topic)
+        .key(&key)
+        .payload(&job.payload)
+        .headers(headers);
+    producer.send_result(record).map_err(|(err, _)| err)
 }
 
-/// What a pass leaves to the settler: records in the producer's hands.
+/// What a pass leaves to the settler: the outcomes of its records.
 struct Settle {
     token: u64,
-    /// Kept alive until every delivery resolves, even if replaced.
+    /// Kept alive until every delivery resolved, even if replaced.
     producer: FutureProducer,
-    sends: Vec<(JobId, chrono::DateTime<Utc>, Sending)>,
-    dispatched_at: chrono::DateTime<Utc>,
-    /// When jobs whose send failed are tried again (Redis clock, ms).
+    outcomes: Vec<Sent>,
+    dispatched_at: DateTime<Utc>,
+    /// When jobs whose send failed for the broker's sake are tried again
+    /// (Redis clock, ms).
     retry_ms: i64,
 }
 
-/// Records a pass's deliveries: marks produced jobs `dispatched`, returns
-/// failed ones to `pending`, releases the Redis claims. Runs beside the next
-/// pass, so claiming never waits on marking.
+/// What settling a batch did.
+#[derive(Debug, Default)]
+struct Settled {
+    produced: usize,
+    failed: usize,
+    refused: usize,
+}
+
+/// Records a pass's outcomes: marks produced jobs `dispatched`, returns the
+/// broker's failures to `pending`, counts refusals as failed attempts, and
+/// releases or moves the Redis claims. Runs beside the next pass, so
+/// claiming never waits on marking.
 struct Settler {
     store: Store,
     index: Index,
     failed_passes: Arc<AtomicU32>,
+    topics: Topics,
+    resolver: Resolver,
+    window: Duration,
 }
 
 impl Settler {
-    /// Returns (produced, failed).
-    async fn settle(&self, settle: Settle) -> (usize, usize) {
+    async fn settle(&self, settle: Settle) -> Settled {
         let Settle {
             token,
             producer,
-            sends,
+            outcomes,
             dispatched_at,
             retry_ms,
         } = settle;
-        let mut dispatched = Vec::with_capacity(sends.len());
-        let mut failed = Vec::new();
-        let mut first_error = None;
-        let outcomes = join_all(
-            sends
-                .into_iter()
-                .map(|(id, scheduled, sending)| async move {
-                    (id, scheduled, sending.delivered().await)
-                }),
-        )
-        .await;
         drop(producer);
-        for (id, scheduled, result) in outcomes {
-            match result {
+        if outcomes.is_empty() {
+            return Settled::default();
+        }
+        // A record that timed out may be for a topic deleted since the
+        // metadata was read: ask again before blaming the broker.
+        if outcomes
+            .iter()
+            .any(|s| matches!(s.result, Err(Failure::TimedOut(_))))
+        {
+            self.topics.refresh_if_older(TOPICS_REFRESH_MIN).await;
+        }
+        let mut dispatched = Vec::with_capacity(outcomes.len());
+        let mut refused: Vec<(JobId, String)> = Vec::new();
+        let mut failed = Vec::new();
+        let mut unchecked = 0usize;
+        let mut first_error = None;
+        for sent in outcomes {
+            let failure = match sent.result {
                 Ok((partition, offset)) => {
-                    metrics::dispatch_lateness(scheduled, dispatched_at);
+                    metrics::dispatch_lateness(sent.scheduled, dispatched_at);
                     dispatched.push(Dispatched {
-                        id,
+                        id: sent.id,
                         partition,
                         offset,
                         dispatched_at,
                     });
+                    continue;
                 }
-                Err(err) => {
-                    tracing::warn!(job_id = id, error = %err, "produce failed");
-                    first_error.get_or_insert(err);
-                    failed.push(id);
+                Err(Failure::TimedOut(message))
+                    if self.topics.state(&sent.topic) == TopicState::Missing =>
+                {
+                    Failure::Refused {
+                        reason: "unknown_topic",
+                        message: format!(
+                            "topic {:?} does not exist on the broker ({message})",
+                            sent.topic
+                        ),
+                    }
+                }
+                Err(failure) => failure,
+            };
+            match failure {
+                Failure::Refused { reason, message } => {
+                    tracing::warn!(job_id = sent.id, topic = %sent.topic, reason, error = %message, "record refused");
+                    metrics::produce_refused(&sent.topic, reason);
+                    if reason == "unknown_topic" {
+                        self.topics.forget(&sent.topic);
+                    }
+                    refused.push((sent.id, message));
+                }
+                Failure::TimedOut(message) | Failure::Broker(message) => {
+                    tracing::warn!(job_id = sent.id, error = %message, "produce failed");
+                    first_error.get_or_insert(message);
+                    failed.push(sent.id);
+                }
+                Failure::Unchecked(message) => {
+                    tracing::debug!(job_id = sent.id, error = %message, "record not sent");
+                    first_error.get_or_insert(message);
+                    failed.push(sent.id);
+                    unchecked += 1;
                 }
             }
         }
         metrics::dispatched(dispatched.len());
-        if dispatched.is_empty() && !failed.is_empty() {
-            self.failed_passes.fetch_add(1, Ordering::Relaxed);
-        } else {
+        if !dispatched.is_empty() {
             self.failed_passes.store(0, Ordering::Relaxed);
+        } else if failed.len() > unchecked {
+            self.failed_passes.fetch_add(1, Ordering::Relaxed);
         }
 
         let retried_early = self.mark_dispatched(token, &dispatched).await;
         if !failed.is_empty() {
-            metrics::produce_failed(failed.len());
+            metrics::produce_failed(failed.len() - unchecked);
             let error = first_error.unwrap_or_default();
             match self.store.job_release_many(token, &failed, &error).await {
                 Ok(_) => {
                     let back: Vec<(JobId, i64)> = failed.iter().map(|id| (*id, retry_ms)).collect();
-                    if let Err(err) = self.index.job_requeue_many(&back).await {
-                        // The in-flight lease returns them to the due set anyway.
-                        tracing::warn!(error = %err, num_jobs = back.len(), "cannot requeue ids");
-                        metrics::index_error();
-                    }
+                    self.index_requeue(&back).await;
                 }
                 // The rows stay dispatching; the reconciler frees them when
                 // the lease expires.
                 Err(err) => tracing::warn!(error = %err, "cannot release failed claims"),
             }
         }
+        self.refusals_record(token, &refused).await;
         // A job a consumer's report already sent back for a retry keeps its
         // Redis entry (its retry time); its lease entry just expires.
         let done: Vec<JobId> = dispatched
@@ -573,8 +817,56 @@ impl Settler {
         if let Err(err) = self.index.job_remove_many(&done).await {
             // Harmless: the entries expire and the CAS finds the rows done.
             tracing::warn!(error = %err, "cannot release redis claims");
+            metrics::index_error();
         }
-        (dispatched.len(), failed.len())
+        Settled {
+            produced: dispatched.len(),
+            failed: failed.len(),
+            refused: refused.len(),
+        }
+    }
+
+    /// Counts refusals as failed attempts, then moves their Redis claims:
+    /// a retry inside the window back to the due set at its new time,
+    /// anything else (dead, beyond the window) out of Redis.
+    async fn refusals_record(&self, token: u64, refused: &[(JobId, String)]) {
+        if refused.is_empty() {
+            return;
+        }
+        let settled = match self.resolver.refusals_apply(token, refused).await {
+            Ok(settled) => settled,
+            Err(err) => {
+                // The rows stay dispatching; after the lease the reconciler
+                // returns them to pending and the next send is refused again.
+                tracing::warn!(error = %err, num_jobs = refused.len(), "cannot record refused sends");
+                return;
+            }
+        };
+        let horizon = settled.db_now.map(|now| now + self.window);
+        let back: Vec<(JobId, i64)> = settled
+            .retried
+            .iter()
+            .filter(|entry| horizon.is_some_and(|h| entry.schedule_time < h))
+            .map(|entry| (entry.id, entry.schedule_time.timestamp_millis()))
+            .collect();
+        let gone: Vec<JobId> = refused
+            .iter()
+            .map(|(id, _)| *id)
+            .filter(|id| !back.iter().any(|(b, _)| b == id))
+            .collect();
+        self.index_requeue(&back).await;
+        if let Err(err) = self.index.job_remove_many(&gone).await {
+            tracing::warn!(error = %err, "cannot drop refused jobs from redis");
+            metrics::index_error();
+        }
+    }
+
+    async fn index_requeue(&self, jobs: &[(JobId, i64)]) {
+        if let Err(err) = self.index.job_requeue_many(jobs).await {
+            // The in-flight lease returns them to the due set anyway.
+            tracing::warn!(error = %err, num_jobs = jobs.len(), "cannot requeue ids");
+            metrics::index_error();
+        }
     }
 
     /// Marks produced jobs, retrying briefly: giving up means they are
@@ -608,5 +900,59 @@ impl Settler {
             }
         }
         Vec::new()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn only_the_jobs_own_faults_count_as_attempts() {
+        let refused = |code| match failure_classify(Some(code), String::new()) {
+            Failure::Refused { reason, .. } => Some(reason),
+            _ => None,
+        };
+        assert_eq!(
+            refused(RDKafkaErrorCode::UnknownTopicOrPartition),
+            Some("unknown_topic")
+        );
+        assert_eq!(
+            refused(RDKafkaErrorCode::UnknownTopic),
+            Some("unknown_topic")
+        );
+        assert_eq!(
+            refused(RDKafkaErrorCode::MessageSizeTooLarge),
+            Some("invalid_record")
+        );
+        assert_eq!(
+            refused(RDKafkaErrorCode::TopicAuthorizationFailed),
+            Some("not_authorized")
+        );
+        // The broker's own trouble never buries a job.
+        for code in [
+            RDKafkaErrorCode::BrokerTransportFailure,
+            RDKafkaErrorCode::AllBrokersDown,
+            RDKafkaErrorCode::QueueFull,
+            RDKafkaErrorCode::NotLeaderForPartition,
+            RDKafkaErrorCode::RequestTimedOut,
+            RDKafkaErrorCode::OutOfOrderSequenceNumber,
+        ] {
+            assert!(
+                matches!(
+                    failure_classify(Some(code), String::new()),
+                    Failure::Broker(_)
+                ),
+                "{code:?}"
+            );
+        }
+        assert!(matches!(
+            failure_classify(Some(RDKafkaErrorCode::MessageTimedOut), String::new()),
+            Failure::TimedOut(_)
+        ));
+        assert!(matches!(
+            failure_classify(None, String::new()),
+            Failure::Broker(_)
+        ));
     }
 }

@@ -95,14 +95,18 @@ impl PayloadKind {
     }
 }
 
+#[derive(Debug, thiserror::Error)]
+#[error("unknown payload kind {0:?}")]
+pub struct UnknownPayloadKind(pub String);
+
 impl FromStr for PayloadKind {
-    type Err = UnknownStatus;
+    type Err = UnknownPayloadKind;
 
     fn from_str(s: &str) -> Result<Self, Self::Err> {
         match s {
             "json" => Ok(PayloadKind::Json),
             "bytes" => Ok(PayloadKind::Bytes),
-            other => Err(UnknownStatus(other.to_owned())),
+            other => Err(UnknownPayloadKind(other.to_owned())),
         }
     }
 }
@@ -177,6 +181,49 @@ pub enum InvalidJob {
     TooFar { max_days: u64 },
     #[error("payload is {size} bytes, over the limit of {limit} bytes")]
     PayloadTooLarge { size: usize, limit: usize },
+    #[error("headers take {size} bytes as JSON, over the limit of {HEADERS_MAX_BYTES} bytes")]
+    HeadersTooLarge { size: usize },
+    #[error("payload nests deeper than {JSON_DEPTH_MAX} levels of arrays and objects")]
+    PayloadTooDeep,
+    #[error("payload null is ambiguous: leave payload out for an empty payload")]
+    PayloadNull,
+}
+
+/// Most bytes a job's headers take, encoded as the JSON object stored in
+/// the `headers` column (a `TEXT`).
+pub const HEADERS_MAX_BYTES: usize = 65_535;
+
+/// Deepest nesting of arrays and objects a JSON payload may have, on every
+/// endpoint and for every item of a batch. Consumers parse what tickler
+/// produces; many parsers stop at 128 levels or overflow their stack.
+pub const JSON_DEPTH_MAX: usize = 64;
+
+/// How deeply the arrays and objects of a well-formed JSON text nest
+/// (0 for a scalar). Counts brackets outside strings, without recursion.
+pub fn json_depth(text: &str) -> usize {
+    let (mut depth, mut deepest) = (0usize, 0usize);
+    let (mut in_string, mut escaped) = (false, false);
+    for byte in text.bytes() {
+        if in_string {
+            match byte {
+                _ if escaped => escaped = false,
+                b'\\' => escaped = true,
+                b'"' => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match byte {
+            b'"' => in_string = true,
+            b'[' | b'{' => {
+                depth += 1;
+                deepest = deepest.max(depth);
+            }
+            b']' | b'}' => depth = depth.saturating_sub(1),
+            _ => {}
+        }
+    }
+    deepest
 }
 
 /// Kafka's own rule for topic names.
@@ -209,7 +256,20 @@ pub fn headers_validate(headers: &BTreeMap<String, String>) -> Result<(), Invali
             return Err(InvalidJob::Header(name.clone()));
         }
     }
+    // The size as stored: serde's encoding escapes what JSON must escape.
+    let size = serde_json::to_string(headers).map_or(usize::MAX, |text| text.len());
+    if size > HEADERS_MAX_BYTES {
+        return Err(InvalidJob::HeadersTooLarge { size });
+    }
     Ok(())
+}
+
+/// Earliest and latest instants tickler stores or filters on: the Unix
+/// epoch (Redis scores and Kafka timestamps are milliseconds since it) and
+/// the end of `DATETIME`'s range.
+pub fn time_in_range(at: DateTime<Utc>) -> bool {
+    const LATEST_MS: i64 = 253_402_300_799_999; // 9999-12-31T23:59:59.999Z
+    (0..=LATEST_MS).contains(&at.timestamp_millis())
 }
 
 /// Truncates a time to the millisecond: the precision of `DATETIME(3)` and
@@ -279,6 +339,43 @@ mod tests {
             headers_validate(&headers),
             Err(InvalidJob::Header(name)) if name == "Tickler-Job-Id"
         ));
+    }
+
+    #[test]
+    fn headers_are_bounded_by_their_stored_size() {
+        let mut headers = BTreeMap::new();
+        headers.insert("big".to_owned(), "x".repeat(HEADERS_MAX_BYTES - 20));
+        assert!(headers_validate(&headers).is_ok());
+        headers.insert("more".to_owned(), "y".repeat(100));
+        assert!(matches!(
+            headers_validate(&headers),
+            Err(InvalidJob::HeadersTooLarge { size }) if size > HEADERS_MAX_BYTES
+        ));
+        // Escapes count: a quote is stored as two bytes.
+        let mut quoted = BTreeMap::new();
+        quoted.insert("q".to_owned(), "\"".repeat(HEADERS_MAX_BYTES / 2));
+        assert!(headers_validate(&quoted).is_err());
+    }
+
+    #[test]
+    fn json_depth_counts_brackets_outside_strings() {
+        assert_eq!(json_depth("1"), 0);
+        assert_eq!(json_depth(r#""[[[""#), 0);
+        assert_eq!(json_depth(r#"{"a":[1,{"b":"]}\\\"["}]}"#), 3);
+        assert_eq!(
+            json_depth(&format!("{}{}", "[".repeat(100_000), "]".repeat(100_000))),
+            100_000
+        );
+    }
+
+    #[test]
+    fn times_are_bounded_by_the_epoch_and_datetime() {
+        let at = |s: &str| DateTime::parse_from_rfc3339(s).unwrap().with_timezone(&Utc);
+        assert!(time_in_range(at("1970-01-01T00:00:00Z")));
+        assert!(time_in_range(at("9999-12-31T23:59:59.999Z")));
+        assert!(!time_in_range(at("1969-12-31T23:59:59.999Z")));
+        assert!(!time_in_range(at("0000-01-01T00:00:00+00:01")));
+        assert!(!time_in_range(at("9999-12-31T23:59:59-01:00")));
     }
 
     #[test]

@@ -8,7 +8,7 @@ use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
-use rdkafka::producer::FutureProducer;
+use rdkafka::producer::{FutureProducer, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 use rdkafka::{Offset, TopicPartitionList};
@@ -87,4 +87,175 @@ pub fn consumer_assigned(
     }
     consumer.assign(&assignment)?;
     Ok(consumer)
+}
+
+/// Whether a topic exists, as far as the cached metadata knows.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TopicState {
+    Exists,
+    /// Absent from metadata fetched within the last refresh period.
+    Missing,
+    /// No recent metadata (broker unreachable, or not fetched yet).
+    Unknown,
+}
+
+/// The topics the broker has, from cached metadata, shared by the API's
+/// pre-flight check at create time and the dispatcher (which must not wait
+/// ten seconds on a record for a topic that does not exist). Refreshed every
+/// `refresh` by [`Topics::run`], and on demand when asked about a topic it
+/// has not seen (at most once per [`TOPICS_REFRESH_MIN`]).
+#[derive(Clone)]
+pub struct Topics {
+    inner: std::sync::Arc<TopicsInner>,
+}
+
+struct TopicsInner {
+    brokers: String,
+    options: BTreeMap<String, String>,
+    refresh: Duration,
+    known: std::sync::RwLock<Known>,
+    /// One fetch at a time (waiters reuse its result), through one client
+    /// made on first use.
+    fetching: tokio::sync::Mutex<Option<std::sync::Arc<rdkafka::producer::BaseProducer>>>,
+}
+
+#[derive(Default)]
+struct Known {
+    topics: std::collections::HashSet<String>,
+    /// When the last fetch succeeded.
+    fetched_at: Option<std::time::Instant>,
+    /// When the last fetch was tried.
+    tried_at: Option<std::time::Instant>,
+}
+
+/// Least time between two fetches of metadata.
+pub const TOPICS_REFRESH_MIN: Duration = Duration::from_secs(1);
+/// How long one metadata fetch may take.
+const TOPICS_FETCH_TIMEOUT: Duration = Duration::from_secs(5);
+
+impl Topics {
+    pub fn new(brokers: &str, options: &BTreeMap<String, String>, refresh: Duration) -> Topics {
+        Topics {
+            inner: std::sync::Arc::new(TopicsInner {
+                brokers: brokers.to_owned(),
+                options: options.clone(),
+                refresh,
+                known: std::sync::RwLock::new(Known::default()),
+                fetching: tokio::sync::Mutex::new(None),
+            }),
+        }
+    }
+
+    fn known(&self) -> std::sync::RwLockReadGuard<'_, Known> {
+        self.inner
+            .known
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    fn known_mut(&self) -> std::sync::RwLockWriteGuard<'_, Known> {
+        self.inner
+            .known
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// What the cache says now, without IO.
+    pub fn state(&self, topic: &str) -> TopicState {
+        let known = self.known();
+        if known.topics.contains(topic) {
+            return TopicState::Exists;
+        }
+        match known.fetched_at {
+            Some(at) if at.elapsed() <= self.inner.refresh * 2 => TopicState::Missing,
+            _ => TopicState::Unknown,
+        }
+    }
+
+    /// Whether the last successful fetch is younger than `age`.
+    pub fn fetched_within(&self, age: Duration) -> bool {
+        self.known().fetched_at.is_some_and(|at| at.elapsed() < age)
+    }
+
+    /// What the broker says, refreshing the cache first when it does not
+    /// know `topic` and was not refreshed within [`TOPICS_REFRESH_MIN`] (so
+    /// a topic created a moment ago is found).
+    pub async fn check(&self, topic: &str) -> TopicState {
+        match self.state(topic) {
+            TopicState::Exists => TopicState::Exists,
+            _ => {
+                self.refresh_if_older(TOPICS_REFRESH_MIN).await;
+                self.state(topic)
+            }
+        }
+    }
+
+    /// Forgets `topic` after the broker refused a record for not having it.
+    pub fn forget(&self, topic: &str) {
+        self.known_mut().topics.remove(topic);
+    }
+
+    /// Fetches metadata unless a fetch was tried less than `age` ago.
+    pub async fn refresh_if_older(&self, age: Duration) {
+        let fresh = |known: &Known| known.tried_at.is_some_and(|at| at.elapsed() < age);
+        if fresh(&self.known()) {
+            return;
+        }
+        let mut client = self.inner.fetching.lock().await;
+        if fresh(&self.known()) {
+            return; // fetched while this one waited
+        }
+        if client.is_none() {
+            let mut config = client_config(&self.inner.brokers);
+            for (key, value) in &self.inner.options {
+                config.set(key, value);
+            }
+            match config.create() {
+                Ok(created) => *client = Some(std::sync::Arc::new(created)),
+                Err(err) => {
+                    tracing::warn!(error = %err, "cannot create a kafka metadata client");
+                    self.known_mut().tried_at = Some(std::time::Instant::now());
+                    return;
+                }
+            }
+        }
+        let Some(metadata_client) = client.clone() else {
+            return;
+        };
+        let fetched = tokio::task::spawn_blocking(move || topics_fetch(&metadata_client)).await;
+        let mut known = self.known_mut();
+        known.tried_at = Some(std::time::Instant::now());
+        match fetched {
+            Ok(Ok(topics)) => {
+                known.topics = topics;
+                known.fetched_at = known.tried_at;
+            }
+            Ok(Err(err)) => tracing::warn!(error = %err, "cannot fetch kafka topic metadata"),
+            Err(err) => tracing::warn!(error = %err, "kafka metadata task failed"),
+        }
+    }
+
+    /// Refreshes every `refresh` until cancelled.
+    pub async fn run(self, cancel: tokio_util::sync::CancellationToken) {
+        loop {
+            self.refresh_if_older(self.inner.refresh / 2).await;
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tokio::time::sleep(self.inner.refresh) => {}
+            }
+        }
+    }
+}
+
+/// Every topic the broker reports without an error (blocking).
+fn topics_fetch(
+    client: &rdkafka::producer::BaseProducer,
+) -> Result<std::collections::HashSet<String>, KafkaError> {
+    let metadata = client.client().fetch_metadata(None, TOPICS_FETCH_TIMEOUT)?;
+    Ok(metadata
+        .topics()
+        .iter()
+        .filter(|t| t.error().is_none())
+        .map(|t| t.name().to_owned())
+        .collect())
 }

@@ -27,6 +27,8 @@ pub const JOBS_RETRIED: &str = "tickler_jobs_retried_total";
 pub const JOBS_DEAD: &str = "tickler_jobs_dead_total";
 pub const DEAD_LETTERS_PRODUCED: &str = "tickler_dead_letters_produced_total";
 pub const JOBS_PURGED: &str = "tickler_jobs_purged_total";
+pub const JOBS_UNKNOWN_TOPIC: &str = "tickler_jobs_unknown_topic_total";
+pub const PRODUCE_REFUSED: &str = "tickler_produce_refused_total";
 
 /// Installs the process-wide recorder once and returns the handle that
 /// renders it. Later calls (several servers in one test process) share it.
@@ -55,6 +57,14 @@ pub fn install() -> PrometheusHandle {
 
 fn describe() {
     describe_counter!(JOBS_CREATED, "Jobs accepted by the API.");
+    describe_counter!(
+        JOBS_UNKNOWN_TOPIC,
+        "Jobs created for a topic the broker does not have (topic_check = warn), or found so by the dispatcher, by topic."
+    );
+    describe_counter!(
+        PRODUCE_REFUSED,
+        "Sends refused for the job's own sake (missing topic, record too large, not authorised...): a failed attempt each, by topic and reason."
+    );
     describe_counter!(
         JOBS_DISPATCHED,
         "Jobs produced to Kafka and marked dispatched."
@@ -138,6 +148,16 @@ pub fn produce_failed(n: usize) {
 
 pub fn loader_indexed(n: usize) {
     counter!(LOADER_INDEXED).increment(n as u64);
+}
+
+/// A job accepted for, or found due on, a topic the broker does not have.
+pub fn job_unknown_topic(topic: &str) {
+    counter!(JOBS_UNKNOWN_TOPIC, "topic" => topic.to_owned()).increment(1);
+}
+
+/// A send refused because of the job (not the broker's health).
+pub fn produce_refused(topic: &str, reason: &'static str) {
+    counter!(PRODUCE_REFUSED, "topic" => topic.to_owned(), "reason" => reason).increment(1);
 }
 
 pub fn index_error() {

@@ -112,12 +112,34 @@ impl Resolver {
         Ok(settled)
     }
 
-    async fn follow(&self, settled: &Settled) {
+    /// Counts failed attempts for records of claim `token` the broker
+    /// refused for the jobs' own sake (`(job id, why)`). Redis is left to
+    /// the dispatcher, which holds these jobs' claims there.
+    pub async fn refusals_apply(
+        &self,
+        token: u64,
+        refused: &[(JobId, String)],
+    ) -> Result<Settled, StoreError> {
+        let config = self.config.clone();
+        let dead_letter = move |topic: &str| config.dead_letter_for(topic).is_some();
+        let settled = self
+            .store
+            .job_refuse_many(token, refused, &dead_letter)
+            .await?;
+        self.count(&settled);
+        Ok(settled)
+    }
+
+    fn count(&self, settled: &Settled) {
         metrics::jobs_retried(settled.retried.len());
         metrics::jobs_dead(settled.dead);
         if settled.dead_lettered > 0 {
             self.dead_letters.notify_one();
         }
+    }
+
+    async fn follow(&self, settled: &Settled) {
+        self.count(settled);
         let Some(db_now) = settled.db_now else {
             return;
         };

@@ -309,6 +309,14 @@ pub fn decide_silence(state: &JobState, rng: &mut impl Rng) -> Decision {
     retry_or_dead(state, error, None, rng)
 }
 
+/// The decision when the broker refused a job's record for the job's own
+/// sake (a missing topic, a record too large...): a failed attempt, retried
+/// after backoff while attempts are left.
+pub fn decide_refused(state: &JobState, refusal: &str, rng: &mut impl Rng) -> Decision {
+    let error = error_truncate(format!("the broker refused the record: {refusal}"));
+    retry_or_dead(state, error, None, rng)
+}
+
 fn retry_or_dead(
     state: &JobState,
     error: String,
@@ -480,6 +488,29 @@ mod tests {
             decide_silence(&dispatched(2, 2), &mut rng),
             Decision::Dead { error } if error.starts_with("attempts exhausted (2 of 2)")
         ));
+    }
+
+    #[test]
+    fn a_refused_send_is_a_failed_attempt() {
+        let mut rng = rand::rng();
+        let dispatching = |attempt| JobState {
+            status: Status::Dispatching,
+            ..dispatched(attempt, 3)
+        };
+        match decide_refused(&dispatching(1), "unknown topic", &mut rng) {
+            Decision::Retry { delay_ms, error } => {
+                assert!((500..=1_000).contains(&delay_ms), "backoff of attempt 1");
+                assert_eq!(error, "the broker refused the record: unknown topic");
+            }
+            other => panic!("{other:?}"),
+        }
+        assert_eq!(
+            decide_refused(&dispatching(3), "unknown topic", &mut rng),
+            Decision::Dead {
+                error: "attempts exhausted (3 of 3): the broker refused the record: unknown topic"
+                    .to_owned()
+            }
+        );
     }
 
     #[test]

@@ -210,3 +210,92 @@ async fn many_jobs_due_together_are_each_produced_once() {
     assert!(extra.is_empty(), "no duplicates: {extra:?}");
     env.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_on_a_missing_topic_fails_its_attempts_alone_and_holds_up_no_other_topic() {
+    // topic_check off lets the job in, as a topic deleted after create would.
+    let env = TestEnv::start_with(|c| c.topic_check = tickler::config::TopicCheck::Off).await;
+    let consumer = env.consumer();
+    let missing = common::unique("tickler-missing-");
+    let lost = env
+        .job_create(json!({
+            "topic": missing, "payload": 0, "delay_ms": 300,
+            "max_attempts": 2, "backoff_base_ms": 200, "backoff_cap_ms": 400,
+        }))
+        .await;
+    let lost_id = lost["id"].as_u64().unwrap();
+    for n in 1..=5 {
+        env.job_create(json!({"payload": n, "delay_ms": 300})).await;
+    }
+
+    let records = records_read(&consumer, 5, Duration::from_secs(20)).await;
+    assert_eq!(records.len(), 5, "every healthy job arrived");
+    let budget_ms = env.config.kafka_message_timeout_ms as i64 / 2;
+    for record in &records {
+        let at = |name: &str| -> i64 { record.header(name).unwrap().parse().unwrap() };
+        let late_ms = at("tickler-dispatched-at") - at("tickler-scheduled-at");
+        assert!(
+            (0..budget_ms).contains(&late_ms),
+            "not held for the producer's message timeout: {late_ms} ms late"
+        );
+    }
+
+    let dead = eventually(Duration::from_secs(20), || async {
+        let (_, job) = env.get(&format!("/v1/jobs/{lost_id}")).await;
+        (job["status"] == "dead").then_some(job)
+    })
+    .await
+    .expect("the job on the missing topic ends dead");
+    assert_eq!(dead["attempt"], 2, "each refusal was an attempt");
+    let error = dead["last_error"].as_str().unwrap();
+    assert!(
+        error.contains("attempts exhausted (2 of 2)") && error.contains("does not exist"),
+        "{error}"
+    );
+    // Per attempt a claim and a refusal; at most one more claim and release
+    // when the dispatcher first checks the topic against fresh metadata.
+    assert!(
+        dead["version"].as_u64().unwrap() <= 7,
+        "no churn of the row: {dead}"
+    );
+    let (_, history) = env.get(&format!("/v1/jobs/{lost_id}/history")).await;
+    let events = history["events"].as_array().unwrap();
+    let step = |e: &serde_json::Value| {
+        (
+            e["actor"].as_str().unwrap().to_owned(),
+            e["status"].as_str().unwrap().to_owned(),
+            e["attempt"].as_u64().unwrap(),
+        )
+    };
+    assert_eq!(
+        step(&events[0]),
+        ("api".to_owned(), "pending".to_owned(), 1)
+    );
+    assert_eq!(
+        step(events.last().unwrap()),
+        ("dispatcher".to_owned(), "dead".to_owned(), 2)
+    );
+    assert!(
+        events[1..].iter().all(|e| e["actor"] == "dispatcher"),
+        "the dispatcher alone decided: {history}"
+    );
+    assert!(!env.redis_holds(lost_id).await, "a dead job leaves redis");
+    let metrics = env
+        .http
+        .get(format!("{}/metrics", env.base_url))
+        .send()
+        .await
+        .unwrap()
+        .text()
+        .await
+        .unwrap();
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("tickler_produce_refused_total")
+                && l.contains(&missing)
+                && l.contains("unknown_topic")),
+        "the refusal is counted by topic"
+    );
+    env.finish().await;
+}

@@ -79,6 +79,57 @@ async fn kill_9_of_tickler_mid_batch_repeatedly_loses_nothing() {
     world.finish().await;
 }
 
+/// A topic the broker does not have, with a job on it due every second
+/// beside a steady stream on a healthy topic (as after someone deleted a
+/// topic that still has jobs). The healthy jobs keep their lateness (the
+/// verdict prints it; `kafka_message_timeout_ms` is 2 s here, which a
+/// dispatcher waiting on the bad record would add to every pass), and the
+/// bad jobs fail their attempts and end dead instead of cycling.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_topic_delays_no_other_topic_and_its_jobs_end_dead() {
+    let world = World::start(Services::shared(), &[("TICKLER_TOPIC_CHECK", "off")]).await;
+    let missing = common::unique("tickler-missing-");
+    let t0 = Utc::now() + secs(3.0);
+    let mut bad = Vec::new();
+    for second in 0..15 {
+        let body = serde_json::json!({
+            "topic": missing, "payload": second, "max_attempts": 2,
+            "backoff_base_ms": 500, "backoff_cap_ms": 1000,
+            "run_at": (t0 + secs(second as f64)).to_rfc3339(),
+        });
+        let (status, job) = world.post_job(&body).await;
+        assert_eq!(status, 201, "{job}");
+        bad.push(job["id"].as_u64().unwrap());
+    }
+    let expected = world
+        .jobs_schedule(jobs(1500), t0, Duration::from_secs(15))
+        .await;
+    verdict(
+        &world,
+        "a job on a missing topic every second",
+        &expected,
+        &HashSet::new(),
+        Duration::from_secs(60),
+    )
+    .await;
+    let dead = common::eventually(Duration::from_secs(30), || async {
+        let dead: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM jobs WHERE topic = ? AND status = 'dead' AND attempt = 2",
+        )
+        .bind(&missing)
+        .fetch_one(&world.sql)
+        .await
+        .unwrap();
+        (dead == bad.len() as i64).then_some(())
+    })
+    .await;
+    assert!(
+        dead.is_some(),
+        "every job on the missing topic ended dead at attempt 2"
+    );
+    world.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn redis_flushall_loses_nothing() {
     let redis = PrivateRedis::start().await;

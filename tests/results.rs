@@ -1,4 +1,4 @@
-//! Results, retries and dead jobs (issue 5): each outcome through both
+//! Results, retries and dead jobs: each outcome through both
 //! channels (the results topic and `POST /v1/jobs/{id}/result`), backoff
 //! bounds, ack timeouts, exhausted attempts, stale / repeated / malformed
 //! reports, dead letters, redrive, and a restart of tickler while results

@@ -34,8 +34,18 @@ pub enum ApiError {
     InvalidReport(String),
     #[error(transparent)]
     InvalidJob(#[from] InvalidJob),
+    #[error("topic {0:?} does not exist on the broker: create it first (or see the topic_check setting)")]
+    UnknownTopic(String),
     #[error("job {0} not found")]
     NotFound(u64),
+    #[error("no such endpoint: {0}")]
+    NoRoute(String),
+    #[error("{0}")]
+    MethodNotAllowed(String),
+    #[error("the request's URI is {size} bytes, over the limit of {limit}")]
+    UriTooLong { size: usize, limit: usize },
+    #[error("the request's headers take {size} bytes, over the limit of {limit}")]
+    HeadersTooLarge { size: usize, limit: usize },
     #[error("a job with this topic and key exists already: job {existing_id}")]
     KeyConflict { existing_id: u64 },
     #[error("the database is unavailable; nothing was written, try again")]
@@ -54,13 +64,17 @@ impl ApiError {
             | ApiError::InvalidPayload(_)
             | ApiError::InvalidId(_)
             | ApiError::InvalidPolicy(_)
-            | ApiError::InvalidReport(_) => StatusCode::BAD_REQUEST,
+            | ApiError::InvalidReport(_)
+            | ApiError::UnknownTopic(_) => StatusCode::BAD_REQUEST,
             ApiError::InvalidJob(InvalidJob::PayloadTooLarge { .. }) | ApiError::BodyTooLarge => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
             ApiError::InvalidJob(_) => StatusCode::BAD_REQUEST,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ApiError::NotFound(_) => StatusCode::NOT_FOUND,
+            ApiError::NotFound(_) | ApiError::NoRoute(_) => StatusCode::NOT_FOUND,
+            ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
+            ApiError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
+            ApiError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ApiError::KeyConflict { .. } => StatusCode::CONFLICT,
             ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -83,12 +97,18 @@ impl ApiError {
             ApiError::InvalidJob(invalid) => match invalid {
                 InvalidJob::Topic => "invalid_topic",
                 InvalidJob::Key => "invalid_key",
-                InvalidJob::Header(_) => "invalid_headers",
+                InvalidJob::Header(_) | InvalidJob::HeadersTooLarge { .. } => "invalid_headers",
+                InvalidJob::PayloadTooDeep | InvalidJob::PayloadNull => "invalid_payload",
                 InvalidJob::TooEarly => "invalid_run_at",
                 InvalidJob::TooFar { .. } => "schedule_too_far",
                 InvalidJob::PayloadTooLarge { .. } => "payload_too_large",
             },
+            ApiError::UnknownTopic(_) => "unknown_topic",
             ApiError::NotFound(_) => "not_found",
+            ApiError::NoRoute(_) => "no_route",
+            ApiError::MethodNotAllowed(_) => "method_not_allowed",
+            ApiError::UriTooLong { .. } => "uri_too_long",
+            ApiError::HeadersTooLarge { .. } => "headers_too_large",
             ApiError::KeyConflict { .. } => "key_conflict",
             ApiError::Unavailable => "unavailable",
             ApiError::Internal => "internal",
@@ -122,6 +142,16 @@ impl From<JsonRejection> for ApiError {
             }
             other if other.status() == StatusCode::PAYLOAD_TOO_LARGE => ApiError::BodyTooLarge,
             other => ApiError::InvalidRequest(other.body_text()),
+        }
+    }
+}
+
+impl From<axum::extract::rejection::BytesRejection> for ApiError {
+    fn from(rejection: axum::extract::rejection::BytesRejection) -> Self {
+        if rejection.status() == StatusCode::PAYLOAD_TOO_LARGE {
+            ApiError::BodyTooLarge
+        } else {
+            ApiError::InvalidRequest(rejection.body_text())
         }
     }
 }

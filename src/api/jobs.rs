@@ -4,7 +4,7 @@
 
 use std::collections::BTreeMap;
 
-use axum::extract::{Path, State};
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -15,8 +15,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use serde_json::value::RawValue;
 
-use super::{ApiError, ApiJson, ApiState};
+use super::{ApiError, ApiJson, ApiState, JobIdPath};
+use crate::config::TopicCheck;
 use crate::job::{self, InvalidJob, Job, JobId, NewJob, PayloadKind, Schedule, Status};
+use crate::kafka::TopicState;
 use crate::metrics;
 use crate::retry::{Policy, PolicyOverrides};
 use crate::store::{BatchRow, Cancelled, JobChanges, Modified, StoreError};
@@ -27,7 +29,8 @@ use crate::store::{BatchRow, Cancelled, JobChanges, Modified, StoreError};
 pub struct CreateJob {
     pub topic: Option<String>,
     pub key: Option<String>,
-    /// Any JSON value; produced as its JSON text.
+    /// Any JSON value but null; produced as its JSON text.
+    #[serde(default, deserialize_with = "raw_present")]
     pub payload: Option<Box<RawValue>>,
     /// Raw bytes, base64 (standard alphabet, padded).
     pub payload_base64: Option<String>,
@@ -51,11 +54,22 @@ pub struct CreateJob {
 #[serde(deny_unknown_fields)]
 pub struct PatchJob {
     pub version: Option<u32>,
+    #[serde(default, deserialize_with = "raw_present")]
     pub payload: Option<Box<RawValue>>,
     pub payload_base64: Option<String>,
     pub headers: Option<BTreeMap<String, String>>,
     pub run_at: Option<String>,
     pub delay_ms: Option<i64>,
+}
+
+/// A field that is present, even as `null`: `Option<Box<RawValue>>` alone
+/// reads `null` as absent, which would make `"payload": null` mean "empty"
+/// on create and "unchanged" on PATCH. Present-but-null is refused instead.
+fn raw_present<'de, D>(deserializer: D) -> Result<Option<Box<RawValue>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+{
+    Box::<RawValue>::deserialize(deserializer).map(Some)
 }
 
 /// The limits a job is checked against.
@@ -111,6 +125,11 @@ pub(super) fn schedule_parse(
             if at.timestamp_millis() < 0 {
                 return Err(InvalidJob::TooEarly.into());
             }
+            if !job::time_in_range(at) {
+                return Err(ApiError::InvalidRunAt(format!(
+                    "run_at {run_at:?} is after 9999-12-31T23:59:59.999Z"
+                )));
+            }
             let ahead_ms = (at - now).num_milliseconds();
             if ahead_ms > 0 && ahead_ms as u64 > max_ahead_ms {
                 return Err(too_far.into());
@@ -133,7 +152,16 @@ fn payload_parse(
                 "give payload or payload_base64, not both".to_owned(),
             ))
         }
-        (Some(json), None) => (json.get().as_bytes().to_vec(), PayloadKind::Json),
+        (Some(json), None) => {
+            let text = json.get();
+            if text == "null" {
+                return Err(InvalidJob::PayloadNull.into());
+            }
+            if job::json_depth(text) > job::JSON_DEPTH_MAX {
+                return Err(InvalidJob::PayloadTooDeep.into());
+            }
+            (text.as_bytes().to_vec(), PayloadKind::Json)
+        }
         (None, Some(encoded)) => {
             let bytes = BASE64.decode(encoded.as_bytes()).map_err(|err| {
                 ApiError::InvalidPayload(format!("payload_base64 is not valid base64: {err}"))
@@ -319,9 +347,21 @@ impl From<Job> for JobView {
     }
 }
 
+/// A job id as the API writes it: decimal digits without sign or leading
+/// zeros, from 1. One spelling per job, so `/v1/jobs/+5` or `/v1/jobs/05`
+/// never reach job 5 by accident.
 pub(super) fn id_parse(id: &str) -> Result<JobId, ApiError> {
-    id.parse()
-        .map_err(|_| ApiError::InvalidId(format!("job id {id:?} is not a positive integer")))
+    let canonical =
+        !id.is_empty() && !id.starts_with('0') && id.bytes().all(|b| b.is_ascii_digit());
+    canonical
+        .then(|| id.parse::<JobId>().ok())
+        .flatten()
+        .ok_or_else(|| {
+            ApiError::InvalidId(format!(
+                "job id {id:?} is not a job id: a decimal number from 1 to {}, without sign or leading zeros",
+                JobId::MAX
+            ))
+        })
 }
 
 /// Makes Redis follow a job MySQL has just written: indexed at its time if
@@ -349,6 +389,32 @@ pub(super) async fn index_follow(state: &ApiState, jobs: &[&Job], db_now: DateTi
     }
 }
 
+/// The pre-flight check of `topic_check`: a topic the broker does not have
+/// is refused (`reject`) or let through with a warning (`warn`), months
+/// before the job is due rather than when it is. When the broker cannot be
+/// asked, the job is accepted: creating never depends on the broker being
+/// up, and the dispatcher deals with a topic that turns out missing.
+pub(super) async fn topic_preflight(state: &ApiState, topic: &str) -> Result<(), ApiError> {
+    if state.config.topic_check == TopicCheck::Off {
+        return Ok(());
+    }
+    match state.topics.check(topic).await {
+        TopicState::Exists => Ok(()),
+        TopicState::Unknown => {
+            tracing::debug!(topic, "topic not checked: no recent kafka metadata");
+            Ok(())
+        }
+        TopicState::Missing if state.config.topic_check == TopicCheck::Reject => {
+            Err(ApiError::UnknownTopic(topic.to_owned()))
+        }
+        TopicState::Missing => {
+            tracing::warn!(topic, "job accepted for a topic the broker does not have");
+            metrics::job_unknown_topic(topic);
+            Ok(())
+        }
+    }
+}
+
 /// `POST /v1/jobs` — 201 with the new job. With a key already used on the
 /// topic: 200 with the existing job when the request is the same, 409
 /// otherwise.
@@ -363,6 +429,7 @@ pub async fn create(
     let new_job = body.validate(Limits::of(&state), Utc::now(), |topic| {
         config.policy_for(topic)
     })?;
+    topic_preflight(&state, &new_job.topic).await?;
     let (job, db_now) = match state.store.job_insert(&new_job).await {
         Ok(inserted) => inserted,
         Err(StoreError::DuplicateKey) => {
@@ -407,11 +474,13 @@ async fn existing_for(state: &ApiState, new_job: &NewJob) -> Result<Job, ApiErro
     }
 }
 
-/// Body of `POST /v1/jobs/batch`.
+/// Body of `POST /v1/jobs/batch`. Items stay raw text until each is read
+/// on its own: a payload is kept byte for byte as sent (as on single
+/// create), and one bad item is that item's error, not the batch's.
 #[derive(Debug, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub struct CreateBatch {
-    pub jobs: Vec<serde_json::Value>,
+    pub jobs: Vec<Box<RawValue>>,
 }
 
 /// `POST /v1/jobs/batch` — up to `batch_max` jobs in one transaction; 200
@@ -431,15 +500,22 @@ pub async fn create_batch(
     }
     let limits = Limits::of(&state);
     let now = Utc::now();
-    let checked: Vec<Result<NewJob, ApiError>> = body
+    let mut checked: Vec<Result<NewJob, ApiError>> = body
         .jobs
         .into_iter()
         .map(|item| {
-            let request: CreateJob = serde_json::from_value(item)
+            let request: CreateJob = serde_json::from_str(item.get())
                 .map_err(|err| ApiError::InvalidRequest(err.to_string()))?;
             request.validate(limits, now, |topic| state.config.policy_for(topic))
         })
         .collect();
+    for item in &mut checked {
+        if let Ok(new_job) = item {
+            if let Err(err) = topic_preflight(&state, &new_job.topic).await {
+                *item = Err(err);
+            }
+        }
+    }
     let valid: Vec<NewJob> = checked
         .iter()
         .filter_map(|c| c.as_ref().ok().cloned())
@@ -489,9 +565,9 @@ pub async fn create_batch(
 /// `GET /v1/jobs/{id}`.
 pub async fn get(
     State(state): State<ApiState>,
-    Path(id): Path<String>,
+    JobIdPath(id): JobIdPath,
 ) -> Result<Json<JobView>, ApiError> {
-    let job = state.store.job_get(id_parse(&id)?).await?;
+    let job = state.store.job_get(id).await?;
     Ok(Json(JobView::from(job)))
 }
 
@@ -500,10 +576,9 @@ pub async fn get(
 /// `version_conflict` or `not_pending` with the job as it is.
 pub async fn patch(
     State(state): State<ApiState>,
-    Path(id): Path<String>,
+    JobIdPath(id): JobIdPath,
     ApiJson(body): ApiJson<PatchJob>,
 ) -> Result<Response, ApiError> {
-    let id = id_parse(&id)?;
     let (version, changes) = body.validate(Limits::of(&state), Utc::now())?;
     match state.store.job_modify(id, version, &changes).await? {
         Modified::Applied(job, db_now) => {
@@ -541,9 +616,8 @@ fn conflict(code: &str, message: String, job: Job) -> Response {
 /// this instant; GET it again for the final state).
 pub async fn cancel(
     State(state): State<ApiState>,
-    Path(id): Path<String>,
+    JobIdPath(id): JobIdPath,
 ) -> Result<Response, ApiError> {
-    let id = id_parse(&id)?;
     let (status, outcome, job) = match state.store.job_cancel(id).await? {
         Cancelled::Applied(job) => {
             if let Err(err) = state.index.job_remove_many(&[job.id]).await {

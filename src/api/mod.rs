@@ -7,9 +7,11 @@ mod results;
 
 use std::sync::Arc;
 
-use axum::extract::{DefaultBodyLimit, FromRequest, Request, State};
-use axum::http::StatusCode;
-use axum::response::IntoResponse;
+use axum::extract::{DefaultBodyLimit, FromRequest, FromRequestParts, Path, Request, State};
+use axum::http::request::Parts;
+use axum::http::{Method, StatusCode, Uri};
+use axum::middleware::{self, Next};
+use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
@@ -20,6 +22,7 @@ pub use error::ApiError;
 
 use crate::config::Config;
 use crate::index::Index;
+use crate::kafka::Topics;
 use crate::results::Resolver;
 use crate::store::Store;
 
@@ -34,6 +37,8 @@ pub struct ApiState {
     /// Applies result reports, as the results topic's consumer does.
     pub resolver: Resolver,
     pub metrics: PrometheusHandle,
+    /// The broker's topics, for the pre-flight check at create.
+    pub topics: Topics,
 }
 
 pub fn router(state: ApiState) -> Router {
@@ -52,8 +57,68 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/jobs/{id}/redrive", post(results::redrive))
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
+        .fallback(no_route)
+        .method_not_allowed_fallback(method_not_allowed)
         .layer(DefaultBodyLimit::max(body_limit))
+        .layer(middleware::from_fn(head_limits))
         .with_state(state)
+}
+
+/// Longest request URI (path and query) the API reads.
+pub const URI_MAX_BYTES: usize = 8 * 1024;
+/// Most bytes of request headers (names and values) the API reads.
+pub const HEADERS_MAX_BYTES: usize = 64 * 1024;
+
+/// Refuses an over-long URI or over-large headers with the API's error
+/// shape. The HTTP layer has its own, higher, hard limits (hyper: a 64 KiB
+/// URI, 100 headers, ~400 KiB of head), answered without a body; these
+/// come first for anything a client plausibly sends.
+async fn head_limits(request: Request, next: Next) -> Response {
+    let uri = request.uri().to_string().len();
+    if uri > URI_MAX_BYTES {
+        return ApiError::UriTooLong {
+            size: uri,
+            limit: URI_MAX_BYTES,
+        }
+        .into_response();
+    }
+    let headers: usize = request
+        .headers()
+        .iter()
+        .map(|(name, value)| name.as_str().len() + value.len())
+        .sum();
+    if headers > HEADERS_MAX_BYTES {
+        return ApiError::HeadersTooLarge {
+            size: headers,
+            limit: HEADERS_MAX_BYTES,
+        }
+        .into_response();
+    }
+    next.run(request).await
+}
+
+async fn no_route(uri: Uri) -> ApiError {
+    ApiError::NoRoute(uri.path().to_owned())
+}
+
+async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
+    ApiError::MethodNotAllowed(format!("{method} is not allowed on {}", uri.path()))
+}
+
+/// The `{id}` of a job's path, in its one canonical spelling; anything
+/// else (a sign, leading zeros, 0, bytes that are not UTF-8) is
+/// `invalid_id`.
+pub struct JobIdPath(pub crate::job::JobId);
+
+impl<S: Send + Sync> FromRequestParts<S> for JobIdPath {
+    type Rejection = ApiError;
+
+    async fn from_request_parts(parts: &mut Parts, state: &S) -> Result<Self, Self::Rejection> {
+        let Path(id) = Path::<String>::from_request_parts(parts, state)
+            .await
+            .map_err(|err| ApiError::InvalidId(err.body_text()))?;
+        jobs::id_parse(&id).map(JobIdPath)
+    }
 }
 
 /// `Json` whose rejections are `ApiError`s, so malformed bodies get the

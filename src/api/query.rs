@@ -1,6 +1,6 @@
 //! Reading many jobs: `GET /v1/jobs` (filtered, paged) and a job's history.
 
-use axum::extract::{Path, Query, State};
+use axum::extract::{Query, State};
 use axum::Json;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as CURSOR;
 use base64::Engine;
@@ -9,8 +9,8 @@ use serde::Deserialize;
 use serde_json::{json, Value};
 
 use super::jobs::{time_format, JobView};
-use super::{ApiError, ApiState};
-use crate::job::{JobId, Status};
+use super::{ApiError, ApiState, JobIdPath};
+use crate::job::{self, JobId, Status};
 use crate::store::JobFilter;
 
 const LIST_DEFAULT: u32 = 100;
@@ -32,16 +32,24 @@ pub struct ListQuery {
     pub cursor: Option<String>,
 }
 
+/// A time filter: RFC 3339, and inside the range a job's time can have
+/// (a time that is a negative year in UTC cannot even be sent to SQL).
 fn time_parse(name: &str, value: Option<String>) -> Result<Option<DateTime<Utc>>, ApiError> {
     value
         .map(|text| {
-            DateTime::parse_from_rfc3339(&text)
+            let at = DateTime::parse_from_rfc3339(&text)
                 .map(|at| at.with_timezone(&Utc))
                 .map_err(|err| {
                     ApiError::InvalidRequest(format!(
                         "{name} {text:?} is not an RFC 3339 time ({err})"
                     ))
-                })
+                })?;
+            if !job::time_in_range(at) {
+                return Err(ApiError::InvalidRequest(format!(
+                    "{name} {text:?} is outside 1970-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z"
+                )));
+            }
+            Ok(at)
         })
         .transpose()
 }
@@ -77,6 +85,14 @@ pub async fn list(
             })
         })
         .transpose()?;
+    // Filters follow the rules of what they match, so a value no job can
+    // have is the caller's mistake (and never reaches SQL).
+    if let Some(topic) = &query.topic {
+        job::topic_validate(topic)?;
+    }
+    if let Some(key) = &query.key {
+        job::key_validate(key)?;
+    }
     let filter = JobFilter {
         topic: query.topic,
         status,
@@ -104,11 +120,8 @@ pub async fn list(
 /// `results`, or `sql` for changes made by hand.
 pub async fn history(
     State(state): State<ApiState>,
-    Path(id): Path<String>,
+    JobIdPath(id): JobIdPath,
 ) -> Result<Json<Value>, ApiError> {
-    let id: JobId = id
-        .parse()
-        .map_err(|_| ApiError::InvalidId(format!("job id {id:?} is not a positive integer")))?;
     let events = state.store.job_history(id).await?;
     let events: Vec<Value> = events
         .into_iter()

@@ -3,7 +3,8 @@
 //! job back to pending.
 
 use axum::body::Bytes;
-use axum::extract::{Path, State};
+use axum::extract::rejection::BytesRejection;
+use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
@@ -11,8 +12,8 @@ use chrono::Utc;
 use serde::Deserialize;
 use serde_json::json;
 
-use super::jobs::{id_parse, index_follow, schedule_parse, JobView, Limits};
-use super::{ApiError, ApiJson, ApiState};
+use super::jobs::{index_follow, schedule_parse, JobView, Limits};
+use super::{ApiError, ApiJson, ApiState, JobIdPath};
 use crate::results::CHANNEL_HTTP;
 use crate::retry::{Ignored, ReportBody, ATTEMPTS_MAX};
 use crate::store::{Disposition, Redriven};
@@ -24,10 +25,9 @@ use crate::store::{Disposition, Redriven};
 /// is no such job; 400 `invalid_report` for a malformed body.
 pub async fn report(
     State(state): State<ApiState>,
-    Path(id): Path<String>,
+    JobIdPath(id): JobIdPath,
     ApiJson(body): ApiJson<ReportBody>,
 ) -> Result<Response, ApiError> {
-    let id = id_parse(&id)?;
     let report = body.check(Some(id)).map_err(ApiError::InvalidReport)?;
     let settled = state
         .resolver
@@ -87,10 +87,10 @@ pub struct RedriveJob {
 /// when it is not dead.
 pub async fn redrive(
     State(state): State<ApiState>,
-    Path(id): Path<String>,
-    body: Bytes,
+    JobIdPath(id): JobIdPath,
+    body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
-    let id = id_parse(&id)?;
+    let body = body?;
     let request: RedriveJob = if body.iter().all(u8::is_ascii_whitespace) {
         RedriveJob::default()
     } else {

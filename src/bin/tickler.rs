@@ -25,12 +25,11 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Command {
-    /// Run the configured roles (api, loader, dispatcher) until SIGTERM or Ctrl-C.
+    /// Run the configured roles (api, loader, dispatcher, reconciler,
+    /// results; all by default) until SIGTERM or Ctrl-C.
     Serve,
     /// Apply the database schema (idempotent).
     Migrate,
-    /// Schedule a few jobs a few seconds ahead through the API of a running
-    /// tickler and print them as they arrive on Kafka, with their lateness.
     /// Measure throughput, lateness, burst drain, Redis bytes per job and
     /// reconciler cost against the local services (see docs/benchmarks.md).
     Bench {
@@ -56,6 +55,8 @@ enum Command {
         #[arg(long)]
         clients: Option<usize>,
     },
+    /// Schedule a few jobs a few seconds ahead through the API of a running
+    /// tickler and print them as they arrive on Kafka, with their lateness.
     Demo {
         /// How many jobs to schedule.
         #[arg(long, default_value_t = 5)]

@@ -256,7 +256,7 @@ impl Index {
     }
 
     /// Ids in the due set of every shard, and in-flight ones. For operators
-    /// and tests; O(shards) round trips.
+    /// and tests; one pipelined round trip.
     pub async fn len(&self) -> Result<(u64, u64), IndexError> {
         let mut pipe = redis::pipe();
         for shard in 0..self.shards {

@@ -69,6 +69,8 @@ struct Locked {
     version: u32,
     topic: String,
     ack_expired: bool,
+    /// The dispatcher claim it is (or was last) under.
+    claim_token: Option<u64>,
 }
 
 /// One row's change.
@@ -143,6 +145,44 @@ impl Store {
                 // A report may have settled it since the first read.
                 if job.state.status == Status::Dispatched && job.ack_expired {
                     let decision = retry::decide_silence(&job.state, &mut rng);
+                    change_push(&mut changes, *id, job, decision, dead_letter);
+                }
+            }
+        }
+        finish(tx, &changes).await
+    }
+
+    /// Counts a failed attempt for jobs of claim `token` whose record the
+    /// broker refused for the job's own sake (its topic does not exist, the
+    /// record is too large, ...): `dispatching → pending` at now + backoff
+    /// with the next attempt, or `dead` when no attempt is left, with the
+    /// refusal in `last_error`. Rows no longer under `token` (the lease
+    /// expired and the job moved on) are left alone.
+    ///
+    /// Crash before this commits: the rows stay `dispatching` until the
+    /// lease expires, then go back to `pending` without counting the
+    /// attempt; the next dispatch is refused again and counted then.
+    pub async fn job_refuse_many(
+        &self,
+        token: u64,
+        refused: &[(JobId, String)],
+        dead_letter: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<Settled, StoreError> {
+        if refused.is_empty() {
+            return Ok(Settled::default());
+        }
+        let ids: Vec<JobId> = refused.iter().map(|(id, _)| *id).collect();
+        let mut tx = self.pool.begin().await?;
+        let mut locked = lock(&mut tx, &ids).await?;
+        let mut changes = Vec::new();
+        {
+            let mut rng = rand::rng();
+            for (id, error) in refused {
+                let Some(job) = locked.get_mut(id) else {
+                    continue;
+                };
+                if job.state.status == Status::Dispatching && job.claim_token == Some(token) {
+                    let decision = retry::decide_refused(&job.state, error, &mut rng);
                     change_push(&mut changes, *id, job, decision, dead_letter);
                 }
             }
@@ -348,8 +388,8 @@ async fn lock(
         return Ok(HashMap::new());
     }
     let mut query = QueryBuilder::<MySql>::new(
-        "SELECT id, topic, CAST(status AS CHAR) AS status, attempt, version, expects_result, \
-         max_attempts, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
+        "SELECT id, topic, CAST(status AS CHAR) AS status, attempt, version, claim_token, \
+         expects_result, max_attempts, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
          (ack_deadline IS NOT NULL AND ack_deadline < UTC_TIMESTAMP(3)) AS ack_expired \
          FROM jobs WHERE id IN ",
     );
@@ -377,6 +417,7 @@ async fn lock(
                 version: row.try_get("version")?,
                 topic: String::from_utf8_lossy(&topic).into_owned(),
                 ack_expired: ack_expired != 0,
+                claim_token: row.try_get("claim_token")?,
             },
         );
     }
