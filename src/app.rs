@@ -20,7 +20,9 @@ use crate::kafka::Topics;
 use crate::loader::{Loader, LoaderConfig};
 use crate::metrics;
 use crate::reconciler::{Reconciler, ReconcilerConfig};
-use crate::results::{DeadLetterProducer, Resolver, ResultsConsumer};
+use crate::results::{
+    DeadLetterConfig, DeadLetterProducer, Resolver, ResultsConsumer, ResultsConsumerConfig,
+};
 use crate::store::{Actor, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -31,6 +33,8 @@ pub enum StartError {
     Index(#[from] IndexError),
     #[error("kafka: {0}")]
     Dispatcher(#[from] DispatchError),
+    #[error("kafka results consumer: {0}")]
+    Results(rdkafka::error::KafkaError),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: String,
@@ -131,10 +135,17 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
         tracker.spawn(reconciler.run(cancel.child_token()));
     }
     if config.has_role("results") {
-        let consumer = ResultsConsumer::new(resolver_for(&results_store), config.clone());
+        let consumer = ResultsConsumer::new(
+            resolver_for(&results_store),
+            ResultsConsumerConfig::from_config(&config),
+        )
+        .map_err(StartError::Results)?;
         tracker.spawn(consumer.run(cancel.child_token()));
-        let producer =
-            DeadLetterProducer::new(results_store.clone(), config.clone(), dead_letters.clone());
+        let producer = DeadLetterProducer::new(
+            results_store.clone(),
+            DeadLetterConfig::from_config(config.clone()),
+            dead_letters.clone(),
+        );
         tracker.spawn(producer.run(cancel.child_token()));
     }
 

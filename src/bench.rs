@@ -27,7 +27,6 @@ use rdkafka::consumer::StreamConsumer;
 use rdkafka::message::{Headers, Message};
 use rdkafka::Offset;
 use serde_json::{json, Value};
-use sqlx::Connection;
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
@@ -38,7 +37,7 @@ use crate::kafka;
 use crate::loader::{Loader, LoaderConfig};
 use crate::reconciler::{Reconciler, ReconcilerConfig};
 use crate::results::Resolver;
-use crate::store::{Actor, Store};
+use crate::store::{support, Actor, Store};
 
 /// What to run, and how big.
 #[derive(Debug, Clone)]
@@ -120,26 +119,20 @@ pub async fn run(base: &Config, options: BenchOptions) -> anyhow::Result<()> {
         .context("mysql_url has no database part")?;
     let suffix = format!("{:08x}", rand::random::<u32>());
     let db_name = format!("tickler_bench_{suffix}");
-    let mut conn = sqlx::MySqlConnection::connect(&server_url).await?;
-    sqlx::query(&format!("CREATE DATABASE {db_name}"))
-        .execute(&mut conn)
-        .await?;
-    let result = run_in(base, options, &server_url, &db_name, &suffix).await;
-    sqlx::query(&format!("DROP DATABASE IF EXISTS {db_name}"))
-        .execute(&mut conn)
-        .await?;
+    let mysql_url = support::scratch_database_create(&server_url, &db_name).await?;
+    let result = run_in(base, options, &mysql_url, &suffix).await;
+    support::scratch_database_drop(&server_url, &db_name).await?;
     result
 }
 
 async fn run_in(
     base: &Config,
     options: BenchOptions,
-    server_url: &str,
-    db_name: &str,
+    mysql_url: &str,
     suffix: &str,
 ) -> anyhow::Result<()> {
     let config = Config {
-        mysql_url: format!("{server_url}/{db_name}"),
+        mysql_url: mysql_url.to_owned(),
         redis_prefix: format!("tickler-bench-{suffix}"),
         http_addr: "127.0.0.1:0".to_owned(),
         results_topic: format!("tickler-bench-results-{suffix}"),
@@ -148,11 +141,10 @@ async fn run_in(
         topic_check: crate::config::TopicCheck::Warn,
         ..base.clone()
     };
-    Store::migrate(&config.mysql_url).await?;
     let topic = format!("tickler-bench-{suffix}");
     kafka::topic_ensure(&config.kafka_brokers, &topic, 4).await?;
     println!(
-        "bench: {} mode; mysql {server_url}/{db_name}, redis prefix {}, topic {topic} (4 partitions), shards {}",
+        "bench: {} mode; mysql {mysql_url}, redis prefix {}, topic {topic} (4 partitions), shards {}",
         if options.smoke { "smoke" } else { "full" },
         config.redis_prefix,
         config.shards
@@ -162,7 +154,8 @@ async fn run_in(
     let running = crate::app::start(config.clone(), cancel.clone()).await?;
     let addr = running.http_addr.context("the bench runs the api role")?;
     let records: Records = Arc::new(Mutex::new(HashMap::new()));
-    let consumer = kafka::consumer_assigned(&config.kafka_brokers, &topic, Offset::Beginning)?;
+    let consumer =
+        kafka::support::consumer_assigned(&config.kafka_brokers, &topic, Offset::Beginning)?;
     let stop_consumer = CancellationToken::new();
     tokio::spawn(record(consumer, records.clone(), stop_consumer.clone()));
 

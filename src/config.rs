@@ -12,7 +12,7 @@ use figment::Figment;
 use serde::{Deserialize, Serialize};
 
 use crate::job;
-use crate::retry::{Policy, PolicyOverrides};
+use crate::outcome::{Policy, PolicyOverrides};
 
 /// Every setting, with its default. Durations carry their unit in the name so
 /// that `TICKLER_WINDOW_MS=600000` reads unambiguously.
@@ -150,6 +150,7 @@ impl TopicConfig {
 
 impl Default for Config {
     fn default() -> Self {
+        let policy = Policy::default();
         Config {
             mysql_url: "mysql://tickler:tickler@127.0.0.1:3306/tickler".to_owned(),
             mysql_pool_size: 16,
@@ -176,11 +177,12 @@ impl Default for Config {
             batch_max: 1_000,
             payload_max_bytes: 1024 * 1024,
             max_schedule_ahead_days: 3650,
-            default_expects_result: false,
-            default_max_attempts: 5,
-            default_backoff_base_ms: 1_000,
-            default_backoff_cap_ms: 3_600_000,
-            default_ack_timeout_ms: 300_000,
+            // One place for the policy's defaults: outcome::Policy.
+            default_expects_result: policy.expects_result,
+            default_max_attempts: policy.max_attempts,
+            default_backoff_base_ms: policy.backoff_base_ms,
+            default_backoff_cap_ms: policy.backoff_cap_ms,
+            default_ack_timeout_ms: policy.ack_timeout_ms,
             topics: BTreeMap::new(),
             results_topic: "tickler.results".to_owned(),
             results_group: "tickler".to_owned(),

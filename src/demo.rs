@@ -19,7 +19,7 @@ pub async fn run(config: &Config, topic: &str, jobs: u32) -> anyhow::Result<()> 
     kafka::topic_ensure(&config.kafka_brokers, topic, 1)
         .await
         .with_context(|| format!("creating topic {topic}"))?;
-    let consumer = kafka::consumer_assigned(&config.kafka_brokers, topic, Offset::End)?;
+    let consumer = kafka::support::consumer_assigned(&config.kafka_brokers, topic, Offset::End)?;
 
     let base = format!("http://{}", config.http_addr);
     let http = reqwest::Client::new();

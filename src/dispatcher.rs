@@ -439,10 +439,7 @@ impl Dispatcher {
         for result in join_all(claims).await {
             match result {
                 Ok(claim) => out.push(claim),
-                Err(err) => {
-                    tracing::warn!(error = %err, "claim failed");
-                    metrics::index_error();
-                }
+                Err(err) => metrics::index_failed("claim", 0, &err),
             }
         }
         out
@@ -478,8 +475,7 @@ impl Dispatcher {
         metrics::dispatch_cas_lost(outcome.stale.len() + outcome.not_due.len());
         if !outcome.stale.is_empty() {
             if let Err(err) = self.index.job_remove_many(&outcome.stale).await {
-                tracing::warn!(error = %err, "cannot drop stale index entries");
-                metrics::index_error();
+                metrics::index_failed("drop stale entries", outcome.stale.len(), &err);
             }
         }
         if !outcome.not_due.is_empty() {
@@ -502,8 +498,7 @@ impl Dispatcher {
             self.index_requeue(&back).await;
             let beyond: Vec<JobId> = beyond.into_iter().map(|(id, _)| id).collect();
             if let Err(err) = self.index.job_remove_many(&beyond).await {
-                tracing::warn!(error = %err, "cannot drop ids moved beyond the window");
-                metrics::index_error();
+                metrics::index_failed("drop jobs moved beyond the window", beyond.len(), &err);
             }
         }
         outcome.won
@@ -591,8 +586,7 @@ impl Dispatcher {
     async fn index_requeue(&self, jobs: &[(JobId, i64)]) {
         if let Err(err) = self.index.job_requeue_many(jobs).await {
             // The in-flight lease returns them to the due set anyway.
-            tracing::warn!(error = %err, num_jobs = jobs.len(), "cannot requeue ids");
-            metrics::index_error();
+            metrics::index_failed("requeue", jobs.len(), &err);
         }
     }
 
@@ -816,8 +810,7 @@ impl Settler {
             .collect();
         if let Err(err) = self.index.job_remove_many(&done).await {
             // Harmless: the entries expire and the CAS finds the rows done.
-            tracing::warn!(error = %err, "cannot release redis claims");
-            metrics::index_error();
+            metrics::index_failed("release claims", done.len(), &err);
         }
         Settled {
             produced: dispatched.len(),
@@ -856,16 +849,14 @@ impl Settler {
             .collect();
         self.index_requeue(&back).await;
         if let Err(err) = self.index.job_remove_many(&gone).await {
-            tracing::warn!(error = %err, "cannot drop refused jobs from redis");
-            metrics::index_error();
+            metrics::index_failed("drop refused jobs", gone.len(), &err);
         }
     }
 
     async fn index_requeue(&self, jobs: &[(JobId, i64)]) {
         if let Err(err) = self.index.job_requeue_many(jobs).await {
             // The in-flight lease returns them to the due set anyway.
-            tracing::warn!(error = %err, num_jobs = jobs.len(), "cannot requeue ids");
-            metrics::index_error();
+            metrics::index_failed("requeue", jobs.len(), &err);
         }
     }
 

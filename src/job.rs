@@ -8,7 +8,7 @@ use std::str::FromStr;
 use chrono::{DateTime, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::retry::Policy;
+use crate::outcome::Policy;
 
 /// Job identifier: the `jobs.id` primary key.
 pub type JobId = u64;

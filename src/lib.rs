@@ -13,8 +13,10 @@
 //! - [`dispatcher`] — claims due jobs, wins the MySQL CAS, produces to Kafka
 //! - [`reconciler`] — repairs from MySQL: expired claims, jobs Redis lost,
 //!   ack deadlines passed in silence
-//! - [`retry`]      — result reports, retry policy and backoff, decisions
-//! - [`results`]    — consumes the results topic; produces dead letters
+//! - [`outcome`]    — what becomes of a job after an attempt: result policy,
+//!   backoff, reports, and the decision each leads to (pure logic)
+//! - [`results`]    — applies outcomes (the resolver); consumes the results
+//!   topic; produces dead letters
 //! - [`api`]        — HTTP/JSON under `/v1`, `/healthz`, `/metrics`
 //! - [`app`]        — starts the roles under one cancellation token
 //! - [`kafka`]      — Kafka client settings and topic administration
@@ -33,7 +35,7 @@ pub mod job;
 pub mod kafka;
 pub mod loader;
 pub mod metrics;
+pub mod outcome;
 pub mod reconciler;
 pub mod results;
-pub mod retry;
 pub mod store;

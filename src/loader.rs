@@ -115,6 +115,7 @@ impl Loader {
                     tracing::debug!(num_jobs = report.indexed, watermark = %report.watermark, "loader pass");
                 }
                 Ok(_) => {}
+                Err(LoadError::Index(err)) => metrics::index_failed("loader pass", 0, &err),
                 Err(err) => tracing::warn!(error = %err, "loader pass failed"),
             }
             tokio::select! {

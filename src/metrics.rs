@@ -117,6 +117,22 @@ fn describe() {
         INDEX_ERRORS,
         "Redis operations that failed (repaired later from MySQL)."
     );
+    describe_counter!(
+        PRODUCER_RESTARTS,
+        "Kafka producers replaced because every send failed for several batches, or librdkafka reported them fatally failed."
+    );
+    describe_counter!(
+        INDEX_REBUILDS,
+        "Times the loader found the Redis window lost (flush, restart) and rebuilt it."
+    );
+    describe_counter!(
+        RECONCILER_REFED,
+        "Overdue pending jobs the reconciler found missing from Redis and indexed again."
+    );
+    describe_counter!(
+        RECONCILER_RESCUED,
+        "Claims whose lease expired (a dispatcher died or stalled) returned to pending."
+    );
 }
 
 pub fn job_created() {
@@ -160,8 +176,12 @@ pub fn produce_refused(topic: &str, reason: &'static str) {
     counter!(PRODUCE_REFUSED, "topic" => topic.to_owned(), "reason" => reason).increment(1);
 }
 
-pub fn index_error() {
+/// A Redis operation failed: counted and logged here, alike at every site.
+/// Harmless for correctness — MySQL has the truth, and the loader, the
+/// reconciler and the claim leases repair the index — but it costs latency.
+pub fn index_failed(what: &'static str, num_jobs: usize, error: &dyn std::fmt::Display) {
     counter!(INDEX_ERRORS).increment(1);
+    tracing::warn!(what, num_jobs, error = %error, "redis operation failed");
 }
 
 pub fn index_rebuilt() {

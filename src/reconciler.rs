@@ -150,6 +150,9 @@ impl Reconciler {
                     );
                 }
                 Ok(_) => {}
+                Err(ReconcileError::Index(err)) => {
+                    metrics::index_failed("reconciler pass", 0, &err)
+                }
                 Err(err) => tracing::warn!(error = %err, "reconciler pass failed"),
             }
             tokio::select! {

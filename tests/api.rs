@@ -1,10 +1,8 @@
 //! The HTTP API: bad input gets a clear 4xx with a stable code and writes
 //! nothing; good input is kept exactly.
 
-mod common;
-
-use common::TestEnv;
 use serde_json::{json, Value};
+use tickler_testkit::TestEnv;
 
 async fn refused(env: &TestEnv, body: Value) -> (u16, String) {
     let (status, reply) = env.post("/v1/jobs", body).await;

@@ -1,13 +1,11 @@
 //! The `tickler` binary as operators run it: configuration errors at
 //! start-up, and a clean drain on SIGTERM.
 
-mod common;
-
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use common::{database_create, database_drop, eventually, records_read, unique};
 use tickler::kafka;
+use tickler_testkit::{database_create, database_drop, eventually, records_read, unique};
 
 fn tickler() -> Command {
     let mut command = Command::new(env!("CARGO_BIN_EXE_tickler"));
@@ -58,7 +56,7 @@ fn kill_term(child: &Child) {
 async fn sigterm_finishes_the_batch_in_hand_and_exits_cleanly() {
     let (db_name, url) = database_create().await;
     let topic = unique("tickler-test-");
-    kafka::topic_ensure(&common::kafka_brokers(), &topic, 2)
+    kafka::topic_ensure(&tickler_testkit::kafka_brokers(), &topic, 2)
         .await
         .unwrap();
     let addr = format!("127.0.0.1:{}", free_port());
@@ -85,7 +83,8 @@ async fn sigterm_finishes_the_batch_in_hand_and_exits_cleanly() {
     .await;
     assert!(up.is_some(), "tickler serves");
 
-    let consumer = common::consumer_from_beginning(&common::kafka_brokers(), &topic);
+    let consumer =
+        tickler_testkit::consumer_from_beginning(&tickler_testkit::kafka_brokers(), &topic);
     // All due at one instant, after they have all been created.
     let run_at = (chrono::Utc::now() + chrono::Duration::seconds(3)).to_rfc3339();
     for n in 0..400 {

@@ -2,15 +2,13 @@
 //! definitive cancel (raced against dispatch), idempotent and batch create,
 //! listing with cursors, history with actors.
 
-mod common;
-
 use std::collections::HashSet;
 use std::time::Duration;
 
 use chrono::Utc;
-use common::{records_read, TestEnv};
 use futures::StreamExt;
 use serde_json::{json, Value};
+use tickler_testkit::{records_read, TestEnv};
 
 async fn patch(env: &TestEnv, id: u64, body: Value) -> (u16, Value) {
     let response = env

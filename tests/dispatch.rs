@@ -1,13 +1,11 @@
 //! A job's journey: API → MySQL → Redis window → dispatcher → Kafka, against
 //! the real services.
 
-mod common;
-
 use std::time::Duration;
 
-use common::{eventually, records_read, TestEnv};
 use serde_json::json;
 use tickler::index::Location;
+use tickler_testkit::{eventually, records_read, TestEnv};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn delayed_job_arrives_on_kafka_with_its_headers_and_is_marked_dispatched() {
@@ -216,7 +214,7 @@ async fn a_job_on_a_missing_topic_fails_its_attempts_alone_and_holds_up_no_other
     // topic_check off lets the job in, as a topic deleted after create would.
     let env = TestEnv::start_with(|c| c.topic_check = tickler::config::TopicCheck::Off).await;
     let consumer = env.consumer();
-    let missing = common::unique("tickler-missing-");
+    let missing = tickler_testkit::unique("tickler-missing-");
     let lost = env
         .job_create(json!({
             "topic": missing, "payload": 0, "delay_ms": 300,
@@ -297,5 +295,94 @@ async fn a_job_on_a_missing_topic_fails_its_attempts_alone_and_holds_up_no_other
                 && l.contains("unknown_topic")),
         "the refusal is counted by topic"
     );
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn one_dispatcher_pass_reports_what_became_of_each_claimed_id() {
+    use std::sync::Arc;
+    use tickler::dispatcher::{Dispatcher, DispatcherConfig};
+    use tickler::kafka::Topics;
+    use tickler::results::Resolver;
+
+    // The API alone: the pass below is the only dispatcher.
+    let env = TestEnv::start_with(|c| {
+        c.roles = vec!["api".to_owned()];
+        c.topic_check = tickler::config::TopicCheck::Off;
+    })
+    .await;
+    let consumer = env.consumer();
+    let id = |job: serde_json::Value| job["id"].as_u64().unwrap();
+    let produced = id(env.job_create(json!({"payload": 1, "delay_ms": 0})).await);
+    let refused = id(env
+        .job_create(json!({"topic": tickler_testkit::unique("tickler-missing-"), "payload": 2, "delay_ms": 0}))
+        .await);
+    let later = id(env
+        .job_create(json!({"payload": 3, "delay_ms": 60_000}))
+        .await);
+    let cancelled = id(env.job_create(json!({"payload": 4, "delay_ms": 0})).await);
+    // Redis suggests the later job now (as a stale entry would), and still
+    // holds the job cancelled by hand.
+    env.index
+        .job_add_many(&[(later, chrono::Utc::now() - chrono::Duration::seconds(1))])
+        .await
+        .unwrap();
+    sqlx::query("UPDATE jobs SET status = 'cancelled' WHERE id = ?")
+        .bind(cancelled)
+        .execute(&env.sql)
+        .await
+        .unwrap();
+
+    let config = Arc::new(env.config.clone());
+    let wake = Arc::new(tokio::sync::Notify::new());
+    let topics = Topics::new(
+        &config.kafka_brokers,
+        &config.kafka_options,
+        Duration::from_millis(config.topic_refresh_ms),
+    );
+    topics.refresh_if_older(Duration::ZERO).await;
+    let resolver = Resolver::new(
+        env.store.clone(),
+        env.index.clone(),
+        config.clone(),
+        wake.clone(),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let dispatcher = Dispatcher::new(
+        env.store.clone(),
+        env.index.clone(),
+        DispatcherConfig::from_config(&config),
+        wake,
+        topics,
+        resolver,
+    )
+    .unwrap();
+    let report = dispatcher.run_once().await;
+    assert_eq!(
+        (
+            report.claimed,
+            report.dispatched,
+            report.refused,
+            report.not_due,
+            report.stale,
+            report.failed
+        ),
+        (4, 1, 1, 1, 1, 0),
+        "{report:?}"
+    );
+    assert_eq!(env.job_status(produced).await, "dispatched");
+    assert_eq!(
+        env.job_status(refused).await,
+        "pending",
+        "a failed attempt, retried later"
+    );
+    assert_eq!(env.job_status(later).await, "pending");
+    assert_eq!(env.job_status(cancelled).await, "cancelled");
+    let records = records_read(&consumer, 1, Duration::from_secs(10)).await;
+    assert_eq!(
+        records[0].header("tickler-job-id"),
+        Some(produced.to_string().as_str())
+    );
+    assert!(!env.redis_holds(cancelled).await, "the stale entry is gone");
     env.finish().await;
 }

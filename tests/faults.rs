@@ -6,14 +6,12 @@
 //!
 //! `TICKLER_FAULT_SCALE=10` multiplies the number of jobs for a longer run.
 
-mod common;
-
 use std::collections::HashSet;
 use std::time::Duration;
 
 use chrono::Utc;
-use common::chronos::{check, Expected, Seen, Services, World};
-use common::procs::{PrivateMariadb, PrivateRedis, PrivateTansu};
+use tickler_testkit::chronos::{check, Expected, Seen, Services, World};
+use tickler_testkit::procs::{PrivateMariadb, PrivateRedis, PrivateTansu};
 
 fn jobs(base: usize) -> usize {
     let scale: usize = std::env::var("TICKLER_FAULT_SCALE")
@@ -88,7 +86,7 @@ async fn kill_9_of_tickler_mid_batch_repeatedly_loses_nothing() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_topic_delays_no_other_topic_and_its_jobs_end_dead() {
     let world = World::start(Services::shared(), &[("TICKLER_TOPIC_CHECK", "off")]).await;
-    let missing = common::unique("tickler-missing-");
+    let missing = tickler_testkit::unique("tickler-missing-");
     let t0 = Utc::now() + secs(3.0);
     let mut bad = Vec::new();
     for second in 0..15 {
@@ -112,7 +110,7 @@ async fn a_missing_topic_delays_no_other_topic_and_its_jobs_end_dead() {
         Duration::from_secs(60),
     )
     .await;
-    let dead = common::eventually(Duration::from_secs(30), || async {
+    let dead = tickler_testkit::eventually(Duration::from_secs(30), || async {
         let dead: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM jobs WHERE topic = ? AND status = 'dead' AND attempt = 2",
         )
@@ -366,7 +364,7 @@ async fn hand_sql_edits_while_jobs_fire_are_honoured() {
         .await;
     expected.sort_by_key(|e| e.due_ms);
     // Edit while jobs fire: once a hundred have gone out.
-    let firing = common::eventually(Duration::from_secs(30), || async {
+    let firing = tickler_testkit::eventually(Duration::from_secs(30), || async {
         let n: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE status = 'dispatched'")
             .fetch_one(&world.sql)
             .await
@@ -460,7 +458,7 @@ async fn hand_sql_edits_while_jobs_fire_are_honoured() {
             .map(|s| s.id)
             .collect()
     };
-    let arrived = common::eventually(Duration::from_secs(20), || async {
+    let arrived = tickler_testkit::eventually(Duration::from_secs(20), || async {
         let got = second_attempts(&world.seen());
         requeued.is_subset(&got).then_some(())
     })

@@ -2,10 +2,8 @@
 //! a stable code, nothing is written on refusal, and keys match byte for
 //! byte. One test per defect found against the first release.
 
-mod common;
-
-use common::TestEnv;
 use serde_json::{json, Value};
+use tickler_testkit::TestEnv;
 
 /// Sends `body` (raw text, as JSON) with `method` to `path`; returns the
 /// status and the parsed body (Null when the body is not JSON).
@@ -312,7 +310,7 @@ async fn a_null_payload_is_refused_on_create_and_patch() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_unknown_topic_is_refused_at_create_unless_configured_otherwise() {
     let env = TestEnv::start().await;
-    let missing = common::unique("tickler-missing-");
+    let missing = tickler_testkit::unique("tickler-missing-");
     let (status, reply) = env
         .post(
             "/v1/jobs",
@@ -334,7 +332,7 @@ async fn an_unknown_topic_is_refused_at_create_unless_configured_otherwise() {
     tickler::kafka::topic_ensure(&env.config.kafka_brokers, &missing, 1)
         .await
         .unwrap();
-    let found = common::eventually(std::time::Duration::from_secs(5), || async {
+    let found = tickler_testkit::eventually(std::time::Duration::from_secs(5), || async {
         let (status, _) = env
             .post(
                 "/v1/jobs",
@@ -351,7 +349,7 @@ async fn an_unknown_topic_is_refused_at_create_unless_configured_otherwise() {
     let (status, _) = env
         .post(
             "/v1/jobs",
-            json!({"topic": common::unique("tickler-missing-"), "payload": 1, "delay_ms": 600_000}),
+            json!({"topic": tickler_testkit::unique("tickler-missing-"), "payload": 1, "delay_ms": 600_000}),
         )
         .await;
     assert_eq!(status, 201, "warn accepts");

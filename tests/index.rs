@@ -2,13 +2,11 @@
 //! takes only what is due and holds it under a lease; an expired lease
 //! returns ids; requeue and remove move them as documented.
 
-mod common;
-
 use std::time::Duration;
 
 use chrono::{TimeZone, Utc};
-use common::{redis_url, unique};
 use tickler::index::{Index, Location};
+use tickler_testkit::{redis_url, unique};
 
 async fn index_with_one_shard() -> Index {
     Index::connect(&redis_url(), &unique("tickler-t-"), 1)

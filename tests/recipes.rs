@@ -2,13 +2,11 @@
 //! there (with the example job id and time replaced), against a running
 //! tickler: each must be honoured without a restart.
 
-mod common;
-
 use std::time::Duration;
 
 use chrono::Utc;
-use common::{records_read, TestEnv};
 use serde_json::json;
+use tickler_testkit::{records_read, TestEnv};
 
 /// The SQL block following `<!-- recipe: NAME -->` in docs/operations.md.
 fn recipe(name: &str) -> String {

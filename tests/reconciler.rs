@@ -3,15 +3,13 @@
 //! leftovers exactly (rows and keys as a crash leaves them), then lets the
 //! repair run.
 
-mod common;
-
 use std::sync::Arc;
 use std::time::Duration;
 
-use common::{records_read, TestEnv};
 use serde_json::json;
 use tickler::reconciler::{Reconciler, ReconcilerConfig};
 use tickler::results::Resolver;
+use tickler_testkit::{records_read, TestEnv};
 use tokio::sync::Notify;
 
 fn reconciler(env: &TestEnv) -> Reconciler {

@@ -5,10 +5,39 @@ use axum::extract::rejection::JsonRejection;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use serde_json::json;
+use serde_json::{json, Value};
+
+use super::jobs::JobView;
 
 use crate::job::InvalidJob;
 use crate::store::StoreError;
+
+/// Why a job cannot do what was asked right now; the 409's `code`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Conflict {
+    /// PATCH with a version the job is no longer at.
+    Version,
+    /// PATCH of a job that is no longer pending.
+    NotPending,
+    /// DELETE of a job already produced.
+    TooLate,
+    /// DELETE of a job a dispatcher holds this instant.
+    InFlight,
+    /// Redrive of a job that is not dead.
+    NotDead,
+}
+
+impl Conflict {
+    pub fn code(self) -> &'static str {
+        match self {
+            Conflict::Version => "version_conflict",
+            Conflict::NotPending => "not_pending",
+            Conflict::TooLate => "too_late",
+            Conflict::InFlight => "in_flight",
+            Conflict::NotDead => "not_dead",
+        }
+    }
+}
 
 #[derive(Debug, thiserror::Error)]
 pub enum ApiError {
@@ -48,6 +77,14 @@ pub enum ApiError {
     HeadersTooLarge { size: usize, limit: usize },
     #[error("a job with this topic and key exists already: job {existing_id}")]
     KeyConflict { existing_id: u64 },
+    /// The job as it is now travels with the refusal, so the caller can
+    /// decide without reading it again.
+    #[error("{message}")]
+    Conflict {
+        conflict: Conflict,
+        message: String,
+        job: Box<JobView>,
+    },
     #[error("the database is unavailable; nothing was written, try again")]
     Unavailable,
     #[error("internal error")]
@@ -75,7 +112,7 @@ impl ApiError {
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
             ApiError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            ApiError::KeyConflict { .. } => StatusCode::CONFLICT,
+            ApiError::KeyConflict { .. } | ApiError::Conflict { .. } => StatusCode::CONFLICT,
             ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -110,6 +147,7 @@ impl ApiError {
             ApiError::UriTooLong { .. } => "uri_too_long",
             ApiError::HeadersTooLarge { .. } => "headers_too_large",
             ApiError::KeyConflict { .. } => "key_conflict",
+            ApiError::Conflict { conflict, .. } => conflict.code(),
             ApiError::Unavailable => "unavailable",
             ApiError::Internal => "internal",
         }
@@ -156,11 +194,35 @@ impl From<axum::extract::rejection::BytesRejection> for ApiError {
     }
 }
 
+impl ApiError {
+    /// `{"code", "message"}`: the `error` of a response, or of one item of
+    /// a batch.
+    pub fn error_json(&self) -> Value {
+        json!({ "code": self.code(), "message": self.to_string() })
+    }
+}
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
-        let body = json!({
-            "error": { "code": self.code(), "message": self.to_string() }
-        });
-        (self.status(), Json(body)).into_response()
+        let status = self.status();
+        let mut body = json!({ "error": self.error_json() });
+        if let ApiError::Conflict { conflict, job, .. } = self {
+            // A cancel's answer says what became of the job in `outcome`
+            // whether it applied or not; too late, it also says where the
+            // record went.
+            if matches!(conflict, Conflict::TooLate | Conflict::InFlight) {
+                body["outcome"] = json!(conflict.code());
+            }
+            if conflict == Conflict::TooLate {
+                body["topic"] = json!(job.topic);
+                body["kafka"] = json!({
+                    "partition": job.kafka.as_ref().map(|k| k.partition),
+                    "offset": job.kafka.as_ref().map(|k| k.offset),
+                });
+                body["dispatched_at"] = json!(job.dispatched_at);
+            }
+            body["job"] = json!(job);
+        }
+        (status, Json(body)).into_response()
     }
 }

@@ -15,12 +15,13 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use serde_json::value::RawValue;
 
+use super::error::Conflict;
 use super::{ApiError, ApiJson, ApiState, JobIdPath};
 use crate::config::TopicCheck;
 use crate::job::{self, InvalidJob, Job, JobId, NewJob, PayloadKind, Schedule, Status};
 use crate::kafka::TopicState;
 use crate::metrics;
-use crate::retry::{Policy, PolicyOverrides};
+use crate::outcome::{Policy, PolicyOverrides};
 use crate::store::{BatchRow, Cancelled, JobChanges, Modified, StoreError};
 
 /// Body of `POST /v1/jobs`, and each item of `POST /v1/jobs/batch`.
@@ -382,10 +383,7 @@ pub(super) async fn index_follow(state: &ApiState, jobs: &[&Job], db_now: DateTi
     match result.await {
         Ok(_) if !add.is_empty() => state.wake.notify_one(),
         Ok(_) => {}
-        Err(err) => {
-            metrics::index_error();
-            tracing::warn!(num_jobs = jobs.len(), error = %err, "cannot index jobs");
-        }
+        Err(err) => metrics::index_failed("index created or changed jobs", jobs.len(), &err),
     }
 }
 
@@ -540,7 +538,7 @@ pub async fn create_batch(
     for item in checked {
         let result = match item {
             Err(err) => {
-                json!({"result": "error", "error": {"code": err.code(), "message": err.to_string()}})
+                json!({"result": "error", "error": err.error_json()})
             }
             Ok(_) => match rows.next() {
                 Some((BatchRow::Created(job), _)) => {
@@ -551,7 +549,7 @@ pub async fn create_batch(
                         json!({"result": "existing", "id": job.id, "run_at": time_format(job.schedule_time)})
                     }
                     Err(err) => {
-                        json!({"result": "error", "error": {"code": err.code(), "message": err.to_string()}})
+                        json!({"result": "error", "error": err.error_json()})
                     }
                 },
                 None => return Err(ApiError::Internal),
@@ -585,29 +583,20 @@ pub async fn patch(
             index_follow(&state, &[&job], db_now).await;
             Ok(Json(JobView::from(job)).into_response())
         }
-        Modified::VersionMismatch(job) => Ok(conflict(
-            "version_conflict",
-            format!(
+        Modified::VersionMismatch(job) => Err(ApiError::Conflict {
+            conflict: Conflict::Version,
+            message: format!(
                 "job {id} is at version {}, not {version}: read it again",
                 job.version
             ),
-            job,
-        )),
-        Modified::NotPending(job) => Ok(conflict(
-            "not_pending",
-            format!("job {id} is {}: only pending jobs can change", job.status),
-            job,
-        )),
+            job: Box::new(job.into()),
+        }),
+        Modified::NotPending(job) => Err(ApiError::Conflict {
+            conflict: Conflict::NotPending,
+            message: format!("job {id} is {}: only pending jobs can change", job.status),
+            job: Box::new(job.into()),
+        }),
     }
-}
-
-/// A 409 carrying the job as it is now, so the caller can decide.
-fn conflict(code: &str, message: String, job: Job) -> Response {
-    let body = json!({
-        "error": {"code": code, "message": message},
-        "job": JobView::from(job),
-    });
-    (StatusCode::CONFLICT, Json(body)).into_response()
 }
 
 /// `DELETE /v1/jobs/{id}` — cancel. `outcome` says what happened:
@@ -618,33 +607,33 @@ pub async fn cancel(
     State(state): State<ApiState>,
     JobIdPath(id): JobIdPath,
 ) -> Result<Response, ApiError> {
-    let (status, outcome, job) = match state.store.job_cancel(id).await? {
+    let job = match state.store.job_cancel(id).await? {
         Cancelled::Applied(job) => {
             if let Err(err) = state.index.job_remove_many(&[job.id]).await {
                 // Harmless: the dispatcher's CAS refuses a cancelled job.
-                tracing::warn!(job_id = job.id, error = %err, "cannot drop cancelled job from redis");
+                metrics::index_failed("drop a cancelled job", 1, &err);
             }
-            (StatusCode::OK, "cancelled", job)
+            job
         }
-        Cancelled::Already(job) => (StatusCode::OK, "cancelled", job),
-        Cancelled::InFlight(job) => (StatusCode::CONFLICT, "in_flight", job),
-        Cancelled::TooLate(job) => (StatusCode::CONFLICT, "too_late", job),
+        Cancelled::Already(job) => job,
+        Cancelled::InFlight(job) => {
+            return Err(ApiError::Conflict {
+                conflict: Conflict::InFlight,
+                message: format!(
+                    "job {id} is being dispatched this instant; GET it for the final state"
+                ),
+                job: Box::new(job.into()),
+            })
+        }
+        Cancelled::TooLate(job) => {
+            return Err(ApiError::Conflict {
+                conflict: Conflict::TooLate,
+                message: format!("job {id} was already produced"),
+                job: Box::new(job.into()),
+            })
+        }
     };
-    let mut body = json!({"outcome": outcome});
-    if outcome == "too_late" {
-        body["topic"] = json!(job.topic);
-        body["kafka"] = json!({"partition": job.kafka_partition, "offset": job.kafka_offset});
-        body["dispatched_at"] = json!(job.dispatched_at.map(time_format));
-    }
-    if status != StatusCode::OK {
-        let message = match outcome {
-            "too_late" => format!("job {id} was already produced"),
-            _ => format!("job {id} is being dispatched this instant; GET it for the final state"),
-        };
-        body["error"] = json!({"code": outcome, "message": message});
-    }
-    body["job"] = json!(JobView::from(job));
-    Ok((status, Json(body)).into_response())
+    Ok(Json(json!({"outcome": "cancelled", "job": JobView::from(job)})).into_response())
 }
 
 #[cfg(test)]

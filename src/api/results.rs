@@ -12,10 +12,11 @@ use chrono::Utc;
 use serde::Deserialize;
 use serde_json::json;
 
+use super::error::Conflict;
 use super::jobs::{index_follow, schedule_parse, JobView, Limits};
 use super::{ApiError, ApiJson, ApiState, JobIdPath};
+use crate::outcome::{Ignored, ReportBody, ATTEMPTS_MAX};
 use crate::results::CHANNEL_HTTP;
-use crate::retry::{Ignored, ReportBody, ATTEMPTS_MAX};
 use crate::store::{Disposition, Redriven};
 
 /// 200 `{"applied": true, "job"}` when the report moved the job;
@@ -123,15 +124,10 @@ pub async fn redrive(
             tracing::info!(job_id = id, attempt = job.attempt, "job redriven");
             Ok(Json(JobView::from(job)).into_response())
         }
-        Redriven::NotDead(job) => {
-            let body = json!({
-                "error": {
-                    "code": "not_dead",
-                    "message": format!("job {id} is {}: only dead jobs can be redriven", job.status),
-                },
-                "job": JobView::from(job),
-            });
-            Ok((StatusCode::CONFLICT, Json(body)).into_response())
-        }
+        Redriven::NotDead(job) => Err(ApiError::Conflict {
+            conflict: Conflict::NotDead,
+            message: format!("job {id} is {}: only dead jobs can be redriven", job.status),
+            job: Box::new(job.into()),
+        }),
     }
 }

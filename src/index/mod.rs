@@ -17,6 +17,8 @@ use redis::{AsyncCommands, Script};
 
 use crate::job::{shard_of, JobId};
 
+pub mod support;
+
 /// Index failures. Redis is never the truth, so callers log these and carry
 /// on: a lost write costs latency (the reconciler repairs it), not a job.
 #[derive(Debug, thiserror::Error)]
@@ -267,45 +269,6 @@ impl Index {
         let due = counts.iter().step_by(2).sum();
         let inflight = counts.iter().skip(1).step_by(2).sum();
         Ok((due, inflight))
-    }
-
-    /// Bytes of memory Redis uses in all (`INFO memory`, `used_memory`).
-    pub async fn memory_used(&self) -> Result<u64, IndexError> {
-        let info: String = redis::cmd("INFO")
-            .arg("memory")
-            .query_async(&mut self.conn.clone())
-            .await?;
-        info.lines()
-            .find_map(|line| line.strip_prefix("used_memory:"))
-            .and_then(|value| value.trim().parse().ok())
-            .ok_or_else(|| IndexError::Protocol("INFO memory has no used_memory".to_owned()))
-    }
-
-    /// Deletes every key of this deployment (what a FLUSHALL does to it),
-    /// leaving other prefixes alone. Returns how many keys went.
-    pub async fn clear(&self) -> Result<u64, IndexError> {
-        let mut conn = self.conn.clone();
-        let pattern = format!("{{{}:*", self.prefix);
-        let mut cursor: u64 = 0;
-        let mut deleted = 0;
-        loop {
-            let (next, keys): (u64, Vec<String>) = redis::cmd("SCAN")
-                .arg(cursor)
-                .arg("MATCH")
-                .arg(&pattern)
-                .arg("COUNT")
-                .arg(1000)
-                .query_async(&mut conn)
-                .await?;
-            for key in keys {
-                let n: u64 = conn.del(&key).await?;
-                deleted += n;
-            }
-            if next == 0 {
-                return Ok(deleted);
-            }
-            cursor = next;
-        }
     }
 
     pub async fn ping(&self) -> Result<(), IndexError> {

@@ -9,6 +9,7 @@
 mod jobs;
 mod migrate;
 mod results;
+pub mod support;
 
 use std::str::FromStr;
 use std::time::Duration;

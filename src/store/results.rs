@@ -13,10 +13,12 @@ use std::time::Duration;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, QueryBuilder, Row, Transaction};
 
-use super::jobs::{job_from_row, job_read_back, policy_from_row, push_id_list, JOB_COLUMNS};
+use super::jobs::{
+    job_from_row, job_read_back, policy_from_row, push_id_list, update_joined, JOB_COLUMNS,
+};
 use super::{Store, StoreError, WindowEntry};
 use crate::job::{Job, JobId, Schedule, Status};
-use crate::retry::{self, Decision, Ignored, JobState, Report};
+use crate::outcome::{self, Decision, Ignored, JobState, Report};
 
 /// What became of one report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -104,7 +106,7 @@ impl Store {
                 .map(|report| match locked.get_mut(&report.job_id) {
                     None => Disposition::Ignored(Ignored::UnknownJob),
                     Some(job) => {
-                        let decision = retry::decide(&job.state, report, &mut rng);
+                        let decision = outcome::decide(&job.state, report, &mut rng);
                         change_push(&mut changes, report.job_id, job, decision, dead_letter)
                     }
                 })
@@ -144,7 +146,7 @@ impl Store {
                 };
                 // A report may have settled it since the first read.
                 if job.state.status == Status::Dispatched && job.ack_expired {
-                    let decision = retry::decide_silence(&job.state, &mut rng);
+                    let decision = outcome::decide_silence(&job.state, &mut rng);
                     change_push(&mut changes, *id, job, decision, dead_letter);
                 }
             }
@@ -182,7 +184,7 @@ impl Store {
                     continue;
                 };
                 if job.state.status == Status::Dispatching && job.claim_token == Some(token) {
-                    let decision = retry::decide_refused(&job.state, error, &mut rng);
+                    let decision = outcome::decide_refused(&job.state, error, &mut rng);
                     change_push(&mut changes, *id, job, decision, dead_letter);
                 }
             }
@@ -463,19 +465,13 @@ fn change_push(
 async fn finish(mut tx: Transaction<'_, MySql>, changes: &[Change]) -> Result<Settled, StoreError> {
     let mut settled = Settled::default();
     if !changes.is_empty() {
-        let mut update = QueryBuilder::<MySql>::new("UPDATE jobs j JOIN (");
-        for (n, change) in changes.iter().enumerate() {
-            update.push(if n == 0 {
-                "SELECT "
-            } else {
-                " UNION ALL SELECT "
-            });
+        let mut update = update_joined(changes, "c", |query, change| {
             // No NULLs in the derived table: a column's type is taken from
             // its values, and -1 / '' read plainly as "none".
             let delay_us = change.delay_ms.map_or(-1, |ms| {
                 i64::try_from(ms.saturating_mul(1000)).unwrap_or(i64::MAX)
             });
-            update
+            query
                 .push_bind(change.id)
                 .push(" AS id, ")
                 .push_bind(change.version)
@@ -486,12 +482,12 @@ async fn finish(mut tx: Transaction<'_, MySql>, changes: &[Change]) -> Result<Se
                 .push(" AS d, ")
                 .push_bind(change.error.clone().unwrap_or_default())
                 .push(" AS e");
-        }
+        });
         // Assignments read only d and columns not assigned before them, so
         // evaluation order does not matter. The claim token is kept: a
         // dispatcher still marking this attempt records its position by it.
         update.push(
-            ") c ON j.id = c.id SET \
+            "SET \
              j.schedule_time = IF(c.d >= 0, TIMESTAMPADD(MICROSECOND, c.d, UTC_TIMESTAMP(3)), j.schedule_time), \
              j.attempt = IF(c.d >= 0, j.attempt + 1, j.attempt), \
              j.last_error = IF(c.e = '', j.last_error, c.e), \
@@ -527,11 +523,7 @@ async fn finish(mut tx: Transaction<'_, MySql>, changes: &[Change]) -> Result<Se
             for row in select.build().fetch_all(&mut *tx).await? {
                 let now: NaiveDateTime = row.try_get("db_now")?;
                 settled.db_now = Some(now.and_utc());
-                let at: NaiveDateTime = row.try_get("schedule_time")?;
-                settled.retried.push(WindowEntry {
-                    id: row.try_get("id")?,
-                    schedule_time: at.and_utc(),
-                });
+                settled.retried.push(WindowEntry::from_row(&row)?);
             }
         }
         settled.succeeded = changes

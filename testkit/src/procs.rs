@@ -18,6 +18,23 @@ pub fn free_port() -> u16 {
 }
 
 /// A scratch directory for one test's processes.
+/// The `tickler` binary of this build: next to the `deps/` directory the
+/// running test executable is in (cargo builds it for integration tests).
+pub fn tickler_bin() -> PathBuf {
+    let exe = std::env::current_exe().expect("the test knows its executable");
+    let dir = exe
+        .parent()
+        .and_then(|deps| deps.parent())
+        .expect("tests run from target/<profile>/deps");
+    let bin = dir.join(format!("tickler{}", std::env::consts::EXE_SUFFIX));
+    assert!(
+        bin.exists(),
+        "{} is built (cargo test builds it)",
+        bin.display()
+    );
+    bin
+}
+
 pub fn scratch_dir() -> PathBuf {
     let dir = std::env::temp_dir().join("tickler-faults").join(unique(""));
     std::fs::create_dir_all(&dir).unwrap();

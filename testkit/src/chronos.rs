@@ -13,12 +13,11 @@ use futures::StreamExt;
 use rdkafka::consumer::StreamConsumer;
 use rdkafka::message::{Headers, Message};
 use sqlx::mysql::MySqlPool;
-use sqlx::Connection;
 use tickler::kafka;
-use tickler::store::Store;
+use tickler::store::support;
 use tokio_util::sync::CancellationToken;
 
-use super::procs::{free_port, scratch_dir, Proc};
+use super::procs::{free_port, scratch_dir, tickler_bin, Proc};
 use super::{consumer_from_beginning, eventually, unique};
 
 /// Where the world's services are.
@@ -70,6 +69,8 @@ pub struct World {
     pub http: reqwest::Client,
     seen: Arc<Mutex<Vec<Seen>>>,
     stop: CancellationToken,
+    /// Whether `finish` ran; if not (the test panicked), drop cleans up.
+    finished: bool,
 }
 
 /// Settings that make faults show quickly: short leases and intervals.
@@ -94,16 +95,9 @@ impl World {
     pub async fn start(services: Services, extra_env: &[(&str, &str)]) -> World {
         super::init_logging();
         let db_name = unique("tickler_t_");
-        let mut conn = sqlx::MySqlConnection::connect(&services.mysql_server_url)
+        let mysql_url = support::scratch_database_create(&services.mysql_server_url, &db_name)
             .await
             .expect("mysql answers");
-        sqlx::query(&format!("CREATE DATABASE {db_name}"))
-            .execute(&mut conn)
-            .await
-            .unwrap();
-        conn.close().await.unwrap();
-        let mysql_url = format!("{}/{db_name}", services.mysql_server_url);
-        Store::migrate(&mysql_url).await.unwrap();
 
         let topic = unique("tickler-fault-");
         kafka::topic_ensure(&services.brokers, &topic, 2)
@@ -133,7 +127,7 @@ impl World {
         let log = scratch_dir().join("tickler.log");
         let tickler = Proc::spawn(
             "tickler",
-            env!("CARGO_BIN_EXE_tickler"),
+            &tickler_bin().to_string_lossy(),
             &["serve".to_owned()],
             &env,
             log,
@@ -150,6 +144,7 @@ impl World {
             http: reqwest::Client::new(),
             seen,
             stop,
+            finished: false,
         };
         world.healthy().await;
         world
@@ -247,14 +242,23 @@ impl World {
     }
 
     pub async fn finish(mut self) {
+        self.finished = true;
         self.stop.cancel();
         self.tickler.stop();
         self.sql.close().await;
-        if let Ok(mut conn) = sqlx::MySqlConnection::connect(&self.services.mysql_server_url).await
-        {
-            let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {}", self.db_name))
-                .execute(&mut conn)
-                .await;
+        let _ =
+            support::scratch_database_drop(&self.services.mysql_server_url, &self.db_name).await;
+    }
+}
+
+impl Drop for World {
+    fn drop(&mut self) {
+        if !self.finished {
+            self.stop.cancel();
+            super::scratch_database_drop_blocking(
+                self.services.mysql_server_url.clone(),
+                self.db_name.clone(),
+            );
         }
     }
 }

@@ -1,17 +1,18 @@
-//! Kafka client settings and topic administration shared by the dispatcher,
-//! the results role, the demo and the tests.
+//! Kafka client settings, topic administration, and the cached list of the
+//! broker's topics, shared by the dispatcher, the API, the results role,
+//! the demo and the tests.
+
+pub mod support;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::producer::{FutureProducer, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
-use rdkafka::{Offset, TopicPartitionList};
 
 /// The settings every tickler Kafka client shares.
 pub fn client_config(brokers: &str) -> ClientConfig {
@@ -58,35 +59,6 @@ pub async fn topic_ensure(brokers: &str, topic: &str, partitions: i32) -> Result
         }
     }
     Ok(())
-}
-
-/// A consumer reading every partition of `topic` from `offset`, without a
-/// consumer group's rebalancing: for the demo, the benchmark and the tests.
-/// The broker answers a fetch when `fetch.wait.max.ms` expires (tansu even
-/// when data arrived earlier), so it is kept low: the lateness printed is
-/// then tickler's, not the consumer's.
-pub fn consumer_assigned(
-    brokers: &str,
-    topic: &str,
-    offset: Offset,
-) -> Result<StreamConsumer, KafkaError> {
-    let consumer: StreamConsumer = client_config(brokers)
-        .set(
-            "group.id",
-            format!("tickler-reader-{}", rand::random::<u64>()),
-        )
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "5")
-        .create()?;
-    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
-    let mut assignment = TopicPartitionList::new();
-    for t in metadata.topics() {
-        for p in t.partitions() {
-            assignment.add_partition_offset(topic, p.id(), offset)?;
-        }
-    }
-    consumer.assign(&assignment)?;
-    Ok(consumer)
 }
 
 /// Whether a topic exists, as far as the cached metadata knows.

@@ -1,7 +1,8 @@
-//! Test harness: every test gets its own database (migrated), Redis key
-//! prefix and Kafka topic, and its own tickler started in-process, so tests
+//! tickler's integration-test harness: every test gets its own database
+//! (migrated), Redis key prefix and Kafka topic, and its own tickler started
+//! in-process ([`TestEnv`]) or as a process ([`chronos::World`]), so tests
 //! run in parallel against the real services started by `scripts/services`.
-#![allow(dead_code)]
+//! A test that panics still drops its database.
 
 pub mod chronos;
 pub mod procs;
@@ -15,12 +16,11 @@ use rdkafka::message::{BorrowedMessage, Headers, Message};
 use rdkafka::Offset;
 use serde_json::Value;
 use sqlx::mysql::MySqlPool;
-use sqlx::Connection;
 use tickler::app::{self, Running};
 use tickler::config::Config;
 use tickler::index::Index;
 use tickler::kafka;
-use tickler::store::Store;
+use tickler::store::{support, Store};
 use tokio_util::sync::CancellationToken;
 
 /// The MySQL server the tests create their databases on.
@@ -55,25 +55,14 @@ pub fn init_logging() {
 /// Creates a fresh database and applies the migrations; returns its URL.
 pub async fn database_create() -> (String, String) {
     let name = unique("tickler_t_");
-    let mut conn = sqlx::MySqlConnection::connect(&mysql_server_url())
+    let url = support::scratch_database_create(&mysql_server_url(), &name)
         .await
         .expect("mysql is running (scripts/services)");
-    sqlx::query(&format!("CREATE DATABASE {name}"))
-        .execute(&mut conn)
-        .await
-        .unwrap();
-    conn.close().await.unwrap();
-    let url = format!("{}/{name}", mysql_server_url());
-    Store::migrate(&url).await.expect("migrations apply");
     (name, url)
 }
 
 pub async fn database_drop(name: &str) {
-    if let Ok(mut conn) = sqlx::MySqlConnection::connect(&mysql_server_url()).await {
-        let _ = sqlx::query(&format!("DROP DATABASE IF EXISTS {name}"))
-            .execute(&mut conn)
-            .await;
-    }
+    let _ = support::scratch_database_drop(&mysql_server_url(), name).await;
 }
 
 /// Settings for a test tickler: small intervals, few shards, random port.
@@ -262,7 +251,7 @@ impl TestEnv {
 
 /// A consumer reading every partition of `topic` from the beginning.
 pub fn consumer_from_beginning(brokers: &str, topic: &str) -> StreamConsumer {
-    kafka::consumer_assigned(brokers, topic, Offset::Beginning).expect("kafka consumer")
+    kafka::support::consumer_assigned(brokers, topic, Offset::Beginning).expect("kafka consumer")
 }
 
 /// A record as the tests look at it.
@@ -339,4 +328,27 @@ where
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+}
+
+/// Drops the database of a test that did not reach `finish` (it panicked),
+/// on a runtime of its own: the test's runtime is going away.
+impl Drop for TestEnv {
+    fn drop(&mut self) {
+        if self.running.is_some() {
+            scratch_database_drop_blocking(mysql_server_url(), self.db_name.clone());
+        }
+    }
+}
+
+/// Drops database `name` from a thread with its own runtime.
+pub fn scratch_database_drop_blocking(server_url: String, name: String) {
+    let dropping = std::thread::spawn(move || {
+        if let Ok(runtime) = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+        {
+            let _ = runtime.block_on(support::scratch_database_drop(&server_url, &name));
+        }
+    });
+    let _ = dropping.join();
 }

@@ -1,0 +1,39 @@
+//! Support for the demo, the benchmark and the tests, not used by any
+//! serving role: a consumer that reads a topic without a consumer group.
+
+use std::time::Duration;
+
+use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::{Offset, TopicPartitionList};
+
+use super::client_config;
+
+/// A consumer reading every partition of `topic` from `offset`, without a
+/// consumer group's rebalancing: for the demo, the benchmark and the tests.
+/// The broker answers a fetch when `fetch.wait.max.ms` expires (tansu even
+/// when data arrived earlier), so it is kept low: the lateness printed is
+/// then tickler's, not the consumer's.
+pub fn consumer_assigned(
+    brokers: &str,
+    topic: &str,
+    offset: Offset,
+) -> Result<StreamConsumer, KafkaError> {
+    let consumer: StreamConsumer = client_config(brokers)
+        .set(
+            "group.id",
+            format!("tickler-reader-{}", rand::random::<u64>()),
+        )
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "5")
+        .create()?;
+    let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+    let mut assignment = TopicPartitionList::new();
+    for t in metadata.topics() {
+        for p in t.partitions() {
+            assignment.add_partition_offset(topic, p.id(), offset)?;
+        }
+    }
+    consumer.assign(&assignment)?;
+    Ok(consumer)
+}

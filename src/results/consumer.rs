@@ -1,0 +1,287 @@
+//! Consumes the results topic with a consumer group and applies each batch
+//! of reports through the [`Resolver`].
+//!
+//! Offsets are committed only after MySQL has the outcomes. Crash after the
+//! commit of the outcomes and before the offset commit: the reports are read
+//! again and are then ignored (the jobs moved on), so nothing is applied
+//! twice and nothing is lost.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
+use rdkafka::error::KafkaError;
+use rdkafka::message::{BorrowedMessage, Message};
+use rdkafka::{Offset, TopicPartitionList};
+use tokio_util::sync::CancellationToken;
+
+use super::{Resolver, CHANNEL_TOPIC};
+use crate::config::Config;
+use crate::kafka;
+use crate::metrics;
+use crate::outcome::{self, Report};
+use crate::store::StoreError;
+
+/// How long a batch waits for more records already on their way.
+pub const RESULTS_LINGER: Duration = Duration::from_millis(2);
+/// librdkafka `fetch.wait.max.ms`: tansu answers a fetch only then, so it
+/// bounds how soon a report applies.
+pub const RESULTS_FETCH_WAIT_MS: u32 = 50;
+/// librdkafka `session.timeout.ms`: a member that died is replaced within
+/// seconds, not the default 45 (its partitions wait for it until then).
+pub const RESULTS_SESSION_TIMEOUT_MS: u32 = 6_000;
+/// Failures other than "database unavailable" before a batch is applied
+/// report by report.
+const APPLY_FAILURES_MAX: u32 = 3;
+
+/// Settings of the results consumer.
+#[derive(Debug, Clone)]
+pub struct ResultsConsumerConfig {
+    pub brokers: String,
+    /// Extra librdkafka properties, applied last.
+    pub kafka_options: BTreeMap<String, String>,
+    pub topic: String,
+    pub group: String,
+    /// Partitions when tickler has to create the topic.
+    pub partitions: i32,
+    /// Most reports applied in one transaction.
+    pub batch: usize,
+    pub linger: Duration,
+}
+
+impl ResultsConsumerConfig {
+    pub fn from_config(config: &Config) -> Self {
+        ResultsConsumerConfig {
+            brokers: config.kafka_brokers.clone(),
+            kafka_options: config.kafka_options.clone(),
+            topic: config.results_topic.clone(),
+            group: config.results_group.clone(),
+            partitions: config.results_topic_partitions,
+            batch: config.results_batch,
+            linger: RESULTS_LINGER,
+        }
+    }
+}
+
+/// What one batch did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ResultsReport {
+    /// Records read.
+    pub records: usize,
+    /// Records that are not a report: counted, logged and skipped.
+    pub malformed: usize,
+    /// Reports the database refused for a reason other than being down:
+    /// logged whole and skipped.
+    pub skipped: usize,
+    /// Whether the batch's offsets were committed.
+    pub committed: bool,
+}
+
+/// Consumes the results topic until cancelled.
+pub struct ResultsConsumer {
+    resolver: Resolver,
+    consumer: StreamConsumer,
+    config: ResultsConsumerConfig,
+}
+
+impl ResultsConsumer {
+    /// Creates the consumer and subscribes it (it joins the group on the
+    /// first poll). Fails only on settings librdkafka refuses.
+    pub fn new(resolver: Resolver, config: ResultsConsumerConfig) -> Result<Self, KafkaError> {
+        let mut client = kafka::client_config(&config.brokers);
+        client
+            .set("group.id", &config.group)
+            // Offsets are committed by hand, after MySQL has the outcomes.
+            .set("enable.auto.commit", "false")
+            // A group reading the topic for the first time misses nothing.
+            .set("auto.offset.reset", "earliest")
+            .set("fetch.wait.max.ms", RESULTS_FETCH_WAIT_MS.to_string())
+            .set("session.timeout.ms", RESULTS_SESSION_TIMEOUT_MS.to_string())
+            .set("heartbeat.interval.ms", "1000");
+        for (key, value) in &config.kafka_options {
+            client.set(key, value);
+        }
+        let consumer: StreamConsumer = client.create()?;
+        consumer.subscribe(&[&config.topic])?;
+        Ok(ResultsConsumer {
+            resolver,
+            consumer,
+            config,
+        })
+    }
+
+    pub async fn run(self, cancel: CancellationToken) {
+        tracing::info!(topic = %self.config.topic, group = %self.config.group, "results consumer started");
+        // tansu and locked-down clusters do not create topics on use; make
+        // sure ours exists (harmless when it does, logged when not allowed).
+        if let Err(err) = kafka::topic_ensure(
+            &self.config.brokers,
+            &self.config.topic,
+            self.config.partitions,
+        )
+        .await
+        {
+            tracing::warn!(topic = %self.config.topic, error = %err, "cannot create the results topic");
+        }
+        while self.run_once(&cancel).await.is_some() {}
+        tracing::info!("results consumer stopped");
+    }
+
+    /// Waits for the next records, applies them in one batch (with what
+    /// else has arrived, up to `batch`) and commits their offsets. None when
+    /// cancelled first: nothing of the batch is committed, and its reports
+    /// are read again by whoever consumes next.
+    pub async fn run_once(&self, cancel: &CancellationToken) -> Option<ResultsReport> {
+        let mut report = ResultsReport::default();
+        let first = tokio::select! {
+            _ = cancel.cancelled() => return None,
+            message = self.consumer.recv() => message,
+        };
+        let mut reports = Vec::new();
+        let mut positions: HashMap<(String, i32), i64> = HashMap::new();
+        match first {
+            Ok(message) => record_take(&message, &mut reports, &mut positions, &mut report),
+            Err(err) => {
+                tracing::warn!(error = %err, "results consumer error");
+                tokio::time::sleep(Duration::from_millis(200)).await;
+                return Some(report);
+            }
+        }
+        // Whatever else is already here joins the batch.
+        for _ in 1..self.config.batch {
+            match tokio::time::timeout(self.config.linger, self.consumer.recv()).await {
+                Ok(Ok(message)) => record_take(&message, &mut reports, &mut positions, &mut report),
+                Ok(Err(err)) => {
+                    tracing::warn!(error = %err, "results consumer error");
+                    break;
+                }
+                Err(_) => break,
+            }
+        }
+        report.skipped = self.apply(&reports, cancel).await?;
+        let mut commit = TopicPartitionList::new();
+        for ((topic, partition), offset) in &positions {
+            if let Err(err) =
+                commit.add_partition_offset(topic, *partition, Offset::Offset(offset + 1))
+            {
+                tracing::warn!(error = %err, "cannot build the offsets to commit");
+            }
+        }
+        // Async: a lost commit only means reading reports again, which
+        // changes nothing the second time.
+        match self.consumer.commit(&commit, CommitMode::Async) {
+            Ok(()) => report.committed = true,
+            Err(err) => tracing::warn!(error = %err, "cannot commit results offsets"),
+        }
+        Some(report)
+    }
+
+    /// Applies the batch, retrying while MySQL is unavailable. A batch that
+    /// fails otherwise `APPLY_FAILURES_MAX` times (a deadlock would have
+    /// passed by then) is applied report by report, so one report that
+    /// cannot be applied does not hold up the others. Returns how many were
+    /// skipped; None when cancelled first.
+    async fn apply(&self, reports: &[Report], cancel: &CancellationToken) -> Option<usize> {
+        if reports.is_empty() {
+            return Some(0);
+        }
+        match self.apply_retrying(reports, cancel).await {
+            Applied::Yes => Some(0),
+            Applied::Cancelled => None,
+            Applied::Failed(_) if reports.len() > 1 => {
+                let mut skipped = 0;
+                for report in reports {
+                    match self
+                        .apply_retrying(std::slice::from_ref(report), cancel)
+                        .await
+                    {
+                        Applied::Yes => {}
+                        Applied::Cancelled => return None,
+                        Applied::Failed(err) => {
+                            report_skip(report, &err);
+                            skipped += 1;
+                        }
+                    }
+                }
+                Some(skipped)
+            }
+            Applied::Failed(err) => {
+                report_skip(&reports[0], &err);
+                Some(1)
+            }
+        }
+    }
+
+    /// Retries while MySQL is unavailable; gives up after
+    /// `APPLY_FAILURES_MAX` other failures.
+    async fn apply_retrying(&self, reports: &[Report], cancel: &CancellationToken) -> Applied {
+        let mut delay = Duration::from_millis(100);
+        let mut failures = 0;
+        loop {
+            match self.resolver.reports_apply(reports, CHANNEL_TOPIC).await {
+                Ok(_) => return Applied::Yes,
+                Err(err) => {
+                    if !matches!(err, StoreError::Unavailable(_)) {
+                        failures += 1;
+                        if failures >= APPLY_FAILURES_MAX {
+                            return Applied::Failed(err);
+                        }
+                    }
+                    tracing::warn!(error = %err, num_reports = reports.len(), "cannot apply results; retrying");
+                    tokio::select! {
+                        _ = cancel.cancelled() => return Applied::Cancelled,
+                        _ = tokio::time::sleep(delay) => {}
+                    }
+                    delay = (delay * 2).min(Duration::from_secs(5));
+                }
+            }
+        }
+    }
+}
+
+enum Applied {
+    Yes,
+    Cancelled,
+    Failed(StoreError),
+}
+
+/// A report the database keeps refusing (not for being unavailable): logged
+/// whole and counted, so the ones behind it go on. Its job is not changed;
+/// if it expects a result, its ack deadline retries it.
+fn report_skip(report: &Report, err: &StoreError) {
+    metrics::result_failed();
+    tracing::error!(
+        job_id = report.job_id,
+        attempt = report.attempt,
+        outcome = report.outcome.as_str(),
+        error = %err,
+        "cannot apply a result report; skipping it"
+    );
+}
+
+/// Adds a record of the results topic to the batch: its report, or a count
+/// and a log line when it is malformed; and its position, to commit.
+fn record_take(
+    message: &BorrowedMessage<'_>,
+    reports: &mut Vec<Report>,
+    positions: &mut HashMap<(String, i32), i64>,
+    report: &mut ResultsReport,
+) {
+    report.records += 1;
+    let position = (message.topic().to_owned(), message.partition());
+    let last = positions.entry(position).or_insert(message.offset());
+    *last = (*last).max(message.offset());
+    match outcome::report_parse(message.payload().unwrap_or_default()) {
+        Ok(parsed) => reports.push(parsed),
+        Err(err) => {
+            report.malformed += 1;
+            metrics::result_malformed();
+            tracing::warn!(
+                partition = message.partition(),
+                offset = message.offset(),
+                error = %err,
+                "skipping a malformed record on the results topic"
+            );
+        }
+    }
+}

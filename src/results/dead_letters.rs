@@ -1,0 +1,249 @@
+//! Produces the dead-letter records owed (the `dead_letters` outbox), then
+//! forgets them. At least once: a crash between the two produces a record
+//! again, with the same job id and attempt.
+
+use std::collections::BTreeMap;
+use std::sync::{Arc, Mutex, PoisonError};
+use std::time::Duration;
+
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::job;
+use crate::kafka;
+use crate::metrics;
+use crate::store::{DeadLetter, Store, StoreError};
+
+/// Headers of a dead-letter record, besides the job's own.
+pub const HEADER_TOPIC: &str = "tickler-topic";
+pub const HEADER_ERROR: &str = "tickler-error";
+
+/// How long an instance holds the dead-letter records it is producing; a
+/// record that failed is tried again after it.
+pub const DEAD_LETTER_LEASE: Duration = Duration::from_secs(60);
+/// Outbox rows claimed at a time.
+pub const DEAD_LETTER_BATCH: u32 = 200;
+
+/// Settings of the dead-letter producer.
+#[derive(Debug, Clone)]
+pub struct DeadLetterConfig {
+    /// Whole settings: each job's dead-letter topic follows its topic's.
+    pub settings: Arc<Config>,
+    /// Time between passes when nothing wakes the producer.
+    pub interval: Duration,
+    pub lease: Duration,
+    pub batch: u32,
+}
+
+impl DeadLetterConfig {
+    pub fn from_config(config: Arc<Config>) -> Self {
+        DeadLetterConfig {
+            interval: Duration::from_millis(config.reconcile_interval_ms),
+            lease: DEAD_LETTER_LEASE,
+            batch: DEAD_LETTER_BATCH,
+            settings: config,
+        }
+    }
+}
+
+/// What one pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct DeadLettersReport {
+    /// Records produced and forgotten.
+    pub produced: usize,
+    /// Rows forgotten without a record: dead letters were turned off for
+    /// their topic since.
+    pub dropped: usize,
+    /// Records the broker did not take: tried again after their claim.
+    pub failed: usize,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum DeadLetterError {
+    #[error("dead-letter outbox: {0}")]
+    Store(#[from] StoreError),
+    #[error("cannot create the dead-letter producer: {0}")]
+    Producer(#[from] KafkaError),
+}
+
+pub struct DeadLetterProducer {
+    store: Store,
+    config: DeadLetterConfig,
+    /// Woken when a job dies.
+    notify: Arc<Notify>,
+    /// Made on first use; dropped after a failed pass, since an idempotent
+    /// producer can stay wedged after a broker outage.
+    producer: Mutex<Option<FutureProducer>>,
+}
+
+impl DeadLetterProducer {
+    pub fn new(store: Store, config: DeadLetterConfig, notify: Arc<Notify>) -> DeadLetterProducer {
+        DeadLetterProducer {
+            store,
+            config,
+            notify,
+            producer: Mutex::new(None),
+        }
+    }
+
+    pub async fn run(self, cancel: CancellationToken) {
+        let settings = &self.config.settings;
+        let mut topics: Vec<&str> = settings
+            .topics
+            .values()
+            .filter_map(|t| t.dead_letter_topic.as_deref())
+            .chain(settings.dead_letter_topic.as_deref())
+            .filter(|t| !t.is_empty())
+            .collect();
+        topics.sort_unstable();
+        topics.dedup();
+        for topic in topics {
+            if let Err(err) = kafka::topic_ensure(&settings.kafka_brokers, topic, 1).await {
+                tracing::warn!(topic, error = %err, "cannot create the dead-letter topic");
+            }
+        }
+        loop {
+            match self.run_once().await {
+                Ok(report) if report.produced > 0 => {
+                    tracing::info!(
+                        num_records = report.produced,
+                        "dead-letter records produced"
+                    )
+                }
+                Ok(_) => {}
+                Err(err) => tracing::warn!(error = %err, "cannot produce dead-letter records"),
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = self.notify.notified() => {}
+                _ = tokio::time::sleep(self.config.interval) => {}
+            }
+        }
+    }
+
+    /// Produces everything owed and not claimed by another instance. A
+    /// record that fails stays claimed for `lease` and is tried again after
+    /// it; the others go on.
+    pub async fn run_once(&self) -> Result<DeadLettersReport, DeadLetterError> {
+        let mut report = DeadLettersReport::default();
+        let claim: u64 = rand::random();
+        loop {
+            let letters = self
+                .store
+                .dead_letter_claim(claim, self.config.lease, self.config.batch)
+                .await?;
+            if letters.is_empty() {
+                break;
+            }
+            let producer = self.producer()?;
+            let settings = &self.config.settings;
+            let sends = letters.iter().map(|letter| {
+                let producer = &producer;
+                async move {
+                    // None: dead letters were turned off for this topic since.
+                    let result = match settings.dead_letter_for(&letter.job.topic) {
+                        Some(topic) => dead_letter_send(producer, topic, letter).await.map(Some),
+                        None => Ok(None),
+                    };
+                    (letter, result)
+                }
+            });
+            let mut done = Vec::with_capacity(letters.len());
+            let mut failed = 0;
+            for (letter, result) in futures::future::join_all(sends).await {
+                match result {
+                    Ok(Some(())) => {
+                        report.produced += 1;
+                        metrics::dead_letters_produced(1);
+                        done.push((letter.job.id, letter.attempt));
+                    }
+                    Ok(None) => {
+                        report.dropped += 1;
+                        done.push((letter.job.id, letter.attempt));
+                    }
+                    Err(err) => {
+                        failed += 1;
+                        tracing::warn!(
+                            job_id = letter.job.id,
+                            attempt = letter.attempt,
+                            tries = letter.tries,
+                            error = %err,
+                            "cannot produce a dead-letter record; it is tried again later"
+                        );
+                    }
+                }
+            }
+            self.store.dead_letter_delete(&done).await?;
+            if failed > 0 {
+                // What failed stays claimed; stop here, with a fresh
+                // producer next time.
+                report.failed += failed;
+                *self.producer.lock().unwrap_or_else(PoisonError::into_inner) = None;
+                break;
+            }
+        }
+        Ok(report)
+    }
+
+    fn producer(&self) -> Result<FutureProducer, KafkaError> {
+        let mut producer = self.producer.lock().unwrap_or_else(PoisonError::into_inner);
+        if let Some(producer) = producer.as_ref() {
+            return Ok(producer.clone());
+        }
+        let settings = &self.config.settings;
+        let fresh = kafka::producer_create(
+            &settings.kafka_brokers,
+            &settings.kafka_options,
+            settings.kafka_linger_ms,
+            settings.kafka_message_timeout_ms,
+        )?;
+        *producer = Some(fresh.clone());
+        Ok(fresh)
+    }
+}
+
+/// One dead-letter record: the job's key and payload, its own headers, and
+/// tickler's: job id, the attempt it died at, its topic, schedule time and
+/// the error it died of.
+async fn dead_letter_send(
+    producer: &FutureProducer,
+    topic: &str,
+    letter: &DeadLetter,
+) -> Result<(), String> {
+    let job = &letter.job;
+    let mut fields: BTreeMap<&str, String> = BTreeMap::new();
+    fields.insert(job::HEADER_JOB_ID, job.id.to_string());
+    fields.insert(job::HEADER_ATTEMPT, letter.attempt.to_string());
+    fields.insert(HEADER_TOPIC, job.topic.clone());
+    fields.insert(
+        job::HEADER_SCHEDULED_AT,
+        job.schedule_time.timestamp_millis().to_string(),
+    );
+    fields.insert(HEADER_ERROR, letter.error.clone().unwrap_or_default());
+    let mut headers = OwnedHeaders::new_with_capacity(job.headers.len() + fields.len());
+    for (name, value) in job
+        .headers
+        .iter()
+        .map(|(n, v)| (n.as_str(), v))
+        .chain(fields.iter().map(|(n, v)| (*n, v)))
+    {
+        headers = headers.insert(Header {
+            key: name,
+            value: Some(value.as_bytes()),
+        });
+    }
+    let key = job.record_key();
+    let record = FutureRecord::to(topic)
+        .key(&key)
+        .payload(&job.payload)
+        .headers(headers);
+    producer
+        .send(record, Duration::from_secs(0))
+        .await
+        .map(|_| ())
+        .map_err(|(err, _)| err.to_string())
+}
