@@ -24,7 +24,6 @@ use anyhow::{bail, Context};
 use chrono::Utc;
 use futures::StreamExt;
 use rdkafka::consumer::StreamConsumer;
-use rdkafka::message::{Headers, Message};
 use rdkafka::Offset;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
@@ -34,6 +33,7 @@ use crate::config::Config;
 use crate::index::Index;
 use crate::job::Status;
 use crate::kafka;
+use crate::kafka::support::header;
 use crate::loader::{Loader, LoaderConfig};
 use crate::reconciler::{Reconciler, ReconcilerConfig};
 use crate::results::Resolver;
@@ -652,14 +652,7 @@ async fn record(consumer: StreamConsumer, records: Records, stop: CancellationTo
         };
         let Ok(message) = message else { continue };
         let received_ms = Utc::now().timestamp_millis();
-        let header = |name: &str| -> Option<i64> {
-            message
-                .headers()?
-                .iter()
-                .find(|h| h.key == name)
-                .and_then(|h| h.value)
-                .and_then(|v| std::str::from_utf8(v).ok()?.parse().ok())
-        };
+        let header = |name: &str| -> Option<i64> { header(&message, name)?.parse().ok() };
         let (Some(id), Some(scheduled_ms), Some(dispatched_ms)) = (
             header(crate::job::HEADER_JOB_ID),
             header(crate::job::HEADER_SCHEDULED_AT),

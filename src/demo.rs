@@ -7,13 +7,14 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use chrono::Utc;
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use rdkafka::Offset;
 use serde_json::json;
 
 use crate::config::Config;
 use crate::job::{HEADER_JOB_ID, HEADER_SCHEDULED_AT};
 use crate::kafka;
+use crate::kafka::support::header;
 
 pub async fn run(config: &Config, topic: &str, jobs: u32) -> anyhow::Result<()> {
     kafka::topic_ensure(&config.kafka_brokers, topic, 1)
@@ -60,15 +61,10 @@ pub async fn run(config: &Config, topic: &str, jobs: u32) -> anyhow::Result<()> 
             .await
             .context("timed out waiting for the jobs to arrive on Kafka")??;
         let arrived_ms = Utc::now().timestamp_millis();
-        let header = |name: &str| -> Option<String> {
-            message
-                .headers()?
-                .iter()
-                .find(|h| h.key == name)
-                .and_then(|h| h.value.map(|v| String::from_utf8_lossy(v).into_owned()))
-        };
-        let (Some(id), Some(scheduled)) = (header(HEADER_JOB_ID), header(HEADER_SCHEDULED_AT))
-        else {
+        let (Some(id), Some(scheduled)) = (
+            header(&message, HEADER_JOB_ID),
+            header(&message, HEADER_SCHEDULED_AT),
+        ) else {
             continue;
         };
         let scheduled_ms: i64 = scheduled.parse().unwrap_or(arrived_ms);

@@ -904,22 +904,14 @@ mod tests {
             Failure::Refused { reason, .. } => Some(reason),
             _ => None,
         };
-        assert_eq!(
-            refused(RDKafkaErrorCode::UnknownTopicOrPartition),
-            Some("unknown_topic")
-        );
-        assert_eq!(
-            refused(RDKafkaErrorCode::UnknownTopic),
-            Some("unknown_topic")
-        );
-        assert_eq!(
-            refused(RDKafkaErrorCode::MessageSizeTooLarge),
-            Some("invalid_record")
-        );
-        assert_eq!(
-            refused(RDKafkaErrorCode::TopicAuthorizationFailed),
-            Some("not_authorized")
-        );
+        for (code, reason) in [
+            (RDKafkaErrorCode::UnknownTopicOrPartition, "unknown_topic"),
+            (RDKafkaErrorCode::UnknownTopic, "unknown_topic"),
+            (RDKafkaErrorCode::MessageSizeTooLarge, "invalid_record"),
+            (RDKafkaErrorCode::TopicAuthorizationFailed, "not_authorized"),
+        ] {
+            assert_eq!(refused(code), Some(reason), "{code:?}");
+        }
         // The broker's own trouble never buries a job.
         for code in [
             RDKafkaErrorCode::BrokerTransportFailure,

@@ -225,15 +225,7 @@ async fn health_and_metrics_answer() {
     );
     env.job_create(json!({"payload": 1, "delay_ms": 100_000}))
         .await;
-    let text = env
-        .http
-        .get(format!("{}/metrics", env.base_url))
-        .send()
-        .await
-        .unwrap()
-        .text()
-        .await
-        .unwrap();
+    let (_, text) = env.metrics_text().await;
     assert!(text.contains("tickler_jobs_created_total"), "{text}");
     env.finish().await;
 }

@@ -11,24 +11,12 @@ use serde_json::{json, Value};
 use tickler_testkit::{records_read, TestEnv};
 
 async fn patch(env: &TestEnv, id: u64, body: Value) -> (u16, Value) {
-    let response = env
-        .http
-        .patch(format!("{}/v1/jobs/{id}", env.base_url))
-        .json(&body)
-        .send()
+    env.request("PATCH", &format!("/v1/jobs/{id}"), Some(body.to_string()))
         .await
-        .unwrap();
-    (response.status().as_u16(), response.json().await.unwrap())
 }
 
 async fn cancel(env: &TestEnv, id: u64) -> (u16, Value) {
-    let response = env
-        .http
-        .delete(format!("{}/v1/jobs/{id}", env.base_url))
-        .send()
-        .await
-        .unwrap();
-    (response.status().as_u16(), response.json().await.unwrap())
+    env.request("DELETE", &format!("/v1/jobs/{id}"), None).await
 }
 
 fn ms(header: Option<&str>) -> i64 {

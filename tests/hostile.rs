@@ -5,20 +5,22 @@
 use serde_json::{json, Value};
 use tickler_testkit::TestEnv;
 
-/// Sends `body` (raw text, as JSON) with `method` to `path`; returns the
-/// status and the parsed body (Null when the body is not JSON).
-async fn send(env: &TestEnv, method: &str, path: &str, body: Option<String>) -> (u16, Value) {
-    let method = reqwest::Method::from_bytes(method.as_bytes()).unwrap();
-    let mut request = env.http.request(method, format!("{}{path}", env.base_url));
-    if let Some(body) = body {
-        request = request
-            .header("content-type", "application/json")
-            .body(body);
-    }
-    let response = request.send().await.expect("the server answers");
-    let status = response.status().as_u16();
-    let text = response.text().await.unwrap_or_default();
-    (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+/// Asserts that `method path` (with `body`) is refused with `status` and
+/// the error `expected`.
+async fn assert_refused(
+    env: &TestEnv,
+    method: &str,
+    path: &str,
+    body: Option<String>,
+    status: u16,
+    expected: &str,
+) {
+    let (got, reply) = env.request(method, path, body).await;
+    assert_eq!(
+        (got, code(&reply)),
+        (status, expected),
+        "{method} {path}: {reply}"
+    );
 }
 
 fn code(reply: &Value) -> &str {
@@ -34,16 +36,19 @@ async fn time_filters_outside_the_datetime_range_are_refused_not_a_panic() {
         "run_at_from=1969-12-31T23:59:59Z",
         "run_at_to=9999-12-31T23:59:59-01:00",
     ] {
-        let (status, reply) = send(&env, "GET", &format!("/v1/jobs?{query}"), None).await;
-        assert_eq!((status, code(&reply)), (400, "invalid_request"), "{query}");
+        assert_refused(
+            &env,
+            "GET",
+            &format!("/v1/jobs?{query}"),
+            None,
+            400,
+            "invalid_request",
+        )
+        .await;
     }
-    let (status, _) = send(
-        &env,
-        "GET",
-        "/v1/jobs?run_at_from=1970-01-01T00:00:00Z",
-        None,
-    )
-    .await;
+    let (status, _) = env
+        .request("GET", "/v1/jobs?run_at_from=1970-01-01T00:00:00Z", None)
+        .await;
     assert_eq!(status, 200, "the edge of the range is fine");
     env.finish().await;
 }
@@ -51,14 +56,16 @@ async fn time_filters_outside_the_datetime_range_are_refused_not_a_panic() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn filters_no_job_can_match_are_4xx_not_a_collation_error() {
     let env = TestEnv::start().await;
-    let (status, reply) = send(&env, "GET", "/v1/jobs?topic=%C3%A9", None).await;
+    let (status, reply) = env.request("GET", "/v1/jobs?topic=%C3%A9", None).await;
     assert_eq!((status, code(&reply)), (400, "invalid_topic"));
-    let (status, reply) = send(&env, "GET", "/v1/jobs?key=", None).await;
+    let (status, reply) = env.request("GET", "/v1/jobs?key=", None).await;
     assert_eq!((status, code(&reply)), (400, "invalid_key"));
     // A non-ASCII key is a key like any other.
     env.job_create(json!({"key": "clé-é", "payload": 1, "delay_ms": 600_000}))
         .await;
-    let (status, reply) = send(&env, "GET", "/v1/jobs?key=cl%C3%A9-%C3%A9", None).await;
+    let (status, reply) = env
+        .request("GET", "/v1/jobs?key=cl%C3%A9-%C3%A9", None)
+        .await;
     assert_eq!(status, 200);
     assert_eq!(reply["jobs"].as_array().unwrap().len(), 1);
     env.finish().await;
@@ -79,13 +86,13 @@ async fn oversized_headers_are_refused_per_item_and_the_rest_of_a_batch_is_creat
         .job_create(json!({"payload": 1, "delay_ms": 600_000}))
         .await;
     let id = job["id"].as_u64().unwrap();
-    let (status, reply) = send(
-        &env,
-        "PATCH",
-        &format!("/v1/jobs/{id}"),
-        Some(json!({"version": 1, "headers": big}).to_string()),
-    )
-    .await;
+    let (status, reply) = env
+        .request(
+            "PATCH",
+            &format!("/v1/jobs/{id}"),
+            Some(json!({"version": 1, "headers": big}).to_string()),
+        )
+        .await;
     assert_eq!((status, code(&reply)), (400, "invalid_headers"));
 
     let batch = json!({"jobs": [
@@ -125,7 +132,9 @@ async fn keys_that_differ_only_by_trailing_spaces_are_different_jobs() {
     assert_eq!(again["id"], second["id"], "the same key finds its own job");
 
     for (query, expect) in [("acct-7", &first), ("acct-7%20", &second)] {
-        let (_, reply) = send(&env, "GET", &format!("/v1/jobs?key={query}"), None).await;
+        let (_, reply) = env
+            .request("GET", &format!("/v1/jobs?key={query}"), None)
+            .await;
         let ids: Vec<&Value> = reply["jobs"]
             .as_array()
             .unwrap()
@@ -134,7 +143,7 @@ async fn keys_that_differ_only_by_trailing_spaces_are_different_jobs() {
             .collect();
         assert_eq!(ids, [&expect["id"]], "key={query}");
     }
-    let (_, reply) = send(&env, "GET", "/v1/jobs?key=acct-7%20%20", None).await;
+    let (_, reply) = env.request("GET", "/v1/jobs?key=acct-7%20%20", None).await;
     assert_eq!(reply["jobs"].as_array().unwrap().len(), 0);
     env.finish().await;
 }
@@ -147,7 +156,7 @@ async fn a_batch_keeps_json_payloads_byte_for_byte() {
         r#"{{"jobs":[{{"topic":"{}","key":"p","payload":{payload},"run_at":"2031-01-01T00:00:00Z"}}]}}"#,
         env.topic
     );
-    let (status, reply) = send(&env, "POST", "/v1/jobs/batch", Some(body)).await;
+    let (status, reply) = env.request("POST", "/v1/jobs/batch", Some(body)).await;
     assert_eq!(status, 200, "{reply}");
     let id = reply["results"][0]["id"].as_u64().unwrap();
     let stored: Vec<u8> = sqlx::query_scalar("SELECT payload FROM jobs WHERE id = ?")
@@ -161,7 +170,7 @@ async fn a_batch_keeps_json_payloads_byte_for_byte() {
         r#"{{"topic":"{}","key":"p","payload":{payload},"run_at":"2031-01-01T00:00:00Z"}}"#,
         env.topic
     );
-    let (status, reply) = send(&env, "POST", "/v1/jobs", Some(single)).await;
+    let (status, reply) = env.request("POST", "/v1/jobs", Some(single)).await;
     assert_eq!((status, reply["id"].as_u64()), (200, Some(id)));
     env.finish().await;
 }
@@ -179,25 +188,29 @@ async fn payload_depth_has_one_limit_on_every_endpoint_per_item() {
             env.topic
         )
     };
-    let (status, _) = send(&env, "POST", "/v1/jobs", Some(create(&nested(64)))).await;
+    let (status, _) = env
+        .request("POST", "/v1/jobs", Some(create(&nested(64))))
+        .await;
     assert_eq!(status, 201, "64 levels are allowed");
     for depth in [65, 200, 100_000] {
-        let (status, reply) = send(&env, "POST", "/v1/jobs", Some(create(&nested(depth)))).await;
+        let (status, reply) = env
+            .request("POST", "/v1/jobs", Some(create(&nested(depth))))
+            .await;
         assert_eq!((status, code(&reply)), (400, "invalid_payload"), "{depth}");
     }
     let batch = format!(r#"{{"jobs":[{},{}]}}"#, create(&nested(200)), create("1"));
-    let (status, reply) = send(&env, "POST", "/v1/jobs/batch", Some(batch)).await;
+    let (status, reply) = env.request("POST", "/v1/jobs/batch", Some(batch)).await;
     assert_eq!(status, 200, "{reply}");
     assert_eq!(reply["results"][0]["error"]["code"], "invalid_payload");
     assert_eq!(reply["results"][1]["result"], "created");
     let id = reply["results"][1]["id"].as_u64().unwrap();
-    let (status, reply) = send(
-        &env,
-        "PATCH",
-        &format!("/v1/jobs/{id}"),
-        Some(format!(r#"{{"version":1,"payload":{}}}"#, nested(65))),
-    )
-    .await;
+    let (status, reply) = env
+        .request(
+            "PATCH",
+            &format!("/v1/jobs/{id}"),
+            Some(format!(r#"{{"version":1,"payload":{}}}"#, nested(65))),
+        )
+        .await;
     assert_eq!((status, code(&reply)), (400, "invalid_payload"));
     assert_eq!(env.jobs_count().await, 2);
     env.finish().await;
@@ -206,17 +219,17 @@ async fn payload_depth_has_one_limit_on_every_endpoint_per_item() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_refusal_has_the_json_error_shape() {
     let env = TestEnv::start_with(|c| c.payload_max_bytes = 1024).await;
-    let (status, reply) = send(&env, "GET", "/v2/nothing", None).await;
+    let (status, reply) = env.request("GET", "/v2/nothing", None).await;
     assert_eq!((status, code(&reply)), (404, "no_route"));
-    let (status, reply) = send(&env, "PUT", "/v1/jobs", Some("{}".to_owned())).await;
+    let (status, reply) = env.request("PUT", "/v1/jobs", Some("{}".to_owned())).await;
     assert_eq!((status, code(&reply)), (405, "method_not_allowed"));
-    let (status, reply) = send(
-        &env,
-        "GET",
-        &format!("/v1/jobs?topic={}", "a".repeat(20_000)),
-        None,
-    )
-    .await;
+    let (status, reply) = env
+        .request(
+            "GET",
+            &format!("/v1/jobs?topic={}", "a".repeat(20_000)),
+            None,
+        )
+        .await;
     assert_eq!((status, code(&reply)), (414, "uri_too_long"));
 
     let response = env
@@ -235,7 +248,9 @@ async fn every_refusal_has_the_json_error_shape() {
         .await;
     let id = job["id"].as_u64().unwrap();
     let huge = format!(r#"{{"max_attempts":1,"pad":"{}"}}"#, "x".repeat(17 << 20));
-    let (status, reply) = send(&env, "POST", &format!("/v1/jobs/{id}/redrive"), Some(huge)).await;
+    let (status, reply) = env
+        .request("POST", &format!("/v1/jobs/{id}/redrive"), Some(huge))
+        .await;
     assert_eq!((status, code(&reply)), (413, "payload_too_large"));
     env.finish().await;
 }
@@ -261,17 +276,17 @@ async fn a_job_id_has_one_spelling() {
         "18446744073709551616",
         "%FF",
     ] {
-        let (status, reply) = send(&env, "GET", &format!("/v1/jobs/{path}"), None).await;
-        assert_eq!((status, code(&reply)), (400, "invalid_id"), "GET {path}");
-        let (status, reply) = send(&env, "DELETE", &format!("/v1/jobs/{path}"), None).await;
-        assert_eq!((status, code(&reply)), (400, "invalid_id"), "DELETE {path}");
+        for method in ["GET", "DELETE"] {
+            let path = format!("/v1/jobs/{path}");
+            assert_refused(&env, method, &path, None, 400, "invalid_id").await;
+        }
     }
     assert_eq!(
         env.job_status(5).await,
         "pending",
         "nothing cancelled job 5"
     );
-    let (status, _) = send(&env, "GET", "/v1/jobs/5", None).await;
+    let (status, _) = env.request("GET", "/v1/jobs/5", None).await;
     assert_eq!(status, 200);
     env.finish().await;
 }
@@ -291,13 +306,13 @@ async fn a_null_payload_is_refused_on_create_and_patch() {
         .job_create(json!({"payload": {"a": 1}, "delay_ms": 600_000}))
         .await;
     let id = job["id"].as_u64().unwrap();
-    let (status, reply) = send(
-        &env,
-        "PATCH",
-        &format!("/v1/jobs/{id}"),
-        Some(r#"{"version":1,"payload":null}"#.to_owned()),
-    )
-    .await;
+    let (status, reply) = env
+        .request(
+            "PATCH",
+            &format!("/v1/jobs/{id}"),
+            Some(r#"{"version":1,"payload":null}"#.to_owned()),
+        )
+        .await;
     assert_eq!((status, code(&reply)), (400, "invalid_payload"));
     let (_, got) = env.get(&format!("/v1/jobs/{id}")).await;
     assert_eq!(

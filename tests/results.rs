@@ -514,7 +514,7 @@ async fn stale_repeated_unknown_and_malformed_reports_change_nothing() {
         "channel=\"http\",reason=\"finished\"",
     ];
     let counted = eventually(Duration::from_secs(10), || async {
-        let (_, text) = metrics_text(&env).await;
+        let (_, text) = env.metrics_text().await;
         let all = metric(&text, "tickler_results_malformed_total") >= 2.0
             && expected.iter().all(|label| {
                 metric(&text, &format!("tickler_results_ignored_total{{{label}}}")) >= 1.0
@@ -522,7 +522,7 @@ async fn stale_repeated_unknown_and_malformed_reports_change_nothing() {
         all.then_some(())
     })
     .await;
-    let (_, text) = metrics_text(&env).await;
+    let (_, text) = env.metrics_text().await;
     assert!(
         counted.is_some(),
         "every ignored report is counted:\n{text}"
@@ -534,16 +534,6 @@ async fn stale_repeated_unknown_and_malformed_reports_change_nothing() {
     );
     assert_eq!(env.job_status(id).await, "succeeded");
     env.finish().await;
-}
-
-async fn metrics_text(env: &TestEnv) -> (u16, String) {
-    let response = env
-        .http
-        .get(format!("{}/metrics", env.base_url))
-        .send()
-        .await
-        .unwrap();
-    (response.status().as_u16(), response.text().await.unwrap())
 }
 
 /// The value of a metric line `name value` (0 when absent).

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use rdkafka::consumer::{Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
+use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::client_config;
@@ -36,4 +37,15 @@ pub fn consumer_assigned(
     }
     consumer.assign(&assignment)?;
     Ok(consumer)
+}
+
+/// The value of header `name` of a record, as text (the first, if it
+/// repeats); None when absent.
+pub fn header<M: Message>(message: &M, name: &str) -> Option<String> {
+    message
+        .headers()?
+        .iter()
+        .find(|h| h.key == name)
+        .and_then(|h| h.value)
+        .map(|v| String::from_utf8_lossy(v).into_owned())
 }

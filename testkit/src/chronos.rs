@@ -11,9 +11,9 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use rdkafka::consumer::StreamConsumer;
-use rdkafka::message::{Headers, Message};
 use sqlx::mysql::MySqlPool;
 use tickler::kafka;
+use tickler::kafka::support::header;
 use tickler::store::support;
 use tokio_util::sync::CancellationToken;
 
@@ -275,16 +275,10 @@ async fn record(consumer: StreamConsumer, seen: Arc<Mutex<Vec<Seen>>>, stop: Can
             continue;
         };
         let received_ms = Utc::now().timestamp_millis();
-        let header = |name: &str| -> Option<String> {
-            message
-                .headers()?
-                .iter()
-                .find(|h| h.key == name)
-                .and_then(|h| h.value)
-                .map(|v| String::from_utf8_lossy(v).into_owned())
-        };
-        let (Some(id), Some(attempt)) = (header("tickler-job-id"), header("tickler-attempt"))
-        else {
+        let (Some(id), Some(attempt)) = (
+            header(&message, "tickler-job-id"),
+            header(&message, "tickler-attempt"),
+        ) else {
             continue;
         };
         seen.lock().unwrap().push(Seen {

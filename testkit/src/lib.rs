@@ -144,27 +144,44 @@ impl TestEnv {
         database_drop(&self.db_name).await;
     }
 
-    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
-        let response = self
+    /// Sends `body` (JSON text, sent as is) with `method` to `path`;
+    /// returns the status and the parsed answer (Null when not JSON).
+    pub async fn request(&self, method: &str, path: &str, body: Option<String>) -> (u16, Value) {
+        let method = reqwest::Method::from_bytes(method.as_bytes()).expect("an HTTP method");
+        let mut request = self
             .http
-            .post(format!("{}{path}", self.base_url))
-            .json(&body)
-            .send()
-            .await
-            .unwrap();
+            .request(method, format!("{}{path}", self.base_url));
+        if let Some(body) = body {
+            request = request
+                .header("content-type", "application/json")
+                .body(body);
+        }
+        let response = request.send().await.expect("the server answers");
         let status = response.status().as_u16();
-        (status, response.json().await.unwrap_or(Value::Null))
+        let text = response.text().await.unwrap_or_default();
+        (status, serde_json::from_str(&text).unwrap_or(Value::Null))
+    }
+
+    pub async fn post(&self, path: &str, body: Value) -> (u16, Value) {
+        self.request("POST", path, Some(body.to_string())).await
     }
 
     pub async fn get(&self, path: &str) -> (u16, Value) {
+        self.request("GET", path, None).await
+    }
+
+    /// `GET /metrics`: the status and the Prometheus text.
+    pub async fn metrics_text(&self) -> (u16, String) {
         let response = self
             .http
-            .get(format!("{}{path}", self.base_url))
+            .get(format!("{}/metrics", self.base_url))
             .send()
             .await
-            .unwrap();
-        let status = response.status().as_u16();
-        (status, response.json().await.unwrap_or(Value::Null))
+            .expect("the server answers");
+        (
+            response.status().as_u16(),
+            response.text().await.unwrap_or_default(),
+        )
     }
 
     /// Creates a job on this test's topic; panics unless 201.
