@@ -56,8 +56,9 @@ pub struct Config {
     /// indexed by another instance are noticed.
     pub dispatch_idle_ms: u64,
     /// How long a dispatch pass waits for the broker's acknowledgements
-    /// before it moves on; records still unacknowledged then settle in the
-    /// background, so one slow topic never holds up the next pass.
+    /// before it leaves the records of a topic the broker stopped answering
+    /// for to settle in the background, so one bad topic never holds up the
+    /// next pass.
     pub dispatch_ack_wait_ms: u64,
     /// Time between reconciler passes (expired claims, overdue probe).
     pub reconcile_interval_ms: u64,

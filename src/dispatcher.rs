@@ -11,8 +11,11 @@
 //! refuses for the job's own sake (missing topic, too large, not authorised)
 //! is a failed attempt of that job — retried with backoff, then `dead` —
 //! while a failure of the broker itself (timeouts, transport) is not the
-//! job's fault and only delays it. A pass waits for acknowledgements at most
-//! `ack_wait`; records still unacknowledged then settle in the background.
+//! job's fault and only delays it. A pass waits for acknowledgements at
+//! least `ack_wait`; records still unacknowledged then, of a topic the broker
+//! has stopped answering for while it answers for others, settle in the
+//! background. A broker slow for everyone is waited for, so claiming slows
+//! down with it.
 //!
 //! What a crash leaves behind, step by step:
 //! - after the Redis claim: ids sit in the in-flight set; when the lease
@@ -24,7 +27,7 @@
 //! - after marking, before releasing Redis: stale in-flight entries, removed
 //!   when their lease expires and the CAS finds the row not pending.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
@@ -76,12 +79,20 @@ pub struct DispatcherConfig {
     /// The index window: an id found not yet due and later than this is
     /// dropped from Redis (the loader brings it back in time).
     pub window: Duration,
-    /// Longest a pass waits for acknowledgements before moving on.
+    /// How long a pass waits for acknowledgements before it leaves the
+    /// records of a topic the broker stopped answering for to the background.
     pub ack_wait: Duration,
     /// Most records settling in the background at once; beyond it a pass
     /// waits for all of its records (as when the broker is down).
     pub stragglers_max: usize,
 }
+
+/// Delay before a job whose send failed for the broker's sake is tried
+/// again.
+pub const DISPATCH_RETRY_DELAY: Duration = Duration::from_secs(1);
+/// Records settling in the background at most, per claimed batch of a
+/// shard (`stragglers_max` = this × `dispatch_batch`).
+pub const STRAGGLER_BATCHES: usize = 4;
 
 impl DispatcherConfig {
     pub fn from_config(config: &Config) -> Self {
@@ -94,10 +105,10 @@ impl DispatcherConfig {
             shards: (0..config.shards).collect(),
             linger_ms: config.kafka_linger_ms,
             message_timeout_ms: config.kafka_message_timeout_ms,
-            retry_delay: Duration::from_secs(1),
+            retry_delay: DISPATCH_RETRY_DELAY,
             window: config.window(),
             ack_wait: Duration::from_millis(config.dispatch_ack_wait_ms),
-            stragglers_max: (config.dispatch_batch as usize).saturating_mul(4),
+            stragglers_max: (config.dispatch_batch as usize).saturating_mul(STRAGGLER_BATCHES),
         }
     }
 }
@@ -161,6 +172,52 @@ pub struct Dispatcher {
     stragglers: TaskTracker,
     /// One permit per record settling in the background.
     straggler_permits: Arc<Semaphore>,
+    /// When each topic last had a record acknowledged.
+    acks: Arc<Acks>,
+}
+
+/// A topic whose records have not been acknowledged for this long, while
+/// other topics' were, is one the broker stopped answering for.
+const TOPIC_SILENT_AFTER: Duration = Duration::from_secs(1);
+/// Another topic counts as answered when one of its records was
+/// acknowledged within this long.
+const BROKER_ANSWERING_WITHIN: Duration = Duration::from_secs(10);
+
+/// When the broker last acknowledged a record of each topic.
+#[derive(Default)]
+struct Acks {
+    last: std::sync::Mutex<HashMap<String, Instant>>,
+}
+
+impl Acks {
+    fn acked(&self, topic: &str, now: Instant) {
+        let mut last = self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        last.insert(topic.to_owned(), now);
+    }
+
+    /// Whether records of `topic` still unacknowledged at `now` are the
+    /// topic's trouble rather than the broker's: none of its records was
+    /// acknowledged for `TOPIC_SILENT_AFTER`, while another topic's was
+    /// since, within `BROKER_ANSWERING_WITHIN`. With one topic, or all
+    /// topics silent alike, the broker is slow for everyone.
+    fn suspect(&self, topic: &str, now: Instant) -> bool {
+        let last = self
+            .last
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let own = last.get(topic).copied();
+        if own.is_some_and(|at| now.saturating_duration_since(at) < TOPIC_SILENT_AFTER) {
+            return false;
+        }
+        last.iter().any(|(other, at)| {
+            other != topic
+                && now.saturating_duration_since(*at) < BROKER_ANSWERING_WITHIN
+                && own.is_none_or(|own| *at > own)
+        })
+    }
 }
 
 fn producer_create(config: &DispatcherConfig) -> Result<FutureProducer, KafkaError> {
@@ -243,6 +300,7 @@ impl Dispatcher {
             failed_passes: Arc::new(AtomicU32::new(0)),
             straggler_permits: Arc::new(Semaphore::new(config.stragglers_max.max(1))),
             stragglers: TaskTracker::new(),
+            acks: Arc::new(Acks::default()),
             config,
             wake,
             topics,
@@ -517,6 +575,8 @@ impl Dispatcher {
     ) -> (Vec<Sent>, FuturesUnordered<Delivery>) {
         let mut outcomes = Vec::new();
         let pending: FuturesUnordered<Delivery> = FuturesUnordered::new();
+        // Records not yet acknowledged, by topic.
+        let mut outstanding: HashMap<String, usize> = HashMap::new();
         for job in jobs {
             let sent = |result| Sent {
                 id: job.id,
@@ -549,10 +609,15 @@ impl Dispatcher {
             match enqueue(producer, job, dispatched_ms) {
                 Ok(delivery) => {
                     let (id, topic, scheduled) = (job.id, job.topic.clone(), job.schedule_time);
+                    *outstanding.entry(topic.clone()).or_insert(0) += 1;
+                    let acks = self.acks.clone();
                     pending.push(
                         async move {
                             let result = match delivery.await {
-                                Ok(Ok(delivery)) => Ok((delivery.partition, delivery.offset)),
+                                Ok(Ok(delivery)) => {
+                                    acks.acked(&topic, Instant::now());
+                                    Ok((delivery.partition, delivery.offset))
+                                }
                                 Ok(Err((err, _))) => Err(kafka_failure(&err)),
                                 Err(_) => Err(Failure::Broker(
                                     "the producer was dropped before delivery".to_owned(),
@@ -572,12 +637,34 @@ impl Dispatcher {
             }
         }
         let mut pending = pending;
+        let mut settled = |sent: Sent, outstanding: &mut HashMap<String, usize>| {
+            if let Some(n) = outstanding.get_mut(&sent.topic) {
+                *n -= 1;
+            }
+            outcomes.push(sent);
+        };
         let deadline = tokio::time::sleep(self.config.ack_wait);
         tokio::pin!(deadline);
         while !pending.is_empty() {
             tokio::select! {
-                Some(sent) = pending.next() => outcomes.push(sent),
+                Some(sent) = pending.next() => settled(sent, &mut outstanding),
                 _ = &mut deadline => break,
+            }
+        }
+        // Past the wait, only the records of topics the broker has stopped
+        // answering for are left to the background; the others are waited
+        // for, so that a broker slow for everyone slows claiming down too.
+        let now = Instant::now();
+        loop {
+            let waited_for = outstanding
+                .iter()
+                .any(|(topic, n)| *n > 0 && !self.acks.suspect(topic, now));
+            if !waited_for {
+                break;
+            }
+            match pending.next().await {
+                Some(sent) => settled(sent, &mut outstanding),
+                None => break,
             }
         }
         (outcomes, pending)
@@ -897,6 +984,47 @@ impl Settler {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_topic_silent_while_others_are_answered_is_left_behind() {
+        let acks = Acks::default();
+        let t0 = Instant::now();
+        assert!(
+            !acks.suspect("orders", t0),
+            "no answer from the broker yet: wait"
+        );
+        acks.acked("payments", t0);
+        assert!(
+            acks.suspect("orders", t0),
+            "others answered, this one never"
+        );
+        acks.acked("orders", t0);
+        assert!(
+            !acks.suspect("orders", t0 + Duration::from_millis(500)),
+            "answered lately"
+        );
+        let later = t0 + TOPIC_SILENT_AFTER + Duration::from_millis(1);
+        assert!(
+            !acks.suspect("orders", later),
+            "silent, but so is everyone: wait"
+        );
+        acks.acked("payments", later);
+        assert!(
+            acks.suspect("orders", later),
+            "silent while others are answered"
+        );
+        let much_later = later + BROKER_ANSWERING_WITHIN;
+        assert!(
+            !acks.suspect("orders", much_later),
+            "the broker answers no one: wait"
+        );
+        let alone = Acks::default();
+        alone.acked("orders", t0);
+        assert!(
+            !alone.suspect("orders", t0 + Duration::from_secs(5)),
+            "one topic, slow: the broker is slow"
+        );
+    }
 
     #[test]
     fn only_the_jobs_own_faults_count_as_attempts() {
