@@ -85,8 +85,8 @@ pub struct ResultsConsumer {
 }
 
 impl ResultsConsumer {
-    /// Creates the consumer and subscribes it (it joins the group on the
-    /// first poll). Fails only on settings librdkafka refuses.
+    /// Creates the consumer; [`ResultsConsumer::subscribe`] makes it read.
+    /// Fails only on settings librdkafka refuses.
     pub fn new(resolver: Resolver, config: ResultsConsumerConfig) -> Result<Self, KafkaError> {
         let mut client = kafka::client_config(&config.brokers);
         client
@@ -102,7 +102,6 @@ impl ResultsConsumer {
             client.set(key, value);
         }
         let consumer: StreamConsumer = client.create()?;
-        consumer.subscribe(&[&config.topic])?;
         Ok(ResultsConsumer {
             resolver,
             consumer,
@@ -112,8 +111,21 @@ impl ResultsConsumer {
 
     pub async fn run(self, cancel: CancellationToken) {
         tracing::info!(topic = %self.config.topic, group = %self.config.group, "results consumer started");
-        // tansu and locked-down clusters do not create topics on use; make
-        // sure ours exists (harmless when it does, logged when not allowed).
+        if let Err(err) = self.subscribe().await {
+            tracing::error!(topic = %self.config.topic, error = %err, "cannot subscribe to the results topic");
+            return;
+        }
+        while self.run_once(&cancel).await.is_some() {}
+        tracing::info!("results consumer stopped");
+    }
+
+    /// Creates the results topic unless it exists, then subscribes (the
+    /// consumer joins its group on the first poll). In that order: a
+    /// consumer subscribed to a topic that does not exist yet may not see it
+    /// until a later metadata refresh, a minute or more on. tansu and
+    /// locked-down clusters do not create topics on use; a topic that cannot
+    /// be created is logged and subscribed to all the same.
+    pub async fn subscribe(&self) -> Result<(), KafkaError> {
         if let Err(err) = kafka::topic_ensure(
             &self.config.brokers,
             &self.config.topic,
@@ -123,8 +135,7 @@ impl ResultsConsumer {
         {
             tracing::warn!(topic = %self.config.topic, error = %err, "cannot create the results topic");
         }
-        while self.run_once(&cancel).await.is_some() {}
-        tracing::info!("results consumer stopped");
+        self.consumer.subscribe(&[&self.config.topic])
     }
 
     /// Waits for the next records, applies them in one batch (with what
