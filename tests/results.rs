@@ -626,6 +626,10 @@ async fn a_restart_while_results_are_in_flight_loses_none() {
     let brokers = world.services.brokers.clone();
     let business = consumer_from_beginning(&brokers, &world.topic);
     let results_topic = world.results_topic.clone();
+    // How many reports the consumer sent, for the failure message: a stall
+    // on the consumer's side reads differently from one on tickler's.
+    let sent = std::sync::Arc::new(std::sync::atomic::AtomicUsize::new(0));
+    let sent_by_reporter = sent.clone();
     let reporter = tokio::spawn(async move {
         let producer = report_producer(&brokers);
         let mut reported = 0;
@@ -646,6 +650,7 @@ async fn a_restart_while_results_are_in_flight_loses_none() {
             )
             .await;
             reported += 1;
+            sent_by_reporter.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         reported
     });
@@ -680,7 +685,9 @@ async fn a_restart_while_results_are_in_flight_loses_none() {
     let unfinished: Vec<_> = states.iter().filter(|(_, s, _)| s != "succeeded").collect();
     assert!(
         all.is_some(),
-        "every job succeeded; unfinished: {unfinished:?}\n{}",
+        "every job succeeded; unfinished: {unfinished:?}; reports sent {} (reporter done: {})\n{}",
+        sent.load(std::sync::atomic::Ordering::Relaxed),
+        reporter.is_finished(),
         world.tickler.log_tail()
     );
     assert!(
