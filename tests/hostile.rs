@@ -75,13 +75,16 @@ async fn filters_no_job_can_match_are_4xx_not_a_collation_error() {
 async fn oversized_headers_are_refused_per_item_and_the_rest_of_a_batch_is_created() {
     let env = TestEnv::start().await;
     let big = json!({"h": "x".repeat(70_000)});
-    let (status, reply) = env
-        .post(
-            "/v1/jobs",
-            json!({"topic": env.topic, "headers": big, "delay_ms": 1000}),
-        )
-        .await;
-    assert_eq!((status, code(&reply)), (400, "invalid_headers"));
+    let body = json!({"topic": env.topic, "headers": big, "delay_ms": 1000});
+    assert_refused(
+        &env,
+        "POST",
+        "/v1/jobs",
+        Some(body.to_string()),
+        400,
+        "invalid_headers",
+    )
+    .await;
     let job = env
         .job_create(json!({"payload": 1, "delay_ms": 600_000}))
         .await;
@@ -294,13 +297,16 @@ async fn a_job_id_has_one_spelling() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_null_payload_is_refused_on_create_and_patch() {
     let env = TestEnv::start().await;
-    let (status, reply) = env
-        .post(
-            "/v1/jobs",
-            json!({"topic": env.topic, "payload": null, "delay_ms": 10}),
-        )
-        .await;
-    assert_eq!((status, code(&reply)), (400, "invalid_payload"));
+    let body = json!({"topic": env.topic, "payload": null, "delay_ms": 10});
+    assert_refused(
+        &env,
+        "POST",
+        "/v1/jobs",
+        Some(body.to_string()),
+        400,
+        "invalid_payload",
+    )
+    .await;
     assert_eq!(env.jobs_count().await, 0);
     let job = env
         .job_create(json!({"payload": {"a": 1}, "delay_ms": 600_000}))
