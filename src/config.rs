@@ -113,6 +113,10 @@ pub struct Config {
     /// result to wait for) unchanged for this many days are deleted, with
     /// their history; 0 keeps them forever.
     pub retention_days: u32,
+    /// Topics jobs may be created for, as patterns where `*` matches any
+    /// run of characters (`orders.*`); empty allows every topic that is not
+    /// reserved.
+    pub topics_allowed: Vec<String>,
 }
 
 /// One business topic's settings; what is left out comes from the defaults.
@@ -191,8 +195,30 @@ impl Default for Config {
             results_batch: 500,
             dead_letter_topic: None,
             retention_days: 30,
+            topics_allowed: Vec::new(),
         }
     }
+}
+
+/// Whether `text` matches `pattern`, where `*` stands for any run of
+/// characters (none included) and everything else for itself.
+pub fn pattern_matches(pattern: &str, text: &str) -> bool {
+    let mut parts = pattern.split('*');
+    let first = parts.next().unwrap_or_default();
+    let Some(mut rest) = text.strip_prefix(first) else {
+        return false;
+    };
+    let parts: Vec<&str> = parts.collect();
+    let Some((last, middle)) = parts.split_last() else {
+        return rest.is_empty(); // no '*': the whole text
+    };
+    for part in middle {
+        match rest.find(part) {
+            Some(at) => rest = &rest[at + part.len()..],
+            None => return false,
+        }
+    }
+    rest.len() >= last.len() && rest.ends_with(last)
 }
 
 /// The `topic_check` setting.
@@ -374,6 +400,17 @@ impl Config {
                 "must be at most 36500 (0 keeps finished jobs forever)",
             ));
         }
+        for pattern in &self.topics_allowed {
+            let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '*');
+            if pattern.is_empty() || !pattern.chars().all(legal) {
+                return Err(ConfigError::Invalid {
+                    field: "topics_allowed",
+                    problem: format!(
+                        "has {pattern:?}: patterns are topic names with '*' for any run of characters"
+                    ),
+                });
+            }
+        }
         if let Some(dlt) = &self.dead_letter_topic {
             if job::topic_validate(dlt).is_err() {
                 return Err(invalid(
@@ -432,6 +469,39 @@ impl Config {
             None => self.dead_letter_topic.as_deref(),
         };
         chosen.filter(|t| !t.is_empty())
+    }
+
+    /// Why jobs may not be created for `topic`, if they may not: tickler's
+    /// own topics (results, dead letters), Kafka's internal ones (`__*`),
+    /// and anything outside `topics_allowed`. A job on the results topic
+    /// would be read as a report about someone else's job.
+    pub fn topic_reserved(&self, topic: &str) -> Option<String> {
+        if topic == self.results_topic {
+            return Some(format!("topic {topic:?} is tickler's results topic"));
+        }
+        let dead_letters = self
+            .topics
+            .values()
+            .filter_map(|t| t.dead_letter_topic.as_deref())
+            .chain(self.dead_letter_topic.as_deref());
+        if dead_letters.into_iter().any(|dlt| dlt == topic) {
+            return Some(format!("topic {topic:?} is a dead-letter topic"));
+        }
+        if topic.starts_with("__") {
+            return Some(format!("topic {topic:?} is internal to Kafka"));
+        }
+        if !self.topics_allowed.is_empty()
+            && !self
+                .topics_allowed
+                .iter()
+                .any(|p| pattern_matches(p, topic))
+        {
+            return Some(format!(
+                "topic {topic:?} is outside topics_allowed ({})",
+                self.topics_allowed.join(", ")
+            ));
+        }
+        None
     }
 
     pub fn claim_lease(&self) -> Duration {
@@ -534,6 +604,53 @@ mod tests {
             assert!(err.contains("max_attempt"), "{err}");
             Ok(())
         });
+    }
+
+    #[test]
+    fn patterns_match_with_stars() {
+        for (pattern, text, expected) in [
+            ("orders.*", "orders.eu", true),
+            ("orders.*", "orders.", true),
+            ("orders.*", "order", false),
+            ("*", "anything", true),
+            ("a*b*c", "aXXbYYc", true),
+            ("a*b*c", "aXXcYYb", false),
+            ("exact", "exact", true),
+            ("exact", "exactly", false),
+            ("*-dlq", "orders-dlq", true),
+            ("ab*ba", "aba", false),
+        ] {
+            assert_eq!(pattern_matches(pattern, text), expected, "{pattern} {text}");
+        }
+    }
+
+    #[test]
+    fn tickler_and_kafka_topics_are_reserved() {
+        let mut config = Config {
+            dead_letter_topic: Some("dead".to_owned()),
+            ..Config::default()
+        };
+        config.topics.insert(
+            "orders".to_owned(),
+            TopicConfig {
+                dead_letter_topic: Some("orders-dlq".to_owned()),
+                ..TopicConfig::default()
+            },
+        );
+        for topic in [
+            "tickler.results",
+            "dead",
+            "orders-dlq",
+            "__consumer_offsets",
+        ] {
+            assert!(config.topic_reserved(topic).is_some(), "{topic}");
+        }
+        assert!(config.topic_reserved("orders").is_none());
+        config.topics_allowed = vec!["orders*".to_owned()];
+        assert!(config.topic_reserved("orders.eu").is_none());
+        assert!(config.topic_reserved("payments").is_some());
+        config.topics_allowed = vec!["bad pattern".to_owned()];
+        assert!(config.validate().is_err());
     }
 
     #[test]

@@ -376,3 +376,43 @@ async fn an_unknown_topic_is_refused_at_create_unless_configured_otherwise() {
     assert_eq!(status, 201, "warn accepts");
     env.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn reserved_topics_are_refused_and_nothing_is_written() {
+    let env = TestEnv::start_with(|c| {
+        c.dead_letter_topic = Some("tickler-test-dead".to_owned());
+        c.topics_allowed = vec!["tickler-test-*".to_owned()];
+    })
+    .await;
+    // A job on the results topic would be read as a report about another
+    // job: {"job_id": 1, "attempt": 1, "outcome": "failed"}.
+    let forged = json!({"job_id": 1, "attempt": 1, "outcome": "failed"});
+    for topic in [
+        env.config.results_topic.as_str(),
+        "tickler-test-dead",
+        "__consumer_offsets",
+        "payments",
+    ] {
+        let body = json!({"topic": topic, "payload": forged, "delay_ms": 0});
+        assert_refused(
+            &env,
+            "POST",
+            "/v1/jobs",
+            Some(body.to_string()),
+            400,
+            "reserved_topic",
+        )
+        .await;
+        let batch = json!({"jobs": [body]});
+        let (status, reply) = env.post("/v1/jobs/batch", batch).await;
+        assert_eq!(status, 200);
+        assert_eq!(
+            reply["results"][0]["error"]["code"], "reserved_topic",
+            "{topic}"
+        );
+    }
+    assert_eq!(env.jobs_count().await, 0);
+    env.job_create(json!({"payload": 1, "delay_ms": 600_000}))
+        .await;
+    env.finish().await;
+}

@@ -65,6 +65,8 @@ pub enum ApiError {
     InvalidJob(#[from] InvalidJob),
     #[error("topic {0:?} does not exist on the broker: create it first (or see the topic_check setting)")]
     UnknownTopic(String),
+    #[error("{0}: jobs may not be produced there")]
+    ReservedTopic(String),
     #[error("job {0} not found")]
     NotFound(u64),
     #[error("no such endpoint: {0}")]
@@ -102,7 +104,8 @@ impl ApiError {
             | ApiError::InvalidId(_)
             | ApiError::InvalidPolicy(_)
             | ApiError::InvalidReport(_)
-            | ApiError::UnknownTopic(_) => StatusCode::BAD_REQUEST,
+            | ApiError::UnknownTopic(_)
+            | ApiError::ReservedTopic(_) => StatusCode::BAD_REQUEST,
             ApiError::InvalidJob(InvalidJob::PayloadTooLarge { .. }) | ApiError::BodyTooLarge => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
@@ -141,6 +144,7 @@ impl ApiError {
                 InvalidJob::PayloadTooLarge { .. } => "payload_too_large",
             },
             ApiError::UnknownTopic(_) => "unknown_topic",
+            ApiError::ReservedTopic(_) => "reserved_topic",
             ApiError::NotFound(_) => "not_found",
             ApiError::NoRoute(_) => "no_route",
             ApiError::MethodNotAllowed(_) => "method_not_allowed",

@@ -387,12 +387,18 @@ pub(super) async fn index_follow(state: &ApiState, jobs: &[&Job], db_now: DateTi
     }
 }
 
-/// The pre-flight check of `topic_check`: a topic the broker does not have
+/// Whether jobs may be created for `topic`: never for a reserved topic
+/// (tickler's results and dead-letter topics, Kafka's `__*`, anything
+/// outside `topics_allowed`). Then the pre-flight check of `topic_check`: a
+/// topic the broker does not have
 /// is refused (`reject`) or let through with a warning (`warn`), months
 /// before the job is due rather than when it is. When the broker cannot be
 /// asked, the job is accepted: creating never depends on the broker being
 /// up, and the dispatcher deals with a topic that turns out missing.
 pub(super) async fn topic_preflight(state: &ApiState, topic: &str) -> Result<(), ApiError> {
+    if let Some(why) = state.config.topic_reserved(topic) {
+        return Err(ApiError::ReservedTopic(why));
+    }
     if state.config.topic_check == TopicCheck::Off {
         return Ok(());
     }
