@@ -162,7 +162,7 @@ impl From<StoreError> for ApiError {
     fn from(err: StoreError) -> Self {
         match err {
             StoreError::NotFound(id) => ApiError::NotFound(id),
-            StoreError::Unavailable(_) => {
+            StoreError::Unavailable(_) | StoreError::Contention(_) => {
                 tracing::warn!(error = %err, "database unavailable");
                 ApiError::Unavailable
             }

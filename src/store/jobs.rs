@@ -239,6 +239,13 @@ impl Store {
         &self,
         jobs: &[NewJob],
     ) -> Result<(Vec<BatchRow>, DateTime<Utc>), StoreError> {
+        super::contention_retry(|| self.job_insert_many_once(jobs)).await
+    }
+
+    async fn job_insert_many_once(
+        &self,
+        jobs: &[NewJob],
+    ) -> Result<(Vec<BatchRow>, DateTime<Utc>), StoreError> {
         // Each row carries token_base | item index, so the rows can be read
         // back and matched to their items (MySQL has no RETURNING).
         let token_base: u64 = rand::random::<u64>() & !0xFFFF;
@@ -425,6 +432,10 @@ impl Store {
     /// loader or the overdue probe; the caller (who got no answer) may retry
     /// with the same key to get it back.
     pub async fn job_insert(&self, job: &NewJob) -> Result<(Job, DateTime<Utc>), StoreError> {
+        super::contention_retry(|| self.job_insert_once(job)).await
+    }
+
+    async fn job_insert_once(&self, job: &NewJob) -> Result<(Job, DateTime<Utc>), StoreError> {
         let headers = headers_encode(&job.headers);
         let (at, delay_us) = match job.schedule {
             Schedule::At(at) => (Some(at.naive_utc()), None),

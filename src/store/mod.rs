@@ -33,6 +33,11 @@ pub enum StoreError {
     DuplicateKey,
     #[error("the database is unavailable: {0}")]
     Unavailable(#[source] sqlx::Error),
+    /// The database rolled the statement back to break a deadlock or a
+    /// lock wait with another one: nothing was written, and trying again
+    /// is safe.
+    #[error("the database rolled back a conflicting statement: {0}")]
+    Contention(#[source] sqlx::Error),
     #[error("database error: {0}")]
     Query(#[source] sqlx::Error),
     #[error("stored row is malformed: {0}")]
@@ -50,7 +55,39 @@ impl From<sqlx::Error> for StoreError {
             | sqlx::Error::Tls(_)
             | sqlx::Error::WorkerCrashed => StoreError::Unavailable(err),
             sqlx::Error::Database(ref db) if db.is_unique_violation() => StoreError::DuplicateKey,
+            // 1213: deadlock, 1205: lock wait timeout.
+            sqlx::Error::Database(ref db)
+                if db
+                    .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                    .is_some_and(|e| matches!(e.number(), 1213 | 1205)) =>
+            {
+                StoreError::Contention(err)
+            }
             other => StoreError::Query(other),
+        }
+    }
+}
+
+/// Runs `write` again, after a short jittered pause, while the database
+/// rolls it back for contention (at most `CONTENTION_TRIES` times in all).
+/// Only for writes that are one statement or one transaction: a rolled-back
+/// attempt wrote nothing.
+pub(crate) async fn contention_retry<T, F, Fut>(mut write: F) -> Result<T, StoreError>
+where
+    F: FnMut() -> Fut,
+    Fut: std::future::Future<Output = Result<T, StoreError>>,
+{
+    const CONTENTION_TRIES: u32 = 4;
+    let mut tries = 1;
+    loop {
+        match write().await {
+            Err(StoreError::Contention(err)) if tries < CONTENTION_TRIES => {
+                tracing::debug!(error = %err, tries, "write rolled back for contention; trying again");
+                let pause_ms = rand::random_range(5..=20u64) * u64::from(tries);
+                tokio::time::sleep(Duration::from_millis(pause_ms)).await;
+                tries += 1;
+            }
+            other => return other,
         }
     }
 }
@@ -152,4 +189,49 @@ fn connect_options(url: &str) -> Result<MySqlConnectOptions, StoreError> {
         .timezone(Some("+00:00".to_owned()))
         .charset("utf8mb4")
         .disable_statement_logging())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn contention() -> StoreError {
+        StoreError::Contention(sqlx::Error::Protocol("deadlock".to_owned()))
+    }
+
+    #[tokio::test]
+    async fn a_write_rolled_back_for_contention_is_tried_again_a_few_times() {
+        let mut calls = 0;
+        let result = contention_retry(|| {
+            calls += 1;
+            let attempt = calls;
+            async move {
+                if attempt < 3 {
+                    Err(contention())
+                } else {
+                    Ok(attempt)
+                }
+            }
+        })
+        .await;
+        assert_eq!(result.unwrap(), 3);
+
+        let mut calls = 0;
+        let result: Result<(), StoreError> = contention_retry(|| {
+            calls += 1;
+            async { Err(contention()) }
+        })
+        .await;
+        assert!(matches!(result, Err(StoreError::Contention(_))));
+        assert_eq!(calls, 4, "gives up after four tries");
+
+        let mut calls = 0;
+        let result: Result<(), StoreError> = contention_retry(|| {
+            calls += 1;
+            async { Err(StoreError::DuplicateKey) }
+        })
+        .await;
+        assert!(matches!(result, Err(StoreError::DuplicateKey)));
+        assert_eq!(calls, 1, "other errors are not retried");
+    }
 }
