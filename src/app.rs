@@ -33,8 +33,6 @@ pub enum StartError {
     Index(#[from] IndexError),
     #[error("kafka: {0}")]
     Dispatcher(#[from] DispatchError),
-    #[error("kafka results consumer: {0}")]
-    Results(rdkafka::error::KafkaError),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: String,
@@ -138,8 +136,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
         let consumer = ResultsConsumer::new(
             resolver_for(&results_store),
             ResultsConsumerConfig::from_config(&config),
-        )
-        .map_err(StartError::Results)?;
+        );
         tracker.spawn(consumer.run(cancel.child_token()));
         let producer = DeadLetterProducer::new(
             results_store.clone(),

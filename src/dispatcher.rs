@@ -195,7 +195,14 @@ impl Acks {
             .last
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        last.insert(topic.to_owned(), now);
+        // Called for every acknowledged record: no allocation once the
+        // topic is known.
+        match last.get_mut(topic) {
+            Some(at) => *at = now,
+            None => {
+                last.insert(topic.to_owned(), now);
+            }
+        }
     }
 
     /// Whether records of `topic` still unacknowledged at `now` are the
@@ -929,10 +936,20 @@ impl Settler {
             .filter(|entry| horizon.is_some_and(|h| entry.schedule_time < h))
             .map(|entry| (entry.id, entry.schedule_time.timestamp_millis()))
             .collect();
-        let gone: Vec<JobId> = refused
+        // Only rows this refusal changed leave Redis: one that moved on
+        // without it (its lease expired and it was rescued, maybe indexed
+        // and claimed again) keeps its entry.
+        let gone: Vec<JobId> = settled
+            .dead_ids
             .iter()
-            .map(|(id, _)| *id)
-            .filter(|id| !back.iter().any(|(b, _)| b == id))
+            .copied()
+            .chain(
+                settled
+                    .retried
+                    .iter()
+                    .map(|entry| entry.id)
+                    .filter(|id| !back.iter().any(|(b, _)| b == id)),
+            )
             .collect();
         self.index_requeue(&back).await;
         if let Err(err) = self.index.job_remove_many(&gone).await {

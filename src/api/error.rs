@@ -39,7 +39,7 @@ impl Conflict {
     }
 }
 
-#[derive(Debug, thiserror::Error)]
+#[derive(Debug, Clone, thiserror::Error)]
 pub enum ApiError {
     #[error("{0}")]
     InvalidJson(String),

@@ -2,7 +2,7 @@
 //! cancel jobs. Every request is validated completely before anything is
 //! written.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 
 use axum::extract::State;
 use axum::http::StatusCode;
@@ -257,7 +257,7 @@ impl PatchJob {
 }
 
 /// A job as the API shows it.
-#[derive(Debug, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct JobView {
     pub id: JobId,
     pub topic: String,
@@ -286,7 +286,7 @@ pub struct JobView {
     pub last_error: Option<String>,
 }
 
-#[derive(Debug, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
 pub struct KafkaPosition {
     pub partition: i32,
     pub offset: i64,
@@ -513,11 +513,17 @@ pub async fn create_batch(
             request.validate(limits, now, |topic| state.config.policy_for(topic))
         })
         .collect();
+    // Each distinct topic is checked (and warned about) once, however many
+    // items name it.
+    let mut verdicts: HashMap<String, Result<(), ApiError>> = HashMap::new();
     for item in &mut checked {
-        if let Ok(new_job) = item {
-            if let Err(err) = topic_preflight(&state, &new_job.topic).await {
-                *item = Err(err);
-            }
+        let Ok(new_job) = item else { continue };
+        if !verdicts.contains_key(&new_job.topic) {
+            let verdict = topic_preflight(&state, &new_job.topic).await;
+            verdicts.insert(new_job.topic.clone(), verdict);
+        }
+        if let Some(Err(err)) = verdicts.get(&new_job.topic) {
+            *item = Err(err.clone());
         }
     }
     let valid: Vec<NewJob> = checked

@@ -80,51 +80,39 @@ pub struct ResultsReport {
 /// Consumes the results topic until cancelled.
 pub struct ResultsConsumer {
     resolver: Resolver,
-    consumer: StreamConsumer,
+    /// Made by [`ResultsConsumer::subscribe`], after the topic exists (as
+    /// the consumer of the first release was, which restarts were proven
+    /// with).
+    consumer: std::sync::OnceLock<StreamConsumer>,
     config: ResultsConsumerConfig,
 }
 
 impl ResultsConsumer {
-    /// Creates the consumer; [`ResultsConsumer::subscribe`] makes it read.
-    /// Fails only on settings librdkafka refuses.
-    pub fn new(resolver: Resolver, config: ResultsConsumerConfig) -> Result<Self, KafkaError> {
-        let mut client = kafka::client_config(&config.brokers);
-        client
-            .set("group.id", &config.group)
-            // Offsets are committed by hand, after MySQL has the outcomes.
-            .set("enable.auto.commit", "false")
-            // A group reading the topic for the first time misses nothing.
-            .set("auto.offset.reset", "earliest")
-            .set("fetch.wait.max.ms", RESULTS_FETCH_WAIT_MS.to_string())
-            .set("session.timeout.ms", RESULTS_SESSION_TIMEOUT_MS.to_string())
-            .set("heartbeat.interval.ms", "1000");
-        for (key, value) in &config.kafka_options {
-            client.set(key, value);
-        }
-        let consumer: StreamConsumer = client.create()?;
-        Ok(ResultsConsumer {
+    pub fn new(resolver: Resolver, config: ResultsConsumerConfig) -> Self {
+        ResultsConsumer {
             resolver,
-            consumer,
+            consumer: std::sync::OnceLock::new(),
             config,
-        })
+        }
     }
 
     pub async fn run(self, cancel: CancellationToken) {
         tracing::info!(topic = %self.config.topic, group = %self.config.group, "results consumer started");
         if let Err(err) = self.subscribe().await {
-            tracing::error!(topic = %self.config.topic, error = %err, "cannot subscribe to the results topic");
+            tracing::error!(topic = %self.config.topic, error = %err, "cannot consume the results topic");
             return;
         }
         while self.run_once(&cancel).await.is_some() {}
         tracing::info!("results consumer stopped");
     }
 
-    /// Creates the results topic unless it exists, then subscribes (the
-    /// consumer joins its group on the first poll). In that order: a
-    /// consumer subscribed to a topic that does not exist yet may not see it
-    /// until a later metadata refresh, a minute or more on. tansu and
+    /// Creates the results topic unless it exists, then the consumer, and
+    /// subscribes it (it joins its group on the first poll). In that order:
+    /// a consumer subscribed to a topic that does not exist yet may not see
+    /// it until a later metadata refresh, a minute or more on. tansu and
     /// locked-down clusters do not create topics on use; a topic that cannot
-    /// be created is logged and subscribed to all the same.
+    /// be created is logged and subscribed to all the same. Fails on
+    /// settings librdkafka refuses.
     pub async fn subscribe(&self) -> Result<(), KafkaError> {
         if let Err(err) = kafka::topic_ensure(
             &self.config.brokers,
@@ -135,7 +123,24 @@ impl ResultsConsumer {
         {
             tracing::warn!(topic = %self.config.topic, error = %err, "cannot create the results topic");
         }
-        self.consumer.subscribe(&[&self.config.topic])
+        let mut client = kafka::client_config(&self.config.brokers);
+        client
+            .set("group.id", &self.config.group)
+            // Offsets are committed by hand, after MySQL has the outcomes.
+            .set("enable.auto.commit", "false")
+            // A group reading the topic for the first time misses nothing.
+            .set("auto.offset.reset", "earliest")
+            .set("fetch.wait.max.ms", RESULTS_FETCH_WAIT_MS.to_string())
+            .set("session.timeout.ms", RESULTS_SESSION_TIMEOUT_MS.to_string())
+            .set("heartbeat.interval.ms", "1000");
+        for (key, value) in &self.config.kafka_options {
+            client.set(key, value);
+        }
+        let consumer: StreamConsumer = client.create()?;
+        consumer.subscribe(&[&self.config.topic])?;
+        // A second call keeps the first consumer.
+        let _ = self.consumer.set(consumer);
+        Ok(())
     }
 
     /// Waits for the next records, applies them in one batch (with what
@@ -144,9 +149,13 @@ impl ResultsConsumer {
     /// are read again by whoever consumes next.
     pub async fn run_once(&self, cancel: &CancellationToken) -> Option<ResultsReport> {
         let mut report = ResultsReport::default();
+        let Some(consumer) = self.consumer.get() else {
+            tracing::error!("results consumer used before subscribe");
+            return None;
+        };
         let first = tokio::select! {
             _ = cancel.cancelled() => return None,
-            message = self.consumer.recv() => message,
+            message = consumer.recv() => message,
         };
         let mut reports = Vec::new();
         let mut positions: HashMap<(String, i32), i64> = HashMap::new();
@@ -160,7 +169,7 @@ impl ResultsConsumer {
         }
         // Whatever else is already here joins the batch.
         for _ in 1..self.config.batch {
-            match tokio::time::timeout(self.config.linger, self.consumer.recv()).await {
+            match tokio::time::timeout(self.config.linger, consumer.recv()).await {
                 Ok(Ok(message)) => record_take(&message, &mut reports, &mut positions, &mut report),
                 Ok(Err(err)) => {
                     tracing::warn!(error = %err, "results consumer error");
@@ -180,7 +189,7 @@ impl ResultsConsumer {
         }
         // Async: a lost commit only means reading reports again, which
         // changes nothing the second time.
-        match self.consumer.commit(&commit, CommitMode::Async) {
+        match consumer.commit(&commit, CommitMode::Async) {
             Ok(()) => report.committed = true,
             Err(err) => tracing::warn!(error = %err, "cannot commit results offsets"),
         }

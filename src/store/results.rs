@@ -38,6 +38,8 @@ pub struct Settled {
     pub retried: Vec<WindowEntry>,
     pub succeeded: usize,
     pub dead: usize,
+    /// The jobs that ended dead.
+    pub dead_ids: Vec<JobId>,
     /// Dead jobs with a dead-letter record to produce.
     pub dead_lettered: usize,
     /// The database's clock at the decision; read only when jobs were
@@ -530,7 +532,12 @@ async fn finish(mut tx: Transaction<'_, MySql>, changes: &[Change]) -> Result<Se
             .iter()
             .filter(|c| c.status == Status::Succeeded)
             .count();
-        settled.dead = changes.iter().filter(|c| c.status == Status::Dead).count();
+        settled.dead_ids = changes
+            .iter()
+            .filter(|c| c.status == Status::Dead)
+            .map(|c| c.id)
+            .collect();
+        settled.dead = settled.dead_ids.len();
         settled.dead_lettered = letters.len();
     }
     tx.commit().await?;
