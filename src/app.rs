@@ -12,8 +12,9 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::api::{self, ApiState};
-use crate::config::Config;
+use crate::api::{self, ApiState, ServeLimits};
+use crate::auth::{Principal, TokenCache};
+use crate::config::{AuthMode, Config};
 use crate::dispatcher::{DispatchError, Dispatcher, DispatcherConfig};
 use crate::index::{Index, IndexError};
 use crate::kafka::Topics;
@@ -38,6 +39,8 @@ pub enum StartError {
         addr: String,
         source: std::io::Error,
     },
+    #[error("https: {0}")]
+    Tls(#[from] api::TlsError),
 }
 
 /// A started tickler. Dropping it does not stop it: call `shutdown`.
@@ -68,6 +71,16 @@ impl Running {
             store.close().await;
         }
     }
+}
+
+async fn listen(addr: &str) -> Result<(TcpListener, SocketAddr), StartError> {
+    let failed = |source| StartError::Listen {
+        addr: addr.to_owned(),
+        source,
+    };
+    let listener = TcpListener::bind(addr).await.map_err(failed)?;
+    let local = listener.local_addr().map_err(failed)?;
+    Ok((listener, local))
 }
 
 /// Connects to the stores and starts the configured roles. Returns once
@@ -148,37 +161,59 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
 
     let mut http_addr = None;
     if config.has_role("api") {
-        let listener = TcpListener::bind(&config.http_addr)
-            .await
-            .map_err(|source| StartError::Listen {
-                addr: config.http_addr.clone(),
-                source,
-            })?;
-        let addr = listener.local_addr().map_err(|source| StartError::Listen {
-            addr: config.http_addr.clone(),
-            source,
-        })?;
+        let limits = ServeLimits {
+            max_connections: config.api_max_connections,
+            header_timeout: Duration::from_millis(config.api_header_timeout_ms),
+        };
+        let tls = match (&config.api_tls_cert, &config.api_tls_key) {
+            (Some(cert), Some(key)) => Some(api::tls_config(cert, key)?),
+            _ => None,
+        };
+        let (listener, addr) = listen(&config.http_addr).await?;
         http_addr = Some(addr);
+        let tokens = TokenCache::new(store.clone(), &config);
+        let anonymous = match config.auth {
+            AuthMode::Tokens => {
+                tracker.spawn(tokens.clone().run(cancel.child_token()));
+                None
+            }
+            AuthMode::None => {
+                if addr.ip().is_loopback() {
+                    tracing::info!("auth = none: the API takes any caller on loopback");
+                } else {
+                    tracing::warn!(%addr, "auth = none and allow_anonymous = true: anyone who reaches the API may produce to any topic and change any job");
+                }
+                Some(Arc::new(Principal::anonymous(&config)))
+            }
+        };
+        let metrics_handle = metrics::install();
         let router = api::router(ApiState {
             store: store.clone(),
             index: index.clone(),
             config: config.clone(),
             wake: wake.clone(),
             resolver: resolver_for(&store),
-            metrics: metrics::install(),
+            metrics: metrics_handle.clone(),
             topics: topics.clone(),
+            tokens,
+            anonymous,
         });
         let stop = cancel.child_token();
+        let scheme = if tls.is_some() { "https" } else { "http" };
         tracker.spawn(async move {
-            tracing::info!(%addr, "api listening");
-            let served = axum::serve(listener, router)
-                .with_graceful_shutdown(async move { stop.cancelled().await })
-                .await;
-            if let Err(err) = served {
-                tracing::error!(error = %err, "http server failed");
-            }
+            tracing::info!(%addr, scheme, "api listening");
+            api::serve(listener, router, limits, tls, stop).await;
             tracing::info!("api stopped");
         });
+        if let Some(metrics_addr) = &config.metrics_addr {
+            let (listener, addr) = listen(metrics_addr).await?;
+            let router = api::metrics_router(metrics_handle);
+            let stop = cancel.child_token();
+            tracker.spawn(async move {
+                tracing::info!(%addr, "metrics listening (no token needed)");
+                api::serve(listener, router, limits, None, stop).await;
+            });
+        }
     }
 
     Ok(Running {

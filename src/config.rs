@@ -117,6 +117,51 @@ pub struct Config {
     /// run of characters (`orders.*`); empty allows every topic that is not
     /// reserved.
     pub topics_allowed: Vec<String>,
+    /// `tokens`: every `/v1` call carries `Authorization: Bearer <secret>`
+    /// of a token made by `tickler token create`. `none`: anyone who
+    /// reaches the port may do anything; allowed only on a loopback
+    /// `http_addr` unless `allow_anonymous` says otherwise.
+    pub auth: AuthMode,
+    /// Lets `auth = none` listen on an address other than loopback. Meant
+    /// for a private network behind something that authenticates.
+    pub allow_anonymous: bool,
+    /// How often the API reads `api_tokens` again: a revoke takes effect
+    /// within this long.
+    pub token_refresh_ms: u64,
+    /// Requests per second one token may make (0: unlimited), unless the
+    /// token sets its own; beyond it, 429 with `Retry-After`.
+    pub api_rate_requests: u32,
+    /// Jobs per second one token may create (0: unlimited), likewise.
+    pub api_rate_jobs: u32,
+    /// PEM certificate chain and private key: the API speaks HTTPS.
+    pub api_tls_cert: Option<String>,
+    pub api_tls_key: Option<String>,
+    /// A second address serving only `/metrics`, without a token, for a
+    /// scraper on a private network.
+    pub metrics_addr: Option<String>,
+    /// Most connections the API holds at once; more wait in the kernel's
+    /// backlog.
+    pub api_max_connections: usize,
+    /// A client has this long to send a request's headers (and to finish
+    /// the TLS handshake), and an idle kept-alive connection is closed
+    /// after it.
+    pub api_header_timeout_ms: u64,
+    /// A client has this long to send a request's body: 408 after it.
+    pub api_body_timeout_ms: u64,
+    /// With `rediss://`: PEM file of the CA that signed Redis's
+    /// certificate (the system's roots otherwise)...
+    pub redis_tls_ca: Option<String>,
+    /// ...and the client certificate and key, when Redis asks for one.
+    pub redis_tls_cert: Option<String>,
+    pub redis_tls_key: Option<String>,
+}
+
+/// The `auth` setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AuthMode {
+    Tokens,
+    None,
 }
 
 /// One business topic's settings; what is left out comes from the defaults.
@@ -196,6 +241,20 @@ impl Default for Config {
             dead_letter_topic: None,
             retention_days: 30,
             topics_allowed: Vec::new(),
+            auth: AuthMode::Tokens,
+            allow_anonymous: false,
+            token_refresh_ms: 5_000,
+            api_rate_requests: 1_000,
+            api_rate_jobs: 10_000,
+            api_tls_cert: None,
+            api_tls_key: None,
+            metrics_addr: None,
+            api_max_connections: 1_024,
+            api_header_timeout_ms: 5_000,
+            api_body_timeout_ms: 30_000,
+            redis_tls_ca: None,
+            redis_tls_cert: None,
+            redis_tls_key: None,
         }
     }
 }
@@ -288,10 +347,67 @@ impl Config {
         if self.kafka_brokers.trim().is_empty() {
             return Err(invalid("kafka_brokers", "must name at least one broker"));
         }
-        if self.http_addr.parse::<SocketAddr>().is_err() {
+        let Ok(http_addr) = self.http_addr.parse::<SocketAddr>() else {
             return Err(invalid(
                 "http_addr",
                 "must be an address like 127.0.0.1:8080",
+            ));
+        };
+        if self.auth == AuthMode::None
+            && !http_addr.ip().is_loopback()
+            && !self.allow_anonymous
+            && self.has_role("api")
+        {
+            return Err(ConfigError::Invalid {
+                field: "auth",
+                problem: format!(
+                    "is none and http_addr {http_addr} is not a loopback address: anyone who \
+                     reaches it could produce to any topic and cancel any job. Use auth = \
+                     \"tokens\" (tickler token create), or set allow_anonymous = true on purpose"
+                ),
+            });
+        }
+        if let Some(addr) = &self.metrics_addr {
+            if addr.parse::<SocketAddr>().is_err() {
+                return Err(invalid(
+                    "metrics_addr",
+                    "must be an address like 127.0.0.1:9090",
+                ));
+            }
+        }
+        if self.api_tls_cert.is_some() != self.api_tls_key.is_some() {
+            return Err(invalid(
+                "api_tls_cert/api_tls_key",
+                "must be given together (a PEM certificate chain and its private key)",
+            ));
+        }
+        if self.token_refresh_ms < 100 {
+            return Err(invalid("token_refresh_ms", "must be at least 100"));
+        }
+        if self.api_max_connections == 0 {
+            return Err(invalid("api_max_connections", "must be positive"));
+        }
+        if self.api_header_timeout_ms < 100 || self.api_body_timeout_ms < 100 {
+            return Err(invalid(
+                "api_header_timeout_ms/api_body_timeout_ms",
+                "must be at least 100",
+            ));
+        }
+        let redis_tls = [
+            &self.redis_tls_ca,
+            &self.redis_tls_cert,
+            &self.redis_tls_key,
+        ];
+        if redis_tls.iter().any(|s| s.is_some()) && !self.redis_url.starts_with("rediss://") {
+            return Err(invalid(
+                "redis_tls_ca/redis_tls_cert/redis_tls_key",
+                "need a rediss:// redis_url (TLS)",
+            ));
+        }
+        if self.redis_tls_cert.is_some() != self.redis_tls_key.is_some() {
+            return Err(invalid(
+                "redis_tls_cert/redis_tls_key",
+                "must be given together",
             ));
         }
         if let Some(role) = self.roles.iter().find(|r| !ROLES.contains(&r.as_str())) {
@@ -651,6 +767,61 @@ mod tests {
         assert!(config.topic_reserved("payments").is_some());
         config.topics_allowed = vec!["bad pattern".to_owned()];
         assert!(config.validate().is_err());
+    }
+
+    #[test]
+    fn anonymous_access_stays_on_loopback_unless_allowed_on_purpose() {
+        let mut config = Config {
+            auth: AuthMode::None,
+            http_addr: "0.0.0.0:8080".to_owned(),
+            ..Config::default()
+        };
+        let err = config.validate().unwrap_err().to_string();
+        assert!(
+            err.contains("auth") && err.contains("allow_anonymous"),
+            "{err}"
+        );
+        config.allow_anonymous = true;
+        config.validate().unwrap();
+        config.allow_anonymous = false;
+        config.http_addr = "127.0.0.1:8080".to_owned();
+        config.validate().unwrap();
+        config.http_addr = "[::1]:8080".to_owned();
+        config.validate().unwrap();
+        config.http_addr = "0.0.0.0:8080".to_owned();
+        config.auth = AuthMode::Tokens;
+        config.validate().unwrap();
+        config.roles = vec!["dispatcher".to_owned()];
+        config.auth = AuthMode::None;
+        config.validate().unwrap();
+    }
+
+    #[test]
+    fn tls_settings_come_in_working_sets() {
+        let config = Config {
+            api_tls_cert: Some("cert.pem".to_owned()),
+            ..Config::default()
+        };
+        assert!(config
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("api_tls_key"));
+        let config = Config {
+            redis_tls_ca: Some("ca.pem".to_owned()),
+            ..Config::default()
+        };
+        assert!(config
+            .validate()
+            .unwrap_err()
+            .to_string()
+            .contains("rediss://"));
+        let config = Config {
+            redis_url: "rediss://127.0.0.1:6380".to_owned(),
+            redis_tls_ca: Some("ca.pem".to_owned()),
+            ..Config::default()
+        };
+        config.validate().unwrap();
     }
 
     #[test]

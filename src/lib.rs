@@ -26,6 +26,7 @@
 
 pub mod api;
 pub mod app;
+pub mod auth;
 pub mod bench;
 pub mod config;
 pub mod demo;

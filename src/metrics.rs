@@ -4,7 +4,9 @@
 use std::sync::OnceLock;
 
 use chrono::{DateTime, Utc};
-use metrics::{counter, describe_counter, describe_histogram, histogram, Unit};
+use metrics::{
+    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
+};
 use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
 pub const JOBS_CREATED: &str = "tickler_jobs_created_total";
@@ -29,6 +31,8 @@ pub const DEAD_LETTERS_PRODUCED: &str = "tickler_dead_letters_produced_total";
 pub const JOBS_PURGED: &str = "tickler_jobs_purged_total";
 pub const JOBS_UNKNOWN_TOPIC: &str = "tickler_jobs_unknown_topic_total";
 pub const PRODUCE_REFUSED: &str = "tickler_produce_refused_total";
+pub const API_CONNECTIONS: &str = "tickler_api_connections";
+pub const API_REFUSED: &str = "tickler_api_refused_total";
 
 /// Installs the process-wide recorder once and returns the handle that
 /// renders it. Later calls (several servers in one test process) share it.
@@ -57,6 +61,14 @@ pub fn install() -> PrometheusHandle {
 
 fn describe() {
     describe_counter!(JOBS_CREATED, "Jobs accepted by the API.");
+    describe_gauge!(
+        API_CONNECTIONS,
+        "Connections the API holds open (at most api_max_connections)."
+    );
+    describe_counter!(
+        API_REFUSED,
+        "Requests refused before any work: 401, 403, 429, by code."
+    );
     describe_counter!(
         JOBS_UNKNOWN_TOPIC,
         "Jobs created for a topic the broker does not have (topic_check = warn), or found so by the dispatcher, by topic."
@@ -248,4 +260,17 @@ pub fn jobs_purged(n: u64) {
     if n > 0 {
         counter!(JOBS_PURGED).increment(n);
     }
+}
+
+pub fn api_connection_opened() {
+    gauge!(API_CONNECTIONS).increment(1.0);
+}
+
+pub fn api_connection_closed() {
+    gauge!(API_CONNECTIONS).decrement(1.0);
+}
+
+/// A request refused for who sent it or how often (`code`: the error's).
+pub fn api_refused(code: &'static str) {
+    counter!(API_REFUSED, "code" => code).increment(1);
 }

@@ -219,10 +219,8 @@ async fn health_and_metrics_answer() {
     let env = TestEnv::start().await;
     let (status, health) = env.get("/healthz").await;
     assert_eq!(status, 200);
-    assert_eq!(
-        health,
-        json!({"status": "ok", "mysql": "ok", "redis": "ok"})
-    );
+    // Up or down, nothing more: anyone may ask.
+    assert_eq!(health, json!({"status": "ok"}));
     env.job_create(json!({"payload": 1, "delay_ms": 100_000}))
         .await;
     let (_, text) = env.metrics_text().await;

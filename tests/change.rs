@@ -429,9 +429,10 @@ async fn history_shows_every_change_with_its_actor() {
             )
         })
         .collect();
+    // The API's changes name the token that made them.
     let expected: Vec<(String, String)> = [
-        ("api", "pending"),
-        ("api", "pending"),
+        ("api:test-admin", "pending"),
+        ("api:test-admin", "pending"),
         ("dispatcher", "dispatching"),
         ("dispatcher", "dispatched"),
         ("sql", "pending"),

@@ -272,7 +272,7 @@ async fn a_job_on_a_missing_topic_fails_its_attempts_alone_and_holds_up_no_other
     };
     assert_eq!(
         step(&events[0]),
-        ("api".to_owned(), "pending".to_owned(), 1)
+        ("api:test-admin".to_owned(), "pending".to_owned(), 1)
     );
     assert_eq!(
         step(events.last().unwrap()),

@@ -2,7 +2,7 @@
 //! match on; 5xx bodies never carry internal details.
 
 use axum::extract::rejection::JsonRejection;
-use axum::http::StatusCode;
+use axum::http::{header, HeaderMap, HeaderValue, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
@@ -87,6 +87,18 @@ pub enum ApiError {
         message: String,
         job: Box<JobView>,
     },
+    #[error("{0}")]
+    Unauthorized(String),
+    #[error("{0}")]
+    ForbiddenScope(String),
+    #[error("{0}")]
+    ForbiddenTopic(String),
+    #[error("{0}")]
+    CrossOrigin(String),
+    #[error("{message}; try again in {retry_after_s} s")]
+    RateLimited { retry_after_s: u64, message: String },
+    #[error("the request body did not arrive within {0} ms")]
+    BodyTimeout(u64),
     #[error("the database is unavailable; nothing was written, try again")]
     Unavailable,
     #[error("internal error")]
@@ -116,6 +128,12 @@ impl ApiError {
             ApiError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
             ApiError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ApiError::KeyConflict { .. } | ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
+            ApiError::ForbiddenScope(_)
+            | ApiError::ForbiddenTopic(_)
+            | ApiError::CrossOrigin(_) => StatusCode::FORBIDDEN,
+            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
         }
@@ -152,6 +170,12 @@ impl ApiError {
             ApiError::HeadersTooLarge { .. } => "headers_too_large",
             ApiError::KeyConflict { .. } => "key_conflict",
             ApiError::Conflict { conflict, .. } => conflict.code(),
+            ApiError::Unauthorized(_) => "unauthorized",
+            ApiError::ForbiddenScope(_) => "forbidden_scope",
+            ApiError::ForbiddenTopic(_) => "forbidden_topic",
+            ApiError::CrossOrigin(_) => "cross_origin",
+            ApiError::RateLimited { .. } => "rate_limited",
+            ApiError::BodyTimeout(_) => "body_timeout",
             ApiError::Unavailable => "unavailable",
             ApiError::Internal => "internal",
         }
@@ -209,7 +233,23 @@ impl ApiError {
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
+        if matches!(
+            status,
+            StatusCode::UNAUTHORIZED | StatusCode::FORBIDDEN | StatusCode::TOO_MANY_REQUESTS
+        ) {
+            crate::metrics::api_refused(self.code());
+        }
         let mut body = json!({ "error": self.error_json() });
+        let mut headers = HeaderMap::new();
+        match &self {
+            ApiError::Unauthorized(_) => {
+                headers.insert(header::WWW_AUTHENTICATE, HeaderValue::from_static("Bearer"));
+            }
+            ApiError::RateLimited { retry_after_s, .. } => {
+                headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_s));
+            }
+            _ => {}
+        }
         if let ApiError::Conflict { conflict, job, .. } = self {
             // A cancel's answer says what became of the job in `outcome`
             // whether it applied or not; too late, it also says where the
@@ -227,6 +267,6 @@ impl IntoResponse for ApiError {
             }
             body["job"] = json!(job);
         }
-        (status, Json(body)).into_response()
+        (status, headers, Json(body)).into_response()
     }
 }

@@ -15,8 +15,10 @@ use serde::{Deserialize, Serialize};
 use serde_json::json;
 use serde_json::value::RawValue;
 
+use super::auth::Caller;
 use super::error::Conflict;
 use super::{ApiError, ApiJson, ApiState, JobIdPath};
+use crate::auth::Scope;
 use crate::config::TopicCheck;
 use crate::job::{self, InvalidJob, Job, JobId, NewJob, PayloadKind, Schedule, Status};
 use crate::kafka::TopicState;
@@ -427,14 +429,18 @@ pub(super) async fn topic_preflight(state: &ApiState, topic: &str) -> Result<(),
 /// indexed by the reconciler's overdue probe; nothing is lost.
 pub async fn create(
     State(state): State<ApiState>,
+    caller: Caller,
     ApiJson(body): ApiJson<CreateJob>,
 ) -> Result<impl IntoResponse, ApiError> {
+    caller.require(Scope::Write)?;
     let config = state.config.clone();
     let new_job = body.validate(Limits::of(&state), Utc::now(), |topic| {
         config.policy_for(topic)
     })?;
+    caller.topic(&new_job.topic)?;
     topic_preflight(&state, &new_job.topic).await?;
-    let (job, db_now) = match state.store.job_insert(&new_job).await {
+    caller.jobs_admit(1)?;
+    let (job, db_now) = match caller.store(&state).job_insert(&new_job).await {
         Ok(inserted) => inserted,
         Err(StoreError::DuplicateKey) => {
             let existing = existing_for(&state, &new_job).await?;
@@ -493,8 +499,10 @@ pub struct CreateBatch {
 /// give). Invalid items do not stop the valid ones.
 pub async fn create_batch(
     State(state): State<ApiState>,
+    caller: Caller,
     ApiJson(body): ApiJson<CreateBatch>,
 ) -> Result<impl IntoResponse, ApiError> {
+    caller.require(Scope::Write)?;
     let max = state.config.batch_max;
     if body.jobs.is_empty() || body.jobs.len() > max {
         return Err(ApiError::InvalidRequest(format!(
@@ -510,7 +518,9 @@ pub async fn create_batch(
         .map(|item| {
             let request: CreateJob = serde_json::from_str(item.get())
                 .map_err(|err| ApiError::InvalidRequest(err.to_string()))?;
-            request.validate(limits, now, |topic| state.config.policy_for(topic))
+            let new_job = request.validate(limits, now, |topic| state.config.policy_for(topic))?;
+            caller.topic(&new_job.topic)?;
+            Ok(new_job)
         })
         .collect();
     // Each distinct topic is checked (and warned about) once, however many
@@ -533,7 +543,8 @@ pub async fn create_batch(
     let (rows, db_now) = if valid.is_empty() {
         (Vec::new(), now)
     } else {
-        state.store.job_insert_many(&valid).await?
+        caller.jobs_admit(valid.len())?;
+        caller.store(&state).job_insert_many(&valid).await?
     };
     let created: Vec<&Job> = rows
         .iter()
@@ -575,9 +586,12 @@ pub async fn create_batch(
 /// `GET /v1/jobs/{id}`.
 pub async fn get(
     State(state): State<ApiState>,
+    caller: Caller,
     JobIdPath(id): JobIdPath,
 ) -> Result<Json<JobView>, ApiError> {
+    caller.require(Scope::Read)?;
     let job = state.store.job_get(id).await?;
+    caller.topic(&job.topic)?;
     Ok(Json(JobView::from(job)))
 }
 
@@ -586,11 +600,20 @@ pub async fn get(
 /// `version_conflict` or `not_pending` with the job as it is.
 pub async fn patch(
     State(state): State<ApiState>,
+    caller: Caller,
     JobIdPath(id): JobIdPath,
     ApiJson(body): ApiJson<PatchJob>,
 ) -> Result<Response, ApiError> {
+    caller.require(Scope::Write)?;
     let (version, changes) = body.validate(Limits::of(&state), Utc::now())?;
-    match state.store.job_modify(id, version, &changes).await? {
+    // A job's topic never changes, so the check holds for the write.
+    let job = state.store.job_get(id).await?;
+    caller.topic(&job.topic)?;
+    match caller
+        .store(&state)
+        .job_modify(id, version, &changes)
+        .await?
+    {
         Modified::Applied(job, db_now) => {
             index_follow(&state, &[&job], db_now).await;
             Ok(Json(JobView::from(job)).into_response())
@@ -617,9 +640,13 @@ pub async fn patch(
 /// this instant; GET it again for the final state).
 pub async fn cancel(
     State(state): State<ApiState>,
+    caller: Caller,
     JobIdPath(id): JobIdPath,
 ) -> Result<Response, ApiError> {
-    let job = match state.store.job_cancel(id).await? {
+    caller.require(Scope::Write)?;
+    let job = state.store.job_get(id).await?;
+    caller.topic(&job.topic)?;
+    let job = match caller.store(&state).job_cancel(id).await? {
         Cancelled::Applied(job) => {
             if let Err(err) = state.index.job_remove_many(&[job.id]).await {
                 // Harmless: the dispatcher's CAS refuses a cancelled job.

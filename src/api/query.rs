@@ -8,8 +8,10 @@ use chrono::{DateTime, Utc};
 use serde::Deserialize;
 use serde_json::{json, Value};
 
+use super::auth::Caller;
 use super::jobs::{time_format, JobView};
 use super::{ApiError, ApiState, JobIdPath};
+use crate::auth::Scope;
 use crate::job::{self, JobId, Status};
 use crate::store::JobFilter;
 
@@ -72,8 +74,10 @@ fn cursor_decode(cursor: &str) -> Result<JobId, ApiError> {
 /// rows change: no job is shown twice or skipped.
 pub async fn list(
     State(state): State<ApiState>,
+    caller: Caller,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<Value>, ApiError> {
+    caller.require(Scope::Read)?;
     let Query(query) = query.map_err(|err| ApiError::InvalidRequest(err.body_text()))?;
     let status = query
         .status
@@ -89,6 +93,7 @@ pub async fn list(
     // have is the caller's mistake (and never reaches SQL).
     if let Some(topic) = &query.topic {
         job::topic_validate(topic)?;
+        caller.topic(topic)?;
     }
     if let Some(key) = &query.key {
         job::key_validate(key)?;
@@ -99,6 +104,8 @@ pub async fn list(
         key: query.key,
         run_at_from: time_parse("run_at_from", query.run_at_from)?,
         run_at_to: time_parse("run_at_to", query.run_at_to)?,
+        // A token sees only its own topics' jobs.
+        topic_patterns: caller.0.topics.clone(),
     };
     let limit = query.limit.unwrap_or(LIST_DEFAULT);
     if !(1..=LIST_MAX).contains(&limit) {
@@ -120,8 +127,12 @@ pub async fn list(
 /// `results`, or `sql` for changes made by hand.
 pub async fn history(
     State(state): State<ApiState>,
+    caller: Caller,
     JobIdPath(id): JobIdPath,
 ) -> Result<Json<Value>, ApiError> {
+    caller.require(Scope::Read)?;
+    let job = state.store.job_get(id).await?;
+    caller.topic(&job.topic)?;
     let events = state.store.job_history(id).await?;
     let events: Vec<Value> = events
         .into_iter()

@@ -12,9 +12,11 @@ use chrono::Utc;
 use serde::Deserialize;
 use serde_json::json;
 
+use super::auth::Caller;
 use super::error::Conflict;
 use super::jobs::{index_follow, schedule_parse, JobView, Limits};
 use super::{ApiError, ApiJson, ApiState, JobIdPath};
+use crate::auth::Scope;
 use crate::outcome::{Ignored, ReportBody, ATTEMPTS_MAX};
 use crate::results::CHANNEL_HTTP;
 use crate::store::{Disposition, Redriven};
@@ -26,12 +28,16 @@ use crate::store::{Disposition, Redriven};
 /// is no such job; 400 `invalid_report` for a malformed body.
 pub async fn report(
     State(state): State<ApiState>,
+    caller: Caller,
     JobIdPath(id): JobIdPath,
     ApiJson(body): ApiJson<ReportBody>,
 ) -> Result<Response, ApiError> {
+    caller.require(Scope::Results)?;
     let report = body.check(Some(id)).map_err(ApiError::InvalidReport)?;
-    let settled = state
-        .resolver
+    let job = state.store.job_get(id).await?;
+    caller.topic(&job.topic)?;
+    let settled = caller
+        .resolver(&state)
         .reports_apply(std::slice::from_ref(&report), CHANNEL_HTTP)
         .await?;
     let disposition = settled
@@ -88,9 +94,11 @@ pub struct RedriveJob {
 /// when it is not dead.
 pub async fn redrive(
     State(state): State<ApiState>,
+    caller: Caller,
     JobIdPath(id): JobIdPath,
     body: Result<Bytes, BytesRejection>,
 ) -> Result<Response, ApiError> {
+    caller.require(Scope::Admin)?;
     let body = body?;
     let request: RedriveJob = if body.iter().all(u8::is_ascii_whitespace) {
         RedriveJob::default()
@@ -110,6 +118,7 @@ pub async fn redrive(
         Utc::now(),
     )?;
     let job = state.store.job_get(id).await?;
+    caller.topic(&job.topic)?;
     let attempts = request
         .max_attempts
         .unwrap_or_else(|| state.config.policy_for(&job.topic).max_attempts);
@@ -118,7 +127,11 @@ pub async fn redrive(
             "max_attempts must be between 1 and {ATTEMPTS_MAX}"
         )));
     }
-    match state.store.job_redrive(id, attempts, schedule).await? {
+    match caller
+        .store(&state)
+        .job_redrive(id, attempts, schedule)
+        .await?
+    {
         Redriven::Applied(job, db_now) => {
             index_follow(&state, &[&job], db_now).await;
             tracing::info!(job_id = id, attempt = job.attempt, "job redriven");

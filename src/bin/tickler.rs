@@ -55,6 +55,11 @@ enum Command {
         #[arg(long)]
         clients: Option<usize>,
     },
+    /// Manage API tokens (stored hashed in the api_tokens table).
+    Token {
+        #[command(subcommand)]
+        command: TokenCommand,
+    },
     /// Schedule a few jobs a few seconds ahead through the API of a running
     /// tickler and print them as they arrive on Kafka, with their lateness.
     Demo {
@@ -65,6 +70,34 @@ enum Command {
         #[arg(long, default_value = "tickler.demo")]
         topic: String,
     },
+}
+
+#[derive(Subcommand)]
+enum TokenCommand {
+    /// Make a token and print its secret, once, alone on the last line.
+    Create {
+        /// A name for it, shown in `list` and in the jobs' history as
+        /// `api:NAME` (letters, digits, '.', '_', '-').
+        name: String,
+        /// Topics it may use, as patterns with '*' (e.g. 'orders.*'; '*' for
+        /// all). Repeat or separate with commas.
+        #[arg(long, required = true, value_delimiter = ',')]
+        topics: Vec<String>,
+        /// What it may do: read, write, results, admin (all of these, and
+        /// redrive), metrics. Repeat or separate with commas.
+        #[arg(long = "scope", required = true, value_delimiter = ',')]
+        scopes: Vec<String>,
+        /// Requests per second (default: api_rate_requests; 0: unlimited).
+        #[arg(long)]
+        rate_requests: Option<u32>,
+        /// Jobs created per second (default: api_rate_jobs; 0: unlimited).
+        #[arg(long)]
+        rate_jobs: Option<u32>,
+    },
+    /// Every token, revoked ones too; never a secret.
+    List,
+    /// Revoke a token: refused by every instance within token_refresh_ms.
+    Revoke { name: String },
 }
 
 #[tokio::main]
@@ -124,10 +157,105 @@ async fn main() -> anyhow::Result<()> {
             };
             tickler::bench::run(&config, options).await?;
         }
+        Command::Token { command } => token(&config, command).await?,
         Command::Demo { jobs, topic } => {
             tickler::demo::run(&config, &topic, jobs).await?;
         }
     }
+    Ok(())
+}
+
+async fn token(config: &Config, command: TokenCommand) -> anyhow::Result<()> {
+    use tickler::auth;
+    use tickler::store::{Actor, NewToken, StoreError};
+
+    Store::migrate(&config.mysql_url)
+        .await
+        .context("migrating the database")?;
+    let store = Store::connect_lazy(&config.mysql_url, 1, Actor::Api)?;
+    match command {
+        TokenCommand::Create {
+            name,
+            topics,
+            scopes,
+            rate_requests,
+            rate_jobs,
+        } => {
+            auth::name_validate(&name).map_err(anyhow::Error::msg)?;
+            for pattern in &topics {
+                auth::pattern_validate(pattern).map_err(anyhow::Error::msg)?;
+            }
+            for scope in &scopes {
+                if auth::Scope::parse(scope).is_none() {
+                    anyhow::bail!(
+                        "unknown scope {scope:?}: use read, write, results, admin or metrics"
+                    );
+                }
+            }
+            let secret = auth::secret_generate();
+            let created = store
+                .token_create(&NewToken {
+                    name: &name,
+                    secret_sha256: auth::secret_hash(&secret),
+                    topics: &topics,
+                    scopes: &scopes,
+                    rate_requests,
+                    rate_jobs,
+                })
+                .await;
+            match created {
+                Ok(row) => {
+                    println!(
+                        "token {} created: topics {}, scopes {}",
+                        row.name,
+                        row.topics.join(","),
+                        row.scopes.join(",")
+                    );
+                    println!(
+                        "the secret is shown this once; send it as Authorization: Bearer <secret>"
+                    );
+                    println!("{secret}");
+                }
+                Err(StoreError::DuplicateKey) => {
+                    anyhow::bail!(
+                        "a token called {name:?} exists already (revoked ones keep their name)"
+                    )
+                }
+                Err(err) => return Err(err.into()),
+            }
+        }
+        TokenCommand::List => {
+            println!(
+                "{:<24} {:<24} {:<28} {:>9} {:>9} {:<24} revoked",
+                "name", "created", "scopes", "req/s", "jobs/s", "topics"
+            );
+            let rate = |r: Option<u32>| r.map_or("default".to_owned(), |r| r.to_string());
+            for row in store.token_list().await? {
+                println!(
+                    "{:<24} {:<24} {:<28} {:>9} {:>9} {:<24} {}",
+                    row.name,
+                    row.created_at.format("%Y-%m-%dT%H:%M:%SZ"),
+                    row.scopes.join(","),
+                    rate(row.rate_requests),
+                    rate(row.rate_jobs),
+                    row.topics.join(","),
+                    row.revoked_at.map_or("-".to_owned(), |at| at
+                        .format("%Y-%m-%dT%H:%M:%SZ")
+                        .to_string())
+                );
+            }
+        }
+        TokenCommand::Revoke { name } => {
+            if !store.token_revoke(&name).await? {
+                anyhow::bail!("no token called {name:?}");
+            }
+            println!(
+                "token {name} revoked: refused within {} ms",
+                config.token_refresh_ms
+            );
+        }
+    }
+    store.close().await;
     Ok(())
 }
 

@@ -45,6 +45,14 @@ pub struct Resolver {
 }
 
 impl Resolver {
+    /// This resolver, writing through `store` (the API's, for a caller).
+    pub fn with_store(&self, store: Store) -> Resolver {
+        Resolver {
+            store,
+            ..self.clone()
+        }
+    }
+
     pub fn new(
         store: Store,
         index: Index,

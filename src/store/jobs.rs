@@ -76,6 +76,9 @@ pub struct JobFilter {
     pub key: Option<String>,
     pub run_at_from: Option<DateTime<Utc>>,
     pub run_at_to: Option<DateTime<Utc>>,
+    /// Only topics matching one of these patterns (`*` for any run of
+    /// characters); `None` for every topic.
+    pub topic_patterns: Option<Vec<String>>,
 }
 
 /// One entry of a job's history.
@@ -154,7 +157,7 @@ impl Store {
         version: u32,
         changes: &JobChanges,
     ) -> Result<Modified, StoreError> {
-        let mut conn = self.pool.acquire().await?;
+        let mut conn = self.acquire().await?;
         let mut query = QueryBuilder::<MySql>::new("UPDATE jobs SET version = version + 1");
         match changes.schedule {
             Some(Schedule::At(at)) => {
@@ -201,7 +204,7 @@ impl Store {
     /// what makes an `Applied` answer definitive: the dispatcher's own CAS
     /// can no longer win.
     pub async fn job_cancel(&self, id: JobId) -> Result<Cancelled, StoreError> {
-        let mut conn = self.pool.acquire().await?;
+        let mut conn = self.acquire().await?;
         let applied = sqlx::query(
             "UPDATE jobs SET status = 'cancelled', version = version + 1 \
              WHERE id = ? AND status = 'pending'",
@@ -249,7 +252,7 @@ impl Store {
         // Each row carries token_base | item index, so the rows can be read
         // back and matched to their items (MySQL has no RETURNING).
         let token_base: u64 = rand::random::<u64>() & !0xFFFF;
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let mut insert = QueryBuilder::<MySql>::new(
             "INSERT INTO jobs (topic, job_key, payload, payload_kind, headers, schedule_time, \
              max_attempts, expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
@@ -340,6 +343,16 @@ impl Store {
             query
                 .push(" AND schedule_time < ")
                 .push_bind(to.naive_utc());
+        }
+        if let Some(patterns) = &filter.topic_patterns {
+            query.push(" AND (FALSE");
+            for pattern in patterns {
+                query
+                    .push(" OR topic LIKE ")
+                    .push_bind(crate::auth::pattern_to_like(pattern))
+                    .push(" ESCAPE '!'");
+            }
+            query.push(")");
         }
         query.push(" ORDER BY id LIMIT ").push_bind(limit);
         let rows = query.build().fetch_all(&self.pool).await?;
@@ -441,7 +454,7 @@ impl Store {
             Schedule::At(at) => (Some(at.naive_utc()), None),
             Schedule::After { delay_ms } => (None, Some(delay_ms.saturating_mul(1000))),
         };
-        let mut conn = self.pool.acquire().await?;
+        let mut conn = self.acquire().await?;
         sqlx::query(
             "INSERT INTO jobs (topic, job_key, payload, payload_kind, headers, schedule_time, \
              max_attempts, expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms) \

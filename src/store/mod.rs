@@ -10,19 +10,23 @@ mod jobs;
 mod migrate;
 mod results;
 pub mod support;
+mod tokens;
 
 use std::str::FromStr;
+use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
-use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions};
-use sqlx::{ConnectOptions, Connection, Executor};
+use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions};
+use sqlx::pool::PoolConnection;
+use sqlx::{ConnectOptions, Connection, Executor, MySql, Transaction};
 
 pub use jobs::{
     BatchRow, Cancelled, ClaimOutcome, Dispatched, JobChanges, JobEvent, JobFilter, Marked,
     Modified, WindowEntry,
 };
 pub use results::{DeadLetter, Disposition, Redriven, Settled};
+pub use tokens::{NewToken, TokenRow};
 
 /// Store failures a caller can act on.
 #[derive(Debug, thiserror::Error)]
@@ -116,6 +120,10 @@ impl Actor {
 #[derive(Clone, Debug)]
 pub struct Store {
     pool: MySqlPool,
+    /// The history's actor, set on the connection before each write, for
+    /// a pool whose writers differ from call to call (the API's: one per
+    /// token). `None`: the pool's own actor, set once per connection.
+    actor: Option<Arc<str>>,
 }
 
 impl Store {
@@ -142,7 +150,36 @@ impl Store {
                 })
             })
             .connect_lazy_with(options);
-        Ok(Store { pool })
+        // The API's writes are made for a caller; the rest for the pool.
+        let actor = (actor == Actor::Api).then(|| Arc::from(actor.as_str()));
+        Ok(Store { pool, actor })
+    }
+
+    /// This handle, writing as `actor` (e.g. `api:billing-svc`) in the jobs'
+    /// history. Only for the API's store, whose writes set their actor.
+    pub fn with_actor(&self, actor: &str) -> Store {
+        Store {
+            pool: self.pool.clone(),
+            actor: self.actor.as_ref().map(|_| Arc::from(actor)),
+        }
+    }
+
+    /// A connection for a write, told who writes.
+    async fn acquire(&self) -> Result<PoolConnection<MySql>, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        if let Some(actor) = &self.actor {
+            actor_set(&mut conn, actor).await?;
+        }
+        Ok(conn)
+    }
+
+    /// A transaction for a write, told who writes.
+    async fn begin(&self) -> Result<Transaction<'static, MySql>, StoreError> {
+        let mut tx = self.pool.begin().await?;
+        if let Some(actor) = &self.actor {
+            actor_set(&mut tx, actor).await?;
+        }
+        Ok(tx)
     }
 
     /// Applies every migration in `migrations/` not yet applied; returns the
@@ -179,6 +216,14 @@ impl Store {
     pub async fn close(&self) {
         self.pool.close().await;
     }
+}
+
+async fn actor_set(conn: &mut MySqlConnection, actor: &str) -> Result<(), StoreError> {
+    sqlx::query("SET @tickler_actor = ?")
+        .bind(actor)
+        .execute(conn)
+        .await?;
+    Ok(())
 }
 
 fn connect_options(url: &str) -> Result<MySqlConnectOptions, StoreError> {

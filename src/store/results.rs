@@ -98,7 +98,7 @@ impl Store {
         dead_letter: &(dyn Fn(&str) -> bool + Sync),
     ) -> Result<Settled, StoreError> {
         let ids: Vec<JobId> = reports.iter().map(|r| r.job_id).collect();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let mut locked = lock(&mut tx, &ids).await?;
         let mut changes: Vec<Change> = Vec::new();
         let dispositions = {
@@ -137,7 +137,7 @@ impl Store {
         if ids.is_empty() {
             return Ok(Settled::default());
         }
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let mut locked = lock(&mut tx, &ids).await?;
         let mut changes = Vec::new();
         {
@@ -176,7 +176,7 @@ impl Store {
             return Ok(Settled::default());
         }
         let ids: Vec<JobId> = refused.iter().map(|(id, _)| *id).collect();
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let mut locked = lock(&mut tx, &ids).await?;
         let mut changes = Vec::new();
         {
@@ -209,7 +209,7 @@ impl Store {
             Some(Schedule::After { delay_ms }) => (None, delay_ms.saturating_mul(1000)),
             None => (None, 0),
         };
-        let mut conn = self.pool.acquire().await?;
+        let mut conn = self.acquire().await?;
         // max_attempts is assigned before attempt, from the old attempt, so
         // the result is the same whether the server evaluates assignments
         // left to right (MySQL, MariaDB) or all at once.
@@ -272,7 +272,7 @@ impl Store {
         if ids.is_empty() {
             return Ok(0);
         }
-        let mut tx = self.pool.begin().await?;
+        let mut tx = self.begin().await?;
         let mut delete = QueryBuilder::<MySql>::new("DELETE FROM jobs WHERE id IN ");
         push_id_list(&mut delete, &ids);
         delete

@@ -108,6 +108,7 @@ impl World {
         let consumer = consumer_from_beginning(&services.brokers, &topic);
         tokio::spawn(record(consumer, seen.clone(), stop.clone()));
 
+        let secret = super::token_create(&mysql_url, "chronos", &["*"], &["admin"]).await;
         let http_addr = format!("127.0.0.1:{}", free_port());
         let results_topic = unique("tickler-results-");
         let mut env = fast_settings();
@@ -141,7 +142,7 @@ impl World {
             results_topic,
             http_addr,
             tickler,
-            http: reqwest::Client::new(),
+            http: super::http_with_token(&secret),
             seen,
             stop,
             finished: false,

@@ -85,6 +85,53 @@ pub fn test_config(mysql_url: &str, prefix: &str) -> Config {
     }
 }
 
+/// Makes a token in the database at `mysql_url` (no rate limits, so tests
+/// are not throttled unless they ask); returns its secret.
+pub async fn token_create(mysql_url: &str, name: &str, topics: &[&str], scopes: &[&str]) -> String {
+    token_create_limited(mysql_url, name, topics, scopes, Some(0), Some(0)).await
+}
+
+/// `token_create` with rate limits (`None`: the configured defaults).
+pub async fn token_create_limited(
+    mysql_url: &str,
+    name: &str,
+    topics: &[&str],
+    scopes: &[&str],
+    rate_requests: Option<u32>,
+    rate_jobs: Option<u32>,
+) -> String {
+    let store = Store::connect_lazy(mysql_url, 1, tickler::store::Actor::Api).unwrap();
+    let secret = tickler::auth::secret_generate();
+    let owned = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
+    store
+        .token_create(&tickler::store::NewToken {
+            name,
+            secret_sha256: tickler::auth::secret_hash(&secret),
+            topics: &owned(topics),
+            scopes: &owned(scopes),
+            rate_requests,
+            rate_jobs,
+        })
+        .await
+        .expect("token created");
+    store.close().await;
+    secret
+}
+
+/// An HTTP client that sends `Authorization: Bearer <secret>` on every
+/// request.
+pub fn http_with_token(secret: &str) -> reqwest::Client {
+    let mut headers = reqwest::header::HeaderMap::new();
+    headers.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {secret}").parse().expect("a header value"),
+    );
+    reqwest::Client::builder()
+        .default_headers(headers)
+        .build()
+        .expect("an HTTP client")
+}
+
 /// One test's world: database, prefix, topic, and a running tickler.
 pub struct TestEnv {
     pub config: Config,
@@ -95,7 +142,11 @@ pub struct TestEnv {
     pub index: Index,
     pub topic: String,
     pub base_url: String,
+    /// Sends the secret of `admin_secret` on every request.
     pub http: reqwest::Client,
+    /// A token with every scope on every topic, made before tickler
+    /// started (`auth = tokens`, the default).
+    pub admin_secret: String,
     running: Option<Running>,
 }
 
@@ -115,6 +166,7 @@ impl TestEnv {
         kafka::topic_ensure(&config.kafka_brokers, &topic, 2)
             .await
             .expect("kafka is running (scripts/services)");
+        let admin_secret = token_create(&url, "test-admin", &["*"], &["admin"]).await;
         let running = app::start(config.clone(), CancellationToken::new())
             .await
             .expect("tickler starts");
@@ -130,7 +182,8 @@ impl TestEnv {
             db_name,
             topic,
             base_url,
-            http: reqwest::Client::new(),
+            http: http_with_token(&admin_secret),
+            admin_secret,
             running: Some(running),
         }
     }
@@ -147,14 +200,26 @@ impl TestEnv {
     /// Sends `body` (JSON text, sent as is) with `method` to `path`;
     /// returns the status and the parsed answer (Null when not JSON).
     pub async fn request(&self, method: &str, path: &str, body: Option<String>) -> (u16, Value) {
+        self.request_with(&self.http, method, path, body).await
+    }
+
+    /// `request` through `http` (another token's client, or none). A POST
+    /// or PATCH says `application/json`, with a body or without.
+    pub async fn request_with(
+        &self,
+        http: &reqwest::Client,
+        method: &str,
+        path: &str,
+        body: Option<String>,
+    ) -> (u16, Value) {
         let method = reqwest::Method::from_bytes(method.as_bytes()).expect("an HTTP method");
-        let mut request = self
-            .http
-            .request(method, format!("{}{path}", self.base_url));
+        let writes = matches!(method, reqwest::Method::POST | reqwest::Method::PATCH);
+        let mut request = http.request(method, format!("{}{path}", self.base_url));
+        if body.is_some() || writes {
+            request = request.header("content-type", "application/json");
+        }
         if let Some(body) = body {
-            request = request
-                .header("content-type", "application/json")
-                .body(body);
+            request = request.body(body);
         }
         let response = request.send().await.expect("the server answers");
         let status = response.status().as_u16();
