@@ -16,15 +16,15 @@ use crate::api::{self, ApiState, ServeLimits};
 use crate::auth::{Principal, TokenCache};
 use crate::config::{AuthMode, Config};
 use crate::dispatcher::{DispatchError, Dispatcher, DispatcherConfig};
-use crate::index::{Index, IndexError};
-use crate::kafka::Topics;
+use crate::index::{self, Index, IndexError};
+use crate::kafka::{self, Topics};
 use crate::loader::{Loader, LoaderConfig};
 use crate::metrics;
 use crate::reconciler::{Reconciler, ReconcilerConfig};
 use crate::results::{
     DeadLetterConfig, DeadLetterProducer, Resolver, ResultsConsumer, ResultsConsumerConfig,
 };
-use crate::store::{Actor, Store, StoreError};
+use crate::store::{self, Actor, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -41,6 +41,12 @@ pub enum StartError {
     },
     #[error("https: {0}")]
     Tls(#[from] api::TlsError),
+    /// A store refused the connection's TLS or credentials, or a TLS
+    /// setting cannot be read: never a fallback to plaintext.
+    #[error("{0}")]
+    StoreTls(String),
+    #[error("kafka: {0}")]
+    KafkaTls(#[from] kafka::ProbeError),
 }
 
 /// A started tickler. Dropping it does not stop it: call `shutdown`.
@@ -87,12 +93,26 @@ async fn listen(addr: &str) -> Result<(TcpListener, SocketAddr), StartError> {
 /// every role is running; they stop when `cancel` fires.
 pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running, StartError> {
     let config = Arc::new(config);
+    // One TLS implementation for every client that uses rustls (MySQL,
+    // Redis, the HTTPS API); librdkafka brings OpenSSL for Kafka. Fails
+    // only when already installed, which is as good.
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    // A TLS or credentials failure stops start-up, naming the setting and
+    // the host; a store that is merely down does not.
+    store::tls_probe(&config.mysql_url)
+        .await
+        .map_err(StartError::StoreTls)?;
+    let redis_client = index::client_open(&config).map_err(StartError::StoreTls)?;
+    index::tls_probe(&redis_client, &config.redis_url)
+        .await
+        .map_err(StartError::StoreTls)?;
+    kafka::probe(&config.kafka_brokers, &config.kafka_options).await?;
     // One pool per actor, so the jobs' history says who changed what.
     let store = Store::connect_lazy(&config.mysql_url, config.mysql_pool_size, Actor::Api)?;
     let dispatcher_store = Store::connect_lazy(&config.mysql_url, 4, Actor::Dispatcher)?;
     let reconciler_store = Store::connect_lazy(&config.mysql_url, 2, Actor::Reconciler)?;
     let results_store = Store::connect_lazy(&config.mysql_url, 2, Actor::Results)?;
-    let index = Index::connect(&config.redis_url, &config.redis_prefix, config.shards).await?;
+    let index = Index::connect_with(redis_client, &config.redis_prefix, config.shards)?;
     let wake = Arc::new(Notify::new());
     let dead_letters = Arc::new(Notify::new());
     let resolver_for = |store: &Store| {

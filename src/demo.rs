@@ -17,7 +17,7 @@ use crate::kafka;
 use crate::kafka::support::header;
 
 pub async fn run(config: &Config, topic: &str, jobs: u32) -> anyhow::Result<()> {
-    kafka::topic_ensure(&config.kafka_brokers, topic, 1)
+    kafka::topic_ensure_with(&config.kafka_brokers, &config.kafka_options, topic, 1)
         .await
         .with_context(|| format!("creating topic {topic}"))?;
     let consumer = kafka::support::consumer_assigned(&config.kafka_brokers, topic, Offset::End)?;

@@ -15,6 +15,7 @@ use chrono::{DateTime, Utc};
 use redis::aio::{ConnectionManager, ConnectionManagerConfig};
 use redis::{AsyncCommands, Script};
 
+use crate::config::Config;
 use crate::job::{shard_of, JobId};
 
 pub mod support;
@@ -84,7 +85,15 @@ pub fn ms_of(at: DateTime<Utc>) -> i64 {
 
 impl Index {
     pub async fn connect(url: &str, prefix: &str, shards: u32) -> Result<Index, IndexError> {
-        let client = redis::Client::open(url)?;
+        Index::connect_with(redis::Client::open(url)?, prefix, shards)
+    }
+
+    /// The index through `client` (see [`client_open`]).
+    pub fn connect_with(
+        client: redis::Client,
+        prefix: &str,
+        shards: u32,
+    ) -> Result<Index, IndexError> {
         // Short timeouts: a caller blocked on a dead Redis would rather carry
         // on (MySQL has the job) than wait.
         let config = ConnectionManagerConfig::new()
@@ -287,5 +296,87 @@ impl Index {
             groups.entry(self.shard_of(id)).or_default().push((id, ms));
         }
         groups
+    }
+}
+
+/// The Redis client the settings ask for: `redis_url`, and for
+/// `rediss://` the CA (`redis_tls_ca`; the system's roots otherwise) and
+/// the client certificate and key (`redis_tls_cert`, `redis_tls_key`).
+pub fn client_open(config: &Config) -> Result<redis::Client, String> {
+    let url = config.redis_url.as_str();
+    let tls_files = [
+        &config.redis_tls_ca,
+        &config.redis_tls_cert,
+        &config.redis_tls_key,
+    ];
+    if tls_files.iter().all(|file| file.is_none()) {
+        return redis::Client::open(url).map_err(|err| format!("redis_url: {err}"));
+    }
+    let read = |setting: &str, path: &str| {
+        std::fs::read(path).map_err(|err| format!("{setting} ({path}): {err}"))
+    };
+    let root_cert = match &config.redis_tls_ca {
+        Some(path) => Some(read("redis_tls_ca", path)?),
+        None => None,
+    };
+    let client_tls = match (&config.redis_tls_cert, &config.redis_tls_key) {
+        (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
+            client_cert: read("redis_tls_cert", cert)?,
+            client_key: read("redis_tls_key", key)?,
+        }),
+        _ => None,
+    };
+    redis::Client::build_with_tls(
+        url,
+        redis::TlsCertificates {
+            client_tls,
+            root_cert,
+        },
+    )
+    .map_err(|err| format!("redis_url with redis_tls_*: {err}"))
+}
+
+/// Connects once, at start-up, to tell a TLS failure (wrong CA, expired
+/// or mismatched certificate) from a Redis that is merely down: the first
+/// stops start-up, naming the settings and the host; the second does not
+/// (jobs are kept in MySQL until Redis is back).
+pub async fn tls_probe(client: &redis::Client, url: &str) -> Result<(), String> {
+    if !url.starts_with("rediss://") {
+        return Ok(());
+    }
+    let target = url_redacted(url);
+    let connected = tokio::time::timeout(
+        Duration::from_secs(5),
+        client.get_multiplexed_async_connection(),
+    )
+    .await;
+    match connected {
+        Ok(Ok(_)) => Ok(()),
+        Ok(Err(err)) if is_tls_failure(&err.to_string()) => Err(format!(
+            "redis_url: TLS to {target} failed: {err} (check redis_tls_ca, redis_tls_cert and redis_tls_key)"
+        )),
+        Ok(Err(err)) => {
+            tracing::warn!(%target, error = %err, "redis does not answer yet; starting all the same");
+            Ok(())
+        }
+        Err(_) => {
+            tracing::warn!(%target, "redis did not answer within 5 s; starting all the same");
+            Ok(())
+        }
+    }
+}
+
+fn is_tls_failure(message: &str) -> bool {
+    let message = message.to_ascii_lowercase();
+    ["certificate", "tls", "ssl", "handshake", "unknownissuer"]
+        .iter()
+        .any(|word| message.contains(word))
+}
+
+/// `url` without its password, for messages.
+pub fn url_redacted(url: &str) -> String {
+    match (url.split_once("://"), url.rsplit_once('@')) {
+        (Some((scheme, _)), Some((_, host))) => format!("{scheme}://{host}"),
+        _ => url.to_owned(),
     }
 }

@@ -48,7 +48,22 @@ pub fn producer_create(
 /// Creates `topic` with `partitions` partitions unless it exists already.
 /// Brokers such as tansu do not create topics on first use.
 pub async fn topic_ensure(brokers: &str, topic: &str, partitions: i32) -> Result<(), KafkaError> {
-    let admin: AdminClient<DefaultClientContext> = client_config(brokers).create()?;
+    topic_ensure_with(brokers, &BTreeMap::new(), topic, partitions).await
+}
+
+/// `topic_ensure` through a client with `options` (`kafka_options`: TLS,
+/// SASL...).
+pub async fn topic_ensure_with(
+    brokers: &str,
+    options: &BTreeMap<String, String>,
+    topic: &str,
+    partitions: i32,
+) -> Result<(), KafkaError> {
+    let mut config = client_config(brokers);
+    for (key, value) in options {
+        config.set(key, value);
+    }
+    let admin: AdminClient<DefaultClientContext> = config.create()?;
     let new_topic = NewTopic::new(topic, partitions, TopicReplication::Fixed(1));
     let options = AdminOptions::new().operation_timeout(Some(Duration::from_secs(10)));
     let results = admin.create_topics([&new_topic], &options).await?;
@@ -57,6 +72,81 @@ pub async fn topic_ensure(brokers: &str, topic: &str, partitions: i32) -> Result
             Ok(_) | Err((_, RDKafkaErrorCode::TopicAlreadyExists)) => {}
             Err((_, code)) => return Err(KafkaError::AdminOp(code)),
         }
+    }
+    Ok(())
+}
+
+/// The broker refused tickler's credentials or certificates: start-up
+/// stops, naming what to check.
+#[derive(Debug, thiserror::Error)]
+#[error("cannot connect to {brokers}: {reason} (check kafka_options: security.protocol, ssl.ca.location, ssl.certificate.location, ssl.key.location, sasl.*)")]
+pub struct ProbeError {
+    pub brokers: String,
+    pub reason: String,
+}
+
+/// Remembers what librdkafka reports of its connections.
+#[derive(Default)]
+struct ProbeContext {
+    errors: std::sync::Mutex<Vec<String>>,
+}
+
+impl rdkafka::ClientContext for ProbeContext {
+    fn error(&self, error: KafkaError, reason: &str) {
+        if let Ok(mut errors) = self.errors.lock() {
+            errors.push(format!("{error}: {reason}"));
+        }
+    }
+}
+
+impl rdkafka::producer::ProducerContext for ProbeContext {
+    type DeliveryOpaque = ();
+
+    fn delivery(&self, _: &rdkafka::producer::DeliveryResult<'_>, _: ()) {}
+}
+
+/// Asks the brokers for metadata once, through a client with `options`.
+/// A TLS or authentication failure is an error; a broker that does not
+/// answer only a warning — tickler starts, and keeps jobs, without Kafka.
+pub async fn probe(brokers: &str, options: &BTreeMap<String, String>) -> Result<(), ProbeError> {
+    let mut config = client_config(brokers);
+    for (key, value) in options {
+        config.set(key, value);
+    }
+    let failed = |reason: String| ProbeError {
+        brokers: brokers.to_owned(),
+        reason,
+    };
+    let client: rdkafka::producer::BaseProducer<ProbeContext> = config
+        .create_with_context(ProbeContext::default())
+        .map_err(|err| failed(err.to_string()))?;
+    let fetched = tokio::task::spawn_blocking(move || {
+        let fetched = client.client().fetch_metadata(None, Duration::from_secs(5));
+        // Serves the queued error callbacks into the context.
+        client.poll(Duration::from_millis(200));
+        let errors = client
+            .context()
+            .errors
+            .lock()
+            .map(|e| e.clone())
+            .unwrap_or_default();
+        (fetched.map(|_| ()), errors)
+    })
+    .await;
+    let Ok((fetched, errors)) = fetched else {
+        return Ok(());
+    };
+    if let Err(err) = fetched {
+        let refused = errors.iter().find(|e| {
+            let e = e.to_ascii_lowercase();
+            ["ssl", "tls", "certificate", "sasl", "authenticat"]
+                .iter()
+                .any(|word| e.contains(word))
+        });
+        if let Some(reason) = refused {
+            return Err(failed(reason.clone()));
+        }
+        tracing::warn!(brokers, error = %err, "kafka does not answer yet; starting all the same");
     }
     Ok(())
 }

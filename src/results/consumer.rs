@@ -114,8 +114,9 @@ impl ResultsConsumer {
     /// be created is logged and subscribed to all the same. Fails on
     /// settings librdkafka refuses.
     pub async fn subscribe(&self) -> Result<(), KafkaError> {
-        if let Err(err) = kafka::topic_ensure(
+        if let Err(err) = kafka::topic_ensure_with(
             &self.config.brokers,
+            &self.config.kafka_options,
             &self.config.topic,
             self.config.partitions,
         )

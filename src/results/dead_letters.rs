@@ -102,7 +102,10 @@ impl DeadLetterProducer {
         topics.sort_unstable();
         topics.dedup();
         for topic in topics {
-            if let Err(err) = kafka::topic_ensure(&settings.kafka_brokers, topic, 1).await {
+            if let Err(err) =
+                kafka::topic_ensure_with(&settings.kafka_brokers, &settings.kafka_options, topic, 1)
+                    .await
+            {
                 tracing::warn!(topic, error = %err, "cannot create the dead-letter topic");
             }
         }

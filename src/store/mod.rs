@@ -17,7 +17,9 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
-use sqlx::mysql::{MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions};
+use sqlx::mysql::{
+    MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions, MySqlSslMode,
+};
 use sqlx::pool::PoolConnection;
 use sqlx::{ConnectOptions, Connection, Executor, MySql, Transaction};
 
@@ -226,8 +228,75 @@ async fn actor_set(conn: &mut MySqlConnection, actor: &str) -> Result<(), StoreE
     Ok(())
 }
 
+/// Connects once, at start-up, to tell a TLS failure (a wrong CA, an
+/// expired or mismatched certificate, a server without TLS where the URL
+/// asks for it) from a database that is merely down: the first stops
+/// start-up with a message naming the setting and the host; the second
+/// does not (the API answers 503 until MySQL is back).
+pub async fn tls_probe(url: &str) -> Result<(), String> {
+    let options = connect_options(url).map_err(|err| err.to_string())?;
+    let target = format!("{}:{}", options.get_host(), options.get_port());
+    match tokio::time::timeout(Duration::from_secs(10), options.connect()).await {
+        Ok(Ok(conn)) => {
+            let _ = conn.close().await;
+            Ok(())
+        }
+        Ok(Err(err)) if is_tls_failure(&err) => Err(format!(
+            "mysql_url: TLS to {target} failed: {err} (check ssl-mode, ssl-ca, ssl-cert and ssl-key in mysql_url)"
+        )),
+        Ok(Err(err)) => {
+            tracing::warn!(%target, error = %err, "mysql does not answer yet; starting all the same");
+            Ok(())
+        }
+        Err(_) => {
+            tracing::warn!(%target, "mysql did not answer within 10 s; starting all the same");
+            Ok(())
+        }
+    }
+}
+
+/// A handshake the driver or rustls refused (an untrusted or mismatched
+/// certificate arrives as an I/O error carrying rustls's).
+fn is_tls_failure(err: &sqlx::Error) -> bool {
+    match err {
+        sqlx::Error::Tls(_) => true,
+        sqlx::Error::Io(io) => io
+            .get_ref()
+            .is_some_and(|inner| inner.is::<rustls::Error>()),
+        _ => false,
+    }
+}
+
+/// Whether the URL's query sets `ssl-mode` (or `sslmode`).
+fn url_names_ssl_mode(url: &str) -> bool {
+    url.split_once('?').is_some_and(|(_, query)| {
+        query.split('&').any(|pair| {
+            let key = pair.split('=').next().unwrap_or_default();
+            key.eq_ignore_ascii_case("ssl-mode") || key.eq_ignore_ascii_case("sslmode")
+        })
+    })
+}
+
+/// Loopback addresses, `localhost` and Unix sockets: traffic that never
+/// leaves the machine.
+fn host_is_local(host: &str) -> bool {
+    host.eq_ignore_ascii_case("localhost")
+        || host.starts_with('/')
+        || host
+            .trim_start_matches('[')
+            .trim_end_matches(']')
+            .parse::<std::net::IpAddr>()
+            .is_ok_and(|ip| ip.is_loopback())
+}
+
 fn connect_options(url: &str) -> Result<MySqlConnectOptions, StoreError> {
-    let options = MySqlConnectOptions::from_str(url).map_err(StoreError::Query)?;
+    let mut options = MySqlConnectOptions::from_str(url).map_err(StoreError::Query)?;
+    // Beyond this machine, TLS with a verified certificate and host name,
+    // unless the URL says otherwise (`?ssl-mode=disabled` on purpose). On
+    // loopback, the driver's default: TLS if the server offers it.
+    if !url_names_ssl_mode(url) && !host_is_local(options.get_host()) {
+        options = options.ssl_mode(MySqlSslMode::VerifyIdentity);
+    }
     // Every DATETIME tickler reads or writes is UTC, whatever the server's
     // default time zone; CURRENT_TIMESTAMP defaults follow the session zone.
     Ok(options
@@ -239,6 +308,26 @@ fn connect_options(url: &str) -> Result<MySqlConnectOptions, StoreError> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn beyond_loopback_the_certificate_is_verified_unless_the_url_says_otherwise() {
+        assert!(url_names_ssl_mode("mysql://u:p@db/x?ssl-mode=disabled"));
+        assert!(url_names_ssl_mode("mysql://u:p@db/x?a=1&sslmode=REQUIRED"));
+        assert!(!url_names_ssl_mode("mysql://u:p@db/x?ssl-ca=/ca.pem"));
+        assert!(!url_names_ssl_mode("mysql://u:p@db/x"));
+        for host in [
+            "127.0.0.1",
+            "localhost",
+            "::1",
+            "[::1]",
+            "/run/mysqld/mysqld.sock",
+        ] {
+            assert!(host_is_local(host), "{host}");
+        }
+        for host in ["db.internal", "10.0.0.5", "0.0.0.0"] {
+            assert!(!host_is_local(host), "{host}");
+        }
+    }
 
     fn contention() -> StoreError {
         StoreError::Contention(sqlx::Error::Protocol("deadlock".to_owned()))

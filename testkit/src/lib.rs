@@ -6,6 +6,7 @@
 
 pub mod chronos;
 pub mod procs;
+pub mod tls;
 
 use std::future::Future;
 use std::time::Duration;
@@ -163,7 +164,7 @@ impl TestEnv {
         let mut config = test_config(&url, &prefix);
         adjust(&mut config);
         let topic = unique("tickler-test-");
-        kafka::topic_ensure(&config.kafka_brokers, &topic, 2)
+        kafka::topic_ensure_with(&config.kafka_brokers, &config.kafka_options, &topic, 2)
             .await
             .expect("kafka is running (scripts/services)");
         let admin_secret = token_create(&url, "test-admin", &["*"], &["admin"]).await;

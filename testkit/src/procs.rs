@@ -196,6 +196,45 @@ impl PrivateRedis {
         format!("redis://127.0.0.1:{}/0", self.port)
     }
 
+    /// A Redis that speaks only TLS (`tls-port`, no plain port) with
+    /// `certs`' server certificate; clients need not present one.
+    pub async fn start_tls(certs: &super::tls::TestCerts) -> PrivateRedis {
+        let port = free_port();
+        let dir = scratch_dir();
+        let args: Vec<String> = [
+            "--port",
+            "0",
+            "--tls-port",
+            &port.to_string(),
+            "--tls-cert-file",
+            &super::tls::path(&certs.server_cert),
+            "--tls-key-file",
+            &super::tls::path(&certs.server_key),
+            "--tls-ca-cert-file",
+            &super::tls::path(&certs.ca),
+            "--tls-auth-clients",
+            "no",
+            "--bind",
+            "127.0.0.1",
+            "--save",
+            "",
+            "--appendonly",
+            "no",
+            "--dir",
+            dir.to_str().unwrap(),
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        let proc = Proc::spawn("redis", "redis-server", &args, &[], dir.join("redis.log"));
+        port_wait(port, Duration::from_secs(10)).await;
+        PrivateRedis { proc, port }
+    }
+
+    pub fn tls_url(&self) -> String {
+        format!("rediss://127.0.0.1:{}/0", self.port)
+    }
+
     pub async fn restart(&mut self) {
         self.proc.kill9();
         self.proc.start();
@@ -217,6 +256,23 @@ impl PrivateMariadb {
 
     /// Starts the server with extra environment (e.g. libfaketime).
     pub async fn start_with_env(env: &[(String, String)]) -> PrivateMariadb {
+        PrivateMariadb::start_with(env, &[]).await
+    }
+
+    /// A server that takes only TLS connections (`require_secure_transport`)
+    /// with `certs`' server certificate.
+    pub async fn start_tls(certs: &super::tls::TestCerts) -> PrivateMariadb {
+        let args = [
+            format!("--ssl-cert={}", certs.server_cert.display()),
+            format!("--ssl-key={}", certs.server_key.display()),
+            format!("--ssl-ca={}", certs.ca.display()),
+            "--require-secure-transport=ON".to_owned(),
+        ];
+        PrivateMariadb::start_with(&[], &args).await
+    }
+
+    /// Starts the server with extra environment and arguments.
+    pub async fn start_with(env: &[(String, String)], extra: &[String]) -> PrivateMariadb {
         let port = free_port();
         let dir = scratch_dir();
         let data = dir.join("data");
@@ -262,6 +318,7 @@ impl PrivateMariadb {
             "--innodb-buffer-pool-size=64M".into(),
             "--max-connections=500".into(),
         ];
+        let args: Vec<String> = args.into_iter().chain(extra.iter().cloned()).collect();
         let proc = Proc::spawn("mariadb", "mariadbd", &args, env, dir.join("mariadb.log"));
         port_wait(port, Duration::from_secs(30)).await;
         PrivateMariadb { proc, port }
@@ -312,6 +369,48 @@ impl PrivateTansu {
 
     pub fn brokers(&self) -> String {
         format!("127.0.0.1:{}", self.port)
+    }
+
+    /// A broker reached only through TLS: tansu (whose own TLS is not wired
+    /// up in 0.6.0) behind a TLS terminator (socat) with `certs`' server
+    /// certificate, and advertising the terminator's address, so every
+    /// connection a client makes to it is TLS. `brokers()` is the
+    /// terminator's address; the `Proc` of the terminator comes second.
+    pub async fn start_behind_tls(certs: &super::tls::TestCerts) -> (PrivateTansu, Proc) {
+        let inner = free_port();
+        let port = free_port();
+        let dir = scratch_dir();
+        let advertised = format!("tcp://127.0.0.1:{port}");
+        let args: Vec<String> = vec![
+            "broker".into(),
+            "--listener-url".into(),
+            format!("tcp://127.0.0.1:{inner}"),
+            "--advertised-listener-url".into(),
+            advertised,
+            "--storage-engine".into(),
+            "memory://tansu/".into(),
+        ];
+        let tansu = std::env::var("HOME")
+            .map(|home| format!("{home}/.cargo/bin/tansu"))
+            .ok()
+            .filter(|path| std::path::Path::new(path).exists())
+            .unwrap_or_else(|| "tansu".to_owned());
+        let proc = Proc::spawn("tansu", &tansu, &args, &[], dir.join("tansu.log"));
+        port_wait(inner, Duration::from_secs(20)).await;
+        let listen = format!(
+            "OPENSSL-LISTEN:{port},bind=127.0.0.1,reuseaddr,fork,cert={},key={},verify=0",
+            certs.server_cert.display(),
+            certs.server_key.display()
+        );
+        let socat = Proc::spawn(
+            "socat",
+            "socat",
+            &[listen, format!("TCP:127.0.0.1:{inner}")],
+            &[],
+            dir.join("socat.log"),
+        );
+        port_wait(port, Duration::from_secs(10)).await;
+        (PrivateTansu { proc, port }, socat)
     }
 
     pub async fn restart(&mut self) {
