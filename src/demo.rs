@@ -16,14 +16,30 @@ use crate::job::{HEADER_JOB_ID, HEADER_SCHEDULED_AT};
 use crate::kafka;
 use crate::kafka::support::header;
 
-pub async fn run(config: &Config, topic: &str, jobs: u32) -> anyhow::Result<()> {
+pub async fn run(
+    config: &Config,
+    topic: &str,
+    jobs: u32,
+    token: Option<&str>,
+) -> anyhow::Result<()> {
     kafka::topic_ensure_with(&config.kafka_brokers, &config.kafka_options, topic, 1)
         .await
         .with_context(|| format!("creating topic {topic}"))?;
     let consumer = kafka::support::consumer_assigned(&config.kafka_brokers, topic, Offset::End)?;
 
     let base = format!("http://{}", config.http_addr);
-    let http = reqwest::Client::new();
+    let mut headers = reqwest::header::HeaderMap::new();
+    if let Some(token) = token {
+        headers.insert(
+            reqwest::header::AUTHORIZATION,
+            format!("Bearer {token}")
+                .parse()
+                .context("TICKLER_TOKEN is not a valid header value")?,
+        );
+    }
+    let http = reqwest::Client::builder()
+        .default_headers(headers)
+        .build()?;
     let mut expected = BTreeSet::new();
     let run = Utc::now().timestamp_millis();
     for n in 1..=jobs {

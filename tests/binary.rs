@@ -44,6 +44,22 @@ fn a_bad_setting_stops_start_up_with_a_message_naming_it() {
     assert!(stderr.contains("tickler.toml"), "{stderr}");
 }
 
+#[test]
+fn an_anonymous_api_beyond_loopback_is_refused_at_start_up() {
+    let output = tickler()
+        .arg("serve")
+        .env("TICKLER_AUTH", "none")
+        .env("TICKLER_HTTP_ADDR", "0.0.0.0:0")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("invalid configuration: auth") && stderr.contains("allow_anonymous"),
+        "{stderr}"
+    );
+}
+
 fn kill_term(child: &Child) {
     let status = Command::new("kill")
         .args(["-TERM", &child.id().to_string()])
@@ -59,6 +75,39 @@ async fn sigterm_finishes_the_batch_in_hand_and_exits_cleanly() {
     kafka::topic_ensure(&tickler_testkit::kafka_brokers(), &topic, 2)
         .await
         .unwrap();
+    // The token comes from the CLI, as an operator makes it: the secret
+    // alone on the last line.
+    let made = tickler()
+        .args([
+            "token",
+            "create",
+            "drain-test",
+            "--topics",
+            "tickler-test-*",
+            "--scope",
+            "write",
+        ])
+        .env("TICKLER_MYSQL_URL", &url)
+        .output()
+        .unwrap();
+    assert!(
+        made.status.success(),
+        "{}",
+        String::from_utf8_lossy(&made.stderr)
+    );
+    let stdout = String::from_utf8_lossy(&made.stdout);
+    let secret = stdout.lines().last().unwrap().trim().to_owned();
+    assert!(secret.starts_with("tkl_"), "{stdout}");
+    let listed = tickler()
+        .args(["token", "list"])
+        .env("TICKLER_MYSQL_URL", &url)
+        .output()
+        .unwrap();
+    let listed = String::from_utf8_lossy(&listed.stdout);
+    assert!(
+        listed.contains("drain-test") && !listed.contains(&secret),
+        "{listed}"
+    );
     let addr = format!("127.0.0.1:{}", free_port());
     let mut child = tickler()
         .arg("serve")
@@ -71,7 +120,7 @@ async fn sigterm_finishes_the_batch_in_hand_and_exits_cleanly() {
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
-    let http = reqwest::Client::new();
+    let http = tickler_testkit::http_with_token(&secret);
     let up = eventually(Duration::from_secs(20), || async {
         let response = http
             .get(format!("http://{addr}/healthz"))

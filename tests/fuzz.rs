@@ -324,8 +324,15 @@ async fn random_requests_get_answers_never_a_5xx_and_refusals_write_nothing() {
         topic: env.topic.clone(),
         ids,
     };
+    // With tokens on, as deployed: the fuzzer holds an admin token.
+    let mut auth = reqwest::header::HeaderMap::new();
+    auth.insert(
+        reqwest::header::AUTHORIZATION,
+        format!("Bearer {}", env.admin_secret).parse().unwrap(),
+    );
     let http = reqwest::Client::builder()
         .timeout(Duration::from_secs(20))
+        .default_headers(auth)
         .build()
         .unwrap();
     let methods = [

@@ -69,6 +69,9 @@ enum Command {
         /// Topic to schedule them on (created if missing).
         #[arg(long, default_value = "tickler.demo")]
         topic: String,
+        /// API token secret (tickler token create ... --scope write).
+        #[arg(long, env = "TICKLER_TOKEN", hide_env_values = true)]
+        token: Option<String>,
     },
 }
 
@@ -158,8 +161,8 @@ async fn main() -> anyhow::Result<()> {
             tickler::bench::run(&config, options).await?;
         }
         Command::Token { command } => token(&config, command).await?,
-        Command::Demo { jobs, topic } => {
-            tickler::demo::run(&config, &topic, jobs).await?;
+        Command::Demo { jobs, topic, token } => {
+            tickler::demo::run(&config, &topic, jobs, token.as_deref()).await?;
         }
     }
     Ok(())
