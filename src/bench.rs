@@ -139,6 +139,11 @@ async fn run_in(
         results_group: format!("tickler-bench-{suffix}"),
         // The isolation stage schedules jobs on a topic the broker lacks.
         topic_check: crate::config::TopicCheck::Warn,
+        // Its own tickler on loopback, measured without the per-token
+        // limits (a token check costs a hash and a map lookup).
+        auth: crate::config::AuthMode::None,
+        api_rate_requests: 0,
+        api_rate_jobs: 0,
         ..base.clone()
     };
     let topic = format!("tickler-bench-{suffix}");

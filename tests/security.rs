@@ -140,9 +140,16 @@ async fn a_token_sees_and_changes_only_its_topics_and_is_named_in_the_history() 
         .await
         .unwrap();
     let url = &env.config.mysql_url;
-    let theirs = env
-        .job_create(json!({"topic": other, "payload": 1, "delay_ms": 60_000}))
-        .await;
+    // The topic is seconds old: the API's cache of the broker's topics may
+    // take a moment to see it.
+    let theirs = tickler_testkit::eventually(Duration::from_secs(10), || async {
+        let (status, job) = env
+            .post("/v1/jobs", json!({"topic": other, "payload": 1, "delay_ms": 60_000}))
+            .await;
+        (status == 201).then_some(job)
+    })
+    .await
+    .expect("created on the other topic");
     let secret = token_create(
         url,
         "billing-svc",

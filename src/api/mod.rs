@@ -164,7 +164,7 @@ where
 
 /// Up (200) or down (503), and nothing more: anyone may ask. Up means the
 /// API can take jobs, which needs MySQL; Redis down only costs latency and
-/// is logged (and counted in `tickler_index_failed_total`).
+/// is logged (and counted in `tickler_index_errors_total`).
 async fn healthz(State(state): State<ApiState>) -> impl IntoResponse {
     match state.store.ping().await {
         Ok(()) => {
