@@ -144,7 +144,10 @@ async fn a_token_sees_and_changes_only_its_topics_and_is_named_in_the_history() 
     // take a moment to see it.
     let theirs = tickler_testkit::eventually(Duration::from_secs(10), || async {
         let (status, job) = env
-            .post("/v1/jobs", json!({"topic": other, "payload": 1, "delay_ms": 60_000}))
+            .post(
+                "/v1/jobs",
+                json!({"topic": other, "payload": 1, "delay_ms": 60_000}),
+            )
             .await;
         (status == 201).then_some(job)
     })

@@ -13,7 +13,7 @@ use crate::job::Status;
 /// without a database) and applies the migrations; returns its URL.
 pub async fn scratch_database_create(server_url: &str, name: &str) -> Result<String, StoreError> {
     let mut conn = sqlx::MySqlConnection::connect(server_url).await?;
-    sqlx::query(&format!("CREATE DATABASE `{name}`"))
+    sqlx::query(&format!("CREATE DATABASE IF NOT EXISTS `{name}`"))
         .execute(&mut conn)
         .await?;
     conn.close().await?;

@@ -95,9 +95,15 @@ impl World {
     pub async fn start(services: Services, extra_env: &[(&str, &str)]) -> World {
         super::init_logging();
         let db_name = unique("tickler_t_");
-        let mysql_url = support::scratch_database_create(&services.mysql_server_url, &db_name)
-            .await
-            .expect("mysql answers");
+        // A private server just started may take its port a moment before
+        // it takes connections (seen under a loaded suite): try for a while.
+        let mysql_url = eventually(Duration::from_secs(30), || async {
+            support::scratch_database_create(&services.mysql_server_url, &db_name)
+                .await
+                .ok()
+        })
+        .await
+        .expect("mysql answers");
 
         let topic = unique("tickler-fault-");
         kafka::topic_ensure(&services.brokers, &topic, 2)
