@@ -149,8 +149,10 @@ async fn run_in(
     let topic = format!("tickler-bench-{suffix}");
     kafka::topic_ensure(&config.kafka_brokers, &topic, 4).await?;
     println!(
-        "bench: {} mode; mysql {mysql_url}, redis prefix {}, topic {topic} (4 partitions), shards {}",
+        "bench: {} mode; mysql {}, redis prefix {}, topic {topic} (4 partitions), shards {}",
         if options.smoke { "smoke" } else { "full" },
+        // Never the password.
+        crate::index::url_redacted(mysql_url),
         config.redis_prefix,
         config.shards
     );

@@ -335,6 +335,15 @@ impl PrivateMariadb {
     }
 }
 
+/// The tansu that scripts/services installed (cargo's bin), else PATH's.
+fn tansu_bin() -> String {
+    std::env::var("HOME")
+        .map(|home| format!("{home}/.cargo/bin/tansu"))
+        .ok()
+        .filter(|path| std::path::Path::new(path).exists())
+        .unwrap_or_else(|| "tansu".to_owned())
+}
+
 /// A tansu broker of this test's own, storing in SQLite so topics and
 /// records survive a stop and start.
 pub struct PrivateTansu {
@@ -357,11 +366,7 @@ impl PrivateTansu {
             // tansu reads the path relative to its working directory.
             "sqlite://tansu.db".into(),
         ];
-        let tansu = std::env::var("HOME")
-            .map(|home| format!("{home}/.cargo/bin/tansu"))
-            .ok()
-            .filter(|path| std::path::Path::new(path).exists())
-            .unwrap_or_else(|| "tansu".to_owned());
+        let tansu = tansu_bin();
         let proc = Proc::spawn("tansu", &tansu, &args, &[], dir.join("tansu.log"));
         port_wait(port, Duration::from_secs(20)).await;
         PrivateTansu { proc, port }
@@ -390,11 +395,7 @@ impl PrivateTansu {
             "--storage-engine".into(),
             "memory://tansu/".into(),
         ];
-        let tansu = std::env::var("HOME")
-            .map(|home| format!("{home}/.cargo/bin/tansu"))
-            .ok()
-            .filter(|path| std::path::Path::new(path).exists())
-            .unwrap_or_else(|| "tansu".to_owned());
+        let tansu = tansu_bin();
         let proc = Proc::spawn("tansu", &tansu, &args, &[], dir.join("tansu.log"));
         port_wait(inner, Duration::from_secs(20)).await;
         let listen = format!(
