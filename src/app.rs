@@ -19,6 +19,7 @@ use crate::dispatcher::{DispatchError, Dispatcher, DispatcherConfig};
 use crate::index::{self, Index, IndexError};
 use crate::kafka::{self, Topics};
 use crate::loader::{Loader, LoaderConfig};
+use crate::membership::{Membership, MembershipConfig};
 use crate::metrics;
 use crate::reconciler::{Reconciler, ReconcilerConfig};
 use crate::results::{
@@ -103,7 +104,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
         .await
         .map_err(StartError::StoreTls)?;
     let redis_client = index::client_open(&config).map_err(StartError::StoreTls)?;
-    index::tls_probe(&redis_client, &config.redis_url)
+    index::tls_probe(&config)
         .await
         .map_err(StartError::StoreTls)?;
     kafka::probe(&config.kafka_brokers, &config.kafka_options).await?;
@@ -112,6 +113,8 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
     let dispatcher_store = Store::connect_lazy(&config.mysql_url, 4, Actor::Dispatcher)?;
     let reconciler_store = Store::connect_lazy(&config.mysql_url, 2, Actor::Reconciler)?;
     let results_store = Store::connect_lazy(&config.mysql_url, 2, Actor::Results)?;
+    // Its own pool: heartbeats must not queue behind the reconciler's scans.
+    let membership_store = Store::connect_lazy(&config.mysql_url, 2, Actor::Reconciler)?;
     let index = Index::connect_with(redis_client, &config.redis_prefix, config.shards)?;
     let wake = Arc::new(Notify::new());
     let dead_letters = Arc::new(Notify::new());
@@ -134,6 +137,14 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
         tracker.spawn(topics.clone().run(cancel.child_token()));
     }
 
+    // Every instance registers; a dispatcher also shares the shards.
+    let membership = Membership::new(
+        membership_store.clone(),
+        index.clone(),
+        MembershipConfig::from_config(&config),
+        wake.clone(),
+    );
+    let dispatcher_done = CancellationToken::new();
     if config.has_role("dispatcher") {
         let dispatcher = Dispatcher::new(
             dispatcher_store.clone(),
@@ -142,9 +153,17 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
             wake.clone(),
             topics.clone(),
             resolver_for(&dispatcher_store),
+            membership.subscribe(),
+            membership.refresher(),
         )?;
-        tracker.spawn(dispatcher.run(cancel.child_token()));
+        let stop = cancel.child_token();
+        let done = dispatcher_done.clone();
+        tracker.spawn(async move {
+            dispatcher.run(stop).await;
+            done.cancel();
+        });
     }
+    tracker.spawn(membership.run(cancel.child_token(), dispatcher_done));
     if config.has_role("loader") {
         let loader = Loader::new(
             reconciler_store.clone(),
@@ -238,7 +257,12 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
 
     Ok(Running {
         http_addr,
-        stores: vec![dispatcher_store, reconciler_store, results_store],
+        stores: vec![
+            dispatcher_store,
+            reconciler_store,
+            results_store,
+            membership_store,
+        ],
         store,
         index,
         cancel,

@@ -37,9 +37,18 @@ pub struct Config {
     /// Roles this process runs: any of `api`, `loader`, `dispatcher`,
     /// `reconciler`, `results`.
     pub roles: Vec<String>,
-    /// Number of logical shards (one Redis ZSET each). Changing it on a live
-    /// deployment strands indexed jobs until the reconciler re-feeds them.
+    /// Number of logical shards (one Redis ZSET each) a new deployment
+    /// starts with. After the first start the count is the deployment's,
+    /// kept in MySQL (`shard_leases`); raise it with `tickler shards resize`.
     pub shards: u32,
+    /// Run the index on a Redis Cluster with the cluster client (implied
+    /// when `redis_url` lists several comma-separated seed URLs).
+    pub redis_cluster: bool,
+    /// An instance whose heartbeat (on the database's clock) is older than
+    /// this is dead for everyone: its shards are taken over and the jobs its
+    /// dispatcher held are produced again by the others. It beats every
+    /// fifth of this.
+    pub instance_ttl_ms: u64,
     /// Jobs due within this much of now are kept in Redis; later ones only
     /// in MySQL.
     pub window_ms: u64,
@@ -211,6 +220,8 @@ impl Default for Config {
             http_addr: "127.0.0.1:8080".to_owned(),
             roles: ROLES.iter().map(|role| role.to_string()).collect(),
             shards: 16,
+            instance_ttl_ms: 5_000,
+            redis_cluster: false,
             window_ms: 600_000,
             loader_interval_ms: 1_000,
             loader_batch: 5_000,
@@ -419,6 +430,12 @@ impl Config {
         if !(1..=16_384).contains(&self.shards) {
             return Err(invalid("shards", "must be between 1 and 16384"));
         }
+        if !(500..=600_000).contains(&self.instance_ttl_ms) {
+            return Err(invalid(
+                "instance_ttl_ms",
+                "must be between 500 and 600000",
+            ));
+        }
         if self.window_ms < 1_000 {
             return Err(invalid("window_ms", "must be at least 1000"));
         }
@@ -622,6 +639,10 @@ impl Config {
 
     pub fn claim_lease(&self) -> Duration {
         Duration::from_millis(self.claim_lease_ms)
+    }
+
+    pub fn instance_ttl(&self) -> Duration {
+        Duration::from_millis(self.instance_ttl_ms)
     }
 }
 

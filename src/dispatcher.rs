@@ -41,7 +41,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
-use tokio::sync::{Notify, Semaphore};
+use tokio::sync::{watch, Notify, Semaphore};
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -49,6 +49,7 @@ use crate::config::Config;
 use crate::index::{Claim, Index};
 use crate::job::{self, Job, JobId};
 use crate::kafka::{self, TopicState, Topics, TOPICS_REFRESH_MIN};
+use crate::membership::Ownership;
 use crate::metrics;
 use crate::results::Resolver;
 use crate::store::{Dispatched, Marked, Store};
@@ -66,8 +67,6 @@ pub struct DispatcherConfig {
     /// Longest sleep when nothing is due (jobs indexed by other instances
     /// are noticed at least this often).
     pub idle: Duration,
-    /// Shards this dispatcher serves.
-    pub shards: Vec<u32>,
     /// librdkafka `linger.ms`.
     pub linger_ms: u64,
     /// librdkafka `message.timeout.ms`: a send not acknowledged by then fails
@@ -102,7 +101,6 @@ impl DispatcherConfig {
             batch: config.dispatch_batch,
             lease: config.claim_lease(),
             idle: Duration::from_millis(config.dispatch_idle_ms),
-            shards: (0..config.shards).collect(),
             linger_ms: config.kafka_linger_ms,
             message_timeout_ms: config.kafka_message_timeout_ms,
             retry_delay: DISPATCH_RETRY_DELAY,
@@ -174,6 +172,11 @@ pub struct Dispatcher {
     straggler_permits: Arc<Semaphore>,
     /// When each topic last had a record acknowledged.
     acks: Arc<Acks>,
+    /// The shards this instance holds, with their epochs (membership keeps
+    /// it current); only they are claimed from.
+    ownership: watch::Receiver<Ownership>,
+    /// Asks membership for a round now (after a fenced-off claim).
+    refresh: Arc<Notify>,
 }
 
 /// A topic whose records have not been acknowledged for this long, while
@@ -298,9 +301,13 @@ impl Dispatcher {
         wake: Arc<Notify>,
         topics: Topics,
         resolver: Resolver,
+        ownership: watch::Receiver<Ownership>,
+        refresh: Arc<Notify>,
     ) -> Result<Self, DispatchError> {
         let producer = producer_create(&config)?;
         Ok(Dispatcher {
+            ownership,
+            refresh,
             store,
             index,
             producer: RwLock::new(producer),
@@ -318,7 +325,7 @@ impl Dispatcher {
     /// Dispatches until `cancel` fires; the batch in hand is finished first.
     pub async fn run(self, cancel: CancellationToken) {
         let mut failures = 0u32;
-        tracing::info!(shards = self.config.shards.len(), "dispatcher started");
+        tracing::info!("dispatcher started");
         // The settler records pass N while pass N+1 claims. Capacity 1: at
         // most one batch waits to be recorded, so memory and the work in
         // flight stay bounded.
@@ -403,7 +410,8 @@ impl Dispatcher {
         self.producer_check();
         let mut report = DispatchReport::default();
         let pass_started = Instant::now();
-        let claims = self.claim_all().await;
+        let ownership = self.ownership.borrow().clone();
+        let claims = self.claim_all(&ownership).await;
         let claimed_after = pass_started.elapsed();
         let Some(redis_now_ms) = claims.iter().map(|c| c.now_ms).max() else {
             return (report, None);
@@ -417,15 +425,16 @@ impl Dispatcher {
             .filter_map(|c| c.next_ms)
             .min()
             .map(|next| Duration::from_millis(next.saturating_sub(redis_now_ms).max(0) as u64));
+        let fence = ownership.fence(claims.iter().filter(|c| !c.ids.is_empty()).map(|c| c.shard));
         let ids: Vec<JobId> = claims.into_iter().flat_map(|c| c.ids).collect();
         report.claimed = ids.len();
-        if ids.is_empty() {
+        let Some(fence) = fence else {
             return (report, None);
-        }
+        };
 
         let token: u64 = rand::random();
         let cas_started = Instant::now();
-        let won = self.cas(&ids, token, redis_now_ms, &mut report).await;
+        let won = self.cas(&ids, token, &fence, redis_now_ms, &mut report).await;
         if won.is_empty() {
             return (report, None);
         }
@@ -495,12 +504,12 @@ impl Dispatcher {
         )
     }
 
-    async fn claim_all(&self) -> Vec<Claim> {
-        let claims = self.config.shards.iter().map(|shard| {
+    async fn claim_all(&self, ownership: &Ownership) -> Vec<Claim> {
+        let claims = ownership.shards.keys().map(|shard| {
             self.index
                 .job_claim(*shard, self.config.batch, self.config.lease)
         });
-        let mut out = Vec::with_capacity(self.config.shards.len());
+        let mut out = Vec::with_capacity(ownership.shards.len());
         for result in join_all(claims).await {
             match result {
                 Ok(claim) => out.push(claim),
@@ -517,12 +526,13 @@ impl Dispatcher {
         &self,
         ids: &[JobId],
         token: u64,
+        fence: &crate::store::Fence,
         redis_now_ms: i64,
         report: &mut DispatchReport,
     ) -> Vec<Job> {
         let outcome = match self
             .store
-            .job_claim_many(ids, token, self.config.lease)
+            .job_claim_many(ids, token, self.config.lease, fence)
             .await
         {
             Ok(outcome) => outcome,
@@ -535,6 +545,15 @@ impl Dispatcher {
                 return Vec::new();
             }
         };
+        if !outcome.fenced.is_empty() {
+            // This instance lost a shard (paused past its TTL, or handed it
+            // back): the ids are the new owner's, due now.
+            tracing::warn!(num_jobs = outcome.fenced.len(), "claim fenced off: a shard has a new owner");
+            metrics::dispatch_fenced(outcome.fenced.len());
+            let back: Vec<(JobId, i64)> = outcome.fenced.iter().map(|id| (*id, redis_now_ms)).collect();
+            self.index_requeue(&back).await;
+            self.refresh.notify_one();
+        }
         report.stale = outcome.stale.len();
         report.not_due = outcome.not_due.len();
         metrics::dispatch_cas_lost(outcome.stale.len() + outcome.not_due.len());

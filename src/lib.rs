@@ -35,6 +35,7 @@ pub mod index;
 pub mod job;
 pub mod kafka;
 pub mod loader;
+pub mod membership;
 pub mod metrics;
 pub mod outcome;
 pub mod reconciler;

@@ -33,6 +33,13 @@ pub const JOBS_UNKNOWN_TOPIC: &str = "tickler_jobs_unknown_topic_total";
 pub const PRODUCE_REFUSED: &str = "tickler_produce_refused_total";
 pub const API_CONNECTIONS: &str = "tickler_api_connections";
 pub const API_REFUSED: &str = "tickler_api_refused_total";
+pub const INSTANCES_LIVE: &str = "tickler_instances_live";
+pub const SHARDS: &str = "tickler_shards";
+pub const SHARDS_OWNED: &str = "tickler_shards_owned";
+pub const SHARD_TAKEOVERS: &str = "tickler_shard_takeovers_total";
+pub const DISPATCH_FENCED: &str = "tickler_dispatch_fenced_total";
+pub const MEMBERSHIP_FAILURES: &str = "tickler_membership_failures_total";
+pub const DEAD_INSTANCE_RESCUED: &str = "tickler_dead_instance_rescued_total";
 
 /// Installs the process-wide recorder once and returns the handle that
 /// renders it. Later calls (several servers in one test process) share it.
@@ -145,6 +152,60 @@ fn describe() {
         RECONCILER_RESCUED,
         "Claims whose lease expired (a dispatcher died or stalled) returned to pending."
     );
+    describe_gauge!(
+        INSTANCES_LIVE,
+        "Instances whose heartbeat is within instance_ttl_ms, as this instance last saw them."
+    );
+    describe_gauge!(SHARDS, "The deployment's shard count (rows of shard_leases).");
+    describe_gauge!(SHARDS_OWNED, "Shards this instance's dispatcher holds.");
+    describe_counter!(
+        SHARD_TAKEOVERS,
+        "Shards this instance took: free ones, or a dead instance's."
+    );
+    describe_counter!(
+        DISPATCH_FENCED,
+        "Claimed ids this instance's compare-and-set refused because it no longer held their shard (paused past its TTL, or rebalanced)."
+    );
+    describe_counter!(
+        MEMBERSHIP_FAILURES,
+        "Membership rounds (heartbeat, balance, rescue) that failed, mostly for MySQL."
+    );
+    describe_counter!(
+        DEAD_INSTANCE_RESCUED,
+        "Jobs a dead instance held in dispatching, returned to pending without waiting for the claim lease."
+    );
+}
+
+pub fn instances_live(n: usize) {
+    gauge!(INSTANCES_LIVE).set(n as f64);
+}
+
+pub fn shards(n: u32) {
+    gauge!(SHARDS).set(f64::from(n));
+}
+
+pub fn shards_owned(n: usize) {
+    gauge!(SHARDS_OWNED).set(n as f64);
+}
+
+pub fn shards_acquired(n: usize) {
+    counter!(SHARD_TAKEOVERS).increment(n as u64);
+}
+
+pub fn dispatch_fenced(n: usize) {
+    if n > 0 {
+        counter!(DISPATCH_FENCED).increment(n as u64);
+    }
+}
+
+pub fn membership_failed() {
+    counter!(MEMBERSHIP_FAILURES).increment(1);
+}
+
+pub fn dead_instance_rescued(n: usize) {
+    if n > 0 {
+        counter!(DEAD_INSTANCE_RESCUED).increment(n as u64);
+    }
 }
 
 pub fn job_created() {

@@ -300,6 +300,7 @@ async fn one_dispatcher_pass_reports_what_became_of_each_claimed_id() {
     use std::sync::Arc;
     use tickler::dispatcher::{Dispatcher, DispatcherConfig};
     use tickler::kafka::Topics;
+    use tickler::membership::{Membership, MembershipConfig};
     use tickler::results::Resolver;
 
     // The API alone: the pass below is the only dispatcher.
@@ -345,6 +346,25 @@ async fn one_dispatcher_pass_reports_what_became_of_each_claimed_id() {
         wake.clone(),
         Arc::new(tokio::sync::Notify::new()),
     );
+    // This pass's instance joins and takes every shard, as a tickler with
+    // the dispatcher role does.
+    let membership = Membership::new(
+        env.store.clone(),
+        env.index.clone(),
+        MembershipConfig {
+            dispatcher: true,
+            ..MembershipConfig::from_config(&config)
+        },
+        wake.clone(),
+    );
+    let mut ownership = membership.subscribe();
+    let refresh = membership.refresher();
+    let stop = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(membership.run(stop.clone(), stop.clone()));
+    ownership
+        .wait_for(|o| o.shards.len() == config.shards as usize)
+        .await
+        .unwrap();
     let dispatcher = Dispatcher::new(
         env.store.clone(),
         env.index.clone(),
@@ -352,6 +372,8 @@ async fn one_dispatcher_pass_reports_what_became_of_each_claimed_id() {
         wake,
         topics,
         resolver,
+        ownership,
+        refresh,
     )
     .unwrap();
     let report = dispatcher.run_once().await;
@@ -381,5 +403,6 @@ async fn one_dispatcher_pass_reports_what_became_of_each_claimed_id() {
         Some(produced.to_string().as_str())
     );
     assert!(!env.redis_holds(cancelled).await, "the stale entry is gone");
+    stop.cancel();
     env.finish().await;
 }

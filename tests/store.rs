@@ -7,19 +7,22 @@ use std::time::Duration;
 use chrono::{Duration as Span, Utc};
 use tickler::job::{JobId, NewJob, PayloadKind, Schedule, Status};
 use tickler::outcome::Policy;
-use tickler::store::{Actor, Cancelled, Dispatched, Store};
-use tickler_testkit::{database_create, database_drop};
+use tickler::store::{Actor, Cancelled, Dispatched, Fence, Store};
+use tickler_testkit::{database_create, database_drop, fence_all};
 
 struct Db {
     name: String,
     store: Store,
+    /// An instance holding every shard: the claims' fence.
+    fence: Fence,
 }
 
 impl Db {
     async fn new() -> Db {
         let (name, url) = database_create().await;
         let store = Store::connect_lazy(&url, 4, Actor::Dispatcher).unwrap();
-        Db { name, store }
+        let fence = fence_all(&store, 4).await;
+        Db { name, store, fence }
     }
 
     /// A job due `in_ms` from now (negative: overdue) with `max_attempts`.
@@ -59,7 +62,7 @@ async fn claim_wins_due_pending_jobs_and_sorts_out_the_rest() {
     ));
     let outcome = db
         .store
-        .job_claim_many(&[due, later, cancelled, 999_999], 7, LEASE)
+        .job_claim_many(&[due, later, cancelled, 999_999], 7, LEASE, &db.fence)
         .await
         .unwrap();
     let won: Vec<JobId> = outcome.won.iter().map(|j| j.id).collect();
@@ -76,7 +79,7 @@ async fn claim_wins_due_pending_jobs_and_sorts_out_the_rest() {
     assert_eq!(stale, [cancelled, 999_999], "not pending, or gone");
     assert!(outcome.db_now.is_some());
 
-    let again = db.store.job_claim_many(&[due], 8, LEASE).await.unwrap();
+    let again = db.store.job_claim_many(&[due], 8, LEASE, &db.fence).await.unwrap();
     assert!(again.won.is_empty(), "a claimed job is not won twice");
     assert_eq!(again.stale, [due]);
     db.finish().await;
@@ -98,7 +101,7 @@ async fn cancel_answers_for_each_state_of_the_job() {
     let produced = db.job(-1, 5).await;
     let claim = db
         .store
-        .job_claim_many(&[in_flight, produced], 1, LEASE)
+        .job_claim_many(&[in_flight, produced], 1, LEASE, &db.fence)
         .await
         .unwrap();
     assert_eq!(claim.won.len(), 2);
@@ -136,7 +139,7 @@ async fn a_refused_send_counts_an_attempt_only_under_its_own_claim() {
     let retried = db.job(-1, 2).await;
     let buried = db.job(-1, 1).await;
     db.store
-        .job_claim_many(&[retried, buried], 5, LEASE)
+        .job_claim_many(&[retried, buried], 5, LEASE, &db.fence)
         .await
         .unwrap();
     let never = |_: &str| false;
@@ -206,5 +209,104 @@ async fn purge_deletes_only_finished_jobs_past_retention() {
         db.store.job_get(waiting).await.unwrap().status,
         Status::Pending
     );
+    db.finish().await;
+}
+
+/// A paused instance that lost its shard wakes with a fence at the old
+/// epoch: its compare-and-set wins nothing, and says why.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_under_a_lost_lease_or_by_a_dead_instance_wins_nothing() {
+    let db = Db::new().await;
+    let due = db.job(-1_000, 5).await;
+    // Another instance takes shard 0 over (epoch + 1).
+    let other = db
+        .store
+        .instance_register(&tickler::store::InstanceInfo {
+            host: "other".to_owned(),
+            pid: 1,
+            version: "test".to_owned(),
+            roles: "dispatcher".to_owned(),
+        })
+        .await
+        .unwrap();
+    let (shard, epoch) = db.fence.leases[0];
+    let taken = db.store.shard_acquire(shard, epoch, other).await.unwrap();
+    assert_eq!(taken, Some(epoch + 1));
+    let stale = Fence {
+        leases: vec![(shard, epoch)],
+        ..db.fence.clone()
+    };
+    let outcome = db
+        .store
+        .job_claim_many(&[due], 7, LEASE, &stale)
+        .await
+        .unwrap();
+    assert!(outcome.won.is_empty(), "the old epoch wins nothing");
+    assert_eq!(outcome.fenced, [due], "and says it was fenced off");
+    let current = Fence {
+        instance: other,
+        leases: vec![(shard, epoch + 1)],
+        ..db.fence.clone()
+    };
+    // The new owner's heartbeat goes silent past its TTL: dead for
+    // everyone, its claims too.
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let short = Fence {
+        ttl: Duration::from_millis(200),
+        ..current.clone()
+    };
+    let outcome = db
+        .store
+        .job_claim_many(&[due], 8, LEASE, &short)
+        .await
+        .unwrap();
+    assert_eq!(outcome.fenced, [due], "a dead instance wins nothing");
+    let outcome = db
+        .store
+        .job_claim_many(&[due], 9, LEASE, &current)
+        .await
+        .unwrap();
+    assert_eq!(outcome.won.len(), 1, "the live owner at the new epoch wins");
+    db.finish().await;
+}
+
+/// The claims of an instance silent past its TTL go back to pending at
+/// once; a live instance's stay as they are.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claims_of_a_dead_instance_are_rescued_and_a_live_ones_are_not() {
+    let db = Db::new().await;
+    let held = db.job(-1_000, 5).await;
+    let claim = db
+        .store
+        .job_claim_many(&[held], 7, LEASE, &db.fence)
+        .await
+        .unwrap();
+    assert_eq!(claim.won.len(), 1);
+    let ttl = Duration::from_millis(500);
+    assert!(
+        db.store.job_rescue_dead(ttl, 100).await.unwrap().is_empty(),
+        "the instance beat its heart a moment ago"
+    );
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let rescued = db.store.job_rescue_dead(ttl, 100).await.unwrap();
+    assert_eq!(rescued.iter().map(|e| e.id).collect::<Vec<_>>(), [held]);
+    let job = db.store.job_get(held).await.unwrap();
+    assert_eq!((job.status, job.attempt), (Status::Pending, 1), "same attempt");
+    assert!(job.last_error.unwrap().contains("which died"));
+    // The dead instance's late mark finds nothing to mark.
+    let marked = db
+        .store
+        .job_mark_dispatched_many(
+            7,
+            &[Dispatched {
+                id: held,
+                partition: 0,
+                offset: 1,
+                dispatched_at: Utc::now(),
+            }],
+        )
+        .await
+        .unwrap();
+    assert_eq!(marked.marked, 0);
     db.finish().await;
 }

@@ -4,16 +4,23 @@
 //! everything: MySQL is rebuilt into it.
 //!
 //! Every multi-key operation is one Lua script from `lua/`. The keys of one
-//! shard share a hash tag (`{prefix:7}:due`, `{prefix:7}:inflight`) so the
-//! scripts run unchanged on Redis Cluster.
+//! shard share a hash tag (`{prefix:16:7}:due`, `{prefix:16:7}:inflight`
+//! for shard 7 of 16) so the scripts run unchanged on Redis Cluster, where
+//! nothing ever spans two shards (no pipeline either). The shard count is
+//! part of the tag: a deployment whose count is raised starts on fresh keys,
+//! which the loader fills from MySQL (their sentinels are missing), while
+//! the reconciler drains the old ones.
 
 use std::collections::BTreeMap;
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use redis::aio::{ConnectionManager, ConnectionManagerConfig};
-use redis::{AsyncCommands, Script};
+use futures::future::try_join_all;
+use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
+use redis::cluster_async::ClusterConnection;
+use redis::{AsyncCommands, Cmd, Pipeline, RedisFuture, Script, Value};
 
 use crate::config::Config;
 use crate::job::{shard_of, JobId};
@@ -58,15 +65,59 @@ struct Scripts {
     requeue: Script,
     remove: Script,
     refeed: Script,
+    adopt: Script,
 }
 
-/// Handle to the Redis index. Cheap to clone; one multiplexed connection
-/// that reconnects by itself.
+/// One Redis server (a multiplexed connection that reconnects by itself)
+/// or a Redis Cluster (the cluster client, which follows the slots).
+#[derive(Clone)]
+enum Conn {
+    Single(ConnectionManager),
+    Cluster(ClusterConnection),
+}
+
+impl ConnectionLike for Conn {
+    fn req_packed_command<'a>(&'a mut self, cmd: &'a Cmd) -> RedisFuture<'a, Value> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_command(cmd),
+            Conn::Cluster(conn) => conn.req_packed_command(cmd),
+        }
+    }
+
+    fn req_packed_commands<'a>(
+        &'a mut self,
+        pipeline: &'a Pipeline,
+        offset: usize,
+        count: usize,
+    ) -> RedisFuture<'a, Vec<Value>> {
+        match self {
+            Conn::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+        }
+    }
+
+    fn get_db(&self) -> i64 {
+        match self {
+            Conn::Single(conn) => conn.get_db(),
+            Conn::Cluster(conn) => conn.get_db(),
+        }
+    }
+}
+
+/// How to reach Redis: one server, or the seed nodes of a cluster.
+pub enum RedisClient {
+    Single(redis::Client),
+    Cluster(redis::cluster::ClusterClient),
+}
+
+/// Handle to the Redis index. Cheap to clone.
 #[derive(Clone)]
 pub struct Index {
-    conn: ConnectionManager,
+    conn: Conn,
     prefix: Arc<str>,
-    shards: u32,
+    /// The deployment's shard count (MySQL's `shard_leases` decides; the
+    /// membership loop keeps this in step).
+    shards: Arc<AtomicU32>,
     scripts: Arc<Scripts>,
 }
 
@@ -74,7 +125,8 @@ impl std::fmt::Debug for Index {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Index")
             .field("prefix", &self.prefix)
-            .field("shards", &self.shards)
+            .field("shards", &self.shards())
+            .field("cluster", &matches!(self.conn, Conn::Cluster(_)))
             .finish()
     }
 }
@@ -85,81 +137,128 @@ pub fn ms_of(at: DateTime<Utc>) -> i64 {
 
 impl Index {
     pub async fn connect(url: &str, prefix: &str, shards: u32) -> Result<Index, IndexError> {
-        Index::connect_with(redis::Client::open(url)?, prefix, shards)
+        Index::connect_with(RedisClient::Single(redis::Client::open(url)?), prefix, shards)
     }
 
     /// The index through `client` (see [`client_open`]).
     pub fn connect_with(
-        client: redis::Client,
+        client: RedisClient,
         prefix: &str,
         shards: u32,
     ) -> Result<Index, IndexError> {
         // Short timeouts: a caller blocked on a dead Redis would rather carry
-        // on (MySQL has the job) than wait.
-        let config = ConnectionManagerConfig::new()
-            .set_connection_timeout(Some(Duration::from_secs(1)))
-            .set_response_timeout(Some(Duration::from_secs(2)))
-            .set_number_of_retries(1);
-        // Lazy: tickler starts (and its API takes jobs into MySQL) while
-        // Redis is down; the connection is made, and remade, on use.
-        let conn = ConnectionManager::new_lazy_with_config(client, config)?;
+        // on (MySQL has the job) than wait. Lazy: tickler starts (and its
+        // API takes jobs into MySQL) while Redis is down; the connection is
+        // made, and remade, on use.
+        let conn = match client {
+            RedisClient::Single(client) => {
+                let config = ConnectionManagerConfig::new()
+                    .set_connection_timeout(Some(Duration::from_secs(1)))
+                    .set_response_timeout(Some(Duration::from_secs(2)))
+                    .set_number_of_retries(1);
+                Conn::Single(ConnectionManager::new_lazy_with_config(client, config)?)
+            }
+            RedisClient::Cluster(client) => {
+                let config = redis::cluster::ClusterConfig::new()
+                    .set_connection_timeout(Duration::from_secs(1))
+                    .set_response_timeout(Duration::from_secs(2));
+                Conn::Cluster(client.get_pending_async_connection_with_config(config))
+            }
+        };
         Ok(Index {
             conn,
             prefix: prefix.into(),
-            shards: shards.max(1),
+            shards: Arc::new(AtomicU32::new(shards.max(1))),
             scripts: Arc::new(Scripts {
                 claim: Script::new(include_str!("../../lua/claim.lua")),
                 requeue: Script::new(include_str!("../../lua/requeue.lua")),
                 remove: Script::new(include_str!("../../lua/remove.lua")),
                 refeed: Script::new(include_str!("../../lua/refeed.lua")),
+                adopt: Script::new(include_str!("../../lua/adopt.lua")),
             }),
         })
     }
 
+    /// The shard count the keys are laid out for now.
     pub fn shards(&self) -> u32 {
-        self.shards
+        self.shards.load(Ordering::Relaxed)
+    }
+
+    /// Lays the keys out for `shards` from now on (every clone of this
+    /// handle follows). Returns the count before.
+    pub fn shards_set(&self, shards: u32) -> u32 {
+        self.shards.swap(shards.max(1), Ordering::Relaxed)
+    }
+
+    pub fn is_cluster(&self) -> bool {
+        matches!(self.conn, Conn::Cluster(_))
     }
 
     pub fn shard_of(&self, id: JobId) -> u32 {
-        shard_of(id, self.shards)
+        shard_of(id, self.shards())
+    }
+
+    /// `{prefix:count:shard}:name`: one hash tag per shard of a count.
+    fn key(&self, count: u32, shard: u32, name: &str) -> String {
+        format!("{{{}:{}:{}}}:{}", self.prefix, count, shard, name)
     }
 
     /// The due-set key of a shard.
     pub fn due_key(&self, shard: u32) -> String {
-        format!("{{{}:{}}}:due", self.prefix, shard)
+        self.key(self.shards(), shard, "due")
     }
 
     /// The in-flight-set key of a shard.
     pub fn inflight_key(&self, shard: u32) -> String {
-        format!("{{{}:{}}}:inflight", self.prefix, shard)
+        self.key(self.shards(), shard, "inflight")
     }
 
     /// The sentinel key of a shard: present while the shard's sets are known
     /// to hold everything they should. Redis losing its data loses it too.
     pub fn sentinel_key(&self, shard: u32) -> String {
-        format!("{{{}:{}}}:intact", self.prefix, shard)
+        self.key(self.shards(), shard, "intact")
     }
 
     /// Whether every shard's sentinel is present. False after a FLUSHALL, a
-    /// restart without persistence, or on a brand-new Redis.
+    /// restart without persistence (of any node of a cluster), on a
+    /// brand-new Redis, or after the shard count changed.
     pub async fn intact(&self) -> Result<bool, IndexError> {
-        let mut pipe = redis::pipe();
-        for shard in 0..self.shards {
-            pipe.exists(self.sentinel_key(shard));
-        }
-        let present: Vec<bool> = pipe.query_async(&mut self.conn.clone()).await?;
+        let count = self.shards();
+        let checks = (0..count).map(|shard| {
+            let key = self.key(count, shard, "intact");
+            let mut conn = self.conn.clone();
+            async move { conn.exists::<_, bool>(key).await }
+        });
+        let present = try_join_all(checks).await?;
         Ok(present.into_iter().all(|p| p))
     }
 
     /// Sets every shard's sentinel. Called *before* a full re-index, so a
     /// flush during the re-index is noticed by the next check.
     pub async fn mark_intact(&self) -> Result<(), IndexError> {
-        let mut pipe = redis::pipe();
-        for shard in 0..self.shards {
-            pipe.set(self.sentinel_key(shard), 1).ignore();
-        }
-        pipe.query_async::<()>(&mut self.conn.clone()).await?;
+        let count = self.shards();
+        let sets = (0..count).map(|shard| {
+            let key = self.key(count, shard, "intact");
+            let mut conn = self.conn.clone();
+            async move { conn.set::<_, _, ()>(key, 1).await }
+        });
+        try_join_all(sets).await?;
         Ok(())
+    }
+
+    /// A shard changed owner: the previous owner's claims in its in-flight
+    /// set go back to the due set, due now, so the new owner does not wait
+    /// for their leases. Returns how many.
+    pub async fn shard_adopt(&self, shard: u32) -> Result<u64, IndexError> {
+        let count = self.shards();
+        let moved: i64 = self
+            .scripts
+            .adopt
+            .key(self.key(count, shard, "due"))
+            .key(self.key(count, shard, "inflight"))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        Ok(u64::try_from(moved).unwrap_or(0))
     }
 
     /// Adds back ids the index has lost, leaving alone those already due or
@@ -169,9 +268,10 @@ impl Index {
         jobs: &[(JobId, DateTime<Utc>)],
     ) -> Result<u64, IndexError> {
         let mut added = 0;
-        for (shard, entries) in self.group_by_shard(jobs.iter().map(|(id, at)| (*id, ms_of(*at)))) {
-            let mut invocation = self.scripts.refeed.key(self.due_key(shard));
-            invocation.key(self.inflight_key(shard));
+        let count = self.shards();
+        for (shard, entries) in group_by_shard(count, jobs.iter().map(|(id, at)| (*id, ms_of(*at)))) {
+            let mut invocation = self.scripts.refeed.key(self.key(count, shard, "due"));
+            invocation.key(self.key(count, shard, "inflight"));
             for (id, ms) in entries {
                 invocation.arg(id).arg(ms);
             }
@@ -187,12 +287,17 @@ impl Index {
         if jobs.is_empty() {
             return Ok(());
         }
-        let mut pipe = redis::pipe();
-        for (shard, entries) in self.group_by_shard(jobs.iter().map(|(id, at)| (*id, ms_of(*at)))) {
-            let members: Vec<(i64, JobId)> = entries.into_iter().map(|(id, ms)| (ms, id)).collect();
-            pipe.zadd_multiple(self.due_key(shard), &members).ignore();
-        }
-        pipe.query_async::<()>(&mut self.conn.clone()).await?;
+        let count = self.shards();
+        let adds = group_by_shard(count, jobs.iter().map(|(id, at)| (*id, ms_of(*at))))
+            .into_iter()
+            .map(|(shard, entries)| {
+                let key = self.key(count, shard, "due");
+                let members: Vec<(i64, JobId)> =
+                    entries.into_iter().map(|(id, ms)| (ms, id)).collect();
+                let mut conn = self.conn.clone();
+                async move { conn.zadd_multiple::<_, _, _, ()>(key, &members).await }
+            });
+        try_join_all(adds).await?;
         Ok(())
     }
 
@@ -203,11 +308,12 @@ impl Index {
         limit: u32,
         lease: Duration,
     ) -> Result<Claim, IndexError> {
+        let count = self.shards();
         let reply: Vec<i64> = self
             .scripts
             .claim
-            .key(self.due_key(shard))
-            .key(self.inflight_key(shard))
+            .key(self.key(count, shard, "due"))
+            .key(self.key(count, shard, "inflight"))
             .arg(limit)
             .arg(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
             .invoke_async(&mut self.conn.clone())
@@ -226,9 +332,10 @@ impl Index {
 
     /// Returns claimed ids to their due sets at the given times.
     pub async fn job_requeue_many(&self, jobs: &[(JobId, i64)]) -> Result<(), IndexError> {
-        for (shard, entries) in self.group_by_shard(jobs.iter().copied()) {
-            let mut invocation = self.scripts.requeue.key(self.due_key(shard));
-            invocation.key(self.inflight_key(shard));
+        let count = self.shards();
+        for (shard, entries) in group_by_shard(count, jobs.iter().copied()) {
+            let mut invocation = self.scripts.requeue.key(self.key(count, shard, "due"));
+            invocation.key(self.key(count, shard, "inflight"));
             for (id, ms) in entries {
                 invocation.arg(id).arg(ms);
             }
@@ -242,9 +349,10 @@ impl Index {
     /// Forgets ids entirely (due and in-flight). Returns entries removed.
     pub async fn job_remove_many(&self, ids: &[JobId]) -> Result<u64, IndexError> {
         let mut removed = 0;
-        for (shard, entries) in self.group_by_shard(ids.iter().map(|id| (*id, 0))) {
-            let mut invocation = self.scripts.remove.key(self.due_key(shard));
-            invocation.key(self.inflight_key(shard));
+        let count = self.shards();
+        for (shard, entries) in group_by_shard(count, ids.iter().map(|id| (*id, 0))) {
+            let mut invocation = self.scripts.remove.key(self.key(count, shard, "due"));
+            invocation.key(self.key(count, shard, "inflight"));
             for (id, _) in entries {
                 invocation.arg(id);
             }
@@ -256,28 +364,38 @@ impl Index {
 
     /// Where `id` sits in the index, if anywhere.
     pub async fn job_locate(&self, id: JobId) -> Result<Option<Location>, IndexError> {
-        let shard = self.shard_of(id);
+        let count = self.shards();
+        let shard = shard_of(id, count);
         let mut conn = self.conn.clone();
-        let due: Option<f64> = conn.zscore(self.due_key(shard), id).await?;
+        let due: Option<f64> = conn.zscore(self.key(count, shard, "due"), id).await?;
         if let Some(ms) = due {
             return Ok(Some(Location::Due(ms as i64)));
         }
-        let inflight: Option<f64> = conn.zscore(self.inflight_key(shard), id).await?;
+        let inflight: Option<f64> = conn.zscore(self.key(count, shard, "inflight"), id).await?;
         Ok(inflight.map(|ms| Location::InFlight(ms as i64)))
     }
 
     /// Ids in the due set of every shard, and in-flight ones. For operators
     /// and tests; one pipelined round trip.
     pub async fn len(&self) -> Result<(u64, u64), IndexError> {
-        let mut pipe = redis::pipe();
-        for shard in 0..self.shards {
-            pipe.zcard(self.due_key(shard))
-                .zcard(self.inflight_key(shard));
-        }
-        let counts: Vec<u64> = pipe.query_async(&mut self.conn.clone()).await?;
-        let due = counts.iter().step_by(2).sum();
-        let inflight = counts.iter().skip(1).step_by(2).sum();
-        Ok((due, inflight))
+        self.len_of(self.shards()).await
+    }
+
+    /// `len` of the keys laid out for `count` shards.
+    pub async fn len_of(&self, count: u32) -> Result<(u64, u64), IndexError> {
+        let cards = (0..count).map(|shard| {
+            let (due, inflight) = (self.key(count, shard, "due"), self.key(count, shard, "inflight"));
+            let mut conn = self.conn.clone();
+            async move {
+                let due: u64 = conn.zcard(due).await?;
+                let inflight: u64 = conn.zcard(inflight).await?;
+                Ok::<_, redis::RedisError>((due, inflight))
+            }
+        });
+        let counts = try_join_all(cards).await?;
+        Ok(counts
+            .into_iter()
+            .fold((0, 0), |(d, i), (due, inflight)| (d + due, i + inflight)))
     }
 
     pub async fn ping(&self) -> Result<(), IndexError> {
@@ -287,30 +405,70 @@ impl Index {
         Ok(())
     }
 
-    fn group_by_shard(
-        &self,
-        entries: impl Iterator<Item = (JobId, i64)>,
-    ) -> BTreeMap<u32, Vec<(JobId, i64)>> {
-        let mut groups: BTreeMap<u32, Vec<(JobId, i64)>> = BTreeMap::new();
-        for (id, ms) in entries {
-            groups.entry(self.shard_of(id)).or_default().push((id, ms));
+}
+
+fn group_by_shard(
+    count: u32,
+    entries: impl Iterator<Item = (JobId, i64)>,
+) -> BTreeMap<u32, Vec<(JobId, i64)>> {
+    let mut groups: BTreeMap<u32, Vec<(JobId, i64)>> = BTreeMap::new();
+    for (id, ms) in entries {
+        groups.entry(shard_of(id, count)).or_default().push((id, ms));
+    }
+    groups
+}
+
+/// The seed URLs in `redis_url`: one, or several comma-separated.
+pub fn redis_urls(config: &Config) -> Vec<&str> {
+    config
+        .redis_url
+        .split(',')
+        .map(str::trim)
+        .filter(|url| !url.is_empty())
+        .collect()
+}
+
+/// The Redis client the settings ask for: `redis_url` (with several
+/// comma-separated seed URLs, or `redis_cluster = true`, a Redis Cluster),
+/// and for `rediss://` the CA (`redis_tls_ca`; the system's roots
+/// otherwise) and the client certificate and key (`redis_tls_cert`,
+/// `redis_tls_key`).
+pub fn client_open(config: &Config) -> Result<RedisClient, String> {
+    let urls = redis_urls(config);
+    let certificates = tls_certificates(config)?;
+    if config.redis_cluster || urls.len() > 1 {
+        let mut builder = redis::cluster::ClusterClient::builder(urls);
+        if let Some(certificates) = certificates {
+            builder = builder.certs(certificates);
         }
-        groups
+        return builder
+            .build()
+            .map(RedisClient::Cluster)
+            .map_err(|err| format!("redis_url (cluster seeds): {err}"));
+    }
+    single_client(urls.first().copied().unwrap_or_default(), certificates)
+        .map(RedisClient::Single)
+}
+
+fn single_client(
+    url: &str,
+    certificates: Option<redis::TlsCertificates>,
+) -> Result<redis::Client, String> {
+    match certificates {
+        None => redis::Client::open(url).map_err(|err| format!("redis_url: {err}")),
+        Some(certificates) => redis::Client::build_with_tls(url, certificates)
+            .map_err(|err| format!("redis_url with redis_tls_*: {err}")),
     }
 }
 
-/// The Redis client the settings ask for: `redis_url`, and for
-/// `rediss://` the CA (`redis_tls_ca`; the system's roots otherwise) and
-/// the client certificate and key (`redis_tls_cert`, `redis_tls_key`).
-pub fn client_open(config: &Config) -> Result<redis::Client, String> {
-    let url = config.redis_url.as_str();
+fn tls_certificates(config: &Config) -> Result<Option<redis::TlsCertificates>, String> {
     let tls_files = [
         &config.redis_tls_ca,
         &config.redis_tls_cert,
         &config.redis_tls_key,
     ];
     if tls_files.iter().all(|file| file.is_none()) {
-        return redis::Client::open(url).map_err(|err| format!("redis_url: {err}"));
+        return Ok(None);
     }
     let read = |setting: &str, path: &str| {
         std::fs::read(path).map_err(|err| format!("{setting} ({path}): {err}"))
@@ -326,24 +484,25 @@ pub fn client_open(config: &Config) -> Result<redis::Client, String> {
         }),
         _ => None,
     };
-    redis::Client::build_with_tls(
-        url,
-        redis::TlsCertificates {
-            client_tls,
-            root_cert,
-        },
-    )
-    .map_err(|err| format!("redis_url with redis_tls_*: {err}"))
+    Ok(Some(redis::TlsCertificates {
+        client_tls,
+        root_cert,
+    }))
 }
 
 /// Connects once, at start-up, to tell a TLS failure (wrong CA, expired
 /// or mismatched certificate) from a Redis that is merely down: the first
 /// stops start-up, naming the settings and the host; the second does not
-/// (jobs are kept in MySQL until Redis is back).
-pub async fn tls_probe(client: &redis::Client, url: &str) -> Result<(), String> {
+/// (jobs are kept in MySQL until Redis is back). For a cluster, the first
+/// seed stands for all.
+pub async fn tls_probe(config: &Config) -> Result<(), String> {
+    let Some(url) = redis_urls(config).first().copied() else {
+        return Err("redis_url: empty".to_owned());
+    };
     if !url.starts_with("rediss://") {
         return Ok(());
     }
+    let client = single_client(url, tls_certificates(config)?)?;
     let target = url_redacted(url);
     let connected = tokio::time::timeout(
         Duration::from_secs(5),

@@ -22,6 +22,22 @@ impl Index {
     /// leaving other prefixes alone. Returns how many keys went.
     pub async fn clear(&self) -> Result<u64, IndexError> {
         let mut conn = self.conn.clone();
+        if self.is_cluster() {
+            // SCAN walks one node; on a cluster, delete the keys of the
+            // current layout one shard (one slot) at a time.
+            let mut deleted = 0;
+            for shard in 0..self.shards() {
+                for key in [
+                    self.due_key(shard),
+                    self.inflight_key(shard),
+                    self.sentinel_key(shard),
+                ] {
+                    let n: u64 = conn.del(&key).await?;
+                    deleted += n;
+                }
+            }
+            return Ok(deleted);
+        }
         let pattern = format!("{{{}:*", self.prefix);
         let mut cursor: u64 = 0;
         let mut deleted = 0;

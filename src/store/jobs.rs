@@ -7,6 +7,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, QueryBuilder, Row};
 
+use super::cluster::{push_fence, Fence};
 use super::{Store, StoreError};
 use crate::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status};
 use crate::outcome::Policy;
@@ -120,6 +121,11 @@ pub struct ClaimOutcome {
     /// Ids whose row is gone or no longer `pending` (cancelled, already
     /// dispatched, claimed elsewhere): stale index entries.
     pub stale: Vec<JobId>,
+    /// Ids still `pending` that this claim could not take because its
+    /// fence failed: the instance lost a shard's lease (or was declared
+    /// dead) since it claimed them in Redis. They belong to the shard's
+    /// new owner.
+    pub fenced: Vec<JobId>,
     /// The database's clock when the claim was decided.
     pub db_now: Option<DateTime<Utc>>,
 }
@@ -546,15 +552,20 @@ impl Store {
 
     /// The claim compare-and-set: `pending → dispatching` for those of `ids`
     /// that are pending and due by the database's clock, under `token`, with
-    /// a lease of `lease`. Returns what became of every id.
+    /// a lease of `lease` — provided `fence` holds (the instance is alive and
+    /// owns the ids' shards at the epochs it acquired them with), so an
+    /// instance that lost its shards while paused wins nothing. Returns what
+    /// became of every id.
     ///
-    /// Crash after the UPDATE commits: the rows stay `dispatching` until the
-    /// lease expires, then the reconciler returns them to `pending`.
+    /// Crash after the UPDATE commits: the rows stay `dispatching` under the
+    /// instance; once it is dead (heartbeat past the TTL) they are rescued,
+    /// and the claim lease is the backstop.
     pub async fn job_claim_many(
         &self,
         ids: &[JobId],
         token: u64,
         lease: Duration,
+        fence: &Fence,
     ) -> Result<ClaimOutcome, StoreError> {
         if ids.is_empty() {
             return Ok(ClaimOutcome::default());
@@ -565,15 +576,21 @@ impl Store {
         );
         update
             .push_bind(token)
+            .push(", claimed_by = ")
+            .push_bind(fence.instance)
             .push(", claim_expires_at = TIMESTAMPADD(MICROSECOND, ")
             .push_bind(lease_us)
-            .push(", UTC_TIMESTAMP(3)) WHERE status = 'pending' AND schedule_time <= UTC_TIMESTAMP(3) AND id IN ");
+            .push(", UTC_TIMESTAMP(3)) WHERE status = 'pending' AND schedule_time <= UTC_TIMESTAMP(3) AND ");
+        push_fence(&mut update, fence);
+        update.push(" AND id IN ");
         push_id_list(&mut update, ids);
         update.build().execute(&self.pool).await?;
 
         let mut select = QueryBuilder::<MySql>::new(format!(
-            "SELECT {JOB_COLUMNS}, claim_token, UTC_TIMESTAMP(3) AS db_now FROM jobs WHERE id IN "
+            "SELECT {JOB_COLUMNS}, claim_token, UTC_TIMESTAMP(3) AS db_now, "
         ));
+        push_fence(&mut select, fence);
+        select.push(" AS fence_holds FROM jobs WHERE id IN ");
         push_id_list(&mut select, ids);
         let rows = select.build().fetch_all(&self.pool).await?;
 
@@ -583,10 +600,12 @@ impl Store {
             let job = job_from_row(row)?;
             let claimed_by: Option<u64> = row.try_get("claim_token")?;
             let db_now: NaiveDateTime = row.try_get("db_now")?;
+            let fence_holds: i64 = row.try_get("fence_holds")?;
             outcome.db_now = Some(db_now.and_utc());
             seen.push(job.id);
             match job.status {
                 Status::Dispatching if claimed_by == Some(token) => outcome.won.push(job),
+                Status::Pending if fence_holds == 0 => outcome.fenced.push(job.id),
                 Status::Pending => outcome.not_due.push(WindowEntry {
                     id: job.id,
                     schedule_time: job.schedule_time,
@@ -629,7 +648,8 @@ impl Store {
             query
                 .push(
                     "SET j.status = 'dispatched', j.version = j.version + 1, \
-                     j.claim_token = NULL, j.claim_expires_at = NULL, j.dispatched_at = d.t, \
+                     j.claim_token = NULL, j.claimed_by = NULL, j.claim_expires_at = NULL, \
+                     j.dispatched_at = d.t, \
                      j.kafka_partition = d.p, j.kafka_offset = d.o, \
                      j.ack_deadline = IF(j.expects_result, \
                        TIMESTAMPADD(MICROSECOND, j.ack_timeout_ms * 1000, UTC_TIMESTAMP(3)), NULL) \
@@ -666,7 +686,7 @@ impl Store {
         let mut query = positions_join(jobs);
         query
             .push(
-                "SET j.claim_token = NULL, j.claim_expires_at = NULL, \
+                "SET j.claim_token = NULL, j.claimed_by = NULL, j.claim_expires_at = NULL, \
                  j.dispatched_at = d.t, j.kafka_partition = d.p, j.kafka_offset = d.o \
                  WHERE j.status <> 'dispatching' AND j.claim_token = ",
             )
@@ -698,7 +718,7 @@ impl Store {
         }
         let mut update = QueryBuilder::<MySql>::new(
             "UPDATE jobs SET status = 'pending', version = version + 1, claim_token = NULL, \
-             claim_expires_at = NULL, last_error = 'claim expired: the dispatcher died or stalled' \
+             claimed_by = NULL, claim_expires_at = NULL, last_error = 'claim expired: the dispatcher died or stalled' \
              WHERE status = 'dispatching' AND claim_expires_at < UTC_TIMESTAMP(3) AND id IN ",
         );
         let ids: Vec<JobId> = expired.iter().map(|e| e.id).collect();
@@ -721,7 +741,7 @@ impl Store {
         }
         let mut query = QueryBuilder::<MySql>::new(
             "UPDATE jobs SET status = 'pending', version = version + 1, claim_token = NULL, \
-             claim_expires_at = NULL, last_error = ",
+             claimed_by = NULL, claim_expires_at = NULL, last_error = ",
         );
         query
             .push_bind(error)

@@ -6,6 +6,7 @@
 //! engine-only functions. "Now" is always the database's `UTC_TIMESTAMP(3)`,
 //! never a tickler host's clock, and sessions are forced to UTC.
 
+mod cluster;
 mod jobs;
 mod migrate;
 mod results;
@@ -23,6 +24,7 @@ use sqlx::mysql::{
 use sqlx::pool::PoolConnection;
 use sqlx::{ConnectOptions, Connection, Executor, MySql, Transaction};
 
+pub use cluster::{Fence, InstanceInfo, InstanceRow, LeaseRow};
 pub use jobs::{
     BatchRow, Cancelled, ClaimOutcome, Dispatched, JobChanges, JobEvent, JobFilter, Marked,
     Modified, WindowEntry,

@@ -54,8 +54,9 @@ pub struct Seen {
     pub received_ms: i64,
 }
 
-/// One fault test's deployment: its database, topic, Redis prefix, a
-/// `tickler serve` child process, and a consumer recording every record.
+/// One fault test's deployment: its database, topic, Redis prefix, one or
+/// more `tickler serve` child processes sharing them, and a consumer
+/// recording every record.
 pub struct World {
     pub services: Services,
     pub db_name: String,
@@ -63,9 +64,15 @@ pub struct World {
     pub topic: String,
     /// The topic this tickler reads results from.
     pub results_topic: String,
+    /// The first instance's API.
     pub http_addr: String,
+    /// Every instance's API, in instance order.
+    pub http_addrs: Vec<String>,
     pub sql: MySqlPool,
+    /// The first instance.
     pub tickler: Proc,
+    /// Instances 1.. of a world of several.
+    pub others: Vec<Proc>,
     pub http: reqwest::Client,
     seen: Arc<Mutex<Vec<Seen>>>,
     stop: CancellationToken,
@@ -93,6 +100,16 @@ impl World {
     /// Creates the database and topic, starts the recording consumer and
     /// `tickler serve` with `extra_env` on top of the fast settings.
     pub async fn start(services: Services, extra_env: &[(&str, &str)]) -> World {
+        World::start_many(services, 1, extra_env).await
+    }
+
+    /// `start`, with `instances` tickler processes on the one database,
+    /// Redis prefix and topic, each with its own API port.
+    pub async fn start_many(
+        services: Services,
+        instances: usize,
+        extra_env: &[(&str, &str)],
+    ) -> World {
         super::init_logging();
         let db_name = unique("tickler_t_");
         // A private server just started may take its port a moment before
@@ -115,14 +132,15 @@ impl World {
         tokio::spawn(record(consumer, seen.clone(), stop.clone()));
 
         let secret = super::token_create(&mysql_url, "chronos", &["*"], &["admin"]).await;
-        let http_addr = format!("127.0.0.1:{}", free_port());
+        let http_addrs: Vec<String> = (0..instances.max(1))
+            .map(|_| format!("127.0.0.1:{}", free_port()))
+            .collect();
         let results_topic = unique("tickler-results-");
         let mut env = fast_settings();
         env.extend([
             ("TICKLER_MYSQL_URL".to_owned(), mysql_url.clone()),
             ("TICKLER_REDIS_URL".to_owned(), services.redis_url.clone()),
             ("TICKLER_KAFKA_BROKERS".to_owned(), services.brokers.clone()),
-            ("TICKLER_HTTP_ADDR".to_owned(), http_addr.clone()),
             ("TICKLER_REDIS_PREFIX".to_owned(), unique("tickler-t-")),
             ("TICKLER_RESULTS_TOPIC".to_owned(), results_topic.clone()),
             ("TICKLER_RESULTS_GROUP".to_owned(), unique("tickler-t-")),
@@ -131,14 +149,20 @@ impl World {
             env.retain(|(key, _)| key != k);
             env.push((k.to_string(), v.to_string()));
         }
-        let log = scratch_dir().join("tickler.log");
-        let tickler = Proc::spawn(
-            "tickler",
-            &tickler_bin().to_string_lossy(),
-            &["serve".to_owned()],
-            &env,
-            log,
-        );
+        let dir = scratch_dir();
+        let mut procs = http_addrs.iter().enumerate().map(|(i, addr)| {
+            let mut env = env.clone();
+            env.push(("TICKLER_HTTP_ADDR".to_owned(), addr.clone()));
+            Proc::spawn(
+                &format!("tickler-{i}"),
+                &tickler_bin().to_string_lossy(),
+                &["serve".to_owned()],
+                &env,
+                dir.join(format!("tickler-{i}.log")),
+            )
+        });
+        let tickler = procs.next().expect("one instance at least");
+        let others: Vec<Proc> = procs.collect();
         let world = World {
             services,
             db_name,
@@ -146,23 +170,32 @@ impl World {
             mysql_url,
             topic,
             results_topic,
-            http_addr,
+            http_addr: http_addrs[0].clone(),
+            http_addrs,
             tickler,
+            others,
             http: super::http_with_token(&secret),
             seen,
             stop,
             finished: false,
         };
-        world.healthy().await;
+        for i in 0..world.http_addrs.len() {
+            world.healthy_instance(i).await;
+        }
         world
     }
 
-    /// Waits until tickler answers /healthz.
+    /// Waits until the first instance answers /healthz.
     pub async fn healthy(&self) {
+        self.healthy_instance(0).await;
+    }
+
+    /// Waits until instance `i` answers /healthz.
+    pub async fn healthy_instance(&self, i: usize) {
         let up = eventually(Duration::from_secs(30), || async {
             let response = self
                 .http
-                .get(format!("http://{}/healthz", self.http_addr))
+                .get(format!("http://{}/healthz", self.http_addrs[i]))
                 .send()
                 .await
                 .ok()?;
@@ -171,9 +204,26 @@ impl World {
         .await;
         assert!(
             up.is_some(),
-            "tickler is healthy; log:\n{}",
-            self.tickler.log_tail()
+            "tickler {i} is healthy; log:\n{}",
+            self.instance(i).log_tail()
         );
+    }
+
+    /// Instance `i`'s process.
+    pub fn instance(&self, i: usize) -> &Proc {
+        if i == 0 {
+            &self.tickler
+        } else {
+            &self.others[i - 1]
+        }
+    }
+
+    pub fn instance_mut(&mut self, i: usize) -> &mut Proc {
+        if i == 0 {
+            &mut self.tickler
+        } else {
+            &mut self.others[i - 1]
+        }
     }
 
     pub async fn restart_tickler(&mut self) {
@@ -222,6 +272,27 @@ impl World {
         (status, response.json().await.unwrap_or_default())
     }
 
+    /// A request to instance `i`'s API: `None` when it does not answer
+    /// (killed, paused, restarting).
+    pub async fn call(
+        &self,
+        i: usize,
+        method: reqwest::Method,
+        path: &str,
+        body: Option<&serde_json::Value>,
+    ) -> Option<(u16, serde_json::Value)> {
+        let mut request = self
+            .http
+            .request(method, format!("http://{}{path}", self.http_addrs[i]))
+            .timeout(Duration::from_secs(3));
+        if let Some(body) = body {
+            request = request.json(body);
+        }
+        let response = request.send().await.ok()?;
+        let status = response.status().as_u16();
+        Some((status, response.json().await.unwrap_or_default()))
+    }
+
     /// The records seen so far.
     pub fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
@@ -252,6 +323,9 @@ impl World {
         self.finished = true;
         self.stop.cancel();
         self.tickler.stop();
+        for other in &mut self.others {
+            other.stop();
+        }
         self.sql.close().await;
         let _ =
             support::scratch_database_drop(&self.services.mysql_server_url, &self.db_name).await;

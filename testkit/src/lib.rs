@@ -121,6 +121,33 @@ pub async fn token_create_limited(
 
 /// An HTTP client that sends `Authorization: Bearer <secret>` on every
 /// request.
+/// Registers an instance in `store`'s database and gives it every one of
+/// `shards` shards: the fence a claim made outside a running tickler needs.
+pub async fn fence_all(store: &tickler::store::Store, shards: u32) -> tickler::store::Fence {
+    let info = tickler::store::InstanceInfo {
+        host: "test".to_owned(),
+        pid: std::process::id(),
+        version: "test".to_owned(),
+        roles: "dispatcher".to_owned(),
+    };
+    store.shard_leases_ensure(shards).await.unwrap();
+    let instance = store.instance_register(&info).await.unwrap();
+    let mut leases = Vec::new();
+    for lease in store.shard_leases().await.unwrap() {
+        let epoch = store
+            .shard_acquire(lease.shard, lease.epoch, instance)
+            .await
+            .unwrap()
+            .expect("the shard is free");
+        leases.push((lease.shard, epoch));
+    }
+    tickler::store::Fence {
+        instance,
+        leases,
+        ttl: std::time::Duration::from_secs(600),
+    }
+}
+
 pub fn http_with_token(secret: &str) -> reqwest::Client {
     let mut headers = reqwest::header::HeaderMap::new();
     headers.insert(

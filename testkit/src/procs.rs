@@ -118,6 +118,11 @@ impl Proc {
         self.child = Some(child);
     }
 
+    /// Whether it was started and not killed or stopped since.
+    pub fn is_running(&self) -> bool {
+        self.child.is_some()
+    }
+
     /// kill -9, and reap it.
     pub fn kill9(&mut self) {
         if let Some(mut child) = self.child.take() {

@@ -1,0 +1,512 @@
+//! Membership: instances that know each other, and shards shared among
+//! them through leases in MySQL.
+//!
+//! Every instance registers a row in `instances` and beats its heart on the
+//! database's clock every fifth of `instance_ttl_ms`. Each round it also:
+//!
+//! 1. **Balances the shards** (dispatcher role): with `n` live dispatchers
+//!    and `N` shards, each should hold `N / n` (the first `N mod n` by id
+//!    one more). An instance above its share hands back its highest shards;
+//!    one below takes free shards or those of dead instances, each with a
+//!    compare-and-set on the lease's epoch, which grows with every change of
+//!    owner. What it holds, with the epochs, goes to its dispatcher, whose
+//!    claims carry them: a paused instance that lost a shard wins nothing.
+//! 2. **Rescues the dead's claims**: rows `dispatching` under an instance
+//!    whose heartbeat is older than the TTL go back to `pending` at once and
+//!    return to Redis, instead of waiting out the claim lease.
+//! 3. Keeps the index's shard count in step with the deployment's (the
+//!    number of `shard_leases` rows), so `tickler shards resize` takes
+//!    effect everywhere within a round.
+//!
+//! An instance that was itself cut off from the database for longer than
+//! the TTL judges nobody in its first round back: the others were cut off
+//! too, and deserve a round to beat again.
+//!
+//! Correctness never depends on the leases — the MySQL compare-and-set on
+//! `status` does — only promptness: a dead instance's jobs go out within
+//! `instance_ttl_ms` plus a round.
+
+use std::collections::{BTreeMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::{watch, Notify};
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::index::Index;
+use crate::metrics;
+use crate::store::{Fence, InstanceInfo, LeaseRow, Store, StoreError};
+
+/// Rows of instances silent for this long are deleted.
+const INSTANCE_FORGET_AFTER: Duration = Duration::from_secs(86_400);
+/// Most dead claims rescued per round.
+const RESCUE_BATCH: u32 = 5_000;
+
+#[derive(Debug, Clone)]
+pub struct MembershipConfig {
+    pub ttl: Duration,
+    /// Time between rounds (heartbeats).
+    pub heartbeat: Duration,
+    /// Whether this instance dispatches (and so holds shards).
+    pub dispatcher: bool,
+    /// The shard count a brand-new deployment starts with.
+    pub shards_initial: u32,
+    pub info: InstanceInfo,
+}
+
+impl MembershipConfig {
+    pub fn from_config(config: &Config) -> Self {
+        let ttl = config.instance_ttl();
+        MembershipConfig {
+            ttl,
+            heartbeat: (ttl / 5).max(Duration::from_millis(100)),
+            dispatcher: config.has_role("dispatcher"),
+            shards_initial: config.shards,
+            info: InstanceInfo {
+                host: hostname(),
+                pid: std::process::id(),
+                version: env!("CARGO_PKG_VERSION").to_owned(),
+                roles: config.roles.join(","),
+            },
+        }
+    }
+}
+
+fn hostname() -> String {
+    std::fs::read_to_string("/proc/sys/kernel/hostname")
+        .ok()
+        .or_else(|| std::env::var("HOSTNAME").ok())
+        .map(|name| name.trim().to_owned())
+        .filter(|name| !name.is_empty())
+        .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// What this instance holds: its id, and each shard it owns with the epoch
+/// its claims must carry.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Ownership {
+    /// None until the instance is registered.
+    pub instance: Option<u64>,
+    pub shards: BTreeMap<u32, u64>,
+    pub ttl: Duration,
+}
+
+impl Ownership {
+    /// The fence for a claim on `shards` (those of them this instance
+    /// holds), or None if it holds none of them.
+    pub fn fence(&self, shards: impl IntoIterator<Item = u32>) -> Option<Fence> {
+        let instance = self.instance?;
+        let leases: Vec<(u32, u64)> = shards
+            .into_iter()
+            .filter_map(|shard| self.shards.get(&shard).map(|epoch| (shard, *epoch)))
+            .collect();
+        (!leases.is_empty()).then_some(Fence {
+            instance,
+            leases,
+            ttl: self.ttl,
+        })
+    }
+}
+
+/// The changes one instance makes to the leases in a round.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct Plan {
+    /// Shards to hand back.
+    pub release: Vec<u32>,
+    /// Shards to take, each with the epoch it was read at.
+    pub acquire: Vec<(u32, u64)>,
+}
+
+/// Decides `me`'s changes to the leases: `live` are the live dispatchers'
+/// ids. Every instance computes the same shares from the same rows, so
+/// they converge without talking; between views that differ for a round,
+/// the epochs arbitrate.
+pub fn plan(me: u64, live: &[u64], leases: &[LeaseRow]) -> Plan {
+    let mut members: Vec<u64> = live.to_vec();
+    if !members.contains(&me) {
+        members.push(me);
+    }
+    members.sort_unstable();
+    members.dedup();
+    let n = members.len();
+    let total = leases.len();
+    let rank = members.iter().position(|id| *id == me).unwrap_or(0);
+    let share = total / n + usize::from(rank < total % n);
+    let alive: HashSet<u64> = members.iter().copied().collect();
+
+    let mine: Vec<u32> = leases
+        .iter()
+        .filter(|lease| lease.owner == Some(me))
+        .map(|lease| lease.shard)
+        .collect();
+    let mut plan = Plan::default();
+    if mine.len() > share {
+        plan.release = mine[share..].to_vec();
+        return plan;
+    }
+    // Free shards, or held by the dead; starting at this instance's place
+    // in the ring, so that instances racing for them mostly pick apart.
+    let start = if total == 0 { 0 } else { rank * total / n };
+    let takeable = leases
+        .iter()
+        .cycle()
+        .skip(start)
+        .take(total)
+        .filter(|lease| lease.owner.is_none_or(|owner| !alive.contains(&owner)));
+    plan.acquire = takeable
+        .take(share - mine.len())
+        .map(|lease| (lease.shard, lease.epoch))
+        .collect();
+    plan
+}
+
+pub struct Membership {
+    store: Store,
+    index: Index,
+    config: MembershipConfig,
+    ownership: watch::Sender<Ownership>,
+    /// Wakes the local dispatcher (ownership changed, claims rescued).
+    wake: Arc<Notify>,
+    /// Asks for a round now (the dispatcher found itself fenced off).
+    refresh: Arc<Notify>,
+}
+
+impl Membership {
+    pub fn new(store: Store, index: Index, config: MembershipConfig, wake: Arc<Notify>) -> Self {
+        let (ownership, _) = watch::channel(Ownership {
+            ttl: config.ttl,
+            ..Ownership::default()
+        });
+        Membership {
+            store,
+            index,
+            config,
+            ownership,
+            wake,
+            refresh: Arc::new(Notify::new()),
+        }
+    }
+
+    /// What this instance holds, kept current.
+    pub fn subscribe(&self) -> watch::Receiver<Ownership> {
+        self.ownership.subscribe()
+    }
+
+    /// Notified, runs a round at once.
+    pub fn refresher(&self) -> Arc<Notify> {
+        self.refresh.clone()
+    }
+
+    /// Registers (trying again while MySQL is down), then runs a round per
+    /// heartbeat until `cancel` fires. Then waits for `dispatcher_done` (the
+    /// dispatcher's last batch recorded) and leaves: the shards are handed
+    /// back at once and the row deleted.
+    pub async fn run(self, cancel: CancellationToken, dispatcher_done: CancellationToken) {
+        let id = loop {
+            match self.register().await {
+                Ok(id) => break id,
+                Err(err) => {
+                    tracing::warn!(error = %err, "cannot register this instance; trying again");
+                    tokio::select! {
+                        _ = cancel.cancelled() => return,
+                        _ = tokio::time::sleep(self.config.heartbeat) => {}
+                    }
+                }
+            }
+        };
+        tracing::info!(instance = id, ttl_ms = self.config.ttl.as_millis() as u64, "instance registered");
+        self.ownership.send_modify(|o| o.instance = Some(id));
+        let mut last_beat: Option<tokio::time::Instant> = None;
+        let mut purged_at: Option<tokio::time::Instant> = None;
+        while !cancel.is_cancelled() {
+            let cut_off = last_beat.is_none_or(|at| at.elapsed() > self.config.ttl);
+            match self.round(id, cut_off && last_beat.is_some()).await {
+                Ok(()) => last_beat = Some(tokio::time::Instant::now()),
+                Err(err) => {
+                    tracing::warn!(error = %err, "membership round failed");
+                    metrics::membership_failed();
+                }
+            }
+            if purged_at.is_none_or(|at| at.elapsed() >= Duration::from_secs(600)) {
+                purged_at = Some(tokio::time::Instant::now());
+                if let Err(err) = self.store.instances_purge(INSTANCE_FORGET_AFTER).await {
+                    tracing::debug!(error = %err, "cannot purge old instance rows");
+                }
+            }
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = self.refresh.notified() => {}
+                _ = tokio::time::sleep(self.config.heartbeat) => {}
+            }
+        }
+        if self.config.dispatcher
+            && tokio::time::timeout(Duration::from_secs(60), dispatcher_done.cancelled())
+                .await
+                .is_err()
+        {
+            tracing::warn!("the dispatcher did not stop within 60 s; leaving all the same");
+        }
+        self.ownership.send_modify(|o| o.shards.clear());
+        match self.store.instance_leave(id).await {
+            Ok(()) => tracing::info!(instance = id, "instance left; its shards are free"),
+            Err(err) => tracing::warn!(error = %err, "cannot leave; the shards free up after instance_ttl_ms"),
+        }
+    }
+
+    async fn register(&self) -> Result<u64, StoreError> {
+        let count = self
+            .store
+            .shard_leases_ensure(self.config.shards_initial)
+            .await?;
+        self.count_follow(count);
+        self.store.instance_register(&self.config.info).await
+    }
+
+    /// The index follows the deployment's shard count.
+    fn count_follow(&self, count: u32) {
+        if count == 0 {
+            return;
+        }
+        let before = self.index.shards_set(count);
+        if before != count {
+            if before == self.config.shards_initial {
+                tracing::info!(shards = count, configured = before, "the deployment's shard count is kept in MySQL (shard_leases); following it");
+            } else {
+                tracing::warn!(from = before, to = count, "the shard count changed; following it");
+            }
+            metrics::shards(count);
+        }
+    }
+
+    /// One heartbeat: beat, balance, rescue. `judge_nobody` after this
+    /// instance was itself cut off.
+    async fn round(&self, id: u64, judge_nobody: bool) -> Result<(), StoreError> {
+        self.store
+            .instance_heartbeat(id, &self.config.info)
+            .await?;
+        let instances = self.store.instances_list(self.config.ttl).await?;
+        let mut leases = self.store.shard_leases().await?;
+        self.count_follow(leases.len() as u32);
+        let live: Vec<u64> = instances
+            .iter()
+            .filter(|i| i.live && i.has_role("dispatcher"))
+            .map(|i| i.id)
+            .collect();
+        metrics::instances_live(instances.iter().filter(|i| i.live).count());
+
+        if self.config.dispatcher {
+            let mut plan = plan(id, &live, &leases);
+            if judge_nobody {
+                // Take only free shards this round, not the others'.
+                plan.acquire.retain(|(shard, _)| {
+                    leases
+                        .iter()
+                        .any(|l| l.shard == *shard && l.owner.is_none())
+                });
+            }
+            if !plan.release.is_empty() || !plan.acquire.is_empty() {
+                self.apply(id, &plan).await?;
+                leases = self.store.shard_leases().await?;
+            }
+            self.publish(id, &leases).await;
+        }
+        if !judge_nobody {
+            self.rescue().await?;
+        }
+        Ok(())
+    }
+
+    async fn apply(&self, id: u64, plan: &Plan) -> Result<(), StoreError> {
+        if !plan.release.is_empty() {
+            // The dispatcher stops claiming them first; a pass already under
+            // way is fenced off by the new epoch.
+            self.ownership.send_modify(|o| {
+                for shard in &plan.release {
+                    o.shards.remove(shard);
+                }
+            });
+            let released = self.store.shard_release(&plan.release, id).await?;
+            tracing::info!(shards = ?plan.release, released, "shards handed back to rebalance");
+        }
+        let mut taken = Vec::new();
+        for (shard, epoch) in &plan.acquire {
+            if self.store.shard_acquire(*shard, *epoch, id).await?.is_some() {
+                taken.push(*shard);
+            }
+        }
+        if !taken.is_empty() {
+            tracing::info!(shards = ?taken, "shards taken over");
+            metrics::shards_acquired(taken.len());
+        }
+        Ok(())
+    }
+
+    /// Hands the dispatcher what this instance holds now. A shard new to it
+    /// is adopted first: the previous owner's Redis claims return to the
+    /// due set, so its jobs need not wait out their leases.
+    async fn publish(&self, id: u64, leases: &[LeaseRow]) {
+        let held: BTreeMap<u32, u64> = leases
+            .iter()
+            .filter(|l| l.owner == Some(id))
+            .map(|l| (l.shard, l.epoch))
+            .collect();
+        let before = self.ownership.borrow().shards.clone();
+        if held == before {
+            return;
+        }
+        for (shard, epoch) in &held {
+            if before.get(shard) == Some(epoch) {
+                continue;
+            }
+            match self.index.shard_adopt(*shard).await {
+                Ok(0) => {}
+                Ok(moved) => tracing::info!(shard, moved, "claims of the previous owner returned to the due set"),
+                // Their Redis leases expire in time anyway.
+                Err(err) => metrics::index_failed("adopt shard", 0, &err),
+            }
+        }
+        metrics::shards_owned(held.len());
+        self.ownership.send_modify(|o| o.shards = held);
+        self.wake.notify_one();
+    }
+
+    /// Rows claimed by dead instances: back to pending and into Redis.
+    async fn rescue(&self) -> Result<(), StoreError> {
+        let rescued = self
+            .store
+            .job_rescue_dead(self.config.ttl, RESCUE_BATCH)
+            .await?;
+        if rescued.is_empty() {
+            return Ok(());
+        }
+        tracing::warn!(num_jobs = rescued.len(), "jobs claimed by a dead instance rescued");
+        metrics::dead_instance_rescued(rescued.len());
+        // Out of the dead's in-flight set (wherever it is) and due again.
+        let back: Vec<(u64, i64)> = rescued
+            .iter()
+            .map(|e| (e.id, e.schedule_time.timestamp_millis()))
+            .collect();
+        if let Err(err) = self.index.job_requeue_many(&back).await {
+            // The reconciler's overdue probe puts them back.
+            metrics::index_failed("requeue rescued", back.len(), &err);
+        }
+        self.wake.notify_one();
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leases(owners: &[Option<u64>]) -> Vec<LeaseRow> {
+        owners
+            .iter()
+            .enumerate()
+            .map(|(shard, owner)| LeaseRow {
+                shard: shard as u32,
+                owner: *owner,
+                epoch: 3,
+            })
+            .collect()
+    }
+
+    /// Runs every instance's plan against the rows in turn, as the rounds
+    /// would, until nothing changes; returns the owners.
+    fn settle(live: &[u64], mut rows: Vec<LeaseRow>) -> Vec<Option<u64>> {
+        for _ in 0..10 {
+            let mut changed = false;
+            for me in live {
+                let p = plan(*me, live, &rows);
+                for shard in p.release {
+                    rows[shard as usize].owner = None;
+                    rows[shard as usize].epoch += 1;
+                    changed = true;
+                }
+                for (shard, epoch) in p.acquire {
+                    let row = &mut rows[shard as usize];
+                    if row.epoch == epoch {
+                        row.owner = Some(*me);
+                        row.epoch += 1;
+                        changed = true;
+                    }
+                }
+            }
+            if !changed {
+                break;
+            }
+        }
+        rows.iter().map(|r| r.owner).collect()
+    }
+
+    fn counts(owners: &[Option<u64>], live: &[u64]) -> Vec<usize> {
+        live.iter()
+            .map(|id| owners.iter().filter(|o| **o == Some(*id)).count())
+            .collect()
+    }
+
+    #[test]
+    fn shards_spread_evenly_and_every_one_is_owned() {
+        for (n, shards) in [(1, 16), (2, 16), (3, 16), (3, 64), (5, 7), (4, 2)] {
+            let live: Vec<u64> = (10..10 + n).collect();
+            let owners = settle(&live, leases(&vec![None; shards]));
+            let counts = counts(&owners, &live);
+            let (min, max) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+            assert!(max - min <= 1, "{n} instances, {shards} shards: {counts:?}");
+            if shards >= n as usize {
+                assert!(owners.iter().all(Option::is_some), "{owners:?}");
+            }
+        }
+    }
+
+    #[test]
+    fn a_dead_instances_shards_are_taken_and_a_newcomer_gets_its_share() {
+        let live = [1, 2, 3];
+        let owners = settle(&live, leases(&[None; 16]));
+        // 3 dies: 1 and 2 take its shards over.
+        let rows: Vec<LeaseRow> = owners
+            .iter()
+            .enumerate()
+            .map(|(shard, owner)| LeaseRow {
+                shard: shard as u32,
+                owner: *owner,
+                epoch: 1,
+            })
+            .collect();
+        let after = settle(&[1, 2], rows.clone());
+        assert_eq!(counts(&after, &[1, 2]), vec![8, 8]);
+        // Shards 1 and 2 kept are not moved.
+        for (shard, owner) in owners.iter().enumerate() {
+            if *owner != Some(3) {
+                assert_eq!(after[shard], *owner, "shard {shard} stays where it was");
+            }
+        }
+        // A fourth joins: the others hand back what is above their share.
+        let rows: Vec<LeaseRow> = after
+            .iter()
+            .enumerate()
+            .map(|(shard, owner)| LeaseRow {
+                shard: shard as u32,
+                owner: *owner,
+                epoch: 5,
+            })
+            .collect();
+        let joined = settle(&[1, 2, 4], rows);
+        let c = counts(&joined, &[1, 2, 4]);
+        assert!(c.iter().all(|n| (5..=6).contains(n)), "{c:?}");
+    }
+
+    #[test]
+    fn the_fence_covers_only_the_shards_held() {
+        let ownership = Ownership {
+            instance: Some(7),
+            shards: [(1, 4), (3, 9)].into(),
+            ttl: Duration::from_secs(5),
+        };
+        let fence = ownership.fence([1, 2, 3]).unwrap();
+        assert_eq!(fence.leases, vec![(1, 4), (3, 9)]);
+        assert!(ownership.fence([2]).is_none());
+        assert!(Ownership::default().fence([1]).is_none());
+    }
+}

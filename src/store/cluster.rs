@@ -1,0 +1,328 @@
+//! Instances and shard leases: `instances` (who is alive, by heartbeats on
+//! the database's clock) and `shard_leases` (who alone claims each shard,
+//! with an epoch that grows with every change of owner).
+//!
+//! What a crash leaves behind: an instance killed mid-round keeps its row
+//! and its leases; its heartbeat ages past the TTL, after which everyone
+//! treats it as dead: its shards are taken over (epoch + 1) and its
+//! `dispatching` rows rescued.
+
+use std::time::Duration;
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use sqlx::{MySql, QueryBuilder, Row};
+
+use super::jobs::push_id_list;
+use super::{Store, StoreError, WindowEntry};
+use crate::job::JobId;
+
+/// Who an instance is, as its row says.
+#[derive(Debug, Clone)]
+pub struct InstanceInfo {
+    pub host: String,
+    pub pid: u32,
+    pub version: String,
+    /// Comma-separated roles.
+    pub roles: String,
+}
+
+/// A row of `instances`, with whether it is alive by the database's clock.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct InstanceRow {
+    pub id: u64,
+    pub host: String,
+    pub pid: u32,
+    pub version: String,
+    pub roles: Vec<String>,
+    pub started_at: DateTime<Utc>,
+    pub heartbeat_at: DateTime<Utc>,
+    /// Heartbeat within the TTL.
+    pub live: bool,
+}
+
+impl InstanceRow {
+    pub fn has_role(&self, role: &str) -> bool {
+        self.roles.iter().any(|r| r == role)
+    }
+}
+
+/// A row of `shard_leases`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct LeaseRow {
+    pub shard: u32,
+    pub owner: Option<u64>,
+    pub epoch: u64,
+}
+
+/// What a claim's compare-and-set must prove: that `instance` is alive and
+/// still holds each shard at the epoch it acquired it with.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Fence {
+    pub instance: u64,
+    /// (shard, epoch) of every shard the claimed ids come from.
+    pub leases: Vec<(u32, u64)>,
+    /// An instance whose heartbeat is older is dead.
+    pub ttl: Duration,
+}
+
+fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// `TIMESTAMPADD(MICROSECOND, -ttl, UTC_TIMESTAMP(3))` pushed with `ttl`
+/// bound: heartbeats at or after it are alive.
+fn push_alive_since(query: &mut QueryBuilder<'_, MySql>, ttl: Duration) {
+    query
+        .push("TIMESTAMPADD(MICROSECOND, -")
+        .push_bind(micros(ttl))
+        .push(", UTC_TIMESTAMP(3))");
+}
+
+/// A boolean SQL expression true while `fence` holds: its instance alive and
+/// owning every shard of it at that epoch. Used inside the claim's UPDATE
+/// (so a fenced-off instance wins nothing) and its SELECT (to tell why).
+pub(super) fn push_fence(query: &mut QueryBuilder<'_, MySql>, fence: &Fence) {
+    query
+        .push("((SELECT COUNT(*) FROM shard_leases l JOIN instances i ON i.id = l.owner WHERE l.owner = ")
+        .push_bind(fence.instance)
+        .push(" AND i.heartbeat_at >= ");
+    push_alive_since(query, fence.ttl);
+    query.push(" AND (l.shard, l.epoch) IN (");
+    let mut list = query.separated(", ");
+    for (shard, epoch) in &fence.leases {
+        list.push("(")
+            .push_bind_unseparated(*shard)
+            .push_unseparated(", ")
+            .push_bind_unseparated(*epoch)
+            .push_unseparated(")");
+    }
+    query
+        .push(")) = ")
+        .push_bind(fence.leases.len() as u64)
+        .push(")");
+}
+
+impl Store {
+    /// Registers this process; returns its instance id.
+    pub async fn instance_register(&self, info: &InstanceInfo) -> Result<u64, StoreError> {
+        let result = sqlx::query(
+            "INSERT INTO instances (host, pid, version, roles, started_at, heartbeat_at) \
+             VALUES (?, ?, ?, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))",
+        )
+        .bind(&info.host)
+        .bind(info.pid)
+        .bind(&info.version)
+        .bind(&info.roles)
+        .execute(&self.pool)
+        .await?;
+        Ok(result.last_insert_id())
+    }
+
+    /// Beats this instance's heart; puts its row back (same id) if someone
+    /// purged it while it was away.
+    pub async fn instance_heartbeat(&self, id: u64, info: &InstanceInfo) -> Result<(), StoreError> {
+        let beat = sqlx::query("UPDATE instances SET heartbeat_at = UTC_TIMESTAMP(3) WHERE id = ?")
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        if beat.rows_affected() == 0 {
+            sqlx::query(
+                "INSERT INTO instances (id, host, pid, version, roles, started_at, heartbeat_at) \
+                 VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3)) \
+                 ON DUPLICATE KEY UPDATE heartbeat_at = UTC_TIMESTAMP(3)",
+            )
+            .bind(id)
+            .bind(&info.host)
+            .bind(info.pid)
+            .bind(&info.version)
+            .bind(&info.roles)
+            .execute(&self.pool)
+            .await?;
+        }
+        Ok(())
+    }
+
+    /// Every registered instance, alive or not (by `ttl` on the database's
+    /// clock), in id order.
+    pub async fn instances_list(&self, ttl: Duration) -> Result<Vec<InstanceRow>, StoreError> {
+        let mut query = QueryBuilder::<MySql>::new(
+            "SELECT id, host, pid, version, roles, started_at, heartbeat_at, heartbeat_at >= ",
+        );
+        push_alive_since(&mut query, ttl);
+        query.push(" AS live FROM instances ORDER BY id");
+        let rows = query.build().fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|row| {
+                let roles: String = row.try_get("roles")?;
+                let live: i64 = row.try_get("live")?;
+                Ok(InstanceRow {
+                    id: row.try_get("id")?,
+                    host: row.try_get("host")?,
+                    pid: row.try_get("pid")?,
+                    version: row.try_get("version")?,
+                    roles: roles.split(',').map(str::to_owned).collect(),
+                    started_at: row.try_get::<NaiveDateTime, _>("started_at")?.and_utc(),
+                    heartbeat_at: row.try_get::<NaiveDateTime, _>("heartbeat_at")?.and_utc(),
+                    live: live != 0,
+                })
+            })
+            .collect()
+    }
+
+    /// Leaves: hands every shard of `id` back (epoch + 1) and deletes its
+    /// row, so the others take over at once rather than after the TTL.
+    /// Crash in between: the row ages out like a dead instance's.
+    pub async fn instance_leave(&self, id: u64) -> Result<(), StoreError> {
+        sqlx::query(
+            "UPDATE shard_leases SET owner = NULL, epoch = epoch + 1, acquired_at = NULL \
+             WHERE owner = ?",
+        )
+        .bind(id)
+        .execute(&self.pool)
+        .await?;
+        sqlx::query("DELETE FROM instances WHERE id = ?")
+            .bind(id)
+            .execute(&self.pool)
+            .await?;
+        Ok(())
+    }
+
+    /// Deletes rows of instances silent for longer than `age`.
+    pub async fn instances_purge(&self, age: Duration) -> Result<u64, StoreError> {
+        let mut query = QueryBuilder::<MySql>::new("DELETE FROM instances WHERE heartbeat_at < ");
+        push_alive_since(&mut query, age);
+        Ok(query.build().execute(&self.pool).await?.rows_affected())
+    }
+
+    /// Creates the lease rows of a deployment's first start (`shards` of
+    /// them) and returns the deployment's shard count: the rows there are.
+    /// Idempotent, and safe on several instances starting at once.
+    pub async fn shard_leases_ensure(&self, shards: u32) -> Result<u32, StoreError> {
+        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM shard_leases")
+            .fetch_one(&self.pool)
+            .await?;
+        if count > 0 {
+            return Ok(count as u32);
+        }
+        for chunk in (0..shards).collect::<Vec<_>>().chunks(1000) {
+            let mut insert = QueryBuilder::<MySql>::new("INSERT IGNORE INTO shard_leases (shard) ");
+            insert.push_values(chunk, |mut row, shard| {
+                row.push_bind(*shard);
+            });
+            insert.build().execute(&self.pool).await?;
+        }
+        let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM shard_leases")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(count as u32)
+    }
+
+    /// Every shard's lease, in shard order.
+    pub async fn shard_leases(&self) -> Result<Vec<LeaseRow>, StoreError> {
+        let rows = sqlx::query("SELECT shard, owner, epoch FROM shard_leases ORDER BY shard")
+            .fetch_all(&self.pool)
+            .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(LeaseRow {
+                    shard: row.try_get("shard")?,
+                    owner: row.try_get("owner")?,
+                    epoch: row.try_get("epoch")?,
+                })
+            })
+            .collect()
+    }
+
+    /// Takes `shard` for `owner` if its lease is still at `epoch` (nobody
+    /// took it since it was read). Returns the new epoch if taken.
+    pub async fn shard_acquire(
+        &self,
+        shard: u32,
+        epoch: u64,
+        owner: u64,
+    ) -> Result<Option<u64>, StoreError> {
+        let taken = sqlx::query(
+            "UPDATE shard_leases SET owner = ?, epoch = epoch + 1, acquired_at = UTC_TIMESTAMP(3) \
+             WHERE shard = ? AND epoch = ?",
+        )
+        .bind(owner)
+        .bind(shard)
+        .bind(epoch)
+        .execute(&self.pool)
+        .await?;
+        Ok((taken.rows_affected() == 1).then_some(epoch + 1))
+    }
+
+    /// Hands `shards` back (epoch + 1), those `owner` still holds.
+    pub async fn shard_release(&self, shards: &[u32], owner: u64) -> Result<u64, StoreError> {
+        if shards.is_empty() {
+            return Ok(0);
+        }
+        let mut query = QueryBuilder::<MySql>::new(
+            "UPDATE shard_leases SET owner = NULL, epoch = epoch + 1, acquired_at = NULL WHERE owner = ",
+        );
+        query.push_bind(owner).push(" AND shard IN (");
+        let mut list = query.separated(", ");
+        for shard in shards {
+            list.push_bind(*shard);
+        }
+        query.push(")");
+        Ok(query.build().execute(&self.pool).await?.rows_affected())
+    }
+
+    /// `dispatching → pending` for rows claimed by instances dead by the
+    /// database's clock (heartbeat older than `ttl`, or no row at all): at
+    /// once, without waiting for the claim lease. Returns the rows rescued,
+    /// to be put back in the index. Safe on several instances at once.
+    ///
+    /// Crash after this commits: the rows are pending and overdue; the
+    /// reconciler's probe re-indexes them.
+    pub async fn job_rescue_dead(
+        &self,
+        ttl: Duration,
+        limit: u32,
+    ) -> Result<Vec<WindowEntry>, StoreError> {
+        let dead_claim = |query: &mut QueryBuilder<'_, MySql>| {
+            query.push(
+                "status = 'dispatching' AND claimed_by IS NOT NULL AND claimed_by NOT IN \
+                 (SELECT id FROM instances WHERE heartbeat_at >= ",
+            );
+            push_alive_since(query, ttl);
+            query.push(")");
+        };
+        let mut select = QueryBuilder::<MySql>::new("SELECT id, schedule_time FROM jobs WHERE ");
+        dead_claim(&mut select);
+        select.push(" ORDER BY schedule_time LIMIT ").push_bind(limit);
+        let rows = select.build().fetch_all(&self.pool).await?;
+        let dead = rows
+            .iter()
+            .map(WindowEntry::from_row)
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        if dead.is_empty() {
+            return Ok(dead);
+        }
+        let mut update = QueryBuilder::<MySql>::new(
+            "UPDATE jobs SET status = 'pending', version = version + 1, claim_token = NULL, \
+             claim_expires_at = NULL, \
+             last_error = CONCAT('claimed by instance ', claimed_by, ', which died'), \
+             claimed_by = NULL WHERE ",
+        );
+        dead_claim(&mut update);
+        update.push(" AND id IN ");
+        let ids: Vec<JobId> = dead.iter().map(|e| e.id).collect();
+        push_id_list(&mut update, &ids);
+        let rescued = update.build().execute(&self.pool).await?.rows_affected();
+        if rescued < dead.len() as u64 {
+            // A row moved on between the two statements (its owner marked
+            // it, or another instance rescued it first): report only rows
+            // now pending without a claim, the ones to index.
+            let mut check = QueryBuilder::<MySql>::new(
+                "SELECT id, schedule_time FROM jobs WHERE status = 'pending' AND claim_token IS NULL AND id IN ",
+            );
+            push_id_list(&mut check, &ids);
+            let rows = check.build().fetch_all(&self.pool).await?;
+            return rows.iter().map(WindowEntry::from_row).collect();
+        }
+        Ok(dead)
+    }
+}
