@@ -247,6 +247,123 @@ impl PrivateRedis {
     }
 }
 
+/// A Redis Cluster of this test's own: three masters, no replicas, no
+/// persistence (a node restarted comes back empty, with its slots).
+pub struct PrivateRedisCluster {
+    pub nodes: Vec<Proc>,
+    pub ports: Vec<u16>,
+}
+
+/// A port free both itself and 10000 above (the cluster bus).
+fn cluster_port() -> u16 {
+    loop {
+        let port = free_port();
+        if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
+            return port;
+        }
+    }
+}
+
+impl PrivateRedisCluster {
+    pub async fn start() -> PrivateRedisCluster {
+        let dir = scratch_dir();
+        let mut ports: Vec<u16> = Vec::new();
+        while ports.len() < 3 {
+            let port = cluster_port();
+            if !ports.contains(&port) {
+                ports.push(port);
+            }
+        }
+        let mut nodes = Vec::new();
+        for port in &ports {
+            let node_dir = dir.join(port.to_string());
+            std::fs::create_dir_all(&node_dir).unwrap();
+            let args: Vec<String> = [
+                "--port",
+                &port.to_string(),
+                "--bind",
+                "127.0.0.1",
+                "--cluster-enabled",
+                "yes",
+                "--cluster-config-file",
+                "nodes.conf",
+                "--cluster-node-timeout",
+                "2000",
+                "--save",
+                "",
+                "--appendonly",
+                "no",
+                "--dir",
+                node_dir.to_str().unwrap(),
+            ]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+            nodes.push(Proc::spawn(
+                &format!("redis-{port}"),
+                "redis-server",
+                &args,
+                &[],
+                node_dir.join("redis.log"),
+            ));
+        }
+        for port in &ports {
+            port_wait(*port, Duration::from_secs(10)).await;
+        }
+        let mut create: Vec<String> = vec!["--cluster".into(), "create".into()];
+        create.extend(ports.iter().map(|p| format!("127.0.0.1:{p}")));
+        create.extend(["--cluster-replicas", "0", "--cluster-yes"].map(String::from));
+        let out = Command::new("redis-cli").args(&create).output().unwrap();
+        assert!(
+            out.status.success(),
+            "redis-cli --cluster create: {}",
+            String::from_utf8_lossy(&out.stdout)
+        );
+        let cluster = PrivateRedisCluster { nodes, ports };
+        cluster.ok_wait().await;
+        cluster
+    }
+
+    /// Waits until every node says `cluster_state:ok`.
+    pub async fn ok_wait(&self) {
+        let deadline = tokio::time::Instant::now() + Duration::from_secs(30);
+        for port in &self.ports {
+            loop {
+                let out = Command::new("redis-cli")
+                    .args(["-p", &port.to_string(), "cluster", "info"])
+                    .output()
+                    .unwrap();
+                if String::from_utf8_lossy(&out.stdout).contains("cluster_state:ok") {
+                    break;
+                }
+                assert!(
+                    tokio::time::Instant::now() < deadline,
+                    "the cluster is not ok after 30 s"
+                );
+                tokio::time::sleep(Duration::from_millis(100)).await;
+            }
+        }
+    }
+
+    /// The seed URLs, comma-separated, as `redis_url` takes them.
+    pub fn urls(&self) -> String {
+        self.ports
+            .iter()
+            .map(|p| format!("redis://127.0.0.1:{p}"))
+            .collect::<Vec<_>>()
+            .join(",")
+    }
+
+    /// kill -9 of master `i` and a start from nothing (no persistence):
+    /// it keeps its slots (nodes.conf) and loses its keys.
+    pub async fn restart(&mut self, i: usize) {
+        self.nodes[i].kill9();
+        self.nodes[i].start();
+        port_wait(self.ports[i], Duration::from_secs(10)).await;
+        self.ok_wait().await;
+    }
+}
+
 /// A MariaDB server of this test's own (its own data directory), so it can
 /// be killed with -9 and restarted through crash recovery.
 pub struct PrivateMariadb {
