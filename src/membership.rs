@@ -165,6 +165,11 @@ pub struct Membership {
     store: Store,
     index: Index,
     config: MembershipConfig,
+    /// After the shard count changed: the old count, and until when its
+    /// key layout is drained each round (instances still on it follow
+    /// within a round; a paused one's stray writes are left to the
+    /// reconciler's overdue probe).
+    draining: std::sync::Mutex<Option<(u32, tokio::time::Instant)>>,
     ownership: watch::Sender<Ownership>,
     /// Wakes the local dispatcher (ownership changed, claims rescued).
     wake: Arc<Notify>,
@@ -185,6 +190,7 @@ impl Membership {
             ownership,
             wake,
             refresh: Arc::new(Notify::new()),
+            draining: std::sync::Mutex::new(None),
         }
     }
 
@@ -269,13 +275,41 @@ impl Membership {
             return;
         }
         let before = self.index.shards_set(count);
+        metrics::shards(count);
         if before != count {
-            if before == self.config.shards_initial {
-                tracing::info!(shards = count, configured = before, "the deployment's shard count is kept in MySQL (shard_leases); following it");
-            } else {
-                tracing::warn!(from = before, to = count, "the shard count changed; following it");
+            tracing::warn!(from = before, to = count, "the shard count changed; following it (the loader re-indexes the window, the old keys are drained)");
+            let until = tokio::time::Instant::now() + self.config.ttl * 2;
+            *self
+                .draining
+                .lock()
+                .unwrap_or_else(std::sync::PoisonError::into_inner) = Some((before, until));
+        }
+    }
+
+    /// Drains the old key layout after a change of shard count, each round
+    /// until some time after the change.
+    async fn drain(&self) {
+        let Some((old, until)) = *self
+            .draining
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+        else {
+            return;
+        };
+        match self.index.drain_layout(old).await {
+            Ok(moved) => {
+                if moved > 0 {
+                    tracing::info!(from_shards = old, moved, "ids moved from the old key layout");
+                    self.wake.notify_one();
+                }
+                if tokio::time::Instant::now() >= until {
+                    *self
+                        .draining
+                        .lock()
+                        .unwrap_or_else(std::sync::PoisonError::into_inner) = None;
+                }
             }
-            metrics::shards(count);
+            Err(err) => metrics::index_failed("drain old layout", 0, &err),
         }
     }
 
@@ -314,6 +348,7 @@ impl Membership {
         if !judge_nobody {
             self.rescue().await?;
         }
+        self.drain().await;
         Ok(())
     }
 

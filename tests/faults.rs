@@ -814,3 +814,69 @@ async fn chaos_across_three_instances_loses_nothing() {
     .await;
     world.finish().await;
 }
+
+/// The documented procedure (docs/scaling.md) on a running deployment of
+/// two instances: `tickler shards resize 64` while jobs fire. Nothing is
+/// lost, early or produced twice; the shards spread again; the old key
+/// layout is emptied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn raising_the_shard_count_while_jobs_fire_loses_doubles_and_hurries_nothing() {
+    let env = [
+        ("TICKLER_INSTANCE_TTL_MS", "2000"),
+        ("TICKLER_SHARDS", "16"),
+    ];
+    let world = World::start_many(Services::shared(), 2, &env).await;
+    shards_spread(&world, 2).await;
+    let t0 = Utc::now() + secs(3.0);
+    let expected = world
+        .jobs_schedule(jobs(3000), t0, Duration::from_secs(12))
+        .await;
+    until(t0 + secs(4.0)).await;
+    let resized = std::process::Command::new(tickler_testkit::procs::tickler_bin())
+        .args(["shards", "resize", "64"])
+        .env("TICKLER_MYSQL_URL", &world.mysql_url)
+        .output()
+        .unwrap();
+    assert!(
+        resized.status.success(),
+        "{}",
+        String::from_utf8_lossy(&resized.stderr)
+    );
+    assert!(String::from_utf8_lossy(&resized.stdout).contains("from 16 to 64"));
+    let lowered = std::process::Command::new(tickler_testkit::procs::tickler_bin())
+        .args(["shards", "resize", "8"])
+        .env("TICKLER_MYSQL_URL", &world.mysql_url)
+        .output()
+        .unwrap();
+    assert!(!lowered.status.success(), "lowering is refused");
+    assert!(String::from_utf8_lossy(&lowered.stderr).contains("only be raised"));
+
+    world.await_seen(&ids(&expected, &HashSet::new()), Duration::from_secs(60)).await;
+    let verdict = check(&expected, &HashSet::new(), &world.interrupted().await, &world.seen());
+    verdict.assert_clean("shards raised from 16 to 64 while jobs fire");
+    assert!(
+        verdict.explained_duplicates.is_empty(),
+        "no fault here, so no duplicate at all: {:?}",
+        verdict.explained_duplicates
+    );
+    let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM shard_leases")
+        .fetch_one(&world.sql)
+        .await
+        .unwrap();
+    assert_eq!(count, 64);
+    shards_spread(&world, 2).await;
+    let redis = redis::Client::open(world.services.redis_url.as_str()).unwrap();
+    let conn = redis.get_multiplexed_async_connection().await.unwrap();
+    let old_layout = format!("{{{}:16:*", world.redis_prefix);
+    let emptied = tickler_testkit::eventually(Duration::from_secs(20), || {
+        let mut conn = conn.clone();
+        let pattern = old_layout.clone();
+        async move {
+            let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query_async(&mut conn).await.ok()?;
+            keys.is_empty().then_some(())
+        }
+    })
+    .await;
+    assert!(emptied.is_some(), "the 16-shard keys are drained and deleted");
+    world.finish().await;
+}

@@ -60,6 +60,14 @@ enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
+    /// The instances sharing this database: alive or not, their roles, and
+    /// the shards each holds.
+    Instances,
+    /// The deployment's shards (`tickler shards` shows who holds each).
+    Shards {
+        #[command(subcommand)]
+        command: Option<ShardsCommand>,
+    },
     /// Schedule a few jobs a few seconds ahead through the API of a running
     /// tickler and print them as they arrive on Kafka, with their lateness.
     Demo {
@@ -73,6 +81,14 @@ enum Command {
         #[arg(long, env = "TICKLER_TOKEN", hide_env_values = true)]
         token: Option<String>,
     },
+}
+
+#[derive(Subcommand)]
+enum ShardsCommand {
+    /// Raise the shard count of a running deployment (e.g. 16 → 64): every
+    /// instance follows within a heartbeat, with no job lost, doubled or
+    /// early (see docs/scaling.md).
+    Resize { shards: u32 },
 }
 
 #[derive(Subcommand)]
@@ -161,6 +177,8 @@ async fn main() -> anyhow::Result<()> {
             tickler::bench::run(&config, options).await?;
         }
         Command::Token { command } => token(&config, command).await?,
+        Command::Instances => instances(&config).await?,
+        Command::Shards { command } => shards(&config, command).await?,
         Command::Demo { jobs, topic, token } => {
             tickler::demo::run(&config, &topic, jobs, token.as_deref()).await?;
         }
@@ -256,6 +274,87 @@ async fn token(config: &Config, command: TokenCommand) -> anyhow::Result<()> {
                 "token {name} revoked: refused within {} ms",
                 config.token_refresh_ms
             );
+        }
+    }
+    store.close().await;
+    Ok(())
+}
+
+async fn instances(config: &Config) -> anyhow::Result<()> {
+    use tickler::store::Actor;
+
+    let store = Store::connect_lazy(&config.mysql_url, 1, Actor::Reconciler)?;
+    let rows = store.instances_list(config.instance_ttl()).await?;
+    let leases = store.shard_leases().await?;
+    let now = store.db_now().await?;
+    println!(
+        "{:>6} {:<5} {:<24} {:>8} {:<10} {:<36} {:>12} {:>7}",
+        "id", "state", "host", "pid", "version", "roles", "heartbeat", "shards"
+    );
+    for row in &rows {
+        let held = leases.iter().filter(|l| l.owner == Some(row.id)).count();
+        let age_ms = (now - row.heartbeat_at).num_milliseconds();
+        println!(
+            "{:>6} {:<5} {:<24} {:>8} {:<10} {:<36} {:>9} ms {:>7}",
+            row.id,
+            if row.live { "live" } else { "dead" },
+            row.host,
+            row.pid,
+            row.version,
+            row.roles.join(","),
+            age_ms,
+            held
+        );
+    }
+    let free = leases.iter().filter(|l| l.owner.is_none()).count();
+    println!(
+        "{} live of {} registered; {} shards, {} free (instance_ttl_ms {})",
+        rows.iter().filter(|r| r.live).count(),
+        rows.len(),
+        leases.len(),
+        free,
+        config.instance_ttl_ms
+    );
+    store.close().await;
+    Ok(())
+}
+
+async fn shards(config: &Config, command: Option<ShardsCommand>) -> anyhow::Result<()> {
+    use tickler::store::Actor;
+
+    Store::migrate(&config.mysql_url)
+        .await
+        .context("migrating the database")?;
+    let store = Store::connect_lazy(&config.mysql_url, 1, Actor::Reconciler)?;
+    match command {
+        None => {
+            let leases = store.shard_leases().await?;
+            println!("{:>6} {:>8} {:>8}", "shard", "owner", "epoch");
+            for lease in &leases {
+                let owner = lease.owner.map_or("-".to_owned(), |o| o.to_string());
+                println!("{:>6} {:>8} {:>8}", lease.shard, owner, lease.epoch);
+            }
+            println!("{} shards", leases.len());
+        }
+        Some(ShardsCommand::Resize { shards }) => {
+            if !(1..=16_384).contains(&shards) {
+                anyhow::bail!("the shard count must be between 1 and 16384");
+            }
+            let current = store.shard_leases_ensure(config.shards).await?;
+            if shards < current {
+                anyhow::bail!(
+                    "the deployment has {current} shards; the count can only be raised (lowering would strand claims under shards that no longer exist)"
+                );
+            }
+            if shards == current {
+                println!("the deployment has {current} shards already");
+            } else {
+                store.shard_leases_raise(shards).await?;
+                println!(
+                    "shards raised from {current} to {shards}: every instance follows within {} ms (a fifth of instance_ttl_ms)",
+                    config.instance_ttl_ms / 5
+                );
+            }
         }
     }
     store.close().await;

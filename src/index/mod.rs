@@ -375,6 +375,46 @@ impl Index {
         Ok(inflight.map(|ms| Location::InFlight(ms as i64)))
     }
 
+    /// Moves what the key layout of `old` shards still holds into the
+    /// current layout (due ids at their times, in-flight ones due now —
+    /// MySQL's compare-and-set decides), leaving alone ids the current
+    /// layout has already; then deletes the old keys. Run after the shard
+    /// count changed, until instances still on the old count have
+    /// followed. Returns how many ids moved.
+    pub async fn drain_layout(&self, old: u32) -> Result<u64, IndexError> {
+        const CHUNK: isize = 1000;
+        if old == self.shards() {
+            return Ok(0);
+        }
+        let mut conn = self.conn.clone();
+        let mut moved = 0;
+        for shard in 0..old {
+            let now_ms = Utc::now().timestamp_millis();
+            for (name, keep_score) in [("due", true), ("inflight", false)] {
+                let key = self.key(old, shard, name);
+                loop {
+                    let entries: Vec<(JobId, f64)> =
+                        conn.zrange_withscores(&key, 0, CHUNK - 1).await?;
+                    if entries.is_empty() {
+                        break;
+                    }
+                    let back: Vec<(JobId, DateTime<Utc>)> = entries
+                        .iter()
+                        .map(|(id, score)| {
+                            let ms = if keep_score { *score as i64 } else { now_ms };
+                            (*id, DateTime::from_timestamp_millis(ms).unwrap_or_else(Utc::now))
+                        })
+                        .collect();
+                    moved += self.job_refeed_many(&back).await?;
+                    let ids: Vec<JobId> = entries.iter().map(|(id, _)| *id).collect();
+                    conn.zrem::<_, _, ()>(&key, ids).await?;
+                }
+            }
+            conn.del::<_, ()>(self.key(old, shard, "intact")).await?;
+        }
+        Ok(moved)
+    }
+
     /// Ids in the due set of every shard, and in-flight ones. For operators
     /// and tests; one pipelined round trip.
     pub async fn len(&self) -> Result<(u64, u64), IndexError> {

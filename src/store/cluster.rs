@@ -217,6 +217,31 @@ impl Store {
         Ok(count as u32)
     }
 
+    /// Raises the deployment's shard count to `shards` by adding lease rows
+    /// (free, epoch 0). Returns the count before. Every instance follows
+    /// within a heartbeat: its index moves to the new key layout (which the
+    /// loader fills from MySQL) and the old layout is drained. Lowering is
+    /// not supported: the caller refuses it.
+    ///
+    /// Crash part way: some rows added; run it again (idempotent).
+    pub async fn shard_leases_raise(&self, shards: u32) -> Result<u32, StoreError> {
+        let before: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM shard_leases")
+            .fetch_one(&self.pool)
+            .await?;
+        let before = before as u32;
+        let new: Vec<u32> = (before..shards).collect();
+        let mut tx = self.pool.begin().await?;
+        for chunk in new.chunks(1000) {
+            let mut insert = QueryBuilder::<MySql>::new("INSERT IGNORE INTO shard_leases (shard) ");
+            insert.push_values(chunk, |mut row, shard| {
+                row.push_bind(*shard);
+            });
+            insert.build().execute(&mut *tx).await?;
+        }
+        tx.commit().await?;
+        Ok(before)
+    }
+
     /// Every shard's lease, in shard order.
     pub async fn shard_leases(&self) -> Result<Vec<LeaseRow>, StoreError> {
         let rows = sqlx::query("SELECT shard, owner, epoch FROM shard_leases ORDER BY shard")

@@ -64,6 +64,8 @@ pub struct World {
     pub topic: String,
     /// The topic this tickler reads results from.
     pub results_topic: String,
+    /// Its Redis keys' prefix.
+    pub redis_prefix: String,
     /// The first instance's API.
     pub http_addr: String,
     /// Every instance's API, in instance order.
@@ -136,12 +138,13 @@ impl World {
             .map(|_| format!("127.0.0.1:{}", free_port()))
             .collect();
         let results_topic = unique("tickler-results-");
+        let redis_prefix = unique("tickler-t-");
         let mut env = fast_settings();
         env.extend([
             ("TICKLER_MYSQL_URL".to_owned(), mysql_url.clone()),
             ("TICKLER_REDIS_URL".to_owned(), services.redis_url.clone()),
             ("TICKLER_KAFKA_BROKERS".to_owned(), services.brokers.clone()),
-            ("TICKLER_REDIS_PREFIX".to_owned(), unique("tickler-t-")),
+            ("TICKLER_REDIS_PREFIX".to_owned(), redis_prefix.clone()),
             ("TICKLER_RESULTS_TOPIC".to_owned(), results_topic.clone()),
             ("TICKLER_RESULTS_GROUP".to_owned(), unique("tickler-t-")),
         ]);
@@ -170,6 +173,7 @@ impl World {
             mysql_url,
             topic,
             results_topic,
+            redis_prefix,
             http_addr: http_addrs[0].clone(),
             http_addrs,
             tickler,
