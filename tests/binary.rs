@@ -205,6 +205,8 @@ fn bench_smoke_completes_and_every_job_arrives() {
         "results:",
         "redis:",
         "reconcile:",
+        "instances: 2 tickler serve processes",
+        "failover:",
     ] {
         assert!(stdout.contains(figure), "prints {figure}\n{stdout}");
     }

@@ -54,6 +54,13 @@ enum Command {
         /// Concurrent API clients.
         #[arg(long)]
         clients: Option<usize>,
+        /// Most `tickler serve` processes in the instances stage (1 to N;
+        /// 0 skips the stage).
+        #[arg(long)]
+        instances: Option<usize>,
+        /// Run only the instances stage.
+        #[arg(long)]
+        only_instances: bool,
     },
     /// Manage API tokens (stored hashed in the api_tokens table).
     Token {
@@ -159,6 +166,8 @@ async fn main() -> anyhow::Result<()> {
             far_rows,
             window_rows,
             clients,
+            instances,
+            only_instances,
         } => {
             let defaults = if smoke {
                 tickler::bench::BenchOptions::smoke()
@@ -172,6 +181,8 @@ async fn main() -> anyhow::Result<()> {
                 far_rows: far_rows.unwrap_or(defaults.far_rows),
                 window_rows: window_rows.unwrap_or(defaults.window_rows),
                 clients: clients.unwrap_or(defaults.clients),
+                instances: instances.unwrap_or(defaults.instances),
+                only_instances,
                 ..defaults
             };
             tickler::bench::run(&config, options).await?;

@@ -81,4 +81,14 @@ impl Store {
             .await?;
         Ok(count)
     }
+
+    /// Jobs a dead instance held that were rescued (their `last_error`
+    /// names it).
+    pub async fn jobs_rescued_from(&self, instance: u64) -> Result<Vec<u64>, StoreError> {
+        let ids = sqlx::query_scalar("SELECT id FROM jobs WHERE last_error LIKE ?")
+            .bind(format!("claimed by instance {instance},%"))
+            .fetch_all(&self.pool)
+            .await?;
+        Ok(ids)
+    }
 }

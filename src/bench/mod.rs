@@ -15,6 +15,10 @@
 //! 5. redis     — bytes per job, far-future and inside the window (tickler stopped)
 //! 6. reconcile — overdue probe and full pass among millions of pending rows;
 //!    re-index of a full window after Redis lost it
+//! 7. instances — 1, 2, … `instances` `tickler serve` processes on one
+//!    database: schedule and burst throughput; then kill -9 of one under a
+//!    steady stream, and how soon its shards are served again
+//!    ([`instances`])
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex};
@@ -39,6 +43,8 @@ use crate::reconciler::{Reconciler, ReconcilerConfig};
 use crate::results::Resolver;
 use crate::store::{support, Actor, Store};
 
+mod instances;
+
 /// What to run, and how big.
 #[derive(Debug, Clone)]
 pub struct BenchOptions {
@@ -53,6 +59,10 @@ pub struct BenchOptions {
     pub memory_jobs: u64,
     pub far_rows: u64,
     pub window_rows: u64,
+    /// Most instances in the instances stage (0 skips it).
+    pub instances: usize,
+    /// Only the instances stage.
+    pub only_instances: bool,
 }
 
 impl BenchOptions {
@@ -70,6 +80,8 @@ impl BenchOptions {
             memory_jobs: 100_000,
             far_rows: 10_000_000,
             window_rows: 1_000_000,
+            instances: 3,
+            only_instances: false,
         }
     }
 
@@ -87,6 +99,8 @@ impl BenchOptions {
             memory_jobs: 1000,
             far_rows: 20_000,
             window_rows: 5_000,
+            instances: 2,
+            only_instances: false,
         }
     }
 }
@@ -106,7 +120,10 @@ struct Bench {
     config: Config,
     topic: String,
     http: reqwest::Client,
-    base_url: String,
+    /// The APIs to spread requests over (one per instance).
+    base_urls: Vec<String>,
+    /// Round robin over `base_urls`.
+    next: std::sync::atomic::AtomicUsize,
     records: Records,
 }
 
@@ -118,11 +135,15 @@ pub async fn run(base: &Config, options: BenchOptions) -> anyhow::Result<()> {
         .map(|(server, _)| server.to_owned())
         .context("mysql_url has no database part")?;
     let suffix = format!("{:08x}", rand::random::<u32>());
+    if options.only_instances {
+        return instances::run(base, &options, &server_url, &suffix).await;
+    }
     let db_name = format!("tickler_bench_{suffix}");
     let mysql_url = support::scratch_database_create(&server_url, &db_name).await?;
-    let result = run_in(base, options, &mysql_url, &suffix).await;
+    let result = run_in(base, options.clone(), &mysql_url, &suffix).await;
     support::scratch_database_drop(&server_url, &db_name).await?;
-    result
+    result?;
+    instances::run(base, &options, &server_url, &suffix).await
 }
 
 async fn run_in(
@@ -171,7 +192,8 @@ async fn run_in(
         config: config.clone(),
         topic,
         http: reqwest::Client::new(),
-        base_url: format!("http://{addr}"),
+        base_urls: vec![format!("http://{addr}")],
+        next: Default::default(),
         records,
     };
     let outcome = async {
@@ -203,11 +225,17 @@ async fn run_in(
 }
 
 impl Bench {
+    /// The next API, round robin.
+    fn base_url(&self) -> &str {
+        let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        &self.base_urls[n % self.base_urls.len()]
+    }
+
     async fn batch_post(&self, jobs: Vec<Value>) -> anyhow::Result<()> {
         let n = jobs.len();
         let response = self
             .http
-            .post(format!("{}/v1/jobs/batch", self.base_url))
+            .post(format!("{}/v1/jobs/batch", self.base_url()))
             .json(&json!({ "jobs": jobs }))
             .send()
             .await?;
@@ -294,7 +322,7 @@ impl Bench {
                 let body = json!({"topic": missing, "payload": second, "run_at": due.to_rfc3339()});
                 let response = self
                     .http
-                    .post(format!("{}/v1/jobs", self.base_url))
+                    .post(format!("{}/v1/jobs", self.base_url()))
                     .json(&body)
                     .send()
                     .await?;
@@ -352,7 +380,7 @@ impl Bench {
             .map(|chunk| async move {
                 let response = self
                     .http
-                    .post(format!("{}/v1/jobs/batch", self.base_url))
+                    .post(format!("{}/v1/jobs/batch", self.base_url()))
                     .json(&json!({ "jobs": chunk }))
                     .send()
                     .await?;

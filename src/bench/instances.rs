@@ -1,0 +1,329 @@
+//! Stage 7 — instances. For n = 1, 2, … `instances`: n `tickler serve`
+//! processes (this very binary) on one fresh database, Redis prefix and
+//! topic, with every role; requests go round robin to their APIs.
+//!
+//! - schedule and burst throughput, as stages 1 and 3 measure them;
+//! - with the most instances (2 or more): a steady stream, and kill -9 of
+//!   the last instance in the middle of it. Figures: how long after the
+//!   kill its shards are served again (the first record of a job on one of
+//!   its shards due since the kill), how many claims it held were rescued
+//!   and when the first of them arrived, and the lateness of the jobs due in
+//!   the ten seconds after the kill.
+//!
+//! The child processes get the stores' settings through `TICKLER_*`
+//! variables (and inherit the rest of the environment); like the in-process
+//! stages they run without tokens or rate limits, on loopback.
+
+use std::collections::{HashMap, HashSet};
+use std::net::TcpListener;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use anyhow::{bail, Context};
+use chrono::Utc;
+use rdkafka::Offset;
+use serde_json::Value;
+use tokio_util::sync::CancellationToken;
+
+use super::{percentiles, record, until, Bench, BenchOptions, Records};
+use crate::config::Config;
+use crate::job::shard_of;
+use crate::kafka;
+use crate::store::{support, Actor, Store};
+
+/// `n` tickler processes sharing one database, prefix and topic.
+struct Deployment {
+    children: Vec<Child>,
+    store: Store,
+    db_name: String,
+    config: Config,
+}
+
+impl Deployment {
+    async fn start(
+        base: &Config,
+        n: usize,
+        server_url: &str,
+        suffix: &str,
+    ) -> anyhow::Result<(Deployment, Vec<String>)> {
+        let db_name = format!("tickler_bench_{suffix}_n{n}");
+        let mysql_url = support::scratch_database_create(server_url, &db_name).await?;
+        let config = Config {
+            mysql_url: mysql_url.clone(),
+            redis_prefix: format!("tickler-bench-{suffix}-n{n}"),
+            results_topic: format!("tickler-bench-results-{suffix}"),
+            results_group: format!("tickler-bench-{suffix}-n{n}"),
+            ..base.clone()
+        };
+        let exe = std::env::current_exe().context("finding the tickler binary")?;
+        let mut children = Vec::new();
+        let mut urls = Vec::new();
+        for _ in 0..n {
+            let port = TcpListener::bind("127.0.0.1:0")?.local_addr()?.port();
+            let addr = format!("127.0.0.1:{port}");
+            let child = Command::new(&exe)
+                .arg("serve")
+                .env("TICKLER_MYSQL_URL", &config.mysql_url)
+                .env("TICKLER_REDIS_URL", &config.redis_url)
+                .env("TICKLER_KAFKA_BROKERS", &config.kafka_brokers)
+                .env("TICKLER_REDIS_PREFIX", &config.redis_prefix)
+                .env("TICKLER_HTTP_ADDR", &addr)
+                .env("TICKLER_AUTH", "none")
+                .env("TICKLER_API_RATE_REQUESTS", "0")
+                .env("TICKLER_API_RATE_JOBS", "0")
+                .env("TICKLER_RESULTS_TOPIC", &config.results_topic)
+                .env("TICKLER_RESULTS_GROUP", &config.results_group)
+                .env("TICKLER_SHARDS", config.shards.to_string())
+                .env("TICKLER_INSTANCE_TTL_MS", config.instance_ttl_ms.to_string())
+                .env("TICKLER_LOG", "warn")
+                .stdin(Stdio::null())
+                .stdout(Stdio::null())
+                .spawn()
+                .context("starting tickler serve")?;
+            children.push(child);
+            urls.push(format!("http://{addr}"));
+        }
+        let store = Store::connect_lazy(&mysql_url, 2, Actor::Reconciler)?;
+        let deployment = Deployment {
+            children,
+            store,
+            db_name,
+            config,
+        };
+        deployment.ready(&urls).await?;
+        Ok((deployment, urls))
+    }
+
+    /// Every API answers and the shards are spread over every instance.
+    async fn ready(&self, urls: &[String]) -> anyhow::Result<()> {
+        let http = reqwest::Client::new();
+        let deadline = Instant::now() + Duration::from_secs(60);
+        loop {
+            let mut healthy = 0;
+            for url in urls {
+                if let Ok(response) = http.get(format!("{url}/healthz")).send().await {
+                    healthy += usize::from(response.status().is_success());
+                }
+            }
+            let leases = self.store.shard_leases().await.unwrap_or_default();
+            let owners: HashSet<u64> = leases.iter().filter_map(|l| l.owner).collect();
+            let all_owned = !leases.is_empty() && leases.iter().all(|l| l.owner.is_some());
+            if healthy == urls.len() && all_owned && owners.len() == urls.len() {
+                return Ok(());
+            }
+            if Instant::now() >= deadline {
+                bail!(
+                    "instances: {healthy} of {} APIs healthy, shards held by {} after 60 s",
+                    urls.len(),
+                    owners.len()
+                );
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+    }
+
+    async fn stop(mut self, server_url: &str) -> anyhow::Result<()> {
+        for child in &mut self.children {
+            // SIGTERM: each hands its shards back and leaves.
+            let _ = Command::new("kill")
+                .args(["-TERM", &child.id().to_string()])
+                .status();
+        }
+        for child in &mut self.children {
+            let _ = child.wait();
+        }
+        self.store.close().await;
+        support::scratch_database_drop(server_url, &self.db_name).await?;
+        Ok(())
+    }
+}
+
+pub(super) async fn run(
+    base: &Config,
+    options: &BenchOptions,
+    server_url: &str,
+    suffix: &str,
+) -> anyhow::Result<()> {
+    if options.instances == 0 {
+        return Ok(());
+    }
+    let base = Config {
+        topic_check: crate::config::TopicCheck::Warn,
+        ..base.clone()
+    };
+    for n in 1..=options.instances {
+        let topic = format!("tickler-bench-{suffix}-n{n}");
+        kafka::topic_ensure(&base.kafka_brokers, &topic, 4).await?;
+        let (deployment, urls) = Deployment::start(&base, n, server_url, suffix).await?;
+        let records: Records = Arc::new(Mutex::new(HashMap::new()));
+        let consumer =
+            kafka::support::consumer_assigned(&base.kafka_brokers, &topic, Offset::Beginning)?;
+        let stop_consumer = CancellationToken::new();
+        tokio::spawn(record(consumer, records.clone(), stop_consumer.clone()));
+        let bench = Bench {
+            options: options.clone(),
+            config: deployment.config.clone(),
+            topic,
+            http: reqwest::Client::new(),
+            base_urls: urls,
+            next: Default::default(),
+            records,
+        };
+        println!(
+            "instances: {n} tickler serve process{} on one database ({} shards, instance_ttl_ms {})",
+            if n == 1 { "" } else { "es" },
+            deployment.config.shards,
+            deployment.config.instance_ttl_ms
+        );
+        let outcome = async {
+            bench.schedule().await?;
+            bench.burst(&deployment.store).await?;
+            if n == options.instances && n >= 2 {
+                failover(&bench, &deployment).await?;
+            }
+            anyhow::Ok(())
+        }
+        .await;
+        stop_consumer.cancel();
+        deployment.stop(server_url).await?;
+        outcome?;
+    }
+    Ok(())
+}
+
+/// A steady stream through every API but the last instance's; kill -9 of
+/// the last instance in the middle of it.
+async fn failover(bench: &Bench, deployment: &Deployment) -> anyhow::Result<()> {
+    let victim = deployment.children.len() - 1;
+    let rate = bench.options.rate;
+    let secs: u64 = if bench.options.smoke { 6 } else { 20 };
+    let kill_after = secs / 2;
+    let ttl = Duration::from_millis(deployment.config.instance_ttl_ms);
+    let shards = deployment.config.shards;
+    let survivors = Bench {
+        base_urls: bench.base_urls[..victim].to_vec(),
+        options: bench.options.clone(),
+        config: bench.config.clone(),
+        topic: bench.topic.clone(),
+        http: bench.http.clone(),
+        next: Default::default(),
+        records: bench.records.clone(),
+    };
+
+    let start = Utc::now() + chrono::Duration::seconds(2);
+    let step_us = 1_000_000 / rate as i64;
+    let mut due: HashMap<u64, i64> = HashMap::new();
+    let mut killed: Option<(i64, u64, HashSet<u32>)> = None;
+    for second in 0..secs {
+        let at = start + chrono::Duration::seconds(second as i64 - 2);
+        until(at).await;
+        if second == kill_after + 2 {
+            killed = Some(kill(deployment, victim).await?);
+        }
+        let jobs: Vec<(Value, i64)> = (0..rate)
+            .map(|i| {
+                let at = start
+                    + chrono::Duration::seconds(second as i64)
+                    + chrono::Duration::microseconds(step_us * i as i64);
+                (bench.job(at, second * rate + i), at.timestamp_millis())
+            })
+            .collect();
+        let ids = survivors
+            .batches_created(jobs.iter().map(|(j, _)| j.clone()).collect())
+            .await?;
+        // The batch API answers in order.
+        due.extend(ids.into_iter().zip(jobs.iter().map(|(_, at)| *at)));
+    }
+    let (kill_ms, victim_id, victim_shards) =
+        killed.context("the victim was killed during the stream")?;
+    let ids: Vec<u64> = due.keys().copied().collect();
+    let seen = survivors
+        .await_records(&ids, Duration::from_secs(secs + 60))
+        .await;
+    if seen.len() != ids.len() {
+        bail!("failover: {} of {} jobs arrived", seen.len(), ids.len());
+    }
+    let records = bench.records.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let received = |id: &u64| records.get(id).map(|s| s.received_ms);
+
+    // Its shards served again: the first record of a job of theirs due
+    // since the kill.
+    let served_again = due
+        .iter()
+        .filter(|(id, at)| **at >= kill_ms && victim_shards.contains(&shard_of(**id, shards)))
+        .filter_map(|(id, _)| received(id))
+        .min()
+        .map(|at| at - kill_ms);
+    // The claims it held, rescued once it was found dead.
+    let rescued = deployment.store.jobs_rescued_from(victim_id).await?;
+    let first_rescued = rescued
+        .iter()
+        .filter_map(received)
+        .min()
+        .map(|at| at - kill_ms);
+    let window_ms = 10_000;
+    let mut after: Vec<i64> = due
+        .iter()
+        .filter(|(_, at)| **at >= kill_ms && **at < kill_ms + window_ms)
+        .filter_map(|(id, at)| received(id).map(|r| r - at))
+        .collect();
+    let mut theirs: Vec<i64> = due
+        .iter()
+        .filter(|(id, at)| {
+            **at >= kill_ms
+                && **at < kill_ms + window_ms
+                && victim_shards.contains(&shard_of(**id, shards))
+        })
+        .filter_map(|(id, at)| received(id).map(|r| r - at))
+        .collect();
+    let ms = |v: Option<i64>| v.map_or("none".to_owned(), |v| format!("{v} ms"));
+    println!(
+        "failover: kill -9 of 1 of {} instances at {rate} jobs/s: its {} shards served again {} after the kill (instance_ttl_ms {}); {} claims it held rescued, the first produced {} after the kill",
+        deployment.children.len(),
+        victim_shards.len(),
+        ms(served_again),
+        ttl.as_millis(),
+        rescued.len(),
+        ms(first_rescued),
+    );
+    println!(
+        "failover: lateness of jobs due in the {} s after the kill: all {}; on its shards {}",
+        window_ms / 1000,
+        percentiles(&mut after),
+        percentiles(&mut theirs)
+    );
+    Ok(())
+}
+
+/// kill -9 of instance `victim`; returns when (ms since the epoch), its
+/// instance id and the shards it held.
+async fn kill(
+    deployment: &Deployment,
+    victim: usize,
+) -> anyhow::Result<(i64, u64, HashSet<u32>)> {
+    let pid = deployment.children[victim].id();
+    let instances = deployment
+        .store
+        .instances_list(Duration::from_millis(deployment.config.instance_ttl_ms))
+        .await?;
+    let id = instances
+        .iter()
+        .find(|i| i.pid == pid && i.live)
+        .map(|i| i.id)
+        .context("the victim is registered")?;
+    let shards: HashSet<u32> = deployment
+        .store
+        .shard_leases()
+        .await?
+        .iter()
+        .filter(|l| l.owner == Some(id))
+        .map(|l| l.shard)
+        .collect();
+    let status = Command::new("kill").args(["-9", &pid.to_string()]).status()?;
+    let kill_ms = Utc::now().timestamp_millis();
+    if !status.success() {
+        bail!("kill -9 {pid} failed");
+    }
+    Ok((kill_ms, id, shards))
+}
