@@ -256,12 +256,17 @@ async fn failover(bench: &Bench, deployment: &Deployment) -> anyhow::Result<()> 
         .min()
         .map(|at| at - kill_ms);
     // The claims it held, rescued once it was found dead.
+    // Produced again by a survivor: the first record of such a job may be
+    // the victim's own, sent just before it died, so the time is the
+    // survivor's (the row's dispatched_at, set by the mark that won).
     let rescued = deployment.store.jobs_rescued_from(victim_id).await?;
-    let first_rescued = rescued
-        .iter()
-        .filter_map(received)
-        .min()
-        .map(|at| at - kill_ms);
+    let mut first_rescued = None;
+    for id in &rescued {
+        if let Some(at) = deployment.store.job_get(*id).await?.dispatched_at {
+            let after = at.timestamp_millis() - kill_ms;
+            first_rescued = Some(first_rescued.map_or(after, |f: i64| f.min(after)));
+        }
+    }
     let window_ms = 10_000;
     let mut after: Vec<i64> = due
         .iter()
@@ -279,7 +284,7 @@ async fn failover(bench: &Bench, deployment: &Deployment) -> anyhow::Result<()> 
         .collect();
     let ms = |v: Option<i64>| v.map_or("none".to_owned(), |v| format!("{v} ms"));
     println!(
-        "failover: kill -9 of 1 of {} instances at {rate} jobs/s: its {} shards served again {} after the kill (instance_ttl_ms {}); {} claims it held rescued, the first produced {} after the kill",
+        "failover: kill -9 of 1 of {} instances at {rate} jobs/s: its {} shards served again {} after the kill (instance_ttl_ms {}); {} claims it held rescued, the first produced again {} after the kill",
         deployment.children.len(),
         victim_shards.len(),
         ms(served_again),

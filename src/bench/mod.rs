@@ -43,6 +43,7 @@ use crate::reconciler::{Reconciler, ReconcilerConfig};
 use crate::results::Resolver;
 use crate::store::{support, Actor, Store};
 
+mod cpu;
 mod instances;
 
 /// What to run, and how big.
@@ -412,6 +413,7 @@ impl Bench {
             bail!("burst: creating {n} jobs took longer than the {lead} s lead");
         }
         until(due).await;
+        let cpu_before = cpu::by_process();
         let started = Instant::now();
         let seen = self.await_records(&ids, Duration::from_secs(120)).await;
         let consumed = started.elapsed();
@@ -430,6 +432,12 @@ impl Bench {
             consumed.as_secs_f64(),
             drained.as_secs_f64(),
             n as f64 / drained.as_secs_f64()
+        );
+        println!(
+            "burst: CPU seconds while draining ({:.2} s of wall time, {} cores): {}",
+            drained.as_secs_f64(),
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+            cpu::spent_since(&cpu_before)
         );
         if seen.len() as u64 != n || marked as u64 != n {
             bail!("burst: {} of {n} jobs arrived, {marked} marked", seen.len());
