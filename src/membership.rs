@@ -109,6 +109,21 @@ impl Ownership {
     }
 }
 
+/// What one round did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct RoundReport {
+    /// Instances alive by the database's clock (any role).
+    pub live: usize,
+    /// Shards this instance holds after the round (dispatchers only).
+    pub held: usize,
+    /// Shards it handed back to rebalance.
+    pub released: usize,
+    /// Shards it took: free ones, or the dead's.
+    pub acquired: usize,
+    /// Claims of dead instances it returned to pending.
+    pub rescued: usize,
+}
+
 /// The changes one instance makes to the leases in a round.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Plan {
@@ -210,7 +225,7 @@ impl Membership {
     /// back at once and the row deleted.
     pub async fn run(self, cancel: CancellationToken, dispatcher_done: CancellationToken) {
         let id = loop {
-            match self.register().await {
+            match self.join().await {
                 Ok(id) => break id,
                 Err(err) => {
                     tracing::warn!(error = %err, "cannot register this instance; trying again");
@@ -222,13 +237,12 @@ impl Membership {
             }
         };
         tracing::info!(instance = id, ttl_ms = self.config.ttl.as_millis() as u64, "instance registered");
-        self.ownership.send_modify(|o| o.instance = Some(id));
         let mut last_beat: Option<tokio::time::Instant> = None;
         let mut purged_at: Option<tokio::time::Instant> = None;
         while !cancel.is_cancelled() {
             let cut_off = last_beat.is_none_or(|at| at.elapsed() > self.config.ttl);
-            match self.round(id, cut_off && last_beat.is_some()).await {
-                Ok(()) => last_beat = Some(tokio::time::Instant::now()),
+            match self.run_once(id, cut_off && last_beat.is_some()).await {
+                Ok(_) => last_beat = Some(tokio::time::Instant::now()),
                 Err(err) => {
                     tracing::warn!(error = %err, "membership round failed");
                     metrics::membership_failed();
@@ -260,13 +274,18 @@ impl Membership {
         }
     }
 
-    async fn register(&self) -> Result<u64, StoreError> {
+    /// Registers this instance (creating the deployment's lease rows on its
+    /// first start) and returns its id. `run` does it; tests call it to
+    /// drive `run_once` themselves.
+    pub async fn join(&self) -> Result<u64, StoreError> {
         let count = self
             .store
             .shard_leases_ensure(self.config.shards_initial)
             .await?;
         self.count_follow(count);
-        self.store.instance_register(&self.config.info).await
+        let id = self.store.instance_register(&self.config.info).await?;
+        self.ownership.send_modify(|o| o.instance = Some(id));
+        Ok(id)
     }
 
     /// The index follows the deployment's shard count.
@@ -313,9 +332,11 @@ impl Membership {
         }
     }
 
-    /// One heartbeat: beat, balance, rescue. `judge_nobody` after this
-    /// instance was itself cut off.
-    async fn round(&self, id: u64, judge_nobody: bool) -> Result<(), StoreError> {
+    /// One round as instance `id`: beat, balance, rescue, drain.
+    /// `judge_nobody` after this instance was itself cut off: it then takes
+    /// only free shards and rescues nobody's claims.
+    pub async fn run_once(&self, id: u64, judge_nobody: bool) -> Result<RoundReport, StoreError> {
+        let mut report = RoundReport::default();
         self.store
             .instance_heartbeat(id, &self.config.info)
             .await?;
@@ -327,7 +348,8 @@ impl Membership {
             .filter(|i| i.live && i.has_role("dispatcher"))
             .map(|i| i.id)
             .collect();
-        metrics::instances_live(instances.iter().filter(|i| i.live).count());
+        report.live = instances.iter().filter(|i| i.live).count();
+        metrics::instances_live(report.live);
 
         if self.config.dispatcher {
             let mut plan = plan(id, &live, &leases);
@@ -340,19 +362,21 @@ impl Membership {
                 });
             }
             if !plan.release.is_empty() || !plan.acquire.is_empty() {
-                self.apply(id, &plan).await?;
+                report.released = plan.release.len();
+                report.acquired = self.apply(id, &plan).await?;
                 leases = self.store.shard_leases().await?;
             }
-            self.publish(id, &leases).await;
+            report.held = self.publish(id, &leases).await;
         }
         if !judge_nobody {
-            self.rescue().await?;
+            report.rescued = self.rescue().await?;
         }
         self.drain().await;
-        Ok(())
+        Ok(report)
     }
 
-    async fn apply(&self, id: u64, plan: &Plan) -> Result<(), StoreError> {
+    /// Returns how many shards it took.
+    async fn apply(&self, id: u64, plan: &Plan) -> Result<usize, StoreError> {
         if !plan.release.is_empty() {
             // The dispatcher stops claiming them first; a pass already under
             // way is fenced off by the new epoch.
@@ -374,21 +398,23 @@ impl Membership {
             tracing::info!(shards = ?taken, "shards taken over");
             metrics::shards_acquired(taken.len());
         }
-        Ok(())
+        Ok(taken.len())
     }
 
     /// Hands the dispatcher what this instance holds now. A shard new to it
     /// is adopted first: the previous owner's Redis claims return to the
-    /// due set, so its jobs need not wait out their leases.
-    async fn publish(&self, id: u64, leases: &[LeaseRow]) {
+    /// due set, so its jobs need not wait out their leases. Returns how
+    /// many it holds.
+    async fn publish(&self, id: u64, leases: &[LeaseRow]) -> usize {
         let held: BTreeMap<u32, u64> = leases
             .iter()
             .filter(|l| l.owner == Some(id))
             .map(|l| (l.shard, l.epoch))
             .collect();
+        let count = held.len();
         let before = self.ownership.borrow().shards.clone();
         if held == before {
-            return;
+            return count;
         }
         for (shard, epoch) in &held {
             if before.get(shard) == Some(epoch) {
@@ -401,19 +427,21 @@ impl Membership {
                 Err(err) => metrics::index_failed("adopt shard", 0, &err),
             }
         }
-        metrics::shards_owned(held.len());
+        metrics::shards_owned(count);
         self.ownership.send_modify(|o| o.shards = held);
         self.wake.notify_one();
+        count
     }
 
     /// Rows claimed by dead instances: back to pending and into Redis.
-    async fn rescue(&self) -> Result<(), StoreError> {
+    /// Returns how many.
+    async fn rescue(&self) -> Result<usize, StoreError> {
         let rescued = self
             .store
             .job_rescue_dead(self.config.ttl, RESCUE_BATCH)
             .await?;
         if rescued.is_empty() {
-            return Ok(());
+            return Ok(0);
         }
         tracing::warn!(num_jobs = rescued.len(), "jobs claimed by a dead instance rescued");
         metrics::dead_instance_rescued(rescued.len());
@@ -427,7 +455,7 @@ impl Membership {
             metrics::index_failed("requeue rescued", back.len(), &err);
         }
         self.wake.notify_one();
-        Ok(())
+        Ok(rescued.len())
     }
 }
 

@@ -11,6 +11,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use futures::StreamExt;
 use rdkafka::consumer::StreamConsumer;
+use rdkafka::Message;
 use sqlx::mysql::MySqlPool;
 use tickler::kafka;
 use tickler::kafka::support::header;
@@ -52,6 +53,10 @@ pub struct Seen {
     pub id: u64,
     pub attempt: u32,
     pub received_ms: i64,
+    /// Where the record is on the topic: two copies at one position are the
+    /// consumer reading twice, at two positions the record produced twice.
+    pub partition: i32,
+    pub offset: i64,
 }
 
 /// One fault test's deployment: its database, topic, Redis prefix, one or
@@ -297,6 +302,49 @@ impl World {
         Some((status, response.json().await.unwrap_or_default()))
     }
 
+    /// A job's history (`job_events`), one line per change, for a verdict
+    /// that went wrong.
+    pub async fn history(&self, id: u64) -> Vec<String> {
+        let rows: Vec<(chrono::NaiveDateTime, String, String, u32)> = sqlx::query_as(
+            "SELECT at, actor, CAST(status AS CHAR), attempt FROM job_events WHERE job_id = ? ORDER BY id",
+        )
+        .bind(id)
+        .fetch_all(&self.sql)
+        .await
+        .unwrap_or_default();
+        let last_error: Option<String> =
+            sqlx::query_scalar("SELECT last_error FROM jobs WHERE id = ?")
+                .bind(id)
+                .fetch_optional(&self.sql)
+                .await
+                .ok()
+                .flatten()
+                .flatten();
+        rows.into_iter()
+            .map(|(at, actor, status, attempt)| format!("{at} {actor} {status} attempt {attempt}"))
+            .chain(std::iter::once(format!("last_error {last_error:?}")))
+            .collect()
+    }
+
+    /// Prints, for the first few lost jobs and unexplained duplicates, each
+    /// copy seen and the job's history: where a broken promise came from.
+    pub async fn explain(&self, verdict: &Verdict) {
+        let seen = self.seen();
+        let lost = verdict.lost.iter().take(5);
+        let doubled = verdict.unexplained_duplicates.iter().map(|(id, _)| id).take(5);
+        for id in lost.chain(doubled) {
+            let copies: Vec<String> = seen
+                .iter()
+                .filter(|s| s.id == *id)
+                .map(|s| format!("attempt {} at {}/{} received {}", s.attempt, s.partition, s.offset, s.received_ms))
+                .collect();
+            eprintln!("job {id}: seen {copies:?}");
+            for line in self.history(*id).await {
+                eprintln!("job {id}:   {line}");
+            }
+        }
+    }
+
     /// The records seen so far.
     pub fn seen(&self) -> Vec<Seen> {
         self.seen.lock().unwrap().clone()
@@ -370,6 +418,8 @@ async fn record(consumer: StreamConsumer, seen: Arc<Mutex<Vec<Seen>>>, stop: Can
             id: id.parse().unwrap(),
             attempt: attempt.parse().unwrap(),
             received_ms,
+            partition: message.partition(),
+            offset: message.offset(),
         });
     }
 }
@@ -437,6 +487,18 @@ pub fn check(
     interrupted: &HashSet<u64>,
     seen: &[Seen],
 ) -> Verdict {
+    check_with(expected, cancelled, &HashSet::new(), interrupted, seen)
+}
+
+/// `check`, with jobs whose cancel is indeterminate (the request got no
+/// answer: it may have been applied): they may arrive or not.
+pub fn check_with(
+    expected: &[Expected],
+    cancelled: &HashSet<u64>,
+    maybe_cancelled: &HashSet<u64>,
+    interrupted: &HashSet<u64>,
+    seen: &[Seen],
+) -> Verdict {
     let due: HashMap<u64, i64> = expected.iter().map(|e| (e.id, e.due_ms)).collect();
     let mut first_seen: HashMap<u64, i64> = HashMap::new();
     let mut counts: BTreeMap<(u64, u32), usize> = BTreeMap::new();
@@ -474,6 +536,7 @@ pub fn check(
         }
         match first_seen.get(&e.id) {
             Some(at) => lateness.push(at - e.due_ms),
+            None if maybe_cancelled.contains(&e.id) => {}
             None => verdict.lost.push(e.id),
         }
     }

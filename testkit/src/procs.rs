@@ -19,8 +19,12 @@ pub fn free_port() -> u16 {
 
 /// A scratch directory for one test's processes.
 /// The `tickler` binary of this build: next to the `deps/` directory the
-/// running test executable is in (cargo builds it for integration tests).
+/// running test executable is in (cargo builds it for integration tests),
+/// or `TICKLER_BIN` (a release build for long runs, as `scripts/chaos`).
 pub fn tickler_bin() -> PathBuf {
+    if let Some(bin) = std::env::var_os("TICKLER_BIN") {
+        return PathBuf::from(bin);
+    }
     let exe = std::env::current_exe().expect("the test knows its executable");
     let dir = exe
         .parent()

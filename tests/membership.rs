@@ -1,0 +1,180 @@
+//! Membership rounds, driven one at a time against a real database and
+//! Redis: shards spread over the live dispatchers, a silent instance's
+//! shards and claims are taken over once its TTL passes, and a leaving
+//! instance frees its shards at once.
+
+use std::collections::BTreeMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tickler::config::Config;
+use tickler::job::{NewJob, PayloadKind, Schedule};
+use tickler::outcome::Policy;
+use tickler::index::Index;
+use tickler::membership::{Membership, MembershipConfig};
+use tickler::store::{Actor, Store};
+use tickler_testkit::{database_create, database_drop, redis_url, test_config, unique};
+
+const TTL: Duration = Duration::from_millis(600);
+
+struct Deployment {
+    db_name: String,
+    store: Store,
+    index: Index,
+    config: Config,
+}
+
+impl Deployment {
+    async fn new(shards: u32) -> Deployment {
+        let (db_name, url) = database_create().await;
+        let mut config = test_config(&url, &unique("tickler-t-"));
+        config.shards = shards;
+        config.instance_ttl_ms = TTL.as_millis() as u64;
+        let store = Store::connect_lazy(&url, 4, Actor::Reconciler).unwrap();
+        let index = Index::connect(&redis_url(), &config.redis_prefix, shards)
+            .await
+            .unwrap();
+        Deployment {
+            db_name,
+            store,
+            index,
+            config,
+        }
+    }
+
+    fn member(&self) -> Membership {
+        Membership::new(
+            self.store.clone(),
+            self.index.clone(),
+            MembershipConfig {
+                dispatcher: true,
+                ..MembershipConfig::from_config(&self.config)
+            },
+            Arc::new(tokio::sync::Notify::new()),
+        )
+    }
+
+    async fn finish(self) {
+        self.store.close().await;
+        database_drop(&self.db_name).await;
+    }
+}
+
+/// A pending job due a second ago.
+async fn job_due(store: &Store) -> u64 {
+    let job = NewJob {
+        topic: "membership-test".to_owned(),
+        key: None,
+        payload: b"{}".to_vec(),
+        payload_kind: PayloadKind::Json,
+        headers: BTreeMap::new(),
+        schedule: Schedule::At(chrono::Utc::now() - chrono::Duration::seconds(1)),
+        policy: Policy::default(),
+    };
+    store.job_insert(&job).await.unwrap().0.id
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn shards_spread_over_the_live_and_a_silent_instances_go_to_the_others() {
+    let deployment = Deployment::new(16).await;
+    let members = [deployment.member(), deployment.member()];
+    let ids = [
+        members[0].join().await.unwrap(),
+        members[1].join().await.unwrap(),
+    ];
+    // Two rounds each: in its first, one may find the other above its share.
+    for _ in 0..2 {
+        for (member, id) in members.iter().zip(ids) {
+            member.run_once(id, false).await.unwrap();
+        }
+    }
+    let reports = [
+        members[0].run_once(ids[0], false).await.unwrap(),
+        members[1].run_once(ids[1], false).await.unwrap(),
+    ];
+    assert_eq!(
+        (reports[0].live, reports[0].held, reports[1].held),
+        (2, 8, 8),
+        "{reports:?}"
+    );
+
+    // Whoever holds the job's shard claims it, then goes silent (no more
+    // rounds) past its TTL.
+    let job = job_due(&deployment.store).await;
+    let shard = deployment.index.shard_of(job);
+    let silent = usize::from(members[0].subscribe().borrow().fence([shard]).is_none());
+    let survivor = 1 - silent;
+    let before = members[survivor].subscribe().borrow().shards.clone();
+    let fence = members[silent]
+        .subscribe()
+        .borrow()
+        .fence([shard])
+        .expect("one of them holds the shard");
+    let claim = deployment
+        .store
+        .job_claim_many(&[job], 1, Duration::from_secs(30), &fence)
+        .await
+        .unwrap();
+    assert_eq!(claim.won.len(), 1);
+    tokio::time::sleep(TTL + Duration::from_millis(200)).await;
+    let report = members[survivor]
+        .run_once(ids[survivor], false)
+        .await
+        .unwrap();
+    assert_eq!(
+        (report.live, report.held, report.rescued),
+        (1, 16, 1),
+        "the survivor takes every shard and the claim: {report:?}"
+    );
+    let job = deployment.store.job_get(job).await.unwrap();
+    assert_eq!((job.status.as_str(), job.attempt), ("pending", 1));
+    // The shards it took have a new epoch: the silent one's fence is stale.
+    let after = members[survivor].subscribe().borrow().shards.clone();
+    assert!(after[&shard] > fence.leases[0].1);
+    for (shard, epoch) in &before {
+        assert_eq!(after[shard], *epoch, "its own shards keep their epoch");
+    }
+    let stale = deployment
+        .store
+        .job_claim_many(&[job.id], 2, Duration::from_secs(30), &fence)
+        .await
+        .unwrap();
+    assert_eq!(stale.fenced, [job.id], "the silent one wins nothing now");
+    deployment.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_cut_off_itself_takes_only_free_shards_and_rescues_nothing() {
+    let deployment = Deployment::new(4).await;
+    let (a, b) = (deployment.member(), deployment.member());
+    let (id_a, id_b) = (a.join().await.unwrap(), b.join().await.unwrap());
+    for _ in 0..2 {
+        a.run_once(id_a, false).await.unwrap();
+        b.run_once(id_b, false).await.unwrap();
+    }
+    // Both silent past the TTL (the database was unreachable, say); a comes
+    // back first, but in its first round judges nobody.
+    tokio::time::sleep(TTL + Duration::from_millis(200)).await;
+    let first = a.run_once(id_a, true).await.unwrap();
+    assert_eq!(first.held, 2, "keeps its own, takes none of b's: {first:?}");
+    b.run_once(id_b, false).await.unwrap();
+    let report = b.run_once(id_b, false).await.unwrap();
+    assert_eq!(report.held, 2, "b keeps its share: {report:?}");
+    deployment.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_leaving_instance_frees_its_shards_at_once() {
+    let deployment = Deployment::new(8).await;
+    let (a, b) = (deployment.member(), deployment.member());
+    let (id_a, id_b) = (a.join().await.unwrap(), b.join().await.unwrap());
+    for _ in 0..2 {
+        a.run_once(id_a, false).await.unwrap();
+        b.run_once(id_b, false).await.unwrap();
+    }
+    deployment.store.instance_leave(id_b).await.unwrap();
+    // No wait for the TTL.
+    let report = a.run_once(id_a, false).await.unwrap();
+    assert_eq!((report.live, report.held), (1, 8), "{report:?}");
+    deployment.finish().await;
+}
