@@ -102,7 +102,7 @@ async fn tickler_on_a_cluster_loses_nothing_when_a_master_restarts_empty() {
         &expected,
         &HashSet::new(),
         &world.interrupted().await,
-        &world.seen(),
+        &world.seen_audited().await,
     );
     verdict.assert_clean("a cluster master restarted empty");
     world.finish().await;

@@ -50,7 +50,9 @@ async fn verdict(
 ) {
     world.await_seen(&ids(expected, cancelled), wait).await;
     let interrupted = world.interrupted().await;
-    check(expected, cancelled, &interrupted, &world.seen()).assert_clean(name);
+    let verdict = check(expected, cancelled, &interrupted, &world.seen_audited().await);
+    world.explain(&verdict).await;
+    verdict.assert_clean(name);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -500,6 +502,7 @@ fn the_checker_flags_every_broken_promise() {
         received_ms,
         partition: 0,
         offset: received_ms,
+        dispatched_ms: received_ms,
     };
     let records = [
         seen(1, 1, 1_010),
@@ -583,7 +586,7 @@ async fn kill_9_of_one_of_three_instances_hands_its_jobs_over_within_the_ttl() {
         &expected,
         &HashSet::new(),
         &world.interrupted().await,
-        &world.seen(),
+        &world.seen_audited().await,
     );
     eprintln!(
         "kill -9 of one of three: max lateness {} ms (goal instance_ttl_ms {INSTANCE_TTL_MS} + 2000 ms; p50 {} ms on this machine now)",
@@ -849,7 +852,7 @@ async fn chaos_across_three_instances_loses_nothing() {
         &ledger.cancelled,
         &ledger.maybe_cancelled,
         &world.interrupted().await,
-        &world.seen(),
+        &world.seen_audited().await,
     );
     world.explain(&verdict).await;
     verdict.assert_clean(&format!("chaos across three instances (seed {seed})"));
@@ -893,7 +896,7 @@ async fn raising_the_shard_count_while_jobs_fire_loses_doubles_and_hurries_nothi
     assert!(String::from_utf8_lossy(&lowered.stderr).contains("only be raised"));
 
     world.await_seen(&ids(&expected, &HashSet::new()), Duration::from_secs(60)).await;
-    let verdict = check(&expected, &HashSet::new(), &world.interrupted().await, &world.seen());
+    let verdict = check(&expected, &HashSet::new(), &world.interrupted().await, &world.seen_audited().await);
     verdict.assert_clean("shards raised from 16 to 64 while jobs fire");
     assert!(
         verdict.explained_duplicates.is_empty(),
