@@ -153,8 +153,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
             wake.clone(),
             topics.clone(),
             resolver_for(&dispatcher_store),
-            membership.subscribe(),
-            membership.refresher(),
+            membership.holding(),
         )?;
         let stop = cancel.child_token();
         let done = dispatcher_done.clone();

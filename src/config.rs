@@ -431,10 +431,7 @@ impl Config {
             return Err(invalid("shards", "must be between 1 and 16384"));
         }
         if !(500..=600_000).contains(&self.instance_ttl_ms) {
-            return Err(invalid(
-                "instance_ttl_ms",
-                "must be between 500 and 600000",
-            ));
+            return Err(invalid("instance_ttl_ms", "must be between 500 and 600000"));
         }
         if self.window_ms < 1_000 {
             return Err(invalid("window_ms", "must be at least 1000"));

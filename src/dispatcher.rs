@@ -1,7 +1,9 @@
-//! The dispatcher (the "event process"): claims due ids in Redis, wins the
-//! MySQL compare-and-set `pending → dispatching`, produces each job to its
-//! topic with the idempotent producer, marks it `dispatched` with where it
-//! landed, and releases the Redis claim. No business logic.
+//! The dispatcher (the "event process"): claims due ids in Redis from the
+//! shards this instance holds (membership hands them over, with their
+//! epochs), wins the MySQL compare-and-set `pending → dispatching` fenced by
+//! those epochs, produces each job to its topic with the idempotent
+//! producer, marks it `dispatched` with where it landed, and releases the
+//! Redis claim. No business logic.
 //!
 //! It sleeps until the earliest due time Redis reports (or until woken by
 //! the API or the loader), never on a fixed poll, and claims in batches.
@@ -20,10 +22,13 @@
 //! What a crash leaves behind, step by step:
 //! - after the Redis claim: ids sit in the in-flight set; when the lease
 //!   expires the next claim returns them to the due set.
-//! - after the MySQL claim: rows are `dispatching`; after the lease the
-//!   reconciler returns them to `pending`.
+//! - after the MySQL claim: rows are `dispatching` under this instance;
+//!   once it is dead for the others (heartbeat older than
+//!   `instance_ttl_ms`) they return them to `pending` (the reconciler does
+//!   after the claim lease, at worst), and the shards' new owners adopt the
+//!   in-flight sets.
 //! - after producing, before marking: the same (job id, attempt) is produced
-//!   again after the lease — the one duplicate the contract allows.
+//!   again by the new owner — the one duplicate the contract allows.
 //! - after marking, before releasing Redis: stale in-flight entries, removed
 //!   when their lease expires and the CAS finds the row not pending.
 
@@ -49,7 +54,7 @@ use crate::config::Config;
 use crate::index::{Claim, Index};
 use crate::job::{self, Job, JobId};
 use crate::kafka::{self, TopicState, Topics, TOPICS_REFRESH_MIN};
-use crate::membership::Ownership;
+use crate::membership::{Holding, Ownership};
 use crate::metrics;
 use crate::results::Resolver;
 use crate::store::{Dispatched, Marked, Store};
@@ -301,13 +306,12 @@ impl Dispatcher {
         wake: Arc<Notify>,
         topics: Topics,
         resolver: Resolver,
-        ownership: watch::Receiver<Ownership>,
-        refresh: Arc<Notify>,
+        holding: Holding,
     ) -> Result<Self, DispatchError> {
         let producer = producer_create(&config)?;
         Ok(Dispatcher {
-            ownership,
-            refresh,
+            ownership: holding.ownership,
+            refresh: holding.refresh,
             store,
             index,
             producer: RwLock::new(producer),
@@ -434,7 +438,9 @@ impl Dispatcher {
 
         let token: u64 = rand::random();
         let cas_started = Instant::now();
-        let won = self.cas(&ids, token, &fence, redis_now_ms, &mut report).await;
+        let won = self
+            .cas(&ids, token, &fence, redis_now_ms, &mut report)
+            .await;
         if won.is_empty() {
             return (report, None);
         }
@@ -548,9 +554,16 @@ impl Dispatcher {
         if !outcome.fenced.is_empty() {
             // This instance lost a shard (paused past its TTL, or handed it
             // back): the ids are the new owner's, due now.
-            tracing::warn!(num_jobs = outcome.fenced.len(), "claim fenced off: a shard has a new owner");
+            tracing::warn!(
+                num_jobs = outcome.fenced.len(),
+                "claim fenced off: a shard has a new owner"
+            );
             metrics::dispatch_fenced(outcome.fenced.len());
-            let back: Vec<(JobId, i64)> = outcome.fenced.iter().map(|id| (*id, redis_now_ms)).collect();
+            let back: Vec<(JobId, i64)> = outcome
+                .fenced
+                .iter()
+                .map(|id| (*id, redis_now_ms))
+                .collect();
             self.index_requeue(&back).await;
             self.refresh.notify_one();
         }

@@ -124,6 +124,15 @@ pub struct RoundReport {
     pub rescued: usize,
 }
 
+/// The dispatcher's view of membership.
+#[derive(Debug, Clone)]
+pub struct Holding {
+    /// The shards this instance holds, with their epochs.
+    pub ownership: watch::Receiver<Ownership>,
+    /// Notified, membership runs a round at once.
+    pub refresh: Arc<Notify>,
+}
+
 /// The changes one instance makes to the leases in a round.
 #[derive(Debug, Default, PartialEq, Eq)]
 pub struct Plan {
@@ -214,9 +223,13 @@ impl Membership {
         self.ownership.subscribe()
     }
 
-    /// Notified, runs a round at once.
-    pub fn refresher(&self) -> Arc<Notify> {
-        self.refresh.clone()
+    /// What the dispatcher needs: the shards held, and a way to ask for a
+    /// round at once (after it found itself fenced off).
+    pub fn holding(&self) -> Holding {
+        Holding {
+            ownership: self.ownership.subscribe(),
+            refresh: self.refresh.clone(),
+        }
     }
 
     /// Registers (trying again while MySQL is down), then runs a round per
@@ -236,7 +249,11 @@ impl Membership {
                 }
             }
         };
-        tracing::info!(instance = id, ttl_ms = self.config.ttl.as_millis() as u64, "instance registered");
+        tracing::info!(
+            instance = id,
+            ttl_ms = self.config.ttl.as_millis() as u64,
+            "instance registered"
+        );
         let mut last_beat: Option<tokio::time::Instant> = None;
         let mut purged_at: Option<tokio::time::Instant> = None;
         while !cancel.is_cancelled() {
@@ -270,7 +287,9 @@ impl Membership {
         self.ownership.send_modify(|o| o.shards.clear());
         match self.store.instance_leave(id).await {
             Ok(()) => tracing::info!(instance = id, "instance left; its shards are free"),
-            Err(err) => tracing::warn!(error = %err, "cannot leave; the shards free up after instance_ttl_ms"),
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot leave; the shards free up after instance_ttl_ms")
+            }
         }
     }
 
@@ -318,7 +337,11 @@ impl Membership {
         match self.index.drain_layout(old).await {
             Ok(moved) => {
                 if moved > 0 {
-                    tracing::info!(from_shards = old, moved, "ids moved from the old key layout");
+                    tracing::info!(
+                        from_shards = old,
+                        moved,
+                        "ids moved from the old key layout"
+                    );
                     self.wake.notify_one();
                 }
                 if tokio::time::Instant::now() >= until {
@@ -337,9 +360,7 @@ impl Membership {
     /// only free shards and rescues nobody's claims.
     pub async fn run_once(&self, id: u64, judge_nobody: bool) -> Result<RoundReport, StoreError> {
         let mut report = RoundReport::default();
-        self.store
-            .instance_heartbeat(id, &self.config.info)
-            .await?;
+        self.store.instance_heartbeat(id, &self.config.info).await?;
         let instances = self.store.instances_list(self.config.ttl).await?;
         let mut leases = self.store.shard_leases().await?;
         self.count_follow(leases.len() as u32);
@@ -390,7 +411,12 @@ impl Membership {
         }
         let mut taken = Vec::new();
         for (shard, epoch) in &plan.acquire {
-            if self.store.shard_acquire(*shard, *epoch, id).await?.is_some() {
+            if self
+                .store
+                .shard_acquire(*shard, *epoch, id)
+                .await?
+                .is_some()
+            {
                 taken.push(*shard);
             }
         }
@@ -422,7 +448,11 @@ impl Membership {
             }
             match self.index.shard_adopt(*shard).await {
                 Ok(0) => {}
-                Ok(moved) => tracing::info!(shard, moved, "claims of the previous owner returned to the due set"),
+                Ok(moved) => tracing::info!(
+                    shard,
+                    moved,
+                    "claims of the previous owner returned to the due set"
+                ),
                 // Their Redis leases expire in time anyway.
                 Err(err) => metrics::index_failed("adopt shard", 0, &err),
             }
@@ -443,7 +473,10 @@ impl Membership {
         if rescued.is_empty() {
             return Ok(0);
         }
-        tracing::warn!(num_jobs = rescued.len(), "jobs claimed by a dead instance rescued");
+        tracing::warn!(
+            num_jobs = rescued.len(),
+            "jobs claimed by a dead instance rescued"
+        );
         metrics::dead_instance_rescued(rescued.len());
         // Out of the dead's in-flight set (wherever it is) and due again.
         let back: Vec<(u64, i64)> = rescued

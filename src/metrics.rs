@@ -156,7 +156,10 @@ fn describe() {
         INSTANCES_LIVE,
         "Instances whose heartbeat is within instance_ttl_ms, as this instance last saw them."
     );
-    describe_gauge!(SHARDS, "The deployment's shard count (rows of shard_leases).");
+    describe_gauge!(
+        SHARDS,
+        "The deployment's shard count (rows of shard_leases)."
+    );
     describe_gauge!(SHARDS_OWNED, "Shards this instance's dispatcher holds.");
     describe_counter!(
         SHARD_TAKEOVERS,

@@ -41,7 +41,10 @@ async fn every_index_script_runs_on_a_cluster_with_the_shards_spread_over_the_ma
     index.job_add_many(&entries).await.unwrap();
     assert_eq!(index.len().await.unwrap(), (200, 0));
     for port in &cluster.ports {
-        assert!(keys_on(*port) > 0, "every master holds shards (port {port})");
+        assert!(
+            keys_on(*port) > 0,
+            "every master holds shards (port {port})"
+        );
     }
 
     // Claim every shard: all 200, each from its own shard's keys.
@@ -64,15 +67,24 @@ async fn every_index_script_runs_on_a_cluster_with_the_shards_spread_over_the_ma
         .job_requeue_many(&[(1, later_ms), (2, later_ms)])
         .await
         .unwrap();
-    assert_eq!(index.job_locate(1).await.unwrap(), Some(Location::Due(later_ms)));
+    assert_eq!(
+        index.job_locate(1).await.unwrap(),
+        Some(Location::Due(later_ms))
+    );
     assert_eq!(index.job_remove_many(&[3, 4]).await.unwrap(), 2);
     assert_eq!(index.job_locate(3).await.unwrap(), None);
     let shard = index.shard_of(5);
     let moved = index.shard_adopt(shard).await.unwrap();
     assert!(moved >= 1);
-    assert!(matches!(index.job_locate(5).await.unwrap(), Some(Location::Due(_))));
+    assert!(matches!(
+        index.job_locate(5).await.unwrap(),
+        Some(Location::Due(_))
+    ));
     assert_eq!(
-        index.job_refeed_many(&[(3, past), (5, past)]).await.unwrap(),
+        index
+            .job_refeed_many(&[(3, past), (5, past)])
+            .await
+            .unwrap(),
         1,
         "3 was gone and comes back; 5 was there"
     );
@@ -91,7 +103,9 @@ async fn tickler_on_a_cluster_loses_nothing_when_a_master_restarts_empty() {
     let t0 = Utc::now() + chrono::Duration::seconds(3);
     let expected = world.jobs_schedule(1500, t0, Duration::from_secs(8)).await;
     tokio::time::sleep_until(
-        tokio::time::Instant::now() + (t0 - Utc::now()).to_std().unwrap_or_default() + Duration::from_secs(3),
+        tokio::time::Instant::now()
+            + (t0 - Utc::now()).to_std().unwrap_or_default()
+            + Duration::from_secs(3),
     )
     .await;
     // Its slots' keys go, the sentinels with them: the loader re-indexes.

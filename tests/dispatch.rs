@@ -358,7 +358,7 @@ async fn one_dispatcher_pass_reports_what_became_of_each_claimed_id() {
         wake.clone(),
     );
     let mut ownership = membership.subscribe();
-    let refresh = membership.refresher();
+    let holding = membership.holding();
     let stop = tokio_util::sync::CancellationToken::new();
     tokio::spawn(membership.run(stop.clone(), stop.clone()));
     ownership
@@ -372,8 +372,7 @@ async fn one_dispatcher_pass_reports_what_became_of_each_claimed_id() {
         wake,
         topics,
         resolver,
-        ownership,
-        refresh,
+        holding,
     )
     .unwrap();
     let report = dispatcher.run_once().await;

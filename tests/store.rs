@@ -79,7 +79,11 @@ async fn claim_wins_due_pending_jobs_and_sorts_out_the_rest() {
     assert_eq!(stale, [cancelled, 999_999], "not pending, or gone");
     assert!(outcome.db_now.is_some());
 
-    let again = db.store.job_claim_many(&[due], 8, LEASE, &db.fence).await.unwrap();
+    let again = db
+        .store
+        .job_claim_many(&[due], 8, LEASE, &db.fence)
+        .await
+        .unwrap();
     assert!(again.won.is_empty(), "a claimed job is not won twice");
     assert_eq!(again.stale, [due]);
     db.finish().await;
@@ -291,7 +295,11 @@ async fn claims_of_a_dead_instance_are_rescued_and_a_live_ones_are_not() {
     let rescued = db.store.job_rescue_dead(ttl, 100).await.unwrap();
     assert_eq!(rescued.iter().map(|e| e.id).collect::<Vec<_>>(), [held]);
     let job = db.store.job_get(held).await.unwrap();
-    assert_eq!((job.status, job.attempt), (Status::Pending, 1), "same attempt");
+    assert_eq!(
+        (job.status, job.attempt),
+        (Status::Pending, 1),
+        "same attempt"
+    );
     assert!(job.last_error.unwrap().contains("which died"));
     // The dead instance's late mark finds nothing to mark.
     let marked = db

@@ -16,7 +16,11 @@ pub(super) fn by_process() -> BTreeMap<&'static str, f64> {
         return spent;
     };
     for entry in entries.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<u32>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<u32>().ok())
+        else {
             continue;
         };
         let Ok(stat) = std::fs::read_to_string(format!("/proc/{pid}/stat")) else {
@@ -32,7 +36,12 @@ pub(super) fn by_process() -> BTreeMap<&'static str, f64> {
         };
         let fields: Vec<&str> = stat[close + 2..].split(' ').collect();
         // After the comm: state is field 3, utime 14 and stime 15 (1-based).
-        let ticks = |i: usize| fields.get(i).and_then(|v| v.parse::<f64>().ok()).unwrap_or(0.0);
+        let ticks = |i: usize| {
+            fields
+                .get(i)
+                .and_then(|v| v.parse::<f64>().ok())
+                .unwrap_or(0.0)
+        };
         *spent.entry(*component).or_insert(0.0) += (ticks(11) + ticks(12)) / TICKS;
     }
     spent

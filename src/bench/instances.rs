@@ -75,7 +75,10 @@ impl Deployment {
                 .env("TICKLER_RESULTS_TOPIC", &config.results_topic)
                 .env("TICKLER_RESULTS_GROUP", &config.results_group)
                 .env("TICKLER_SHARDS", config.shards.to_string())
-                .env("TICKLER_INSTANCE_TTL_MS", config.instance_ttl_ms.to_string())
+                .env(
+                    "TICKLER_INSTANCE_TTL_MS",
+                    config.instance_ttl_ms.to_string(),
+                )
                 .env("TICKLER_LOG", "warn")
                 .stdin(Stdio::null())
                 .stdout(Stdio::null())
@@ -244,7 +247,11 @@ async fn failover(bench: &Bench, deployment: &Deployment) -> anyhow::Result<()> 
     if seen.len() != ids.len() {
         bail!("failover: {} of {} jobs arrived", seen.len(), ids.len());
     }
-    let records = bench.records.lock().unwrap_or_else(|p| p.into_inner()).clone();
+    let records = bench
+        .records
+        .lock()
+        .unwrap_or_else(|p| p.into_inner())
+        .clone();
     let received = |id: &u64| records.get(id).map(|s| s.received_ms);
 
     // Its shards served again: the first record of a job of theirs due
@@ -303,10 +310,7 @@ async fn failover(bench: &Bench, deployment: &Deployment) -> anyhow::Result<()> 
 
 /// kill -9 of instance `victim`; returns when (ms since the epoch), its
 /// instance id and the shards it held.
-async fn kill(
-    deployment: &Deployment,
-    victim: usize,
-) -> anyhow::Result<(i64, u64, HashSet<u32>)> {
+async fn kill(deployment: &Deployment, victim: usize) -> anyhow::Result<(i64, u64, HashSet<u32>)> {
     let pid = deployment.children[victim].id();
     let instances = deployment
         .store
@@ -325,7 +329,9 @@ async fn kill(
         .filter(|l| l.owner == Some(id))
         .map(|l| l.shard)
         .collect();
-    let status = Command::new("kill").args(["-9", &pid.to_string()]).status()?;
+    let status = Command::new("kill")
+        .args(["-9", &pid.to_string()])
+        .status()?;
     let kill_ms = Utc::now().timestamp_millis();
     if !status.success() {
         bail!("kill -9 {pid} failed");

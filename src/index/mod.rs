@@ -105,6 +105,8 @@ impl ConnectionLike for Conn {
 }
 
 /// How to reach Redis: one server, or the seed nodes of a cluster.
+// Made once at start-up: the size of its variants does not matter.
+#[allow(clippy::large_enum_variant)]
 pub enum RedisClient {
     Single(redis::Client),
     Cluster(redis::cluster::ClusterClient),
@@ -137,7 +139,11 @@ pub fn ms_of(at: DateTime<Utc>) -> i64 {
 
 impl Index {
     pub async fn connect(url: &str, prefix: &str, shards: u32) -> Result<Index, IndexError> {
-        Index::connect_with(RedisClient::Single(redis::Client::open(url)?), prefix, shards)
+        Index::connect_with(
+            RedisClient::Single(redis::Client::open(url)?),
+            prefix,
+            shards,
+        )
     }
 
     /// The index through `client` (see [`client_open`]).
@@ -269,7 +275,8 @@ impl Index {
     ) -> Result<u64, IndexError> {
         let mut added = 0;
         let count = self.shards();
-        for (shard, entries) in group_by_shard(count, jobs.iter().map(|(id, at)| (*id, ms_of(*at)))) {
+        for (shard, entries) in group_by_shard(count, jobs.iter().map(|(id, at)| (*id, ms_of(*at))))
+        {
             let mut invocation = self.scripts.refeed.key(self.key(count, shard, "due"));
             invocation.key(self.key(count, shard, "inflight"));
             for (id, ms) in entries {
@@ -402,7 +409,10 @@ impl Index {
                         .iter()
                         .map(|(id, score)| {
                             let ms = if keep_score { *score as i64 } else { now_ms };
-                            (*id, DateTime::from_timestamp_millis(ms).unwrap_or_else(Utc::now))
+                            (
+                                *id,
+                                DateTime::from_timestamp_millis(ms).unwrap_or_else(Utc::now),
+                            )
                         })
                         .collect();
                     moved += self.job_refeed_many(&back).await?;
@@ -424,7 +434,10 @@ impl Index {
     /// `len` of the keys laid out for `count` shards.
     pub async fn len_of(&self, count: u32) -> Result<(u64, u64), IndexError> {
         let cards = (0..count).map(|shard| {
-            let (due, inflight) = (self.key(count, shard, "due"), self.key(count, shard, "inflight"));
+            let (due, inflight) = (
+                self.key(count, shard, "due"),
+                self.key(count, shard, "inflight"),
+            );
             let mut conn = self.conn.clone();
             async move {
                 let due: u64 = conn.zcard(due).await?;
@@ -444,7 +457,6 @@ impl Index {
             .await?;
         Ok(())
     }
-
 }
 
 fn group_by_shard(
@@ -453,7 +465,10 @@ fn group_by_shard(
 ) -> BTreeMap<u32, Vec<(JobId, i64)>> {
     let mut groups: BTreeMap<u32, Vec<(JobId, i64)>> = BTreeMap::new();
     for (id, ms) in entries {
-        groups.entry(shard_of(id, count)).or_default().push((id, ms));
+        groups
+            .entry(shard_of(id, count))
+            .or_default()
+            .push((id, ms));
     }
     groups
 }
@@ -486,8 +501,7 @@ pub fn client_open(config: &Config) -> Result<RedisClient, String> {
             .map(RedisClient::Cluster)
             .map_err(|err| format!("redis_url (cluster seeds): {err}"));
     }
-    single_client(urls.first().copied().unwrap_or_default(), certificates)
-        .map(RedisClient::Single)
+    single_client(urls.first().copied().unwrap_or_default(), certificates).map(RedisClient::Single)
 }
 
 fn single_client(

@@ -317,7 +317,9 @@ impl Store {
         };
         let mut select = QueryBuilder::<MySql>::new("SELECT id, schedule_time FROM jobs WHERE ");
         dead_claim(&mut select);
-        select.push(" ORDER BY schedule_time LIMIT ").push_bind(limit);
+        select
+            .push(" ORDER BY schedule_time LIMIT ")
+            .push_bind(limit);
         let rows = select.build().fetch_all(&self.pool).await?;
         let dead = rows
             .iter()

@@ -315,25 +315,27 @@ impl World {
         .bind(id)
         .fetch_all(&self.sql)
         .await;
-        let job: Result<Option<(String, String, Option<String>, Option<String>)>, _> =
-            sqlx::query_as(
-                "SELECT CAST(status AS CHAR), CAST(schedule_time AS CHAR), \
+        type Row = (String, String, Option<String>, Option<String>);
+        let job: Result<Option<Row>, _> = sqlx::query_as(
+            "SELECT CAST(status AS CHAR), CAST(schedule_time AS CHAR), \
                  CAST(dispatched_at AS CHAR), CAST(last_error AS CHAR) FROM jobs WHERE id = ?",
-            )
-            .bind(id)
-            .fetch_optional(&self.sql)
-            .await;
+        )
+        .bind(id)
+        .fetch_optional(&self.sql)
+        .await;
         let mut lines = match rows {
             Ok(rows) => rows
                 .into_iter()
-                .map(|(at, actor, status, attempt)| format!("{at} {actor} {status} attempt {attempt}"))
+                .map(|(at, actor, status, attempt)| {
+                    format!("{at} {actor} {status} attempt {attempt}")
+                })
                 .collect(),
             Err(err) => vec![format!("history unreadable: {err}")],
         };
         lines.push(match job {
-            Ok(Some((status, due, dispatched, error))) => format!(
-                "now {status}, due {due}, dispatched {dispatched:?}, last_error {error:?}"
-            ),
+            Ok(Some((status, due, dispatched, error))) => {
+                format!("now {status}, due {due}, dispatched {dispatched:?}, last_error {error:?}")
+            }
             Ok(None) => "no such row".to_owned(),
             Err(err) => format!("row unreadable: {err}"),
         });
@@ -345,12 +347,21 @@ impl World {
     pub async fn explain(&self, verdict: &Verdict) {
         let seen = self.seen();
         let lost = verdict.lost.iter().take(5);
-        let doubled = verdict.unexplained_duplicates.iter().map(|(id, _)| id).take(5);
+        let doubled = verdict
+            .unexplained_duplicates
+            .iter()
+            .map(|(id, _)| id)
+            .take(5);
         for id in lost.chain(doubled) {
             let copies: Vec<String> = seen
                 .iter()
                 .filter(|s| s.id == *id)
-                .map(|s| format!("attempt {} at {}/{} received {}", s.attempt, s.partition, s.offset, s.received_ms))
+                .map(|s| {
+                    format!(
+                        "attempt {} at {}/{} received {}",
+                        s.attempt, s.partition, s.offset, s.received_ms
+                    )
+                })
                 .collect();
             eprintln!("job {id}: seen {copies:?}");
             for line in self.history(*id).await {
@@ -383,7 +394,9 @@ impl World {
         let mut read: HashMap<i32, i64> = HashMap::new();
         let mut records = Vec::new();
         let deadline = tokio::time::Instant::now() + Duration::from_secs(120);
-        while ends.iter().any(|(p, end)| read.get(p).copied().unwrap_or(0) < *end)
+        while ends
+            .iter()
+            .any(|(p, end)| read.get(p).copied().unwrap_or(0) < *end)
             && tokio::time::Instant::now() < deadline
         {
             let Ok(Ok(message)) =
