@@ -175,14 +175,16 @@ async fn recipe_redrive_produces_a_dead_job_again_with_a_fresh_budget() {
     assert_eq!(again[0].header("tickler-attempt"), Some("2"));
     let (_, job) = env.get(&format!("/v1/jobs/{id}")).await;
     assert_eq!(job["max_attempts"], 4, "attempts 2, 3 and 4 to go: {job}");
-    // A retry of the redriven attempt is a retry, not a death.
+    // A retry of the redriven attempt is a retry, not a death (a minute
+    // ahead, so no dispatcher claims it before we look).
     let (_, body) = env
         .post(
             &format!("/v1/jobs/{id}/result"),
-            json!({"attempt": 2, "outcome": "retry", "retry_after_ms": 0}),
+            json!({"attempt": 2, "outcome": "retry", "retry_after_ms": 60_000}),
         )
         .await;
     assert_eq!(body["job"]["status"], "pending", "{body}");
+    assert_eq!(body["job"]["attempt"], 3, "{body}");
     env.finish().await;
 }
 
