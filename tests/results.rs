@@ -670,7 +670,10 @@ async fn a_restart_while_results_are_in_flight_loses_none() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     world.restart_tickler().await;
 
-    let all = eventually(Duration::from_secs(60), || async {
+    // Up to two minutes: the restarted consumer rejoins its group only once
+    // tansu has dropped the dead member, which a loaded machine delays (seen
+    // to exceed a minute in about one full-suite run in ten).
+    let all = eventually(Duration::from_secs(120), || async {
         let done: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE status = 'succeeded'")
             .fetch_one(&world.sql)
             .await
@@ -761,7 +764,10 @@ async fn reports_read_while_mysql_is_down_survive_a_kill() {
     mariadb.restart().await;
     world.restart_tickler().await;
 
-    let all = eventually(Duration::from_secs(60), || async {
+    // Up to two minutes: the restarted consumer rejoins its group only once
+    // tansu has dropped the dead member, which a loaded machine delays (seen
+    // to exceed a minute in about one full-suite run in ten).
+    let all = eventually(Duration::from_secs(120), || async {
         let done: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE status = 'succeeded'")
             .fetch_one(&world.sql)
             .await
