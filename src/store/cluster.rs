@@ -105,17 +105,7 @@ pub(super) fn push_fence(query: &mut QueryBuilder<'_, MySql>, fence: &Fence) {
 impl Store {
     /// Registers this process; returns its instance id.
     pub async fn instance_register(&self, info: &InstanceInfo) -> Result<u64, StoreError> {
-        let result = sqlx::query(
-            "INSERT INTO instances (host, pid, version, roles, started_at, heartbeat_at) \
-             VALUES (?, ?, ?, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))",
-        )
-        .bind(&info.host)
-        .bind(info.pid)
-        .bind(&info.version)
-        .bind(&info.roles)
-        .execute(&self.pool)
-        .await?;
-        Ok(result.last_insert_id())
+        self.instance_insert(None, info).await
     }
 
     /// Beats this instance's heart; puts its row back (same id) if someone
@@ -126,20 +116,30 @@ impl Store {
             .execute(&self.pool)
             .await?;
         if beat.rows_affected() == 0 {
-            sqlx::query(
-                "INSERT INTO instances (id, host, pid, version, roles, started_at, heartbeat_at) \
-                 VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3)) \
-                 ON DUPLICATE KEY UPDATE heartbeat_at = UTC_TIMESTAMP(3)",
-            )
-            .bind(id)
-            .bind(&info.host)
-            .bind(info.pid)
-            .bind(&info.version)
-            .bind(&info.roles)
-            .execute(&self.pool)
-            .await?;
+            self.instance_insert(Some(id), info).await?;
         }
         Ok(())
+    }
+
+    /// A row for `info`, under `id` or (None) a new one; returns the id.
+    async fn instance_insert(
+        &self,
+        id: Option<u64>,
+        info: &InstanceInfo,
+    ) -> Result<u64, StoreError> {
+        let result = sqlx::query(
+            "INSERT INTO instances (id, host, pid, version, roles, started_at, heartbeat_at) \
+             VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3)) \
+             ON DUPLICATE KEY UPDATE heartbeat_at = UTC_TIMESTAMP(3)",
+        )
+        .bind(id)
+        .bind(&info.host)
+        .bind(info.pid)
+        .bind(&info.version)
+        .bind(&info.roles)
+        .execute(&self.pool)
+        .await?;
+        Ok(id.unwrap_or_else(|| result.last_insert_id()))
     }
 
     /// Every registered instance, alive or not (by `ttl` on the database's
