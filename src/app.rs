@@ -225,6 +225,15 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
             }
         };
         let metrics_handle = metrics::install();
+        let bulk = api::BulkRunner::new(
+            store.clone(),
+            index.clone(),
+            config.clone(),
+            wake.clone(),
+            tracker.clone(),
+            cancel.child_token(),
+        );
+        tracker.spawn(bulk.clone().run(cancel.child_token()));
         let router = api::router(ApiState {
             store: store.clone(),
             index: index.clone(),
@@ -235,6 +244,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
             topics: topics.clone(),
             tokens,
             anonymous,
+            bulk,
         });
         let stop = cancel.child_token();
         let scheme = if tls.is_some() { "https" } else { "http" };

@@ -69,6 +69,8 @@ pub enum ApiError {
     ReservedTopic(String),
     #[error("job {0} not found")]
     NotFound(u64),
+    #[error("bulk operation {0} not found")]
+    BulkNotFound(u64),
     #[error("no such endpoint: {0}")]
     NoRoute(String),
     #[error("{0}")]
@@ -123,7 +125,9 @@ impl ApiError {
             }
             ApiError::InvalidJob(_) => StatusCode::BAD_REQUEST,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ApiError::NotFound(_) | ApiError::NoRoute(_) => StatusCode::NOT_FOUND,
+            ApiError::NotFound(_) | ApiError::BulkNotFound(_) | ApiError::NoRoute(_) => {
+                StatusCode::NOT_FOUND
+            }
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
             ApiError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
@@ -163,7 +167,7 @@ impl ApiError {
             },
             ApiError::UnknownTopic(_) => "unknown_topic",
             ApiError::ReservedTopic(_) => "reserved_topic",
-            ApiError::NotFound(_) => "not_found",
+            ApiError::NotFound(_) | ApiError::BulkNotFound(_) => "not_found",
             ApiError::NoRoute(_) => "no_route",
             ApiError::MethodNotAllowed(_) => "method_not_allowed",
             ApiError::UriTooLong { .. } => "uri_too_long",

@@ -372,18 +372,29 @@ pub(super) fn id_parse(id: &str) -> Result<JobId, ApiError> {
 /// A failure is logged, never returned: MySQL has the truth, and the loader
 /// and reconciler repair the index.
 pub(super) async fn index_follow(state: &ApiState, jobs: &[&Job], db_now: DateTime<Utc>) {
-    let horizon = db_now + state.config.window();
+    index_follow_with(&state.index, &state.config, &state.wake, jobs, db_now).await
+}
+
+/// [`index_follow`] with the parts it needs.
+pub(super) async fn index_follow_with(
+    index: &crate::index::Index,
+    config: &crate::config::Config,
+    wake: &tokio::sync::Notify,
+    jobs: &[&Job],
+    db_now: DateTime<Utc>,
+) {
+    let horizon = db_now + config.window();
     let (inside, outside): (Vec<&Job>, Vec<&Job>) = jobs
         .iter()
         .partition(|job| job.status == Status::Pending && job.schedule_time < horizon);
     let add: Vec<(JobId, DateTime<Utc>)> = inside.iter().map(|j| (j.id, j.schedule_time)).collect();
     let remove: Vec<JobId> = outside.iter().map(|j| j.id).collect();
     let result = async {
-        state.index.job_add_many(&add).await?;
-        state.index.job_remove_many(&remove).await
+        index.job_add_many(&add).await?;
+        index.job_remove_many(&remove).await
     };
     match result.await {
-        Ok(_) if !add.is_empty() => state.wake.notify_one(),
+        Ok(_) if !add.is_empty() => wake.notify_one(),
         Ok(_) => {}
         Err(err) => metrics::index_failed("index created or changed jobs", jobs.len(), &err),
     }

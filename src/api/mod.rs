@@ -1,6 +1,7 @@
 //! The HTTP/JSON API under `/v1`, plus `/healthz` and `/metrics`.
 
 mod auth;
+mod bulk;
 mod error;
 mod jobs;
 mod query;
@@ -21,6 +22,7 @@ use serde_json::json;
 use tokio::sync::Notify;
 
 pub use auth::caller_of;
+pub use bulk::BulkRunner;
 pub use error::ApiError;
 pub use server::{serve, tls_config, ServeLimits, TlsError};
 
@@ -44,6 +46,8 @@ pub struct ApiState {
     pub metrics: PrometheusHandle,
     /// The broker's topics, for the pre-flight check at create.
     pub topics: Topics,
+    /// Works through bulk operations in the background.
+    pub bulk: BulkRunner,
     /// The active API tokens (`auth = tokens`).
     pub tokens: TokenCache,
     /// The caller of every request when `auth = none`.
@@ -61,6 +65,9 @@ pub fn router(state: ApiState) -> Router {
     let v1 = Router::new()
         .route("/v1/jobs", post(jobs::create).get(query::list))
         .route("/v1/jobs/batch", post(jobs::create_batch))
+        .route("/v1/jobs/bulk", post(bulk::start))
+        .route("/v1/bulk", get(bulk::list))
+        .route("/v1/bulk/{id}", get(bulk::get))
         .route(
             "/v1/jobs/{id}",
             get(jobs::get).patch(jobs::patch).delete(jobs::cancel),

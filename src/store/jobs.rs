@@ -27,7 +27,7 @@ macro_rules! job_columns {
 }
 
 pub(super) const JOB_COLUMNS: &str = job_columns!("payload");
-const JOB_COLUMNS_NO_PAYLOAD: &str = job_columns!("CAST('' AS BINARY) AS payload");
+pub(super) const JOB_COLUMNS_NO_PAYLOAD: &str = job_columns!("CAST('' AS BINARY) AS payload");
 
 /// What a modification of a pending job changes; None leaves it as is.
 #[derive(Debug, Clone, Default, PartialEq)]

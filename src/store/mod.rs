@@ -6,6 +6,7 @@
 //! engine-only functions. "Now" is always the database's `UTC_TIMESTAMP(3)`,
 //! never a tickler host's clock, and sessions are forced to UTC.
 
+mod bulk;
 mod cluster;
 mod jobs;
 mod migrate;
@@ -24,6 +25,7 @@ use sqlx::mysql::{
 use sqlx::pool::PoolConnection;
 use sqlx::{ConnectOptions, Connection, Executor, MySql, Transaction};
 
+pub use bulk::{BulkAction, BulkBatch, BulkFilter, BulkOp, BulkStatus};
 pub use cluster::{Fence, InstanceInfo, InstanceRow, LeaseRow};
 pub use jobs::{
     BatchRow, Cancelled, ClaimOutcome, Dispatched, JobChanges, JobEvent, JobFilter, Marked,

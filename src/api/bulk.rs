@@ -1,0 +1,495 @@
+//! Bulk changes: `POST /v1/jobs/bulk` previews (`dry_run`) or starts an
+//! operation over every job a filter matches; `GET /v1/bulk/{id}` follows
+//! it. The [`BulkRunner`] works through an operation in bounded batches,
+//! each its own transaction, and takes over operations whose instance
+//! stopped moving them.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use axum::extract::{Path, State};
+use axum::http::StatusCode;
+use axum::response::{IntoResponse, Response};
+use axum::Json;
+use chrono::{DateTime, Utc};
+use serde::{Deserialize, Serialize};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use super::auth::Caller;
+use super::jobs::{index_follow_with, time_format, JobView};
+use super::{ApiError, ApiJson, ApiState};
+use crate::auth::Scope;
+use crate::config::Config;
+use crate::index::Index;
+use crate::job::{self, JobId, Status};
+use crate::outcome::{Policy, PolicyOverrides, ATTEMPTS_MAX, DELAY_MAX_MS};
+use crate::store::{BulkAction, BulkFilter, BulkOp, BulkStatus, Store, StoreError};
+
+/// Jobs per batch: one transaction each.
+const BATCH: u32 = 500;
+/// Most ids a filter may list.
+const IDS_MAX: usize = 1_000;
+/// Jobs a preview shows.
+const SAMPLE: u32 = 20;
+/// An operation nobody moved for this long is taken over.
+const STALE: Duration = Duration::from_secs(30);
+
+/// The filter as a request gives it.
+#[derive(Debug, Default, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct FilterBody {
+    pub topic: Option<String>,
+    pub status: Option<String>,
+    pub key_prefix: Option<String>,
+    pub run_at_from: Option<String>,
+    pub run_at_to: Option<String>,
+    pub ids: Option<Vec<JobId>>,
+}
+
+/// Body of `POST /v1/jobs/bulk`.
+#[derive(Debug, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct BulkRequest {
+    pub filter: Option<FilterBody>,
+    pub action: Option<BulkAction>,
+    /// Required: `true` previews, `false` applies.
+    pub dry_run: Option<bool>,
+}
+
+/// An operation as the API shows it.
+#[derive(Debug, Serialize)]
+pub struct BulkView {
+    pub id: u64,
+    pub status: &'static str,
+    pub created_by: String,
+    pub filter: BulkFilter,
+    pub action: BulkAction,
+    /// Jobs the filter matched when the operation started.
+    pub total: u64,
+    /// Jobs examined so far.
+    pub done: u64,
+    /// Jobs changed.
+    pub changed: u64,
+    /// Jobs matched but no longer in the action's status when their batch
+    /// came (dispatched, cancelled or edited meanwhile): left as they are.
+    pub skipped: u64,
+    pub errors: Vec<String>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub finished_at: Option<String>,
+}
+
+impl From<BulkOp> for BulkView {
+    fn from(op: BulkOp) -> Self {
+        BulkView {
+            id: op.id,
+            status: op.status.as_str(),
+            created_by: op.created_by,
+            filter: BulkFilter {
+                topic_patterns: None,
+                ..op.filter
+            },
+            action: op.action,
+            total: op.total,
+            done: op.done,
+            changed: op.changed,
+            skipped: op.skipped,
+            errors: op.errors,
+            created_at: time_format(op.created_at),
+            updated_at: time_format(op.updated_at),
+            finished_at: op.finished_at.map(time_format),
+        }
+    }
+}
+
+fn time_parse(name: &str, text: Option<String>) -> Result<Option<DateTime<Utc>>, ApiError> {
+    text.map(|text| {
+        let at = DateTime::parse_from_rfc3339(&text)
+            .map(|at| at.with_timezone(&Utc))
+            .map_err(|err| {
+                ApiError::InvalidRequest(format!("{name} {text:?} is not an RFC 3339 time ({err})"))
+            })?;
+        if !job::time_in_range(at) {
+            return Err(ApiError::InvalidRequest(format!(
+                "{name} {text:?} is outside 1970-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z"
+            )));
+        }
+        Ok(job::truncate_to_ms(at))
+    })
+    .transpose()
+}
+
+/// The filter, checked, limited to the caller's topics.
+fn filter_parse(body: FilterBody, caller: &Caller) -> Result<BulkFilter, ApiError> {
+    let status = body
+        .status
+        .map(|s| {
+            s.parse::<Status>().map_err(|_| {
+                ApiError::InvalidRequest(format!(
+                    "filter.status {s:?} is not one of pending, dispatching, dispatched, succeeded, dead, cancelled"
+                ))
+            })
+        })
+        .transpose()?;
+    if let Some(topic) = &body.topic {
+        job::topic_validate(topic)?;
+        caller.topic(topic)?;
+    }
+    if let Some(prefix) = &body.key_prefix {
+        if prefix.is_empty() {
+            return Err(ApiError::InvalidRequest(
+                "filter.key_prefix must not be empty".to_owned(),
+            ));
+        }
+        job::key_validate(prefix)?;
+    }
+    if let Some(ids) = &body.ids {
+        if ids.is_empty() || ids.len() > IDS_MAX {
+            return Err(ApiError::InvalidRequest(format!(
+                "filter.ids must list 1 to {IDS_MAX} ids"
+            )));
+        }
+    }
+    let filter = BulkFilter {
+        topic: body.topic,
+        status,
+        key_prefix: body.key_prefix,
+        run_at_from: time_parse("filter.run_at_from", body.run_at_from)?,
+        run_at_to: time_parse("filter.run_at_to", body.run_at_to)?,
+        ids: body.ids,
+        topic_patterns: caller.0.topics.clone(),
+    };
+    let narrowed = filter.topic.is_some()
+        || filter.status.is_some()
+        || filter.key_prefix.is_some()
+        || filter.run_at_from.is_some()
+        || filter.run_at_to.is_some()
+        || filter.ids.is_some();
+    if !narrowed {
+        return Err(ApiError::InvalidRequest(
+            "the filter must name at least one of topic, status, key_prefix, run_at_from, run_at_to, ids"
+                .to_owned(),
+        ));
+    }
+    Ok(filter)
+}
+
+/// Checks the action's values and the scope it needs.
+fn action_check(action: &BulkAction, caller: &Caller, config: &Config) -> Result<(), ApiError> {
+    let max_ahead_ms = config.max_schedule_ahead_days.saturating_mul(86_400_000);
+    match action {
+        BulkAction::Redrive { max_attempts } => {
+            caller.require(Scope::Admin)?;
+            if let Some(n) = max_attempts {
+                if !(1..=ATTEMPTS_MAX).contains(n) {
+                    return Err(ApiError::InvalidPolicy(format!(
+                        "action.max_attempts must be between 1 and {ATTEMPTS_MAX}"
+                    )));
+                }
+            }
+            return Ok(());
+        }
+        BulkAction::Shift { by_ms } => {
+            if *by_ms == 0 || by_ms.unsigned_abs() > max_ahead_ms {
+                return Err(ApiError::InvalidSchedule(format!(
+                    "action.by_ms must be non-zero and at most {max_ahead_ms} either way (max_schedule_ahead_days)"
+                )));
+            }
+        }
+        BulkAction::Move { run_at } => {
+            if run_at.timestamp_millis() < 0 || !job::time_in_range(*run_at) {
+                return Err(ApiError::InvalidRunAt(
+                    "action.run_at must be between 1970-01-01T00:00:00Z and 9999-12-31T23:59:59.999Z"
+                        .to_owned(),
+                ));
+            }
+            let ahead_ms = (*run_at - Utc::now()).num_milliseconds();
+            if ahead_ms > 0 && ahead_ms as u64 > max_ahead_ms {
+                return Err(job::InvalidJob::TooFar {
+                    max_days: config.max_schedule_ahead_days,
+                }
+                .into());
+            }
+        }
+        BulkAction::Policy {
+            expects_result,
+            max_attempts,
+            backoff_base_ms,
+            backoff_cap_ms,
+            ack_timeout_ms,
+        } => {
+            let overrides = PolicyOverrides {
+                expects_result: *expects_result,
+                max_attempts: *max_attempts,
+                backoff_base_ms: *backoff_base_ms,
+                backoff_cap_ms: *backoff_cap_ms,
+                ack_timeout_ms: *ack_timeout_ms,
+            };
+            if overrides == PolicyOverrides::default() {
+                return Err(ApiError::InvalidPolicy(
+                    "action policy must change at least one of expects_result, max_attempts, backoff_base_ms, backoff_cap_ms, ack_timeout_ms"
+                        .to_owned(),
+                ));
+            }
+            // Each given field within its bounds (the widest base lets
+            // only the given ones fail).
+            let widest = Policy {
+                expects_result: false,
+                max_attempts: 1,
+                backoff_base_ms: 1,
+                backoff_cap_ms: DELAY_MAX_MS,
+                ack_timeout_ms: 1_000,
+            };
+            overrides
+                .over(widest)
+                .validate()
+                .map_err(|message| ApiError::InvalidPolicy(format!("action: {message}")))?;
+        }
+        BulkAction::Cancel => {}
+    }
+    caller.require(Scope::Write)
+}
+
+/// `POST /v1/jobs/bulk` — `dry_run: true`: 200 with how many jobs match,
+/// how many of them the action would change now, and a sample; nothing is
+/// written. `dry_run: false`: 202 with the operation, which goes on in the
+/// background (follow it at `GET /v1/bulk/{id}`).
+pub async fn start(
+    State(state): State<ApiState>,
+    caller: Caller,
+    ApiJson(request): ApiJson<BulkRequest>,
+) -> Result<Response, ApiError> {
+    let action = request.action.ok_or_else(|| {
+        ApiError::InvalidRequest(
+            "action is required: {\"type\": \"cancel\" | \"shift\" | \"move\" | \"redrive\" | \"policy\", ...}"
+                .to_owned(),
+        )
+    })?;
+    let dry_run = request.dry_run.ok_or_else(|| {
+        ApiError::InvalidRequest(
+            "dry_run is required: true to preview, false to apply".to_owned(),
+        )
+    })?;
+    let filter = filter_parse(
+        request.filter.ok_or_else(|| {
+            ApiError::InvalidRequest("filter is required".to_owned())
+        })?,
+        &caller,
+    )?;
+    action_check(&action, &caller, &state.config)?;
+    let max_id = state.store.job_max_id().await?;
+    let (matched, eligible) = state
+        .store
+        .bulk_count(&filter, max_id, action.applies_to())
+        .await?;
+    if dry_run {
+        let sample = state.store.bulk_sample(&filter, SAMPLE).await?;
+        let sample: Vec<JobView> = sample.into_iter().map(JobView::without_payload).collect();
+        return Ok(Json(serde_json::json!({
+            "dry_run": true,
+            "action": action,
+            "applies_to": action.applies_to().as_str(),
+            "matched": matched,
+            "eligible": eligible,
+            "sample": sample,
+        }))
+        .into_response());
+    }
+    let owner_token = rand::random::<u64>() >> 1;
+    let created_by = caller.0.actor();
+    let id = state
+        .store
+        .bulk_create(&created_by, &filter, &action, max_id, matched, owner_token)
+        .await?;
+    let op = state
+        .store
+        .bulk_get(id)
+        .await?
+        .ok_or(ApiError::Internal)?;
+    tracing::info!(bulk = id, action = action.name(), matched, by = %created_by, "bulk operation started");
+    state.bulk.spawn(op.clone());
+    Ok((StatusCode::ACCEPTED, Json(BulkView::from(op))).into_response())
+}
+
+/// `GET /v1/bulk/{id}` — an operation's progress.
+pub async fn get(
+    State(state): State<ApiState>,
+    caller: Caller,
+    Path(id): Path<String>,
+) -> Result<Json<BulkView>, ApiError> {
+    caller.require(Scope::Read)?;
+    let id: u64 = id
+        .parse()
+        .ok()
+        .filter(|id| *id > 0)
+        .ok_or_else(|| ApiError::InvalidId(format!("{id:?} is not a bulk operation id")))?;
+    let op = state
+        .store
+        .bulk_get(id)
+        .await?
+        .ok_or_else(|| ApiError::BulkNotFound(id))?;
+    Ok(Json(op.into()))
+}
+
+/// `GET /v1/bulk` — the 50 newest operations.
+pub async fn list(
+    State(state): State<ApiState>,
+    caller: Caller,
+) -> Result<Json<serde_json::Value>, ApiError> {
+    caller.require(Scope::Read)?;
+    let ops: Vec<BulkView> = state
+        .store
+        .bulk_list(50)
+        .await?
+        .into_iter()
+        .map(BulkView::from)
+        .collect();
+    Ok(Json(serde_json::json!({ "operations": ops })))
+}
+
+/// Works through bulk operations: those this instance started, and those
+/// another left stalled.
+#[derive(Clone)]
+pub struct BulkRunner {
+    store: Store,
+    index: Index,
+    config: Arc<Config>,
+    wake: Arc<Notify>,
+    tracker: TaskTracker,
+    cancel: CancellationToken,
+}
+
+impl BulkRunner {
+    pub fn new(
+        store: Store,
+        index: Index,
+        config: Arc<Config>,
+        wake: Arc<Notify>,
+        tracker: TaskTracker,
+        cancel: CancellationToken,
+    ) -> BulkRunner {
+        BulkRunner {
+            store,
+            index,
+            config,
+            wake,
+            tracker,
+            cancel,
+        }
+    }
+
+    /// Works through `op` in the background, until done or shutdown.
+    pub fn spawn(&self, op: BulkOp) {
+        self.tracker.spawn(self.clone().work(op));
+    }
+
+    /// Every few seconds, takes over one operation nobody has moved for
+    /// [`STALE`]; stops when `cancel` fires.
+    pub async fn run(self, cancel: CancellationToken) {
+        let mut tick = tokio::time::interval(Duration::from_secs(5));
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            let owner_token = rand::random::<u64>() >> 1;
+            match self.store.bulk_adopt_stalled(STALE, owner_token).await {
+                Ok(Some(op)) => {
+                    tracing::warn!(bulk = op.id, done = op.done, total = op.total, "taking over a stalled bulk operation");
+                    self.spawn(op);
+                }
+                Ok(None) => {}
+                Err(err) => tracing::warn!(error = %err, "looking for stalled bulk operations"),
+            }
+        }
+    }
+
+    async fn work(self, mut op: BulkOp) {
+        let store = self.store.with_actor(&format!("bulk:{}", op.id));
+        let mut pause = Duration::from_millis(200);
+        loop {
+            if self.cancel.is_cancelled() {
+                // Resumed from its cursor by whoever finds it stalled.
+                return;
+            }
+            let step = async {
+                let batch = store.bulk_next(&op, BATCH).await?;
+                if batch.is_empty() {
+                    return Ok(None);
+                }
+                let last = batch.last().map(|(id, _)| *id).unwrap_or(op.cursor_id);
+                let applied = store
+                    .bulk_apply(&op, &batch, |topic| self.config.policy_for(topic).max_attempts)
+                    .await?;
+                Ok::<_, StoreError>(Some((batch.len() as u64, last, applied)))
+            };
+            match step.await {
+                Ok(None) => {
+                    op.status = BulkStatus::Done;
+                    if let Err(err) = store.bulk_finish(&op, BulkStatus::Done, None).await {
+                        tracing::warn!(bulk = op.id, error = %err, "recording a finished bulk operation; it is taken over and finished again");
+                    }
+                    tracing::info!(bulk = op.id, changed = op.changed, skipped = op.skipped, "bulk operation done");
+                    return;
+                }
+                Ok(Some((_, _, None))) => {
+                    tracing::info!(bulk = op.id, "bulk operation taken over by another instance");
+                    return;
+                }
+                Ok(Some((examined, last, Some(batch)))) => {
+                    op.cursor_id = last;
+                    op.done += examined;
+                    op.changed += batch.changed.len() as u64;
+                    op.skipped += batch.skipped;
+                    self.index_follow(&op.action, &batch.changed).await;
+                    pause = Duration::from_millis(200);
+                    tokio::task::yield_now().await;
+                }
+                Err(err @ (StoreError::Unavailable(_) | StoreError::Contention(_))) => {
+                    // A hiccup: the batch wrote nothing; try it again.
+                    tracing::warn!(bulk = op.id, error = %err, "bulk batch failed; trying again");
+                    tokio::select! {
+                        _ = self.cancel.cancelled() => return,
+                        _ = tokio::time::sleep(pause) => {}
+                    }
+                    pause = (pause * 2).min(Duration::from_secs(5));
+                }
+                Err(err) => {
+                    tracing::error!(bulk = op.id, error = %err, "bulk operation failed");
+                    if let Err(err) = store
+                        .bulk_finish(&op, BulkStatus::Failed, Some(&err.to_string()))
+                        .await
+                    {
+                        tracing::warn!(bulk = op.id, error = %err, "recording a failed bulk operation");
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Brings Redis along with a batch's changes; what fails here is
+    /// repaired by the loader's scan of edited rows and the reconciler.
+    async fn index_follow(&self, action: &BulkAction, changed: &[JobId]) {
+        if changed.is_empty() {
+            return;
+        }
+        if *action == BulkAction::Cancel {
+            if let Err(err) = self.index.job_remove_many(changed).await {
+                crate::metrics::index_failed("unindex bulk-cancelled jobs", changed.len(), &err);
+            }
+            return;
+        }
+        let (jobs, now) = match futures::try_join!(self.store.job_get_many(changed), self.store.db_now()) {
+            Ok(read) => read,
+            Err(err) => {
+                tracing::warn!(error = %err, "reading bulk-changed jobs back; the loader indexes them");
+                return;
+            }
+        };
+        let jobs: Vec<&job::Job> = jobs.iter().collect();
+        index_follow_with(&self.index, &self.config, &self.wake, &jobs, now).await;
+    }
+}

@@ -1,0 +1,666 @@
+//! Bulk changes: an operation over every job a filter matches, worked
+//! through by id in bounded batches. Each batch's changes and the
+//! operation's progress commit together, so an operation resumed after a
+//! crash neither skips nor repeats a job.
+
+use std::time::Duration;
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use serde::{Deserialize, Serialize};
+use sqlx::mysql::MySqlRow;
+use sqlx::{MySql, QueryBuilder, Row};
+
+use super::jobs::{job_from_row, JOB_COLUMNS_NO_PAYLOAD};
+use super::{Store, StoreError};
+use crate::job::{Job, JobId, Status};
+
+/// Which jobs an operation covers. Every field narrows; the API requires at
+/// least one besides `topic_patterns`.
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+pub struct BulkFilter {
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub status: Option<Status>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub key_prefix: Option<String>,
+    /// Due at or after.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_at_from: Option<DateTime<Utc>>,
+    /// Due before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_at_to: Option<DateTime<Utc>>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ids: Option<Vec<JobId>>,
+    /// The topics the caller's token may touch (`None`: all), kept with
+    /// the operation so a resumed one stays within them.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub topic_patterns: Option<Vec<String>>,
+}
+
+/// What an operation does to each job it covers. Every action applies to
+/// jobs in one status only ([`BulkAction::applies_to`]); a job that left
+/// that status before its batch is skipped, never forced.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
+pub enum BulkAction {
+    /// Pending jobs are cancelled.
+    Cancel,
+    /// Pending jobs move by `by_ms` (negative: earlier).
+    Shift { by_ms: i64 },
+    /// Pending jobs move to `run_at`.
+    Move { run_at: DateTime<Utc> },
+    /// Dead jobs go back to pending, due now, with `max_attempts` more
+    /// attempts (default: their topic's `max_attempts`).
+    Redrive {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_attempts: Option<u32>,
+    },
+    /// Pending jobs get a new result policy; what is left out is kept.
+    Policy {
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        expects_result: Option<bool>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        max_attempts: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        backoff_base_ms: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        backoff_cap_ms: Option<u32>,
+        #[serde(default, skip_serializing_if = "Option::is_none")]
+        ack_timeout_ms: Option<u32>,
+    },
+}
+
+impl BulkAction {
+    /// The one status of the jobs this action changes.
+    pub fn applies_to(&self) -> Status {
+        match self {
+            BulkAction::Redrive { .. } => Status::Dead,
+            _ => Status::Pending,
+        }
+    }
+
+    pub fn name(&self) -> &'static str {
+        match self {
+            BulkAction::Cancel => "cancel",
+            BulkAction::Shift { .. } => "shift",
+            BulkAction::Move { .. } => "move",
+            BulkAction::Redrive { .. } => "redrive",
+            BulkAction::Policy { .. } => "policy",
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum BulkStatus {
+    Running,
+    Done,
+    Failed,
+}
+
+impl BulkStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BulkStatus::Running => "running",
+            BulkStatus::Done => "done",
+            BulkStatus::Failed => "failed",
+        }
+    }
+}
+
+/// An operation as stored.
+#[derive(Debug, Clone)]
+pub struct BulkOp {
+    pub id: u64,
+    pub created_by: String,
+    pub filter: BulkFilter,
+    pub action: BulkAction,
+    pub status: BulkStatus,
+    pub max_id: JobId,
+    pub cursor_id: JobId,
+    pub total: u64,
+    pub done: u64,
+    pub changed: u64,
+    pub skipped: u64,
+    pub errors: Vec<String>,
+    pub owner_token: u64,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+    pub finished_at: Option<DateTime<Utc>>,
+}
+
+/// What one batch did.
+#[derive(Debug, Default)]
+pub struct BulkBatch {
+    /// Jobs this batch changed.
+    pub changed: Vec<JobId>,
+    /// Jobs the filter matched but that were no longer in the action's
+    /// status.
+    pub skipped: u64,
+}
+
+/// Most errors an operation keeps.
+const ERRORS_KEPT: usize = 20;
+
+/// `prefix` as a LIKE pattern matching every string that starts with it
+/// (escape character `!`).
+fn like_prefix(prefix: &str) -> String {
+    let mut like = String::with_capacity(prefix.len() + 2);
+    for c in prefix.chars() {
+        if matches!(c, '_' | '%' | '!') {
+            like.push('!');
+        }
+        like.push(c);
+    }
+    like.push('%');
+    like
+}
+
+/// ` AND ...` for every condition of `filter`.
+fn filter_push(query: &mut QueryBuilder<'_, MySql>, filter: &BulkFilter) {
+    if let Some(topic) = &filter.topic {
+        query.push(" AND topic = ").push_bind(topic.clone());
+    }
+    if let Some(status) = filter.status {
+        query.push(" AND status = ").push_bind(status.as_str());
+    }
+    if let Some(prefix) = &filter.key_prefix {
+        query
+            .push(" AND job_key LIKE ")
+            .push_bind(like_prefix(prefix))
+            .push(" ESCAPE '!'");
+    }
+    if let Some(from) = filter.run_at_from {
+        query
+            .push(" AND schedule_time >= ")
+            .push_bind(from.naive_utc());
+    }
+    if let Some(to) = filter.run_at_to {
+        query
+            .push(" AND schedule_time < ")
+            .push_bind(to.naive_utc());
+    }
+    if let Some(ids) = &filter.ids {
+        query.push(" AND id IN (");
+        if ids.is_empty() {
+            query.push("NULL");
+        }
+        let mut list = query.separated(", ");
+        for id in ids {
+            list.push_bind(*id);
+        }
+        query.push(")");
+    }
+    if let Some(patterns) = &filter.topic_patterns {
+        query.push(" AND (FALSE");
+        for pattern in patterns {
+            query
+                .push(" OR topic LIKE ")
+                .push_bind(crate::auth::pattern_to_like(pattern))
+                .push(" ESCAPE '!'");
+        }
+        query.push(")");
+    }
+}
+
+fn ids_push(query: &mut QueryBuilder<'_, MySql>, ids: &[JobId]) {
+    query.push(" AND id IN (");
+    let mut list = query.separated(", ");
+    for id in ids {
+        list.push_bind(*id);
+    }
+    query.push(")");
+}
+
+impl Store {
+    /// The newest job id (0 when there is none).
+    pub async fn job_max_id(&self) -> Result<JobId, StoreError> {
+        let max: Option<JobId> = sqlx::query_scalar("SELECT MAX(id) FROM jobs")
+            .fetch_one(&self.pool)
+            .await?;
+        Ok(max.unwrap_or(0))
+    }
+
+    /// How many jobs with ids up to `max_id` match `filter`, and how many of
+    /// those are in `status` now.
+    pub async fn bulk_count(
+        &self,
+        filter: &BulkFilter,
+        max_id: JobId,
+        status: Status,
+    ) -> Result<(u64, u64), StoreError> {
+        let mut query =
+            QueryBuilder::<MySql>::new("SELECT COUNT(*), CAST(COALESCE(SUM(status = ");
+        query
+            .push_bind(status.as_str())
+            .push("), 0) AS SIGNED) FROM jobs WHERE id <= ")
+            .push_bind(max_id);
+        filter_push(&mut query, filter);
+        let row = query.build().fetch_one(&self.pool).await?;
+        let matched: i64 = row.try_get(0)?;
+        let eligible: i64 = row.try_get(1)?;
+        Ok((matched as u64, eligible as u64))
+    }
+
+    /// The first `limit` jobs `filter` matches, by id, without payloads.
+    pub async fn bulk_sample(&self, filter: &BulkFilter, limit: u32) -> Result<Vec<Job>, StoreError> {
+        let mut query = QueryBuilder::<MySql>::new(format!(
+            "SELECT {JOB_COLUMNS_NO_PAYLOAD} FROM jobs WHERE TRUE"
+        ));
+        filter_push(&mut query, filter);
+        query.push(" ORDER BY id LIMIT ").push_bind(limit);
+        let rows = query.build().fetch_all(&self.pool).await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
+    /// Jobs by id, without payloads (those that still exist).
+    pub async fn job_get_many(&self, ids: &[JobId]) -> Result<Vec<Job>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut query = QueryBuilder::<MySql>::new(format!(
+            "SELECT {JOB_COLUMNS_NO_PAYLOAD} FROM jobs WHERE TRUE"
+        ));
+        ids_push(&mut query, ids);
+        let rows = query.build().fetch_all(&self.pool).await?;
+        rows.iter().map(job_from_row).collect()
+    }
+
+    /// Records a new operation, owned by `owner_token`; returns its id.
+    #[allow(clippy::too_many_arguments)]
+    pub async fn bulk_create(
+        &self,
+        created_by: &str,
+        filter: &BulkFilter,
+        action: &BulkAction,
+        max_id: JobId,
+        total: u64,
+        owner_token: u64,
+    ) -> Result<u64, StoreError> {
+        let id = sqlx::query(
+            "INSERT INTO bulk_ops (created_by, filter_json, action_json, max_id, total, \
+             owner_token, created_at, updated_at) \
+             VALUES (?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))",
+        )
+        .bind(created_by)
+        .bind(serde_json::to_string(filter).unwrap_or_default())
+        .bind(serde_json::to_string(action).unwrap_or_default())
+        .bind(max_id)
+        .bind(total)
+        .bind(owner_token)
+        .execute(&self.pool)
+        .await?
+        .last_insert_id();
+        Ok(id)
+    }
+
+    pub async fn bulk_get(&self, id: u64) -> Result<Option<BulkOp>, StoreError> {
+        let row = sqlx::query(&format!("SELECT {BULK_COLUMNS} FROM bulk_ops WHERE id = ?"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?;
+        row.as_ref().map(bulk_from_row).transpose()
+    }
+
+    /// The newest operations first.
+    pub async fn bulk_list(&self, limit: u32) -> Result<Vec<BulkOp>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {BULK_COLUMNS} FROM bulk_ops ORDER BY id DESC LIMIT ?"
+        ))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(bulk_from_row).collect()
+    }
+
+    /// The next `limit` jobs of `op` after its cursor: ids and topics.
+    pub async fn bulk_next(
+        &self,
+        op: &BulkOp,
+        limit: u32,
+    ) -> Result<Vec<(JobId, String)>, StoreError> {
+        let mut query = QueryBuilder::<MySql>::new("SELECT id, topic FROM jobs WHERE id > ");
+        query
+            .push_bind(op.cursor_id)
+            .push(" AND id <= ")
+            .push_bind(op.max_id);
+        filter_push(&mut query, &op.filter);
+        query.push(" ORDER BY id LIMIT ").push_bind(limit);
+        let rows = query.build().fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|row| {
+                let topic: Vec<u8> = row.try_get("topic")?;
+                Ok((
+                    row.try_get("id")?,
+                    String::from_utf8_lossy(&topic).into_owned(),
+                ))
+            })
+            .collect()
+    }
+
+    /// Applies `op`'s action to `batch` (the ids `bulk_next` gave, with
+    /// their topics) and moves the operation's cursor past them, in one
+    /// transaction. Each job is changed only if it is still in the action's
+    /// status and still matches the filter. `attempts_for` gives a
+    /// redriven job's attempts by topic.
+    ///
+    /// `Ok(None)`: the operation is no longer this owner's (another
+    /// instance took it over as stalled) and nothing was written.
+    ///
+    /// Crash after the commit: the jobs are changed and the cursor is past
+    /// them; whoever resumes starts with the next batch. Redis is brought
+    /// along by the caller, or by the loader's scan of edited rows.
+    pub async fn bulk_apply(
+        &self,
+        op: &BulkOp,
+        batch: &[(JobId, String)],
+        attempts_for: impl Fn(&str) -> u32,
+    ) -> Result<Option<BulkBatch>, StoreError> {
+        let Some(last) = batch.last().map(|(id, _)| *id) else {
+            return Ok(Some(BulkBatch::default()));
+        };
+        super::contention_retry(|| self.bulk_apply_once(op, batch, last, &attempts_for)).await
+    }
+
+    async fn bulk_apply_once(
+        &self,
+        op: &BulkOp,
+        batch: &[(JobId, String)],
+        last: JobId,
+        attempts_for: &impl Fn(&str) -> u32,
+    ) -> Result<Option<BulkBatch>, StoreError> {
+        let mut tx = self.begin().await?;
+        let ids: Vec<JobId> = batch.iter().map(|(id, _)| *id).collect();
+        // Lock the rows first, so which of them change is known exactly.
+        let mut lock = QueryBuilder::<MySql>::new("SELECT id, topic FROM jobs WHERE status = ");
+        lock.push_bind(op.action.applies_to().as_str());
+        ids_push(&mut lock, &ids);
+        filter_push(&mut lock, &op.filter);
+        lock.push(" FOR UPDATE");
+        let eligible: Vec<(JobId, String)> = lock
+            .build()
+            .fetch_all(&mut *tx)
+            .await?
+            .iter()
+            .map(|row| {
+                let topic: Vec<u8> = row.try_get("topic")?;
+                Ok((
+                    row.try_get("id")?,
+                    String::from_utf8_lossy(&topic).into_owned(),
+                ))
+            })
+            .collect::<Result<_, StoreError>>()?;
+        let changed: Vec<JobId> = eligible.iter().map(|(id, _)| *id).collect();
+        if !changed.is_empty() {
+            match &op.action {
+                BulkAction::Redrive { max_attempts } => {
+                    // One statement per topic: the default attempts are the
+                    // topic's.
+                    let mut topics: Vec<&str> = eligible.iter().map(|(_, t)| t.as_str()).collect();
+                    topics.sort_unstable();
+                    topics.dedup();
+                    for topic in topics {
+                        let attempts = max_attempts.unwrap_or_else(|| attempts_for(topic));
+                        let of_topic: Vec<JobId> = eligible
+                            .iter()
+                            .filter(|(_, t)| t == topic)
+                            .map(|(id, _)| *id)
+                            .collect();
+                        let mut update = QueryBuilder::<MySql>::new(
+                            "UPDATE jobs SET status = 'pending', max_attempts = attempt + ",
+                        );
+                        update
+                            .push_bind(attempts)
+                            .push(
+                                ", attempt = attempt + 1, schedule_time = UTC_TIMESTAMP(3), \
+                                 ack_deadline = NULL, version = version + 1 \
+                                 WHERE status = 'dead'",
+                            );
+                        ids_push(&mut update, &of_topic);
+                        update.build().execute(&mut *tx).await?;
+                    }
+                }
+                action => {
+                    let mut update = QueryBuilder::<MySql>::new("UPDATE jobs SET version = version + 1");
+                    match action {
+                        BulkAction::Cancel => {
+                            update.push(", status = 'cancelled'");
+                        }
+                        BulkAction::Shift { by_ms } => {
+                            update
+                                .push(", schedule_time = TIMESTAMPADD(MICROSECOND, ")
+                                .push_bind(by_ms.saturating_mul(1000))
+                                .push(", schedule_time)");
+                        }
+                        BulkAction::Move { run_at } => {
+                            update
+                                .push(", schedule_time = ")
+                                .push_bind(run_at.naive_utc());
+                        }
+                        BulkAction::Policy {
+                            expects_result,
+                            max_attempts,
+                            backoff_base_ms,
+                            backoff_cap_ms,
+                            ack_timeout_ms,
+                        } => {
+                            if let Some(v) = expects_result {
+                                update.push(", expects_result = ").push_bind(*v);
+                            }
+                            if let Some(v) = max_attempts {
+                                // Never below the attempt the job is at.
+                                update
+                                    .push(", max_attempts = GREATEST(attempt, ")
+                                    .push_bind(*v)
+                                    .push(")");
+                            }
+                            // The cap first: assignments read the values
+                            // already assigned (MySQL, MariaDB), and the
+                            // base never exceeds the cap.
+                            if let Some(v) = backoff_cap_ms {
+                                update.push(", backoff_cap_ms = ").push_bind(*v);
+                            }
+                            match backoff_base_ms {
+                                Some(v) => {
+                                    update
+                                        .push(", backoff_base_ms = LEAST(")
+                                        .push_bind(*v)
+                                        .push(", backoff_cap_ms)");
+                                }
+                                None if backoff_cap_ms.is_some() => {
+                                    update.push(
+                                        ", backoff_base_ms = LEAST(backoff_base_ms, backoff_cap_ms)",
+                                    );
+                                }
+                                None => {}
+                            }
+                            if let Some(v) = ack_timeout_ms {
+                                update.push(", ack_timeout_ms = ").push_bind(*v);
+                            }
+                        }
+                        BulkAction::Redrive { .. } => unreachable!("handled above"),
+                    }
+                    update.push(" WHERE status = 'pending'");
+                    ids_push(&mut update, &changed);
+                    update.build().execute(&mut *tx).await?;
+                }
+            }
+        }
+        let skipped = (batch.len() - changed.len()) as u64;
+        let progressed = sqlx::query(
+            "UPDATE bulk_ops SET cursor_id = ?, done = done + ?, changed = changed + ?, \
+             skipped = skipped + ?, updated_at = UTC_TIMESTAMP(3) \
+             WHERE id = ? AND owner_token = ? AND status = 'running'",
+        )
+        .bind(last)
+        .bind(batch.len() as u64)
+        .bind(changed.len() as u64)
+        .bind(skipped)
+        .bind(op.id)
+        .bind(op.owner_token)
+        .execute(&mut *tx)
+        .await?
+        .rows_affected();
+        if progressed != 1 {
+            tx.rollback().await?;
+            return Ok(None);
+        }
+        tx.commit().await?;
+        Ok(Some(BulkBatch { changed, skipped }))
+    }
+
+    /// Ends `op` (when still this owner's), with an error to record.
+    pub async fn bulk_finish(
+        &self,
+        op: &BulkOp,
+        status: BulkStatus,
+        error: Option<&str>,
+    ) -> Result<bool, StoreError> {
+        let mut errors = op.errors.clone();
+        if let Some(error) = error {
+            errors.push(error.to_owned());
+        }
+        Ok(sqlx::query(
+            "UPDATE bulk_ops SET status = ?, errors = ?, finished_at = UTC_TIMESTAMP(3), \
+             updated_at = UTC_TIMESTAMP(3) WHERE id = ? AND owner_token = ? AND status = 'running'",
+        )
+        .bind(status.as_str())
+        .bind(errors_encode(&errors))
+        .bind(op.id)
+        .bind(op.owner_token)
+        .execute(&self.pool)
+        .await?
+        .rows_affected()
+            == 1)
+    }
+
+    /// Records an error `op` met and goes on (kept: the last few).
+    pub async fn bulk_error(&self, op: &mut BulkOp, error: &str) -> Result<(), StoreError> {
+        op.errors.push(error.to_owned());
+        if op.errors.len() > ERRORS_KEPT {
+            op.errors.remove(0);
+        }
+        sqlx::query(
+            "UPDATE bulk_ops SET errors = ?, updated_at = UTC_TIMESTAMP(3) \
+             WHERE id = ? AND owner_token = ?",
+        )
+        .bind(errors_encode(&op.errors))
+        .bind(op.id)
+        .bind(op.owner_token)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// Takes over one running operation nobody has moved for `stale` (its
+    /// instance died or lost MySQL), as `owner_token`.
+    pub async fn bulk_adopt_stalled(
+        &self,
+        stale: Duration,
+        owner_token: u64,
+    ) -> Result<Option<BulkOp>, StoreError> {
+        let stale_us = i64::try_from(stale.as_micros()).unwrap_or(i64::MAX);
+        let candidates: Vec<u64> = sqlx::query_scalar(
+            "SELECT id FROM bulk_ops WHERE status = 'running' \
+             AND updated_at < TIMESTAMPADD(MICROSECOND, -?, UTC_TIMESTAMP(3)) ORDER BY id LIMIT 10",
+        )
+        .bind(stale_us)
+        .fetch_all(&self.pool)
+        .await?;
+        for id in candidates {
+            let won = sqlx::query(
+                "UPDATE bulk_ops SET owner_token = ?, updated_at = UTC_TIMESTAMP(3) \
+                 WHERE id = ? AND status = 'running' \
+                 AND updated_at < TIMESTAMPADD(MICROSECOND, -?, UTC_TIMESTAMP(3))",
+            )
+            .bind(owner_token)
+            .bind(id)
+            .bind(stale_us)
+            .execute(&self.pool)
+            .await?
+            .rows_affected()
+                == 1;
+            if won {
+                return self.bulk_get(id).await;
+            }
+        }
+        Ok(None)
+    }
+}
+
+const BULK_COLUMNS: &str = "id, created_by, filter_json, action_json, status, max_id, cursor_id, \
+    total, done, changed, skipped, errors, owner_token, created_at, updated_at, finished_at";
+
+fn errors_encode(errors: &[String]) -> String {
+    serde_json::to_string(errors).unwrap_or_else(|_| "[]".to_owned())
+}
+
+fn bulk_from_row(row: &MySqlRow) -> Result<BulkOp, StoreError> {
+    let id: u64 = row.try_get("id")?;
+    let corrupt = |what: &str| StoreError::Corrupt(format!("bulk operation {id}: {what}"));
+    let filter: String = row.try_get("filter_json")?;
+    let action: String = row.try_get("action_json")?;
+    let status: String = row.try_get("status")?;
+    let errors: Option<String> = row.try_get("errors")?;
+    let created_at: NaiveDateTime = row.try_get("created_at")?;
+    let updated_at: NaiveDateTime = row.try_get("updated_at")?;
+    let finished_at: Option<NaiveDateTime> = row.try_get("finished_at")?;
+    Ok(BulkOp {
+        id,
+        created_by: row.try_get("created_by")?,
+        filter: serde_json::from_str(&filter).map_err(|_| corrupt("filter"))?,
+        action: serde_json::from_str(&action).map_err(|_| corrupt("action"))?,
+        status: match status.as_str() {
+            "running" => BulkStatus::Running,
+            "done" => BulkStatus::Done,
+            "failed" => BulkStatus::Failed,
+            _ => return Err(corrupt("status")),
+        },
+        max_id: row.try_get("max_id")?,
+        cursor_id: row.try_get("cursor_id")?,
+        total: row.try_get("total")?,
+        done: row.try_get("done")?,
+        changed: row.try_get("changed")?,
+        skipped: row.try_get("skipped")?,
+        errors: errors
+            .map(|e| serde_json::from_str(&e).map_err(|_| corrupt("errors")))
+            .transpose()?
+            .unwrap_or_default(),
+        owner_token: row.try_get("owner_token")?,
+        created_at: created_at.and_utc(),
+        updated_at: updated_at.and_utc(),
+        finished_at: finished_at.map(|at| at.and_utc()),
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_key_prefix_matches_its_characters_literally() {
+        assert_eq!(like_prefix("order-1"), "order-1%");
+        assert_eq!(like_prefix("a_b%c!"), "a!_b!%c!!%");
+        assert_eq!(like_prefix(""), "%");
+    }
+
+    #[test]
+    fn actions_read_and_write_their_json() {
+        let shift: BulkAction = serde_json::from_str(r#"{"type":"shift","by_ms":-5000}"#).unwrap();
+        assert_eq!(shift, BulkAction::Shift { by_ms: -5000 });
+        assert_eq!(shift.applies_to(), Status::Pending);
+        let redrive: BulkAction = serde_json::from_str(r#"{"type":"redrive"}"#).unwrap();
+        assert_eq!(redrive.applies_to(), Status::Dead);
+        assert!(serde_json::from_str::<BulkAction>(r#"{"type":"explode"}"#).is_err());
+        assert!(serde_json::from_str::<BulkAction>(r#"{"type":"cancel","x":1}"#).is_err());
+        let text = serde_json::to_string(&BulkAction::Move {
+            run_at: "2030-01-01T00:00:00Z".parse().unwrap(),
+        })
+        .unwrap();
+        assert_eq!(
+            serde_json::from_str::<BulkAction>(&text).unwrap().name(),
+            "move"
+        );
+    }
+}
