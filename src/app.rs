@@ -162,6 +162,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
             done.cancel();
         });
     }
+    let ownership = membership.subscribe();
     tracker.spawn(membership.run(cancel.child_token(), dispatcher_done));
     if config.has_role("loader") {
         let loader = Loader::new(
@@ -174,6 +175,13 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
     }
 
     if config.has_role("reconciler") {
+        let reporter = crate::truth::Reporter::new(
+            reconciler_store.clone(),
+            index.clone(),
+            config.clone(),
+            ownership,
+        );
+        tracker.spawn(reporter.run(cancel.child_token()));
         let reconciler = Reconciler::new(
             reconciler_store.clone(),
             index.clone(),
@@ -245,6 +253,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
             tokens,
             anonymous,
             bulk,
+            stats: api::StatsCache::default(),
         });
         let stop = cancel.child_token();
         let scheme = if tls.is_some() { "https" } else { "http" };

@@ -49,6 +49,13 @@ pub struct Config {
     /// dispatcher held are produced again by the others. It beats every
     /// fifth of this.
     pub instance_ttl_ms: u64,
+    /// How often one instance (the lowest live id running the reconciler)
+    /// computes the gauges from MySQL: jobs by status and topic, overdue,
+    /// drift, results lag.
+    pub truth_interval_ms: u64,
+    /// Most topics the `tickler_jobs` gauge names; the rest are summed
+    /// under `topic="_other"`.
+    pub gauge_topics_max: usize,
     /// Jobs due within this much of now are kept in Redis; later ones only
     /// in MySQL.
     pub window_ms: u64,
@@ -221,6 +228,8 @@ impl Default for Config {
             roles: ROLES.iter().map(|role| role.to_string()).collect(),
             shards: 16,
             instance_ttl_ms: 5_000,
+            truth_interval_ms: 15_000,
+            gauge_topics_max: 50,
             redis_cluster: false,
             window_ms: 600_000,
             loader_interval_ms: 1_000,
@@ -429,6 +438,12 @@ impl Config {
         }
         if !(1..=16_384).contains(&self.shards) {
             return Err(invalid("shards", "must be between 1 and 16384"));
+        }
+        if !(1_000..=3_600_000).contains(&self.truth_interval_ms) {
+            return Err(invalid("truth_interval_ms", "must be between 1000 and 3600000"));
+        }
+        if !(1..=10_000).contains(&self.gauge_topics_max) {
+            return Err(invalid("gauge_topics_max", "must be between 1 and 10000"));
         }
         if !(500..=600_000).contains(&self.instance_ttl_ms) {
             return Err(invalid("instance_ttl_ms", "must be between 500 and 600000"));

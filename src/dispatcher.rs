@@ -773,12 +773,22 @@ fn enqueue(
     let attempt = job.attempt.to_string();
     let scheduled = job.schedule_time.timestamp_millis().to_string();
     let dispatched = dispatched_ms.to_string();
-    let mut headers = OwnedHeaders::new_with_capacity(job.headers.len() + 4);
+    let mut headers = OwnedHeaders::new_with_capacity(job.headers.len() + 5);
     for (name, value) in &job.headers {
         headers = headers.insert(Header {
             key: name,
             value: Some(value.as_bytes()),
         });
+    }
+    // The creating request's trace context, unless the job's own headers
+    // carry one.
+    if let Some(trace_parent) = &job.trace_parent {
+        if !job.headers.contains_key(job::HEADER_TRACEPARENT) {
+            headers = headers.insert(Header {
+                key: job::HEADER_TRACEPARENT,
+                value: Some(trace_parent.as_bytes()),
+            });
+        }
     }
     for (name, value) in [
         (job::HEADER_JOB_ID, &id),

@@ -19,6 +19,29 @@ pub const HEADER_JOB_ID: &str = "tickler-job-id";
 pub const HEADER_ATTEMPT: &str = "tickler-attempt";
 pub const HEADER_SCHEDULED_AT: &str = "tickler-scheduled-at";
 pub const HEADER_DISPATCHED_AT: &str = "tickler-dispatched-at";
+/// W3C trace context: kept from the create request, put on the record.
+pub const HEADER_TRACEPARENT: &str = "traceparent";
+
+/// A W3C `traceparent` (version 00 layout: `vv-<32 hex>-<16 hex>-ff`,
+/// lowercase, version not `ff`, ids not all zero), or None. An invalid one
+/// is dropped, as the W3C recommends, never a reason to refuse a job.
+pub fn traceparent_parse(value: &str) -> Option<String> {
+    let parts: Vec<&str> = value.trim().split('-').collect();
+    let hex = |s: &str, len: usize| {
+        s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+    };
+    let [version, trace, parent, flags] = parts.as_slice() else {
+        return None;
+    };
+    let valid = hex(version, 2)
+        && *version != "ff"
+        && hex(trace, 32)
+        && trace.bytes().any(|b| b != b'0')
+        && hex(parent, 16)
+        && parent.bytes().any(|b| b != b'0')
+        && hex(flags, 2);
+    valid.then(|| value.trim().to_owned())
+}
 
 /// The `jobs.status` column. The words are part of the product: operators
 /// read and write them in SQL.
@@ -129,6 +152,8 @@ pub struct NewJob {
     pub headers: BTreeMap<String, String>,
     pub schedule: Schedule,
     pub policy: Policy,
+    /// The W3C `traceparent` of the request that created it.
+    pub trace_parent: Option<String>,
 }
 
 /// A job as stored.
@@ -154,6 +179,9 @@ pub struct Job {
     pub last_error: Option<String>,
     /// When a dispatched job expecting a result stops waiting for it.
     pub ack_deadline: Option<DateTime<Utc>>,
+    /// The W3C `traceparent` of the request that created it, put on its
+    /// Kafka record.
+    pub trace_parent: Option<String>,
 }
 
 impl Job {
@@ -295,6 +323,24 @@ pub fn shard_of(id: JobId, shards: u32) -> u32 {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_a_well_formed_traceparent_is_kept() {
+        let good = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+        assert_eq!(traceparent_parse(good).as_deref(), Some(good));
+        for bad in [
+            "",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7",
+            "ff-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01",
+            "00-00000000000000000000000000000000-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-0000000000000000-01",
+            "00-4BF92F3577B34DA6A3CE929D0E0E4736-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e473-00f067aa0ba902b7-01",
+            "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01-extra",
+        ] {
+            assert_eq!(traceparent_parse(bad), None, "{bad:?}");
+        }
+    }
 
     #[test]
     fn status_words_round_trip() {

@@ -17,6 +17,8 @@
 //!   backoff, reports, and the decision each leads to (pure logic)
 //! - [`results`]    — applies outcomes (the resolver); consumes the results
 //!   topic; produces dead letters
+//! - [`membership`] — instances know each other; shard leases and fencing
+//! - [`truth`]      — gauges from MySQL, Redis and Kafka as they are now
 //! - [`api`]        — HTTP/JSON under `/v1`, `/healthz`, `/metrics`
 //! - [`app`]        — starts the roles under one cancellation token
 //! - [`kafka`]      — Kafka client settings and topic administration
@@ -41,3 +43,4 @@ pub mod outcome;
 pub mod reconciler;
 pub mod results;
 pub mod store;
+pub mod truth;

@@ -40,6 +40,20 @@ pub const SHARD_TAKEOVERS: &str = "tickler_shard_takeovers_total";
 pub const DISPATCH_FENCED: &str = "tickler_dispatch_fenced_total";
 pub const MEMBERSHIP_FAILURES: &str = "tickler_membership_failures_total";
 pub const DEAD_INSTANCE_RESCUED: &str = "tickler_dead_instance_rescued_total";
+// Gauges from the truth (src/truth.rs): one instance reports them, every
+// other reports 0.
+pub const TRUTH_JOBS: &str = "tickler_jobs";
+pub const TRUTH_OVERDUE: &str = "tickler_jobs_overdue";
+pub const TRUTH_OVERDUE_OLDEST: &str = "tickler_jobs_overdue_oldest_seconds";
+pub const TRUTH_WINDOW_JOBS: &str = "tickler_window_jobs";
+pub const TRUTH_INDEX_JOBS: &str = "tickler_index_jobs";
+pub const TRUTH_INDEX_DRIFT: &str = "tickler_index_drift";
+pub const TRUTH_RESULTS_LAG: &str = "tickler_results_lag";
+pub const TRUTH_NEXT_DUE: &str = "tickler_next_due_seconds";
+pub const TRUTH_SCAN: &str = "tickler_truth_scan_seconds";
+pub const TRUTH_REPORTER: &str = "tickler_truth_reporter";
+pub const TRUTH_COMPUTED: &str = "tickler_truth_computed_timestamp_seconds";
+pub const TRUTH_DISPATCHERS_LIVE: &str = "tickler_dispatchers_live";
 
 /// Installs the process-wide recorder once and returns the handle that
 /// renders it. Later calls (several servers in one test process) share it.
@@ -177,6 +191,70 @@ fn describe() {
         DEAD_INSTANCE_RESCUED,
         "Jobs a dead instance held in dispatching, returned to pending without waiting for the claim lease."
     );
+    describe_gauge!(
+        TRUTH_JOBS,
+        "Jobs by status (pending, dispatching, dispatched, dead) and topic, from MySQL; topics past gauge_topics_max are summed under topic=\"_other\". Reported by one instance (tickler_truth_reporter = 1), 0 elsewhere."
+    );
+    describe_gauge!(TRUTH_OVERDUE, "Pending jobs whose run time has passed (due, not yet dispatched), from MySQL.");
+    describe_gauge!(TRUTH_OVERDUE_OLDEST, Unit::Seconds, "Age of the oldest overdue pending job (0 when none).");
+    describe_gauge!(TRUTH_WINDOW_JOBS, "Jobs the Redis index should hold by MySQL: pending within window_ms, and dispatching.");
+    describe_gauge!(TRUTH_INDEX_JOBS, "Entries in the Redis index (due and in flight).");
+    describe_gauge!(TRUTH_INDEX_DRIFT, "tickler_window_jobs - tickler_index_jobs: positive when Redis lacks jobs MySQL says it should hold; a few in transit is normal.");
+    describe_gauge!(TRUTH_RESULTS_LAG, "Records on the results topic tickler's consumer group has not consumed (-1: could not be read).");
+    describe_gauge!(TRUTH_NEXT_DUE, Unit::Seconds, "Until the next pending job is due (negative: overdue; +Inf: none pending).");
+    describe_gauge!(TRUTH_COMPUTED, Unit::Seconds, "Unix time of the reporter's last successful computation: time() minus this is how stale the gauges are (they keep their values while MySQL does not answer).");
+    describe_gauge!(TRUTH_SCAN, Unit::Seconds, "How long the last computation of these gauges took.");
+    describe_gauge!(TRUTH_REPORTER, "1 on the instance reporting the gauges from the truth, 0 on the others.");
+    describe_gauge!(TRUTH_DISPATCHERS_LIVE, "Live instances running the dispatcher role, from the instances table.");
+}
+
+/// What the reporter publishes; the default (all zero) is what every
+/// other instance publishes.
+#[derive(Debug, Clone, Default)]
+pub struct TruthGauges {
+    pub reporter: bool,
+    pub overdue: u64,
+    pub overdue_oldest_s: f64,
+    pub window_jobs: u64,
+    /// None: Redis did not answer; the index gauges keep their last value.
+    pub index_jobs: Option<u64>,
+    /// None: not read; published as -1.
+    pub results_lag: Option<i64>,
+    /// None: nothing pending; published as +Inf.
+    pub next_due_s: Option<f64>,
+    pub dispatchers_live: usize,
+    pub scan_s: f64,
+}
+
+pub fn truth_jobs(status: &str, topic: &str, count: u64) {
+    gauge!(TRUTH_JOBS, "status" => status.to_owned(), "topic" => topic.to_owned()).set(count as f64);
+}
+
+pub fn truth_publish(g: &TruthGauges) {
+    gauge!(TRUTH_REPORTER).set(if g.reporter { 1.0 } else { 0.0 });
+    gauge!(TRUTH_OVERDUE).set(g.overdue as f64);
+    gauge!(TRUTH_OVERDUE_OLDEST).set(g.overdue_oldest_s);
+    gauge!(TRUTH_WINDOW_JOBS).set(g.window_jobs as f64);
+    match (g.reporter, g.index_jobs) {
+        (true, Some(redis)) => {
+            gauge!(TRUTH_INDEX_JOBS).set(redis as f64);
+            gauge!(TRUTH_INDEX_DRIFT).set(g.window_jobs as f64 - redis as f64);
+        }
+        (true, None) => {}
+        (false, _) => {
+            gauge!(TRUTH_INDEX_JOBS).set(0.0);
+            gauge!(TRUTH_INDEX_DRIFT).set(0.0);
+        }
+    }
+    let or = |v: Option<f64>, none: f64| if g.reporter { v.unwrap_or(none) } else { 0.0 };
+    gauge!(TRUTH_RESULTS_LAG).set(or(g.results_lag.map(|l| l as f64), -1.0));
+    // Nothing pending: the next due job is infinitely far (`+Inf`).
+    gauge!(TRUTH_NEXT_DUE).set(or(g.next_due_s, f64::INFINITY));
+    if g.reporter {
+        gauge!(TRUTH_COMPUTED).set(chrono::Utc::now().timestamp_millis() as f64 / 1000.0);
+    }
+    gauge!(TRUTH_DISPATCHERS_LIVE).set(g.dispatchers_live as f64);
+    gauge!(TRUTH_SCAN).set(g.scan_s);
 }
 
 pub fn instances_live(n: usize) {

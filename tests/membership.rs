@@ -70,6 +70,7 @@ async fn job_due(store: &Store) -> u64 {
         headers: BTreeMap::new(),
         schedule: Schedule::At(chrono::Utc::now() - chrono::Duration::seconds(1)),
         policy: Policy::default(),
+        trace_parent: None,
     };
     store.job_insert(&job).await.unwrap().0.id
 }

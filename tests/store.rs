@@ -38,6 +38,7 @@ impl Db {
                 max_attempts,
                 ..Policy::default()
             },
+            trace_parent: None,
         };
         self.store.job_insert(&job).await.unwrap().0.id
     }

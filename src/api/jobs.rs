@@ -5,7 +5,7 @@
 use std::collections::{BTreeMap, HashMap};
 
 use axum::extract::State;
-use axum::http::StatusCode;
+use axum::http::{HeaderMap, StatusCode};
 use axum::response::{IntoResponse, Response};
 use axum::Json;
 use base64::engine::general_purpose::STANDARD as BASE64;
@@ -222,6 +222,7 @@ impl CreateJob {
             headers,
             schedule,
             policy,
+            trace_parent: None,
         })
     }
 }
@@ -286,6 +287,9 @@ pub struct JobView {
     pub dispatched_at: Option<String>,
     pub kafka: Option<KafkaPosition>,
     pub last_error: Option<String>,
+    /// The W3C trace context of the creating request, put on the record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
@@ -338,6 +342,7 @@ impl From<Job> for JobView {
             backoff_cap_ms: job.policy.backoff_cap_ms,
             ack_timeout_ms: job.policy.ack_timeout_ms,
             ack_deadline: job.ack_deadline.map(time_format),
+            traceparent: job.trace_parent,
             payload,
             payload_base64,
             headers: job.headers,
@@ -441,13 +446,15 @@ pub(super) async fn topic_preflight(state: &ApiState, topic: &str) -> Result<(),
 pub async fn create(
     State(state): State<ApiState>,
     caller: Caller,
+    headers: HeaderMap,
     ApiJson(body): ApiJson<CreateJob>,
 ) -> Result<impl IntoResponse, ApiError> {
     caller.require(Scope::Write)?;
     let config = state.config.clone();
-    let new_job = body.validate(Limits::of(&state), Utc::now(), |topic| {
+    let mut new_job = body.validate(Limits::of(&state), Utc::now(), |topic| {
         config.policy_for(topic)
     })?;
+    new_job.trace_parent = trace_parent_of(&headers);
     caller.topic(&new_job.topic)?;
     topic_preflight(&state, &new_job.topic).await?;
     caller.jobs_admit(1)?;
@@ -463,6 +470,15 @@ pub async fn create(
     tracing::debug!(job_id = job.id, topic = %job.topic, "job created");
     index_follow(&state, &[&job], db_now).await;
     Ok((StatusCode::CREATED, Json(JobView::from(job))))
+}
+
+/// The request's W3C `traceparent`, when valid (an invalid one is
+/// dropped, as the W3C recommends).
+fn trace_parent_of(headers: &HeaderMap) -> Option<String> {
+    headers
+        .get(job::HEADER_TRACEPARENT)
+        .and_then(|value| value.to_str().ok())
+        .and_then(job::traceparent_parse)
 }
 
 /// Whether a request for an existing (topic, key) asks for the same job.
@@ -511,6 +527,7 @@ pub struct CreateBatch {
 pub async fn create_batch(
     State(state): State<ApiState>,
     caller: Caller,
+    headers: HeaderMap,
     ApiJson(body): ApiJson<CreateBatch>,
 ) -> Result<impl IntoResponse, ApiError> {
     caller.require(Scope::Write)?;
@@ -523,14 +540,17 @@ pub async fn create_batch(
     }
     let limits = Limits::of(&state);
     let now = Utc::now();
+    let trace_parent = trace_parent_of(&headers);
     let mut checked: Vec<Result<NewJob, ApiError>> = body
         .jobs
         .into_iter()
         .map(|item| {
             let request: CreateJob = serde_json::from_str(item.get())
                 .map_err(|err| ApiError::InvalidRequest(err.to_string()))?;
-            let new_job = request.validate(limits, now, |topic| state.config.policy_for(topic))?;
+            let mut new_job =
+                request.validate(limits, now, |topic| state.config.policy_for(topic))?;
             caller.topic(&new_job.topic)?;
+            new_job.trace_parent = trace_parent.clone();
             Ok(new_job)
         })
         .collect();

@@ -7,6 +7,7 @@ mod jobs;
 mod query;
 mod results;
 mod server;
+mod stats;
 
 use std::sync::Arc;
 
@@ -23,7 +24,9 @@ use tokio::sync::Notify;
 
 pub use auth::caller_of;
 pub use bulk::BulkRunner;
+pub use jobs::time_format;
 pub use error::ApiError;
+pub use stats::StatsCache;
 pub use server::{serve, tls_config, ServeLimits, TlsError};
 
 use crate::auth::{Principal, Scope, TokenCache};
@@ -46,6 +49,8 @@ pub struct ApiState {
     pub metrics: PrometheusHandle,
     /// The broker's topics, for the pre-flight check at create.
     pub topics: Topics,
+    /// The last `/v1/stats` computation, reused for a moment.
+    pub stats: stats::StatsCache,
     /// Works through bulk operations in the background.
     pub bulk: BulkRunner,
     /// The active API tokens (`auth = tokens`).
@@ -67,6 +72,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/jobs/batch", post(jobs::create_batch))
         .route("/v1/jobs/bulk", post(bulk::start))
         .route("/v1/bulk", get(bulk::list))
+        .route("/v1/stats", get(stats::get))
         .route("/v1/bulk/{id}", get(bulk::get))
         .route(
             "/v1/jobs/{id}",

@@ -321,3 +321,56 @@ fn topics_fetch(
         .map(|t| t.name().to_owned())
         .collect())
 }
+
+/// How far a consumer group is behind on a topic: the sum, over the
+/// topic's partitions, of the high watermark minus the group's committed
+/// offset (the whole partition when it has committed nothing). Reads the
+/// group's offsets without joining it.
+pub async fn group_lag(
+    brokers: &str,
+    options: &BTreeMap<String, String>,
+    group: &str,
+    topic: &str,
+) -> Result<i64, KafkaError> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::{Offset, TopicPartitionList};
+
+    let mut client = client_config(brokers);
+    for (key, value) in options {
+        client.set(key, value);
+    }
+    client
+        .set("group.id", group)
+        .set("enable.auto.commit", "false");
+    let consumer: BaseConsumer = client.create()?;
+    let topic = topic.to_owned();
+    let timeout = Duration::from_secs(5);
+    tokio::task::spawn_blocking(move || {
+        let metadata = consumer.fetch_metadata(Some(&topic), timeout)?;
+        let partitions: Vec<i32> = metadata
+            .topics()
+            .iter()
+            .flat_map(|t| t.partitions().iter().map(|p| p.id()))
+            .collect();
+        let mut wanted = TopicPartitionList::new();
+        for partition in &partitions {
+            wanted.add_partition(&topic, *partition);
+        }
+        let committed = consumer.committed_offsets(wanted, timeout)?;
+        let mut lag = 0;
+        for partition in partitions {
+            let (low, high) = consumer.fetch_watermarks(&topic, partition, timeout)?;
+            let at = match committed
+                .find_partition(&topic, partition)
+                .map(|p| p.offset())
+            {
+                Some(Offset::Offset(at)) => at,
+                _ => low,
+            };
+            lag += (high - at).max(0);
+        }
+        Ok(lag)
+    })
+    .await
+    .map_err(|_| KafkaError::Canceled)?
+}

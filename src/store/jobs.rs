@@ -21,7 +21,8 @@ macro_rules! job_columns {
             $payload,
             ", payload_kind, headers, schedule_time, status, attempt, max_attempts, version, \
              created_at, updated_at, dispatched_at, kafka_partition, kafka_offset, last_error, \
-             expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, ack_deadline"
+             expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, ack_deadline, \
+             trace_parent"
         )
     };
 }
@@ -262,7 +263,7 @@ impl Store {
         let mut insert = QueryBuilder::<MySql>::new(
             "INSERT INTO jobs (topic, job_key, payload, payload_kind, headers, schedule_time, \
              max_attempts, expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
-             create_token) ",
+             trace_parent, create_token) ",
         );
         insert.push_values(jobs.iter().enumerate(), |mut row, (index, job)| {
             let (at, delay_us) = match job.schedule {
@@ -284,6 +285,7 @@ impl Store {
                 .push_bind(job.policy.backoff_base_ms)
                 .push_bind(job.policy.backoff_cap_ms)
                 .push_bind(job.policy.ack_timeout_ms)
+                .push_bind(&job.trace_parent)
                 .push_bind(token_base | index as u64);
         });
         insert.push(" ON DUPLICATE KEY UPDATE id = id");
@@ -463,9 +465,10 @@ impl Store {
         let mut conn = self.acquire().await?;
         sqlx::query(
             "INSERT INTO jobs (topic, job_key, payload, payload_kind, headers, schedule_time, \
-             max_attempts, expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms) \
+             max_attempts, expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
+             trace_parent) \
              VALUES (?, ?, ?, ?, ?, COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))), \
-             ?, ?, ?, ?, ?)",
+             ?, ?, ?, ?, ?, ?)",
         )
         .bind(&job.topic)
         .bind(&job.key)
@@ -479,6 +482,7 @@ impl Store {
         .bind(job.policy.backoff_base_ms)
         .bind(job.policy.backoff_cap_ms)
         .bind(job.policy.ack_timeout_ms)
+        .bind(&job.trace_parent)
         .execute(&mut *conn)
         .await?;
         let row = sqlx::query(&format!(
@@ -874,6 +878,7 @@ pub(super) fn job_from_row(row: &MySqlRow) -> Result<Job, StoreError> {
         kafka_offset: row.try_get("kafka_offset")?,
         last_error: text(row, "last_error")?,
         ack_deadline: ack_deadline.map(|at| at.and_utc()),
+        trace_parent: text(row, "trace_parent")?,
     })
 }
 

@@ -11,6 +11,7 @@ mod cluster;
 mod jobs;
 mod migrate;
 mod results;
+mod stats;
 pub mod support;
 mod tokens;
 
@@ -31,6 +32,7 @@ pub use jobs::{
     BatchRow, Cancelled, ClaimOutcome, Dispatched, JobChanges, JobEvent, JobFilter, Marked,
     Modified, WindowEntry,
 };
+pub use stats::{Overdue, TopicCount, COUNTED};
 pub use results::{DeadLetter, Disposition, Redriven, Settled};
 pub use tokens::{NewToken, TokenRow};
 

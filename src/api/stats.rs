@@ -1,0 +1,41 @@
+//! `GET /v1/stats`: the truth as it is now (see [`crate::truth`]), for the
+//! dashboard and scripts.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use axum::extract::State;
+use axum::Json;
+use tokio::sync::Mutex;
+
+use super::auth::Caller;
+use super::{ApiError, ApiState};
+use crate::auth::Scope;
+use crate::truth::Truth;
+
+/// A computation is reused this long: a dashboard left open in many
+/// browsers costs one computation per second at most.
+const REUSE: Duration = Duration::from_secs(1);
+
+#[derive(Clone, Default)]
+pub struct StatsCache(Arc<Mutex<Option<(Instant, Truth)>>>);
+
+/// `GET /v1/stats` — jobs by status and topic (only the token's topics),
+/// overdue jobs, the index's drift from MySQL, the next due job, lateness
+/// per minute of a recent sample, live instances and dispatchers, and the
+/// results consumer's lag.
+pub async fn get(State(state): State<ApiState>, caller: Caller) -> Result<Json<Truth>, ApiError> {
+    caller.require(Scope::Read)?;
+    let truth = {
+        let mut cached = state.stats.0.lock().await;
+        match &*cached {
+            Some((at, truth)) if at.elapsed() < REUSE => truth.clone(),
+            _ => {
+                let truth = Truth::compute(&state.store, &state.index, &state.config).await?;
+                *cached = Some((Instant::now(), truth.clone()));
+                truth
+            }
+        }
+    };
+    Ok(Json(truth.only_topics(|topic| caller.0.topic_allowed(topic))))
+}

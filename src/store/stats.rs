@@ -1,0 +1,143 @@
+//! Read-only counts for the gauges, `/v1/stats` and the doctor. Each is an
+//! index range scan; none reads far-future rows one by one.
+
+use std::time::Duration;
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use sqlx::Row;
+
+use super::{Store, StoreError};
+
+/// The statuses counted by topic: the live ones (finished jobs are counted
+/// by the `_total` counters and purged after `retention_days`).
+pub const COUNTED: [&str; 4] = ["pending", "dispatching", "dispatched", "dead"];
+
+/// Jobs of one status on one topic.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct TopicCount {
+    pub topic: String,
+    pub status: String,
+    pub count: u64,
+}
+
+/// Pending jobs whose time has come, by the database's clock.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Overdue {
+    pub count: u64,
+    pub oldest_age_ms: i64,
+}
+
+impl Store {
+    /// Jobs by status (the [`COUNTED`] ones) and topic: an index-only scan
+    /// of `(status, topic)`.
+    pub async fn job_counts(&self) -> Result<Vec<TopicCount>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT CAST(status AS CHAR) AS status, topic, COUNT(*) AS n FROM jobs \
+             WHERE status IN ('pending', 'dispatching', 'dispatched', 'dead') \
+             GROUP BY status, topic",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let topic: Vec<u8> = row.try_get("topic")?;
+                let n: i64 = row.try_get("n")?;
+                Ok(TopicCount {
+                    topic: String::from_utf8_lossy(&topic).into_owned(),
+                    status: row.try_get("status")?,
+                    count: n as u64,
+                })
+            })
+            .collect()
+    }
+
+    /// Pending jobs already due, and the age of the oldest.
+    pub async fn job_overdue(&self) -> Result<Overdue, StoreError> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS n, \
+             CAST(COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(schedule_time), UTC_TIMESTAMP(3)), 0) / 1000 AS SIGNED) AS age \
+             FROM jobs WHERE status = 'pending' AND schedule_time <= UTC_TIMESTAMP(3)",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        let n: i64 = row.try_get("n")?;
+        Ok(Overdue {
+            count: n as u64,
+            oldest_age_ms: row.try_get("age")?,
+        })
+    }
+
+    /// Rows the Redis index should hold: pending jobs due within `window`
+    /// of the database's now, and claimed (`dispatching`) ones.
+    pub async fn job_window_count(&self, window: Duration) -> Result<u64, StoreError> {
+        let window_us = i64::try_from(window.as_micros()).unwrap_or(i64::MAX);
+        let n: i64 = sqlx::query_scalar(
+            "SELECT (SELECT COUNT(*) FROM jobs WHERE status = 'pending' \
+               AND schedule_time < TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))) \
+             + (SELECT COUNT(*) FROM jobs WHERE status = 'dispatching')",
+        )
+        .bind(window_us)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(n as u64)
+    }
+
+    /// Milliseconds until the next pending job is due (negative: overdue),
+    /// None when nothing is pending.
+    pub async fn job_next_due_in(&self) -> Result<Option<i64>, StoreError> {
+        let ms: Option<i64> = sqlx::query_scalar(
+            "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(3), MIN(schedule_time)) / 1000 AS SIGNED) \
+             FROM jobs WHERE status = 'pending'",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(ms)
+    }
+
+    /// (run time, dispatch time) of the latest `limit` jobs of each of
+    /// `dispatched` and `succeeded` due within `since` before now: a
+    /// bounded sample of recent lateness.
+    pub async fn job_lateness_sample(
+        &self,
+        since: Duration,
+        limit: u32,
+    ) -> Result<Vec<(DateTime<Utc>, DateTime<Utc>)>, StoreError> {
+        let since_us = i64::try_from(since.as_micros()).unwrap_or(i64::MAX);
+        let mut sample = Vec::new();
+        for status in ["dispatched", "succeeded"] {
+            let rows = sqlx::query(
+                "SELECT schedule_time, dispatched_at FROM jobs WHERE status = ? \
+                 AND schedule_time >= TIMESTAMPADD(MICROSECOND, -?, UTC_TIMESTAMP(3)) \
+                 AND schedule_time <= UTC_TIMESTAMP(3) \
+                 ORDER BY schedule_time DESC LIMIT ?",
+            )
+            .bind(status)
+            .bind(since_us)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+            for row in &rows {
+                let at: NaiveDateTime = row.try_get("schedule_time")?;
+                let sent: Option<NaiveDateTime> = row.try_get("dispatched_at")?;
+                if let Some(sent) = sent {
+                    sample.push((at.and_utc(), sent.and_utc()));
+                }
+            }
+        }
+        Ok(sample)
+    }
+
+    /// `dispatching` rows whose claim lease has expired by the database's
+    /// clock, with how long ago (ms) the oldest expired.
+    pub async fn job_claims_expired(&self) -> Result<(u64, i64), StoreError> {
+        let row = sqlx::query(
+            "SELECT COUNT(*) AS n, \
+             CAST(COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(claim_expires_at), UTC_TIMESTAMP(3)), 0) / 1000 AS SIGNED) AS age \
+             FROM jobs WHERE status = 'dispatching' AND claim_expires_at < UTC_TIMESTAMP(3)",
+        )
+        .fetch_one(&self.pool)
+        .await?;
+        let n: i64 = row.try_get("n")?;
+        Ok((n as u64, row.try_get("age")?))
+    }
+}

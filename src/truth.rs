@@ -1,0 +1,366 @@
+//! Gauges from the truth: what MySQL, Redis and Kafka hold right now —
+//! jobs by status and topic, overdue jobs, the index's drift from MySQL,
+//! the results consumer's lag, recent lateness. [`Truth::compute`] reads
+//! them (index range scans only, timed); `/v1/stats` answers with them and
+//! the [`Reporter`] publishes them as Prometheus gauges.
+//!
+//! One instance reports: the lowest live id among those running the
+//! reconciler. Every other instance reports zero for these gauges (and
+//! `tickler_truth_reporter` 0), so `sum` or `max` across instances is the
+//! truth; when the reporter dies, the next lowest takes over within a
+//! heartbeat and an interval.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, DurationRound, Utc};
+use serde::Serialize;
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::index::Index;
+use crate::kafka;
+use crate::membership::Ownership;
+use crate::metrics;
+use crate::store::{Overdue, Store, StoreError, TopicCount};
+
+/// Lateness samples per status (`dispatched`, `succeeded`) a computation
+/// reads: the latest jobs due in the last hour.
+const LATENESS_SAMPLE: u32 = 2_000;
+const LATENESS_SPAN: Duration = Duration::from_secs(3_600);
+
+/// The topic every topic past `gauge_topics_max` is summed under.
+pub const OTHER_TOPICS: &str = "_other";
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Truth {
+    pub at: String,
+    /// Jobs by status (pending, dispatching, dispatched, dead) and topic.
+    pub jobs: Vec<TopicCount>,
+    pub overdue: OverdueView,
+    pub window: Drift,
+    /// Until the next pending job is due (negative: overdue); null when
+    /// nothing is pending.
+    pub next_due_in_ms: Option<i64>,
+    /// Lateness of a sample of recently dispatched jobs, per minute.
+    pub lateness: Vec<LatenessMinute>,
+    pub instances: Live,
+    /// Records on the results topic tickler's consumer group has not
+    /// consumed; null when it could not be read.
+    pub results_lag: Option<i64>,
+    /// How long this computation took.
+    pub scan_ms: u64,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct OverdueView {
+    pub count: u64,
+    pub oldest_age_ms: i64,
+}
+
+/// What the Redis index should hold by MySQL, what it holds, and the
+/// difference (positive: Redis lacks jobs). A few in transit is normal.
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Drift {
+    pub mysql: u64,
+    pub redis: Option<u64>,
+    pub drift: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy, Serialize)]
+pub struct Live {
+    pub live: usize,
+    pub dispatchers: usize,
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct LatenessMinute {
+    pub minute: String,
+    pub count: usize,
+    pub p50_ms: i64,
+    pub p99_ms: i64,
+}
+
+impl Truth {
+    /// Reads everything once. A Redis or Kafka that does not answer leaves
+    /// its figure null; MySQL not answering is an error.
+    pub async fn compute(store: &Store, index: &Index, config: &Config) -> Result<Truth, StoreError> {
+        let started = Instant::now();
+        let at = store.db_now().await?;
+        let jobs = store.job_counts().await?;
+        let Overdue {
+            count,
+            oldest_age_ms,
+        } = store.job_overdue().await?;
+        let window_mysql = store.job_window_count(config.window()).await?;
+        let next_due_in_ms = store.job_next_due_in().await?;
+        let sample = store
+            .job_lateness_sample(LATENESS_SPAN, LATENESS_SAMPLE)
+            .await?;
+        let instances = store.instances_list(config.instance_ttl()).await?;
+        let window_redis = match index.len().await {
+            Ok((due, inflight)) => Some(due + inflight),
+            Err(err) => {
+                tracing::debug!(error = %err, "truth: redis does not answer");
+                None
+            }
+        };
+        let results_lag = match kafka::group_lag(
+            &config.kafka_brokers,
+            &config.kafka_options,
+            &config.results_group,
+            &config.results_topic,
+        )
+        .await
+        {
+            Ok(lag) => Some(lag),
+            Err(err) => {
+                tracing::debug!(error = %err, "truth: the results group's lag could not be read");
+                None
+            }
+        };
+        Ok(Truth {
+            at: crate::api::time_format(at),
+            jobs,
+            overdue: OverdueView {
+                count,
+                oldest_age_ms,
+            },
+            window: Drift {
+                mysql: window_mysql,
+                redis: window_redis,
+                drift: window_redis.map(|redis| window_mysql as i64 - redis as i64),
+            },
+            next_due_in_ms,
+            lateness: lateness_by_minute(&sample),
+            instances: Live {
+                live: instances.iter().filter(|i| i.live).count(),
+                dispatchers: instances
+                    .iter()
+                    .filter(|i| i.live && i.has_role("dispatcher"))
+                    .count(),
+            },
+            results_lag,
+            scan_ms: started.elapsed().as_millis() as u64,
+        })
+    }
+
+    /// Only the topics `visible` says a caller may see.
+    pub fn only_topics(mut self, visible: impl Fn(&str) -> bool) -> Truth {
+        self.jobs.retain(|count| visible(&count.topic));
+        self
+    }
+}
+
+/// p50 and p99 of lateness per minute of run time, oldest minute first.
+pub fn lateness_by_minute(sample: &[(DateTime<Utc>, DateTime<Utc>)]) -> Vec<LatenessMinute> {
+    let mut minutes: BTreeMap<DateTime<Utc>, Vec<i64>> = BTreeMap::new();
+    for (due, sent) in sample {
+        let minute = due
+            .duration_trunc(chrono::Duration::minutes(1))
+            .unwrap_or(*due);
+        minutes
+            .entry(minute)
+            .or_default()
+            .push((*sent - *due).num_milliseconds().max(0));
+    }
+    minutes
+        .into_iter()
+        .map(|(minute, mut late)| {
+            late.sort_unstable();
+            LatenessMinute {
+                minute: crate::api::time_format(minute),
+                count: late.len(),
+                p50_ms: quantile(&late, 0.50),
+                p99_ms: quantile(&late, 0.99),
+            }
+        })
+        .collect()
+}
+
+/// The `q` quantile of sorted `values` (nearest rank).
+fn quantile(sorted: &[i64], q: f64) -> i64 {
+    if sorted.is_empty() {
+        return 0;
+    }
+    let rank = (q * sorted.len() as f64).ceil() as usize;
+    sorted[rank.clamp(1, sorted.len()) - 1]
+}
+
+/// Counts by (status, topic) with at most `max_topics` topics named: the
+/// topics with the most jobs; the others summed under [`OTHER_TOPICS`].
+pub fn topics_capped(counts: &[TopicCount], max_topics: usize) -> BTreeMap<(String, String), u64> {
+    let mut per_topic: BTreeMap<&str, u64> = BTreeMap::new();
+    for count in counts {
+        *per_topic.entry(&count.topic).or_default() += count.count;
+    }
+    let mut ranked: Vec<(&str, u64)> = per_topic.into_iter().collect();
+    ranked.sort_by(|a, b| b.1.cmp(&a.1).then(a.0.cmp(b.0)));
+    let named: BTreeSet<&str> = ranked.iter().take(max_topics).map(|(t, _)| *t).collect();
+    let mut capped = BTreeMap::new();
+    for count in counts {
+        let topic = if named.contains(count.topic.as_str()) {
+            count.topic.clone()
+        } else {
+            OTHER_TOPICS.to_owned()
+        };
+        *capped.entry((count.status.clone(), topic)).or_default() += count.count;
+    }
+    capped
+}
+
+/// Publishes the truth as gauges when this instance is the reporter.
+pub struct Reporter {
+    store: Store,
+    index: Index,
+    config: Arc<Config>,
+    ownership: watch::Receiver<Ownership>,
+    /// The (status, topic) series last published, to zero those gone.
+    published: BTreeSet<(String, String)>,
+    reporting: bool,
+}
+
+impl Reporter {
+    pub fn new(
+        store: Store,
+        index: Index,
+        config: Arc<Config>,
+        ownership: watch::Receiver<Ownership>,
+    ) -> Reporter {
+        Reporter {
+            store,
+            index,
+            config,
+            ownership,
+            published: BTreeSet::new(),
+            reporting: false,
+        }
+    }
+
+    pub async fn run(mut self, cancel: CancellationToken) {
+        let mut tick = tokio::time::interval(Duration::from_millis(self.config.truth_interval_ms));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        self.zero();
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            if let Err(err) = self.run_once().await {
+                tracing::warn!(error = %err, "computing the gauges from MySQL");
+            }
+        }
+    }
+
+    /// Reports once if this instance is the reporter; says whether it is.
+    pub async fn run_once(&mut self) -> Result<bool, StoreError> {
+        let me = self.ownership.borrow().instance;
+        let live = self.store.instances_list(self.config.instance_ttl()).await?;
+        let reporter = live
+            .iter()
+            .filter(|i| i.live && i.has_role("reconciler"))
+            .map(|i| i.id)
+            .min();
+        if me.is_none() || reporter != me {
+            if self.reporting {
+                tracing::info!(reporter = ?reporter, "another instance reports the gauges now");
+                self.zero();
+            }
+            self.reporting = false;
+            return Ok(false);
+        }
+        let truth = Truth::compute(&self.store, &self.index, &self.config).await?;
+        self.publish(&truth);
+        self.reporting = true;
+        Ok(true)
+    }
+
+    fn publish(&mut self, truth: &Truth) {
+        let capped = topics_capped(&truth.jobs, self.config.gauge_topics_max);
+        let now: BTreeSet<(String, String)> = capped.keys().cloned().collect();
+        for gone in self.published.difference(&now) {
+            metrics::truth_jobs(&gone.0, &gone.1, 0);
+        }
+        for ((status, topic), count) in &capped {
+            metrics::truth_jobs(status, topic, *count);
+        }
+        self.published = now;
+        metrics::truth_publish(&metrics::TruthGauges {
+            reporter: true,
+            overdue: truth.overdue.count,
+            overdue_oldest_s: truth.overdue.oldest_age_ms as f64 / 1000.0,
+            window_jobs: truth.window.mysql,
+            index_jobs: truth.window.redis,
+            results_lag: truth.results_lag,
+            next_due_s: truth.next_due_in_ms.map(|ms| ms as f64 / 1000.0),
+            dispatchers_live: truth.instances.dispatchers,
+            scan_s: truth.scan_ms as f64 / 1000.0,
+        });
+    }
+
+    /// Zero for every gauge: this instance does not report.
+    fn zero(&mut self) {
+        for (status, topic) in std::mem::take(&mut self.published) {
+            metrics::truth_jobs(&status, &topic, 0);
+        }
+        metrics::truth_publish(&metrics::TruthGauges::default());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn count(topic: &str, status: &str, n: u64) -> TopicCount {
+        TopicCount {
+            topic: topic.to_owned(),
+            status: status.to_owned(),
+            count: n,
+        }
+    }
+
+    #[test]
+    fn topics_past_the_cap_are_summed_under_other() {
+        let counts = [
+            count("a", "pending", 10),
+            count("b", "pending", 5),
+            count("b", "dead", 1),
+            count("c", "pending", 2),
+            count("d", "dead", 3),
+        ];
+        let capped = topics_capped(&counts, 2);
+        let key = |s: &str, t: &str| (s.to_owned(), t.to_owned());
+        assert_eq!(capped[&key("pending", "a")], 10);
+        assert_eq!(capped[&key("pending", "b")], 5);
+        assert_eq!(capped[&key("dead", "b")], 1);
+        assert_eq!(capped[&key("pending", OTHER_TOPICS)], 2);
+        assert_eq!(capped[&key("dead", OTHER_TOPICS)], 3);
+        assert_eq!(capped.len(), 5);
+        assert_eq!(capped.values().sum::<u64>(), 21, "nothing lost to the cap");
+    }
+
+    #[test]
+    fn lateness_is_bucketed_by_minute_of_run_time() {
+        let at = |s: &str| s.parse::<DateTime<Utc>>().unwrap();
+        let mut sample = Vec::new();
+        for late_ms in 1..=100 {
+            let due = at("2030-01-01T00:00:10Z");
+            sample.push((due, due + chrono::Duration::milliseconds(late_ms)));
+        }
+        let due = at("2030-01-01T00:01:59.999Z");
+        sample.push((due, due + chrono::Duration::milliseconds(7)));
+        let minutes = lateness_by_minute(&sample);
+        assert_eq!(minutes.len(), 2);
+        assert_eq!(minutes[0].minute, "2030-01-01T00:00:00.000Z");
+        assert_eq!((minutes[0].count, minutes[0].p50_ms, minutes[0].p99_ms), (100, 50, 99));
+        assert_eq!((minutes[1].count, minutes[1].p50_ms, minutes[1].p99_ms), (1, 7, 7));
+    }
+
+    #[test]
+    fn quantiles_of_nothing_are_zero() {
+        assert_eq!(quantile(&[], 0.5), 0);
+        assert_eq!(quantile(&[4], 0.99), 4);
+    }
+}

@@ -1,0 +1,114 @@
+//! Gauges from the truth and `/v1/stats`: counts by status and topic,
+//! overdue jobs, the index's drift from MySQL and the next due job, read
+//! from the stores as they are; and the trace context of a create request
+//! travels with its job to the Kafka record.
+
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tickler_testkit::{eventually, records_read, TestEnv};
+
+/// A tickler without a dispatcher, so due jobs stay due.
+async fn start_without_dispatcher() -> TestEnv {
+    TestEnv::start_with(|c| {
+        c.roles = ["api", "loader", "reconciler"].map(String::from).to_vec();
+        c.truth_interval_ms = 1_000;
+    })
+    .await
+}
+
+fn count_of(stats: &Value, topic: &str, status: &str) -> u64 {
+    stats["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|c| c["topic"] == topic && c["status"] == status)
+        .map_or(0, |c| c["count"].as_u64().unwrap())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stats_and_gauges_say_what_the_stores_hold() {
+    let env = start_without_dispatcher().await;
+    let topic = env.topic.clone();
+    let mut ids = Vec::new();
+    for i in 0..4 {
+        let job = env.job_create(json!({"key": format!("s{i}"), "delay_ms": 2_000})).await;
+        ids.push(job["id"].as_u64().unwrap());
+    }
+    env.job_create(json!({"key": "later", "delay_ms": 86_400_000})).await;
+    // Outside the window, so never in Redis.
+    let dead = env.job_create(json!({"key": "dead", "delay_ms": 86_400_000})).await;
+    sqlx::query("UPDATE jobs SET status = 'dead' WHERE id = ?")
+        .bind(dead["id"].as_u64())
+        .execute(&env.sql)
+        .await
+        .unwrap();
+
+    // Four become due and stay so: nobody dispatches here.
+    let stats = eventually(Duration::from_secs(15), || async {
+        let (status, stats) = env.get("/v1/stats").await;
+        assert_eq!(status, 200, "{stats}");
+        (stats["overdue"]["count"] == 4 && stats["overdue"]["oldest_age_ms"].as_i64() > Some(0))
+            .then_some(stats)
+    })
+    .await
+    .expect("four overdue jobs");
+    assert_eq!(count_of(&stats, &topic, "pending"), 5, "{stats}");
+    assert_eq!(count_of(&stats, &topic, "dead"), 1);
+    assert_eq!(stats["window"]["mysql"], 4, "the due ones; not tomorrow's: {stats}");
+    assert_eq!(stats["window"]["redis"], 4);
+    assert_eq!(stats["window"]["drift"], 0);
+    assert!(stats["next_due_in_ms"].as_i64().unwrap() < 0, "overdue: {stats}");
+    assert_eq!(stats["instances"]["live"], 1);
+    assert_eq!(stats["instances"]["dispatchers"], 0);
+
+    // Redis loses a job: the drift says so.
+    assert_eq!(env.index.job_remove_many(&[ids[0]]).await.unwrap(), 1);
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let (_, stats) = env.get("/v1/stats").await;
+    assert_eq!(stats["window"]["drift"], 1, "{stats}");
+
+    // The reporter publishes them as gauges.
+    let pending = format!("tickler_jobs{{status=\"pending\",topic=\"{topic}\"}} 5");
+    let gauges = eventually(Duration::from_secs(10), || async {
+        let (_, text) = env.metrics_text().await;
+        text.contains(&pending).then_some(text)
+    })
+    .await;
+    assert!(gauges.is_some(), "no {pending} in /metrics");
+
+    // A token sees only its own topics' counts.
+    let reader = tickler_testkit::token_create(&env.config.mysql_url, "reader", &["elsewhere.*"], &["read"]).await;
+    let http = tickler_testkit::http_with_token(&reader);
+    let (status, stats) = env.request_with(&http, "GET", "/v1/stats", None).await;
+    assert_eq!(status, 200);
+    assert_eq!(count_of(&stats, &topic, "pending"), 0, "{stats}");
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_traceparent_travels_with_its_job_to_the_record() {
+    let env = TestEnv::start().await;
+    let trace = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01";
+    let consumer = env.consumer();
+    let send = |traceparent: &'static str, key: &'static str| {
+        env.http
+            .post(format!("{}/v1/jobs", env.base_url))
+            .header("content-type", "application/json")
+            .header("traceparent", traceparent)
+            .body(json!({"topic": env.topic, "key": key, "delay_ms": 100}).to_string())
+            .send()
+    };
+    let traced: Value = send(trace, "traced").await.unwrap().json().await.unwrap();
+    assert_eq!(traced["traceparent"], trace);
+    let garbled: Value = send("not-a-trace", "garbled").await.unwrap().json().await.unwrap();
+    assert!(garbled.get("traceparent").is_none(), "an invalid one is dropped: {garbled}");
+
+    let records = records_read(&consumer, 2, Duration::from_secs(20)).await;
+    assert_eq!(records.len(), 2);
+    for record in records {
+        let expected = (record.key.as_deref() == Some("traced")).then_some(trace);
+        assert_eq!(record.header("traceparent"), expected, "{:?}", record.key);
+    }
+    env.finish().await;
+}
