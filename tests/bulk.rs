@@ -245,6 +245,7 @@ async fn bad_bulk_requests_get_a_stable_code_and_start_nothing() {
         (json!({"filter": {}, "action": {"type": "cancel"}, "dry_run": true}), 400, "invalid_request"),
         (json!({"filter": {"topic": topic}, "dry_run": true}), 400, "invalid_request"),
         (json!({"filter": {"topic": topic}, "action": {"type": "explode"}, "dry_run": true}), 400, "invalid_request"),
+        (json!({"filter": {"topic": topic}, "action": {"type": "cancel", "by_ms": 5}, "dry_run": true}), 400, "invalid_request"),
         (json!({"filter": {"topic": topic}, "action": {"type": "shift", "by_ms": 0}, "dry_run": true}), 400, "invalid_schedule"),
         (json!({"filter": {"topic": topic}, "action": {"type": "move", "run_at": "soon"}, "dry_run": true}), 400, "invalid_request"),
         (json!({"filter": {"topic": topic}, "action": {"type": "policy"}, "dry_run": true}), 400, "invalid_policy"),

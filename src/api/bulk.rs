@@ -247,7 +247,7 @@ fn action_check(action: &BulkAction, caller: &Caller, config: &Config) -> Result
                 .validate()
                 .map_err(|message| ApiError::InvalidPolicy(format!("action: {message}")))?;
         }
-        BulkAction::Cancel => {}
+        BulkAction::Cancel {} => {}
     }
     caller.require(Scope::Write)
 }
@@ -476,7 +476,7 @@ impl BulkRunner {
         if changed.is_empty() {
             return;
         }
-        if *action == BulkAction::Cancel {
+        if matches!(action, BulkAction::Cancel {}) {
             if let Err(err) = self.index.job_remove_many(changed).await {
                 crate::metrics::index_failed("unindex bulk-cancelled jobs", changed.len(), &err);
             }

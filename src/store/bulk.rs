@@ -44,8 +44,9 @@ pub struct BulkFilter {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum BulkAction {
-    /// Pending jobs are cancelled.
-    Cancel,
+    /// Pending jobs are cancelled. (A struct variant, so that unknown
+    /// fields are refused as for the others.)
+    Cancel {},
     /// Pending jobs move by `by_ms` (negative: earlier).
     Shift { by_ms: i64 },
     /// Pending jobs move to `run_at`.
@@ -82,7 +83,7 @@ impl BulkAction {
 
     pub fn name(&self) -> &'static str {
         match self {
-            BulkAction::Cancel => "cancel",
+            BulkAction::Cancel {} => "cancel",
             BulkAction::Shift { .. } => "shift",
             BulkAction::Move { .. } => "move",
             BulkAction::Redrive { .. } => "redrive",
@@ -424,7 +425,7 @@ impl Store {
                 action => {
                     let mut update = QueryBuilder::<MySql>::new("UPDATE jobs SET version = version + 1");
                     match action {
-                        BulkAction::Cancel => {
+                        BulkAction::Cancel {} => {
                             update.push(", status = 'cancelled'");
                         }
                         BulkAction::Shift { by_ms } => {
