@@ -25,11 +25,13 @@
 //! - [`metrics`]    — every metric name, and the Prometheus recorder
 //! - [`demo`]       — the README's demonstration client
 //! - [`bench`]      — the benchmark harness behind `tickler bench`
+//! - [`cli`]        — `tickler jobs` (over the API) and `tickler doctor`
 
 pub mod api;
 pub mod app;
 pub mod auth;
 pub mod bench;
+pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod dispatcher;

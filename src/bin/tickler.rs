@@ -2,6 +2,7 @@
 //! library.
 
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -67,6 +68,16 @@ enum Command {
         #[command(subcommand)]
         command: TokenCommand,
     },
+    /// See and change jobs through a running tickler's API: get, list,
+    /// create, move, cancel, redrive, history, bulk. Exit status: 0 done,
+    /// 1 refused by the API (its error code is printed), 2 usage, 3 API
+    /// unreachable or failing.
+    Jobs {
+        #[command(flatten)]
+        api: tickler::cli::ApiArgs,
+        #[command(subcommand)]
+        command: tickler::cli::jobs::JobsCommand,
+    },
     /// The instances sharing this database: alive or not, their roles, and
     /// the shards each holds.
     Instances,
@@ -127,7 +138,7 @@ enum TokenCommand {
 }
 
 #[tokio::main]
-async fn main() -> anyhow::Result<()> {
+async fn main() -> anyhow::Result<ExitCode> {
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("TICKLER_LOG")
@@ -135,6 +146,9 @@ async fn main() -> anyhow::Result<()> {
         )
         .init();
     let cli = Cli::parse();
+    if let Command::Jobs { api, command } = cli.command {
+        return Ok(jobs(api, command).await);
+    }
     let config = Config::load(cli.config.as_deref())?;
 
     match cli.command {
@@ -193,8 +207,27 @@ async fn main() -> anyhow::Result<()> {
         Command::Demo { jobs, topic, token } => {
             tickler::demo::run(&config, &topic, jobs, token.as_deref()).await?;
         }
+        Command::Jobs { .. } => unreachable!("handled before the configuration is read"),
     }
-    Ok(())
+    Ok(ExitCode::SUCCESS)
+}
+
+/// `tickler jobs ...`: needs the API's address and a token, not the
+/// stores' configuration.
+async fn jobs(api: tickler::cli::ApiArgs, command: tickler::cli::jobs::JobsCommand) -> ExitCode {
+    use tickler::cli::client::Client;
+
+    let done = async {
+        let client = Client::new(&api.url, api.token.as_deref(), api.ca_cert.as_deref())?;
+        tickler::cli::jobs::run(&client, command, api.json).await
+    };
+    match done.await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err}");
+            ExitCode::from(err.exit_code())
+        }
+    }
 }
 
 async fn token(config: &Config, command: TokenCommand) -> anyhow::Result<()> {

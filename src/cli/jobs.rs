@@ -1,0 +1,682 @@
+//! `tickler jobs`: see and change jobs through a running tickler's API.
+//! A readable table by default, the API's JSON with `--json`.
+
+use std::io::{BufRead, IsTerminal, Write};
+use std::time::Duration;
+
+use clap::{Args, Subcommand, ValueEnum};
+use serde_json::{json, Map, Value};
+
+use super::client::{Client, ClientError};
+
+#[derive(Debug, Subcommand)]
+pub enum JobsCommand {
+    /// Show one job: its state, time, attempts, Kafka position, last error
+    /// and payload.
+    Get { id: u64 },
+    /// List jobs by id, without payloads, filtered as `GET /v1/jobs`.
+    List(ListArgs),
+    /// Schedule a job: `--topic` and `--at` or `--in`.
+    Create(CreateArgs),
+    /// Move a pending job to a new time (reads its version first, so a job
+    /// changed meanwhile is refused, not overwritten).
+    Move {
+        id: u64,
+        #[command(flatten)]
+        when: When,
+    },
+    /// Cancel a pending job; definitive once it says so.
+    Cancel { id: u64 },
+    /// Send a dead job again, now or at `--at`/`--in`, with a fresh budget
+    /// of attempts (admin scope).
+    Redrive {
+        id: u64,
+        /// Attempts it gets from now (default: its topic's max_attempts).
+        #[arg(long)]
+        max_attempts: Option<u32>,
+        #[command(flatten)]
+        when: WhenMaybe,
+    },
+    /// A job's changes of state, time and attempt, oldest first, with who
+    /// made each.
+    History { id: u64 },
+    /// Change every job a filter matches: shows a preview (count and
+    /// sample), asks, then applies in batches with a progress bar. Jobs
+    /// that moved on meanwhile are skipped, never forced.
+    Bulk(BulkArgs),
+}
+
+#[derive(Debug, Args)]
+pub struct ListArgs {
+    #[command(flatten)]
+    filter: ListFilter,
+    /// Exact key.
+    #[arg(long)]
+    key: Option<String>,
+    /// Jobs per page (1 to 1000).
+    #[arg(long, default_value_t = 100)]
+    limit: u32,
+    /// Start after this page (the `next` cursor a previous list printed).
+    #[arg(long)]
+    cursor: Option<String>,
+    /// Follow every page to the end.
+    #[arg(long)]
+    all: bool,
+}
+
+#[derive(Debug, Args)]
+struct ListFilter {
+    /// Only this topic.
+    #[arg(long)]
+    topic: Option<String>,
+    /// pending, dispatching, dispatched, succeeded, dead or cancelled.
+    #[arg(long)]
+    status: Option<String>,
+    /// Due at or after this RFC 3339 time.
+    #[arg(long = "from")]
+    run_at_from: Option<String>,
+    /// Due before this RFC 3339 time.
+    #[arg(long = "to")]
+    run_at_to: Option<String>,
+}
+
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    /// The Kafka topic to produce it to.
+    #[arg(long)]
+    topic: String,
+    /// Idempotency key: creating the same (topic, key) again returns the
+    /// existing job.
+    #[arg(long)]
+    key: Option<String>,
+    #[command(flatten)]
+    when: When,
+    /// JSON payload, produced as its text.
+    #[arg(long, conflicts_with_all = ["payload_file", "payload_base64"])]
+    payload: Option<String>,
+    /// Raw payload bytes from a file ('-' for stdin).
+    #[arg(long, conflicts_with = "payload_base64")]
+    payload_file: Option<String>,
+    /// Raw payload bytes, base64.
+    #[arg(long)]
+    payload_base64: Option<String>,
+    /// A Kafka header, NAME=VALUE; repeat for more.
+    #[arg(long = "header", value_name = "NAME=VALUE")]
+    headers: Vec<String>,
+    /// Wait for a consumer's result (retry and dead on failure).
+    #[arg(long)]
+    expects_result: bool,
+    /// Attempts before it ends dead (with --expects-result).
+    #[arg(long)]
+    max_attempts: Option<u32>,
+}
+
+/// A time: exactly one of `--at` and `--in`.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct When {
+    /// RFC 3339 time, e.g. 2030-01-31T09:00:00Z.
+    #[arg(long)]
+    at: Option<String>,
+    /// From now: e.g. 90s, 10m, 1h30m, 2d, 500ms.
+    #[arg(long = "in", value_parser = duration_parse)]
+    after: Option<i64>,
+}
+
+/// A time, or now when neither is given.
+#[derive(Debug, Args)]
+#[group(required = false, multiple = false)]
+pub struct WhenMaybe {
+    /// RFC 3339 time.
+    #[arg(long)]
+    at: Option<String>,
+    /// From now: e.g. 90s, 10m, 1h30m.
+    #[arg(long = "in", value_parser = duration_parse)]
+    after: Option<i64>,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum BulkActionArg {
+    /// Cancel pending jobs.
+    Cancel,
+    /// Move pending jobs by `--by` (e.g. 1h, or -10m for earlier).
+    Shift,
+    /// Move pending jobs to `--to-time`.
+    Move,
+    /// Send dead jobs again (admin scope).
+    Redrive,
+}
+
+#[derive(Debug, Args)]
+pub struct BulkArgs {
+    /// What to do to each matching job.
+    action: BulkActionArg,
+    #[command(flatten)]
+    filter: ListFilter,
+    /// Keys starting with this.
+    #[arg(long)]
+    key_prefix: Option<String>,
+    /// These job ids (comma-separated).
+    #[arg(long, value_delimiter = ',')]
+    ids: Vec<u64>,
+    /// shift: by how much (e.g. 30m, -2h).
+    #[arg(long, value_parser = duration_parse, allow_hyphen_values = true)]
+    by: Option<i64>,
+    /// move: the new RFC 3339 time.
+    #[arg(long = "to-time")]
+    to_time: Option<String>,
+    /// redrive: attempts each job gets from now.
+    #[arg(long)]
+    max_attempts: Option<u32>,
+    /// Only show the preview.
+    #[arg(long)]
+    dry_run: bool,
+    /// Apply without asking.
+    #[arg(long, short)]
+    yes: bool,
+    /// Start it and print its id without following it.
+    #[arg(long)]
+    no_wait: bool,
+}
+
+/// `90s`, `10m`, `1h30m`, `2d`, `500ms`, with a leading `-` for earlier;
+/// in milliseconds.
+pub fn duration_parse(text: &str) -> Result<i64, String> {
+    let bad = || format!("{text:?} is not a duration such as 500ms, 90s, 10m, 1h30m or 2d");
+    let (sign, rest) = match text.strip_prefix('-') {
+        Some(rest) => (-1, rest),
+        None => (1, text.strip_prefix('+').unwrap_or(text)),
+    };
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    let mut total: i64 = 0;
+    let mut chars = rest.chars().peekable();
+    while chars.peek().is_some() {
+        let mut digits = String::new();
+        while let Some(c) = chars.peek().filter(|c| c.is_ascii_digit()) {
+            digits.push(*c);
+            chars.next();
+        }
+        let mut unit = String::new();
+        while let Some(c) = chars.peek().filter(|c| c.is_ascii_alphabetic()) {
+            unit.push(*c);
+            chars.next();
+        }
+        let n: i64 = digits.parse().map_err(|_| bad())?;
+        let scale = match unit.as_str() {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return Err(bad()),
+        };
+        total = n
+            .checked_mul(scale)
+            .and_then(|ms| total.checked_add(ms))
+            .ok_or_else(bad)?;
+    }
+    Ok(sign * total)
+}
+
+fn schedule(at: &Option<String>, after: Option<i64>, body: &mut Map<String, Value>) {
+    if let Some(at) = at {
+        body.insert("run_at".into(), json!(at));
+    }
+    if let Some(ms) = after {
+        body.insert("delay_ms".into(), json!(ms));
+    }
+}
+
+/// Query-string pairs, percent-encoded.
+fn query(pairs: &[(&str, Option<String>)]) -> String {
+    let encoded: Vec<String> = pairs
+        .iter()
+        .filter_map(|(name, value)| {
+            value
+                .as_ref()
+                .map(|v| format!("{name}={}", percent_encode(v)))
+        })
+        .collect();
+    if encoded.is_empty() {
+        String::new()
+    } else {
+        format!("?{}", encoded.join("&"))
+    }
+}
+
+fn percent_encode(text: &str) -> String {
+    let mut out = String::with_capacity(text.len());
+    for b in text.bytes() {
+        if b.is_ascii_alphanumeric() || matches!(b, b'-' | b'_' | b'.' | b'~') {
+            out.push(b as char);
+        } else {
+            out.push_str(&format!("%{b:02X}"));
+        }
+    }
+    out
+}
+
+/// Runs a `jobs` command; prints what it did. `json`: the API's answers.
+pub async fn run(client: &Client, command: JobsCommand, json: bool) -> Result<(), ClientError> {
+    match command {
+        JobsCommand::Get { id } => {
+            let job = client.get(&format!("/v1/jobs/{id}")).await?;
+            if json {
+                print_json(&job);
+            } else {
+                print_job(&job);
+            }
+        }
+        JobsCommand::List(args) => list(client, args, json).await?,
+        JobsCommand::Create(args) => {
+            let mut body = Map::new();
+            body.insert("topic".into(), json!(args.topic));
+            if let Some(key) = args.key {
+                body.insert("key".into(), json!(key));
+            }
+            schedule(&args.when.at, args.when.after, &mut body);
+            if let Some(payload) = args.payload {
+                let value: Value = serde_json::from_str(&payload)
+                    .map_err(|err| ClientError::Usage(format!("--payload is not JSON: {err}")))?;
+                body.insert("payload".into(), value);
+            }
+            if let Some(path) = args.payload_file {
+                let bytes = if path == "-" {
+                    let mut bytes = Vec::new();
+                    std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
+                        .map_err(|err| ClientError::Usage(format!("reading stdin: {err}")))?;
+                    bytes
+                } else {
+                    std::fs::read(&path)
+                        .map_err(|err| ClientError::Usage(format!("reading {path}: {err}")))?
+                };
+                use base64::Engine;
+                body.insert(
+                    "payload_base64".into(),
+                    json!(base64::engine::general_purpose::STANDARD.encode(bytes)),
+                );
+            }
+            if let Some(encoded) = args.payload_base64 {
+                body.insert("payload_base64".into(), json!(encoded));
+            }
+            if !args.headers.is_empty() {
+                let mut headers = Map::new();
+                for pair in &args.headers {
+                    let (name, value) = pair.split_once('=').ok_or_else(|| {
+                        ClientError::Usage(format!("--header {pair:?} is not NAME=VALUE"))
+                    })?;
+                    headers.insert(name.to_owned(), json!(value));
+                }
+                body.insert("headers".into(), Value::Object(headers));
+            }
+            if args.expects_result {
+                body.insert("expects_result".into(), json!(true));
+            }
+            if let Some(n) = args.max_attempts {
+                body.insert("max_attempts".into(), json!(n));
+            }
+            let (status, job) = client.post("/v1/jobs", &Value::Object(body)).await?;
+            if json {
+                print_json(&job);
+            } else {
+                let what = if status.as_u16() == 201 { "created" } else { "exists already" };
+                println!("job {} {what}: {} at {}", job["id"], job["topic"].as_str().unwrap_or(""), job["run_at"].as_str().unwrap_or(""));
+            }
+        }
+        JobsCommand::Move { id, when } => {
+            let job = client.get(&format!("/v1/jobs/{id}")).await?;
+            let mut body = Map::new();
+            body.insert("version".into(), job["version"].clone());
+            schedule(&when.at, when.after, &mut body);
+            let job = client
+                .patch(&format!("/v1/jobs/{id}"), &Value::Object(body))
+                .await?;
+            if json {
+                print_json(&job);
+            } else {
+                println!("job {id} moved to {}", job["run_at"].as_str().unwrap_or(""));
+            }
+        }
+        JobsCommand::Cancel { id } => {
+            let answer = client.delete(&format!("/v1/jobs/{id}")).await?;
+            if json {
+                print_json(&answer);
+            } else {
+                let outcome = answer["outcome"].as_str().unwrap_or("cancelled");
+                println!("job {id} {}", outcome.replace('_', " "));
+            }
+        }
+        JobsCommand::Redrive {
+            id,
+            max_attempts,
+            when,
+        } => {
+            let mut body = Map::new();
+            if let Some(n) = max_attempts {
+                body.insert("max_attempts".into(), json!(n));
+            }
+            schedule(&when.at, when.after, &mut body);
+            let (_, job) = client
+                .post(&format!("/v1/jobs/{id}/redrive"), &Value::Object(body))
+                .await?;
+            if json {
+                print_json(&job);
+            } else {
+                println!(
+                    "job {id} redriven: attempt {} of {}, at {}",
+                    job["attempt"], job["max_attempts"], job["run_at"].as_str().unwrap_or("")
+                );
+            }
+        }
+        JobsCommand::History { id } => {
+            let history = client.get(&format!("/v1/jobs/{id}/history")).await?;
+            if json {
+                print_json(&history);
+            } else {
+                let rows: Vec<Vec<String>> = history["events"]
+                    .as_array()
+                    .into_iter()
+                    .flatten()
+                    .map(|e| {
+                        vec![
+                            text(&e["at"]),
+                            text(&e["actor"]),
+                            text(&e["status"]),
+                            text(&e["run_at"]),
+                            text(&e["attempt"]),
+                        ]
+                    })
+                    .collect();
+                print_table(&["at", "actor", "status", "run_at", "attempt"], &rows);
+            }
+        }
+        JobsCommand::Bulk(args) => bulk(client, args, json).await?,
+    }
+    Ok(())
+}
+
+async fn list(client: &Client, args: ListArgs, json: bool) -> Result<(), ClientError> {
+    let mut cursor = args.cursor.clone();
+    let mut all = Vec::new();
+    loop {
+        let path = format!(
+            "/v1/jobs{}",
+            query(&[
+                ("topic", args.filter.topic.clone()),
+                ("status", args.filter.status.clone()),
+                ("key", args.key.clone()),
+                ("run_at_from", args.filter.run_at_from.clone()),
+                ("run_at_to", args.filter.run_at_to.clone()),
+                ("limit", Some(args.limit.to_string())),
+                ("cursor", cursor.clone()),
+            ])
+        );
+        let page = client.get(&path).await?;
+        let jobs = page["jobs"].as_array().cloned().unwrap_or_default();
+        cursor = page["next_cursor"].as_str().map(str::to_owned);
+        all.extend(jobs);
+        if !args.all || cursor.is_none() {
+            break;
+        }
+    }
+    if json {
+        print_json(&json!({"jobs": all, "next_cursor": cursor}));
+        return Ok(());
+    }
+    let rows: Vec<Vec<String>> = all.iter().map(job_row).collect();
+    print_table(&JOB_COLUMNS, &rows);
+    match cursor {
+        Some(next) => println!("{} jobs; more with --cursor {next}", all.len()),
+        None => println!("{} jobs", all.len()),
+    }
+    Ok(())
+}
+
+async fn bulk(client: &Client, args: BulkArgs, json: bool) -> Result<(), ClientError> {
+    let action = match args.action {
+        BulkActionArg::Cancel => json!({"type": "cancel"}),
+        BulkActionArg::Shift => {
+            let by = args
+                .by
+                .ok_or_else(|| ClientError::Usage("shift needs --by (e.g. 30m or -2h)".into()))?;
+            json!({"type": "shift", "by_ms": by})
+        }
+        BulkActionArg::Move => {
+            let to = args.to_time.clone().ok_or_else(|| {
+                ClientError::Usage("move needs --to-time (an RFC 3339 time)".into())
+            })?;
+            json!({"type": "move", "run_at": to})
+        }
+        BulkActionArg::Redrive => match args.max_attempts {
+            Some(n) => json!({"type": "redrive", "max_attempts": n}),
+            None => json!({"type": "redrive"}),
+        },
+    };
+    let mut filter = Map::new();
+    for (name, value) in [
+        ("topic", &args.filter.topic),
+        ("status", &args.filter.status),
+        ("run_at_from", &args.filter.run_at_from),
+        ("run_at_to", &args.filter.run_at_to),
+        ("key_prefix", &args.key_prefix),
+    ] {
+        if let Some(value) = value {
+            filter.insert(name.into(), json!(value));
+        }
+    }
+    if !args.ids.is_empty() {
+        filter.insert("ids".into(), json!(args.ids));
+    }
+    let request = |dry_run: bool| {
+        json!({"filter": Value::Object(filter.clone()), "action": action, "dry_run": dry_run})
+    };
+    let (_, preview) = client.post("/v1/jobs/bulk", &request(true)).await?;
+    if json && (args.dry_run || !args.yes) {
+        print_json(&preview);
+        if args.dry_run {
+            return Ok(());
+        }
+    }
+    let eligible = preview["eligible"].as_u64().unwrap_or(0);
+    if !json {
+        println!(
+            "{} jobs match; {eligible} are {} and would be changed ({}), the others skipped",
+            preview["matched"],
+            preview["applies_to"].as_str().unwrap_or("?"),
+            action["type"].as_str().unwrap_or("?"),
+        );
+        let sample: Vec<Vec<String>> = preview["sample"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(job_row)
+            .collect();
+        if !sample.is_empty() {
+            println!("first {}:", sample.len());
+            print_table(&JOB_COLUMNS, &sample);
+        }
+    }
+    if args.dry_run {
+        return Ok(());
+    }
+    if eligible == 0 {
+        if !json {
+            println!("nothing to change");
+        }
+        return Ok(());
+    }
+    if !args.yes && !confirm(&format!("Apply {} to these jobs?", action["type"].as_str().unwrap_or("it")))? {
+        println!("nothing changed");
+        return Ok(());
+    }
+    let (_, started) = client.post("/v1/jobs/bulk", &request(false)).await?;
+    let id = started["id"].as_u64().unwrap_or(0);
+    if args.no_wait {
+        if json {
+            print_json(&started);
+        } else {
+            println!("bulk operation {id} started; follow it with: curl {}/v1/bulk/{id}", client.base());
+        }
+        return Ok(());
+    }
+    let mut op = started;
+    let show = !json && std::io::stderr().is_terminal();
+    while op["status"] == "running" {
+        if show {
+            progress(&op);
+        }
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        op = client.get(&format!("/v1/bulk/{id}")).await?;
+    }
+    if show {
+        progress(&op);
+        eprintln!();
+    }
+    if json {
+        print_json(&op);
+    } else {
+        println!(
+            "bulk operation {id} {}: {} changed, {} skipped (moved on meanwhile) of {}",
+            op["status"].as_str().unwrap_or("?"),
+            op["changed"],
+            op["skipped"],
+            op["total"]
+        );
+        for error in op["errors"].as_array().into_iter().flatten() {
+            println!("error: {}", text(error));
+        }
+    }
+    if op["status"] == "failed" {
+        return Err(ClientError::Unavailable(format!("bulk operation {id} failed")));
+    }
+    Ok(())
+}
+
+/// Asks on the terminal; refuses to guess when there is none.
+fn confirm(question: &str) -> Result<bool, ClientError> {
+    if !std::io::stdin().is_terminal() {
+        return Err(ClientError::Usage(
+            "not asking without a terminal: pass --yes to apply, or --dry-run to preview".into(),
+        ));
+    }
+    print!("{question} [y/N] ");
+    let _ = std::io::stdout().flush();
+    let mut answer = String::new();
+    std::io::stdin()
+        .lock()
+        .read_line(&mut answer)
+        .map_err(|err| ClientError::Usage(format!("reading the answer: {err}")))?;
+    Ok(matches!(answer.trim(), "y" | "Y" | "yes" | "YES"))
+}
+
+fn progress(op: &Value) {
+    let total = op["total"].as_u64().unwrap_or(0).max(1);
+    let done = op["done"].as_u64().unwrap_or(0).min(total);
+    let width = 30;
+    let filled = (done * width / total) as usize;
+    eprint!(
+        "\r[{}{}] {done}/{total}  changed {}  skipped {}",
+        "#".repeat(filled),
+        "-".repeat(width as usize - filled),
+        op["changed"],
+        op["skipped"]
+    );
+    let _ = std::io::stderr().flush();
+}
+
+const JOB_COLUMNS: [&str; 6] = ["id", "topic", "key", "status", "run_at", "attempt"];
+
+fn job_row(job: &Value) -> Vec<String> {
+    vec![
+        text(&job["id"]),
+        text(&job["topic"]),
+        text(&job["key"]),
+        text(&job["status"]),
+        text(&job["run_at"]),
+        format!("{}/{}", text(&job["attempt"]), text(&job["max_attempts"])),
+    ]
+}
+
+/// A value as a table cell: strings bare, null as "-".
+fn text(value: &Value) -> String {
+    match value {
+        Value::Null => "-".to_owned(),
+        Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn print_json(value: &Value) {
+    println!(
+        "{}",
+        serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())
+    );
+}
+
+fn print_job(job: &Value) {
+    let fields = [
+        "id", "topic", "key", "status", "run_at", "attempt", "max_attempts", "version",
+        "expects_result", "ack_deadline", "created_at", "updated_at", "dispatched_at", "kafka",
+        "last_error", "headers", "traceparent",
+    ];
+    for field in fields {
+        if let Some(value) = job.get(field) {
+            println!("{field:<15} {}", text(value));
+        }
+    }
+    if let Some(payload) = job.get("payload") {
+        println!("{:<15} {payload}", "payload");
+    } else if let Some(payload) = job.get("payload_base64") {
+        println!("{:<15} {} (base64)", "payload", text(payload));
+    }
+}
+
+/// Columns padded to their widest cell.
+pub fn print_table(headers: &[&str], rows: &[Vec<String>]) {
+    let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
+    for row in rows {
+        for (width, cell) in widths.iter_mut().zip(row) {
+            *width = (*width).max(cell.chars().count());
+        }
+    }
+    let line = |cells: Vec<&str>| {
+        let padded: Vec<String> = cells
+            .iter()
+            .zip(&widths)
+            .map(|(cell, width)| format!("{cell:<width$}"))
+            .collect();
+        println!("{}", padded.join("  ").trim_end());
+    };
+    line(headers.to_vec());
+    for row in rows {
+        line(row.iter().map(String::as_str).collect());
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn durations_read_as_people_write_them() {
+        assert_eq!(duration_parse("500ms"), Ok(500));
+        assert_eq!(duration_parse("90s"), Ok(90_000));
+        assert_eq!(duration_parse("1h30m"), Ok(5_400_000));
+        assert_eq!(duration_parse("2d"), Ok(172_800_000));
+        assert_eq!(duration_parse("-10m"), Ok(-600_000));
+        for bad in ["", "10", "ten", "5w", "-", "1h-3m", "99999999999999999d"] {
+            assert!(duration_parse(bad).is_err(), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn query_values_are_percent_encoded() {
+        assert_eq!(
+            query(&[("key", Some("a b&c".into())), ("topic", None), ("limit", Some("5".into()))]),
+            "?key=a%20b%26c&limit=5"
+        );
+        assert_eq!(query(&[("topic", None)]), "");
+    }
+}
