@@ -175,7 +175,7 @@ fn help_describes_every_command_and_serve_names_every_role() {
         let name = words.next().unwrap();
         assert!(words.count() >= 3, "`{name}` has no description: {line:?}");
     }
-    for command in ["serve", "jobs", "demo", "bench"] {
+    for command in ["serve", "jobs", "doctor", "demo", "bench"] {
         assert!(commands.iter().any(|l| l.trim_start().starts_with(command)), "no {command} in {help}");
     }
     let serve = commands.iter().find(|l| l.trim_start().starts_with("serve")).unwrap();

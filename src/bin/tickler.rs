@@ -78,6 +78,20 @@ enum Command {
         #[command(subcommand)]
         command: tickler::cli::jobs::JobsCommand,
     },
+    /// Check MySQL, Redis and Kafka against each other and say what is
+    /// wrong and how to fix it: pending jobs Redis lacks, Redis entries of
+    /// jobs no longer pending, claims past their lease, records missing at
+    /// their recorded Kafka position, the results consumer's lag, clocks
+    /// apart. Exit status 1 when something is wrong.
+    Doctor {
+        /// Apply the safe fixes (index what Redis lacks, drop stale
+        /// entries, rescue expired claims), then check again.
+        #[arg(long)]
+        repair: bool,
+        /// The findings as JSON.
+        #[arg(long)]
+        json: bool,
+    },
     /// The instances sharing this database: alive or not, their roles, and
     /// the shards each holds.
     Instances,
@@ -203,6 +217,7 @@ async fn main() -> anyhow::Result<ExitCode> {
         }
         Command::Token { command } => token(&config, command).await?,
         Command::Instances => instances(&config).await?,
+        Command::Doctor { repair, json } => return doctor(config, repair, json).await,
         Command::Shards { command } => shards(&config, command).await?,
         Command::Demo { jobs, topic, token } => {
             tickler::demo::run(&config, &topic, jobs, token.as_deref()).await?;
@@ -210,6 +225,38 @@ async fn main() -> anyhow::Result<ExitCode> {
         Command::Jobs { .. } => unreachable!("handled before the configuration is read"),
     }
     Ok(ExitCode::SUCCESS)
+}
+
+async fn doctor(config: Config, repair: bool, json: bool) -> anyhow::Result<ExitCode> {
+    use tickler::cli::doctor::{render, Doctor};
+    use tickler::index::{self, Index};
+    use tickler::store::Actor;
+
+    let _ = rustls::crypto::ring::default_provider().install_default();
+    let store = Store::connect_lazy(&config.mysql_url, 2, Actor::Reconciler)?;
+    let shards = match store.shard_leases().await {
+        Ok(leases) if !leases.is_empty() => leases.len() as u32,
+        _ => config.shards,
+    };
+    let client = index::client_open(&config).map_err(anyhow::Error::msg)?;
+    let index = Index::connect_with(client, &config.redis_prefix, shards)?;
+    let doctor = Doctor::new(store.clone(), index, config);
+    let report = if repair {
+        doctor.repair().await
+    } else {
+        doctor.examine().await
+    };
+    if json {
+        println!("{}", serde_json::to_string_pretty(&report)?);
+    } else {
+        print!("{}", render(&report));
+    }
+    store.close().await;
+    Ok(if report.healthy() {
+        ExitCode::SUCCESS
+    } else {
+        ExitCode::from(1)
+    })
 }
 
 /// `tickler jobs ...`: needs the API's address and a token, not the

@@ -369,6 +369,32 @@ impl Index {
         Ok(removed)
     }
 
+    /// Every id of the current layout: due ones with their times (ms), and
+    /// in-flight ones. For the doctor, which compares them with MySQL.
+    pub async fn members(&self) -> Result<(Vec<(JobId, i64)>, Vec<JobId>), IndexError> {
+        let count = self.shards();
+        let mut due = Vec::new();
+        let mut inflight = Vec::new();
+        for shard in 0..count {
+            let mut conn = self.conn.clone();
+            let entries: Vec<(JobId, f64)> = conn
+                .zrange_withscores(self.key(count, shard, "due"), 0, -1)
+                .await?;
+            due.extend(entries.into_iter().map(|(id, ms)| (id, ms as i64)));
+            let ids: Vec<JobId> = conn.zrange(self.key(count, shard, "inflight"), 0, -1).await?;
+            inflight.extend(ids);
+        }
+        Ok((due, inflight))
+    }
+
+    /// Redis's clock (`TIME`), in milliseconds since the epoch.
+    pub async fn now_ms(&self) -> Result<i64, IndexError> {
+        let (secs, micros): (i64, i64) = redis::cmd("TIME")
+            .query_async(&mut self.conn.clone())
+            .await?;
+        Ok(secs * 1000 + micros / 1000)
+    }
+
     /// Where `id` sits in the index, if anywhere.
     pub async fn job_locate(&self, id: JobId) -> Result<Option<Location>, IndexError> {
         let count = self.shards();

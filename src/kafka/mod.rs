@@ -374,3 +374,90 @@ pub async fn group_lag(
     .await
     .map_err(|_| KafkaError::Canceled)?
 }
+
+/// What the doctor found at a recorded Kafka position.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum RecordAt {
+    /// A record is there, with this `tickler-job-id` header (None: none).
+    Found(Option<String>),
+    /// The offset is at or past the partition's end: no record was ever
+    /// acknowledged there.
+    PastEnd { high: i64 },
+    /// The offset is below the partition's start: retention deleted it.
+    Expired { low: i64 },
+    /// The partition does not exist.
+    NoPartition,
+    /// Nothing could be read in time (some brokers answer a fetch that
+    /// starts inside a batch with nothing).
+    Unverified,
+}
+
+/// Reads the record at `offset` of `topic`/`partition`, without a group.
+pub async fn record_at(
+    brokers: &str,
+    options: &BTreeMap<String, String>,
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    wait: Duration,
+) -> Result<RecordAt, KafkaError> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+    use rdkafka::message::{Headers, Message};
+    use rdkafka::{Offset, TopicPartitionList};
+
+    let mut client = client_config(brokers);
+    for (key, value) in options {
+        client.set(key, value);
+    }
+    client
+        .set("group.id", format!("tickler-doctor-{}", rand::random::<u64>()))
+        .set("enable.auto.commit", "false")
+        .set("fetch.wait.max.ms", "50");
+    let consumer: BaseConsumer = client.create()?;
+    let topic = topic.to_owned();
+    tokio::task::spawn_blocking(move || {
+        let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(5))?;
+        let exists = metadata
+            .topics()
+            .iter()
+            .any(|t| t.partitions().iter().any(|p| p.id() == partition));
+        if !exists {
+            return Ok(RecordAt::NoPartition);
+        }
+        let (low, high) = consumer.fetch_watermarks(&topic, partition, Duration::from_secs(5))?;
+        if offset >= high {
+            return Ok(RecordAt::PastEnd { high });
+        }
+        if offset < low {
+            return Ok(RecordAt::Expired { low });
+        }
+        let mut assignment = TopicPartitionList::new();
+        assignment.add_partition_offset(&topic, partition, Offset::Offset(offset))?;
+        consumer.assign(&assignment)?;
+        let deadline = std::time::Instant::now() + wait;
+        while std::time::Instant::now() < deadline {
+            match consumer.poll(Duration::from_millis(100)) {
+                Some(Ok(message)) if message.offset() == offset => {
+                    let job_id = message.headers().and_then(|headers| {
+                        headers
+                            .iter()
+                            .find(|h| h.key == crate::job::HEADER_JOB_ID)
+                            .and_then(|h| h.value)
+                            .map(|v| String::from_utf8_lossy(v).into_owned())
+                    });
+                    return Ok(RecordAt::Found(job_id));
+                }
+                // Compacted away: the next record is past it.
+                Some(Ok(message)) if message.offset() > offset => {
+                    return Ok(RecordAt::Found(None));
+                }
+                Some(Ok(_)) => {}
+                Some(Err(err)) => return Err(err),
+                None => {}
+            }
+        }
+        Ok(RecordAt::Unverified)
+    })
+    .await
+    .map_err(|_| KafkaError::Canceled)?
+}

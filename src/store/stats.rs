@@ -141,3 +141,91 @@ impl Store {
         Ok((n as u64, row.try_get("age")?))
     }
 }
+
+/// A job's recorded Kafka position.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Position {
+    pub id: crate::job::JobId,
+    pub topic: String,
+    pub partition: i32,
+    pub offset: i64,
+}
+
+impl Store {
+    /// Pending jobs due before `window` from the database's now, soonest
+    /// first, at most `limit`.
+    pub async fn job_window_pending(
+        &self,
+        window: Duration,
+        limit: u32,
+    ) -> Result<Vec<(crate::job::JobId, DateTime<Utc>)>, StoreError> {
+        let window_us = i64::try_from(window.as_micros()).unwrap_or(i64::MAX);
+        let rows = sqlx::query(
+            "SELECT id, schedule_time FROM jobs WHERE status = 'pending' \
+             AND schedule_time < TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3)) \
+             ORDER BY schedule_time LIMIT ?",
+        )
+        .bind(window_us)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let at: NaiveDateTime = row.try_get("schedule_time")?;
+                Ok((row.try_get("id")?, at.and_utc()))
+            })
+            .collect()
+    }
+
+    /// The status of each of `ids` that still exists.
+    pub async fn job_statuses(
+        &self,
+        ids: &[crate::job::JobId],
+    ) -> Result<std::collections::HashMap<crate::job::JobId, crate::job::Status>, StoreError> {
+        let mut statuses = std::collections::HashMap::new();
+        for chunk in ids.chunks(1_000) {
+            let mut query = sqlx::QueryBuilder::<sqlx::MySql>::new(
+                "SELECT id, CAST(status AS CHAR) AS status FROM jobs WHERE id IN (",
+            );
+            let mut list = query.separated(", ");
+            for id in chunk {
+                list.push_bind(*id);
+            }
+            query.push(")");
+            for row in query.build().fetch_all(&self.pool).await? {
+                let status: String = row.try_get("status")?;
+                let status = status
+                    .parse()
+                    .map_err(|_| StoreError::Corrupt(format!("status {status:?}")))?;
+                statuses.insert(row.try_get("id")?, status);
+            }
+        }
+        Ok(statuses)
+    }
+
+    /// The recorded positions of the `limit` jobs of each of `dispatched`
+    /// and `succeeded` changed last.
+    pub async fn job_positions_recent(&self, limit: u32) -> Result<Vec<Position>, StoreError> {
+        let mut positions = Vec::new();
+        for status in ["dispatched", "succeeded"] {
+            let rows = sqlx::query(
+                "SELECT id, topic, kafka_partition, kafka_offset FROM jobs WHERE status = ? \
+                 AND kafka_offset IS NOT NULL ORDER BY updated_at DESC LIMIT ?",
+            )
+            .bind(status)
+            .bind(limit)
+            .fetch_all(&self.pool)
+            .await?;
+            for row in &rows {
+                let topic: Vec<u8> = row.try_get("topic")?;
+                positions.push(Position {
+                    id: row.try_get("id")?,
+                    topic: String::from_utf8_lossy(&topic).into_owned(),
+                    partition: row.try_get("kafka_partition")?,
+                    offset: row.try_get("kafka_offset")?,
+                });
+            }
+        }
+        Ok(positions)
+    }
+}

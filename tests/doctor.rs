@@ -1,0 +1,187 @@
+//! `tickler doctor` finds each inconsistency between MySQL, Redis and Kafka
+//! that a test injects — a pending job Redis lacks, a Redis entry of a job
+//! no longer pending, a claim past its lease, a dispatched job whose
+//! recorded Kafka position holds another record or none — says how to fix
+//! it, exits 1, and `--repair` fixes the safe ones.
+
+use std::process::Command;
+use std::time::Duration;
+
+use chrono::Utc;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::FutureRecord;
+use serde_json::json;
+use tickler::cli::doctor::{Doctor, Report, Verdict};
+use tickler_testkit::TestEnv;
+
+/// A tickler serving only the API: nothing repairs what the test breaks.
+async fn start() -> TestEnv {
+    TestEnv::start_with(|c| c.roles = vec!["api".to_owned()]).await
+}
+
+fn doctor(env: &TestEnv) -> Doctor {
+    let mut doctor = Doctor::new(env.store.clone(), env.index.clone(), env.config.clone());
+    doctor.settle = Duration::from_millis(200);
+    doctor
+}
+
+fn finding<'a>(report: &'a Report, check: &str) -> &'a tickler::cli::doctor::Finding {
+    report
+        .findings
+        .iter()
+        .find(|f| f.check == check)
+        .unwrap_or_else(|| panic!("no {check} finding: {report:?}"))
+}
+
+fn doctor_bin(env: &TestEnv, args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_tickler"))
+        .arg("doctor")
+        .args(args)
+        .env("TICKLER_MYSQL_URL", &env.config.mysql_url)
+        .env("TICKLER_REDIS_URL", &env.config.redis_url)
+        .env("TICKLER_REDIS_PREFIX", &env.config.redis_prefix)
+        .env("TICKLER_KAFKA_BROKERS", &env.config.kafka_brokers)
+        .env("TICKLER_RESULTS_TOPIC", &env.config.results_topic)
+        .env("TICKLER_RESULTS_GROUP", &env.config.results_group)
+        .env("TICKLER_SHARDS", env.config.shards.to_string())
+        .env("TICKLER_LOG", "warn")
+        .output()
+        .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_doctor_finds_each_injected_inconsistency_and_repairs_the_safe_ones() {
+    let env = start().await;
+    let healthy = doctor(&env).examine().await;
+    assert!(healthy.healthy(), "{healthy:?}");
+
+    // Redis lost a pending job of the window.
+    let lost = env.job_create(json!({"key": "lost", "delay_ms": 120_000})).await["id"]
+        .as_u64()
+        .unwrap();
+    assert_eq!(env.index.job_remove_many(&[lost]).await.unwrap(), 1);
+    // Redis holds a job cancelled behind its back.
+    let cancelled = env.job_create(json!({"key": "cancelled", "delay_ms": 3_600_000})).await["id"]
+        .as_u64()
+        .unwrap();
+    sqlx::query("UPDATE jobs SET status = 'cancelled' WHERE id = ?")
+        .bind(cancelled)
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    env.index
+        .job_add_many(&[(cancelled, Utc::now() + chrono::Duration::seconds(60))])
+        .await
+        .unwrap();
+    // A claim whose dispatcher died an hour ago.
+    let stuck = env.job_create(json!({"key": "stuck", "delay_ms": 3_600_000})).await["id"]
+        .as_u64()
+        .unwrap();
+    sqlx::query(
+        "UPDATE jobs SET status = 'dispatching', claim_token = 7, \
+         claim_expires_at = TIMESTAMPADD(HOUR, -1, UTC_TIMESTAMP(3)) WHERE id = ?",
+    )
+    .bind(stuck)
+    .execute(&env.sql)
+    .await
+    .unwrap();
+
+    let report = doctor(&env).examine().await;
+    assert!(!report.healthy());
+    let window = finding(&report, "window");
+    assert_eq!((window.verdict, window.ids.clone()), (Verdict::Fail, vec![lost]), "{window:?}");
+    assert!(window.fix.as_deref().unwrap().contains("--repair"));
+    let stale = finding(&report, "index_stale");
+    assert_eq!((stale.verdict, stale.ids.clone()), (Verdict::Fail, vec![cancelled]));
+    let claims = finding(&report, "claims");
+    assert_eq!((claims.verdict, claims.count), (Verdict::Fail, 1));
+    assert_eq!(finding(&report, "clocks").verdict, Verdict::Ok, "{report:?}");
+
+    // The command says so and exits 1; --repair fixes them all.
+    let output = doctor_bin(&env, &[]);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(1), "{text}");
+    assert!(text.contains("FAIL window") && text.contains(&lost.to_string()), "{text}");
+    let output = doctor_bin(&env, &["--repair"]);
+    let text = String::from_utf8_lossy(&output.stdout);
+    assert_eq!(output.status.code(), Some(0), "{text}");
+    assert!(text.contains("repaired: indexed 1"), "{text}");
+    assert!(env.index.job_locate(lost).await.unwrap().is_some());
+    assert!(env.index.job_locate(cancelled).await.unwrap().is_none());
+    assert_eq!(env.job_status(stuck).await, "pending");
+    assert!(env.index.job_locate(stuck).await.unwrap().is_some());
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_doctor_reads_back_recorded_kafka_positions() {
+    let env = start().await;
+    let producer = tickler::kafka::producer_create(
+        &env.config.kafka_brokers,
+        &env.config.kafka_options,
+        0,
+        10_000,
+    )
+    .unwrap();
+    let produce = |job_id: String| {
+        let producer = producer.clone();
+        let topic = env.topic.clone();
+        async move {
+            let headers = OwnedHeaders::new().insert(Header {
+                key: tickler::job::HEADER_JOB_ID,
+                value: Some(job_id.as_bytes()),
+            });
+            producer
+                .send(
+                    FutureRecord::<str, [u8]>::to(&topic)
+                        .key("k")
+                        .payload(b"{}")
+                        .headers(headers),
+                    Duration::from_secs(10),
+                )
+                .await
+                .map_err(|(err, _)| err)
+                .unwrap()
+        }
+    };
+    let mut ids = Vec::new();
+    for key in ["right", "wrong", "beyond"] {
+        ids.push(
+            env.job_create(json!({"key": key, "delay_ms": 3_600_000})).await["id"]
+                .as_u64()
+                .unwrap(),
+        );
+    }
+    let record_of = |id: u64| id.to_string();
+    // "right" is where it says; "wrong" points at another job's record;
+    // "beyond" at an offset no record ever had.
+    let right = produce(record_of(ids[0])).await;
+    let other = produce("424242".to_owned()).await;
+    let positions = [
+        (ids[0], right.partition, right.offset),
+        (ids[1], other.partition, other.offset),
+        (ids[2], right.partition, 1_000_000),
+    ];
+    for (id, partition, offset) in positions {
+        sqlx::query(
+            "UPDATE jobs SET status = 'dispatched', kafka_partition = ?, kafka_offset = ?, \
+             dispatched_at = UTC_TIMESTAMP(3) WHERE id = ?",
+        )
+        .bind(partition)
+        .bind(offset)
+        .bind(id)
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    }
+    let report = doctor(&env).examine().await;
+    let positions = finding(&report, "kafka_positions");
+    assert_eq!(positions.verdict, Verdict::Fail, "{positions:?}");
+    let mut wrong = positions.ids.clone();
+    wrong.sort_unstable();
+    assert_eq!(wrong, vec![ids[1], ids[2]], "{positions:?}");
+    assert!(positions.summary.contains("job 424242's record"), "{}", positions.summary);
+    assert!(positions.summary.contains("past the end"), "{}", positions.summary);
+    assert!(!report.healthy());
+    env.finish().await;
+}
