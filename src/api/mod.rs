@@ -8,6 +8,7 @@ mod query;
 mod results;
 mod server;
 mod stats;
+mod ui;
 
 use std::sync::Arc;
 
@@ -92,6 +93,7 @@ pub fn router(state: ApiState) -> Router {
         ));
     Router::new()
         .merge(v1)
+        .merge(ui::router())
         .route("/healthz", get(healthz))
         .route("/metrics", get(metrics))
         .fallback(no_route)

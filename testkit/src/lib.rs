@@ -7,6 +7,7 @@
 pub mod chronos;
 pub mod procs;
 pub mod tls;
+pub mod webdriver;
 
 use std::future::Future;
 use std::time::Duration;

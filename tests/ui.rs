@@ -1,0 +1,358 @@
+//! The dashboard at `/ui`, driven in a real headless Chromium against a real
+//! tickler: a wrong token is refused with the API's `code: message` and the
+//! admin token signs in; the overview counts the test topic's jobs by
+//! status and lists its dead job; Redrive (after its confirm dialog) brings
+//! that job back, as MySQL and its history show; the job's page shows that
+//! history, and a topic + key lookup finds a job; a bulk cancel is
+//! previewed (matching exactly the jobs its filter names), applied,
+//! followed to `done`, and found in MySQL. The page itself is three files
+//! served without a token and referring to nothing outside tickler.
+//!
+//! Screenshots of each page go to `docs/ui/` when `TICKLER_UI_SCREENSHOTS`
+//! is set (to refresh the documentation), else to a scratch directory.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use serde_json::json;
+use tickler_testkit::procs::scratch_dir;
+use tickler_testkit::webdriver::Browser;
+use tickler_testkit::{eventually, TestEnv};
+
+/// How long the page may take to show something: the overview refreshes
+/// every 5 s.
+const WAIT: Duration = Duration::from_secs(15);
+
+fn screenshot_dir() -> PathBuf {
+    if std::env::var_os("TICKLER_UI_SCREENSHOTS").is_some() {
+        PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("docs/ui")
+    } else {
+        scratch_dir()
+    }
+}
+
+/// `#bulk-form`'s field `name`.
+fn bulk_field(name: &str) -> String {
+    format!("#bulk-form [name=\"{name}\"]")
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_signs_in_redrives_a_dead_job_shows_history_and_bulk_cancels() {
+    let env = TestEnv::start().await;
+    let topic = env.topic.clone();
+    // Due in an hour: pending for the whole test, never dispatched.
+    let mut later = Vec::new();
+    for i in 1..=4 {
+        let job = env
+            .job_create(
+                json!({"key": format!("later-{i}"), "payload": {"n": i}, "delay_ms": 3_600_000}),
+            )
+            .await;
+        later.push(job["id"].as_u64().unwrap());
+    }
+    // Made dead by hand, as an operator's SQL would (its history: `sql`).
+    let doomed = env
+        .job_create(json!({"key": "doomed-1", "payload": {"n": 0}, "delay_ms": 3_600_000}))
+        .await["id"]
+        .as_u64()
+        .unwrap();
+    sqlx::query(
+        "UPDATE jobs SET status = 'dead', last_error = 'consumer said: upstream 503' WHERE id = ?",
+    )
+    .bind(doomed)
+    .execute(&env.sql)
+    .await
+    .unwrap();
+
+    let shots = screenshot_dir();
+    let browser = Browser::start()
+        .await
+        .expect("chromium and chromedriver run (scripts/services installs them)");
+    let ui = format!("{}/ui", env.base_url);
+
+    // No token yet: the sign-in form, without an error. A wrong secret is
+    // refused with the API's error; the admin's is taken.
+    browser.goto(&ui).await.unwrap();
+    browser
+        .wait_for("#signin-form", |_| true, WAIT)
+        .await
+        .unwrap();
+    let problem = browser.find("#signin-error").await.unwrap();
+    assert_eq!(browser.text(&problem).await.unwrap(), "");
+    let token = browser.find("#token").await.unwrap();
+    browser.send_keys(&token, "tkl_not-a-token").await.unwrap();
+    browser
+        .click(&browser.find("#signin").await.unwrap())
+        .await
+        .unwrap();
+    browser
+        .wait_for("#signin-error", |t| t.starts_with("unauthorized: "), WAIT)
+        .await
+        .unwrap();
+    // The form was drawn again: find its input afresh.
+    let token = browser.find("#token").await.unwrap();
+    browser.send_keys(&token, &env.admin_secret).await.unwrap();
+    browser
+        .click(&browser.find("#signin").await.unwrap())
+        .await
+        .unwrap();
+
+    // Overview: the topic's counts from /v1/stats, and the dead job.
+    let count =
+        |status: &str| format!("#counts td[data-topic=\"{topic}\"][data-status=\"{status}\"]");
+    browser
+        .wait_for(&count("pending"), |t| t == "4", WAIT)
+        .await
+        .unwrap();
+    browser
+        .wait_for(&count("dead"), |t| t == "1", WAIT)
+        .await
+        .unwrap();
+    let redrive = format!("#dead button[data-action=\"redrive\"][data-job=\"{doomed}\"]");
+    let button = browser
+        .wait_for(&redrive, |t| t == "Redrive", WAIT)
+        .await
+        .unwrap();
+    browser
+        .screenshot(&shots.join("overview.png"))
+        .await
+        .unwrap();
+
+    // Redrive: confirm, then the job leaves `dead` in MySQL, by the API.
+    browser.click(&button).await.unwrap();
+    let question = browser.alert_text().await.unwrap();
+    assert!(
+        question.contains(&format!("Redrive dead job {doomed}")),
+        "{question}"
+    );
+    browser.accept_alert().await.unwrap();
+    browser
+        .wait_for(
+            "#flash",
+            |t| t.contains(&format!("job {doomed} redriven")),
+            WAIT,
+        )
+        .await
+        .unwrap();
+    let status = eventually(Duration::from_secs(10), || async {
+        let status = env.job_status(doomed).await;
+        (status != "dead").then_some(status)
+    })
+    .await
+    .expect("the redrive reached MySQL within 10 s");
+    // Pending now, so the dispatcher may already have taken it further.
+    assert!(
+        ["pending", "dispatching", "dispatched", "succeeded"].contains(&status.as_str()),
+        "job {doomed} is {status} after its redrive"
+    );
+    let (code, history) = env.get(&format!("/v1/jobs/{doomed}/history")).await;
+    assert_eq!(code, 200, "{history}");
+    let changes: Vec<(&str, &str)> = history["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|e| {
+            (
+                e["actor"].as_str().unwrap_or_default(),
+                e["status"].as_str().unwrap_or_default(),
+            )
+        })
+        .collect();
+    // The hand edit, then the redrive made with the test's admin token.
+    let redriven = changes
+        .windows(2)
+        .any(|pair| pair[0] == ("sql", "dead") && pair[1] == ("api:test-admin", "pending"));
+    assert!(redriven, "history of job {doomed}: {changes:?}");
+
+    // The job's page: its fields and its history, the hand edit included.
+    browser.goto(&format!("{ui}#/jobs/{doomed}")).await.unwrap();
+    browser
+        .wait_for(
+            "#history",
+            |t| t.contains("sql") && t.contains("api:test-admin"),
+            WAIT,
+        )
+        .await
+        .unwrap();
+    let events = browser.find_all("#history li").await.unwrap();
+    assert!(events.len() >= 3, "{} events shown", events.len());
+    browser
+        .find("#history li[data-actor=\"sql\"][data-status=\"dead\"]")
+        .await
+        .expect("the hand edit is on the timeline");
+    browser
+        .wait_for("#job [data-field=\"key\"]", |t| t == "doomed-1", WAIT)
+        .await
+        .unwrap();
+    browser.screenshot(&shots.join("job.png")).await.unwrap();
+
+    // A lookup by topic and key, from the same page (the id box cleared).
+    browser
+        .clear(&browser.find("#lookup-form [name=\"id\"]").await.unwrap())
+        .await
+        .unwrap();
+    browser
+        .send_keys(
+            &browser.find("#lookup-form [name=\"topic\"]").await.unwrap(),
+            &topic,
+        )
+        .await
+        .unwrap();
+    browser
+        .send_keys(
+            &browser.find("#lookup-form [name=\"key\"]").await.unwrap(),
+            "later-1",
+        )
+        .await
+        .unwrap();
+    browser
+        .click(&browser.find("#lookup").await.unwrap())
+        .await
+        .unwrap();
+    let title = format!("Job {}", later[0]);
+    browser
+        .wait_for("#job-title", |t| t == title, WAIT)
+        .await
+        .unwrap();
+    browser
+        .find(&format!(
+            "#job button[data-action=\"cancel\"][data-job=\"{}\"]",
+            later[0]
+        ))
+        .await
+        .expect("a pending job offers Cancel");
+
+    // Bulk: preview a cancel of the `later-` jobs, apply it, follow it.
+    browser.goto(&format!("{ui}#/bulk")).await.unwrap();
+    let topic_field = browser
+        .wait_for(&bulk_field("topic"), |_| true, WAIT)
+        .await
+        .unwrap();
+    browser.send_keys(&topic_field, &topic).await.unwrap();
+    let pending = format!("{} option[value=\"pending\"]", bulk_field("status"));
+    browser
+        .click(&browser.find(&pending).await.unwrap())
+        .await
+        .unwrap();
+    browser
+        .send_keys(
+            &browser.find(&bulk_field("key_prefix")).await.unwrap(),
+            "later-",
+        )
+        .await
+        .unwrap();
+    let cancel = format!("{} option[value=\"cancel\"]", bulk_field("action"));
+    browser
+        .click(&browser.find(&cancel).await.unwrap())
+        .await
+        .unwrap();
+    browser
+        .click(&browser.find("#bulk-preview").await.unwrap())
+        .await
+        .unwrap();
+    browser
+        .wait_for("#bulk-matched", |t| t == "4", WAIT)
+        .await
+        .unwrap();
+    let sample = browser.find_all("#bulk-sample tbody tr").await.unwrap();
+    assert!(!sample.is_empty(), "the preview shows a sample");
+    for row in &sample {
+        let id = browser.attribute(row, "data-job").await.unwrap();
+        let id: u64 = id.as_deref().unwrap_or_default().parse().unwrap();
+        assert!(later.contains(&id), "job {id} is not one of {later:?}");
+    }
+    // A preview changes nothing.
+    for id in &later {
+        assert_eq!(env.job_status(*id).await, "pending");
+    }
+
+    browser
+        .click(&browser.find("#bulk-apply").await.unwrap())
+        .await
+        .unwrap();
+    let question = browser.alert_text().await.unwrap();
+    assert!(question.contains("the 4 matched jobs"), "{question}");
+    browser.accept_alert().await.unwrap();
+    browser
+        .wait_for(
+            "#bulk-status",
+            |t| t == "done" || t == "failed",
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
+    let numbers = browser
+        .text(&browser.find("#bulk-numbers").await.unwrap())
+        .await
+        .unwrap();
+    let status = browser
+        .text(&browser.find("#bulk-status").await.unwrap())
+        .await
+        .unwrap();
+    assert_eq!(status, "done", "{numbers}");
+    assert!(
+        numbers.starts_with("4 / 4") && numbers.contains("changed 4"),
+        "{numbers}"
+    );
+    assert!(
+        browser.url().await.unwrap().contains("#/bulk/"),
+        "the address names the operation"
+    );
+    browser.screenshot(&shots.join("bulk.png")).await.unwrap();
+    let cancelled = eventually(Duration::from_secs(10), || async {
+        for id in &later {
+            if env.job_status(*id).await != "cancelled" {
+                return None;
+            }
+        }
+        Some(())
+    })
+    .await;
+    assert!(cancelled.is_some(), "jobs {later:?} are not all cancelled");
+    assert_ne!(env.job_status(doomed).await, "cancelled");
+
+    drop(browser);
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn dashboard_files_are_served_without_a_token_and_load_nothing_from_elsewhere() {
+    let env = TestEnv::start().await;
+    let http = reqwest::Client::new();
+    let files = [
+        ("/ui", "ui/index.html", "text/html"),
+        ("/ui/app.js", "ui/app.js", "javascript"),
+        ("/ui/style.css", "ui/style.css", "text/css"),
+    ];
+    for (path, file, kind) in files {
+        let response = http
+            .get(format!("{}{path}", env.base_url))
+            .send()
+            .await
+            .unwrap();
+        assert_eq!(response.status().as_u16(), 200, "{path}");
+        let content_type = response
+            .headers()
+            .get("content-type")
+            .and_then(|v| v.to_str().ok())
+            .unwrap_or_default()
+            .to_owned();
+        assert!(content_type.contains(kind), "{path}: {content_type}");
+        let body = response.text().await.unwrap();
+        let source =
+            std::fs::read_to_string(PathBuf::from(env!("CARGO_MANIFEST_DIR")).join(file)).unwrap();
+        assert_eq!(body, source, "{path} serves {file} as built in");
+        // Nothing from another origin: no CDN, no web fonts, no imports.
+        for outside in [
+            "src=\"http",
+            "href=\"http",
+            "url(",
+            "@import",
+            "//cdn",
+            "fonts.g",
+        ] {
+            assert!(!body.contains(outside), "{path} refers to {outside}…");
+        }
+    }
+    env.finish().await;
+}
