@@ -45,7 +45,7 @@ pub fn traceparent_parse(value: &str) -> Option<String> {
 
 /// The `jobs.status` column. The words are part of the product: operators
 /// read and write them in SQL.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Status {
     Pending,

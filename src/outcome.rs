@@ -115,7 +115,7 @@ impl Policy {
 }
 
 /// What a consumer says became of an attempt.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(rename_all = "lowercase")]
 pub enum Outcome {
     Ok,
@@ -135,7 +135,7 @@ impl Outcome {
 
 /// The JSON of a report, as it arrives on the results topic or on
 /// `POST /v1/jobs/{id}/result` (where `job_id` may be left out).
-#[derive(Debug, Clone, Deserialize)]
+#[derive(Debug, Clone, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct ReportBody {
     pub job_id: Option<JobId>,

@@ -34,7 +34,7 @@ const LATENESS_SPAN: Duration = Duration::from_secs(3_600);
 /// The topic every topic past `gauge_topics_max` is summed under.
 pub const OTHER_TOPICS: &str = "_other";
 
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Truth {
     pub at: String,
     /// Jobs by status (pending, dispatching, dispatched, dead) and topic.
@@ -54,7 +54,7 @@ pub struct Truth {
     pub scan_ms: u64,
 }
 
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, utoipa::ToSchema)]
 pub struct OverdueView {
     pub count: u64,
     pub oldest_age_ms: i64,
@@ -62,20 +62,20 @@ pub struct OverdueView {
 
 /// What the Redis index should hold by MySQL, what it holds, and the
 /// difference (positive: Redis lacks jobs). A few in transit is normal.
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, utoipa::ToSchema)]
 pub struct Drift {
     pub mysql: u64,
     pub redis: Option<u64>,
     pub drift: Option<i64>,
 }
 
-#[derive(Debug, Clone, Copy, Serialize)]
+#[derive(Debug, Clone, Copy, Serialize, utoipa::ToSchema)]
 pub struct Live {
     pub live: usize,
     pub dispatchers: usize,
 }
 
-#[derive(Debug, Clone, PartialEq, Serialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
 pub struct LatenessMinute {
     pub minute: String,
     pub count: usize,

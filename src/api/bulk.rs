@@ -37,7 +37,7 @@ const SAMPLE: u32 = 20;
 const STALE: Duration = Duration::from_secs(30);
 
 /// The filter as a request gives it.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct FilterBody {
     pub topic: Option<String>,
@@ -49,7 +49,7 @@ pub struct FilterBody {
 }
 
 /// Body of `POST /v1/jobs/bulk`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct BulkRequest {
     pub filter: Option<FilterBody>,
@@ -59,7 +59,7 @@ pub struct BulkRequest {
 }
 
 /// An operation as the API shows it.
-#[derive(Debug, Serialize)]
+#[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct BulkView {
     pub id: u64,
     pub status: &'static str,
@@ -102,6 +102,27 @@ impl From<BulkOp> for BulkView {
             finished_at: op.finished_at.map(time_format),
         }
     }
+}
+
+/// Answer of a preview (`dry_run: true`).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct BulkPreview {
+    pub dry_run: bool,
+    pub action: BulkAction,
+    /// The one status whose jobs the action changes.
+    pub applies_to: Status,
+    /// Jobs the filter matches.
+    pub matched: u64,
+    /// Of those, the ones in `applies_to` now.
+    pub eligible: u64,
+    /// The first 20 by id, without payloads.
+    pub sample: Vec<JobView>,
+}
+
+/// `GET /v1/bulk`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct BulkList {
+    pub operations: Vec<BulkView>,
 }
 
 fn time_parse(name: &str, text: Option<String>) -> Result<Option<DateTime<Utc>>, ApiError> {
@@ -256,6 +277,14 @@ fn action_check(action: &BulkAction, caller: &Caller, config: &Config) -> Result
 /// how many of them the action would change now, and a sample; nothing is
 /// written. `dry_run: false`: 202 with the operation, which goes on in the
 /// background (follow it at `GET /v1/bulk/{id}`).
+#[utoipa::path(
+    post, path = "/v1/jobs/bulk", tag = "operations",
+    request_body = BulkRequest,
+    responses(
+        (status = 200, description = "Preview (dry_run: true): nothing written", body = BulkPreview),
+        (status = 202, description = "Started (dry_run: false): follow it at /v1/bulk/{id}", body = BulkView),
+    )
+)]
 pub async fn start(
     State(state): State<ApiState>,
     caller: Caller,
@@ -287,14 +316,14 @@ pub async fn start(
     if dry_run {
         let sample = state.store.bulk_sample(&filter, SAMPLE).await?;
         let sample: Vec<JobView> = sample.into_iter().map(JobView::without_payload).collect();
-        return Ok(Json(serde_json::json!({
-            "dry_run": true,
-            "action": action,
-            "applies_to": action.applies_to().as_str(),
-            "matched": matched,
-            "eligible": eligible,
-            "sample": sample,
-        }))
+        return Ok(Json(BulkPreview {
+            dry_run: true,
+            applies_to: action.applies_to(),
+            action,
+            matched,
+            eligible,
+            sample,
+        })
         .into_response());
     }
     let owner_token = rand::random::<u64>() >> 1;
@@ -314,6 +343,11 @@ pub async fn start(
 }
 
 /// `GET /v1/bulk/{id}` — an operation's progress.
+#[utoipa::path(
+    get, path = "/v1/bulk/{id}", tag = "operations",
+    params(("id" = u64, Path, description = "The operation's id")),
+    responses((status = 200, description = "Its progress", body = BulkView))
+)]
 pub async fn get(
     State(state): State<ApiState>,
     caller: Caller,
@@ -334,19 +368,23 @@ pub async fn get(
 }
 
 /// `GET /v1/bulk` — the 50 newest operations.
+#[utoipa::path(
+    get, path = "/v1/bulk", tag = "operations",
+    responses((status = 200, description = "The 50 newest operations", body = BulkList))
+)]
 pub async fn list(
     State(state): State<ApiState>,
     caller: Caller,
-) -> Result<Json<serde_json::Value>, ApiError> {
+) -> Result<Json<BulkList>, ApiError> {
     caller.require(Scope::Read)?;
-    let ops: Vec<BulkView> = state
+    let operations: Vec<BulkView> = state
         .store
         .bulk_list(50)
         .await?
         .into_iter()
         .map(BulkView::from)
         .collect();
-    Ok(Json(serde_json::json!({ "operations": ops })))
+    Ok(Json(BulkList { operations }))
 }
 
 /// Works through bulk operations: those this instance started, and those

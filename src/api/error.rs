@@ -12,6 +12,21 @@ use super::jobs::JobView;
 use crate::job::InvalidJob;
 use crate::store::StoreError;
 
+/// The body of every error answer. Some carry more beside `error`: a 409
+/// the job as it is now (`job`), a cancel's 409 its `outcome`.
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorBody {
+    pub error: ErrorDetail,
+}
+
+#[derive(Debug, Clone, serde::Serialize, utoipa::ToSchema)]
+pub struct ErrorDetail {
+    /// Stable: clients may match on it (docs/api.md lists them).
+    pub code: String,
+    /// For people; may change.
+    pub message: String,
+}
+
 /// Why a job cannot do what was asked right now; the 409's `code`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Conflict {
@@ -230,7 +245,14 @@ impl ApiError {
     /// `{"code", "message"}`: the `error` of a response, or of one item of
     /// a batch.
     pub fn error_json(&self) -> Value {
-        json!({ "code": self.code(), "message": self.to_string() })
+        json!(self.detail())
+    }
+
+    pub fn detail(&self) -> ErrorDetail {
+        ErrorDetail {
+            code: self.code().to_owned(),
+            message: self.to_string(),
+        }
     }
 }
 
@@ -243,7 +265,9 @@ impl IntoResponse for ApiError {
         ) {
             crate::metrics::api_refused(self.code());
         }
-        let mut body = json!({ "error": self.error_json() });
+        let mut body = json!(ErrorBody {
+            error: self.detail()
+        });
         let mut headers = HeaderMap::new();
         match &self {
             ApiError::Unauthorized(_) => {

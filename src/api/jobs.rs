@@ -12,7 +12,6 @@ use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use chrono::{DateTime, SecondsFormat, Utc};
 use serde::{Deserialize, Serialize};
-use serde_json::json;
 use serde_json::value::RawValue;
 
 use super::auth::Caller;
@@ -27,13 +26,14 @@ use crate::outcome::{Policy, PolicyOverrides};
 use crate::store::{BatchRow, Cancelled, JobChanges, Modified, StoreError};
 
 /// Body of `POST /v1/jobs`, and each item of `POST /v1/jobs/batch`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateJob {
     pub topic: Option<String>,
     pub key: Option<String>,
     /// Any JSON value but null; produced as its JSON text.
     #[serde(default, deserialize_with = "raw_present")]
+    #[schema(value_type = Option<serde_json::Value>)]
     pub payload: Option<Box<RawValue>>,
     /// Raw bytes, base64 (standard alphabet, padded).
     pub payload_base64: Option<String>,
@@ -53,11 +53,12 @@ pub struct CreateJob {
 }
 
 /// Body of `PATCH /v1/jobs/{id}`: the version read, and what to change.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct PatchJob {
     pub version: Option<u32>,
     #[serde(default, deserialize_with = "raw_present")]
+    #[schema(value_type = Option<serde_json::Value>)]
     pub payload: Option<Box<RawValue>>,
     pub payload_base64: Option<String>,
     pub headers: Option<BTreeMap<String, String>>,
@@ -259,8 +260,28 @@ impl PatchJob {
     }
 }
 
+impl BatchItem {
+    fn found(result: &'static str, job: &Job) -> BatchItem {
+        BatchItem {
+            result,
+            id: Some(job.id),
+            run_at: Some(time_format(job.schedule_time)),
+            error: None,
+        }
+    }
+
+    fn error(err: ApiError) -> BatchItem {
+        BatchItem {
+            result: "error",
+            id: None,
+            run_at: None,
+            error: Some(err.detail()),
+        }
+    }
+}
+
 /// A job as the API shows it.
-#[derive(Debug, Clone, Serialize, Deserialize)]
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct JobView {
     pub id: JobId,
     pub topic: String,
@@ -277,8 +298,11 @@ pub struct JobView {
     /// While dispatched and waiting for a result: when silence becomes a
     /// retry.
     pub ack_deadline: Option<String>,
+    /// A JSON payload, as sent; absent in listings and for bytes.
     #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<serde_json::Value>)]
     pub payload: Option<Box<RawValue>>,
+    /// A bytes payload, base64; absent in listings and for JSON.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub payload_base64: Option<String>,
     pub headers: BTreeMap<String, String>,
@@ -292,7 +316,7 @@ pub struct JobView {
     pub traceparent: Option<String>,
 }
 
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
 pub struct KafkaPosition {
     pub partition: i32,
     pub offset: i64,
@@ -443,6 +467,15 @@ pub(super) async fn topic_preflight(state: &ApiState, topic: &str) -> Result<(),
 ///
 /// Crash after the INSERT and before indexing: the job is in MySQL and is
 /// indexed by the reconciler's overdue probe; nothing is lost.
+#[utoipa::path(
+    post, path = "/v1/jobs", tag = "jobs",
+    request_body = CreateJob,
+    params(("traceparent" = Option<String>, Header, description = "W3C trace context, kept with the job and put on its record")),
+    responses(
+        (status = 201, description = "Created", body = JobView),
+        (status = 200, description = "A job with this topic and key exists and asks for the same: returned as it is", body = JobView),
+    )
+)]
 pub async fn create(
     State(state): State<ApiState>,
     caller: Caller,
@@ -514,16 +547,50 @@ async fn existing_for(state: &ApiState, new_job: &NewJob) -> Result<Job, ApiErro
 /// Body of `POST /v1/jobs/batch`. Items stay raw text until each is read
 /// on its own: a payload is kept byte for byte as sent (as on single
 /// create), and one bad item is that item's error, not the batch's.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct CreateBatch {
+    #[schema(value_type = Vec<CreateJob>)]
     pub jobs: Vec<Box<RawValue>>,
+}
+
+/// Answer of `POST /v1/jobs/batch`: one result per item, in order.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct BatchAnswer {
+    pub results: Vec<BatchItem>,
+}
+
+/// One item's result: `created`, `existing` (with `id` and `run_at`) or
+/// `error` (with `error`).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct BatchItem {
+    pub result: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub id: Option<JobId>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub run_at: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub error: Option<super::error::ErrorDetail>,
+}
+
+/// Answer of a cancel that applied (or had applied before).
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct CancelAnswer {
+    /// `cancelled`.
+    pub outcome: &'static str,
+    pub job: JobView,
 }
 
 /// `POST /v1/jobs/batch` — up to `batch_max` jobs in one transaction; 200
 /// with one result per item, in order: `created`, `existing` (same key, same
 /// request) or `error` (with the code and message a single create would
 /// give). Invalid items do not stop the valid ones.
+#[utoipa::path(
+    post, path = "/v1/jobs/batch", tag = "jobs",
+    request_body = CreateBatch,
+    params(("traceparent" = Option<String>, Header, description = "W3C trace context for every job of the batch")),
+    responses((status = 200, description = "One result per item, in order", body = BatchAnswer))
+)]
 pub async fn create_batch(
     State(state): State<ApiState>,
     caller: Caller,
@@ -592,18 +659,18 @@ pub async fn create_batch(
     for item in checked {
         let result = match item {
             Err(err) => {
-                json!({"result": "error", "error": err.error_json()})
+                BatchItem::error(err)
             }
             Ok(_) => match rows.next() {
                 Some((BatchRow::Created(job), _)) => {
-                    json!({"result": "created", "id": job.id, "run_at": time_format(job.schedule_time)})
+                    BatchItem::found("created", &job)
                 }
                 Some((BatchRow::Duplicate, new_job)) => match existing_for(&state, new_job).await {
                     Ok(job) => {
-                        json!({"result": "existing", "id": job.id, "run_at": time_format(job.schedule_time)})
+                        BatchItem::found("existing", &job)
                     }
                     Err(err) => {
-                        json!({"result": "error", "error": err.error_json()})
+                        BatchItem::error(err)
                     }
                 },
                 None => return Err(ApiError::Internal),
@@ -611,10 +678,15 @@ pub async fn create_batch(
         };
         results.push(result);
     }
-    Ok(Json(json!({ "results": results })))
+    Ok(Json(BatchAnswer { results }))
 }
 
 /// `GET /v1/jobs/{id}`.
+#[utoipa::path(
+    get, path = "/v1/jobs/{id}", tag = "jobs",
+    params(("id" = u64, Path, description = "The job's id")),
+    responses((status = 200, description = "The job", body = JobView))
+)]
 pub async fn get(
     State(state): State<ApiState>,
     caller: Caller,
@@ -629,6 +701,12 @@ pub async fn get(
 /// `PATCH /v1/jobs/{id}` — reschedule or modify a pending job whose version
 /// is still the one the caller read. 200 with the job; 409
 /// `version_conflict` or `not_pending` with the job as it is.
+#[utoipa::path(
+    patch, path = "/v1/jobs/{id}", tag = "jobs",
+    params(("id" = u64, Path, description = "The job's id")),
+    request_body = PatchJob,
+    responses((status = 200, description = "Changed", body = JobView))
+)]
 pub async fn patch(
     State(state): State<ApiState>,
     caller: Caller,
@@ -669,6 +747,11 @@ pub async fn patch(
 /// `cancelled` (200: it will never be produced), `too_late` (409: it was
 /// produced; `kafka` says where), `in_flight` (409: a dispatcher holds it
 /// this instant; GET it again for the final state).
+#[utoipa::path(
+    delete, path = "/v1/jobs/{id}", tag = "jobs",
+    params(("id" = u64, Path, description = "The job's id")),
+    responses((status = 200, description = "Cancelled: it will never be produced", body = CancelAnswer))
+)]
 pub async fn cancel(
     State(state): State<ApiState>,
     caller: Caller,
@@ -703,7 +786,11 @@ pub async fn cancel(
             })
         }
     };
-    Ok(Json(json!({"outcome": "cancelled", "job": JobView::from(job)})).into_response())
+    Ok(Json(CancelAnswer {
+        outcome: "cancelled",
+        job: JobView::from(job),
+    })
+    .into_response())
 }
 
 #[cfg(test)]

@@ -4,6 +4,7 @@ mod auth;
 mod bulk;
 mod error;
 mod jobs;
+mod openapi;
 mod query;
 mod results;
 mod server;
@@ -20,13 +21,13 @@ use axum::response::{IntoResponse, Response};
 use axum::routing::{get, post};
 use axum::{Json, Router};
 use metrics_exporter_prometheus::PrometheusHandle;
-use serde_json::json;
 use tokio::sync::Notify;
 
 pub use auth::caller_of;
 pub use bulk::BulkRunner;
 pub use jobs::time_format;
 pub use error::ApiError;
+pub use openapi::ApiDoc;
 pub use stats::StatsCache;
 pub use server::{serve, tls_config, ServeLimits, TlsError};
 
@@ -95,6 +96,7 @@ pub fn router(state: ApiState) -> Router {
         .merge(v1)
         .merge(ui::router())
         .route("/healthz", get(healthz))
+        .route("/v1/openapi.json", get(openapi::get))
         .route("/metrics", get(metrics))
         .fallback(no_route)
         .method_not_allowed_fallback(method_not_allowed)
@@ -180,19 +182,34 @@ where
 /// Up (200) or down (503), and nothing more: anyone may ask. Up means the
 /// API can take jobs, which needs MySQL; Redis down only costs latency and
 /// is logged (and counted in `tickler_index_errors_total`).
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct Health {
+    /// `ok` or `unavailable`.
+    pub status: &'static str,
+}
+
+#[utoipa::path(
+    get, path = "/healthz", tag = "operations", security(()),
+    responses(
+        (status = 200, description = "MySQL answers: jobs are taken", body = Health),
+        (status = 503, description = "MySQL does not answer", body = Health),
+    )
+)]
 async fn healthz(State(state): State<ApiState>) -> impl IntoResponse {
     match state.store.ping().await {
         Ok(()) => {
             if let Err(err) = state.index.ping().await {
                 tracing::warn!(error = %err, "healthz: redis does not answer; jobs are still taken");
             }
-            (StatusCode::OK, Json(json!({"status": "ok"})))
+            (StatusCode::OK, Json(Health { status: "ok" }))
         }
         Err(err) => {
             tracing::warn!(error = %err, "healthz: mysql does not answer");
             (
                 StatusCode::SERVICE_UNAVAILABLE,
-                Json(json!({"status": "unavailable"})),
+                Json(Health {
+                    status: "unavailable",
+                }),
             )
         }
     }

@@ -5,8 +5,7 @@ use axum::Json;
 use base64::engine::general_purpose::URL_SAFE_NO_PAD as CURSOR;
 use base64::Engine;
 use chrono::{DateTime, Utc};
-use serde::Deserialize;
-use serde_json::{json, Value};
+use serde::{Deserialize, Serialize};
 
 use super::auth::Caller;
 use super::jobs::{time_format, JobView};
@@ -19,8 +18,9 @@ const LIST_DEFAULT: u32 = 100;
 const LIST_MAX: u32 = 1000;
 
 /// Query of `GET /v1/jobs`.
-#[derive(Debug, Deserialize)]
+#[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
     pub topic: Option<String>,
     pub status: Option<String>,
@@ -56,6 +56,32 @@ fn time_parse(name: &str, value: Option<String>) -> Result<Option<DateTime<Utc>>
         .transpose()
 }
 
+/// A page of `GET /v1/jobs`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct JobPage {
+    pub jobs: Vec<JobView>,
+    /// Pass back as `cursor` for the next page; null on the last.
+    pub next_cursor: Option<String>,
+}
+
+/// A job's history.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct History {
+    pub job_id: JobId,
+    pub events: Vec<HistoryEvent>,
+}
+
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct HistoryEvent {
+    pub at: String,
+    /// `api:NAME`, `dispatcher`, `reconciler`, `results`, `bulk:ID`, or
+    /// `sql` for changes made by hand.
+    pub actor: String,
+    pub status: &'static str,
+    pub run_at: String,
+    pub attempt: u32,
+}
+
 fn cursor_encode(after: JobId) -> String {
     CURSOR.encode(format!("id:{after}"))
 }
@@ -72,11 +98,16 @@ fn cursor_decode(cursor: &str) -> Result<JobId, ApiError> {
 /// `GET /v1/jobs` — jobs by id, without payloads, a page at a time.
 /// `next_cursor` is null on the last page. Paging by id stays correct while
 /// rows change: no job is shown twice or skipped.
+#[utoipa::path(
+    get, path = "/v1/jobs", tag = "jobs",
+    params(ListQuery),
+    responses((status = 200, description = "A page of jobs by id, without payloads", body = JobPage))
+)]
 pub async fn list(
     State(state): State<ApiState>,
     caller: Caller,
     query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<JobPage>, ApiError> {
     caller.require(Scope::Read)?;
     let Query(query) = query.map_err(|err| ApiError::InvalidRequest(err.body_text()))?;
     let status = query
@@ -119,34 +150,37 @@ pub async fn list(
         .then(|| jobs.last().map(|job| cursor_encode(job.id)))
         .flatten();
     let jobs: Vec<JobView> = jobs.into_iter().map(JobView::without_payload).collect();
-    Ok(Json(json!({"jobs": jobs, "next_cursor": next_cursor})))
+    Ok(Json(JobPage { jobs, next_cursor }))
 }
 
 /// `GET /v1/jobs/{id}/history` — every change of state, time or attempt,
 /// oldest first, with who made it: `api`, `dispatcher`, `reconciler`,
 /// `results`, or `sql` for changes made by hand.
+#[utoipa::path(
+    get, path = "/v1/jobs/{id}/history", tag = "jobs",
+    params(("id" = u64, Path, description = "The job's id")),
+    responses((status = 200, description = "Every change of state, time or attempt, oldest first", body = History))
+)]
 pub async fn history(
     State(state): State<ApiState>,
     caller: Caller,
     JobIdPath(id): JobIdPath,
-) -> Result<Json<Value>, ApiError> {
+) -> Result<Json<History>, ApiError> {
     caller.require(Scope::Read)?;
     let job = state.store.job_get(id).await?;
     caller.topic(&job.topic)?;
     let events = state.store.job_history(id).await?;
-    let events: Vec<Value> = events
+    let events = events
         .into_iter()
-        .map(|e| {
-            json!({
-                "at": time_format(e.at),
-                "actor": e.actor,
-                "status": e.status.as_str(),
-                "run_at": time_format(e.schedule_time),
-                "attempt": e.attempt,
-            })
+        .map(|e| HistoryEvent {
+            at: time_format(e.at),
+            actor: e.actor,
+            status: e.status.as_str(),
+            run_at: time_format(e.schedule_time),
+            attempt: e.attempt,
         })
         .collect();
-    Ok(Json(json!({"job_id": id, "events": events})))
+    Ok(Json(History { job_id: id, events }))
 }
 
 #[cfg(test)]

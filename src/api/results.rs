@@ -10,7 +10,6 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::Utc;
 use serde::Deserialize;
-use serde_json::json;
 
 use super::auth::Caller;
 use super::error::Conflict;
@@ -26,6 +25,12 @@ use crate::store::{Disposition, Redriven};
 /// changed nothing (stale attempt, repeated, not expected...) — the same
 /// report on the results topic would be skipped and counted; 404 when there
 /// is no such job; 400 `invalid_report` for a malformed body.
+#[utoipa::path(
+    post, path = "/v1/jobs/{id}/result", tag = "results",
+    params(("id" = u64, Path, description = "The job's id")),
+    request_body = crate::outcome::ReportBody,
+    responses((status = 200, description = "Applied, or ignored with the reason", body = ReportAnswer))
+)]
 pub async fn report(
     State(state): State<ApiState>,
     caller: Caller,
@@ -50,7 +55,12 @@ pub async fn report(
     }
     let job = state.store.job_get(id).await?;
     let body = match disposition {
-        Disposition::Applied(_) => json!({"applied": true, "job": JobView::from(job)}),
+        Disposition::Applied(_) => ReportAnswer {
+            applied: true,
+            ignored: None,
+            message: None,
+            job: JobView::from(job),
+        },
         Disposition::Ignored(why) => {
             let message = match why {
                 Ignored::StaleAttempt => format!(
@@ -67,19 +77,33 @@ pub async fn report(
                 ),
                 Ignored::UnknownJob => format!("job {id} not found"),
             };
-            json!({
-                "applied": false,
-                "ignored": why.as_str(),
-                "message": message,
-                "job": JobView::from(job),
-            })
+            ReportAnswer {
+                applied: false,
+                ignored: Some(why.as_str()),
+                message: Some(message),
+                job: JobView::from(job),
+            }
         }
     };
     Ok((StatusCode::OK, Json(body)).into_response())
 }
 
+/// Answer of `POST /v1/jobs/{id}/result`.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct ReportAnswer {
+    /// Whether the report changed the job.
+    pub applied: bool,
+    /// Why not: `stale_attempt`, `finished`, `not_expected`,
+    /// `not_dispatched`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub ignored: Option<&'static str>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub message: Option<String>,
+    pub job: JobView,
+}
+
 /// Body of `POST /v1/jobs/{id}/redrive`; all optional.
-#[derive(Debug, Default, Deserialize)]
+#[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
 #[serde(deny_unknown_fields)]
 pub struct RedriveJob {
     /// Attempts the job gets from now; default: its topic's `max_attempts`.
@@ -92,6 +116,12 @@ pub struct RedriveJob {
 /// `run_at` / after `delay_ms`) with a fresh budget of attempts; its attempt
 /// number goes on counting. 200 with the job; 409 `not_dead` with the job
 /// when it is not dead.
+#[utoipa::path(
+    post, path = "/v1/jobs/{id}/redrive", tag = "results",
+    params(("id" = u64, Path, description = "The job's id")),
+    request_body(content = Option<RedriveJob>, description = "All optional; an empty body redrives now with the topic's max_attempts"),
+    responses((status = 200, description = "Pending again", body = JobView))
+)]
 pub async fn redrive(
     State(state): State<ApiState>,
     caller: Caller,

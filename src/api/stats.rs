@@ -24,6 +24,10 @@ pub struct StatsCache(Arc<Mutex<Option<(Instant, Truth)>>>);
 /// overdue jobs, the index's drift from MySQL, the next due job, lateness
 /// per minute of a recent sample, live instances and dispatchers, and the
 /// results consumer's lag.
+#[utoipa::path(
+    get, path = "/v1/stats", tag = "operations",
+    responses((status = 200, description = "The stores as they are now", body = Truth))
+)]
 pub async fn get(State(state): State<ApiState>, caller: Caller) -> Result<Json<Truth>, ApiError> {
     caller.require(Scope::Read)?;
     let truth = {

@@ -16,7 +16,7 @@ use crate::job::{Job, JobId, Status};
 
 /// Which jobs an operation covers. Every field narrows; the API requires at
 /// least one besides `topic_patterns`.
-#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Default, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 pub struct BulkFilter {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub topic: Option<String>,
@@ -41,7 +41,7 @@ pub struct BulkFilter {
 /// What an operation does to each job it covers. Every action applies to
 /// jobs in one status only ([`BulkAction::applies_to`]); a job that left
 /// that status before its batch is skipped, never forced.
-#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize, utoipa::ToSchema)]
 #[serde(tag = "type", rename_all = "snake_case", deny_unknown_fields)]
 pub enum BulkAction {
     /// Pending jobs are cancelled. (A struct variant, so that unknown

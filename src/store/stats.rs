@@ -13,7 +13,7 @@ use super::{Store, StoreError};
 pub const COUNTED: [&str; 4] = ["pending", "dispatching", "dispatched", "dead"];
 
 /// Jobs of one status on one topic.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
 pub struct TopicCount {
     pub topic: String,
     pub status: String,
