@@ -282,6 +282,20 @@ async fn bad_bulk_requests_get_a_stable_code_and_start_nothing() {
         .unwrap();
     let (got, preview) = send(json!({"filter": {"key_prefix": "b"}, "action": {"type": "cancel"}, "dry_run": true})).await;
     assert_eq!((got, preview["matched"].as_u64()), (200, Some(1)), "{preview}");
+    // Nor does it see the operations of tokens for other topics.
+    let (status, admin_op) = env
+        .post("/v1/jobs/bulk", json!({"filter": {"key_prefix": "zz"}, "action": {"type": "cancel"}, "dry_run": false}))
+        .await;
+    assert_eq!(status, 202, "{admin_op}");
+    let admin_op = admin_op["id"].as_u64().unwrap();
+    let (got, _) = env
+        .request_with(&http, "GET", &format!("/v1/bulk/{admin_op}"), None)
+        .await;
+    assert_eq!(got, 404, "another token's operation");
+    let (got, list) = env.request_with(&http, "GET", "/v1/bulk", None).await;
+    assert_eq!((got, list["operations"].as_array().map(Vec::len)), (200, Some(0)), "{list}");
+    let (got, _) = env.get(&format!("/v1/bulk/{admin_op}")).await;
+    assert_eq!(got, 200, "a token for every topic sees every operation");
 
     let (got, reply) = env.get("/v1/bulk/999999").await;
     assert_eq!((got, reply["error"]["code"].as_str()), (404, Some("not_found")));
@@ -291,6 +305,6 @@ async fn bad_bulk_requests_get_a_stable_code_and_start_nothing() {
         .fetch_one(&env.sql)
         .await
         .unwrap();
-    assert_eq!(ops, 0);
+    assert_eq!(ops, 1, "only the admin's operation");
     env.finish().await;
 }

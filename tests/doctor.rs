@@ -185,3 +185,62 @@ async fn the_doctor_reads_back_recorded_kafka_positions() {
     assert!(!report.healthy());
     env.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_doctor_sees_a_database_clock_apart_and_a_results_backlog() {
+    use tickler::index::Index;
+    use tickler::store::{support, Actor, Store};
+    use tickler_testkit::procs::PrivateMariadb;
+
+    let faketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+    assert!(
+        std::path::Path::new(faketime).exists(),
+        "libfaketime is installed (scripts/services installs it)"
+    );
+    let env: Vec<(String, String)> = [
+        ("LD_PRELOAD", faketime),
+        ("FAKETIME", "+5s"),
+        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let mariadb = PrivateMariadb::start_with_env(&env).await;
+    let url = support::scratch_database_create(&mariadb.server_url(), "doctor")
+        .await
+        .unwrap();
+    Store::migrate(&url).await.unwrap();
+    let store = Store::connect_lazy(&url, 2, Actor::Reconciler).unwrap();
+    let prefix = tickler_testkit::unique("tickler-t-");
+    let config = tickler_testkit::test_config(&url, &prefix);
+    let index = Index::connect(&config.redis_url, &prefix, config.shards).await.unwrap();
+
+    // Three reports nobody has consumed.
+    tickler::kafka::topic_ensure(&config.kafka_brokers, &config.results_topic, 1)
+        .await
+        .unwrap();
+    let producer = tickler::kafka::producer_create(&config.kafka_brokers, &config.kafka_options, 0, 10_000).unwrap();
+    for _ in 0..3 {
+        producer
+            .send(
+                FutureRecord::<str, [u8]>::to(&config.results_topic).payload(b"{}"),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(err, _)| err)
+            .unwrap();
+    }
+
+    let mut doctor = Doctor::new(store.clone(), index, config);
+    doctor.settle = Duration::from_millis(200);
+    doctor.lag_warn = 2;
+    let report = doctor.examine().await;
+    let clocks = finding(&report, "clocks");
+    assert_eq!(clocks.verdict, Verdict::Fail, "{clocks:?}");
+    assert!(clocks.summary.starts_with("MySQL is +4") || clocks.summary.starts_with("MySQL is +5"), "{}", clocks.summary);
+    assert!(clocks.fix.as_deref().unwrap().contains("NTP"));
+    let lag = finding(&report, "results_lag");
+    assert_eq!((lag.verdict, lag.count), (Verdict::Warn, 3), "{lag:?}");
+    assert!(!report.healthy());
+    store.close().await;
+}

@@ -342,6 +342,13 @@ pub async fn start(
     Ok((StatusCode::ACCEPTED, Json(BulkView::from(op))).into_response())
 }
 
+/// Whether `caller` may see `op`: a token for every topic sees every
+/// operation; one limited to some topics only those it started (a filter
+/// names topics and keys).
+fn visible(caller: &Caller, op: &BulkOp) -> bool {
+    caller.0.topics.is_none() || op.created_by == caller.0.actor()
+}
+
 /// `GET /v1/bulk/{id}` — an operation's progress.
 #[utoipa::path(
     get, path = "/v1/bulk/{id}", tag = "operations",
@@ -363,11 +370,12 @@ pub async fn get(
         .store
         .bulk_get(id)
         .await?
-        .ok_or_else(|| ApiError::BulkNotFound(id))?;
+        .filter(|op| visible(&caller, op))
+        .ok_or(ApiError::BulkNotFound(id))?;
     Ok(Json(op.into()))
 }
 
-/// `GET /v1/bulk` — the 50 newest operations.
+/// `GET /v1/bulk` — the 50 newest operations (those the caller may see).
 #[utoipa::path(
     get, path = "/v1/bulk", tag = "operations",
     responses((status = 200, description = "The 50 newest operations", body = BulkList))
@@ -382,6 +390,7 @@ pub async fn list(
         .bulk_list(50)
         .await?
         .into_iter()
+        .filter(|op| visible(&caller, op))
         .map(BulkView::from)
         .collect();
     Ok(Json(BulkList { operations }))

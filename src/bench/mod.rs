@@ -636,6 +636,14 @@ impl Bench {
             pass.as_secs_f64() * 1000.0,
             far + window_rows
         );
+        // The gauges from the truth over the same table: the (status,
+        // topic) index is read whole, the rest are range scans.
+        let truth = crate::truth::Truth::compute(store, index, &self.config).await?;
+        let counted: u64 = truth.jobs.iter().map(|c| c.count).sum();
+        println!(
+            "reconcile: gauges from the truth in {} ms ({counted} live jobs counted by status and topic, {} overdue, drift {:?})",
+            truth.scan_ms, truth.overdue.count, truth.window.drift
+        );
         index.clear().await?;
         let mut loader = self.loader(store, index);
         let started = Instant::now();
