@@ -11,7 +11,7 @@ use axum::extract::{Path, State};
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use chrono::{DateTime, Utc};
+use chrono::Utc;
 use serde::{Deserialize, Serialize};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
@@ -19,6 +19,7 @@ use tokio_util::task::TaskTracker;
 
 use super::auth::Caller;
 use super::jobs::{index_follow_with, time_format, JobView};
+use super::query::{status_parse, time_parse};
 use super::{ApiError, ApiJson, ApiState};
 use crate::auth::Scope;
 use crate::config::Config;
@@ -125,35 +126,9 @@ pub struct BulkList {
     pub operations: Vec<BulkView>,
 }
 
-fn time_parse(name: &str, text: Option<String>) -> Result<Option<DateTime<Utc>>, ApiError> {
-    text.map(|text| {
-        let at = DateTime::parse_from_rfc3339(&text)
-            .map(|at| at.with_timezone(&Utc))
-            .map_err(|err| {
-                ApiError::InvalidRequest(format!("{name} {text:?} is not an RFC 3339 time ({err})"))
-            })?;
-        if !job::time_in_range(at) {
-            return Err(ApiError::InvalidRequest(format!(
-                "{name} {text:?} is outside 1970-01-01T00:00:00Z to 9999-12-31T23:59:59.999Z"
-            )));
-        }
-        Ok(job::truncate_to_ms(at))
-    })
-    .transpose()
-}
-
 /// The filter, checked, limited to the caller's topics.
 fn filter_parse(body: FilterBody, caller: &Caller) -> Result<BulkFilter, ApiError> {
-    let status = body
-        .status
-        .map(|s| {
-            s.parse::<Status>().map_err(|_| {
-                ApiError::InvalidRequest(format!(
-                    "filter.status {s:?} is not one of pending, dispatching, dispatched, succeeded, dead, cancelled"
-                ))
-            })
-        })
-        .transpose()?;
+    let status = status_parse("filter.status", body.status)?;
     if let Some(topic) = &body.topic {
         job::topic_validate(topic)?;
         caller.topic(topic)?;
@@ -177,8 +152,8 @@ fn filter_parse(body: FilterBody, caller: &Caller) -> Result<BulkFilter, ApiErro
         topic: body.topic,
         status,
         key_prefix: body.key_prefix,
-        run_at_from: time_parse("filter.run_at_from", body.run_at_from)?,
-        run_at_to: time_parse("filter.run_at_to", body.run_at_to)?,
+        run_at_from: time_parse("filter.run_at_from", body.run_at_from)?.map(job::truncate_to_ms),
+        run_at_to: time_parse("filter.run_at_to", body.run_at_to)?.map(job::truncate_to_ms),
         ids: body.ids,
         topic_patterns: caller.0.topics.clone(),
     };

@@ -36,7 +36,10 @@ pub struct ListQuery {
 
 /// A time filter: RFC 3339, and inside the range a job's time can have
 /// (a time that is a negative year in UTC cannot even be sent to SQL).
-fn time_parse(name: &str, value: Option<String>) -> Result<Option<DateTime<Utc>>, ApiError> {
+pub(super) fn time_parse(
+    name: &str,
+    value: Option<String>,
+) -> Result<Option<DateTime<Utc>>, ApiError> {
     value
         .map(|text| {
             let at = DateTime::parse_from_rfc3339(&text)
@@ -82,6 +85,19 @@ pub struct HistoryEvent {
     pub attempt: u32,
 }
 
+/// A status filter, checked.
+pub(super) fn status_parse(name: &str, value: Option<String>) -> Result<Option<Status>, ApiError> {
+    value
+        .map(|s| {
+            s.parse::<Status>().map_err(|_| {
+                ApiError::InvalidRequest(format!(
+                    "{name} {s:?} is not one of pending, dispatching, dispatched, succeeded, dead, cancelled"
+                ))
+            })
+        })
+        .transpose()
+}
+
 fn cursor_encode(after: JobId) -> String {
     CURSOR.encode(format!("id:{after}"))
 }
@@ -110,16 +126,7 @@ pub async fn list(
 ) -> Result<Json<JobPage>, ApiError> {
     caller.require(Scope::Read)?;
     let Query(query) = query.map_err(|err| ApiError::InvalidRequest(err.body_text()))?;
-    let status = query
-        .status
-        .map(|s| {
-            s.parse::<Status>().map_err(|_| {
-                ApiError::InvalidRequest(format!(
-                    "status {s:?} is not one of pending, dispatching, dispatched, succeeded, dead, cancelled"
-                ))
-            })
-        })
-        .transpose()?;
+    let status = status_parse("status", query.status)?;
     // Filters follow the rules of what they match, so a value no job can
     // have is the caller's mistake (and never reaches SQL).
     if let Some(topic) = &query.topic {

@@ -10,7 +10,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, QueryBuilder, Row};
 
-use super::jobs::{job_from_row, JOB_COLUMNS_NO_PAYLOAD};
+use super::jobs::{job_from_row, run_at_push, topic_patterns_push, JOB_COLUMNS_NO_PAYLOAD};
 use super::{Store, StoreError};
 use crate::job::{Job, JobId, Status};
 
@@ -172,16 +172,7 @@ fn filter_push(query: &mut QueryBuilder<'_, MySql>, filter: &BulkFilter) {
             .push_bind(like_prefix(prefix))
             .push(" ESCAPE '!'");
     }
-    if let Some(from) = filter.run_at_from {
-        query
-            .push(" AND schedule_time >= ")
-            .push_bind(from.naive_utc());
-    }
-    if let Some(to) = filter.run_at_to {
-        query
-            .push(" AND schedule_time < ")
-            .push_bind(to.naive_utc());
-    }
+    run_at_push(query, filter.run_at_from, filter.run_at_to);
     if let Some(ids) = &filter.ids {
         query.push(" AND id IN (");
         if ids.is_empty() {
@@ -193,16 +184,7 @@ fn filter_push(query: &mut QueryBuilder<'_, MySql>, filter: &BulkFilter) {
         }
         query.push(")");
     }
-    if let Some(patterns) = &filter.topic_patterns {
-        query.push(" AND (FALSE");
-        for pattern in patterns {
-            query
-                .push(" OR topic LIKE ")
-                .push_bind(crate::auth::pattern_to_like(pattern))
-                .push(" ESCAPE '!'");
-        }
-        query.push(")");
-    }
+    topic_patterns_push(query, filter.topic_patterns.as_deref());
 }
 
 fn ids_push(query: &mut QueryBuilder<'_, MySql>, ids: &[JobId]) {

@@ -342,26 +342,8 @@ impl Store {
         if let Some(key) = &filter.key {
             query.push(" AND job_key = ").push_bind(key);
         }
-        if let Some(from) = filter.run_at_from {
-            query
-                .push(" AND schedule_time >= ")
-                .push_bind(from.naive_utc());
-        }
-        if let Some(to) = filter.run_at_to {
-            query
-                .push(" AND schedule_time < ")
-                .push_bind(to.naive_utc());
-        }
-        if let Some(patterns) = &filter.topic_patterns {
-            query.push(" AND (FALSE");
-            for pattern in patterns {
-                query
-                    .push(" OR topic LIKE ")
-                    .push_bind(crate::auth::pattern_to_like(pattern))
-                    .push(" ESCAPE '!'");
-            }
-            query.push(")");
-        }
+        run_at_push(&mut query, filter.run_at_from, filter.run_at_to);
+        topic_patterns_push(&mut query, filter.topic_patterns.as_deref());
         query.push(" ORDER BY id LIMIT ").push_bind(limit);
         let rows = query.build().fetch_all(&self.pool).await?;
         rows.iter().map(job_from_row).collect()
@@ -804,6 +786,38 @@ pub(super) fn push_id_list(query: &mut QueryBuilder<'_, MySql>, ids: &[JobId]) {
         list.push_bind(*id);
     }
     query.push(")");
+}
+
+/// ` AND` due at or after `from` and before `to`.
+pub(super) fn run_at_push(
+    query: &mut QueryBuilder<'_, MySql>,
+    from: Option<DateTime<Utc>>,
+    to: Option<DateTime<Utc>>,
+) {
+    if let Some(from) = from {
+        query
+            .push(" AND schedule_time >= ")
+            .push_bind(from.naive_utc());
+    }
+    if let Some(to) = to {
+        query
+            .push(" AND schedule_time < ")
+            .push_bind(to.naive_utc());
+    }
+}
+
+/// ` AND` the topic matches one of `patterns` (None: any topic).
+pub(super) fn topic_patterns_push(query: &mut QueryBuilder<'_, MySql>, patterns: Option<&[String]>) {
+    if let Some(patterns) = patterns {
+        query.push(" AND (FALSE");
+        for pattern in patterns {
+            query
+                .push(" OR topic LIKE ")
+                .push_bind(crate::auth::pattern_to_like(pattern))
+                .push(" ESCAPE '!'");
+        }
+        query.push(")");
+    }
 }
 
 fn headers_encode(headers: &BTreeMap<String, String>) -> Option<String> {
