@@ -53,6 +53,10 @@ pub struct Config {
     /// computes the gauges from MySQL: jobs by status and topic, overdue,
     /// drift, results lag.
     pub truth_interval_ms: u64,
+    /// How often the jobs are counted by status and topic, the one gauge
+    /// whose cost grows with the table (seconds at ten million live jobs);
+    /// at least `truth_interval_ms`.
+    pub truth_counts_interval_ms: u64,
     /// Most topics the `tickler_jobs` gauge names; the rest are summed
     /// under `topic="_other"`.
     pub gauge_topics_max: usize,
@@ -229,6 +233,7 @@ impl Default for Config {
             shards: 16,
             instance_ttl_ms: 5_000,
             truth_interval_ms: 15_000,
+            truth_counts_interval_ms: 60_000,
             gauge_topics_max: 50,
             redis_cluster: false,
             window_ms: 600_000,
@@ -441,6 +446,14 @@ impl Config {
         }
         if !(1_000..=3_600_000).contains(&self.truth_interval_ms) {
             return Err(invalid("truth_interval_ms", "must be between 1000 and 3600000"));
+        }
+        if self.truth_counts_interval_ms < self.truth_interval_ms
+            || self.truth_counts_interval_ms > 86_400_000
+        {
+            return Err(invalid(
+                "truth_counts_interval_ms",
+                "must be at least truth_interval_ms and at most 86400000",
+            ));
         }
         if !(1..=10_000).contains(&self.gauge_topics_max) {
             return Err(invalid("gauge_topics_max", "must be between 1 and 10000"));

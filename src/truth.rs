@@ -87,9 +87,30 @@ impl Truth {
     /// Reads everything once. A Redis or Kafka that does not answer leaves
     /// its figure null; MySQL not answering is an error.
     pub async fn compute(store: &Store, index: &Index, config: &Config) -> Result<Truth, StoreError> {
+        Truth::compute_with(store, index, config, &mut Counts::default()).await
+    }
+
+    /// [`Truth::compute`], counting jobs by status and topic only when
+    /// `counts` is older than `truth_counts_interval_ms`: that is the one
+    /// figure whose cost grows with the table (an index-only scan of every
+    /// live job: seconds at ten million).
+    pub async fn compute_with(
+        store: &Store,
+        index: &Index,
+        config: &Config,
+        counts: &mut Counts,
+    ) -> Result<Truth, StoreError> {
         let started = Instant::now();
         let at = store.db_now().await?;
-        let jobs = store.job_counts().await?;
+        let fresh = Duration::from_millis(config.truth_counts_interval_ms);
+        let jobs = match &counts.0 {
+            Some((counted, jobs)) if counted.elapsed() < fresh => jobs.clone(),
+            _ => {
+                let jobs = store.job_counts().await?;
+                counts.0 = Some((Instant::now(), jobs.clone()));
+                jobs
+            }
+        };
         let Overdue {
             count,
             oldest_age_ms,
@@ -153,6 +174,10 @@ impl Truth {
         self
     }
 }
+
+/// The last count of jobs by status and topic, and when it was made.
+#[derive(Debug, Clone, Default)]
+pub struct Counts(Option<(Instant, Vec<TopicCount>)>);
 
 /// p50 and p99 of lateness per minute of run time, oldest minute first.
 pub fn lateness_by_minute(sample: &[(DateTime<Utc>, DateTime<Utc>)]) -> Vec<LatenessMinute> {
@@ -219,6 +244,7 @@ pub struct Reporter {
     ownership: watch::Receiver<Ownership>,
     /// The (status, topic) series last published, to zero those gone.
     published: BTreeSet<(String, String)>,
+    counts: Counts,
     reporting: bool,
 }
 
@@ -235,6 +261,7 @@ impl Reporter {
             config,
             ownership,
             published: BTreeSet::new(),
+            counts: Counts::default(),
             reporting: false,
         }
     }
@@ -271,7 +298,8 @@ impl Reporter {
             self.reporting = false;
             return Ok(false);
         }
-        let truth = Truth::compute(&self.store, &self.index, &self.config).await?;
+        let truth =
+            Truth::compute_with(&self.store, &self.index, &self.config, &mut self.counts).await?;
         self.publish(&truth);
         self.reporting = true;
         Ok(true)

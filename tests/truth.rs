@@ -13,6 +13,7 @@ async fn start_without_dispatcher() -> TestEnv {
     TestEnv::start_with(|c| {
         c.roles = ["api", "loader", "reconciler"].map(String::from).to_vec();
         c.truth_interval_ms = 1_000;
+        c.truth_counts_interval_ms = 1_000;
     })
     .await
 }

@@ -11,14 +11,14 @@ use tokio::sync::Mutex;
 use super::auth::Caller;
 use super::{ApiError, ApiState};
 use crate::auth::Scope;
-use crate::truth::Truth;
+use crate::truth::{Counts, Truth};
 
 /// A computation is reused this long: a dashboard left open in many
 /// browsers costs one computation per second at most.
 const REUSE: Duration = Duration::from_secs(1);
 
 #[derive(Clone, Default)]
-pub struct StatsCache(Arc<Mutex<Option<(Instant, Truth)>>>);
+pub struct StatsCache(Arc<Mutex<(Option<(Instant, Truth)>, Counts)>>);
 
 /// `GET /v1/stats` — jobs by status and topic (only the token's topics),
 /// overdue jobs, the index's drift from MySQL, the next due job, lateness
@@ -32,11 +32,13 @@ pub async fn get(State(state): State<ApiState>, caller: Caller) -> Result<Json<T
     caller.require(Scope::Read)?;
     let truth = {
         let mut cached = state.stats.0.lock().await;
-        match &*cached {
+        let (last, counts) = &mut *cached;
+        match last {
             Some((at, truth)) if at.elapsed() < REUSE => truth.clone(),
             _ => {
-                let truth = Truth::compute(&state.store, &state.index, &state.config).await?;
-                *cached = Some((Instant::now(), truth.clone()));
+                let truth =
+                    Truth::compute_with(&state.store, &state.index, &state.config, counts).await?;
+                *last = Some((Instant::now(), truth.clone()));
                 truth
             }
         }
