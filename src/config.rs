@@ -57,6 +57,13 @@ pub struct Config {
     /// whose cost grows with the table (seconds at ten million live jobs);
     /// at least `truth_interval_ms`.
     pub truth_counts_interval_ms: u64,
+    /// Where the reporter instance posts JSON when jobs end dead and when a
+    /// backlog builds up (`http://` or `https://`); none by default.
+    pub notify_webhook_url: Option<String>,
+    /// A backlog is an overdue pending job older than this.
+    pub notify_backlog_ms: u64,
+    /// While a backlog lasts, it is said again this often.
+    pub notify_repeat_ms: u64,
     /// Most topics the `tickler_jobs` gauge names; the rest are summed
     /// under `topic="_other"`.
     pub gauge_topics_max: usize,
@@ -234,6 +241,9 @@ impl Default for Config {
             instance_ttl_ms: 5_000,
             truth_interval_ms: 15_000,
             truth_counts_interval_ms: 60_000,
+            notify_webhook_url: None,
+            notify_backlog_ms: 300_000,
+            notify_repeat_ms: 3_600_000,
             gauge_topics_max: 50,
             redis_cluster: false,
             window_ms: 600_000,
@@ -454,6 +464,17 @@ impl Config {
                 "truth_counts_interval_ms",
                 "must be at least truth_interval_ms and at most 86400000",
             ));
+        }
+        if let Some(url) = &self.notify_webhook_url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(invalid("notify_webhook_url", "must start with http:// or https://"));
+            }
+        }
+        if !(1_000..=604_800_000).contains(&self.notify_backlog_ms) {
+            return Err(invalid("notify_backlog_ms", "must be between 1000 and 604800000"));
+        }
+        if !(60_000..=604_800_000).contains(&self.notify_repeat_ms) {
+            return Err(invalid("notify_repeat_ms", "must be between 60000 and 604800000"));
         }
         if !(1..=10_000).contains(&self.gauge_topics_max) {
             return Err(invalid("gauge_topics_max", "must be between 1 and 10000"));

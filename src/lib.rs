@@ -19,6 +19,7 @@
 //!   topic; produces dead letters
 //! - [`membership`] — instances know each other; shard leases and fencing
 //! - [`truth`]      — gauges from MySQL, Redis and Kafka as they are now
+//! - [`notify`]     — the webhook for dead jobs and backlogs
 //! - [`api`]        — HTTP/JSON under `/v1`, `/healthz`, `/metrics`
 //! - [`app`]        — starts the roles under one cancellation token
 //! - [`kafka`]      — Kafka client settings and topic administration
@@ -41,6 +42,7 @@ pub mod kafka;
 pub mod loader;
 pub mod membership;
 pub mod metrics;
+pub mod notify;
 pub mod outcome;
 pub mod reconciler;
 pub mod results;

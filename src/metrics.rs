@@ -53,6 +53,7 @@ pub const TRUTH_NEXT_DUE: &str = "tickler_next_due_seconds";
 pub const TRUTH_SCAN: &str = "tickler_truth_scan_seconds";
 pub const TRUTH_REPORTER: &str = "tickler_truth_reporter";
 pub const TRUTH_COMPUTED: &str = "tickler_truth_computed_timestamp_seconds";
+pub const NOTIFY_FAILED: &str = "tickler_notify_failed_total";
 pub const TRUTH_DISPATCHERS_LIVE: &str = "tickler_dispatchers_live";
 
 /// Installs the process-wide recorder once and returns the handle that
@@ -205,6 +206,7 @@ fn describe() {
     describe_gauge!(TRUTH_COMPUTED, Unit::Seconds, "Unix time of the reporter's last successful computation: time() minus this is how stale the gauges are (they keep their values while MySQL does not answer).");
     describe_gauge!(TRUTH_SCAN, Unit::Seconds, "How long the last computation of these gauges took.");
     describe_gauge!(TRUTH_REPORTER, "1 on the instance reporting the gauges from the truth, 0 on the others.");
+    describe_counter!(NOTIFY_FAILED, "Notifications the webhook (notify_webhook_url) did not take; each is sent again next round.");
     describe_gauge!(TRUTH_DISPATCHERS_LIVE, "Live instances running the dispatcher role, from the instances table.");
 }
 
@@ -255,6 +257,10 @@ pub fn truth_publish(g: &TruthGauges) {
     }
     gauge!(TRUTH_DISPATCHERS_LIVE).set(g.dispatchers_live as f64);
     gauge!(TRUTH_SCAN).set(g.scan_s);
+}
+
+pub fn notify_failed() {
+    counter!(NOTIFY_FAILED).increment(1);
 }
 
 pub fn instances_live(n: usize) {

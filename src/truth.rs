@@ -246,6 +246,7 @@ pub struct Reporter {
     published: BTreeSet<(String, String)>,
     counts: Counts,
     reporting: bool,
+    notifier: Option<crate::notify::Notifier>,
 }
 
 impl Reporter {
@@ -255,6 +256,7 @@ impl Reporter {
         config: Arc<Config>,
         ownership: watch::Receiver<Ownership>,
     ) -> Reporter {
+        let notifier = crate::notify::Notifier::from_config(&config);
         Reporter {
             store,
             index,
@@ -263,6 +265,7 @@ impl Reporter {
             published: BTreeSet::new(),
             counts: Counts::default(),
             reporting: false,
+            notifier,
         }
     }
 
@@ -294,6 +297,9 @@ impl Reporter {
             if self.reporting {
                 tracing::info!(reporter = ?reporter, "another instance reports the gauges now");
                 self.zero();
+                if let Some(notifier) = &mut self.notifier {
+                    notifier.reset();
+                }
             }
             self.reporting = false;
             return Ok(false);
@@ -302,6 +308,9 @@ impl Reporter {
             Truth::compute_with(&self.store, &self.index, &self.config, &mut self.counts).await?;
         self.publish(&truth);
         self.reporting = true;
+        if let Some(notifier) = &mut self.notifier {
+            notifier.round(&self.store, &truth).await?;
+        }
         Ok(true)
     }
 

@@ -32,7 +32,7 @@ pub use jobs::{
     BatchRow, Cancelled, ClaimOutcome, Dispatched, JobChanges, JobEvent, JobFilter, Marked,
     Modified, WindowEntry,
 };
-pub use stats::{Overdue, Position, TopicCount, COUNTED};
+pub use stats::{DeadSince, Overdue, Position, TopicCount, COUNTED};
 pub use results::{DeadLetter, Disposition, Redriven, Settled};
 pub use tokens::{NewToken, TokenRow};
 

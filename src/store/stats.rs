@@ -229,3 +229,53 @@ impl Store {
         Ok(positions)
     }
 }
+
+/// Jobs of one topic that ended dead in a span.
+#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
+pub struct DeadSince {
+    pub topic: String,
+    pub count: u64,
+    /// Some of their ids.
+    pub ids: Vec<crate::job::JobId>,
+}
+
+impl Store {
+    /// Jobs dead now whose row changed after `since` and at or before
+    /// `until` (database clock), by topic: a range scan of
+    /// `(status, updated_at)`.
+    pub async fn job_dead_between(
+        &self,
+        since: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<Vec<DeadSince>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT topic, COUNT(*) AS n, \
+             SUBSTRING_INDEX(GROUP_CONCAT(id ORDER BY id SEPARATOR ','), ',', 10) AS ids \
+             FROM jobs WHERE status = 'dead' AND updated_at > ? AND updated_at <= ? \
+             GROUP BY topic ORDER BY n DESC",
+        )
+        .bind(since.naive_utc())
+        .bind(until.naive_utc())
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let topic: Vec<u8> = row.try_get("topic")?;
+                let n: i64 = row.try_get("n")?;
+                let ids: Option<Vec<u8>> = row.try_get("ids")?;
+                Ok(DeadSince {
+                    topic: String::from_utf8_lossy(&topic).into_owned(),
+                    count: n as u64,
+                    ids: ids
+                        .map(|b| {
+                            String::from_utf8_lossy(&b)
+                                .split(',')
+                                .filter_map(|id| id.parse().ok())
+                                .collect()
+                        })
+                        .unwrap_or_default(),
+                })
+            })
+            .collect()
+    }
+}

@@ -1,0 +1,173 @@
+//! A webhook for the people who own the jobs, without Prometheus: the
+//! reporter instance posts JSON when jobs end dead and when a backlog builds
+//! up (and when it clears). Each body has a `text` sentence, so a Slack or
+//! Mattermost incoming webhook shows it as is.
+//!
+//! Dead jobs are sent at least once: the window of time a notification
+//! covers moves on only once the webhook answered 2xx. A new reporter (at
+//! start-up, or taking over from one that died) first looks back two
+//! intervals and an instance TTL — the longest a handover leaves unwatched —
+//! so a death around a handover may be told twice, never not at all.
+
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use serde_json::{json, Value};
+
+use crate::config::Config;
+use crate::metrics;
+use crate::store::{Store, StoreError};
+use crate::truth::Truth;
+
+pub struct Notifier {
+    url: String,
+    http: reqwest::Client,
+    /// A backlog is an overdue job older than this.
+    backlog_after: Duration,
+    /// While a backlog lasts, it is said again this often.
+    repeat: Duration,
+    /// Dead jobs up to here have been notified.
+    dead_until: Option<DateTime<Utc>>,
+    /// How far back a new reporter looks first.
+    lookback: Duration,
+    /// When the backlog was last said (None: no backlog now).
+    backlog_said: Option<std::time::Instant>,
+}
+
+impl Notifier {
+    /// None when no `notify_webhook_url` is set.
+    pub fn from_config(config: &Config) -> Option<Notifier> {
+        let url = config.notify_webhook_url.clone()?;
+        let http = reqwest::Client::builder()
+            .timeout(Duration::from_secs(5))
+            .user_agent(concat!("tickler/", env!("CARGO_PKG_VERSION")))
+            .build()
+            .ok()?;
+        Some(Notifier {
+            url,
+            http,
+            backlog_after: Duration::from_millis(config.notify_backlog_ms),
+            repeat: Duration::from_millis(config.notify_repeat_ms),
+            dead_until: None,
+            lookback: Duration::from_millis(2 * config.truth_interval_ms + config.instance_ttl_ms),
+            backlog_said: None,
+        })
+    }
+
+    /// Forgets what it told: another instance reports now, and this one
+    /// looks back again if it becomes the reporter later.
+    pub fn reset(&mut self) {
+        self.dead_until = None;
+        self.backlog_said = None;
+    }
+
+    /// Says what changed since the last round: jobs that ended dead, a
+    /// backlog (again, every `repeat` while it lasts), a backlog cleared.
+    pub async fn round(&mut self, store: &Store, truth: &Truth) -> Result<(), StoreError> {
+        let now = store.db_now().await?;
+        let lookback = chrono::Duration::from_std(self.lookback).unwrap_or_default();
+        let since = *self.dead_until.get_or_insert(now - lookback);
+        if now > since {
+            let dead = store.job_dead_between(since, now).await?;
+            if dead.is_empty() || self.send(&dead_body(&dead)).await {
+                self.dead_until = Some(now);
+            }
+        }
+        let age_ms = truth.overdue.oldest_age_ms.max(0) as u64;
+        let backlog = truth.overdue.count > 0 && age_ms >= self.backlog_after.as_millis() as u64;
+        match (backlog, self.backlog_said) {
+            (true, Some(said)) if said.elapsed() < self.repeat => {}
+            (true, _) => {
+                let body = json!({
+                    "event": "backlog",
+                    "text": format!(
+                        "tickler: {} jobs are overdue, the oldest by {} s (see tickler doctor and the dashboard's overdue jobs)",
+                        truth.overdue.count,
+                        age_ms / 1000
+                    ),
+                    "overdue": truth.overdue.count,
+                    "oldest_age_ms": age_ms,
+                    "at": truth.at,
+                });
+                if self.send(&body).await {
+                    self.backlog_said = Some(std::time::Instant::now());
+                }
+            }
+            (false, Some(_)) => {
+                let body = json!({
+                    "event": "backlog_cleared",
+                    "text": "tickler: the backlog has cleared; no job is overdue past the threshold",
+                    "overdue": truth.overdue.count,
+                    "at": truth.at,
+                });
+                if self.send(&body).await {
+                    self.backlog_said = None;
+                }
+            }
+            (false, None) => {}
+        }
+        Ok(())
+    }
+
+    /// Posts `body`; true when the webhook took it.
+    async fn send(&self, body: &Value) -> bool {
+        let sent = self.http.post(&self.url).json(body).send().await;
+        match sent {
+            Ok(response) if response.status().is_success() => true,
+            Ok(response) => {
+                tracing::warn!(status = %response.status(), event = %body["event"], "the notify webhook refused a notification; it is sent again next round");
+                metrics::notify_failed();
+                false
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, event = %body["event"], "the notify webhook did not answer; the notification is sent again next round");
+                metrics::notify_failed();
+                false
+            }
+        }
+    }
+}
+
+fn dead_body(dead: &[crate::store::DeadSince]) -> Value {
+    let total: u64 = dead.iter().map(|d| d.count).sum();
+    let topics: Vec<String> = dead
+        .iter()
+        .map(|d| format!("{} on {}", d.count, d.topic))
+        .collect();
+    json!({
+        "event": "dead_jobs",
+        "text": format!(
+            "tickler: {total} jobs ended dead ({}); see them with tickler jobs list --status dead, redrive with tickler jobs bulk redrive",
+            topics.join(", ")
+        ),
+        "count": total,
+        "topics": dead,
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::store::DeadSince;
+
+    #[test]
+    fn a_dead_jobs_body_says_how_many_where_and_which() {
+        let body = dead_body(&[
+            DeadSince {
+                topic: "orders".into(),
+                count: 3,
+                ids: vec![1, 2, 3],
+            },
+            DeadSince {
+                topic: "mail".into(),
+                count: 1,
+                ids: vec![9],
+            },
+        ]);
+        assert_eq!(body["event"], "dead_jobs");
+        assert_eq!(body["count"], 4);
+        assert_eq!(body["topics"][0]["ids"], json!([1, 2, 3]));
+        let text = body["text"].as_str().unwrap();
+        assert!(text.contains("4 jobs ended dead (3 on orders, 1 on mail)"), "{text}");
+    }
+}
