@@ -64,6 +64,18 @@ async fn dashboard_signs_in_redrives_a_dead_job_shows_history_and_bulk_cancels()
     .await
     .unwrap();
 
+    // A few sent already, so the overview has lateness to chart.
+    let mut sent = Vec::new();
+    for i in 0..20 {
+        let job = env
+            .job_create(json!({"key": format!("now-{i}"), "payload": {"n": i}, "delay_ms": 100 * i}))
+            .await;
+        sent.push(job["id"].as_u64().unwrap());
+    }
+    for id in &sent {
+        env.status_await(*id, "dispatched", Duration::from_secs(20)).await;
+    }
+
     let shots = screenshot_dir();
     let browser = Browser::start()
         .await
@@ -111,6 +123,10 @@ async fn dashboard_signs_in_redrives_a_dead_job_shows_history_and_bulk_cancels()
     let redrive = format!("#dead button[data-action=\"redrive\"][data-job=\"{doomed}\"]");
     let button = browser
         .wait_for(&redrive, |t| t == "Redrive", WAIT)
+        .await
+        .unwrap();
+    browser
+        .wait_for("#lateness svg", |_| true, WAIT)
         .await
         .unwrap();
     browser
