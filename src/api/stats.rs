@@ -18,7 +18,14 @@ use crate::truth::{Counts, Truth};
 const REUSE: Duration = Duration::from_secs(1);
 
 #[derive(Clone, Default)]
-pub struct StatsCache(Arc<Mutex<(Option<(Instant, Truth)>, Counts)>>);
+pub struct StatsCache(Arc<Mutex<Cached>>);
+
+/// The last answer and when it was computed, and the last count of jobs.
+#[derive(Default)]
+struct Cached {
+    last: Option<(Instant, Truth)>,
+    counts: Counts,
+}
 
 /// `GET /v1/stats` — jobs by status and topic (only the token's topics),
 /// overdue jobs, the index's drift from MySQL, the next due job, lateness
@@ -32,7 +39,7 @@ pub async fn get(State(state): State<ApiState>, caller: Caller) -> Result<Json<T
     caller.require(Scope::Read)?;
     let truth = {
         let mut cached = state.stats.0.lock().await;
-        let (last, counts) = &mut *cached;
+        let Cached { last, counts } = &mut *cached;
         match last {
             Some((at, truth)) if at.elapsed() < REUSE => truth.clone(),
             _ => {
