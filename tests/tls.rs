@@ -215,6 +215,25 @@ async fn the_api_speaks_https_with_its_certificate() {
     );
     let (ok, body) = curl(&certs.ca, &format!("{https}/v1/jobs/1"));
     assert!(ok && body.contains("unauthorized"), "{body}");
+    // The jobs CLI trusts the CA it is given, and no other.
+    let cli = |ca: &std::path::Path| {
+        std::process::Command::new(env!("CARGO_BIN_EXE_tickler"))
+            .args(["jobs", "list", "--json", "--url", &https, "--ca-cert"])
+            .arg(ca)
+            .env("TICKLER_TOKEN", &env.admin_secret)
+            .output()
+            .unwrap()
+    };
+    let trusted = cli(&certs.ca);
+    assert_eq!(
+        trusted.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&trusted.stderr)
+    );
+    assert!(String::from_utf8_lossy(&trusted.stdout).contains("\"jobs\""));
+    let untrusted = cli(&certs.wrong_ca);
+    assert_eq!(untrusted.status.code(), Some(3), "an untrusted certificate: unreachable");
     // Plain HTTP on the HTTPS port gets no answer.
     let plain = reqwest::Client::new()
         .get(format!("{}/healthz", env.base_url))
