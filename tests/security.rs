@@ -389,3 +389,36 @@ async fn idle_and_half_sent_connections_do_not_stop_a_real_client() {
     let _: Value = Value::Null;
     env.finish().await;
 }
+
+/// A token may be called anything up to 100 characters: its name is the
+/// actor of every change it makes, in the history and in bulk operations.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_token_with_the_longest_name_writes_and_is_named_in_full() {
+    let env = TestEnv::start().await;
+    let name = format!("svc-{}", "x".repeat(96));
+    assert_eq!(name.len(), 100);
+    let secret = token_create(&env.config.mysql_url, &name, &["*"], &["admin"]).await;
+    let http = http_with_token(&secret);
+    let body = json!({"topic": env.topic, "delay_ms": 3_600_000}).to_string();
+    let (status, job) = env.request_with(&http, "POST", "/v1/jobs", Some(body)).await;
+    assert_eq!(status, 201, "{job}");
+    let id = job["id"].as_u64().unwrap();
+    let (status, moved) = env
+        .request_with(
+            &http,
+            "PATCH",
+            &format!("/v1/jobs/{id}"),
+            Some(json!({"version": 1, "delay_ms": 7_200_000}).to_string()),
+        )
+        .await;
+    assert_eq!(status, 200, "{moved}");
+    let (_, history) = env.get(&format!("/v1/jobs/{id}/history")).await;
+    assert_eq!(history["events"][1]["actor"], format!("api:{name}"), "{history}");
+    let bulk = json!({"filter": {"topic": env.topic}, "action": {"type": "cancel"}, "dry_run": false});
+    let (status, op) = env
+        .request_with(&http, "POST", "/v1/jobs/bulk", Some(bulk.to_string()))
+        .await;
+    assert_eq!(status, 202, "{op}");
+    assert_eq!(op["created_by"], format!("api:{name}"));
+    env.finish().await;
+}

@@ -6,7 +6,7 @@
 -- started) are touched.
 CREATE TABLE bulk_ops (
     id          BIGINT UNSIGNED NOT NULL AUTO_INCREMENT,
-    created_by  VARCHAR(64) NOT NULL,
+    created_by  VARCHAR(110) NOT NULL,
     filter_json TEXT NOT NULL,
     action_json TEXT NOT NULL,
     status      ENUM('running', 'done', 'failed') NOT NULL DEFAULT 'running',
@@ -24,10 +24,3 @@ CREATE TABLE bulk_ops (
     PRIMARY KEY (id),
     KEY ix_bulk_ops_status_updated (status, updated_at)
 ) ENGINE = InnoDB DEFAULT CHARSET = utf8mb4 COLLATE = utf8mb4_general_ci;
-
--- The W3C trace context of the request that created a job, put on its Kafka
--- record as the `traceparent` header.
-ALTER TABLE jobs ADD COLUMN trace_parent VARCHAR(55) CHARACTER SET ascii COLLATE ascii_bin NULL;
-
--- Serves the gauges of jobs by status and topic as an index-only range scan.
-ALTER TABLE jobs ADD KEY ix_jobs_status_topic (status, topic);
