@@ -455,7 +455,10 @@ impl Config {
             return Err(invalid("shards", "must be between 1 and 16384"));
         }
         if !(1_000..=3_600_000).contains(&self.truth_interval_ms) {
-            return Err(invalid("truth_interval_ms", "must be between 1000 and 3600000"));
+            return Err(invalid(
+                "truth_interval_ms",
+                "must be between 1000 and 3600000",
+            ));
         }
         if self.truth_counts_interval_ms < self.truth_interval_ms
             || self.truth_counts_interval_ms > 86_400_000
@@ -467,14 +470,23 @@ impl Config {
         }
         if let Some(url) = &self.notify_webhook_url {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(invalid("notify_webhook_url", "must start with http:// or https://"));
+                return Err(invalid(
+                    "notify_webhook_url",
+                    "must start with http:// or https://",
+                ));
             }
         }
         if !(1_000..=604_800_000).contains(&self.notify_backlog_ms) {
-            return Err(invalid("notify_backlog_ms", "must be between 1000 and 604800000"));
+            return Err(invalid(
+                "notify_backlog_ms",
+                "must be between 1000 and 604800000",
+            ));
         }
         if !(60_000..=604_800_000).contains(&self.notify_repeat_ms) {
-            return Err(invalid("notify_repeat_ms", "must be between 60000 and 604800000"));
+            return Err(invalid(
+                "notify_repeat_ms",
+                "must be between 60000 and 604800000",
+            ));
         }
         if !(1..=10_000).contains(&self.gauge_topics_max) {
             return Err(invalid("gauge_topics_max", "must be between 1 and 10000"));

@@ -28,7 +28,9 @@ pub const HEADER_TRACEPARENT: &str = "traceparent";
 pub fn traceparent_parse(value: &str) -> Option<String> {
     let parts: Vec<&str> = value.trim().split('-').collect();
     let hex = |s: &str, len: usize| {
-        s.len() == len && s.bytes().all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
+        s.len() == len
+            && s.bytes()
+                .all(|b| b.is_ascii_digit() || (b'a'..=b'f').contains(&b))
     };
     let [version, trace, parent, flags] = parts.as_slice() else {
         return None;

@@ -196,18 +196,45 @@ fn describe() {
         TRUTH_JOBS,
         "Jobs by status (pending, dispatching, dispatched, dead) and topic, from MySQL; topics past gauge_topics_max are summed under topic=\"_other\". Reported by one instance (tickler_truth_reporter = 1), 0 elsewhere."
     );
-    describe_gauge!(TRUTH_OVERDUE, "Pending jobs whose run time has passed (due, not yet dispatched), from MySQL.");
-    describe_gauge!(TRUTH_OVERDUE_OLDEST, Unit::Seconds, "Age of the oldest overdue pending job (0 when none).");
-    describe_gauge!(TRUTH_WINDOW_JOBS, "Jobs the Redis index should hold by MySQL: pending within window_ms, and dispatching.");
-    describe_gauge!(TRUTH_INDEX_JOBS, "Entries in the Redis index (due and in flight).");
+    describe_gauge!(
+        TRUTH_OVERDUE,
+        "Pending jobs whose run time has passed (due, not yet dispatched), from MySQL."
+    );
+    describe_gauge!(
+        TRUTH_OVERDUE_OLDEST,
+        Unit::Seconds,
+        "Age of the oldest overdue pending job (0 when none)."
+    );
+    describe_gauge!(
+        TRUTH_WINDOW_JOBS,
+        "Jobs the Redis index should hold by MySQL: pending within window_ms, and dispatching."
+    );
+    describe_gauge!(
+        TRUTH_INDEX_JOBS,
+        "Entries in the Redis index (due and in flight)."
+    );
     describe_gauge!(TRUTH_INDEX_DRIFT, "tickler_window_jobs - tickler_index_jobs: positive when Redis lacks jobs MySQL says it should hold; a few in transit is normal.");
     describe_gauge!(TRUTH_RESULTS_LAG, "Records on the results topic tickler's consumer group has not consumed (-1: could not be read).");
-    describe_gauge!(TRUTH_NEXT_DUE, Unit::Seconds, "Until the next pending job is due (negative: overdue; +Inf: none pending).");
+    describe_gauge!(
+        TRUTH_NEXT_DUE,
+        Unit::Seconds,
+        "Until the next pending job is due (negative: overdue; +Inf: none pending)."
+    );
     describe_gauge!(TRUTH_COMPUTED, Unit::Seconds, "Unix time of the reporter's last successful computation: time() minus this is how stale the gauges are (they keep their values while MySQL does not answer).");
-    describe_gauge!(TRUTH_SCAN, Unit::Seconds, "How long the last computation of these gauges took.");
-    describe_gauge!(TRUTH_REPORTER, "1 on the instance reporting the gauges from the truth, 0 on the others.");
+    describe_gauge!(
+        TRUTH_SCAN,
+        Unit::Seconds,
+        "How long the last computation of these gauges took."
+    );
+    describe_gauge!(
+        TRUTH_REPORTER,
+        "1 on the instance reporting the gauges from the truth, 0 on the others."
+    );
     describe_counter!(NOTIFY_FAILED, "Notifications the webhook (notify_webhook_url) did not take; each is sent again next round.");
-    describe_gauge!(TRUTH_DISPATCHERS_LIVE, "Live instances running the dispatcher role, from the instances table.");
+    describe_gauge!(
+        TRUTH_DISPATCHERS_LIVE,
+        "Live instances running the dispatcher role, from the instances table."
+    );
 }
 
 /// What the reporter publishes; the default (all zero) is what every
@@ -229,7 +256,8 @@ pub struct TruthGauges {
 }
 
 pub fn truth_jobs(status: &str, topic: &str, count: u64) {
-    gauge!(TRUTH_JOBS, "status" => status.to_owned(), "topic" => topic.to_owned()).set(count as f64);
+    gauge!(TRUTH_JOBS, "status" => status.to_owned(), "topic" => topic.to_owned())
+        .set(count as f64);
 }
 
 pub fn truth_publish(g: &TruthGauges) {

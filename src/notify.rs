@@ -4,19 +4,25 @@
 //! Mattermost incoming webhook shows it as is.
 //!
 //! Dead jobs are sent at least once: the window of time a notification
-//! covers moves on only once the webhook answered 2xx. A new reporter (at
-//! start-up, or taking over from one that died) first looks back two
-//! intervals and an instance TTL — the longest a handover leaves unwatched —
-//! so a death around a handover may be told twice, never not at all.
+//! covers moves on only once the webhook answered 2xx. Each look reaches a
+//! minute further back than the last one ended, because a row's
+//! `updated_at` is stamped when its statement starts and becomes visible
+//! only at its commit; the ids already told are remembered, so the overlap
+//! tells nothing twice. A new reporter (at start-up, or taking over from one
+//! that died) first looks back two intervals and an instance TTL — the
+//! longest a handover leaves unwatched — so a death around a handover may be
+//! told twice, never not at all.
 
+use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
 
 use crate::config::Config;
+use crate::job::JobId;
 use crate::metrics;
-use crate::store::{Store, StoreError};
+use crate::store::{DeadSince, Store, StoreError};
 use crate::truth::Truth;
 
 pub struct Notifier {
@@ -28,6 +34,8 @@ pub struct Notifier {
     repeat: Duration,
     /// Dead jobs up to here have been notified.
     dead_until: Option<DateTime<Utc>>,
+    /// Ids told within the overlap, with their `updated_at`.
+    told: HashMap<JobId, DateTime<Utc>>,
     /// How far back a new reporter looks first.
     lookback: Duration,
     /// When the backlog was last said (None: no backlog now).
@@ -49,6 +57,7 @@ impl Notifier {
             backlog_after: Duration::from_millis(config.notify_backlog_ms),
             repeat: Duration::from_millis(config.notify_repeat_ms),
             dead_until: None,
+            told: HashMap::new(),
             lookback: Duration::from_millis(2 * config.truth_interval_ms + config.instance_ttl_ms),
             backlog_said: None,
         })
@@ -58,6 +67,7 @@ impl Notifier {
     /// looks back again if it becomes the reporter later.
     pub fn reset(&mut self) {
         self.dead_until = None;
+        self.told.clear();
         self.backlog_said = None;
     }
 
@@ -68,8 +78,16 @@ impl Notifier {
         let lookback = chrono::Duration::from_std(self.lookback).unwrap_or_default();
         let since = *self.dead_until.get_or_insert(now - lookback);
         if now > since {
-            let dead = store.job_dead_between(since, now).await?;
-            if dead.is_empty() || self.send(&dead_body(&dead)).await {
+            let rows = store
+                .job_dead_between(since - overlap(), now, DEAD_MAX)
+                .await?;
+            let fresh: Vec<_> = rows
+                .into_iter()
+                .filter(|(id, _, _)| !self.told.contains_key(id))
+                .collect();
+            if fresh.is_empty() || self.send(&dead_body(&by_topic(&fresh))).await {
+                self.told.extend(fresh.iter().map(|(id, _, at)| (*id, *at)));
+                self.told.retain(|_, at| *at > now - overlap() - overlap());
                 self.dead_until = Some(now);
             }
         }
@@ -120,6 +138,8 @@ impl Notifier {
                 false
             }
             Err(err) => {
+                // Without the URL: a webhook's URL often holds its secret.
+                let err = err.without_url();
                 tracing::warn!(error = %err, event = %body["event"], "the notify webhook did not answer; the notification is sent again next round");
                 metrics::notify_failed();
                 false
@@ -128,7 +148,35 @@ impl Notifier {
     }
 }
 
-fn dead_body(dead: &[crate::store::DeadSince]) -> Value {
+/// How much further back than the last look each look reaches: longer than
+/// a write stays uncommitted (InnoDB's lock wait is 50 s by default).
+fn overlap() -> chrono::Duration {
+    chrono::Duration::seconds(60)
+}
+
+/// Most dead jobs one notification reads.
+const DEAD_MAX: u32 = 10_000;
+
+/// Dead jobs by topic, the most first, with up to ten ids each.
+fn by_topic(rows: &[(JobId, String, DateTime<Utc>)]) -> Vec<DeadSince> {
+    let mut topics: BTreeMap<&str, DeadSince> = BTreeMap::new();
+    for (id, topic, _) in rows {
+        let entry = topics.entry(topic).or_insert_with(|| DeadSince {
+            topic: topic.clone(),
+            count: 0,
+            ids: Vec::new(),
+        });
+        entry.count += 1;
+        if entry.ids.len() < 10 {
+            entry.ids.push(*id);
+        }
+    }
+    let mut dead: Vec<DeadSince> = topics.into_values().collect();
+    dead.sort_by(|a, b| b.count.cmp(&a.count).then(a.topic.cmp(&b.topic)));
+    dead
+}
+
+fn dead_body(dead: &[DeadSince]) -> Value {
     let total: u64 = dead.iter().map(|d| d.count).sum();
     let topics: Vec<String> = dead
         .iter()
@@ -148,7 +196,19 @@ fn dead_body(dead: &[crate::store::DeadSince]) -> Value {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::store::DeadSince;
+
+    #[test]
+    fn dead_jobs_are_grouped_by_topic_the_most_first() {
+        let at = Utc::now();
+        let rows: Vec<_> = [(1, "b"), (2, "a"), (3, "b"), (4, "c"), (5, "b")]
+            .iter()
+            .map(|(id, t)| (*id, t.to_string(), at))
+            .collect();
+        let dead = by_topic(&rows);
+        assert_eq!(dead[0].topic, "b");
+        assert_eq!((dead[0].count, dead[0].ids.clone()), (3, vec![1, 3, 5]));
+        assert_eq!(dead.iter().map(|d| d.count).sum::<u64>(), 5);
+    }
 
     #[test]
     fn a_dead_jobs_body_says_how_many_where_and_which() {
@@ -168,6 +228,9 @@ mod tests {
         assert_eq!(body["count"], 4);
         assert_eq!(body["topics"][0]["ids"], json!([1, 2, 3]));
         let text = body["text"].as_str().unwrap();
-        assert!(text.contains("4 jobs ended dead (3 on orders, 1 on mail)"), "{text}");
+        assert!(
+            text.contains("4 jobs ended dead (3 on orders, 1 on mail)"),
+            "{text}"
+        );
     }
 }

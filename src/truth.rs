@@ -86,7 +86,11 @@ pub struct LatenessMinute {
 impl Truth {
     /// Reads everything once. A Redis or Kafka that does not answer leaves
     /// its figure null; MySQL not answering is an error.
-    pub async fn compute(store: &Store, index: &Index, config: &Config) -> Result<Truth, StoreError> {
+    pub async fn compute(
+        store: &Store,
+        index: &Index,
+        config: &Config,
+    ) -> Result<Truth, StoreError> {
         Truth::compute_with(store, index, config, &mut Counts::default()).await
     }
 
@@ -166,12 +170,6 @@ impl Truth {
             results_lag,
             scan_ms: started.elapsed().as_millis() as u64,
         })
-    }
-
-    /// Only the topics `visible` says a caller may see.
-    pub fn only_topics(mut self, visible: impl Fn(&str) -> bool) -> Truth {
-        self.jobs.retain(|count| visible(&count.topic));
-        self
     }
 }
 
@@ -287,7 +285,10 @@ impl Reporter {
     /// Reports once if this instance is the reporter; says whether it is.
     pub async fn run_once(&mut self) -> Result<bool, StoreError> {
         let me = self.ownership.borrow().instance;
-        let live = self.store.instances_list(self.config.instance_ttl()).await?;
+        let live = self
+            .store
+            .instances_list(self.config.instance_ttl())
+            .await?;
         let reporter = live
             .iter()
             .filter(|i| i.live && i.has_role("reconciler"))
@@ -391,8 +392,14 @@ mod tests {
         let minutes = lateness_by_minute(&sample);
         assert_eq!(minutes.len(), 2);
         assert_eq!(minutes[0].minute, "2030-01-01T00:00:00.000Z");
-        assert_eq!((minutes[0].count, minutes[0].p50_ms, minutes[0].p99_ms), (100, 50, 99));
-        assert_eq!((minutes[1].count, minutes[1].p50_ms, minutes[1].p99_ms), (1, 7, 7));
+        assert_eq!(
+            (minutes[0].count, minutes[0].p50_ms, minutes[0].p99_ms),
+            (100, 50, 99)
+        );
+        assert_eq!(
+            (minutes[1].count, minutes[1].p50_ms, minutes[1].p99_ms),
+            (1, 7, 7)
+        );
     }
 
     #[test]

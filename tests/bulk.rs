@@ -15,7 +15,9 @@ async fn seed(env: &TestEnv, topic: &str, prefix: &str, n: usize) -> Vec<u64> {
     let mut ids = Vec::new();
     for i in 0..n {
         let job = env
-            .job_create(json!({"topic": topic, "key": format!("{prefix}{i}"), "delay_ms": 3_600_000}))
+            .job_create(
+                json!({"topic": topic, "key": format!("{prefix}{i}"), "delay_ms": 3_600_000}),
+            )
             .await;
         ids.push(job["id"].as_u64().unwrap());
     }
@@ -49,7 +51,8 @@ async fn a_preview_counts_and_samples_and_changes_nothing() {
     let topic = env.topic.clone();
     let ids = seed(&env, &topic, "order-", 30).await;
     seed(&env, &topic, "invoice-", 5).await;
-    let before: Vec<i64> = futures::future::join_all(ids.iter().map(|id| schedule_ms(&env, *id))).await;
+    let before: Vec<i64> =
+        futures::future::join_all(ids.iter().map(|id| schedule_ms(&env, *id))).await;
 
     let (status, preview) = env
         .post(
@@ -63,7 +66,8 @@ async fn a_preview_counts_and_samples_and_changes_nothing() {
     assert_eq!(preview["applies_to"], "pending");
     assert_eq!(preview["sample"].as_array().unwrap().len(), 20);
     assert_eq!(preview["sample"][0]["id"].as_u64(), Some(ids[0]));
-    let after: Vec<i64> = futures::future::join_all(ids.iter().map(|id| schedule_ms(&env, *id))).await;
+    let after: Vec<i64> =
+        futures::future::join_all(ids.iter().map(|id| schedule_ms(&env, *id))).await;
     assert_eq!(before, after, "a preview moves nothing");
     let ops: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM bulk_ops")
         .fetch_one(&env.sql)
@@ -110,10 +114,19 @@ async fn a_shift_moves_every_match_once_and_the_history_names_the_operation() {
     assert_eq!(op["skipped"], 0);
     assert_eq!(schedule_ms(&env, ids[0]).await, first_before - 600_000);
     assert_eq!(schedule_ms(&env, ids[n - 1]).await, last_before - 600_000);
-    assert_eq!(schedule_ms(&env, other).await, other_before, "outside the filter");
+    assert_eq!(
+        schedule_ms(&env, other).await,
+        other_before,
+        "outside the filter"
+    );
 
     let (_, history) = env.get(&format!("/v1/jobs/{}/history", ids[7])).await;
-    let last = history["events"].as_array().unwrap().last().unwrap().clone();
+    let last = history["events"]
+        .as_array()
+        .unwrap()
+        .last()
+        .unwrap()
+        .clone();
     assert_eq!(last["actor"], format!("bulk:{}", op["id"]));
     assert_eq!(last["status"], "pending");
     env.finish().await;
@@ -145,7 +158,11 @@ async fn jobs_that_moved_on_are_skipped_never_forced() {
         .await;
     assert_eq!(status, 202, "{started}");
     let op = finished(&env, started["id"].as_u64().unwrap()).await;
-    assert_eq!((op["changed"].as_u64(), op["skipped"].as_u64()), (Some(7), Some(3)), "{op}");
+    assert_eq!(
+        (op["changed"].as_u64(), op["skipped"].as_u64()),
+        (Some(7), Some(3)),
+        "{op}"
+    );
     assert_eq!(env.job_status(ids[2]).await, "dispatched");
     assert_eq!(env.job_status(ids[0]).await, "cancelled");
     env.finish().await;
@@ -171,7 +188,8 @@ async fn a_bulk_redrive_sends_dead_jobs_again() {
     let op = finished(&env, started["id"].as_u64().unwrap()).await;
     assert_eq!(op["changed"], 3, "{op}");
     for id in &ids[..3] {
-        env.status_await(*id, "dispatched", Duration::from_secs(20)).await;
+        env.status_await(*id, "dispatched", Duration::from_secs(20))
+            .await;
     }
     let attempts: Vec<(u32, u32)> =
         sqlx::query_as("SELECT attempt, max_attempts FROM jobs WHERE id = ?")
@@ -179,8 +197,16 @@ async fn a_bulk_redrive_sends_dead_jobs_again() {
             .fetch_all(&env.sql)
             .await
             .unwrap();
-    assert_eq!(attempts, vec![(2, 3)], "attempt goes on counting, two more allowed");
-    assert_eq!(env.job_status(ids[3]).await, "pending", "not dead: untouched");
+    assert_eq!(
+        attempts,
+        vec![(2, 3)],
+        "attempt goes on counting, two more allowed"
+    );
+    assert_eq!(
+        env.job_status(ids[3]).await,
+        "pending",
+        "not dead: untouched"
+    );
     env.finish().await;
 }
 
@@ -189,7 +215,8 @@ async fn an_operation_whose_instance_died_is_resumed_from_its_cursor() {
     let env = TestEnv::start().await;
     let topic = env.topic.clone();
     let ids = seed(&env, &topic, "r", 12).await;
-    let before: Vec<i64> = futures::future::join_all(ids.iter().map(|id| schedule_ms(&env, *id))).await;
+    let before: Vec<i64> =
+        futures::future::join_all(ids.iter().map(|id| schedule_ms(&env, *id))).await;
     // An instance started a shift and died after its batch covering the
     // first five jobs committed: those are shifted, the cursor is past
     // them, and the row has not moved since.
@@ -224,7 +251,10 @@ async fn an_operation_whose_instance_died_is_resumed_from_its_cursor() {
 
     let op = finished(&env, op_id).await;
     assert_eq!(op["status"], "done", "{op}");
-    assert_eq!((op["done"].as_u64(), op["changed"].as_u64()), (Some(12), Some(12)));
+    assert_eq!(
+        (op["done"].as_u64(), op["changed"].as_u64()),
+        (Some(12), Some(12))
+    );
     for (id, was) in ids.iter().zip(&before) {
         assert_eq!(
             schedule_ms(&env, *id).await,
@@ -241,23 +271,79 @@ async fn bad_bulk_requests_get_a_stable_code_and_start_nothing() {
     let topic = env.topic.clone();
     seed(&env, &topic, "b", 2).await;
     let cases = [
-        (json!({"filter": {"topic": topic}, "action": {"type": "cancel"}}), 400, "invalid_request"),
-        (json!({"filter": {}, "action": {"type": "cancel"}, "dry_run": true}), 400, "invalid_request"),
-        (json!({"filter": {"topic": topic}, "dry_run": true}), 400, "invalid_request"),
-        (json!({"filter": {"topic": topic}, "action": {"type": "explode"}, "dry_run": true}), 400, "invalid_request"),
-        (json!({"filter": {"topic": topic}, "action": {"type": "cancel", "by_ms": 5}, "dry_run": true}), 400, "invalid_request"),
-        (json!({"filter": {"topic": topic}, "action": {"type": "shift", "by_ms": 0}, "dry_run": true}), 400, "invalid_schedule"),
-        (json!({"filter": {"topic": topic}, "action": {"type": "move", "run_at": "soon"}, "dry_run": true}), 400, "invalid_request"),
-        (json!({"filter": {"topic": topic}, "action": {"type": "policy"}, "dry_run": true}), 400, "invalid_policy"),
-        (json!({"filter": {"topic": topic}, "action": {"type": "policy", "max_attempts": 0}, "dry_run": true}), 400, "invalid_policy"),
-        (json!({"filter": {"status": "sleeping"}, "action": {"type": "cancel"}, "dry_run": true}), 400, "invalid_request"),
-        (json!({"filter": {"ids": []}, "action": {"type": "cancel"}, "dry_run": true}), 400, "invalid_request"),
-        (json!({"filter": {"run_at_from": "yesterday"}, "action": {"type": "cancel"}, "dry_run": true}), 400, "invalid_request"),
-        (json!({"filter": {"topic": topic, "owner": "me"}, "action": {"type": "cancel"}, "dry_run": true}), 400, "invalid_request"),
+        (
+            json!({"filter": {"topic": topic}, "action": {"type": "cancel"}}),
+            400,
+            "invalid_request",
+        ),
+        (
+            json!({"filter": {}, "action": {"type": "cancel"}, "dry_run": true}),
+            400,
+            "invalid_request",
+        ),
+        (
+            json!({"filter": {"topic": topic}, "dry_run": true}),
+            400,
+            "invalid_request",
+        ),
+        (
+            json!({"filter": {"topic": topic}, "action": {"type": "explode"}, "dry_run": true}),
+            400,
+            "invalid_request",
+        ),
+        (
+            json!({"filter": {"topic": topic}, "action": {"type": "cancel", "by_ms": 5}, "dry_run": true}),
+            400,
+            "invalid_request",
+        ),
+        (
+            json!({"filter": {"topic": topic}, "action": {"type": "shift", "by_ms": 0}, "dry_run": true}),
+            400,
+            "invalid_schedule",
+        ),
+        (
+            json!({"filter": {"topic": topic}, "action": {"type": "move", "run_at": "soon"}, "dry_run": true}),
+            400,
+            "invalid_request",
+        ),
+        (
+            json!({"filter": {"topic": topic}, "action": {"type": "policy"}, "dry_run": true}),
+            400,
+            "invalid_policy",
+        ),
+        (
+            json!({"filter": {"topic": topic}, "action": {"type": "policy", "max_attempts": 0}, "dry_run": true}),
+            400,
+            "invalid_policy",
+        ),
+        (
+            json!({"filter": {"status": "sleeping"}, "action": {"type": "cancel"}, "dry_run": true}),
+            400,
+            "invalid_request",
+        ),
+        (
+            json!({"filter": {"ids": []}, "action": {"type": "cancel"}, "dry_run": true}),
+            400,
+            "invalid_request",
+        ),
+        (
+            json!({"filter": {"run_at_from": "yesterday"}, "action": {"type": "cancel"}, "dry_run": true}),
+            400,
+            "invalid_request",
+        ),
+        (
+            json!({"filter": {"topic": topic, "owner": "me"}, "action": {"type": "cancel"}, "dry_run": true}),
+            400,
+            "invalid_request",
+        ),
     ];
     for (body, status, code) in cases {
         let (got, reply) = env.post("/v1/jobs/bulk", body.clone()).await;
-        assert_eq!((got, reply["error"]["code"].as_str()), (status, Some(code)), "{body} → {reply}");
+        assert_eq!(
+            (got, reply["error"]["code"].as_str()),
+            (status, Some(code)),
+            "{body} → {reply}"
+        );
     }
     // Redrive needs the admin scope; a writer may cancel, on its own topics.
     let writer = tickler_testkit::token_create(
@@ -268,23 +354,42 @@ async fn bad_bulk_requests_get_a_stable_code_and_start_nothing() {
     )
     .await;
     let http = tickler_testkit::http_with_token(&writer);
-    let send = |body: Value| {
-        env.request_with(&http, "POST", "/v1/jobs/bulk", Some(body.to_string()))
-    };
-    let (got, reply) = send(json!({"filter": {"topic": topic}, "action": {"type": "redrive"}, "dry_run": true})).await;
-    assert_eq!((got, reply["error"]["code"].as_str()), (403, Some("forbidden_scope")));
-    let (got, reply) = send(json!({"filter": {"topic": "someone.else"}, "action": {"type": "cancel"}, "dry_run": true})).await;
-    assert_eq!((got, reply["error"]["code"].as_str()), (403, Some("forbidden_topic")));
+    let send =
+        |body: Value| env.request_with(&http, "POST", "/v1/jobs/bulk", Some(body.to_string()));
+    let (got, reply) =
+        send(json!({"filter": {"topic": topic}, "action": {"type": "redrive"}, "dry_run": true}))
+            .await;
+    assert_eq!(
+        (got, reply["error"]["code"].as_str()),
+        (403, Some("forbidden_scope"))
+    );
+    let (got, reply) = send(
+        json!({"filter": {"topic": "someone.else"}, "action": {"type": "cancel"}, "dry_run": true}),
+    )
+    .await;
+    assert_eq!(
+        (got, reply["error"]["code"].as_str()),
+        (403, Some("forbidden_topic"))
+    );
     // Without a topic, the writer's operation still covers only its topics.
     sqlx::query("UPDATE jobs SET topic = 'someone.else' WHERE job_key = 'b0'")
         .execute(&env.sql)
         .await
         .unwrap();
-    let (got, preview) = send(json!({"filter": {"key_prefix": "b"}, "action": {"type": "cancel"}, "dry_run": true})).await;
-    assert_eq!((got, preview["matched"].as_u64()), (200, Some(1)), "{preview}");
+    let (got, preview) =
+        send(json!({"filter": {"key_prefix": "b"}, "action": {"type": "cancel"}, "dry_run": true}))
+            .await;
+    assert_eq!(
+        (got, preview["matched"].as_u64()),
+        (200, Some(1)),
+        "{preview}"
+    );
     // Nor does it see the operations of tokens for other topics.
     let (status, admin_op) = env
-        .post("/v1/jobs/bulk", json!({"filter": {"key_prefix": "zz"}, "action": {"type": "cancel"}, "dry_run": false}))
+        .post(
+            "/v1/jobs/bulk",
+            json!({"filter": {"key_prefix": "zz"}, "action": {"type": "cancel"}, "dry_run": false}),
+        )
         .await;
     assert_eq!(status, 202, "{admin_op}");
     let admin_op = admin_op["id"].as_u64().unwrap();
@@ -293,18 +398,70 @@ async fn bad_bulk_requests_get_a_stable_code_and_start_nothing() {
         .await;
     assert_eq!(got, 404, "another token's operation");
     let (got, list) = env.request_with(&http, "GET", "/v1/bulk", None).await;
-    assert_eq!((got, list["operations"].as_array().map(Vec::len)), (200, Some(0)), "{list}");
+    assert_eq!(
+        (got, list["operations"].as_array().map(Vec::len)),
+        (200, Some(0)),
+        "{list}"
+    );
     let (got, _) = env.get(&format!("/v1/bulk/{admin_op}")).await;
     assert_eq!(got, 200, "a token for every topic sees every operation");
 
     let (got, reply) = env.get("/v1/bulk/999999").await;
-    assert_eq!((got, reply["error"]["code"].as_str()), (404, Some("not_found")));
+    assert_eq!(
+        (got, reply["error"]["code"].as_str()),
+        (404, Some("not_found"))
+    );
     let (got, reply) = env.get("/v1/bulk/abc").await;
-    assert_eq!((got, reply["error"]["code"].as_str()), (400, Some("invalid_id")));
+    assert_eq!(
+        (got, reply["error"]["code"].as_str()),
+        (400, Some("invalid_id"))
+    );
     let ops: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM bulk_ops")
         .fetch_one(&env.sql)
         .await
         .unwrap();
     assert_eq!(ops, 1, "only the admin's operation");
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_batch_applied_again_after_its_commit_changes_nothing() {
+    // The connection broke while the commit's answer was on its way: the
+    // runner tries the batch again with the cursor it had. The cursor's
+    // compare-and-set refuses it; the jobs moved once.
+    let env = TestEnv::start().await;
+    let topic = env.topic.clone();
+    let ids = seed(&env, &topic, "a", 3).await;
+    let before = schedule_ms(&env, ids[0]).await;
+    let filter = BulkFilter {
+        topic: Some(topic.clone()),
+        ..BulkFilter::default()
+    };
+    let op_id = env
+        .store
+        .bulk_create(
+            "api:test",
+            &filter,
+            &BulkAction::Shift { by_ms: 1_000 },
+            ids[2],
+            3,
+            7,
+        )
+        .await
+        .unwrap();
+    let op = env.store.bulk_get(op_id).await.unwrap().unwrap();
+    let batch = env.store.bulk_next(&op, 500).await.unwrap();
+    assert_eq!(batch.len(), 3);
+    let first = env.store.bulk_apply(&op, &batch, |_| 1).await.unwrap();
+    assert_eq!(first.map(|b| b.changed.len()), Some(3));
+    let again = env.store.bulk_apply(&op, &batch, |_| 1).await.unwrap();
+    assert!(again.is_none(), "the stale cursor is refused");
+    assert_eq!(
+        schedule_ms(&env, ids[0]).await,
+        before + 1_000,
+        "moved once"
+    );
+    let row = env.store.bulk_get(op_id).await.unwrap().unwrap();
+    assert_eq!((row.done, row.changed, row.cursor_id), (3, 3, ids[2]));
     env.finish().await;
 }

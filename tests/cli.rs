@@ -50,7 +50,20 @@ async fn every_jobs_subcommand_works_against_a_live_tickler() {
     let created = json_of(
         &jobs(
             &env,
-            &["create", "--topic", &topic, "--key", "cli-1", "--in", "2h", "--payload", r#"{"n":1}"#, "--header", "source=cli", "--json"],
+            &[
+                "create",
+                "--topic",
+                &topic,
+                "--key",
+                "cli-1",
+                "--in",
+                "2h",
+                "--payload",
+                r#"{"n":1}"#,
+                "--header",
+                "source=cli",
+                "--json",
+            ],
         )
         .await,
     );
@@ -60,15 +73,40 @@ async fn every_jobs_subcommand_works_against_a_live_tickler() {
 
     let got = jobs(&env, &["get", &id.to_string()]).await;
     assert_eq!(got.status.code(), Some(0));
-    assert!(stdout(&got).contains("pending") && stdout(&got).contains(&topic), "{}", stdout(&got));
+    assert!(
+        stdout(&got).contains("pending") && stdout(&got).contains(&topic),
+        "{}",
+        stdout(&got)
+    );
 
-    let listed = json_of(&jobs(&env, &["list", "--topic", &topic, "--status", "pending", "--json"]).await);
+    let listed = json_of(
+        &jobs(
+            &env,
+            &["list", "--topic", &topic, "--status", "pending", "--json"],
+        )
+        .await,
+    );
     assert_eq!(listed["jobs"].as_array().unwrap().len(), 1);
     assert_eq!(listed["jobs"][0]["id"].as_u64(), Some(id));
     let table = stdout(&jobs(&env, &["list", "--topic", &topic]).await);
-    assert!(table.starts_with("id") && table.contains("cli-1") && table.contains("1 jobs"), "{table}");
+    assert!(
+        table.starts_with("id") && table.contains("cli-1") && table.contains("1 jobs"),
+        "{table}"
+    );
 
-    let moved = json_of(&jobs(&env, &["move", &id.to_string(), "--at", "2031-01-01T00:00:00Z", "--json"]).await);
+    let moved = json_of(
+        &jobs(
+            &env,
+            &[
+                "move",
+                &id.to_string(),
+                "--at",
+                "2031-01-01T00:00:00Z",
+                "--json",
+            ],
+        )
+        .await,
+    );
     assert_eq!(moved["run_at"], "2031-01-01T00:00:00.000Z");
 
     let history = json_of(&jobs(&env, &["history", &id.to_string(), "--json"]).await);
@@ -79,31 +117,56 @@ async fn every_jobs_subcommand_works_against_a_live_tickler() {
     // Refusals: exit 1 with the API's code.
     let refused = jobs(&env, &["redrive", &id.to_string()]).await;
     assert_eq!(refused.status.code(), Some(1));
-    assert!(stderr(&refused).contains("not_dead"), "{}", stderr(&refused));
+    assert!(
+        stderr(&refused).contains("not_dead"),
+        "{}",
+        stderr(&refused)
+    );
 
     let cancelled = jobs(&env, &["cancel", &id.to_string()]).await;
     assert_eq!(cancelled.status.code(), Some(0), "{}", stderr(&cancelled));
     assert_eq!(env.job_status(id).await, "cancelled");
     let too_late = jobs(&env, &["move", &id.to_string(), "--in", "1h"]).await;
     assert_eq!(too_late.status.code(), Some(1));
-    assert!(stderr(&too_late).contains("not_pending"), "{}", stderr(&too_late));
+    assert!(
+        stderr(&too_late).contains("not_pending"),
+        "{}",
+        stderr(&too_late)
+    );
 
     let missing = jobs(&env, &["get", "999999999"]).await;
     assert_eq!(missing.status.code(), Some(1));
     assert!(stderr(&missing).contains("not_found"));
     let bad_token = jobs_with(&env, "wrong", &["get", &id.to_string()]).await;
     assert_eq!(bad_token.status.code(), Some(1));
-    assert!(stderr(&bad_token).contains("unauthorized"), "{}", stderr(&bad_token));
+    assert!(
+        stderr(&bad_token).contains("unauthorized"),
+        "{}",
+        stderr(&bad_token)
+    );
 
     // Usage: exit 2, nothing sent.
     for args in [
         vec!["move", "1"],
         vec!["create", "--topic", "t", "--in", "soon"],
-        vec!["create", "--topic", "t", "--in", "1m", "--payload", "{not json"],
+        vec![
+            "create",
+            "--topic",
+            "t",
+            "--in",
+            "1m",
+            "--payload",
+            "{not json",
+        ],
         vec!["list", "--bogus"],
     ] {
         let output = jobs(&env, &args).await;
-        assert_eq!(output.status.code(), Some(2), "{args:?}: {}", stderr(&output));
+        assert_eq!(
+            output.status.code(),
+            Some(2),
+            "{args:?}: {}",
+            stderr(&output)
+        );
     }
     env.finish().await;
 }
@@ -114,14 +177,24 @@ async fn bulk_previews_asks_and_applies() {
     let topic = env.topic.clone();
     let mut ids = Vec::new();
     for i in 0..6 {
-        let job = env.job_create(json!({"key": format!("b{i}"), "delay_ms": 3_600_000})).await;
+        let job = env
+            .job_create(json!({"key": format!("b{i}"), "delay_ms": 3_600_000}))
+            .await;
         ids.push(job["id"].as_u64().unwrap());
     }
 
     let preview = jobs(&env, &["bulk", "cancel", "--topic", &topic, "--dry-run"]).await;
     assert_eq!(preview.status.code(), Some(0), "{}", stderr(&preview));
-    assert!(stdout(&preview).contains("6 jobs match; 6 are pending"), "{}", stdout(&preview));
-    assert_eq!(env.job_status(ids[0]).await, "pending", "a preview changes nothing");
+    assert!(
+        stdout(&preview).contains("6 jobs match; 6 are pending"),
+        "{}",
+        stdout(&preview)
+    );
+    assert_eq!(
+        env.job_status(ids[0]).await,
+        "pending",
+        "a preview changes nothing"
+    );
 
     // Without a terminal to ask on, it refuses to guess.
     let unasked = jobs(&env, &["bulk", "cancel", "--topic", &topic]).await;
@@ -132,7 +205,22 @@ async fn bulk_previews_asks_and_applies() {
     let usage = jobs(&env, &["bulk", "shift", "--topic", &topic, "--yes"]).await;
     assert_eq!(usage.status.code(), Some(2), "shift needs --by");
 
-    let applied = json_of(&jobs(&env, &["bulk", "cancel", "--topic", &topic, "--key-prefix", "b", "--yes", "--json"]).await);
+    let applied = json_of(
+        &jobs(
+            &env,
+            &[
+                "bulk",
+                "cancel",
+                "--topic",
+                &topic,
+                "--key-prefix",
+                "b",
+                "--yes",
+                "--json",
+            ],
+        )
+        .await,
+    );
     assert_eq!(applied["status"], "done", "{applied}");
     assert_eq!(applied["changed"], 6);
     for id in ids {
@@ -148,12 +236,20 @@ fn an_unreachable_api_is_exit_3() {
         .output()
         .unwrap();
     assert_eq!(output.status.code(), Some(3));
-    assert!(stderr(&output).contains("cannot reach tickler"), "{}", stderr(&output));
+    assert!(
+        stderr(&output).contains("cannot reach tickler"),
+        "{}",
+        stderr(&output)
+    );
     let output = Command::new(env!("CARGO_BIN_EXE_tickler"))
         .args(["jobs", "get", "1", "--url", "127.0.0.1:8080"])
         .output()
         .unwrap();
-    assert_eq!(output.status.code(), Some(2), "an address without a scheme is a usage error");
+    assert_eq!(
+        output.status.code(),
+        Some(2),
+        "an address without a scheme is a usage error"
+    );
 }
 
 #[test]
@@ -176,14 +272,29 @@ fn help_describes_every_command_and_serve_names_every_role() {
         assert!(words.count() >= 3, "`{name}` has no description: {line:?}");
     }
     for command in ["serve", "jobs", "doctor", "demo", "bench"] {
-        assert!(commands.iter().any(|l| l.trim_start().starts_with(command)), "no {command} in {help}");
+        assert!(
+            commands.iter().any(|l| l.trim_start().starts_with(command)),
+            "no {command} in {help}"
+        );
     }
-    let serve = commands.iter().find(|l| l.trim_start().starts_with("serve")).unwrap();
+    let serve = commands
+        .iter()
+        .find(|l| l.trim_start().starts_with("serve"))
+        .unwrap();
     for role in tickler::config::ROLES {
-        assert!(serve.contains(role), "serve's help omits the {role} role: {serve}");
+        assert!(
+            serve.contains(role),
+            "serve's help omits the {role} role: {serve}"
+        );
     }
-    let demo = commands.iter().find(|l| l.trim_start().starts_with("demo")).unwrap();
+    let demo = commands
+        .iter()
+        .find(|l| l.trim_start().starts_with("demo"))
+        .unwrap();
     assert!(demo.contains("Kafka"), "{demo}");
-    let bench = commands.iter().find(|l| l.trim_start().starts_with("bench")).unwrap();
+    let bench = commands
+        .iter()
+        .find(|l| l.trim_start().starts_with("bench"))
+        .unwrap();
     assert!(bench.contains("Measure"), "{bench}");
 }

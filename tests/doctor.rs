@@ -56,12 +56,16 @@ async fn the_doctor_finds_each_injected_inconsistency_and_repairs_the_safe_ones(
     assert!(healthy.healthy(), "{healthy:?}");
 
     // Redis lost a pending job of the window.
-    let lost = env.job_create(json!({"key": "lost", "delay_ms": 120_000})).await["id"]
+    let lost = env
+        .job_create(json!({"key": "lost", "delay_ms": 120_000}))
+        .await["id"]
         .as_u64()
         .unwrap();
     assert_eq!(env.index.job_remove_many(&[lost]).await.unwrap(), 1);
     // Redis holds a job cancelled behind its back.
-    let cancelled = env.job_create(json!({"key": "cancelled", "delay_ms": 3_600_000})).await["id"]
+    let cancelled = env
+        .job_create(json!({"key": "cancelled", "delay_ms": 3_600_000}))
+        .await["id"]
         .as_u64()
         .unwrap();
     sqlx::query("UPDATE jobs SET status = 'cancelled' WHERE id = ?")
@@ -74,7 +78,9 @@ async fn the_doctor_finds_each_injected_inconsistency_and_repairs_the_safe_ones(
         .await
         .unwrap();
     // A claim whose dispatcher died an hour ago.
-    let stuck = env.job_create(json!({"key": "stuck", "delay_ms": 3_600_000})).await["id"]
+    let stuck = env
+        .job_create(json!({"key": "stuck", "delay_ms": 3_600_000}))
+        .await["id"]
         .as_u64()
         .unwrap();
     sqlx::query(
@@ -89,19 +95,33 @@ async fn the_doctor_finds_each_injected_inconsistency_and_repairs_the_safe_ones(
     let report = doctor(&env).examine().await;
     assert!(!report.healthy());
     let window = finding(&report, "window");
-    assert_eq!((window.verdict, window.ids.clone()), (Verdict::Fail, vec![lost]), "{window:?}");
+    assert_eq!(
+        (window.verdict, window.ids.clone()),
+        (Verdict::Fail, vec![lost]),
+        "{window:?}"
+    );
     assert!(window.fix.as_deref().unwrap().contains("--repair"));
     let stale = finding(&report, "index_stale");
-    assert_eq!((stale.verdict, stale.ids.clone()), (Verdict::Fail, vec![cancelled]));
+    assert_eq!(
+        (stale.verdict, stale.ids.clone()),
+        (Verdict::Fail, vec![cancelled])
+    );
     let claims = finding(&report, "claims");
     assert_eq!((claims.verdict, claims.count), (Verdict::Fail, 1));
-    assert_eq!(finding(&report, "clocks").verdict, Verdict::Ok, "{report:?}");
+    assert_eq!(
+        finding(&report, "clocks").verdict,
+        Verdict::Ok,
+        "{report:?}"
+    );
 
     // The command says so and exits 1; --repair fixes them all.
     let output = doctor_bin(&env, &[]);
     let text = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(1), "{text}");
-    assert!(text.contains("FAIL window") && text.contains(&lost.to_string()), "{text}");
+    assert!(
+        text.contains("FAIL window") && text.contains(&lost.to_string()),
+        "{text}"
+    );
     let output = doctor_bin(&env, &["--repair"]);
     let text = String::from_utf8_lossy(&output.stdout);
     assert_eq!(output.status.code(), Some(0), "{text}");
@@ -147,7 +167,8 @@ async fn the_doctor_reads_back_recorded_kafka_positions() {
     let mut ids = Vec::new();
     for key in ["right", "wrong", "beyond"] {
         ids.push(
-            env.job_create(json!({"key": key, "delay_ms": 3_600_000})).await["id"]
+            env.job_create(json!({"key": key, "delay_ms": 3_600_000}))
+                .await["id"]
                 .as_u64()
                 .unwrap(),
         );
@@ -180,8 +201,16 @@ async fn the_doctor_reads_back_recorded_kafka_positions() {
     let mut wrong = positions.ids.clone();
     wrong.sort_unstable();
     assert_eq!(wrong, vec![ids[1], ids[2]], "{positions:?}");
-    assert!(positions.summary.contains("job 424242's record"), "{}", positions.summary);
-    assert!(positions.summary.contains("past the end"), "{}", positions.summary);
+    assert!(
+        positions.summary.contains("job 424242's record"),
+        "{}",
+        positions.summary
+    );
+    assert!(
+        positions.summary.contains("past the end"),
+        "{}",
+        positions.summary
+    );
     assert!(!report.healthy());
     env.finish().await;
 }
@@ -213,13 +242,17 @@ async fn the_doctor_sees_a_database_clock_apart_and_a_results_backlog() {
     let store = Store::connect_lazy(&url, 2, Actor::Reconciler).unwrap();
     let prefix = tickler_testkit::unique("tickler-t-");
     let config = tickler_testkit::test_config(&url, &prefix);
-    let index = Index::connect(&config.redis_url, &prefix, config.shards).await.unwrap();
+    let index = Index::connect(&config.redis_url, &prefix, config.shards)
+        .await
+        .unwrap();
 
     // Three reports nobody has consumed.
     tickler::kafka::topic_ensure(&config.kafka_brokers, &config.results_topic, 1)
         .await
         .unwrap();
-    let producer = tickler::kafka::producer_create(&config.kafka_brokers, &config.kafka_options, 0, 10_000).unwrap();
+    let producer =
+        tickler::kafka::producer_create(&config.kafka_brokers, &config.kafka_options, 0, 10_000)
+            .unwrap();
     for _ in 0..3 {
         producer
             .send(
@@ -237,7 +270,11 @@ async fn the_doctor_sees_a_database_clock_apart_and_a_results_backlog() {
     let report = doctor.examine().await;
     let clocks = finding(&report, "clocks");
     assert_eq!(clocks.verdict, Verdict::Fail, "{clocks:?}");
-    assert!(clocks.summary.starts_with("MySQL is +4") || clocks.summary.starts_with("MySQL is +5"), "{}", clocks.summary);
+    assert!(
+        clocks.summary.starts_with("MySQL is +4") || clocks.summary.starts_with("MySQL is +5"),
+        "{}",
+        clocks.summary
+    );
     assert!(clocks.fix.as_deref().unwrap().contains("NTP"));
     let lag = finding(&report, "results_lag");
     assert_eq!((lag.verdict, lag.count), (Verdict::Warn, 3), "{lag:?}");

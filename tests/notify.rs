@@ -67,7 +67,9 @@ async fn dead_jobs_and_a_backlog_reach_the_webhook_even_after_it_failed() {
     let late = env.job_create(json!({"key": "late", "delay_ms": 0})).await["id"]
         .as_u64()
         .unwrap();
-    let doomed = env.job_create(json!({"key": "doomed", "delay_ms": 3_600_000})).await["id"]
+    let doomed = env
+        .job_create(json!({"key": "doomed", "delay_ms": 3_600_000}))
+        .await["id"]
         .as_u64()
         .unwrap();
     sqlx::query("UPDATE jobs SET status = 'dead', last_error = 'gave up' WHERE id = ?")
@@ -80,7 +82,10 @@ async fn dead_jobs_and_a_backlog_reach_the_webhook_even_after_it_failed() {
     assert_eq!(dead["count"], 1, "{dead}");
     assert_eq!(dead["topics"][0]["topic"], env.topic);
     assert_eq!(dead["topics"][0]["ids"], json!([doomed]));
-    assert!(dead["text"].as_str().unwrap().contains("1 jobs ended dead"), "{dead}");
+    assert!(
+        dead["text"].as_str().unwrap().contains("1 jobs ended dead"),
+        "{dead}"
+    );
 
     let backlog = event(&bodies, "backlog").await;
     assert_eq!(backlog["overdue"], 1, "{backlog}");
@@ -102,8 +107,14 @@ async fn dead_jobs_and_a_backlog_reach_the_webhook_even_after_it_failed() {
             .filter(|b| b["event"] == name)
             .count()
     };
-    assert_eq!((said("dead_jobs"), said("backlog"), said("backlog_cleared")), (1, 1, 1));
+    assert_eq!(
+        (said("dead_jobs"), said("backlog"), said("backlog_cleared")),
+        (1, 1, 1)
+    );
     let (_, metrics) = env.metrics_text().await;
-    assert!(metrics.contains("tickler_notify_failed_total"), "the refusals are counted");
+    assert!(
+        metrics.contains("tickler_notify_failed_total"),
+        "the refusals are counted"
+    );
     env.finish().await;
 }

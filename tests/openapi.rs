@@ -34,7 +34,11 @@ async fn the_spec_is_served_to_anyone_and_covers_every_route() {
         .unwrap();
     assert_eq!(response.status(), 200, "no token needed");
     let spec: Value = response.json().await.unwrap();
-    assert!(spec["openapi"].as_str().unwrap().starts_with("3.1"), "{}", spec["openapi"]);
+    assert!(
+        spec["openapi"].as_str().unwrap().starts_with("3.1"),
+        "{}",
+        spec["openapi"]
+    );
     let expected = [
         ("/v1/jobs", "post"),
         ("/v1/jobs", "get"),
@@ -60,10 +64,16 @@ async fn the_spec_is_served_to_anyone_and_covers_every_route() {
             "{method} {path} documents no success"
         );
         if path != "/healthz" {
-            assert!(responses.contains_key("400") && responses.contains_key("401"), "{method} {path}");
+            assert!(
+                responses.contains_key("400") && responses.contains_key("401"),
+                "{method} {path}"
+            );
         }
     }
-    assert_eq!(spec["components"]["securitySchemes"]["bearer"]["scheme"], "bearer");
+    assert_eq!(
+        spec["components"]["securitySchemes"]["bearer"]["scheme"],
+        "bearer"
+    );
     env.finish().await;
 }
 
@@ -73,7 +83,8 @@ async fn schemathesis_finds_every_answer_as_documented_and_no_5xx() {
     let st = schemathesis();
     let url = format!("{}/v1/openapi.json", env.base_url);
     let auth = format!("Authorization: Bearer {}", env.admin_secret);
-    let examples = std::env::var("TICKLER_SCHEMATHESIS_EXAMPLES").unwrap_or_else(|_| "25".to_owned());
+    let examples =
+        std::env::var("TICKLER_SCHEMATHESIS_EXAMPLES").unwrap_or_else(|_| "25".to_owned());
     let output = tokio::task::spawn_blocking(move || {
         Command::new(st)
             .args(["run", &url, "-H", &auth])

@@ -400,7 +400,9 @@ async fn a_token_with_the_longest_name_writes_and_is_named_in_full() {
     let secret = token_create(&env.config.mysql_url, &name, &["*"], &["admin"]).await;
     let http = http_with_token(&secret);
     let body = json!({"topic": env.topic, "delay_ms": 3_600_000}).to_string();
-    let (status, job) = env.request_with(&http, "POST", "/v1/jobs", Some(body)).await;
+    let (status, job) = env
+        .request_with(&http, "POST", "/v1/jobs", Some(body))
+        .await;
     assert_eq!(status, 201, "{job}");
     let id = job["id"].as_u64().unwrap();
     let (status, moved) = env
@@ -413,8 +415,13 @@ async fn a_token_with_the_longest_name_writes_and_is_named_in_full() {
         .await;
     assert_eq!(status, 200, "{moved}");
     let (_, history) = env.get(&format!("/v1/jobs/{id}/history")).await;
-    assert_eq!(history["events"][1]["actor"], format!("api:{name}"), "{history}");
-    let bulk = json!({"filter": {"topic": env.topic}, "action": {"type": "cancel"}, "dry_run": false});
+    assert_eq!(
+        history["events"][1]["actor"],
+        format!("api:{name}"),
+        "{history}"
+    );
+    let bulk =
+        json!({"filter": {"topic": env.topic}, "action": {"type": "cancel"}, "dry_run": false});
     let (status, op) = env
         .request_with(&http, "POST", "/v1/jobs/bulk", Some(bulk.to_string()))
         .await;

@@ -233,7 +233,11 @@ async fn the_api_speaks_https_with_its_certificate() {
     );
     assert!(String::from_utf8_lossy(&trusted.stdout).contains("\"jobs\""));
     let untrusted = cli(&certs.wrong_ca);
-    assert_eq!(untrusted.status.code(), Some(3), "an untrusted certificate: unreachable");
+    assert_eq!(
+        untrusted.status.code(),
+        Some(3),
+        "an untrusted certificate: unreachable"
+    );
     // Plain HTTP on the HTTPS port gets no answer.
     let plain = reqwest::Client::new()
         .get(format!("{}/healthz", env.base_url))

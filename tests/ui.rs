@@ -68,12 +68,15 @@ async fn dashboard_signs_in_redrives_a_dead_job_shows_history_and_bulk_cancels()
     let mut sent = Vec::new();
     for i in 0..20 {
         let job = env
-            .job_create(json!({"key": format!("now-{i}"), "payload": {"n": i}, "delay_ms": 100 * i}))
+            .job_create(
+                json!({"key": format!("now-{i}"), "payload": {"n": i}, "delay_ms": 100 * i}),
+            )
             .await;
         sent.push(job["id"].as_u64().unwrap());
     }
     for id in &sent {
-        env.status_await(*id, "dispatched", Duration::from_secs(20)).await;
+        env.status_await(*id, "dispatched", Duration::from_secs(20))
+            .await;
     }
 
     let shots = screenshot_dir();

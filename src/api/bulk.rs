@@ -272,14 +272,12 @@ pub async fn start(
         )
     })?;
     let dry_run = request.dry_run.ok_or_else(|| {
-        ApiError::InvalidRequest(
-            "dry_run is required: true to preview, false to apply".to_owned(),
-        )
+        ApiError::InvalidRequest("dry_run is required: true to preview, false to apply".to_owned())
     })?;
     let filter = filter_parse(
-        request.filter.ok_or_else(|| {
-            ApiError::InvalidRequest("filter is required".to_owned())
-        })?,
+        request
+            .filter
+            .ok_or_else(|| ApiError::InvalidRequest("filter is required".to_owned()))?,
         &caller,
     )?;
     action_check(&action, &caller, &state.config)?;
@@ -307,11 +305,7 @@ pub async fn start(
         .store
         .bulk_create(&created_by, &filter, &action, max_id, matched, owner_token)
         .await?;
-    let op = state
-        .store
-        .bulk_get(id)
-        .await?
-        .ok_or(ApiError::Internal)?;
+    let op = state.store.bulk_get(id).await?.ok_or(ApiError::Internal)?;
     tracing::info!(bulk = id, action = action.name(), matched, by = %created_by, "bulk operation started");
     state.bulk.spawn(op.clone());
     Ok((StatusCode::ACCEPTED, Json(BulkView::from(op))).into_response())
@@ -419,7 +413,12 @@ impl BulkRunner {
             let owner_token = rand::random::<u64>() >> 1;
             match self.store.bulk_adopt_stalled(STALE, owner_token).await {
                 Ok(Some(op)) => {
-                    tracing::warn!(bulk = op.id, done = op.done, total = op.total, "taking over a stalled bulk operation");
+                    tracing::warn!(
+                        bulk = op.id,
+                        done = op.done,
+                        total = op.total,
+                        "taking over a stalled bulk operation"
+                    );
                     self.spawn(op);
                 }
                 Ok(None) => {}
@@ -443,7 +442,9 @@ impl BulkRunner {
                 }
                 let last = batch.last().map(|(id, _)| *id).unwrap_or(op.cursor_id);
                 let applied = store
-                    .bulk_apply(&op, &batch, |topic| self.config.policy_for(topic).max_attempts)
+                    .bulk_apply(&op, &batch, |topic| {
+                        self.config.policy_for(topic).max_attempts
+                    })
                     .await?;
                 Ok::<_, StoreError>(Some((batch.len() as u64, last, applied)))
             };
@@ -453,12 +454,23 @@ impl BulkRunner {
                     if let Err(err) = store.bulk_finish(&op, BulkStatus::Done, None).await {
                         tracing::warn!(bulk = op.id, error = %err, "recording a finished bulk operation; it is taken over and finished again");
                     }
-                    tracing::info!(bulk = op.id, changed = op.changed, skipped = op.skipped, "bulk operation done");
+                    tracing::info!(
+                        bulk = op.id,
+                        changed = op.changed,
+                        skipped = op.skipped,
+                        "bulk operation done"
+                    );
                     return;
                 }
                 Ok(Some((_, _, None))) => {
-                    tracing::info!(bulk = op.id, "bulk operation taken over by another instance");
-                    return;
+                    // Taken over, or this batch had committed after all.
+                    if !self.reread(&store, &mut op).await {
+                        tracing::info!(
+                            bulk = op.id,
+                            "bulk operation taken over by another instance"
+                        );
+                        return;
+                    }
                 }
                 Ok(Some((examined, last, Some(batch)))) => {
                     op.cursor_id = last;
@@ -477,6 +489,11 @@ impl BulkRunner {
                         _ = tokio::time::sleep(pause) => {}
                     }
                     pause = (pause * 2).min(Duration::from_secs(5));
+                    // The batch may have committed before the connection
+                    // broke: go on from the cursor the row holds.
+                    if !self.reread(&store, &mut op).await {
+                        return;
+                    }
                 }
                 Err(err) => {
                     tracing::error!(bulk = op.id, error = %err, "bulk operation failed");
@@ -492,6 +509,22 @@ impl BulkRunner {
         }
     }
 
+    /// Reads `op` again; false when it is no longer this runner's (taken
+    /// over, or finished). A read that fails keeps `op` as it was: the
+    /// next batch's compare-and-set on the cursor decides.
+    async fn reread(&self, store: &Store, op: &mut BulkOp) -> bool {
+        match store.bulk_get(op.id).await {
+            Ok(Some(row))
+                if row.owner_token == op.owner_token && row.status == BulkStatus::Running =>
+            {
+                *op = row;
+                true
+            }
+            Ok(_) => false,
+            Err(_) => true,
+        }
+    }
+
     /// Brings Redis along with a batch's changes; what fails here is
     /// repaired by the loader's scan of edited rows and the reconciler.
     async fn index_follow(&self, action: &BulkAction, changed: &[JobId]) {
@@ -504,7 +537,10 @@ impl BulkRunner {
             }
             return;
         }
-        let (jobs, now) = match futures::try_join!(self.store.job_get_many(changed), self.store.db_now()) {
+        let (jobs, now) = match futures::try_join!(
+            self.store.job_get_many(changed),
+            self.store.db_now()
+        ) {
             Ok(read) => read,
             Err(err) => {
                 tracing::warn!(error = %err, "reading bulk-changed jobs back; the loader indexes them");

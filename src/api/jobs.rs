@@ -658,20 +658,12 @@ pub async fn create_batch(
     let mut results = Vec::with_capacity(checked.len());
     for item in checked {
         let result = match item {
-            Err(err) => {
-                BatchItem::error(err)
-            }
+            Err(err) => BatchItem::error(err),
             Ok(_) => match rows.next() {
-                Some((BatchRow::Created(job), _)) => {
-                    BatchItem::found("created", &job)
-                }
+                Some((BatchRow::Created(job), _)) => BatchItem::found("created", &job),
                 Some((BatchRow::Duplicate, new_job)) => match existing_for(&state, new_job).await {
-                    Ok(job) => {
-                        BatchItem::found("existing", &job)
-                    }
-                    Err(err) => {
-                        BatchItem::error(err)
-                    }
+                    Ok(job) => BatchItem::found("existing", &job),
+                    Err(err) => BatchItem::error(err),
                 },
                 None => return Err(ApiError::Internal),
             },

@@ -25,11 +25,11 @@ use tokio::sync::Notify;
 
 pub use auth::caller_of;
 pub use bulk::BulkRunner;
-pub use jobs::time_format;
 pub use error::ApiError;
+pub use jobs::time_format;
 pub use openapi::ApiDoc;
-pub use stats::StatsCache;
 pub use server::{serve, tls_config, ServeLimits, TlsError};
+pub use stats::StatsCache;
 
 use crate::auth::{Principal, Scope, TokenCache};
 use crate::config::Config;

@@ -78,8 +78,12 @@ impl Modify for Common {
                 .build()
         };
         for (path, item) in openapi.paths.paths.iter_mut() {
-            let operations: [&mut Option<Operation>; 4] =
-                [&mut item.get, &mut item.post, &mut item.patch, &mut item.delete];
+            let operations: [&mut Option<Operation>; 4] = [
+                &mut item.get,
+                &mut item.post,
+                &mut item.patch,
+                &mut item.delete,
+            ];
             for operation in operations.into_iter().flatten() {
                 if path == "/healthz" {
                     continue;

@@ -11,7 +11,47 @@ use tokio::sync::Mutex;
 use super::auth::Caller;
 use super::{ApiError, ApiState};
 use crate::auth::Scope;
-use crate::truth::{Counts, Truth};
+use crate::store::TopicCount;
+use crate::truth::{Counts, Drift, LatenessMinute, Live, OverdueView, Truth};
+
+/// The answer of `GET /v1/stats`: [`Truth`], with the deployment-wide
+/// figures left out (null) for a token limited to some topics — they would
+/// tell about other topics' jobs.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct Stats {
+    pub at: String,
+    /// Jobs by status and topic, of the token's topics.
+    pub jobs: Vec<TopicCount>,
+    pub overdue: Option<OverdueView>,
+    pub window: Option<Drift>,
+    pub next_due_in_ms: Option<i64>,
+    pub lateness: Vec<LatenessMinute>,
+    pub instances: Option<Live>,
+    pub results_lag: Option<i64>,
+    pub scan_ms: u64,
+    /// True when the deployment-wide figures are left out.
+    pub partial: bool,
+}
+
+impl Stats {
+    fn of(truth: Truth, caller: &Caller) -> Stats {
+        let all = caller.0.topics.is_none();
+        let mut jobs = truth.jobs;
+        jobs.retain(|count| caller.0.topic_allowed(&count.topic));
+        Stats {
+            at: truth.at,
+            jobs,
+            overdue: all.then_some(truth.overdue),
+            window: all.then_some(truth.window),
+            next_due_in_ms: truth.next_due_in_ms.filter(|_| all),
+            lateness: if all { truth.lateness } else { Vec::new() },
+            instances: all.then_some(truth.instances),
+            results_lag: truth.results_lag.filter(|_| all),
+            scan_ms: truth.scan_ms,
+            partial: !all,
+        }
+    }
+}
 
 /// A computation is reused this long: a dashboard left open in many
 /// browsers costs one computation per second at most.
@@ -33,9 +73,9 @@ struct Cached {
 /// results consumer's lag.
 #[utoipa::path(
     get, path = "/v1/stats", tag = "operations",
-    responses((status = 200, description = "The stores as they are now", body = Truth))
+    responses((status = 200, description = "The stores as they are now", body = Stats))
 )]
-pub async fn get(State(state): State<ApiState>, caller: Caller) -> Result<Json<Truth>, ApiError> {
+pub async fn get(State(state): State<ApiState>, caller: Caller) -> Result<Json<Stats>, ApiError> {
     caller.require(Scope::Read)?;
     let truth = {
         let mut cached = state.stats.0.lock().await;
@@ -50,5 +90,5 @@ pub async fn get(State(state): State<ApiState>, caller: Caller) -> Result<Json<T
             }
         }
     };
-    Ok(Json(truth.only_topics(|topic| caller.0.topic_allowed(topic))))
+    Ok(Json(Stats::of(truth, &caller)))
 }

@@ -48,7 +48,11 @@ impl Client {
     /// A client of the API at `url` (e.g. `https://tickler.internal:8443`),
     /// sending `token` as a bearer token, trusting `ca_cert` (PEM) besides
     /// the system's roots.
-    pub fn new(url: &str, token: Option<&str>, ca_cert: Option<&Path>) -> Result<Client, ClientError> {
+    pub fn new(
+        url: &str,
+        token: Option<&str>,
+        ca_cert: Option<&Path>,
+    ) -> Result<Client, ClientError> {
         let base = url.trim_end_matches('/').to_owned();
         if !(base.starts_with("http://") || base.starts_with("https://")) {
             return Err(ClientError::Usage(format!(
@@ -61,7 +65,9 @@ impl Client {
         let mut headers = HeaderMap::new();
         if let Some(token) = token.filter(|t| !t.is_empty()) {
             let value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
-                ClientError::Usage("the token is not a valid header value (--token or TICKLER_TOKEN)".to_owned())
+                ClientError::Usage(
+                    "the token is not a valid header value (--token or TICKLER_TOKEN)".to_owned(),
+                )
             })?;
             headers.insert(AUTHORIZATION, value);
         }
@@ -72,10 +78,16 @@ impl Client {
             .user_agent(concat!("tickler-cli/", env!("CARGO_PKG_VERSION")));
         if let Some(path) = ca_cert {
             let pem = std::fs::read(path).map_err(|err| {
-                ClientError::Usage(format!("cannot read the CA certificate {}: {err}", path.display()))
+                ClientError::Usage(format!(
+                    "cannot read the CA certificate {}: {err}",
+                    path.display()
+                ))
             })?;
             let cert = reqwest::Certificate::from_pem(&pem).map_err(|err| {
-                ClientError::Usage(format!("{} is not a PEM certificate: {err}", path.display()))
+                ClientError::Usage(format!(
+                    "{} is not a PEM certificate: {err}",
+                    path.display()
+                ))
             })?;
             builder = builder.add_root_certificate(cert);
         }
@@ -98,7 +110,9 @@ impl Client {
     }
 
     pub async fn patch(&self, path: &str, body: &Value) -> Result<Value, ClientError> {
-        self.call(Method::PATCH, path, Some(body)).await.map(|(_, v)| v)
+        self.call(Method::PATCH, path, Some(body))
+            .await
+            .map(|(_, v)| v)
     }
 
     pub async fn delete(&self, path: &str) -> Result<Value, ClientError> {
@@ -140,7 +154,11 @@ impl Client {
         if status.is_server_error() || code.is_empty() {
             return Err(ClientError::Unavailable(format!(
                 "tickler answered {status}{}: {message}",
-                if code.is_empty() { String::new() } else { format!(" {code}") }
+                if code.is_empty() {
+                    String::new()
+                } else {
+                    format!(" {code}")
+                }
             )));
         }
         Err(ClientError::Refused {

@@ -116,7 +116,14 @@ impl Doctor {
     /// Runs every check, applies the safe fixes to what it found, and
     /// checks again.
     pub async fn repair(&self) -> Report {
-        let (_, candidates) = self.examine_keeping().await;
+        let (_, mut candidates) = self.examine_keeping().await;
+        // The checks after these took seconds (Kafka): a job may have moved
+        // on since it was confirmed. Only what is still so is repaired.
+        if let Err(err) = self.still_so(&mut candidates).await {
+            let mut report = self.examine().await;
+            report.repaired = vec![format!("repaired nothing: {err}")];
+            return report;
+        }
         let mut repaired = Vec::new();
         if !candidates.unindexed.is_empty() {
             // Only ids still pending and still absent: the confirmation
@@ -148,6 +155,33 @@ impl Doctor {
         let mut report = self.examine().await;
         report.repaired = repaired;
         report
+    }
+
+    /// Keeps only the candidates still wrong now.
+    async fn still_so(&self, candidates: &mut Candidates) -> Result<(), DoctorError> {
+        let ids: Vec<JobId> = candidates
+            .unindexed
+            .iter()
+            .map(|(id, _)| *id)
+            .chain(candidates.stale.iter().copied())
+            .collect();
+        let statuses = self.store.job_statuses(&ids).await?;
+        let mut unindexed = Vec::new();
+        for (id, at) in std::mem::take(&mut candidates.unindexed) {
+            if statuses.get(&id) == Some(&Status::Pending)
+                && self.index.job_locate(id).await?.is_none()
+            {
+                unindexed.push((id, at));
+            }
+        }
+        candidates.unindexed = unindexed;
+        candidates.stale.retain(|id| {
+            !matches!(
+                statuses.get(id),
+                Some(Status::Pending) | Some(Status::Dispatching)
+            )
+        });
+        Ok(())
     }
 
     async fn rescue_claims(&self) -> Result<usize, String> {
@@ -276,7 +310,11 @@ impl Doctor {
             )
         };
         let statuses = self.store.job_statuses(&ids).await?;
-        let first: Vec<JobId> = ids.iter().filter(|id| stale(&statuses, id)).copied().collect();
+        let first: Vec<JobId> = ids
+            .iter()
+            .filter(|id| stale(&statuses, id))
+            .copied()
+            .collect();
         let confirmed = if first.is_empty() {
             first
         } else {
@@ -370,7 +408,9 @@ impl Doctor {
                         position.topic,
                         position.partition,
                         position.offset,
-                        other.map_or("no tickler-job-id".to_owned(), |o| format!("job {o}'s record"))
+                        other.map_or("no tickler-job-id".to_owned(), |o| format!(
+                            "job {o}'s record"
+                        ))
                     ));
                 }
                 Ok(RecordAt::PastEnd { high }) => {
@@ -387,7 +427,7 @@ impl Doctor {
                         position.topic, position.partition
                     ));
                 }
-                Ok(RecordAt::Expired { .. }) => expired += 1,
+                Ok(RecordAt::Expired { .. }) | Ok(RecordAt::Compacted) => expired += 1,
                 Ok(RecordAt::Unverified) => unverified += 1,
                 Err(err) => {
                     return Finding {
@@ -404,15 +444,29 @@ impl Doctor {
         let sampled = positions.len();
         let aside = format!(
             "{}{}",
-            if expired > 0 { format!("; {expired} deleted by the topic's retention") } else { String::new() },
-            if unverified > 0 { format!("; {unverified} could not be read in time") } else { String::new() },
+            if expired > 0 {
+                format!("; {expired} deleted by the topic's retention or compaction")
+            } else {
+                String::new()
+            },
+            if unverified > 0 {
+                format!("; {unverified} could not be read in time")
+            } else {
+                String::new()
+            },
         );
         if wrong.is_empty() {
             return Finding {
-                verdict: if unverified > 0 { Verdict::Warn } else { Verdict::Ok },
+                verdict: if unverified > 0 {
+                    Verdict::Warn
+                } else {
+                    Verdict::Ok
+                },
                 ..Finding::ok(
                     CHECK,
-                    format!("the latest {sampled} dispatched jobs' records are where MySQL says{aside}"),
+                    format!(
+                        "the latest {sampled} dispatched jobs' records are where MySQL says{aside}"
+                    ),
                 )
             };
         }
@@ -545,10 +599,17 @@ pub fn render(report: &Report) -> String {
             Verdict::Warn => "WARN",
             Verdict::Fail => "FAIL",
         };
-        out.push_str(&format!("{mark} {:<16} {}\n", finding.check, finding.summary));
+        out.push_str(&format!(
+            "{mark} {:<16} {}\n",
+            finding.check, finding.summary
+        ));
         if !finding.ids.is_empty() {
             let ids: Vec<String> = finding.ids.iter().map(|id| id.to_string()).collect();
-            let more = if finding.count as usize > finding.ids.len() { ", …" } else { "" };
+            let more = if finding.count as usize > finding.ids.len() {
+                ", …"
+            } else {
+                ""
+            };
             out.push_str(&format!("     {:<16} jobs {}{more}\n", "", ids.join(", ")));
         }
         if let Some(fix) = &finding.fix {

@@ -321,8 +321,17 @@ pub async fn run(client: &Client, command: JobsCommand, json: bool) -> Result<()
             if json {
                 print_json(&job);
             } else {
-                let what = if status.as_u16() == 201 { "created" } else { "exists already" };
-                println!("job {} {what}: {} at {}", job["id"], job["topic"].as_str().unwrap_or(""), job["run_at"].as_str().unwrap_or(""));
+                let what = if status.as_u16() == 201 {
+                    "created"
+                } else {
+                    "exists already"
+                };
+                println!(
+                    "job {} {what}: {} at {}",
+                    job["id"],
+                    job["topic"].as_str().unwrap_or(""),
+                    job["run_at"].as_str().unwrap_or("")
+                );
             }
         }
         JobsCommand::Move { id, when } => {
@@ -366,7 +375,9 @@ pub async fn run(client: &Client, command: JobsCommand, json: bool) -> Result<()
             } else {
                 println!(
                     "job {id} redriven: attempt {} of {}, at {}",
-                    job["attempt"], job["max_attempts"], job["run_at"].as_str().unwrap_or("")
+                    job["attempt"],
+                    job["max_attempts"],
+                    job["run_at"].as_str().unwrap_or("")
                 );
             }
         }
@@ -469,9 +480,7 @@ async fn bulk(client: &Client, args: BulkArgs, json: bool) -> Result<(), ClientE
     if !args.ids.is_empty() {
         filter.insert("ids".into(), json!(args.ids));
     }
-    let request = |dry_run: bool| {
-        json!({"filter": Value::Object(filter.clone()), "action": action, "dry_run": dry_run})
-    };
+    let request = |dry_run: bool| json!({"filter": Value::Object(filter.clone()), "action": action, "dry_run": dry_run});
     let (_, preview) = client.post("/v1/jobs/bulk", &request(true)).await?;
     if json && (args.dry_run || !args.yes) {
         print_json(&preview);
@@ -507,7 +516,12 @@ async fn bulk(client: &Client, args: BulkArgs, json: bool) -> Result<(), ClientE
         }
         return Ok(());
     }
-    if !args.yes && !confirm(&format!("Apply {} to these jobs?", action["type"].as_str().unwrap_or("it")))? {
+    if !args.yes
+        && !confirm(&format!(
+            "Apply {} to these jobs?",
+            action["type"].as_str().unwrap_or("it")
+        ))?
+    {
         println!("nothing changed");
         return Ok(());
     }
@@ -517,7 +531,10 @@ async fn bulk(client: &Client, args: BulkArgs, json: bool) -> Result<(), ClientE
         if json {
             print_json(&started);
         } else {
-            println!("bulk operation {id} started; follow it with: curl {}/v1/bulk/{id}", client.base());
+            println!(
+                "bulk operation {id} started; follow it with: curl {}/v1/bulk/{id}",
+                client.base()
+            );
         }
         return Ok(());
     }
@@ -549,7 +566,9 @@ async fn bulk(client: &Client, args: BulkArgs, json: bool) -> Result<(), ClientE
         }
     }
     if op["status"] == "failed" {
-        return Err(ClientError::Unavailable(format!("bulk operation {id} failed")));
+        return Err(ClientError::Unavailable(format!(
+            "bulk operation {id} failed"
+        )));
     }
     Ok(())
 }
@@ -561,8 +580,9 @@ fn confirm(question: &str) -> Result<bool, ClientError> {
             "not asking without a terminal: pass --yes to apply, or --dry-run to preview".into(),
         ));
     }
-    print!("{question} [y/N] ");
-    let _ = std::io::stdout().flush();
+    // On stderr: stdout may be JSON for a script.
+    eprint!("{question} [y/N] ");
+    let _ = std::io::stderr().flush();
     let mut answer = String::new();
     std::io::stdin()
         .lock()
@@ -617,9 +637,23 @@ fn print_json(value: &Value) {
 
 fn print_job(job: &Value) {
     let fields = [
-        "id", "topic", "key", "status", "run_at", "attempt", "max_attempts", "version",
-        "expects_result", "ack_deadline", "created_at", "updated_at", "dispatched_at", "kafka",
-        "last_error", "headers", "traceparent",
+        "id",
+        "topic",
+        "key",
+        "status",
+        "run_at",
+        "attempt",
+        "max_attempts",
+        "version",
+        "expects_result",
+        "ack_deadline",
+        "created_at",
+        "updated_at",
+        "dispatched_at",
+        "kafka",
+        "last_error",
+        "headers",
+        "traceparent",
     ];
     for field in fields {
         if let Some(value) = job.get(field) {
@@ -674,7 +708,11 @@ mod tests {
     #[test]
     fn query_values_are_percent_encoded() {
         assert_eq!(
-            query(&[("key", Some("a b&c".into())), ("topic", None), ("limit", Some("5".into()))]),
+            query(&[
+                ("key", Some("a b&c".into())),
+                ("topic", None),
+                ("limit", Some("5".into()))
+            ]),
             "?key=a%20b%26c&limit=5"
         );
         assert_eq!(query(&[("topic", None)]), "");

@@ -13,7 +13,12 @@ use clap::Args;
 #[derive(Debug, Args)]
 pub struct ApiArgs {
     /// The API's address.
-    #[arg(long, env = "TICKLER_URL", default_value = "http://127.0.0.1:8080", global = true)]
+    #[arg(
+        long,
+        env = "TICKLER_URL",
+        default_value = "http://127.0.0.1:8080",
+        global = true
+    )]
     pub url: String,
     /// API token secret (tickler token create ...).
     #[arg(long, env = "TICKLER_TOKEN", hide_env_values = true, global = true)]

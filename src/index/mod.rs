@@ -381,7 +381,9 @@ impl Index {
                 .zrange_withscores(self.key(count, shard, "due"), 0, -1)
                 .await?;
             due.extend(entries.into_iter().map(|(id, ms)| (id, ms as i64)));
-            let ids: Vec<JobId> = conn.zrange(self.key(count, shard, "inflight"), 0, -1).await?;
+            let ids: Vec<JobId> = conn
+                .zrange(self.key(count, shard, "inflight"), 0, -1)
+                .await?;
             inflight.extend(ids);
         }
         Ok((due, inflight))

@@ -344,9 +344,15 @@ pub async fn group_lag(
         .set("enable.auto.commit", "false");
     let consumer: BaseConsumer = client.create()?;
     let topic = topic.to_owned();
-    let timeout = Duration::from_secs(5);
+    // One deadline for the whole reading, however many partitions.
+    let deadline = std::time::Instant::now() + Duration::from_secs(3);
+    let timeout = move || {
+        deadline
+            .saturating_duration_since(std::time::Instant::now())
+            .max(Duration::from_millis(1))
+    };
     tokio::task::spawn_blocking(move || {
-        let metadata = consumer.fetch_metadata(Some(&topic), timeout)?;
+        let metadata = consumer.fetch_metadata(Some(&topic), timeout())?;
         let partitions: Vec<i32> = metadata
             .topics()
             .iter()
@@ -356,10 +362,10 @@ pub async fn group_lag(
         for partition in &partitions {
             wanted.add_partition(&topic, *partition);
         }
-        let committed = consumer.committed_offsets(wanted, timeout)?;
+        let committed = consumer.committed_offsets(wanted, timeout())?;
         let mut lag = 0;
         for partition in partitions {
-            let (low, high) = consumer.fetch_watermarks(&topic, partition, timeout)?;
+            let (low, high) = consumer.fetch_watermarks(&topic, partition, timeout())?;
             let at = match committed
                 .find_partition(&topic, partition)
                 .map(|p| p.offset())
@@ -385,6 +391,8 @@ pub enum RecordAt {
     PastEnd { high: i64 },
     /// The offset is below the partition's start: retention deleted it.
     Expired { low: i64 },
+    /// The next record is past it: compaction removed it.
+    Compacted,
     /// The partition does not exist.
     NoPartition,
     /// Nothing could be read in time (some brokers answer a fetch that
@@ -410,7 +418,10 @@ pub async fn record_at(
         client.set(key, value);
     }
     client
-        .set("group.id", format!("tickler-doctor-{}", rand::random::<u64>()))
+        .set(
+            "group.id",
+            format!("tickler-doctor-{}", rand::random::<u64>()),
+        )
         .set("enable.auto.commit", "false")
         .set("fetch.wait.max.ms", "50");
     let consumer: BaseConsumer = client.create()?;
@@ -447,9 +458,8 @@ pub async fn record_at(
                     });
                     return Ok(RecordAt::Found(job_id));
                 }
-                // Compacted away: the next record is past it.
                 Some(Ok(message)) if message.offset() > offset => {
-                    return Ok(RecordAt::Found(None));
+                    return Ok(RecordAt::Compacted);
                 }
                 Some(Ok(_)) => {}
                 Some(Err(err)) => return Err(err),

@@ -8,7 +8,9 @@
 mod consumer;
 mod dead_letters;
 
-pub use consumer::{ResultsConsumer, ResultsConsumerConfig, ResultsReport, RESULTS_SESSION_TIMEOUT_MS};
+pub use consumer::{
+    ResultsConsumer, ResultsConsumerConfig, ResultsReport, RESULTS_SESSION_TIMEOUT_MS,
+};
 pub use dead_letters::{
     DeadLetterConfig, DeadLetterError, DeadLetterProducer, DeadLettersReport, HEADER_ERROR,
     HEADER_TOPIC,

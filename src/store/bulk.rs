@@ -213,8 +213,7 @@ impl Store {
         max_id: JobId,
         status: Status,
     ) -> Result<(u64, u64), StoreError> {
-        let mut query =
-            QueryBuilder::<MySql>::new("SELECT COUNT(*), CAST(COALESCE(SUM(status = ");
+        let mut query = QueryBuilder::<MySql>::new("SELECT COUNT(*), CAST(COALESCE(SUM(status = ");
         query
             .push_bind(status.as_str())
             .push("), 0) AS SIGNED) FROM jobs WHERE id <= ")
@@ -227,7 +226,11 @@ impl Store {
     }
 
     /// The first `limit` jobs `filter` matches, by id, without payloads.
-    pub async fn bulk_sample(&self, filter: &BulkFilter, limit: u32) -> Result<Vec<Job>, StoreError> {
+    pub async fn bulk_sample(
+        &self,
+        filter: &BulkFilter,
+        limit: u32,
+    ) -> Result<Vec<Job>, StoreError> {
         let mut query = QueryBuilder::<MySql>::new(format!(
             "SELECT {JOB_COLUMNS_NO_PAYLOAD} FROM jobs WHERE TRUE"
         ));
@@ -328,8 +331,10 @@ impl Store {
     /// status and still matches the filter. `attempts_for` gives a
     /// redriven job's attempts by topic.
     ///
-    /// `Ok(None)`: the operation is no longer this owner's (another
-    /// instance took it over as stalled) and nothing was written.
+    /// `Ok(None)`: nothing was written, because the operation is no longer
+    /// where `op` says: another instance took it over as stalled, or this
+    /// batch committed already (a connection lost while the commit's
+    /// answer was on its way) and the cursor is past it. Read it again.
     ///
     /// Crash after the commit: the jobs are changed and the cursor is past
     /// them; whoever resumes starts with the next batch. Redis is brought
@@ -393,19 +398,18 @@ impl Store {
                         let mut update = QueryBuilder::<MySql>::new(
                             "UPDATE jobs SET status = 'pending', max_attempts = attempt + ",
                         );
-                        update
-                            .push_bind(attempts)
-                            .push(
-                                ", attempt = attempt + 1, schedule_time = UTC_TIMESTAMP(3), \
+                        update.push_bind(attempts).push(
+                            ", attempt = attempt + 1, schedule_time = UTC_TIMESTAMP(3), \
                                  ack_deadline = NULL, version = version + 1 \
                                  WHERE status = 'dead'",
-                            );
+                        );
                         ids_push(&mut update, &of_topic);
                         update.build().execute(&mut *tx).await?;
                     }
                 }
                 action => {
-                    let mut update = QueryBuilder::<MySql>::new("UPDATE jobs SET version = version + 1");
+                    let mut update =
+                        QueryBuilder::<MySql>::new("UPDATE jobs SET version = version + 1");
                     match action {
                         BulkAction::Cancel {} => {
                             update.push(", status = 'cancelled'");
@@ -474,7 +478,7 @@ impl Store {
         let progressed = sqlx::query(
             "UPDATE bulk_ops SET cursor_id = ?, done = done + ?, changed = changed + ?, \
              skipped = skipped + ?, updated_at = UTC_TIMESTAMP(3) \
-             WHERE id = ? AND owner_token = ? AND status = 'running'",
+             WHERE id = ? AND owner_token = ? AND status = 'running' AND cursor_id = ?",
         )
         .bind(last)
         .bind(batch.len() as u64)
@@ -482,6 +486,7 @@ impl Store {
         .bind(skipped)
         .bind(op.id)
         .bind(op.owner_token)
+        .bind(op.cursor_id)
         .execute(&mut *tx)
         .await?
         .rows_affected();

@@ -807,7 +807,10 @@ pub(super) fn run_at_push(
 }
 
 /// ` AND` the topic matches one of `patterns` (None: any topic).
-pub(super) fn topic_patterns_push(query: &mut QueryBuilder<'_, MySql>, patterns: Option<&[String]>) {
+pub(super) fn topic_patterns_push(
+    query: &mut QueryBuilder<'_, MySql>,
+    patterns: Option<&[String]>,
+) {
     if let Some(patterns) = patterns {
         query.push(" AND (FALSE");
         for pattern in patterns {

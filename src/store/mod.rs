@@ -32,8 +32,8 @@ pub use jobs::{
     BatchRow, Cancelled, ClaimOutcome, Dispatched, JobChanges, JobEvent, JobFilter, Marked,
     Modified, WindowEntry,
 };
-pub use stats::{DeadSince, Overdue, Position, TopicCount, COUNTED};
 pub use results::{DeadLetter, Disposition, Redriven, Settled};
+pub use stats::{DeadSince, Overdue, Position, TopicCount, COUNTED};
 pub use tokens::{NewToken, TokenRow};
 
 /// Store failures a caller can act on.

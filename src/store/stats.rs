@@ -241,40 +241,32 @@ pub struct DeadSince {
 
 impl Store {
     /// Jobs dead now whose row changed after `since` and at or before
-    /// `until` (database clock), by topic: a range scan of
-    /// `(status, updated_at)`.
+    /// `until` (database clock): id, topic and when, at most `limit`. A
+    /// range scan of `(status, updated_at)`.
     pub async fn job_dead_between(
         &self,
         since: DateTime<Utc>,
         until: DateTime<Utc>,
-    ) -> Result<Vec<DeadSince>, StoreError> {
+        limit: u32,
+    ) -> Result<Vec<(crate::job::JobId, String, DateTime<Utc>)>, StoreError> {
         let rows = sqlx::query(
-            "SELECT topic, COUNT(*) AS n, \
-             SUBSTRING_INDEX(GROUP_CONCAT(id ORDER BY id SEPARATOR ','), ',', 10) AS ids \
-             FROM jobs WHERE status = 'dead' AND updated_at > ? AND updated_at <= ? \
-             GROUP BY topic ORDER BY n DESC",
+            "SELECT id, topic, updated_at FROM jobs WHERE status = 'dead' \
+             AND updated_at > ? AND updated_at <= ? ORDER BY updated_at LIMIT ?",
         )
         .bind(since.naive_utc())
         .bind(until.naive_utc())
+        .bind(limit)
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
             .map(|row| {
                 let topic: Vec<u8> = row.try_get("topic")?;
-                let n: i64 = row.try_get("n")?;
-                let ids: Option<Vec<u8>> = row.try_get("ids")?;
-                Ok(DeadSince {
-                    topic: String::from_utf8_lossy(&topic).into_owned(),
-                    count: n as u64,
-                    ids: ids
-                        .map(|b| {
-                            String::from_utf8_lossy(&b)
-                                .split(',')
-                                .filter_map(|id| id.parse().ok())
-                                .collect()
-                        })
-                        .unwrap_or_default(),
-                })
+                let at: NaiveDateTime = row.try_get("updated_at")?;
+                Ok((
+                    row.try_get("id")?,
+                    String::from_utf8_lossy(&topic).into_owned(),
+                    at.and_utc(),
+                ))
             })
             .collect()
     }
