@@ -463,5 +463,37 @@ async fn a_batch_applied_again_after_its_commit_changes_nothing() {
     );
     let row = env.store.bulk_get(op_id).await.unwrap().unwrap();
     assert_eq!((row.done, row.changed, row.cursor_id), (3, 3, ids[2]));
+
+    // An operation stopped by hand (operations.md) writes nothing more.
+    let stopped = env
+        .store
+        .bulk_create(
+            "api:test",
+            &filter,
+            &BulkAction::Shift { by_ms: 1_000 },
+            ids[2],
+            3,
+            8,
+        )
+        .await
+        .unwrap();
+    sqlx::query("UPDATE bulk_ops SET status = 'failed' WHERE id = ?")
+        .bind(stopped)
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    let stopped = env.store.bulk_get(stopped).await.unwrap().unwrap();
+    let batch = env.store.bulk_next(&stopped, 500).await.unwrap();
+    assert!(env
+        .store
+        .bulk_apply(&stopped, &batch, |_| 1)
+        .await
+        .unwrap()
+        .is_none());
+    assert_eq!(
+        schedule_ms(&env, ids[0]).await,
+        before + 1_000,
+        "still moved once"
+    );
     env.finish().await;
 }

@@ -221,20 +221,7 @@ async fn the_doctor_sees_a_database_clock_apart_and_a_results_backlog() {
     use tickler::store::{support, Actor, Store};
     use tickler_testkit::procs::PrivateMariadb;
 
-    let faketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
-    assert!(
-        std::path::Path::new(faketime).exists(),
-        "libfaketime is installed (scripts/services installs it)"
-    );
-    let env: Vec<(String, String)> = [
-        ("LD_PRELOAD", faketime),
-        ("FAKETIME", "+5s"),
-        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    let mariadb = PrivateMariadb::start_with_env(&env).await;
+    let mariadb = PrivateMariadb::start_faketime("+5s").await;
     let url = support::scratch_database_create(&mariadb.server_url(), "doctor")
         .await
         .unwrap();

@@ -312,20 +312,7 @@ async fn broker_stopped_for_30s_loses_nothing() {
 /// (consistent everywhere) would not have. The skew tickler sees is the same.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tickler_and_redis_30s_ahead_of_mysql_produce_nothing_early() {
-    let faketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
-    assert!(
-        std::path::Path::new(faketime).exists(),
-        "libfaketime is installed (scripts/services installs it)"
-    );
-    let env: Vec<(String, String)> = [
-        ("LD_PRELOAD", faketime),
-        ("FAKETIME", "-30s"),
-        ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
-    ]
-    .iter()
-    .map(|(k, v)| (k.to_string(), v.to_string()))
-    .collect();
-    let mariadb = PrivateMariadb::start_with_env(&env).await;
+    let mariadb = PrivateMariadb::start_faketime("-30s").await;
     let services = Services {
         mysql_server_url: mariadb.server_url(),
         ..Services::shared()

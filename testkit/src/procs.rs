@@ -380,6 +380,25 @@ impl PrivateMariadb {
         PrivateMariadb::start_with_env(&[]).await
     }
 
+    /// A server whose clock runs `offset` from the real one (libfaketime's
+    /// `FAKETIME`, e.g. "-30s" or "+5s"); its monotonic clock is left alone.
+    pub async fn start_faketime(offset: &str) -> PrivateMariadb {
+        let faketime = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1";
+        assert!(
+            std::path::Path::new(faketime).exists(),
+            "libfaketime is installed (scripts/services installs it)"
+        );
+        let env: Vec<(String, String)> = [
+            ("LD_PRELOAD", faketime),
+            ("FAKETIME", offset),
+            ("FAKETIME_DONT_FAKE_MONOTONIC", "1"),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        PrivateMariadb::start_with_env(&env).await
+    }
+
     /// Starts the server with extra environment (e.g. libfaketime).
     pub async fn start_with_env(env: &[(String, String)]) -> PrivateMariadb {
         PrivateMariadb::start_with(env, &[]).await
