@@ -45,6 +45,7 @@ pub mod metrics;
 pub mod notify;
 pub mod outcome;
 pub mod reconciler;
+pub mod schedule;
 pub mod results;
 pub mod store;
 pub mod truth;
