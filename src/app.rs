@@ -15,6 +15,7 @@ use tokio_util::task::TaskTracker;
 use crate::api::{self, ApiState, ServeLimits};
 use crate::auth::{Principal, TokenCache};
 use crate::config::{AuthMode, Config};
+use crate::control::TopicControls;
 use crate::dispatcher::{DispatchError, Dispatcher, DispatcherConfig};
 use crate::index::{self, Index, IndexError};
 use crate::kafka::{self, Topics};
@@ -22,6 +23,7 @@ use crate::loader::{Loader, LoaderConfig};
 use crate::membership::{Membership, MembershipConfig};
 use crate::metrics;
 use crate::reconciler::{Reconciler, ReconcilerConfig};
+use crate::scheduler::Materializer;
 use crate::results::{
     DeadLetterConfig, DeadLetterProducer, Resolver, ResultsConsumer, ResultsConsumerConfig,
 };
@@ -115,6 +117,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
     let results_store = Store::connect_lazy(&config.mysql_url, 2, Actor::Results)?;
     // Its own pool: heartbeats must not queue behind the reconciler's scans.
     let membership_store = Store::connect_lazy(&config.mysql_url, 2, Actor::Reconciler)?;
+    let scheduler_store = Store::connect_lazy(&config.mysql_url, 2, Actor::Scheduler)?;
     let index = Index::connect_with(redis_client, &config.redis_prefix, config.shards)?;
     let wake = Arc::new(Notify::new());
     let dead_letters = Arc::new(Notify::new());
@@ -136,6 +139,13 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
     if config.has_role("api") || config.has_role("dispatcher") {
         tracker.spawn(topics.clone().run(cancel.child_token()));
     }
+    // Paused and paced topics, read every second; the reconciler's role
+    // puts a resumed topic's jobs back in the index.
+    let controls = TopicControls::new(reconciler_store.clone(), config.clone());
+    let reindex = config
+        .has_role("reconciler")
+        .then(|| (index.clone(), wake.clone()));
+    tracker.spawn(controls.clone().run(cancel.child_token(), reindex));
 
     // Every instance registers; a dispatcher also shares the shards.
     let membership = Membership::new(
@@ -154,6 +164,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
             topics.clone(),
             resolver_for(&dispatcher_store),
             membership.holding(),
+            controls.clone(),
         )?;
         let stop = cancel.child_token();
         let done = dispatcher_done.clone();
@@ -172,6 +183,13 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
             wake.clone(),
         );
         tracker.spawn(loader.run(cancel.child_token()));
+        let materializer = Materializer::new(
+            scheduler_store.clone(),
+            index.clone(),
+            config.clone(),
+            wake.clone(),
+        );
+        tracker.spawn(materializer.run(cancel.child_token()));
     }
 
     if config.has_role("reconciler") {
@@ -253,6 +271,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
             tokens,
             anonymous,
             bulk,
+            controls: controls.clone(),
             stats: api::StatsCache::default(),
         });
         let stop = cancel.child_token();
@@ -280,6 +299,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
             reconciler_store,
             results_store,
             membership_store,
+            scheduler_store,
         ],
         store,
         index,

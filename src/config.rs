@@ -72,6 +72,12 @@ pub struct Config {
     pub window_ms: u64,
     /// How often the loader looks for jobs entering the window.
     pub loader_interval_ms: u64,
+    /// Occurrences of a schedule are created as jobs this far ahead (and
+    /// always the next one, however far).
+    pub schedule_lookahead_ms: u64,
+    /// How often the loader looks for schedules that need their next
+    /// occurrences created.
+    pub schedule_interval_ms: u64,
     /// Rows the loader reads per query.
     pub loader_batch: u32,
     /// Most jobs one dispatcher claims per shard per pass.
@@ -208,6 +214,10 @@ pub struct TopicConfig {
     pub backoff_cap_ms: Option<u32>,
     #[serde(skip_serializing_if = "Option::is_none")]
     pub ack_timeout_ms: Option<u32>,
+    /// Most jobs of this topic dispatched per second, across every
+    /// instance (`PATCH /v1/topics/{topic}` overrides it).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_per_second: Option<u32>,
     /// Overrides `dead_letter_topic`; `""` turns dead letters off here.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dead_letter_topic: Option<String>,
@@ -248,6 +258,8 @@ impl Default for Config {
             redis_cluster: false,
             window_ms: 600_000,
             loader_interval_ms: 1_000,
+            schedule_lookahead_ms: 10_000,
+            schedule_interval_ms: 1_000,
             loader_batch: 5_000,
             dispatch_batch: 500,
             claim_lease_ms: 30_000,
@@ -415,6 +427,21 @@ impl Config {
                 "api_tls_cert/api_tls_key",
                 "must be given together (a PEM certificate chain and its private key)",
             ));
+        }
+        if self.schedule_interval_ms < 10 {
+            return Err(invalid("schedule_interval_ms", "must be at least 10"));
+        }
+        if let Some((topic, _)) = self
+            .topics
+            .iter()
+            .find(|(_, t)| t.max_per_second == Some(0))
+        {
+            return Err(ConfigError::Invalid {
+                field: "topics.max_per_second",
+                problem: format!(
+                    "is 0 for topic {topic:?}: pause the topic instead (POST /v1/topics/{topic}/pause)"
+                ),
+            });
         }
         if self.token_refresh_ms < 100 {
             return Err(invalid("token_refresh_ms", "must be at least 100"));
@@ -647,6 +674,11 @@ impl Config {
             Some(settings) => settings.overrides().over(self.policy_default()),
             None => self.policy_default(),
         }
+    }
+
+    /// The configured pace of `topic`, jobs per second, if any.
+    pub fn max_per_second_for(&self, topic: &str) -> Option<u32> {
+        self.topics.get(topic).and_then(|t| t.max_per_second)
     }
 
     /// Where dead jobs of `topic` are recorded, if anywhere.

@@ -51,6 +51,7 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
+use crate::control::TopicControls;
 use crate::index::{Claim, Index};
 use crate::job::{self, Job, JobId};
 use crate::kafka::{self, TopicState, Topics, TOPICS_REFRESH_MIN};
@@ -182,7 +183,14 @@ pub struct Dispatcher {
     ownership: watch::Receiver<Ownership>,
     /// Asks membership for a round now (after a fenced-off claim).
     refresh: Arc<Notify>,
+    /// Which topics have a pace.
+    controls: TopicControls,
 }
+
+/// The burst a paced topic may send at once, and the granularity at which
+/// the jobs it holds back are spread (so that they come back in groups, not
+/// one claim per job).
+pub const PACE_TICK: Duration = Duration::from_millis(100);
 
 /// A topic whose records have not been acknowledged for this long, while
 /// other topics' were, is one the broker stopped answering for.
@@ -307,9 +315,11 @@ impl Dispatcher {
         topics: Topics,
         resolver: Resolver,
         holding: Holding,
+        controls: TopicControls,
     ) -> Result<Self, DispatchError> {
         let producer = producer_create(&config)?;
         Ok(Dispatcher {
+            controls,
             ownership: holding.ownership,
             refresh: holding.refresh,
             store,
@@ -432,6 +442,7 @@ impl Dispatcher {
         let fence = ownership.fence(claims.iter().filter(|c| !c.ids.is_empty()).map(|c| c.shard));
         let ids: Vec<JobId> = claims.into_iter().flat_map(|c| c.ids).collect();
         report.claimed = ids.len();
+        let ids = self.pace(ids, redis_now_ms).await;
         let Some(fence) = fence else {
             return (report, None);
         };
@@ -510,6 +521,70 @@ impl Dispatcher {
         )
     }
 
+    /// Holds back the jobs of paced topics beyond what each topic's shared
+    /// pace lets through now: they go back to the index, spread at the
+    /// topic's rate after the ones held back before them. Returns the ids
+    /// that go on to the compare-and-set. Costs nothing while no topic has
+    /// a pace.
+    async fn pace(&self, ids: Vec<JobId>, redis_now_ms: i64) -> Vec<JobId> {
+        if ids.is_empty() || !self.controls.any_paced() {
+            return ids;
+        }
+        let topics = match self.store.job_topics(&ids).await {
+            Ok(topics) => topics,
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot read the topics of claimed jobs to pace them; trying again shortly");
+                let retry_ms = redis_now_ms + self.config.retry_delay.as_millis() as i64;
+                let back: Vec<(JobId, i64)> = ids.iter().map(|id| (*id, retry_ms)).collect();
+                self.index_requeue(&back).await;
+                return Vec::new();
+            }
+        };
+        let topic_of: HashMap<JobId, &str> =
+            topics.iter().map(|(id, t)| (*id, t.as_str())).collect();
+        let mut paced: BTreeMap<&str, Vec<JobId>> = BTreeMap::new();
+        let mut free = Vec::with_capacity(ids.len());
+        for id in ids {
+            match topic_of.get(&id) {
+                Some(topic) if self.controls.rate(topic).is_some() => {
+                    paced.entry(topic).or_default().push(id)
+                }
+                _ => free.push(id),
+            }
+        }
+        let tick_ms = PACE_TICK.as_millis() as i64;
+        for (topic, ids) in paced {
+            let Some(rate) = self.controls.rate(topic) else {
+                continue;
+            };
+            let (granted, slot) = match self.index.pace(topic, ids.len(), rate, PACE_TICK).await {
+                Ok(answer) => answer,
+                Err(err) => {
+                    metrics::index_failed("pace", ids.len(), &err);
+                    (0, redis_now_ms + self.config.retry_delay.as_millis() as i64)
+                }
+            };
+            free.extend_from_slice(&ids[..granted]);
+            let held = &ids[granted..];
+            if held.is_empty() {
+                continue;
+            }
+            // Job i of those held goes at slot + i / rate, rounded up to a
+            // tick.
+            let back: Vec<(JobId, i64)> = held
+                .iter()
+                .enumerate()
+                .map(|(i, id)| {
+                    let at = slot + (i as i64 * 1000) / i64::from(rate);
+                    (*id, (at + tick_ms - 1) / tick_ms * tick_ms)
+                })
+                .collect();
+            metrics::dispatch_paced(topic, held.len());
+            self.index_requeue(&back).await;
+        }
+        free
+    }
+
     async fn claim_all(&self, ownership: &Ownership) -> Vec<Claim> {
         let claims = ownership.shards.keys().map(|shard| {
             self.index
@@ -566,6 +641,25 @@ impl Dispatcher {
                 .collect();
             self.index_requeue(&back).await;
             self.refresh.notify_one();
+        }
+        if !outcome.paused.is_empty() {
+            // Out of the index while the topic is paused; a resume puts
+            // them back.
+            metrics::dispatch_held("paused", outcome.paused.len());
+            if let Err(err) = self.index.job_remove_many(&outcome.paused).await {
+                metrics::index_failed("drop jobs of paused topics", outcome.paused.len(), &err);
+            }
+        }
+        if !outcome.expired.is_empty() {
+            metrics::dispatch_held("expired", outcome.expired.len());
+            match self.store.job_expire_many(&outcome.expired).await {
+                Ok(n) => tracing::info!(num_jobs = n, "occurrences past their misfire grace cancelled"),
+                // They stay pending and expired: the next claim tries again.
+                Err(err) => tracing::warn!(error = %err, "cannot cancel expired jobs"),
+            }
+            if let Err(err) = self.index.job_remove_many(&outcome.expired).await {
+                metrics::index_failed("drop expired jobs", outcome.expired.len(), &err);
+            }
         }
         report.stale = outcome.stale.len();
         report.not_due = outcome.not_due.len();
@@ -773,7 +867,7 @@ fn enqueue(
     let attempt = job.attempt.to_string();
     let scheduled = job.schedule_time.timestamp_millis().to_string();
     let dispatched = dispatched_ms.to_string();
-    let mut headers = OwnedHeaders::new_with_capacity(job.headers.len() + 5);
+    let mut headers = OwnedHeaders::new_with_capacity(job.headers.len() + 6);
     for (name, value) in &job.headers {
         headers = headers.insert(Header {
             key: name,
@@ -789,6 +883,12 @@ fn enqueue(
                 value: Some(trace_parent.as_bytes()),
             });
         }
+    }
+    if let Some(schedule_id) = job.schedule_id {
+        headers = headers.insert(Header {
+            key: job::HEADER_SCHEDULE_ID,
+            value: Some(schedule_id.to_string().as_bytes()),
+        });
     }
     for (name, value) in [
         (job::HEADER_JOB_ID, &id),

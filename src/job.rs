@@ -19,6 +19,8 @@ pub const HEADER_JOB_ID: &str = "tickler-job-id";
 pub const HEADER_ATTEMPT: &str = "tickler-attempt";
 pub const HEADER_SCHEDULED_AT: &str = "tickler-scheduled-at";
 pub const HEADER_DISPATCHED_AT: &str = "tickler-dispatched-at";
+/// On an occurrence of a schedule: the schedule's id.
+pub const HEADER_SCHEDULE_ID: &str = "tickler-schedule-id";
 /// W3C trace context: kept from the create request, put on the record.
 pub const HEADER_TRACEPARENT: &str = "traceparent";
 
@@ -156,6 +158,10 @@ pub struct NewJob {
     pub policy: Policy,
     /// The W3C `traceparent` of the request that created it.
     pub trace_parent: Option<String>,
+    /// The schedule whose occurrence it is.
+    pub schedule_id: Option<u64>,
+    /// Still pending at this time, it is cancelled instead of produced.
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 /// A job as stored.
@@ -184,6 +190,11 @@ pub struct Job {
     /// The W3C `traceparent` of the request that created it, put on its
     /// Kafka record.
     pub trace_parent: Option<String>,
+    /// The schedule whose occurrence it is.
+    pub schedule_id: Option<u64>,
+    /// Still pending at this time, it is cancelled instead of produced
+    /// (a `skip` schedule's occurrence past its misfire grace).
+    pub expires_at: Option<DateTime<Utc>>,
 }
 
 impl Job {

@@ -55,6 +55,10 @@ pub const TRUTH_REPORTER: &str = "tickler_truth_reporter";
 pub const TRUTH_COMPUTED: &str = "tickler_truth_computed_timestamp_seconds";
 pub const NOTIFY_FAILED: &str = "tickler_notify_failed_total";
 pub const TRUTH_DISPATCHERS_LIVE: &str = "tickler_dispatchers_live";
+pub const DISPATCH_PACED: &str = "tickler_dispatch_paced_total";
+pub const DISPATCH_HELD: &str = "tickler_dispatch_held_total";
+pub const SCHEDULE_OCCURRENCES: &str = "tickler_schedule_occurrences_total";
+pub const SCHEDULE_MISFIRES_SKIPPED: &str = "tickler_schedule_misfires_skipped_total";
 
 /// Installs the process-wide recorder once and returns the handle that
 /// renders it. Later calls (several servers in one test process) share it.
@@ -231,6 +235,10 @@ fn describe() {
         "1 on the instance reporting the gauges from the truth, 0 on the others."
     );
     describe_counter!(NOTIFY_FAILED, "Notifications the webhook (notify_webhook_url) did not take; each is sent again next round.");
+    describe_counter!(DISPATCH_PACED, "Due jobs of a paced topic (max_per_second) held back and spread at its rate, by topic; a job held twice counts twice.");
+    describe_counter!(DISPATCH_HELD, "Due jobs the claim refused to produce: reason=paused (their topic is; out of Redis until it resumes) or expired (a skip schedule's occurrence past its misfire grace; cancelled).");
+    describe_counter!(SCHEDULE_OCCURRENCES, "Occurrences of recurring schedules created as jobs.");
+    describe_counter!(SCHEDULE_MISFIRES_SKIPPED, "Occurrences missed while no tickler ran that their schedule's misfire policy did not create.");
     describe_gauge!(
         TRUTH_DISPATCHERS_LIVE,
         "Live instances running the dispatcher role, from the instances table."
@@ -285,6 +293,27 @@ pub fn truth_publish(g: &TruthGauges) {
     }
     gauge!(TRUTH_DISPATCHERS_LIVE).set(g.dispatchers_live as f64);
     gauge!(TRUTH_SCAN).set(g.scan_s);
+}
+
+/// Jobs of a paced topic held back for later, by topic.
+pub fn dispatch_paced(topic: &str, n: usize) {
+    counter!(DISPATCH_PACED, "topic" => topic.to_owned()).increment(n as u64);
+}
+
+/// Due jobs the compare-and-set refused to produce: `paused` (their topic
+/// is) or `expired` (past a skip schedule's misfire grace; cancelled).
+pub fn dispatch_held(reason: &'static str, n: usize) {
+    counter!(DISPATCH_HELD, "reason" => reason).increment(n as u64);
+}
+
+/// Occurrences of schedules created as jobs.
+pub fn schedule_occurrences(n: usize) {
+    counter!(SCHEDULE_OCCURRENCES).increment(n as u64);
+}
+
+/// Missed occurrences not created, as their schedule's policy said.
+pub fn schedule_misfires_skipped(n: u64) {
+    counter!(SCHEDULE_MISFIRES_SKIPPED).increment(n);
 }
 
 pub fn notify_failed() {

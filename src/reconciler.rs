@@ -202,7 +202,7 @@ impl Reconciler {
         while report.overdue < self.config.max_per_pass {
             let page = self
                 .store
-                .job_list_pending(None, before, after, self.config.batch)
+                .job_list_overdue(before, after, self.config.batch)
                 .await?;
             let entries: Vec<_> = page.iter().map(|e| (e.id, e.schedule_time)).collect();
             report.refed += self.index.job_refeed_many(&entries).await?;

@@ -71,6 +71,8 @@ async fn job_due(store: &Store) -> u64 {
         schedule: Schedule::At(chrono::Utc::now() - chrono::Duration::seconds(1)),
         policy: Policy::default(),
         trace_parent: None,
+        schedule_id: None,
+        expires_at: None,
     };
     store.job_insert(&job).await.unwrap().0.id
 }

@@ -39,6 +39,8 @@ impl Db {
                 ..Policy::default()
             },
             trace_parent: None,
+            schedule_id: None,
+            expires_at: None,
         };
         self.store.job_insert(&job).await.unwrap().0.id
     }

@@ -19,7 +19,7 @@ use super::error::Conflict;
 use super::{ApiError, ApiJson, ApiState, JobIdPath};
 use crate::auth::Scope;
 use crate::config::TopicCheck;
-use crate::job::{self, InvalidJob, Job, JobId, NewJob, PayloadKind, Schedule, Status};
+use crate::job::{self, InvalidJob, Job, JobId, NewJob, PayloadKind, Schedule};
 use crate::kafka::TopicState;
 use crate::metrics;
 use crate::outcome::{Policy, PolicyOverrides};
@@ -224,6 +224,8 @@ impl CreateJob {
             schedule,
             policy,
             trace_parent: None,
+            schedule_id: None,
+            expires_at: None,
         })
     }
 }
@@ -412,21 +414,7 @@ pub(super) async fn index_follow_with(
     jobs: &[&Job],
     db_now: DateTime<Utc>,
 ) {
-    let horizon = db_now + config.window();
-    let (inside, outside): (Vec<&Job>, Vec<&Job>) = jobs
-        .iter()
-        .partition(|job| job.status == Status::Pending && job.schedule_time < horizon);
-    let add: Vec<(JobId, DateTime<Utc>)> = inside.iter().map(|j| (j.id, j.schedule_time)).collect();
-    let remove: Vec<JobId> = outside.iter().map(|j| j.id).collect();
-    let result = async {
-        index.job_add_many(&add).await?;
-        index.job_remove_many(&remove).await
-    };
-    match result.await {
-        Ok(_) if !add.is_empty() => wake.notify_one(),
-        Ok(_) => {}
-        Err(err) => metrics::index_failed("index created or changed jobs", jobs.len(), &err),
-    }
+    crate::index::follow(index, config.window(), wake, jobs, db_now).await
 }
 
 /// Whether jobs may be created for `topic`: never for a reserved topic

@@ -55,6 +55,8 @@ pub struct ApiState {
     pub stats: stats::StatsCache,
     /// Works through bulk operations in the background.
     pub bulk: BulkRunner,
+    /// Paused and paced topics, as this instance last read them.
+    pub controls: crate::control::TopicControls,
     /// The active API tokens (`auth = tokens`).
     pub tokens: TokenCache,
     /// The caller of every request when `auth = none`.

@@ -66,6 +66,7 @@ struct Scripts {
     remove: Script,
     refeed: Script,
     adopt: Script,
+    pace: Script,
 }
 
 /// One Redis server (a multiplexed connection that reconnects by itself)
@@ -133,6 +134,36 @@ impl std::fmt::Debug for Index {
     }
 }
 
+/// Makes Redis follow jobs MySQL has just written: indexed at their time
+/// if pending and due within `window` of `db_now`, otherwise not in Redis
+/// at all; wakes the dispatcher when one was indexed. A failure is logged,
+/// never returned: MySQL has the truth, and the loader and reconciler
+/// repair the index.
+pub async fn follow(
+    index: &Index,
+    window: Duration,
+    wake: &tokio::sync::Notify,
+    jobs: &[&crate::job::Job],
+    db_now: DateTime<Utc>,
+) {
+    use crate::job::Status;
+    let horizon = db_now + window;
+    let (inside, outside): (Vec<&crate::job::Job>, Vec<&crate::job::Job>) = jobs
+        .iter()
+        .partition(|job| job.status == Status::Pending && job.schedule_time < horizon);
+    let add: Vec<(JobId, DateTime<Utc>)> = inside.iter().map(|j| (j.id, j.schedule_time)).collect();
+    let remove: Vec<JobId> = outside.iter().map(|j| j.id).collect();
+    let result = async {
+        index.job_add_many(&add).await?;
+        index.job_remove_many(&remove).await
+    };
+    match result.await {
+        Ok(_) if !add.is_empty() => wake.notify_one(),
+        Ok(_) => {}
+        Err(err) => crate::metrics::index_failed("index created or changed jobs", jobs.len(), &err),
+    }
+}
+
 pub fn ms_of(at: DateTime<Utc>) -> i64 {
     at.timestamp_millis()
 }
@@ -181,6 +212,7 @@ impl Index {
                 remove: Script::new(include_str!("../../lua/remove.lua")),
                 refeed: Script::new(include_str!("../../lua/refeed.lua")),
                 adopt: Script::new(include_str!("../../lua/adopt.lua")),
+                pace: Script::new(include_str!("../../lua/pace.lua")),
             }),
         })
     }
@@ -335,6 +367,33 @@ impl Index {
             requeued: u64::try_from(*requeued).unwrap_or(0),
             ids: ids.iter().map(|id| *id as JobId).collect(),
         })
+    }
+
+    /// Asks the topic's shared pace for `n` jobs to go now at `rate` a
+    /// second, with a burst of `tick`. Returns how many may go, and the
+    /// time (ms, Redis's clock) from which the refused ones are spread at
+    /// the rate, in order, after every job refused before them.
+    pub async fn pace(
+        &self,
+        topic: &str,
+        n: usize,
+        rate: u32,
+        tick: Duration,
+    ) -> Result<(usize, i64), IndexError> {
+        let key = format!("{{{}:pace:{}}}", self.prefix, topic);
+        let reply: Vec<i64> = self
+            .scripts
+            .pace
+            .key(key)
+            .arg(n)
+            .arg(rate.max(1))
+            .arg(u64::try_from(tick.as_millis()).unwrap_or(u64::MAX))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        let [granted, slot] = reply.as_slice() else {
+            return Err(IndexError::Protocol(format!("pace returned {reply:?}")));
+        };
+        Ok((usize::try_from(*granted).unwrap_or(0).min(n), *slot))
     }
 
     /// Returns claimed ids to their due sets at the given times.

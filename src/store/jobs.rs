@@ -22,7 +22,7 @@ macro_rules! job_columns {
             ", payload_kind, headers, schedule_time, status, attempt, max_attempts, version, \
              created_at, updated_at, dispatched_at, kafka_partition, kafka_offset, last_error, \
              expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, ack_deadline, \
-             trace_parent"
+             trace_parent, schedule_id, expires_at"
         )
     };
 }
@@ -127,6 +127,12 @@ pub struct ClaimOutcome {
     /// dead) since it claimed them in Redis. They belong to the shard's
     /// new owner.
     pub fenced: Vec<JobId>,
+    /// Ids still `pending` and due, but past their `expires_at`: to be
+    /// cancelled, never produced.
+    pub expired: Vec<JobId>,
+    /// Ids still `pending` whose topic is paused: out of the index until
+    /// the topic resumes.
+    pub paused: Vec<JobId>,
     /// The database's clock when the claim was decided.
     pub db_now: Option<DateTime<Utc>>,
 }
@@ -256,63 +262,8 @@ impl Store {
         &self,
         jobs: &[NewJob],
     ) -> Result<(Vec<BatchRow>, DateTime<Utc>), StoreError> {
-        // Each row carries token_base | item index, so the rows can be read
-        // back and matched to their items (MySQL has no RETURNING).
-        let token_base: u64 = rand::random::<u64>() & !0xFFFF;
         let mut tx = self.begin().await?;
-        let mut insert = QueryBuilder::<MySql>::new(
-            "INSERT INTO jobs (topic, job_key, payload, payload_kind, headers, schedule_time, \
-             max_attempts, expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
-             trace_parent, create_token) ",
-        );
-        insert.push_values(jobs.iter().enumerate(), |mut row, (index, job)| {
-            let (at, delay_us) = match job.schedule {
-                Schedule::At(at) => (Some(at.naive_utc()), None),
-                Schedule::After { delay_ms } => (None, Some(delay_ms.saturating_mul(1000))),
-            };
-            row.push_bind(&job.topic)
-                .push_bind(&job.key)
-                .push_bind(&job.payload)
-                .push_bind(job.payload_kind.as_str())
-                .push_bind(headers_encode(&job.headers))
-                .push_unseparated(", COALESCE(")
-                .push_bind_unseparated(at)
-                .push_unseparated(", TIMESTAMPADD(MICROSECOND, ")
-                .push_bind_unseparated(delay_us)
-                .push_unseparated(", UTC_TIMESTAMP(3)))")
-                .push_bind(job.policy.max_attempts)
-                .push_bind(job.policy.expects_result)
-                .push_bind(job.policy.backoff_base_ms)
-                .push_bind(job.policy.backoff_cap_ms)
-                .push_bind(job.policy.ack_timeout_ms)
-                .push_bind(&job.trace_parent)
-                .push_bind(token_base | index as u64);
-        });
-        insert.push(" ON DUPLICATE KEY UPDATE id = id");
-        let first_id = insert.build().execute(&mut *tx).await?.last_insert_id();
-
-        let mut rows: Vec<BatchRow> = jobs.iter().map(|_| BatchRow::Duplicate).collect();
-        if first_id > 0 {
-            // Our rows have ids from first_id up, in item order; rows of
-            // concurrent inserts may sit between them.
-            let found = sqlx::query(&format!(
-                "SELECT {JOB_COLUMNS}, create_token FROM jobs WHERE id >= ? \
-                 AND create_token BETWEEN ? AND ? ORDER BY id LIMIT ?"
-            ))
-            .bind(first_id)
-            .bind(token_base)
-            .bind(token_base | 0xFFFF)
-            .bind(jobs.len() as u64)
-            .fetch_all(&mut *tx)
-            .await?;
-            for row in &found {
-                let token: u64 = row.try_get("create_token")?;
-                let index = (token - token_base) as usize;
-                if let Some(slot) = rows.get_mut(index) {
-                    *slot = BatchRow::Created(job_from_row(row)?);
-                }
-            }
-        }
+        let rows = insert_many_on(&mut tx, jobs).await?;
         let now: NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(3)")
             .fetch_one(&mut *tx)
             .await?;
@@ -509,10 +460,38 @@ impl Store {
         after: Option<WindowEntry>,
         limit: u32,
     ) -> Result<Vec<WindowEntry>, StoreError> {
+        self.job_list_pending_where(from, until, after, limit, false)
+            .await
+    }
+
+    /// [`Store::job_list_pending`] without the jobs of paused topics (they
+    /// are kept out of the index until their topic resumes): the overdue
+    /// probe's.
+    pub async fn job_list_overdue(
+        &self,
+        until: DateTime<Utc>,
+        after: Option<WindowEntry>,
+        limit: u32,
+    ) -> Result<Vec<WindowEntry>, StoreError> {
+        self.job_list_pending_where(None, until, after, limit, true)
+            .await
+    }
+
+    async fn job_list_pending_where(
+        &self,
+        from: Option<DateTime<Utc>>,
+        until: DateTime<Utc>,
+        after: Option<WindowEntry>,
+        limit: u32,
+        skip_paused: bool,
+    ) -> Result<Vec<WindowEntry>, StoreError> {
         let mut query = QueryBuilder::<MySql>::new(
             "SELECT id, schedule_time FROM jobs WHERE status = 'pending' AND schedule_time < ",
         );
         query.push_bind(until.naive_utc());
+        if skip_paused {
+            query.push(" AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused)");
+        }
         if let Some(from) = from {
             query
                 .push(" AND schedule_time >= ")
@@ -566,7 +545,11 @@ impl Store {
             .push_bind(fence.instance)
             .push(", claim_expires_at = TIMESTAMPADD(MICROSECOND, ")
             .push_bind(lease_us)
-            .push(", UTC_TIMESTAMP(3)) WHERE status = 'pending' AND schedule_time <= UTC_TIMESTAMP(3) AND ");
+            .push(
+                ", UTC_TIMESTAMP(3)) WHERE status = 'pending' AND schedule_time <= UTC_TIMESTAMP(3) \
+                 AND (expires_at IS NULL OR expires_at > UTC_TIMESTAMP(3)) \
+                 AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused) AND ",
+            );
         push_fence(&mut update, fence);
         update.push(" AND id IN ");
         push_id_list(&mut update, ids);
@@ -576,7 +559,11 @@ impl Store {
             "SELECT {JOB_COLUMNS}, claim_token, UTC_TIMESTAMP(3) AS db_now, "
         ));
         push_fence(&mut select, fence);
-        select.push(" AS fence_holds FROM jobs WHERE id IN ");
+        select.push(
+            " AS fence_holds, COALESCE(expires_at <= UTC_TIMESTAMP(3), FALSE) AS expired, \
+             topic IN (SELECT topic FROM topic_controls WHERE paused) AS paused \
+             FROM jobs WHERE id IN ",
+        );
         push_id_list(&mut select, ids);
         let rows = select.build().fetch_all(&self.pool).await?;
 
@@ -587,11 +574,17 @@ impl Store {
             let claimed_by: Option<u64> = row.try_get("claim_token")?;
             let db_now: NaiveDateTime = row.try_get("db_now")?;
             let fence_holds: i64 = row.try_get("fence_holds")?;
+            let expired: i64 = row.try_get("expired")?;
+            let paused: i64 = row.try_get("paused")?;
             outcome.db_now = Some(db_now.and_utc());
             seen.push(job.id);
             match job.status {
                 Status::Dispatching if claimed_by == Some(token) => outcome.won.push(job),
                 Status::Pending if fence_holds == 0 => outcome.fenced.push(job.id),
+                Status::Pending if paused != 0 => outcome.paused.push(job.id),
+                Status::Pending if expired != 0 && job.schedule_time <= db_now.and_utc() => {
+                    outcome.expired.push(job.id)
+                }
                 Status::Pending => outcome.not_due.push(WindowEntry {
                     id: job.id,
                     schedule_time: job.schedule_time,
@@ -713,6 +706,22 @@ impl Store {
         Ok(expired)
     }
 
+    /// `pending → cancelled` for jobs past their `expires_at` (a `skip`
+    /// schedule's occurrences that could not be produced in time). Returns
+    /// how many were cancelled.
+    pub async fn job_expire_many(&self, ids: &[JobId]) -> Result<u64, StoreError> {
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let mut query = QueryBuilder::<MySql>::new(
+            "UPDATE jobs SET status = 'cancelled', version = version + 1, \
+             last_error = 'expired: not produced within its schedule''s misfire grace (misfire = skip)' \
+             WHERE status = 'pending' AND expires_at <= UTC_TIMESTAMP(3) AND id IN ",
+        );
+        push_id_list(&mut query, ids);
+        Ok(query.build().execute(&self.pool).await?.rows_affected())
+    }
+
     /// `dispatching → pending` for jobs this claim could not produce (the
     /// broker refused or timed out), so they are tried again. The attempt is
     /// not counted: nothing was delivered.
@@ -738,6 +747,74 @@ impl Store {
         let result = query.build().execute(&self.pool).await?;
         Ok(result.rows_affected())
     }
+}
+
+/// Inserts many jobs in one statement on `conn` (inside the caller's
+/// transaction). A (topic, key) already taken yields `Duplicate` for that
+/// item and writes nothing for it. One row per item, in order.
+pub(super) async fn insert_many_on(
+    conn: &mut sqlx::MySqlConnection,
+    jobs: &[NewJob],
+) -> Result<Vec<BatchRow>, StoreError> {
+    // Each row carries token_base | item index, so the rows can be read
+    // back and matched to their items (MySQL has no RETURNING).
+    let token_base: u64 = rand::random::<u64>() & !0xFFFF;
+    let mut insert = QueryBuilder::<MySql>::new(
+        "INSERT INTO jobs (topic, job_key, payload, payload_kind, headers, schedule_time, \
+         max_attempts, expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
+         trace_parent, schedule_id, expires_at, create_token) ",
+    );
+    insert.push_values(jobs.iter().enumerate(), |mut row, (index, job)| {
+        let (at, delay_us) = match job.schedule {
+            Schedule::At(at) => (Some(at.naive_utc()), None),
+            Schedule::After { delay_ms } => (None, Some(delay_ms.saturating_mul(1000))),
+        };
+        row.push_bind(&job.topic)
+            .push_bind(&job.key)
+            .push_bind(&job.payload)
+            .push_bind(job.payload_kind.as_str())
+            .push_bind(headers_encode(&job.headers))
+            .push_unseparated(", COALESCE(")
+            .push_bind_unseparated(at)
+            .push_unseparated(", TIMESTAMPADD(MICROSECOND, ")
+            .push_bind_unseparated(delay_us)
+            .push_unseparated(", UTC_TIMESTAMP(3)))")
+            .push_bind(job.policy.max_attempts)
+            .push_bind(job.policy.expects_result)
+            .push_bind(job.policy.backoff_base_ms)
+            .push_bind(job.policy.backoff_cap_ms)
+            .push_bind(job.policy.ack_timeout_ms)
+            .push_bind(&job.trace_parent)
+            .push_bind(job.schedule_id)
+            .push_bind(job.expires_at.map(|at| at.naive_utc()))
+            .push_bind(token_base | index as u64);
+    });
+    insert.push(" ON DUPLICATE KEY UPDATE id = id");
+    let first_id = insert.build().execute(&mut *conn).await?.last_insert_id();
+
+    let mut rows: Vec<BatchRow> = jobs.iter().map(|_| BatchRow::Duplicate).collect();
+    if first_id > 0 {
+        // Our rows have ids from first_id up, in item order; rows of
+        // concurrent inserts may sit between them.
+        let found = sqlx::query(&format!(
+            "SELECT {JOB_COLUMNS}, create_token FROM jobs WHERE id >= ? \
+             AND create_token BETWEEN ? AND ? ORDER BY id LIMIT ?"
+        ))
+        .bind(first_id)
+        .bind(token_base)
+        .bind(token_base | 0xFFFF)
+        .bind(jobs.len() as u64)
+        .fetch_all(&mut *conn)
+        .await?;
+        for row in &found {
+            let token: u64 = row.try_get("create_token")?;
+            let index = (token - token_base) as usize;
+            if let Some(slot) = rows.get_mut(index) {
+                *slot = BatchRow::Created(job_from_row(row)?);
+            }
+        }
+    }
+    Ok(rows)
 }
 
 /// `UPDATE jobs j JOIN (<rows>) <alias> ON j.id = <alias>.id `, the rows a
@@ -876,6 +953,7 @@ pub(super) fn job_from_row(row: &MySqlRow) -> Result<Job, StoreError> {
     };
     let dispatched_at: Option<NaiveDateTime> = row.try_get("dispatched_at")?;
     let ack_deadline: Option<NaiveDateTime> = row.try_get("ack_deadline")?;
+    let expires_at: Option<NaiveDateTime> = row.try_get("expires_at")?;
     Ok(Job {
         id,
         topic: text(row, "topic")?.unwrap_or_default(),
@@ -896,6 +974,8 @@ pub(super) fn job_from_row(row: &MySqlRow) -> Result<Job, StoreError> {
         last_error: text(row, "last_error")?,
         ack_deadline: ack_deadline.map(|at| at.and_utc()),
         trace_parent: text(row, "trace_parent")?,
+        schedule_id: row.try_get("schedule_id")?,
+        expires_at: expires_at.map(|at| at.and_utc()),
     })
 }
 

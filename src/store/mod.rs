@@ -14,6 +14,8 @@ mod results;
 mod stats;
 pub mod support;
 mod tokens;
+mod topics;
+mod schedules;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -35,6 +37,11 @@ pub use jobs::{
 pub use results::{DeadLetter, Disposition, Redriven, Settled};
 pub use stats::{DeadSince, Overdue, Position, TopicCount, COUNTED};
 pub use tokens::{NewToken, TokenRow};
+pub use topics::{TopicChange, TopicControl};
+pub use schedules::{
+    Materialized, NewSchedule, PendingOccurrences, ScheduleDef, ScheduleRow, ScheduleStatus,
+    ScheduleUpdate,
+};
 
 /// Store failures a caller can act on.
 #[derive(Debug, thiserror::Error)]
@@ -111,6 +118,8 @@ pub enum Actor {
     Dispatcher,
     Reconciler,
     Results,
+    /// The materializer, creating the occurrences of schedules.
+    Scheduler,
 }
 
 impl Actor {
@@ -120,6 +129,7 @@ impl Actor {
             Actor::Dispatcher => "dispatcher",
             Actor::Reconciler => "reconciler",
             Actor::Results => "results",
+            Actor::Scheduler => "scheduler",
         }
     }
 }

@@ -1,0 +1,706 @@
+//! Queries on `schedules`, and the creation of their occurrences as jobs.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Duration, NaiveDateTime, Utc};
+use sqlx::mysql::MySqlRow;
+use sqlx::{MySql, QueryBuilder, Row};
+
+use super::jobs::{insert_many_on, policy_from_row, BatchRow};
+use super::{Store, StoreError};
+use crate::job::{Job, NewJob, PayloadKind, Schedule, Status};
+use crate::outcome::Policy;
+use crate::schedule::{self, Bounds, InvalidTiming, Misfire, Progress, Timing};
+
+/// `schedules.status`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
+#[serde(rename_all = "lowercase")]
+pub enum ScheduleStatus {
+    Active,
+    Paused,
+    /// Past `end_at`, `max_occurrences` reached, or a cron expression with
+    /// no date left: nothing more is created.
+    Ended,
+}
+
+impl ScheduleStatus {
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ScheduleStatus::Active => "active",
+            ScheduleStatus::Paused => "paused",
+            ScheduleStatus::Ended => "ended",
+        }
+    }
+
+    fn parse(s: &str) -> Option<ScheduleStatus> {
+        match s {
+            "active" => Some(ScheduleStatus::Active),
+            "paused" => Some(ScheduleStatus::Paused),
+            "ended" => Some(ScheduleStatus::Ended),
+            _ => None,
+        }
+    }
+}
+
+/// What a schedule creates and when: everything a PATCH may change.
+#[derive(Debug, Clone, PartialEq)]
+pub struct ScheduleDef {
+    pub payload: Vec<u8>,
+    pub payload_kind: PayloadKind,
+    pub headers: BTreeMap<String, String>,
+    pub policy: Policy,
+    pub cron: Option<String>,
+    pub time_zone: Option<String>,
+    pub every_ms: Option<u64>,
+    pub start_at: DateTime<Utc>,
+    pub end_at: Option<DateTime<Utc>>,
+    pub max_occurrences: Option<u32>,
+    pub misfire: Misfire,
+    pub misfire_grace_ms: u32,
+}
+
+impl ScheduleDef {
+    pub fn timing(&self) -> Result<Timing, InvalidTiming> {
+        Timing::from_parts(
+            self.cron.as_deref(),
+            self.time_zone.as_deref(),
+            self.every_ms,
+            self.start_at,
+        )
+    }
+
+    pub fn bounds(&self) -> Bounds {
+        Bounds {
+            end_at: self.end_at,
+            max_occurrences: self.max_occurrences,
+            misfire: self.misfire,
+            misfire_grace: Duration::milliseconds(i64::from(self.misfire_grace_ms)),
+        }
+    }
+
+    /// Whether going from `self` to `new` moves occurrences: their times or
+    /// their bounds.
+    pub fn retimes(&self, new: &ScheduleDef) -> bool {
+        self.cron != new.cron
+            || self.time_zone != new.time_zone
+            || self.every_ms != new.every_ms
+            || self.start_at != new.start_at
+            || self.end_at != new.end_at
+            || self.max_occurrences != new.max_occurrences
+    }
+
+    /// The first occurrence at or after `start_at` and after `after`,
+    /// within the bounds (None: it never fires again).
+    pub fn first_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        let timing = self.timing().ok()?;
+        let from = after.max(self.start_at - Duration::milliseconds(1));
+        timing
+            .next_after(from)
+            .filter(|at| self.end_at.is_none_or(|end| *at <= end))
+    }
+}
+
+/// A schedule to create.
+#[derive(Debug, Clone)]
+pub struct NewSchedule {
+    pub topic: String,
+    pub key: String,
+    pub def: ScheduleDef,
+    pub created_by: String,
+}
+
+/// A schedule as stored.
+#[derive(Debug, Clone)]
+pub struct ScheduleRow {
+    pub id: u64,
+    pub topic: String,
+    pub key: String,
+    pub def: ScheduleDef,
+    pub status: ScheduleStatus,
+    pub version: u32,
+    /// Every occurrence at or before this is decided.
+    pub cursor_at: DateTime<Utc>,
+    pub next_at: Option<DateTime<Utc>>,
+    pub last_at: Option<DateTime<Utc>>,
+    pub occurrences: u32,
+    pub created_by: String,
+    pub created_at: DateTime<Utc>,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// What a pass of the materializer created for one schedule.
+#[derive(Debug, Default)]
+pub struct Materialized {
+    pub created: Vec<Job>,
+    /// Missed occurrences the schedule's misfire policy did not create.
+    pub skipped: u64,
+    pub db_now: Option<DateTime<Utc>>,
+}
+
+/// What became of a change to a schedule.
+#[derive(Debug)]
+pub enum ScheduleUpdate {
+    /// Applied: the schedule as it is now, and how many pending
+    /// occurrences were replaced (deleted, to be created again) or updated
+    /// in place.
+    Applied {
+        schedule: Box<ScheduleRow>,
+        replaced: u64,
+        updated: u64,
+    },
+    /// The caller's version is not the schedule's.
+    VersionMismatch(Box<ScheduleRow>),
+}
+
+/// What DELETE does with the schedule's pending occurrences.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PendingOccurrences {
+    /// Cancel them (the default).
+    Cancel,
+    /// Keep them: they run as ordinary jobs.
+    Keep,
+}
+
+const SCHEDULE_COLUMNS: &str = "id, topic, schedule_key, payload, payload_kind, headers, \
+     expects_result, max_attempts, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
+     cron, time_zone, every_ms, start_at, end_at, max_occurrences, misfire, misfire_grace_ms, \
+     status, version, cursor_at, next_at, last_at, occurrences, created_by, created_at, updated_at";
+
+fn bytes_text(row: &MySqlRow, column: &str) -> Result<Option<String>, StoreError> {
+    let bytes: Option<Vec<u8>> = row.try_get(column)?;
+    bytes
+        .map(|b| {
+            String::from_utf8(b)
+                .map_err(|_| StoreError::Corrupt(format!("schedules.{column} is not UTF-8")))
+        })
+        .transpose()
+}
+
+fn schedule_from_row(row: &MySqlRow) -> Result<ScheduleRow, StoreError> {
+    let id: u64 = row.try_get("id")?;
+    let corrupt = |what: &str| StoreError::Corrupt(format!("schedule {id}: {what}"));
+    let at = |column: &str| -> Result<DateTime<Utc>, StoreError> {
+        let value: NaiveDateTime = row.try_get(column)?;
+        Ok(value.and_utc())
+    };
+    let at_opt = |column: &str| -> Result<Option<DateTime<Utc>>, StoreError> {
+        let value: Option<NaiveDateTime> = row.try_get(column)?;
+        Ok(value.map(|v| v.and_utc()))
+    };
+    let headers = match bytes_text(row, "headers")?.as_deref() {
+        None | Some("") => BTreeMap::new(),
+        Some(text) => serde_json::from_str(text).map_err(|_| corrupt("headers"))?,
+    };
+    let kind = bytes_text(row, "payload_kind")?.unwrap_or_default();
+    let misfire = bytes_text(row, "misfire")?.unwrap_or_default();
+    let status = bytes_text(row, "status")?.unwrap_or_default();
+    Ok(ScheduleRow {
+        id,
+        topic: bytes_text(row, "topic")?.unwrap_or_default(),
+        key: bytes_text(row, "schedule_key")?.unwrap_or_default(),
+        def: ScheduleDef {
+            payload: row.try_get("payload")?,
+            payload_kind: kind.parse().map_err(|_| corrupt("payload_kind"))?,
+            headers,
+            policy: policy_from_row(row)?,
+            cron: bytes_text(row, "cron")?,
+            time_zone: bytes_text(row, "time_zone")?,
+            every_ms: row.try_get("every_ms")?,
+            start_at: at("start_at")?,
+            end_at: at_opt("end_at")?,
+            max_occurrences: row.try_get("max_occurrences")?,
+            misfire: misfire.parse().map_err(|_| corrupt("misfire"))?,
+            misfire_grace_ms: row.try_get("misfire_grace_ms")?,
+        },
+        status: ScheduleStatus::parse(&status).ok_or_else(|| corrupt("status"))?,
+        version: row.try_get("version")?,
+        cursor_at: at("cursor_at")?,
+        next_at: at_opt("next_at")?,
+        last_at: at_opt("last_at")?,
+        occurrences: row.try_get("occurrences")?,
+        created_by: bytes_text(row, "created_by")?.unwrap_or_default(),
+        created_at: at("created_at")?,
+        updated_at: at("updated_at")?,
+    })
+}
+
+fn headers_text(headers: &BTreeMap<String, String>) -> Option<String> {
+    (!headers.is_empty()).then(|| serde_json::to_string(headers).unwrap_or_default())
+}
+
+/// ` SET` the definition's columns (for an UPDATE).
+fn def_set<'a>(query: &mut QueryBuilder<'a, MySql>, def: &'a ScheduleDef) {
+    query
+        .push(" payload = ")
+        .push_bind(&def.payload)
+        .push(", payload_kind = ")
+        .push_bind(def.payload_kind.as_str())
+        .push(", headers = ")
+        .push_bind(headers_text(&def.headers))
+        .push(", expects_result = ")
+        .push_bind(def.policy.expects_result)
+        .push(", max_attempts = ")
+        .push_bind(def.policy.max_attempts)
+        .push(", backoff_base_ms = ")
+        .push_bind(def.policy.backoff_base_ms)
+        .push(", backoff_cap_ms = ")
+        .push_bind(def.policy.backoff_cap_ms)
+        .push(", ack_timeout_ms = ")
+        .push_bind(def.policy.ack_timeout_ms);
+}
+
+impl Store {
+    /// Creates a schedule. Its first occurrence is created by the
+    /// materializer (woken by the caller), not here: a crash after this
+    /// commits leaves a schedule whose occurrences are created by the next
+    /// pass of any instance.
+    pub async fn schedule_insert(
+        &self,
+        new: &NewSchedule,
+        next_at: Option<DateTime<Utc>>,
+    ) -> Result<ScheduleRow, StoreError> {
+        let def = &new.def;
+        let mut conn = self.acquire().await?;
+        let mut insert = QueryBuilder::<MySql>::new(
+            "INSERT INTO schedules (topic, schedule_key, cron, time_zone, every_ms, start_at, \
+             end_at, max_occurrences, misfire, misfire_grace_ms, status, cursor_at, next_at, \
+             created_by, payload, payload_kind, headers, expects_result, max_attempts, \
+             backoff_base_ms, backoff_cap_ms, ack_timeout_ms) VALUES (",
+        );
+        let mut values = insert.separated(", ");
+        values
+            .push_bind(&new.topic)
+            .push_bind(new.key.as_bytes())
+            .push_bind(&def.cron)
+            .push_bind(&def.time_zone)
+            .push_bind(def.every_ms)
+            .push_bind(def.start_at.naive_utc())
+            .push_bind(def.end_at.map(|at| at.naive_utc()))
+            .push_bind(def.max_occurrences)
+            .push_bind(def.misfire.as_str())
+            .push_bind(def.misfire_grace_ms)
+            .push_bind(if next_at.is_some() { "active" } else { "ended" })
+            .push_bind((def.start_at - Duration::milliseconds(1)).naive_utc())
+            .push_bind(next_at.map(|at| at.naive_utc()))
+            .push_bind(&new.created_by)
+            .push_bind(&def.payload)
+            .push_bind(def.payload_kind.as_str())
+            .push_bind(headers_text(&def.headers))
+            .push_bind(def.policy.expects_result)
+            .push_bind(def.policy.max_attempts)
+            .push_bind(def.policy.backoff_base_ms)
+            .push_bind(def.policy.backoff_cap_ms)
+            .push_bind(def.policy.ack_timeout_ms);
+        insert.push(")");
+        let id = insert.build().execute(&mut *conn).await?.last_insert_id();
+        self.schedule_get(id).await
+    }
+
+    pub async fn schedule_get(&self, id: u64) -> Result<ScheduleRow, StoreError> {
+        let row = sqlx::query(&format!("SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = ?"))
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound(id))?;
+        schedule_from_row(&row)
+    }
+
+    pub async fn schedule_find_by_key(
+        &self,
+        topic: &str,
+        key: &str,
+    ) -> Result<Option<ScheduleRow>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE topic = ? AND schedule_key = ?"
+        ))
+        .bind(topic)
+        .bind(key.as_bytes())
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(schedule_from_row).transpose()
+    }
+
+    /// Schedules by id after `after`, optionally of one topic and status,
+    /// within `topic_patterns` (None: every topic).
+    pub async fn schedule_list(
+        &self,
+        topic: Option<&str>,
+        status: Option<ScheduleStatus>,
+        topic_patterns: Option<&[String]>,
+        after: u64,
+        limit: u32,
+    ) -> Result<Vec<ScheduleRow>, StoreError> {
+        let mut query = QueryBuilder::<MySql>::new(format!(
+            "SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id > "
+        ));
+        query.push_bind(after);
+        if let Some(topic) = topic {
+            query.push(" AND topic = ").push_bind(topic);
+        }
+        if let Some(status) = status {
+            query.push(" AND status = ").push_bind(status.as_str());
+        }
+        super::jobs::topic_patterns_push(&mut query, topic_patterns);
+        query.push(" ORDER BY id LIMIT ").push_bind(limit);
+        let rows = query.build().fetch_all(&self.pool).await?;
+        rows.iter().map(schedule_from_row).collect()
+    }
+
+    /// Active schedules whose latest occurrence is within `lookahead` of
+    /// now (or that have none yet), oldest first.
+    pub async fn schedule_due(
+        &self,
+        lookahead: std::time::Duration,
+        limit: u32,
+    ) -> Result<Vec<u64>, StoreError> {
+        let lookahead_us = u64::try_from(lookahead.as_micros()).unwrap_or(u64::MAX);
+        let ids = sqlx::query_scalar(
+            "SELECT id FROM schedules WHERE status = 'active' AND next_at IS NOT NULL \
+             AND (last_at IS NULL OR last_at <= TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))) \
+             ORDER BY last_at, id LIMIT ?",
+        )
+        .bind(lookahead_us)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(ids)
+    }
+
+    /// Creates the occurrences of schedule `id` that are due to exist now
+    /// (see [`schedule::plan`]), in one transaction with the move of its
+    /// cursor, on the schedule's row locked: two instances never decide the
+    /// same occurrences, and an occurrence's deterministic key makes a
+    /// second insert of it a no-op anyway.
+    ///
+    /// Crash before the commit: nothing happened, the next pass does it.
+    /// Crash after: the occurrences are jobs in MySQL, indexed by the loader
+    /// or the overdue probe.
+    pub async fn schedule_materialize(
+        &self,
+        id: u64,
+        lookahead: std::time::Duration,
+    ) -> Result<Materialized, StoreError> {
+        super::contention_retry(|| self.schedule_materialize_once(id, lookahead)).await
+    }
+
+    async fn schedule_materialize_once(
+        &self,
+        id: u64,
+        lookahead: std::time::Duration,
+    ) -> Result<Materialized, StoreError> {
+        let mut tx = self.begin().await?;
+        let row = sqlx::query(&format!(
+            "SELECT {SCHEDULE_COLUMNS}, UTC_TIMESTAMP(3) AS db_now FROM schedules \
+             WHERE id = ? FOR UPDATE"
+        ))
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?;
+        let Some(row) = row else {
+            return Ok(Materialized::default());
+        };
+        let schedule = schedule_from_row(&row)?;
+        let now: NaiveDateTime = row.try_get("db_now")?;
+        let now = now.and_utc();
+        let mut done = Materialized {
+            db_now: Some(now),
+            ..Materialized::default()
+        };
+        if schedule.status != ScheduleStatus::Active {
+            return Ok(done);
+        }
+        let timing = match schedule.def.timing() {
+            Ok(timing) => timing,
+            Err(err) => {
+                // Edited by hand into something unreadable: say so, and
+                // leave it for a person.
+                tracing::warn!(schedule_id = id, error = %err, "schedule cannot be read; not creating occurrences");
+                return Ok(done);
+            }
+        };
+        let latest_pending = match schedule.last_at {
+            Some(last) => {
+                let status: Option<Vec<u8>> = sqlx::query_scalar(
+                    "SELECT status FROM jobs WHERE topic = ? AND job_key = ?",
+                )
+                .bind(&schedule.topic)
+                .bind(schedule::occurrence_key(&schedule.key, last))
+                .fetch_optional(&mut *tx)
+                .await?;
+                status.as_deref() == Some(Status::Pending.as_str().as_bytes())
+            }
+            None => false,
+        };
+        let lookahead = Duration::from_std(lookahead).unwrap_or(Duration::zero());
+        let plan = schedule::plan(
+            &timing,
+            &schedule.def.bounds(),
+            Progress {
+                cursor: schedule.cursor_at,
+                occurrences: schedule.occurrences,
+                latest_pending,
+            },
+            now,
+            lookahead,
+        );
+        let jobs: Vec<NewJob> = plan
+            .create
+            .iter()
+            .map(|occurrence| NewJob {
+                topic: schedule.topic.clone(),
+                key: Some(schedule::occurrence_key(&schedule.key, occurrence.at)),
+                payload: schedule.def.payload.clone(),
+                payload_kind: schedule.def.payload_kind,
+                headers: schedule.def.headers.clone(),
+                schedule: Schedule::At(occurrence.run_at),
+                policy: schedule.def.policy,
+                trace_parent: None,
+                schedule_id: Some(id),
+                expires_at: occurrence.expires_at,
+            })
+            .collect();
+        if !jobs.is_empty() {
+            for row in insert_many_on(&mut tx, &jobs).await? {
+                if let BatchRow::Created(job) = row {
+                    done.created.push(job);
+                }
+            }
+        }
+        done.skipped = plan.skipped;
+        let last_at = plan.create.iter().map(|o| o.at).max();
+        sqlx::query(
+            "UPDATE schedules SET cursor_at = ?, next_at = ?, last_at = COALESCE(?, last_at), \
+             occurrences = occurrences + ?, status = IF(?, 'ended', status) WHERE id = ?",
+        )
+        .bind(plan.cursor.naive_utc())
+        .bind(plan.next_at.map(|at| at.naive_utc()))
+        .bind(last_at.map(|at| at.naive_utc()))
+        .bind(done.created.len() as u32)
+        .bind(plan.ended)
+        .bind(id)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(done)
+    }
+
+    /// Replaces the definition of schedule `id` at `version` with `def`.
+    /// Pending occurrences follow: in place (payload, headers, policy) when
+    /// the times and bounds stay; deleted and created again from now when
+    /// they change (an occurrence not yet due has never run: its id simply
+    /// stops existing). Occurrences already due or running are left alone.
+    pub async fn schedule_update(
+        &self,
+        id: u64,
+        version: u32,
+        def: &ScheduleDef,
+    ) -> Result<ScheduleUpdate, StoreError> {
+        let mut tx = self.begin().await?;
+        let current = sqlx::query(&format!(
+            "SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = ? FOR UPDATE"
+        ))
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(StoreError::NotFound(id))?;
+        let current = schedule_from_row(&current)?;
+        if current.version != version {
+            return Ok(ScheduleUpdate::VersionMismatch(Box::new(current)));
+        }
+        let retime = current.def.retimes(def);
+        let mut replaced = 0;
+        if retime {
+            replaced = occurrences_delete_future(&mut tx, id).await?;
+        }
+        let mut update = QueryBuilder::<MySql>::new("UPDATE jobs SET");
+        def_set(&mut update, def);
+        update
+            .push(", expires_at = IF(")
+            .push_bind(def.misfire == Misfire::Skip)
+            .push(", TIMESTAMPADD(MICROSECOND, ")
+            .push_bind(u64::from(def.misfire_grace_ms) * 1000)
+            .push(", schedule_time), NULL), version = version + 1 WHERE schedule_id = ")
+            .push_bind(id)
+            .push(" AND status = 'pending'");
+        let updated = update.build().execute(&mut *tx).await?.rows_affected();
+
+        let mut query = QueryBuilder::<MySql>::new("UPDATE schedules SET");
+        def_set(&mut query, def);
+        query
+            .push(", cron = ")
+            .push_bind(&def.cron)
+            .push(", time_zone = ")
+            .push_bind(&def.time_zone)
+            .push(", every_ms = ")
+            .push_bind(def.every_ms)
+            .push(", start_at = ")
+            .push_bind(def.start_at.naive_utc())
+            .push(", end_at = ")
+            .push_bind(def.end_at.map(|at| at.naive_utc()))
+            .push(", max_occurrences = ")
+            .push_bind(def.max_occurrences)
+            .push(", misfire = ")
+            .push_bind(def.misfire.as_str())
+            .push(", misfire_grace_ms = ")
+            .push_bind(def.misfire_grace_ms)
+            .push(", version = version + 1");
+        if retime {
+            // From now (or the new start), with the occurrences that stay
+            // counted; the next pass creates what the new times ask for.
+            let now: NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(3)")
+                .fetch_one(&mut *tx)
+                .await?;
+            let cursor = now
+                .and_utc()
+                .max(def.start_at - Duration::milliseconds(1));
+            let next_at = def.first_after(cursor);
+            query
+                .push(", cursor_at = ")
+                .push_bind(cursor.naive_utc())
+                .push(", next_at = ")
+                .push_bind(next_at.map(|at| at.naive_utc()))
+                .push(", last_at = NULL, occurrences = GREATEST(CAST(occurrences AS SIGNED) - ")
+                .push_bind(replaced as i64)
+                .push(", 0), status = IF(status = 'paused', 'paused', ")
+                .push_bind(if next_at.is_some() { "active" } else { "ended" })
+                .push(")");
+        }
+        query.push(" WHERE id = ").push_bind(id);
+        query.build().execute(&mut *tx).await?;
+        tx.commit().await?;
+        Ok(ScheduleUpdate::Applied {
+            schedule: Box::new(self.schedule_get(id).await?),
+            replaced,
+            updated,
+        })
+    }
+
+    /// Pauses (nothing more is created; pending occurrences not yet due are
+    /// deleted) or resumes (from now: the occurrences of the pause are not
+    /// misfires) schedule `id`. Returns it as it is now, and how many
+    /// occurrences a pause deleted.
+    pub async fn schedule_pause(
+        &self,
+        id: u64,
+        pause: bool,
+    ) -> Result<(ScheduleRow, u64), StoreError> {
+        let mut tx = self.begin().await?;
+        let current = sqlx::query(&format!(
+            "SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = ? FOR UPDATE"
+        ))
+        .bind(id)
+        .fetch_optional(&mut *tx)
+        .await?
+        .ok_or(StoreError::NotFound(id))?;
+        let current = schedule_from_row(&current)?;
+        let now: NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(3)")
+            .fetch_one(&mut *tx)
+            .await?;
+        let now = now.and_utc();
+        let mut deleted = 0;
+        match (pause, current.status) {
+            (true, ScheduleStatus::Active) => {
+                deleted = occurrences_delete_future(&mut tx, id).await?;
+                sqlx::query(
+                    "UPDATE schedules SET status = 'paused', version = version + 1, \
+                     cursor_at = GREATEST(cursor_at, ?), last_at = NULL, next_at = ?, \
+                     occurrences = GREATEST(CAST(occurrences AS SIGNED) - ?, 0) WHERE id = ?",
+                )
+                .bind(now.naive_utc())
+                .bind(current.def.first_after(now).map(|at| at.naive_utc()))
+                .bind(deleted as i64)
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            }
+            (false, ScheduleStatus::Paused) => {
+                let cursor = current.cursor_at.max(now);
+                let next_at = current.def.first_after(cursor);
+                sqlx::query(
+                    "UPDATE schedules SET status = ?, version = version + 1, cursor_at = ?, \
+                     last_at = NULL, next_at = ? WHERE id = ?",
+                )
+                .bind(if next_at.is_some() { "active" } else { "ended" })
+                .bind(cursor.naive_utc())
+                .bind(next_at.map(|at| at.naive_utc()))
+                .bind(id)
+                .execute(&mut *tx)
+                .await?;
+            }
+            // Already so, or ended: nothing to do.
+            _ => {}
+        }
+        tx.commit().await?;
+        Ok((self.schedule_get(id).await?, deleted))
+    }
+
+    /// Deletes schedule `id`. Its pending occurrences are cancelled (those
+    /// not yet due are deleted, as on a pause) or kept as ordinary jobs.
+    /// Returns how many occurrences were cancelled or deleted.
+    pub async fn schedule_delete(
+        &self,
+        id: u64,
+        pending: PendingOccurrences,
+    ) -> Result<u64, StoreError> {
+        let mut tx = self.begin().await?;
+        let found: Option<u64> =
+            sqlx::query_scalar("SELECT id FROM schedules WHERE id = ? FOR UPDATE")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+        if found.is_none() {
+            return Err(StoreError::NotFound(id));
+        }
+        let mut gone = 0;
+        if pending == PendingOccurrences::Cancel {
+            gone += occurrences_delete_future(&mut tx, id).await?;
+            gone += sqlx::query(
+                "UPDATE jobs SET status = 'cancelled', version = version + 1, \
+                 last_error = 'cancelled: its schedule was deleted' \
+                 WHERE schedule_id = ? AND status = 'pending'",
+            )
+            .bind(id)
+            .execute(&mut *tx)
+            .await?
+            .rows_affected();
+        }
+        sqlx::query("DELETE FROM schedules WHERE id = ?")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        tx.commit().await?;
+        Ok(gone)
+    }
+
+    /// The pending occurrences of schedule `id`, soonest first.
+    pub async fn schedule_pending(&self, id: u64, limit: u32) -> Result<Vec<Job>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {} FROM jobs WHERE schedule_id = ? AND status = 'pending' \
+             ORDER BY schedule_time, id LIMIT ?",
+            super::jobs::JOB_COLUMNS_NO_PAYLOAD
+        ))
+        .bind(id)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(super::jobs::job_from_row).collect()
+    }
+}
+
+/// Deletes the schedule's pending occurrences not yet due (by the
+/// database's clock): they never ran, and their keys are free again for
+/// the occurrences that replace them. One that a dispatcher claims is no
+/// longer pending, and one due is claimable: neither is touched.
+async fn occurrences_delete_future(
+    conn: &mut sqlx::MySqlConnection,
+    id: u64,
+) -> Result<u64, StoreError> {
+    Ok(sqlx::query(
+        "DELETE FROM jobs WHERE schedule_id = ? AND status = 'pending' \
+         AND schedule_time > UTC_TIMESTAMP(3)",
+    )
+    .bind(id)
+    .execute(conn)
+    .await?
+    .rows_affected())
+}

@@ -1,0 +1,142 @@
+//! Queries on `topic_controls`: paused topics and their pace.
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use sqlx::mysql::MySqlRow;
+use sqlx::Row;
+
+use super::jobs::WindowEntry;
+use super::{Store, StoreError};
+use crate::job::JobId;
+
+/// A topic's controls as stored.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct TopicControl {
+    pub topic: String,
+    pub paused: bool,
+    /// Set through the API (or by hand); None leaves the configuration's.
+    pub max_per_second: Option<u32>,
+    pub updated_by: String,
+    pub updated_at: DateTime<Utc>,
+}
+
+/// What a change of a topic's controls sets; None leaves it as is.
+#[derive(Debug, Clone, Default)]
+pub struct TopicChange {
+    pub paused: Option<bool>,
+    /// `Some(None)` clears the API's pace (the configuration's applies).
+    pub max_per_second: Option<Option<u32>>,
+}
+
+fn control_from_row(row: &MySqlRow) -> Result<TopicControl, StoreError> {
+    let topic: Vec<u8> = row.try_get("topic")?;
+    let updated_by: Vec<u8> = row.try_get("updated_by")?;
+    let updated_at: NaiveDateTime = row.try_get("updated_at")?;
+    Ok(TopicControl {
+        topic: String::from_utf8(topic)
+            .map_err(|_| StoreError::Corrupt("topic_controls.topic is not UTF-8".to_owned()))?,
+        paused: row.try_get("paused")?,
+        max_per_second: row.try_get("max_per_second")?,
+        updated_by: String::from_utf8_lossy(&updated_by).into_owned(),
+        updated_at: updated_at.and_utc(),
+    })
+}
+
+const CONTROL_COLUMNS: &str = "topic, paused, max_per_second, updated_by, updated_at";
+
+impl Store {
+    /// Every topic with controls.
+    pub async fn topic_controls(&self) -> Result<Vec<TopicControl>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {CONTROL_COLUMNS} FROM topic_controls ORDER BY topic"
+        ))
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(control_from_row).collect()
+    }
+
+    pub async fn topic_control(&self, topic: &str) -> Result<Option<TopicControl>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {CONTROL_COLUMNS} FROM topic_controls WHERE topic = ?"
+        ))
+        .bind(topic)
+        .fetch_optional(&self.pool)
+        .await?;
+        row.as_ref().map(control_from_row).transpose()
+    }
+
+    /// Applies `change` to the topic's controls (creating its row), as
+    /// `by`. Once a pause commits, the dispatcher's compare-and-set wins no
+    /// job of the topic: a job claimed before it is already on its way.
+    pub async fn topic_control_set(
+        &self,
+        topic: &str,
+        change: &TopicChange,
+        by: &str,
+    ) -> Result<TopicControl, StoreError> {
+        let paused = change.paused.unwrap_or(false);
+        let rate = change.max_per_second.flatten();
+        sqlx::query(
+            "INSERT INTO topic_controls (topic, paused, max_per_second, updated_by) \
+             VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE \
+             paused = IF(?, ?, paused), \
+             max_per_second = IF(?, ?, max_per_second), \
+             updated_by = ?, updated_at = UTC_TIMESTAMP(3)",
+        )
+        .bind(topic)
+        .bind(paused)
+        .bind(rate)
+        .bind(by)
+        .bind(change.paused.is_some())
+        .bind(paused)
+        .bind(change.max_per_second.is_some())
+        .bind(rate)
+        .bind(by)
+        .execute(&self.pool)
+        .await?;
+        self.topic_control(topic)
+            .await?
+            .ok_or_else(|| StoreError::Corrupt(format!("topic {topic:?}: controls vanished")))
+    }
+
+    /// Pending jobs of `topic` due before `until`, by id after `after`: the
+    /// jobs to put back in the index when the topic resumes.
+    pub async fn job_list_pending_topic(
+        &self,
+        topic: &str,
+        until: DateTime<Utc>,
+        after: JobId,
+        limit: u32,
+    ) -> Result<Vec<WindowEntry>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, schedule_time FROM jobs WHERE status = 'pending' AND topic = ? \
+             AND schedule_time < ? AND id > ? ORDER BY id LIMIT ?",
+        )
+        .bind(topic)
+        .bind(until.naive_utc())
+        .bind(after)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(WindowEntry::from_row).collect()
+    }
+
+    /// The topic of each id that has a row.
+    pub async fn job_topics(&self, ids: &[JobId]) -> Result<Vec<(JobId, String)>, StoreError> {
+        if ids.is_empty() {
+            return Ok(Vec::new());
+        }
+        let mut query = sqlx::QueryBuilder::<sqlx::MySql>::new("SELECT id, topic FROM jobs WHERE id IN ");
+        super::jobs::push_id_list(&mut query, ids);
+        let rows = query.build().fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|row| {
+                let topic: Vec<u8> = row.try_get("topic")?;
+                Ok((
+                    row.try_get("id")?,
+                    String::from_utf8(topic)
+                        .map_err(|_| StoreError::Corrupt("jobs.topic is not UTF-8".to_owned()))?,
+                ))
+            })
+            .collect()
+    }
+}
