@@ -86,6 +86,12 @@ pub enum ApiError {
     NotFound(u64),
     #[error("bulk operation {0} not found")]
     BulkNotFound(u64),
+    #[error("schedule {0} not found")]
+    ScheduleNotFound(u64),
+    /// A schedule's version moved on, or its (topic, key) is taken by a
+    /// different schedule.
+    #[error("{message}")]
+    ScheduleConflict { code: &'static str, message: String },
     #[error("no such endpoint: {0}")]
     NoRoute(String),
     #[error("{0}")]
@@ -140,13 +146,18 @@ impl ApiError {
             }
             ApiError::InvalidJob(_) => StatusCode::BAD_REQUEST,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
-            ApiError::NotFound(_) | ApiError::BulkNotFound(_) | ApiError::NoRoute(_) => {
+            ApiError::NotFound(_)
+            | ApiError::BulkNotFound(_)
+            | ApiError::ScheduleNotFound(_)
+            | ApiError::NoRoute(_) => {
                 StatusCode::NOT_FOUND
             }
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
             ApiError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
-            ApiError::KeyConflict { .. } | ApiError::Conflict { .. } => StatusCode::CONFLICT,
+            ApiError::KeyConflict { .. }
+            | ApiError::Conflict { .. }
+            | ApiError::ScheduleConflict { .. } => StatusCode::CONFLICT,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::ForbiddenScope(_)
             | ApiError::ForbiddenTopic(_)
@@ -182,7 +193,10 @@ impl ApiError {
             },
             ApiError::UnknownTopic(_) => "unknown_topic",
             ApiError::ReservedTopic(_) => "reserved_topic",
-            ApiError::NotFound(_) | ApiError::BulkNotFound(_) => "not_found",
+            ApiError::NotFound(_) | ApiError::BulkNotFound(_) | ApiError::ScheduleNotFound(_) => {
+                "not_found"
+            }
+            ApiError::ScheduleConflict { code, .. } => code,
             ApiError::NoRoute(_) => "no_route",
             ApiError::MethodNotAllowed(_) => "method_not_allowed",
             ApiError::UriTooLong { .. } => "uri_too_long",

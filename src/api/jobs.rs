@@ -145,7 +145,7 @@ pub(super) fn schedule_parse(
 
 /// `payload` or `payload_base64`, decoded and checked. None when neither is
 /// given; both is an error.
-fn payload_parse(
+pub(super) fn payload_parse(
     payload: Option<Box<RawValue>>,
     payload_base64: Option<String>,
     limits: Limits,

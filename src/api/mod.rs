@@ -7,8 +7,10 @@ mod jobs;
 mod openapi;
 mod query;
 mod results;
+mod schedules;
 mod server;
 mod stats;
+mod topics;
 mod ui;
 
 use std::sync::Arc;
@@ -85,6 +87,20 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/jobs/{id}/history", get(query::history))
         .route("/v1/jobs/{id}/result", post(results::report))
         .route("/v1/jobs/{id}/redrive", post(results::redrive))
+        .route("/v1/schedules", post(schedules::create).get(schedules::list))
+        .route("/v1/schedules/preview", post(schedules::preview))
+        .route(
+            "/v1/schedules/{id}",
+            get(schedules::get)
+                .patch(schedules::patch)
+                .delete(schedules::delete),
+        )
+        .route("/v1/schedules/{id}/pause", post(schedules::pause))
+        .route("/v1/schedules/{id}/resume", post(schedules::resume))
+        .route("/v1/topics", get(topics::list))
+        .route("/v1/topics/{topic}", get(topics::get).patch(topics::patch))
+        .route("/v1/topics/{topic}/pause", post(topics::pause))
+        .route("/v1/topics/{topic}/resume", post(topics::resume))
         // The last layer runs first: who is calling, then their body.
         .route_layer(middleware::from_fn_with_state(
             state.clone(),

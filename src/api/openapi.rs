@@ -8,7 +8,7 @@ use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
 use super::error::{ErrorBody, ErrorDetail};
-use super::{bulk, jobs, query, results, stats};
+use super::{bulk, jobs, query, results, schedules, stats, topics};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -30,6 +30,19 @@ use super::{bulk, jobs, query, results, stats};
         bulk::get,
         bulk::list,
         stats::get,
+        schedules::create,
+        schedules::list,
+        schedules::get,
+        schedules::patch,
+        schedules::delete,
+        schedules::pause,
+        schedules::resume,
+        schedules::preview,
+        topics::list,
+        topics::get,
+        topics::patch,
+        topics::pause,
+        topics::resume,
         super::healthz,
     ),
     components(schemas(ErrorBody, ErrorDetail)),
@@ -39,6 +52,8 @@ use super::{bulk, jobs, query, results, stats};
         (name = "jobs", description = "Schedule, read, change and cancel jobs"),
         (name = "results", description = "Consumers' reports, and redriving dead jobs"),
         (name = "operations", description = "Bulk changes and the stores' state"),
+        (name = "schedules", description = "Recurring schedules: each occurrence becomes a job"),
+        (name = "topics", description = "Pause, resume and pace a topic's dispatch"),
     )
 )]
 pub struct ApiDoc;
@@ -51,8 +66,8 @@ const ERRORS: [(&str, &str); 9] = [
     ("400", "Bad input (`invalid_*` codes); nothing was written"),
     ("401", "No token, or an unknown or revoked one (`unauthorized`)"),
     ("403", "The token lacks the scope or the topic (`forbidden_scope`, `forbidden_topic`, `cross_origin`)"),
-    ("404", "No such job or operation (`not_found`)"),
-    ("409", "The job's state refuses it now; `job` shows it as it is"),
+    ("404", "No such job, schedule or operation (`not_found`)"),
+    ("409", "The job's or schedule's state refuses it now (`version_conflict`, `key_conflict`, ...)"),
     ("413", "Body, URI or headers too large"),
     ("415", "Not `content-type: application/json`"),
     ("429", "Over the token's rate (`rate_limited`); see Retry-After"),

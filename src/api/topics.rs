@@ -1,0 +1,217 @@
+//! `/v1/topics`: pause, resume and pace a topic's dispatch.
+
+use std::collections::BTreeMap;
+
+use axum::extract::{Path, State};
+use axum::Json;
+use serde::{Deserialize, Deserializer, Serialize};
+
+use super::auth::Caller;
+use super::jobs::time_format;
+use super::{ApiError, ApiJson, ApiState};
+use crate::auth::Scope;
+use crate::control;
+use crate::job;
+use crate::store::{TopicChange, TopicControl};
+
+/// A topic's controls.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct TopicView {
+    pub topic: String,
+    /// Due jobs stay pending while paused, and are produced after resume.
+    pub paused: bool,
+    /// The pace in force, jobs per second (null: none).
+    pub max_per_second: Option<u32>,
+    /// Where the pace comes from: `api` (PATCH), `config`
+    /// (`topics.<name>.max_per_second`) or null.
+    pub max_per_second_source: Option<&'static str>,
+    /// Who changed the controls last (`api:NAME`, or `sql`).
+    pub updated_by: Option<String>,
+    pub updated_at: Option<String>,
+}
+
+/// Answer of `GET /v1/topics`.
+#[derive(Debug, Serialize, utoipa::ToSchema)]
+pub struct TopicList {
+    /// Every topic that is paused or paced (through the API or the
+    /// configuration).
+    pub topics: Vec<TopicView>,
+}
+
+/// Body of `PATCH /v1/topics/{topic}`.
+#[derive(Debug, Deserialize, utoipa::ToSchema)]
+#[serde(deny_unknown_fields)]
+pub struct PatchTopic {
+    /// Jobs per second across every instance, at least 1; null removes
+    /// the API's pace (the configuration's applies again).
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<u32>)]
+    pub max_per_second: Option<Option<u32>>,
+}
+
+fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<u32>>, D::Error> {
+    Option::<u32>::deserialize(d).map(Some)
+}
+
+fn view(state: &ApiState, topic: &str, row: Option<TopicControl>) -> TopicView {
+    let api_rate = row.as_ref().and_then(|r| r.max_per_second);
+    let config_rate = state.config.max_per_second_for(topic);
+    TopicView {
+        topic: topic.to_owned(),
+        paused: row.as_ref().is_some_and(|r| r.paused),
+        max_per_second: api_rate.or(config_rate),
+        max_per_second_source: match (api_rate, config_rate) {
+            (Some(_), _) => Some("api"),
+            (None, Some(_)) => Some("config"),
+            (None, None) => None,
+        },
+        updated_by: row.as_ref().map(|r| r.updated_by.clone()),
+        updated_at: row.as_ref().map(|r| time_format(r.updated_at)),
+    }
+}
+
+fn topic_checked(caller: &Caller, topic: &str) -> Result<(), ApiError> {
+    job::topic_validate(topic)?;
+    caller.topic(topic)
+}
+
+#[utoipa::path(
+    get, path = "/v1/topics", tag = "topics",
+    responses((status = 200, description = "Paused and paced topics", body = TopicList))
+)]
+pub async fn list(
+    State(state): State<ApiState>,
+    caller: Caller,
+) -> Result<Json<TopicList>, ApiError> {
+    caller.require(Scope::Read)?;
+    let mut rows: BTreeMap<String, Option<TopicControl>> = state
+        .store
+        .topic_controls()
+        .await?
+        .into_iter()
+        .map(|row| (row.topic.clone(), Some(row)))
+        .collect();
+    for (topic, settings) in &state.config.topics {
+        if settings.max_per_second.is_some() {
+            rows.entry(topic.clone()).or_insert(None);
+        }
+    }
+    let topics = rows
+        .into_iter()
+        .filter(|(topic, _)| caller.0.topic_allowed(topic))
+        .map(|(topic, row)| view(&state, &topic, row))
+        .filter(|v| v.paused || v.max_per_second.is_some())
+        .collect();
+    Ok(Json(TopicList { topics }))
+}
+
+#[utoipa::path(
+    get, path = "/v1/topics/{topic}", tag = "topics",
+    params(("topic" = String, Path, description = "The topic")),
+    responses((status = 200, description = "The topic's controls", body = TopicView))
+)]
+pub async fn get(
+    State(state): State<ApiState>,
+    caller: Caller,
+    Path(topic): Path<String>,
+) -> Result<Json<TopicView>, ApiError> {
+    caller.require(Scope::Read)?;
+    topic_checked(&caller, &topic)?;
+    let row = state.store.topic_control(&topic).await?;
+    Ok(Json(view(&state, &topic, row)))
+}
+
+/// `POST /v1/topics/{topic}/pause` — once this answers, no job of the topic
+/// is produced (one a dispatcher claimed a moment before is already on its
+/// way); due jobs stay pending. Idempotent.
+#[utoipa::path(
+    post, path = "/v1/topics/{topic}/pause", tag = "topics",
+    params(("topic" = String, Path, description = "The topic")),
+    responses((status = 200, description = "Paused", body = TopicView))
+)]
+pub async fn pause(
+    State(state): State<ApiState>,
+    caller: Caller,
+    Path(topic): Path<String>,
+) -> Result<Json<TopicView>, ApiError> {
+    set(&state, &caller, &topic, TopicChange {
+        paused: Some(true),
+        ..TopicChange::default()
+    })
+    .await
+}
+
+/// `POST /v1/topics/{topic}/resume` — the topic's due jobs are produced
+/// (at its pace, if it has one), oldest first. Idempotent.
+#[utoipa::path(
+    post, path = "/v1/topics/{topic}/resume", tag = "topics",
+    params(("topic" = String, Path, description = "The topic")),
+    responses((status = 200, description = "Resumed", body = TopicView))
+)]
+pub async fn resume(
+    State(state): State<ApiState>,
+    caller: Caller,
+    Path(topic): Path<String>,
+) -> Result<Json<TopicView>, ApiError> {
+    let view = set(&state, &caller, &topic, TopicChange {
+        paused: Some(false),
+        ..TopicChange::default()
+    })
+    .await?;
+    // Back in the index now; every instance also notices within a second.
+    match control::topic_reindex(&state.store, &state.index, &topic, state.config.window()).await {
+        Ok(_) => state.wake.notify_one(),
+        Err(err) => tracing::warn!(topic, error = %err, "cannot re-index a resumed topic now; the reconciler will"),
+    }
+    Ok(view)
+}
+
+/// `PATCH /v1/topics/{topic}` — sets or removes the topic's pace.
+#[utoipa::path(
+    patch, path = "/v1/topics/{topic}", tag = "topics",
+    params(("topic" = String, Path, description = "The topic")),
+    request_body = PatchTopic,
+    responses((status = 200, description = "Changed", body = TopicView))
+)]
+pub async fn patch(
+    State(state): State<ApiState>,
+    caller: Caller,
+    Path(topic): Path<String>,
+    ApiJson(body): ApiJson<PatchTopic>,
+) -> Result<Json<TopicView>, ApiError> {
+    let Some(rate) = body.max_per_second else {
+        return Err(ApiError::InvalidRequest(
+            "nothing to change: give max_per_second (a number, or null to remove it)".to_owned(),
+        ));
+    };
+    if rate == Some(0) {
+        return Err(ApiError::InvalidRequest(
+            "max_per_second must be at least 1; to stop the topic, pause it".to_owned(),
+        ));
+    }
+    set(&state, &caller, &topic, TopicChange {
+        max_per_second: Some(rate),
+        ..TopicChange::default()
+    })
+    .await
+}
+
+async fn set(
+    state: &ApiState,
+    caller: &Caller,
+    topic: &str,
+    change: TopicChange,
+) -> Result<Json<TopicView>, ApiError> {
+    caller.require(Scope::Write)?;
+    topic_checked(caller, topic)?;
+    let row = caller
+        .store(state)
+        .topic_control_set(topic, &change, &caller.0.actor())
+        .await?;
+    tracing::info!(topic, paused = row.paused, max_per_second = ?row.max_per_second, by = %row.updated_by, "topic controls changed");
+    // This instance follows at once; the others within a second.
+    if let Err(err) = state.controls.refresh().await {
+        tracing::debug!(error = %err, "cannot re-read the topic controls now");
+    }
+    Ok(Json(view(state, topic, Some(row))))
+}
