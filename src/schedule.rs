@@ -238,8 +238,9 @@ pub struct Progress {
     pub cursor: DateTime<Utc>,
     /// Occurrences created so far.
     pub occurrences: u32,
-    /// Whether the latest created occurrence is still waiting to be
-    /// produced: under `fire_once`, it is the one firing for the misfire.
+    /// Whether the latest created occurrence fires late (still waiting, or
+    /// produced after its grace): under `fire_once`, it is the one firing
+    /// for the misfire.
     pub latest_pending: bool,
 }
 

@@ -316,6 +316,13 @@ pub struct JobView {
     /// The W3C trace context of the creating request, put on the record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub traceparent: Option<String>,
+    /// The schedule whose occurrence it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule_id: Option<u64>,
+    /// Still pending then, it is cancelled rather than produced (an
+    /// occurrence of a `misfire: skip` schedule).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
@@ -369,6 +376,8 @@ impl From<Job> for JobView {
             ack_timeout_ms: job.policy.ack_timeout_ms,
             ack_deadline: job.ack_deadline.map(time_format),
             traceparent: job.trace_parent,
+            schedule_id: job.schedule_id,
+            expires_at: job.expires_at.map(time_format),
             payload,
             payload_base64,
             headers: job.headers,

@@ -8,7 +8,7 @@ use sqlx::{MySql, QueryBuilder, Row};
 
 use super::jobs::{insert_many_on, policy_from_row, BatchRow};
 use super::{Store, StoreError};
-use crate::job::{Job, NewJob, PayloadKind, Schedule, Status};
+use crate::job::{Job, NewJob, PayloadKind, Schedule};
 use crate::outcome::Policy;
 use crate::schedule::{self, Bounds, InvalidTiming, Misfire, Progress, Timing};
 
@@ -406,7 +406,11 @@ impl Store {
             db_now: Some(now),
             ..Materialized::default()
         };
-        if schedule.status != ScheduleStatus::Active {
+        let lookahead = Duration::from_std(lookahead).unwrap_or(Duration::zero());
+        if schedule.status != ScheduleStatus::Active
+            || schedule.last_at.is_some_and(|last| last > now + lookahead)
+        {
+            // Paused or ended; or its next occurrence exists already.
             return Ok(done);
         }
         let timing = match schedule.def.timing() {
@@ -418,20 +422,25 @@ impl Store {
                 return Ok(done);
             }
         };
+        // The latest occurrence created fires late (still waiting, or
+        // produced after its grace): under fire_once it is the one firing
+        // for any misfire after it.
         let latest_pending = match schedule.last_at {
             Some(last) => {
-                let status: Option<Vec<u8>> = sqlx::query_scalar(
-                    "SELECT status FROM jobs WHERE topic = ? AND job_key = ?",
+                let late: Option<i64> = sqlx::query_scalar(
+                    "SELECT status IN ('pending', 'dispatching') OR (dispatched_at IS NOT NULL \
+                     AND dispatched_at > TIMESTAMPADD(MICROSECOND, ?, schedule_time)) \
+                     FROM jobs WHERE topic = ? AND job_key = ?",
                 )
+                .bind(u64::from(schedule.def.misfire_grace_ms) * 1000)
                 .bind(&schedule.topic)
                 .bind(schedule::occurrence_key(&schedule.key, last))
                 .fetch_optional(&mut *tx)
                 .await?;
-                status.as_deref() == Some(Status::Pending.as_str().as_bytes())
+                late.unwrap_or(0) != 0
             }
             None => false,
         };
-        let lookahead = Duration::from_std(lookahead).unwrap_or(Duration::zero());
         let plan = schedule::plan(
             &timing,
             &schedule.def.bounds(),
@@ -603,7 +612,7 @@ impl Store {
                 deleted = occurrences_delete_future(&mut tx, id).await?;
                 sqlx::query(
                     "UPDATE schedules SET status = 'paused', version = version + 1, \
-                     cursor_at = GREATEST(cursor_at, ?), last_at = NULL, next_at = ?, \
+                     cursor_at = ?, last_at = NULL, next_at = ?, \
                      occurrences = GREATEST(CAST(occurrences AS SIGNED) - ?, 0) WHERE id = ?",
                 )
                 .bind(now.naive_utc())

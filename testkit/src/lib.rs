@@ -78,6 +78,7 @@ pub fn test_config(mysql_url: &str, prefix: &str) -> Config {
         http_addr: "127.0.0.1:0".to_owned(),
         shards: 4,
         loader_interval_ms: 200,
+        schedule_interval_ms: 200,
         dispatch_idle_ms: 200,
         claim_lease_ms: 15_000,
         results_topic: unique("tickler-results-"),
@@ -215,6 +216,36 @@ impl TestEnv {
             admin_secret,
             running: Some(running),
         }
+    }
+
+    /// Stops this tickler (as a shutdown: the batch in hand is finished).
+    pub async fn stop(&mut self) {
+        if let Some(running) = self.running.take() {
+            running.shutdown().await;
+        }
+    }
+
+    /// Starts this tickler again after `stop`, on the same database and
+    /// prefix (the API on a new port).
+    pub async fn restart(&mut self) {
+        self.stop().await;
+        let running = app::start(self.config.clone(), CancellationToken::new())
+            .await
+            .expect("tickler starts again");
+        if let Some(addr) = running.http_addr {
+            self.base_url = format!("http://{addr}");
+        }
+        self.store = running.store.clone();
+        self.index = running.index.clone();
+        self.running = Some(running);
+    }
+
+    /// Another instance of the same deployment (database, prefix), with
+    /// every role; stop it with `shutdown`.
+    pub async fn another(&self) -> Running {
+        app::start(self.config.clone(), CancellationToken::new())
+            .await
+            .expect("a second tickler starts")
     }
 
     /// Stops tickler and drops the database.
