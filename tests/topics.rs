@@ -1,0 +1,248 @@
+//! Topic controls against the real services: a paused topic's due jobs
+//! stay pending (nothing produced, other topics untouched) and are
+//! produced once each after resume, by the API or by hand in SQL; a paced
+//! topic is spread at its rate across two instances while another topic's
+//! jobs arrive on time.
+//!
+//! The pacing test's size comes from `TICKLER_PACE_JOBS` and
+//! `TICKLER_PACE_RATE` (default 4000 at 1000/s; docs/benchmarks.md runs
+//! 50000 at 2000/s).
+
+use std::collections::BTreeSet;
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tickler_testkit::{consumer_from_beginning, eventually, records_read, unique, TestEnv};
+
+/// A tickler that does not refuse a topic created after it read the
+/// broker's metadata (the second topic of each test).
+async fn env_start() -> TestEnv {
+    TestEnv::start_with(|c| c.topic_check = tickler::config::TopicCheck::Off).await
+}
+
+async fn topic_new(env: &TestEnv) -> String {
+    let topic = unique("tickler-test-");
+    tickler::kafka::topic_ensure_with(&env.config.kafka_brokers, &env.config.kafka_options, &topic, 2)
+        .await
+        .expect("topic created");
+    topic
+}
+
+/// Creates `n` jobs on `topic`, each `delay(i)` ms from now; returns ids.
+async fn jobs_create(env: &TestEnv, topic: &str, n: usize, delay: impl Fn(usize) -> u64) -> Vec<u64> {
+    let mut ids = Vec::with_capacity(n);
+    let items: Vec<Value> = (0..n)
+        .map(|i| json!({"topic": topic, "delay_ms": delay(i), "payload": i}))
+        .collect();
+    for chunk in items.chunks(1000) {
+        let (status, answer) = env.post("/v1/jobs/batch", json!({"jobs": chunk})).await;
+        assert_eq!(status, 200, "{answer}");
+        for item in answer["results"].as_array().unwrap() {
+            assert_eq!(item["result"], "created", "{item}");
+            ids.push(item["id"].as_u64().unwrap());
+        }
+    }
+    ids
+}
+
+async fn count(env: &TestEnv, topic: &str, status: &str) -> i64 {
+    sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE topic = ? AND status = ?")
+        .bind(topic)
+        .bind(status)
+        .fetch_one(&env.sql)
+        .await
+        .unwrap()
+}
+
+async fn all_dispatched(env: &TestEnv, topic: &str, n: i64, wait: Duration) {
+    eventually(wait, || async {
+        (count(env, topic, "dispatched").await == n).then_some(())
+    })
+    .await
+    .unwrap_or_else(|| panic!("{n} jobs of {topic} not all dispatched within {wait:?}"));
+}
+
+/// Jobs produced before their time (by the database's clock).
+async fn early(env: &TestEnv, topic: &str) -> i64 {
+    sqlx::query_scalar(
+        "SELECT COUNT(*) FROM jobs WHERE topic = ? AND dispatched_at < schedule_time",
+    )
+    .bind(topic)
+    .fetch_one(&env.sql)
+    .await
+    .unwrap()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paused_topic_holds_its_due_jobs_until_resumed() {
+    let env = env_start().await;
+    let paused = env.topic.clone();
+    let other = topic_new(&env).await;
+    let (status, view) = env.post(&format!("/v1/topics/{paused}/pause"), json!({})).await;
+    assert_eq!(status, 200, "{view}");
+    assert_eq!(view["paused"], true);
+    let (_, listed) = env.get("/v1/topics").await;
+    assert_eq!(listed["topics"][0]["topic"], paused.as_str(), "{listed}");
+
+    let held = jobs_create(&env, &paused, 20, |i| 500 + 50 * i as u64).await;
+    jobs_create(&env, &other, 20, |i| 500 + 50 * i as u64).await;
+    all_dispatched(&env, &other, 20, Duration::from_secs(15)).await;
+    // Well past their time: the paused topic's jobs are still pending,
+    // nothing of it reached Kafka, and they left Redis.
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    assert_eq!(count(&env, &paused, "pending").await, 20);
+    let consumer = consumer_from_beginning(&env.config.kafka_brokers, &paused);
+    assert!(records_read(&consumer, 1, Duration::from_secs(2)).await.is_empty());
+    eventually(Duration::from_secs(5), || async {
+        let mut any = false;
+        for id in &held {
+            any |= env.redis_holds(*id).await;
+        }
+        (!any).then_some(())
+    })
+    .await
+    .expect("a paused topic's due jobs leave Redis");
+
+    let (status, view) = env.post(&format!("/v1/topics/{paused}/resume"), json!({})).await;
+    assert_eq!(status, 200, "{view}");
+    assert_eq!(view["paused"], false);
+    all_dispatched(&env, &paused, 20, Duration::from_secs(15)).await;
+    let records = records_read(&consumer, 21, Duration::from_secs(5)).await;
+    let ids: BTreeSet<&str> = records.iter().filter_map(|r| r.header("tickler-job-id")).collect();
+    assert_eq!((records.len(), ids.len()), (20, 20), "each once");
+    assert_eq!(early(&env, &paused).await, 0);
+    let (_, metrics) = env.metrics_text().await;
+    assert!(metrics.contains("tickler_dispatch_held_total{reason=\"paused\"}"), "counted");
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_and_resume_by_hand_in_sql_is_honoured() {
+    let env = env_start().await;
+    let topic = env.topic.clone();
+    sqlx::query("INSERT INTO topic_controls (topic, paused) VALUES (?, TRUE)")
+        .bind(&topic)
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    jobs_create(&env, &topic, 10, |_| 300).await;
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(count(&env, &topic, "pending").await, 10, "paused by hand");
+    let (_, view) = env.get(&format!("/v1/topics/{topic}")).await;
+    assert_eq!((view["paused"].clone(), view["updated_by"].clone()), (json!(true), json!("sql")));
+    sqlx::query("UPDATE topic_controls SET paused = FALSE WHERE topic = ?")
+        .bind(&topic)
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    // The controls are read every second; the reconciler re-indexes.
+    all_dispatched(&env, &topic, 10, Duration::from_secs(10)).await;
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bad_topic_controls_are_refused() {
+    let env = env_start().await;
+    let path = format!("/v1/topics/{}", env.topic);
+    for (body, code) in [
+        (json!({"max_per_second": 0}), "invalid_request"),
+        (json!({}), "invalid_request"),
+        (json!({"max_per_second": -1}), "invalid_request"),
+        (json!({"rate": 5}), "invalid_request"),
+    ] {
+        let (status, answer) = env.request("PATCH", &path, Some(body.to_string())).await;
+        assert_eq!((status, answer["error"]["code"].as_str()), (400, Some(code)), "{body}");
+    }
+    let (status, answer) = env.post("/v1/topics/no%20spaces/pause", json!({})).await;
+    assert_eq!((status, answer["error"]["code"].as_str()), (400, Some("invalid_topic")));
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM topic_controls")
+        .fetch_one(&env.sql)
+        .await
+        .unwrap();
+    assert_eq!(rows, 0, "nothing written");
+    // Set, then removed: the configuration's (none) applies again.
+    let (_, set) = env.request("PATCH", &path, Some(json!({"max_per_second": 50}).to_string())).await;
+    assert_eq!((set["max_per_second"].clone(), set["max_per_second_source"].clone()), (json!(50), json!("api")));
+    let (_, unset) = env.request("PATCH", &path, Some(json!({"max_per_second": null}).to_string())).await;
+    assert_eq!(unset["max_per_second"], Value::Null);
+    env.finish().await;
+}
+
+fn env_number(name: &str, default: u64) -> u64 {
+    std::env::var(name)
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(default)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_paced_topic_is_spread_at_its_rate_while_another_arrives_on_time() {
+    let jobs = env_number("TICKLER_PACE_JOBS", 4_000) as usize;
+    let rate = env_number("TICKLER_PACE_RATE", 1_000) as u32;
+    let env = env_start().await;
+    let second = env.another().await;
+    let paced = env.topic.clone();
+    let other = topic_new(&env).await;
+    let (status, view) = env
+        .request("PATCH", &format!("/v1/topics/{paced}"), Some(json!({"max_per_second": rate}).to_string()))
+        .await;
+    assert_eq!(status, 200, "{view}");
+    // Every paced job due at one instant; the other topic's spread over
+    // the time the paced ones take.
+    let expected_s = jobs as f64 / f64::from(rate);
+    let lead_ms = 5_000 + jobs as u64 / 10;
+    jobs_create(&env, &paced, jobs, |_| lead_ms).await;
+    let others = 100usize;
+    let step_ms = (expected_s * 1000.0 / others as f64) as u64;
+    jobs_create(&env, &other, others, |i| lead_ms + step_ms * i as u64).await;
+
+    let wait = Duration::from_secs_f64(expected_s * 2.0 + 30.0 + lead_ms as f64 / 1000.0);
+    all_dispatched(&env, &paced, jobs as i64, wait).await;
+    all_dispatched(&env, &other, others as i64, Duration::from_secs(30)).await;
+    second.shutdown().await;
+
+    let times: Vec<i64> = sqlx::query_scalar(
+        "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, '1970-01-01', dispatched_at) / 1000 AS SIGNED) \
+         FROM jobs WHERE topic = ? ORDER BY dispatched_at",
+    )
+    .bind(&paced)
+    .fetch_all(&env.sql)
+    .await
+    .unwrap();
+    let span_s = (times[times.len() - 1] - times[0]) as f64 / 1000.0;
+    // The first tick's burst goes at once; the rest at the rate.
+    let burst = f64::from(rate) * 0.1;
+    let measured = (jobs as f64 - burst) / span_s;
+    eprintln!(
+        "paced: {jobs} jobs at {rate}/s took {span_s:.2} s: {measured:.0}/s (expected {:.2} s)",
+        (jobs as f64 - burst) / f64::from(rate)
+    );
+    assert!(
+        (measured - f64::from(rate)).abs() <= f64::from(rate) * 0.10,
+        "measured {measured:.0}/s against {rate}/s"
+    );
+    // No second carries more than the rate and a tick's burst.
+    let start = times[0];
+    let mut per_second = std::collections::BTreeMap::new();
+    for t in &times {
+        *per_second.entry((t - start) / 1000).or_insert(0u32) += 1;
+    }
+    let busiest = per_second.values().max().copied().unwrap_or(0);
+    assert!(
+        f64::from(busiest) <= f64::from(rate) * 1.1 + burst,
+        "{busiest} in one second: {per_second:?}"
+    );
+    let late: Vec<i64> = sqlx::query_scalar(
+        "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, schedule_time, dispatched_at) / 1000 AS SIGNED) \
+         FROM jobs WHERE topic = ? ORDER BY 1",
+    )
+    .bind(&other)
+    .fetch_all(&env.sql)
+    .await
+    .unwrap();
+    let p99 = late[late.len() * 99 / 100 - 1];
+    eprintln!("other topic lateness: p50 {} ms, p99 {p99} ms, max {} ms", late[late.len() / 2], late[late.len() - 1]);
+    assert!(p99 < 1_000, "the other topic arrives on time: p99 {p99} ms");
+    assert_eq!(early(&env, &paced).await + early(&env, &other).await, 0);
+    env.finish().await;
+}
