@@ -23,10 +23,10 @@ use crate::loader::{Loader, LoaderConfig};
 use crate::membership::{Membership, MembershipConfig};
 use crate::metrics;
 use crate::reconciler::{Reconciler, ReconcilerConfig};
-use crate::scheduler::Materializer;
 use crate::results::{
     DeadLetterConfig, DeadLetterProducer, Resolver, ResultsConsumer, ResultsConsumerConfig,
 };
+use crate::scheduler::Materializer;
 use crate::store::{self, Actor, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]

@@ -129,10 +129,16 @@ impl TopicControls {
                                 .await
                             {
                                 Ok(n) => {
-                                    tracing::info!(topic, num_jobs = n, "topic resumed: its due jobs are back in the index");
+                                    tracing::info!(
+                                        topic,
+                                        num_jobs = n,
+                                        "topic resumed: its due jobs are back in the index"
+                                    );
                                     wake.notify_one();
                                 }
-                                Err(err) => tracing::warn!(topic, error = %err, "cannot re-index a resumed topic; the overdue probe will"),
+                                Err(err) => {
+                                    tracing::warn!(topic, error = %err, "cannot re-index a resumed topic; the overdue probe will")
+                                }
                             }
                         }
                     }

@@ -307,6 +307,9 @@ struct Sent {
 type Delivery = BoxFuture<'static, Sent>;
 
 impl Dispatcher {
+    // Each is a handle the dispatcher shares with another role; a struct
+    // to carry them would only rename the list.
+    #[allow(clippy::too_many_arguments)]
     pub fn new(
         store: Store,
         index: Index,
@@ -653,7 +656,10 @@ impl Dispatcher {
         if !outcome.expired.is_empty() {
             metrics::dispatch_held("expired", outcome.expired.len());
             match self.store.job_expire_many(&outcome.expired).await {
-                Ok(n) => tracing::info!(num_jobs = n, "occurrences past their misfire grace cancelled"),
+                Ok(n) => tracing::info!(
+                    num_jobs = n,
+                    "occurrences past their misfire grace cancelled"
+                ),
                 // They stay pending and expired: the next claim tries again.
                 Err(err) => tracing::warn!(error = %err, "cannot cancel expired jobs"),
             }

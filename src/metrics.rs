@@ -237,7 +237,10 @@ fn describe() {
     describe_counter!(NOTIFY_FAILED, "Notifications the webhook (notify_webhook_url) did not take; each is sent again next round.");
     describe_counter!(DISPATCH_PACED, "Due jobs of a paced topic (max_per_second) held back and spread at its rate, by topic; a job held twice counts twice.");
     describe_counter!(DISPATCH_HELD, "Due jobs the claim refused to produce: reason=paused (their topic is; out of Redis until it resumes) or expired (a skip schedule's occurrence past its misfire grace; cancelled).");
-    describe_counter!(SCHEDULE_OCCURRENCES, "Occurrences of recurring schedules created as jobs.");
+    describe_counter!(
+        SCHEDULE_OCCURRENCES,
+        "Occurrences of recurring schedules created as jobs."
+    );
     describe_counter!(SCHEDULE_MISFIRES_SKIPPED, "Occurrences missed while no tickler ran that their schedule's misfire policy did not create.");
     describe_gauge!(
         TRUTH_DISPATCHERS_LIVE,

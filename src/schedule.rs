@@ -58,7 +58,10 @@ pub enum Timing {
     /// A cron expression read on the wall clock of `zone`.
     Cron { cron: Box<Cron>, zone: Tz },
     /// Every `every_ms` milliseconds from `anchor`.
-    Every { every_ms: u64, anchor: DateTime<Utc> },
+    Every {
+        every_ms: u64,
+        anchor: DateTime<Utc>,
+    },
 }
 
 /// The cron expression, parsed: 5 fields, or 6 with seconds first. The
@@ -619,7 +622,10 @@ mod tests {
             parts(None, Some("UTC"), Some(60_000)),
             InvalidTiming::ZoneWithEvery
         );
-        assert_eq!(parts(Some("0 9 * * *"), None, Some(1000)), InvalidTiming::Both);
+        assert_eq!(
+            parts(Some("0 9 * * *"), None, Some(1000)),
+            InvalidTiming::Both
+        );
         assert_eq!(parts(None, None, None), InvalidTiming::Neither);
         let never = cron("0 0 30 2 *", "UTC");
         assert_eq!(never.next_after(at), None);

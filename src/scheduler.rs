@@ -74,7 +74,10 @@ impl Materializer {
             let due = self.store.schedule_due(self.lookahead(), DUE_BATCH).await?;
             let mut progressed = false;
             for id in &due {
-                let done = self.store.schedule_materialize(*id, self.lookahead()).await?;
+                let done = self
+                    .store
+                    .schedule_materialize(*id, self.lookahead())
+                    .await?;
                 progressed |= !done.created.is_empty() || done.skipped > 0;
                 created += done.created.len();
                 follow(&self.index, &self.config, &self.wake, &done).await;

@@ -15,9 +15,15 @@ async fn jobs(env: &TestEnv, args: &[&str]) -> Output {
 }
 
 async fn jobs_with(env: &TestEnv, token: &str, args: &[&str]) -> Output {
+    let mut all = vec!["jobs"];
+    all.extend_from_slice(args);
+    tickler_with(env, token, &all).await
+}
+
+/// Runs `tickler ARGS` against `env`'s API with `token`.
+async fn tickler_with(env: &TestEnv, token: &str, args: &[&str]) -> Output {
     let mut command = Command::new(env!("CARGO_BIN_EXE_tickler"));
     command
-        .arg("jobs")
         .args(args)
         .env("TICKLER_URL", &env.base_url)
         .env("TICKLER_TOKEN", token)
@@ -168,6 +174,144 @@ async fn every_jobs_subcommand_works_against_a_live_tickler() {
             stderr(&output)
         );
     }
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topics_and_schedules_subcommands_work_against_a_live_tickler() {
+    let env = TestEnv::start().await;
+    let topic = env.topic.clone();
+    let topic_s = topic.as_str();
+    let paused = json_of(
+        &tickler_with(
+            &env,
+            &env.admin_secret,
+            &["topics", "pause", topic_s, "--json"],
+        )
+        .await,
+    );
+    assert_eq!(paused["paused"], true);
+    let listed = tickler_with(&env, &env.admin_secret, &["topics", "list"]).await;
+    assert!(stdout(&listed).contains(topic_s), "{}", stdout(&listed));
+    let paced = json_of(
+        &tickler_with(
+            &env,
+            &env.admin_secret,
+            &["topics", "pace", topic_s, "250", "--json"],
+        )
+        .await,
+    );
+    assert_eq!(paced["max_per_second"], 250);
+    let cleared = json_of(
+        &tickler_with(
+            &env,
+            &env.admin_secret,
+            &["topics", "pace", topic_s, "--clear", "--json"],
+        )
+        .await,
+    );
+    assert_eq!(cleared["max_per_second"], Value::Null);
+    let resumed = json_of(
+        &tickler_with(
+            &env,
+            &env.admin_secret,
+            &["topics", "resume", topic_s, "--json"],
+        )
+        .await,
+    );
+    assert_eq!(resumed["paused"], false);
+    let refused = tickler_with(&env, &env.admin_secret, &["topics", "pace", topic_s, "0"]).await;
+    assert_eq!(refused.status.code(), Some(1), "{}", stderr(&refused));
+    assert!(stderr(&refused).contains("invalid_request"));
+
+    let created = json_of(
+        &tickler_with(
+            &env,
+            &env.admin_secret,
+            &[
+                "schedules",
+                "create",
+                "--topic",
+                topic_s,
+                "--key",
+                "renewal",
+                "--cron",
+                "0 9 1 * *",
+                "--time-zone",
+                "Europe/Berlin",
+                "--misfire",
+                "skip",
+                "--json",
+            ],
+        )
+        .await,
+    );
+    let id = created["id"].as_u64().unwrap();
+    let id_text = id.to_string();
+    let id_s = id_text.as_str();
+    let shown = tickler_with(&env, &env.admin_secret, &["schedules", "get", id_s]).await;
+    assert!(
+        stdout(&shown).contains("0 9 1 * * (Europe/Berlin)"),
+        "{}",
+        stdout(&shown)
+    );
+    assert!(
+        stdout(&shown).contains("renewal@"),
+        "the pending occurrence: {}",
+        stdout(&shown)
+    );
+    let paused = json_of(
+        &tickler_with(
+            &env,
+            &env.admin_secret,
+            &["schedules", "pause", id_s, "--json"],
+        )
+        .await,
+    );
+    assert_eq!(paused["status"], "paused");
+    let resumed = json_of(
+        &tickler_with(
+            &env,
+            &env.admin_secret,
+            &["schedules", "resume", id_s, "--json"],
+        )
+        .await,
+    );
+    assert_eq!(resumed["status"], "active");
+    let listed = tickler_with(
+        &env,
+        &env.admin_secret,
+        &["schedules", "list", "--status", "active"],
+    )
+    .await;
+    assert!(stdout(&listed).contains("renewal"));
+    let preview = tickler_with(
+        &env,
+        &env.admin_secret,
+        &[
+            "schedules",
+            "preview",
+            "--cron",
+            "30 2 * * *",
+            "--time-zone",
+            "Europe/Berlin",
+            "--after",
+            "2027-03-27T12:00:00Z",
+            "--count",
+            "1",
+        ],
+    )
+    .await;
+    assert!(
+        stdout(&preview).contains("2027-03-28T03:00:00.000+02:00"),
+        "{}",
+        stdout(&preview)
+    );
+    let deleted = tickler_with(&env, &env.admin_secret, &["schedules", "delete", id_s]).await;
+    assert_eq!(deleted.status.code(), Some(0), "{}", stderr(&deleted));
+    let gone = tickler_with(&env, &env.admin_secret, &["schedules", "get", id_s]).await;
+    assert_eq!(gone.status.code(), Some(1));
+    assert!(stderr(&gone).contains("not_found"));
     env.finish().await;
 }
 

@@ -13,7 +13,9 @@ use serde_json::{json, Value};
 use tickler_testkit::{eventually, records_read, Record, TestEnv};
 
 fn at(text: &str) -> DateTime<Utc> {
-    DateTime::parse_from_rfc3339(text).unwrap().with_timezone(&Utc)
+    DateTime::parse_from_rfc3339(text)
+        .unwrap()
+        .with_timezone(&Utc)
 }
 
 /// The occurrence instant in a record's key (`<key>@<instant>`).
@@ -44,7 +46,11 @@ async fn occurrences(env: &TestEnv, schedule: u64) -> Vec<(DateTime<Utc>, String
         .into_iter()
         .map(|(key, status, dispatched)| {
             let key = String::from_utf8(key).unwrap();
-            (at(key.rsplit_once('@').unwrap().1), status, dispatched.is_some())
+            (
+                at(key.rsplit_once('@').unwrap().1),
+                status,
+                dispatched.is_some(),
+            )
         })
         .collect();
     out.sort();
@@ -85,7 +91,10 @@ async fn occurrences_are_jobs_produced_once_each_on_time() {
     let id = schedule["id"].as_u64().unwrap();
     assert_eq!(schedule["status"], "active");
     let pending = schedule["pending"].as_array().unwrap();
-    assert!(!pending.is_empty(), "the next occurrence exists as a job: {schedule}");
+    assert!(
+        !pending.is_empty(),
+        "the next occurrence exists as a job: {schedule}"
+    );
     let first_job = pending[0]["job_id"].as_u64().unwrap();
     let (status, job) = env.get(&format!("/v1/jobs/{first_job}")).await;
     assert_eq!(status, 200);
@@ -96,11 +105,22 @@ async fn occurrences_are_jobs_produced_once_each_on_time() {
     assert_eq!(records.len(), 5, "five occurrences in 30 s");
     assert_consecutive(&records, 1000);
     for record in &records {
-        assert_eq!(record.header("tickler-schedule-id"), Some(id.to_string().as_str()));
+        assert_eq!(
+            record.header("tickler-schedule-id"),
+            Some(id.to_string().as_str())
+        );
         assert_eq!(record.header("source"), Some("test"));
         assert_eq!(record.payload, br#"{"plan":"gold"}"#);
-        let scheduled: i64 = record.header("tickler-scheduled-at").unwrap().parse().unwrap();
-        let dispatched: i64 = record.header("tickler-dispatched-at").unwrap().parse().unwrap();
+        let scheduled: i64 = record
+            .header("tickler-scheduled-at")
+            .unwrap()
+            .parse()
+            .unwrap();
+        let dispatched: i64 = record
+            .header("tickler-dispatched-at")
+            .unwrap()
+            .parse()
+            .unwrap();
         assert_eq!(scheduled, instant_of(record).timestamp_millis());
         assert!(dispatched >= scheduled, "never early");
     }
@@ -188,7 +208,9 @@ async fn misfires_follow_each_schedules_policy() {
         let id = *id;
         eventually(Duration::from_secs(20), || async {
             let occ = occurrences(&env, id).await;
-            occ.iter().any(|(at, _, done)| *at == next && *done).then_some(())
+            occ.iter()
+                .any(|(at, _, done)| *at == next && *done)
+                .then_some(())
         })
         .await
         .unwrap_or_else(|| panic!("schedule {id} goes on after the outage"));
@@ -201,25 +223,40 @@ async fn misfires_follow_each_schedules_policy() {
             .collect()
     };
     let skip = occurrences(&env, ids["skip"]).await;
-    assert_eq!(produced_in_outage(&skip), Vec::<DateTime<Utc>>::new(), "skip: none; {skip:?}");
+    assert_eq!(
+        produced_in_outage(&skip),
+        Vec::<DateTime<Utc>>::new(),
+        "skip: none; {skip:?}"
+    );
     assert!(
-        skip.iter().any(|(at, status, _)| *at == missed[0] && status == "cancelled"),
+        skip.iter()
+            .any(|(at, status, _)| *at == missed[0] && status == "cancelled"),
         "skip: the occurrence created before the outage expired: {skip:?}"
     );
     let once = occurrences(&env, ids["fire_once"]).await;
-    assert_eq!(produced_in_outage(&once).len(), 1, "fire_once: one; {once:?}");
+    assert_eq!(
+        produced_in_outage(&once).len(),
+        1,
+        "fire_once: one; {once:?}"
+    );
     let all = occurrences(&env, ids["fire_all"]).await;
-    assert_eq!(produced_in_outage(&all), missed, "fire_all: each, in order; {all:?}");
-    let ids_in_order: Vec<u64> = sqlx::query_scalar(
-        "SELECT id FROM jobs WHERE schedule_id = ? ORDER BY schedule_time",
-    )
-    .bind(ids["fire_all"])
-    .fetch_all(&env.sql)
-    .await
-    .unwrap();
+    assert_eq!(
+        produced_in_outage(&all),
+        missed,
+        "fire_all: each, in order; {all:?}"
+    );
+    let ids_in_order: Vec<u64> =
+        sqlx::query_scalar("SELECT id FROM jobs WHERE schedule_id = ? ORDER BY schedule_time")
+            .bind(ids["fire_all"])
+            .fetch_all(&env.sql)
+            .await
+            .unwrap();
     let mut sorted = ids_in_order.clone();
     sorted.sort();
-    assert_eq!(ids_in_order, sorted, "created in the order of their instants");
+    assert_eq!(
+        ids_in_order, sorted,
+        "created in the order of their instants"
+    );
     env.finish().await;
 }
 
@@ -241,12 +278,18 @@ async fn a_monthly_schedule_for_years_holds_one_row_and_nothing_in_redis() {
         .await
         .unwrap();
     assert_eq!(rows.len(), 1, "only the next occurrence exists");
-    assert!(!env.redis_holds(rows[0]).await, "a month ahead: not in Redis");
+    assert!(
+        !env.redis_holds(rows[0]).await,
+        "a month ahead: not in Redis"
+    );
     let (_, job) = env.get(&format!("/v1/jobs/{}", rows[0])).await;
     let run_at = at(job["run_at"].as_str().unwrap());
     let local = run_at.with_timezone(&chrono_tz::Europe::Berlin);
     assert_eq!(local.format("%d %H:%M").to_string(), "01 09:00", "{job}");
-    assert!(job["expires_at"].is_string(), "a skip occurrence expires: {job}");
+    assert!(
+        job["expires_at"].is_string(),
+        "a skip occurrence expires: {job}"
+    );
     let (_, after) = env.get(&format!("/v1/schedules/{id}")).await;
     assert!(at(after["next_at"].as_str().unwrap()) > run_at);
     env.finish().await;
@@ -271,13 +314,23 @@ async fn change_pause_resume_and_delete_a_schedule() {
         .await;
     assert_eq!((status, again["id"].as_u64()), (200, Some(id)), "{again}");
     let (status, conflict) = env
-        .post("/v1/schedules", json!({"topic": env.topic, "key": "plan", "every_ms": 60_000}))
+        .post(
+            "/v1/schedules",
+            json!({"topic": env.topic, "key": "plan", "every_ms": 60_000}),
+        )
         .await;
-    assert_eq!((status, conflict["error"]["code"].as_str()), (409, Some("key_conflict")));
+    assert_eq!(
+        (status, conflict["error"]["code"].as_str()),
+        (409, Some("key_conflict"))
+    );
 
     // Payload only: the pending occurrence is updated in place.
     let (status, changed) = env
-        .request("PATCH", &path, Some(json!({"version": 1, "payload": 2}).to_string()))
+        .request(
+            "PATCH",
+            &path,
+            Some(json!({"version": 1, "payload": 2}).to_string()),
+        )
         .await;
     assert_eq!(status, 200, "{changed}");
     assert_eq!(changed["updated"], 1);
@@ -286,22 +339,34 @@ async fn change_pause_resume_and_delete_a_schedule() {
     assert_eq!(job["payload"], 2);
     // A stale version is refused.
     let (status, stale) = env
-        .request("PATCH", &path, Some(json!({"version": 1, "payload": 3}).to_string()))
+        .request(
+            "PATCH",
+            &path,
+            Some(json!({"version": 1, "payload": 3}).to_string()),
+        )
         .await;
-    assert_eq!((status, stale["error"]["code"].as_str()), (409, Some("version_conflict")));
+    assert_eq!(
+        (status, stale["error"]["code"].as_str()),
+        (409, Some("version_conflict"))
+    );
 
     // New times: the pending occurrence is replaced.
     let (status, changed) = env
         .request(
             "PATCH",
             &path,
-            Some(json!({"version": 2, "cron": "30 6 * * *", "time_zone": "America/New_York"}).to_string()),
+            Some(
+                json!({"version": 2, "cron": "30 6 * * *", "time_zone": "America/New_York"})
+                    .to_string(),
+            ),
         )
         .await;
     assert_eq!(status, 200, "{changed}");
     assert_eq!(changed["replaced"], 1);
     assert!(changed["schedule"]["every_ms"].is_null());
-    let new_job = changed["schedule"]["pending"][0]["job_id"].as_u64().unwrap();
+    let new_job = changed["schedule"]["pending"][0]["job_id"]
+        .as_u64()
+        .unwrap();
     assert_ne!(new_job, job_id);
     let (status, _) = env.get(&format!("/v1/jobs/{job_id}")).await;
     assert_eq!(status, 404, "a replaced occurrence that never ran is gone");
@@ -316,7 +381,9 @@ async fn change_pause_resume_and_delete_a_schedule() {
     assert_eq!(paused["schedule"]["pending"], json!([]));
     let (_, resumed) = env.post(&format!("{path}/resume"), json!({})).await;
     assert_eq!(resumed["schedule"]["status"], "active");
-    let resumed_job = resumed["schedule"]["pending"][0]["job_id"].as_u64().unwrap();
+    let resumed_job = resumed["schedule"]["pending"][0]["job_id"]
+        .as_u64()
+        .unwrap();
 
     // Delete, keeping nothing: the occurrence never runs.
     let (status, deleted) = env.request("DELETE", &path, None).await;
@@ -341,13 +408,18 @@ async fn a_cancelled_occurrence_is_skipped_and_the_schedule_goes_on() {
     )
     .await;
     let first = schedule["pending"][0]["job_id"].as_u64().unwrap();
-    let (status, cancelled) = env.request("DELETE", &format!("/v1/jobs/{first}"), None).await;
+    let (status, cancelled) = env
+        .request("DELETE", &format!("/v1/jobs/{first}"), None)
+        .await;
     assert_eq!(status, 200, "{cancelled}");
     let records = records_read(&consumer, 2, Duration::from_secs(20)).await;
     let instants: Vec<_> = records.iter().map(instant_of).collect();
     assert_eq!(
         instants,
-        [start + chrono::Duration::seconds(2), start + chrono::Duration::seconds(4)],
+        [
+            start + chrono::Duration::seconds(2),
+            start + chrono::Duration::seconds(4)
+        ],
         "the cancelled first occurrence is not produced; the next ones are"
     );
     env.finish().await;
@@ -366,7 +438,10 @@ async fn the_preview_applies_the_time_zone_rules_and_bad_timings_are_refused() {
     assert_eq!(status, 200, "{preview}");
     assert_eq!(
         preview["local"],
-        json!(["2027-03-28T03:00:00.000+02:00", "2027-03-29T02:30:00.000+02:00"]),
+        json!([
+            "2027-03-28T03:00:00.000+02:00",
+            "2027-03-29T02:30:00.000+02:00"
+        ]),
         "spring forward: the skipped 02:30 fires at 03:00"
     );
     let (_, preview) = env
@@ -383,19 +458,35 @@ async fn the_preview_applies_the_time_zone_rules_and_bad_timings_are_refused() {
     );
     for (body, code) in [
         (json!({"key": "x", "cron": "* * *"}), "invalid_schedule"),
-        (json!({"key": "x", "cron": "0 9 * * *", "time_zone": "Mars/Base"}), "invalid_schedule"),
+        (
+            json!({"key": "x", "cron": "0 9 * * *", "time_zone": "Mars/Base"}),
+            "invalid_schedule",
+        ),
         (json!({"key": "x", "every_ms": 10}), "invalid_schedule"),
-        (json!({"key": "x", "cron": "0 0 30 2 *"}), "invalid_schedule"),
+        (
+            json!({"key": "x", "cron": "0 0 30 2 *"}),
+            "invalid_schedule",
+        ),
         (json!({"key": "x"}), "invalid_schedule"),
         (json!({"every_ms": 1000}), "invalid_schedule"),
         (json!({"key": "a@b", "every_ms": 1000}), "invalid_schedule"),
-        (json!({"key": "x", "every_ms": 1000, "misfire": "sometimes"}), "invalid_request"),
-        (json!({"key": "x", "every_ms": 1000, "end_at": "2000-01-01T00:00:00Z", "start_at": "2001-01-01T00:00:00Z"}), "invalid_schedule"),
+        (
+            json!({"key": "x", "every_ms": 1000, "misfire": "sometimes"}),
+            "invalid_request",
+        ),
+        (
+            json!({"key": "x", "every_ms": 1000, "end_at": "2000-01-01T00:00:00Z", "start_at": "2001-01-01T00:00:00Z"}),
+            "invalid_schedule",
+        ),
     ] {
         let mut body = body;
         body["topic"] = json!(env.topic);
         let (status, answer) = env.post("/v1/schedules", body.clone()).await;
-        assert_eq!((status, answer["error"]["code"].as_str()), (400, Some(code)), "{body} -> {answer}");
+        assert_eq!(
+            (status, answer["error"]["code"].as_str()),
+            (400, Some(code)),
+            "{body} -> {answer}"
+        );
     }
     let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM schedules")
         .fetch_one(&env.sql)

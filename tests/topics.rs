@@ -22,14 +22,24 @@ async fn env_start() -> TestEnv {
 
 async fn topic_new(env: &TestEnv) -> String {
     let topic = unique("tickler-test-");
-    tickler::kafka::topic_ensure_with(&env.config.kafka_brokers, &env.config.kafka_options, &topic, 2)
-        .await
-        .expect("topic created");
+    tickler::kafka::topic_ensure_with(
+        &env.config.kafka_brokers,
+        &env.config.kafka_options,
+        &topic,
+        2,
+    )
+    .await
+    .expect("topic created");
     topic
 }
 
 /// Creates `n` jobs on `topic`, each `delay(i)` ms from now; returns ids.
-async fn jobs_create(env: &TestEnv, topic: &str, n: usize, delay: impl Fn(usize) -> u64) -> Vec<u64> {
+async fn jobs_create(
+    env: &TestEnv,
+    topic: &str,
+    n: usize,
+    delay: impl Fn(usize) -> u64,
+) -> Vec<u64> {
     let mut ids = Vec::with_capacity(n);
     let items: Vec<Value> = (0..n)
         .map(|i| json!({"topic": topic, "delay_ms": delay(i), "payload": i}))
@@ -78,7 +88,9 @@ async fn a_paused_topic_holds_its_due_jobs_until_resumed() {
     let env = env_start().await;
     let paused = env.topic.clone();
     let other = topic_new(&env).await;
-    let (status, view) = env.post(&format!("/v1/topics/{paused}/pause"), json!({})).await;
+    let (status, view) = env
+        .post(&format!("/v1/topics/{paused}/pause"), json!({}))
+        .await;
     assert_eq!(status, 200, "{view}");
     assert_eq!(view["paused"], true);
     let (_, listed) = env.get("/v1/topics").await;
@@ -92,7 +104,9 @@ async fn a_paused_topic_holds_its_due_jobs_until_resumed() {
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(count(&env, &paused, "pending").await, 20);
     let consumer = consumer_from_beginning(&env.config.kafka_brokers, &paused);
-    assert!(records_read(&consumer, 1, Duration::from_secs(2)).await.is_empty());
+    assert!(records_read(&consumer, 1, Duration::from_secs(2))
+        .await
+        .is_empty());
     eventually(Duration::from_secs(5), || async {
         let mut any = false;
         for id in &held {
@@ -103,16 +117,24 @@ async fn a_paused_topic_holds_its_due_jobs_until_resumed() {
     .await
     .expect("a paused topic's due jobs leave Redis");
 
-    let (status, view) = env.post(&format!("/v1/topics/{paused}/resume"), json!({})).await;
+    let (status, view) = env
+        .post(&format!("/v1/topics/{paused}/resume"), json!({}))
+        .await;
     assert_eq!(status, 200, "{view}");
     assert_eq!(view["paused"], false);
     all_dispatched(&env, &paused, 20, Duration::from_secs(15)).await;
     let records = records_read(&consumer, 21, Duration::from_secs(5)).await;
-    let ids: BTreeSet<&str> = records.iter().filter_map(|r| r.header("tickler-job-id")).collect();
+    let ids: BTreeSet<&str> = records
+        .iter()
+        .filter_map(|r| r.header("tickler-job-id"))
+        .collect();
     assert_eq!((records.len(), ids.len()), (20, 20), "each once");
     assert_eq!(early(&env, &paused).await, 0);
     let (_, metrics) = env.metrics_text().await;
-    assert!(metrics.contains("tickler_dispatch_held_total{reason=\"paused\"}"), "counted");
+    assert!(
+        metrics.contains("tickler_dispatch_held_total{reason=\"paused\"}"),
+        "counted"
+    );
     env.finish().await;
 }
 
@@ -129,7 +151,10 @@ async fn a_pause_and_resume_by_hand_in_sql_is_honoured() {
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(count(&env, &topic, "pending").await, 10, "paused by hand");
     let (_, view) = env.get(&format!("/v1/topics/{topic}")).await;
-    assert_eq!((view["paused"].clone(), view["updated_by"].clone()), (json!(true), json!("sql")));
+    assert_eq!(
+        (view["paused"].clone(), view["updated_by"].clone()),
+        (json!(true), json!("sql"))
+    );
     sqlx::query("UPDATE topic_controls SET paused = FALSE WHERE topic = ?")
         .bind(&topic)
         .execute(&env.sql)
@@ -151,19 +176,44 @@ async fn bad_topic_controls_are_refused() {
         (json!({"rate": 5}), "invalid_request"),
     ] {
         let (status, answer) = env.request("PATCH", &path, Some(body.to_string())).await;
-        assert_eq!((status, answer["error"]["code"].as_str()), (400, Some(code)), "{body}");
+        assert_eq!(
+            (status, answer["error"]["code"].as_str()),
+            (400, Some(code)),
+            "{body}"
+        );
     }
     let (status, answer) = env.post("/v1/topics/no%20spaces/pause", json!({})).await;
-    assert_eq!((status, answer["error"]["code"].as_str()), (400, Some("invalid_topic")));
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (400, Some("invalid_topic"))
+    );
     let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM topic_controls")
         .fetch_one(&env.sql)
         .await
         .unwrap();
     assert_eq!(rows, 0, "nothing written");
     // Set, then removed: the configuration's (none) applies again.
-    let (_, set) = env.request("PATCH", &path, Some(json!({"max_per_second": 50}).to_string())).await;
-    assert_eq!((set["max_per_second"].clone(), set["max_per_second_source"].clone()), (json!(50), json!("api")));
-    let (_, unset) = env.request("PATCH", &path, Some(json!({"max_per_second": null}).to_string())).await;
+    let (_, set) = env
+        .request(
+            "PATCH",
+            &path,
+            Some(json!({"max_per_second": 50}).to_string()),
+        )
+        .await;
+    assert_eq!(
+        (
+            set["max_per_second"].clone(),
+            set["max_per_second_source"].clone()
+        ),
+        (json!(50), json!("api"))
+    );
+    let (_, unset) = env
+        .request(
+            "PATCH",
+            &path,
+            Some(json!({"max_per_second": null}).to_string()),
+        )
+        .await;
     assert_eq!(unset["max_per_second"], Value::Null);
     env.finish().await;
 }
@@ -184,7 +234,11 @@ async fn a_paced_topic_is_spread_at_its_rate_while_another_arrives_on_time() {
     let paced = env.topic.clone();
     let other = topic_new(&env).await;
     let (status, view) = env
-        .request("PATCH", &format!("/v1/topics/{paced}"), Some(json!({"max_per_second": rate}).to_string()))
+        .request(
+            "PATCH",
+            &format!("/v1/topics/{paced}"),
+            Some(json!({"max_per_second": rate}).to_string()),
+        )
         .await;
     assert_eq!(status, 200, "{view}");
     // Every paced job due at one instant; the other topic's spread over
@@ -241,7 +295,11 @@ async fn a_paced_topic_is_spread_at_its_rate_while_another_arrives_on_time() {
     .await
     .unwrap();
     let p99 = late[late.len() * 99 / 100 - 1];
-    eprintln!("other topic lateness: p50 {} ms, p99 {p99} ms, max {} ms", late[late.len() / 2], late[late.len() - 1]);
+    eprintln!(
+        "other topic lateness: p50 {} ms, p99 {p99} ms, max {} ms",
+        late[late.len() / 2],
+        late[late.len() - 1]
+    );
     assert!(p99 < 1_000, "the other topic arrives on time: p99 {p99} ms");
     assert_eq!(early(&env, &paced).await + early(&env, &other).await, 0);
     env.finish().await;

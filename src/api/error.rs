@@ -149,9 +149,7 @@ impl ApiError {
             ApiError::NotFound(_)
             | ApiError::BulkNotFound(_)
             | ApiError::ScheduleNotFound(_)
-            | ApiError::NoRoute(_) => {
-                StatusCode::NOT_FOUND
-            }
+            | ApiError::NoRoute(_) => StatusCode::NOT_FOUND,
             ApiError::MethodNotAllowed(_) => StatusCode::METHOD_NOT_ALLOWED,
             ApiError::UriTooLong { .. } => StatusCode::URI_TOO_LONG,
             ApiError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,

@@ -87,7 +87,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/jobs/{id}/history", get(query::history))
         .route("/v1/jobs/{id}/result", post(results::report))
         .route("/v1/jobs/{id}/redrive", post(results::redrive))
-        .route("/v1/schedules", post(schedules::create).get(schedules::list))
+        .route(
+            "/v1/schedules",
+            post(schedules::create).get(schedules::list),
+        )
         .route("/v1/schedules/preview", post(schedules::preview))
         .route(
             "/v1/schedules/{id}",

@@ -383,7 +383,11 @@ impl CreateSchedule {
 
 impl PatchSchedule {
     /// The version read, and the definition after the change.
-    fn apply(self, state: &ApiState, current: &ScheduleDef) -> Result<(u32, ScheduleDef), ApiError> {
+    fn apply(
+        self,
+        state: &ApiState,
+        current: &ScheduleDef,
+    ) -> Result<(u32, ScheduleDef), ApiError> {
         let version = self.version.ok_or_else(|| {
             ApiError::InvalidRequest(
                 "version is required: send the version you read, to change nothing you have not seen"
@@ -420,7 +424,10 @@ impl PatchSchedule {
             def.start_at = time_parse("start_at", at)?;
         }
         if let Some(end) = self.end_at {
-            def.end_at = end.as_deref().map(|at| time_parse("end_at", at)).transpose()?;
+            def.end_at = end
+                .as_deref()
+                .map(|at| time_parse("end_at", at))
+                .transpose()?;
         }
         if let Some(max) = self.max_occurrences {
             def.max_occurrences = max;
@@ -464,16 +471,19 @@ async fn schedule_visible(
 }
 
 fn id_parse(id: &str) -> Result<u64, ApiError> {
-    super::jobs::id_parse(id).map_err(|_| {
-        ApiError::InvalidId(format!("schedule id {id:?} is not a positive integer"))
-    })
+    super::jobs::id_parse(id)
+        .map_err(|_| ApiError::InvalidId(format!("schedule id {id:?} is not a positive integer")))
 }
 
 /// Creates the occurrences now due to exist (rather than waiting for the
 /// materializer's next pass) and indexes them.
 async fn materialize_now(state: &ApiState, caller: &Caller, id: u64) {
     let lookahead = std::time::Duration::from_millis(state.config.schedule_lookahead_ms);
-    match caller.store(state).schedule_materialize(id, lookahead).await {
+    match caller
+        .store(state)
+        .schedule_materialize(id, lookahead)
+        .await
+    {
         Ok(done) => scheduler::follow(&state.index, &state.config, &state.wake, &done).await,
         // The materializer's next pass does it.
         Err(err) => tracing::warn!(schedule_id = id, error = %err, "cannot create occurrences now"),
@@ -546,7 +556,11 @@ pub async fn create(
     tracing::info!(schedule_id = row.id, topic = %row.topic, "schedule created");
     materialize_now(&state, &caller, row.id).await;
     let row = state.store.schedule_get(row.id).await?;
-    Ok((StatusCode::CREATED, Json(view_with_pending(&state, row).await?)).into_response())
+    Ok((
+        StatusCode::CREATED,
+        Json(view_with_pending(&state, row).await?),
+    )
+        .into_response())
 }
 
 #[utoipa::path(
@@ -625,7 +639,10 @@ pub async fn list(
         .then(|| rows.last().map(|r| r.id.to_string()))
         .flatten();
     Ok(Json(SchedulePage {
-        schedules: rows.into_iter().map(|r| ScheduleView::of(r, None)).collect(),
+        schedules: rows
+            .into_iter()
+            .map(|r| ScheduleView::of(r, None))
+            .collect(),
         next_cursor,
     }))
 }
@@ -652,7 +669,11 @@ pub async fn patch(
     let (version, def) = body.apply(&state, &current.def)?;
     let now = state.store.db_now().await?;
     def_check(&def, now)?;
-    match caller.store(&state).schedule_update(id, version, &def).await {
+    match caller
+        .store(&state)
+        .schedule_update(id, version, &def)
+        .await
+    {
         Ok(ScheduleUpdate::Applied {
             schedule,
             replaced,
@@ -691,7 +712,11 @@ async fn pause_or_resume(
     if !pause {
         materialize_now(&state, &caller, id).await;
     }
-    let row = if pause { row } else { state.store.schedule_get(row.id).await? };
+    let row = if pause {
+        row
+    } else {
+        state.store.schedule_get(row.id).await?
+    };
     Ok(Json(ScheduleChanged {
         schedule: view_with_pending(&state, row).await?,
         replaced: deleted,
@@ -806,7 +831,9 @@ pub async fn preview(
         .unwrap_or(now);
     let count = body.count.unwrap_or(10);
     if !(1..=100).contains(&count) {
-        return Err(ApiError::InvalidRequest("count must be 1 to 100".to_owned()));
+        return Err(ApiError::InvalidRequest(
+            "count must be 1 to 100".to_owned(),
+        ));
     }
     let timing = Timing::from_parts(
         body.cron.as_deref(),
@@ -824,7 +851,10 @@ pub async fn preview(
     let local = match &timing {
         Timing::Cron { zone, .. } => occurrences
             .iter()
-            .map(|at| at.with_timezone(zone).to_rfc3339_opts(chrono::SecondsFormat::Millis, true))
+            .map(|at| {
+                at.with_timezone(zone)
+                    .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+            })
             .collect(),
         Timing::Every { .. } => Vec::new(),
     };

@@ -134,10 +134,15 @@ pub async fn pause(
     caller: Caller,
     Path(topic): Path<String>,
 ) -> Result<Json<TopicView>, ApiError> {
-    set(&state, &caller, &topic, TopicChange {
-        paused: Some(true),
-        ..TopicChange::default()
-    })
+    set(
+        &state,
+        &caller,
+        &topic,
+        TopicChange {
+            paused: Some(true),
+            ..TopicChange::default()
+        },
+    )
     .await
 }
 
@@ -153,15 +158,22 @@ pub async fn resume(
     caller: Caller,
     Path(topic): Path<String>,
 ) -> Result<Json<TopicView>, ApiError> {
-    let view = set(&state, &caller, &topic, TopicChange {
-        paused: Some(false),
-        ..TopicChange::default()
-    })
+    let view = set(
+        &state,
+        &caller,
+        &topic,
+        TopicChange {
+            paused: Some(false),
+            ..TopicChange::default()
+        },
+    )
     .await?;
     // Back in the index now; every instance also notices within a second.
     match control::topic_reindex(&state.store, &state.index, &topic, state.config.window()).await {
         Ok(_) => state.wake.notify_one(),
-        Err(err) => tracing::warn!(topic, error = %err, "cannot re-index a resumed topic now; the reconciler will"),
+        Err(err) => {
+            tracing::warn!(topic, error = %err, "cannot re-index a resumed topic now; the reconciler will")
+        }
     }
     Ok(view)
 }
@@ -189,10 +201,15 @@ pub async fn patch(
             "max_per_second must be at least 1; to stop the topic, pause it".to_owned(),
         ));
     }
-    set(&state, &caller, &topic, TopicChange {
-        max_per_second: Some(rate),
-        ..TopicChange::default()
-    })
+    set(
+        &state,
+        &caller,
+        &topic,
+        TopicChange {
+            max_per_second: Some(rate),
+            ..TopicChange::default()
+        },
+    )
     .await
 }
 

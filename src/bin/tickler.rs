@@ -78,6 +78,22 @@ enum Command {
         #[command(subcommand)]
         command: tickler::cli::jobs::JobsCommand,
     },
+    /// Pause, resume and pace topics through a running tickler's API:
+    /// list, get, pause, resume, pace. Exit status as for `jobs`.
+    Topics {
+        #[command(flatten)]
+        api: tickler::cli::ApiArgs,
+        #[command(subcommand)]
+        command: tickler::cli::control::TopicsCommand,
+    },
+    /// Recurring schedules through a running tickler's API: list, get,
+    /// create, pause, resume, delete, preview. Exit status as for `jobs`.
+    Schedules {
+        #[command(flatten)]
+        api: tickler::cli::ApiArgs,
+        #[command(subcommand)]
+        command: tickler::cli::control::SchedulesCommand,
+    },
     /// Check MySQL, Redis and Kafka against each other and say what is
     /// wrong and how to fix it: pending jobs Redis lacks, Redis entries of
     /// jobs no longer pending, claims past their lease, records missing at
@@ -160,9 +176,27 @@ async fn main() -> anyhow::Result<ExitCode> {
         )
         .init();
     let cli = Cli::parse();
-    if let Command::Jobs { api, command } = cli.command {
-        return Ok(jobs(api, command).await);
-    }
+    let cli = match cli.command {
+        Command::Jobs { api, command } => {
+            return Ok(over_api(api, |client, json| async move {
+                tickler::cli::jobs::run(&client, command, json).await
+            })
+            .await)
+        }
+        Command::Topics { api, command } => {
+            return Ok(over_api(api, |client, json| async move {
+                tickler::cli::control::topics(&client, command, json).await
+            })
+            .await)
+        }
+        Command::Schedules { api, command } => {
+            return Ok(over_api(api, |client, json| async move {
+                tickler::cli::control::schedules(&client, command, json).await
+            })
+            .await)
+        }
+        command => Cli { command, ..cli },
+    };
     let config = Config::load(cli.config.as_deref())?;
 
     match cli.command {
@@ -222,7 +256,9 @@ async fn main() -> anyhow::Result<ExitCode> {
         Command::Demo { jobs, topic, token } => {
             tickler::demo::run(&config, &topic, jobs, token.as_deref()).await?;
         }
-        Command::Jobs { .. } => unreachable!("handled before the configuration is read"),
+        Command::Jobs { .. } | Command::Topics { .. } | Command::Schedules { .. } => {
+            unreachable!("handled before the configuration is read")
+        }
     }
     Ok(ExitCode::SUCCESS)
 }
@@ -261,12 +297,17 @@ async fn doctor(config: Config, repair: bool, json: bool) -> anyhow::Result<Exit
 
 /// `tickler jobs ...`: needs the API's address and a token, not the
 /// stores' configuration.
-async fn jobs(api: tickler::cli::ApiArgs, command: tickler::cli::jobs::JobsCommand) -> ExitCode {
+/// Runs a command over the API; its exit status.
+async fn over_api<F, Fut>(api: tickler::cli::ApiArgs, command: F) -> ExitCode
+where
+    F: FnOnce(tickler::cli::client::Client, bool) -> Fut,
+    Fut: std::future::Future<Output = Result<(), tickler::cli::client::ClientError>>,
+{
     use tickler::cli::client::Client;
 
     let done = async {
         let client = Client::new(&api.url, api.token.as_deref(), api.ca_cert.as_deref())?;
-        tickler::cli::jobs::run(&client, command, api.json).await
+        command(client, api.json).await
     };
     match done.await {
         Ok(()) => ExitCode::SUCCESS,

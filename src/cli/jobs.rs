@@ -620,7 +620,7 @@ fn job_row(job: &Value) -> Vec<String> {
 }
 
 /// A value as a table cell: strings bare, null as "-".
-fn text(value: &Value) -> String {
+pub fn text(value: &Value) -> String {
     match value {
         Value::Null => "-".to_owned(),
         Value::String(s) => s.clone(),
@@ -628,7 +628,7 @@ fn text(value: &Value) -> String {
     }
 }
 
-fn print_json(value: &Value) {
+pub fn print_json(value: &Value) {
     println!(
         "{}",
         serde_json::to_string_pretty(value).unwrap_or_else(|_| value.to_string())

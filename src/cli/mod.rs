@@ -2,6 +2,7 @@
 //! (`tickler jobs`), or to the stores directly (`tickler doctor`).
 
 pub mod client;
+pub mod control;
 pub mod doctor;
 pub mod jobs;
 

@@ -11,11 +11,11 @@ mod cluster;
 mod jobs;
 mod migrate;
 mod results;
+mod schedules;
 mod stats;
 pub mod support;
 mod tokens;
 mod topics;
-mod schedules;
 
 use std::str::FromStr;
 use std::sync::Arc;
@@ -35,13 +35,13 @@ pub use jobs::{
     Modified, WindowEntry,
 };
 pub use results::{DeadLetter, Disposition, Redriven, Settled};
-pub use stats::{DeadSince, Overdue, Position, TopicCount, COUNTED};
-pub use tokens::{NewToken, TokenRow};
-pub use topics::{TopicChange, TopicControl};
 pub use schedules::{
     Materialized, NewSchedule, PendingOccurrences, ScheduleDef, ScheduleRow, ScheduleStatus,
     ScheduleUpdate,
 };
+pub use stats::{DeadSince, Overdue, Position, TopicCount, COUNTED};
+pub use tokens::{NewToken, TokenRow};
+pub use topics::{TopicChange, TopicControl};
 
 /// Store failures a caller can act on.
 #[derive(Debug, thiserror::Error)]

@@ -297,11 +297,13 @@ impl Store {
     }
 
     pub async fn schedule_get(&self, id: u64) -> Result<ScheduleRow, StoreError> {
-        let row = sqlx::query(&format!("SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = ?"))
-            .bind(id)
-            .fetch_optional(&self.pool)
-            .await?
-            .ok_or(StoreError::NotFound(id))?;
+        let row = sqlx::query(&format!(
+            "SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = ?"
+        ))
+        .bind(id)
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or(StoreError::NotFound(id))?;
         schedule_from_row(&row)
     }
 
@@ -559,9 +561,7 @@ impl Store {
             let now: NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(3)")
                 .fetch_one(&mut *tx)
                 .await?;
-            let cursor = now
-                .and_utc()
-                .max(def.start_at - Duration::milliseconds(1));
+            let cursor = now.and_utc().max(def.start_at - Duration::milliseconds(1));
             let next_at = def.first_after(cursor);
             query
                 .push(", cursor_at = ")

@@ -125,7 +125,8 @@ impl Store {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let mut query = sqlx::QueryBuilder::<sqlx::MySql>::new("SELECT id, topic FROM jobs WHERE id IN ");
+        let mut query =
+            sqlx::QueryBuilder::<sqlx::MySql>::new("SELECT id, topic FROM jobs WHERE id IN ");
         super::jobs::push_id_list(&mut query, ids);
         let rows = query.build().fetch_all(&self.pool).await?;
         rows.iter()

@@ -1,0 +1,356 @@
+//! `tickler topics` and `tickler schedules`: pause, resume and pace topics,
+//! and manage recurring schedules, over a running tickler's API.
+
+use clap::{Args, Subcommand};
+use serde_json::{json, Map, Value};
+
+use super::client::{Client, ClientError};
+use super::jobs::{print_json, print_table, text};
+
+#[derive(Debug, Subcommand)]
+pub enum TopicsCommand {
+    /// Topics that are paused or paced.
+    List,
+    /// One topic's controls.
+    Get { topic: String },
+    /// Stop producing the topic's jobs: due ones stay pending until resume.
+    Pause { topic: String },
+    /// Produce the topic's due jobs again (at its pace, if it has one).
+    Resume { topic: String },
+    /// Set the topic's pace in jobs per second across every instance, or
+    /// `--clear` it (the configuration's applies again).
+    Pace {
+        topic: String,
+        /// Jobs per second, at least 1.
+        #[arg(required_unless_present = "clear")]
+        max_per_second: Option<u32>,
+        #[arg(long, conflicts_with = "max_per_second")]
+        clear: bool,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub enum SchedulesCommand {
+    /// Schedules by id.
+    List {
+        #[arg(long)]
+        topic: Option<String>,
+        /// active, paused or ended.
+        #[arg(long)]
+        status: Option<String>,
+    },
+    /// One schedule, with its pending occurrences.
+    Get { id: u64 },
+    /// Create a recurring schedule: `--cron` (with `--time-zone`) or
+    /// `--every-ms`.
+    Create(CreateArgs),
+    /// Create nothing more until resumed; pending occurrences not yet due
+    /// are deleted.
+    Pause { id: u64 },
+    /// Go on from now (occurrences of the pause are not misfires).
+    Resume { id: u64 },
+    /// Delete a schedule; its pending occurrences are cancelled unless
+    /// `--keep-occurrences`.
+    Delete {
+        id: u64,
+        #[arg(long)]
+        keep_occurrences: bool,
+    },
+    /// The next occurrences of a timing, with the time-zone rules applied;
+    /// nothing is stored.
+    Preview {
+        #[command(flatten)]
+        timing: Timing,
+        /// After this RFC 3339 time (default now).
+        #[arg(long)]
+        after: Option<String>,
+        #[arg(long, default_value_t = 10)]
+        count: usize,
+    },
+}
+
+#[derive(Debug, Args)]
+pub struct Timing {
+    /// Cron: 5 fields, or 6 with seconds first.
+    #[arg(long, required_unless_present = "every_ms")]
+    cron: Option<String>,
+    /// IANA time zone of --cron (default UTC).
+    #[arg(long)]
+    time_zone: Option<String>,
+    /// Or a fixed period in milliseconds.
+    #[arg(long, conflicts_with = "cron")]
+    every_ms: Option<u64>,
+}
+
+#[derive(Debug, Args)]
+pub struct CreateArgs {
+    #[arg(long)]
+    topic: String,
+    /// The schedule's key (each occurrence's job key is <key>@<instant>).
+    #[arg(long)]
+    key: String,
+    #[command(flatten)]
+    timing: Timing,
+    /// The payload, JSON.
+    #[arg(long)]
+    payload: Option<String>,
+    /// No occurrence before this RFC 3339 time.
+    #[arg(long)]
+    start_at: Option<String>,
+    /// No occurrence after this RFC 3339 time.
+    #[arg(long)]
+    end_at: Option<String>,
+    #[arg(long)]
+    max_occurrences: Option<u32>,
+    /// skip, fire_once or fire_all.
+    #[arg(long)]
+    misfire: Option<String>,
+}
+
+fn timing_body(timing: &Timing, body: &mut Map<String, Value>) {
+    if let Some(cron) = &timing.cron {
+        body.insert("cron".into(), json!(cron));
+    }
+    if let Some(zone) = &timing.time_zone {
+        body.insert("time_zone".into(), json!(zone));
+    }
+    if let Some(every) = timing.every_ms {
+        body.insert("every_ms".into(), json!(every));
+    }
+}
+
+fn print_topic(view: &Value) {
+    print_table(
+        &["topic", "paused", "max_per_second", "source", "updated_by"],
+        &[topic_row(view)],
+    );
+}
+
+fn topic_row(view: &Value) -> Vec<String> {
+    [
+        "topic",
+        "paused",
+        "max_per_second",
+        "max_per_second_source",
+        "updated_by",
+    ]
+    .iter()
+    .map(|field| text(&view[*field]))
+    .collect()
+}
+
+pub async fn topics(
+    client: &Client,
+    command: TopicsCommand,
+    json: bool,
+) -> Result<(), ClientError> {
+    let view = match command {
+        TopicsCommand::List => {
+            let list = client.get("/v1/topics").await?;
+            if json {
+                print_json(&list);
+            } else {
+                let rows: Vec<Vec<String>> = list["topics"]
+                    .as_array()
+                    .map(|topics| topics.iter().map(topic_row).collect())
+                    .unwrap_or_default();
+                print_table(
+                    &["topic", "paused", "max_per_second", "source", "updated_by"],
+                    &rows,
+                );
+            }
+            return Ok(());
+        }
+        TopicsCommand::Get { topic } => client.get(&format!("/v1/topics/{topic}")).await?,
+        TopicsCommand::Pause { topic } => {
+            client
+                .post(&format!("/v1/topics/{topic}/pause"), &json!({}))
+                .await?
+                .1
+        }
+        TopicsCommand::Resume { topic } => {
+            client
+                .post(&format!("/v1/topics/{topic}/resume"), &json!({}))
+                .await?
+                .1
+        }
+        TopicsCommand::Pace {
+            topic,
+            max_per_second,
+            clear,
+        } => {
+            let rate = if clear {
+                Value::Null
+            } else {
+                json!(max_per_second)
+            };
+            client
+                .patch(
+                    &format!("/v1/topics/{topic}"),
+                    &json!({"max_per_second": rate}),
+                )
+                .await?
+        }
+    };
+    if json {
+        print_json(&view);
+    } else {
+        print_topic(&view);
+    }
+    Ok(())
+}
+
+fn schedule_row(s: &Value) -> Vec<String> {
+    let timing = match (&s["cron"], &s["every_ms"]) {
+        (Value::String(cron), _) => format!("{cron} ({})", text(&s["time_zone"])),
+        (_, every) => format!("every {} ms", text(every)),
+    };
+    vec![
+        text(&s["id"]),
+        text(&s["topic"]),
+        text(&s["key"]),
+        text(&s["status"]),
+        timing,
+        text(&s["next_at"]),
+        text(&s["occurrences"]),
+    ]
+}
+
+const SCHEDULE_HEADERS: [&str; 7] = [
+    "id",
+    "topic",
+    "key",
+    "status",
+    "timing",
+    "next_at",
+    "occurrences",
+];
+
+fn print_schedule(s: &Value) {
+    print_table(&SCHEDULE_HEADERS, &[schedule_row(s)]);
+    if let Some(pending) = s["pending"].as_array().filter(|p| !p.is_empty()) {
+        println!();
+        let rows: Vec<Vec<String>> = pending
+            .iter()
+            .map(|p| vec![text(&p["job_id"]), text(&p["run_at"]), text(&p["key"])])
+            .collect();
+        print_table(&["pending job", "run_at", "key"], &rows);
+    }
+}
+
+pub async fn schedules(
+    client: &Client,
+    command: SchedulesCommand,
+    json: bool,
+) -> Result<(), ClientError> {
+    let schedule = match command {
+        SchedulesCommand::List { topic, status } => {
+            let mut path = "/v1/schedules?limit=1000".to_owned();
+            if let Some(topic) = topic {
+                path.push_str(&format!("&topic={topic}"));
+            }
+            if let Some(status) = status {
+                path.push_str(&format!("&status={status}"));
+            }
+            let page = client.get(&path).await?;
+            if json {
+                print_json(&page);
+            } else {
+                let rows: Vec<Vec<String>> = page["schedules"]
+                    .as_array()
+                    .map(|list| list.iter().map(schedule_row).collect())
+                    .unwrap_or_default();
+                print_table(&SCHEDULE_HEADERS, &rows);
+            }
+            return Ok(());
+        }
+        SchedulesCommand::Preview {
+            timing,
+            after,
+            count,
+        } => {
+            let mut body = Map::new();
+            timing_body(&timing, &mut body);
+            if let Some(after) = after {
+                body.insert("after".into(), json!(after));
+            }
+            body.insert("count".into(), json!(count));
+            let (_, preview) = client
+                .post("/v1/schedules/preview", &Value::Object(body))
+                .await?;
+            if json {
+                print_json(&preview);
+            } else {
+                let utc = preview["occurrences"]
+                    .as_array()
+                    .cloned()
+                    .unwrap_or_default();
+                let local = preview["local"].as_array().cloned().unwrap_or_default();
+                let rows: Vec<Vec<String>> = utc
+                    .iter()
+                    .enumerate()
+                    .map(|(i, at)| vec![text(at), local.get(i).map(text).unwrap_or_default()])
+                    .collect();
+                print_table(&["utc", "local"], &rows);
+            }
+            return Ok(());
+        }
+        SchedulesCommand::Get { id } => client.get(&format!("/v1/schedules/{id}")).await?,
+        SchedulesCommand::Create(args) => {
+            let mut body = Map::new();
+            body.insert("topic".into(), json!(args.topic));
+            body.insert("key".into(), json!(args.key));
+            timing_body(&args.timing, &mut body);
+            if let Some(payload) = args.payload {
+                let value: Value = serde_json::from_str(&payload)
+                    .map_err(|err| ClientError::Usage(format!("--payload is not JSON: {err}")))?;
+                body.insert("payload".into(), value);
+            }
+            for (name, value) in [
+                ("start_at", args.start_at.map(Value::from)),
+                ("end_at", args.end_at.map(Value::from)),
+                ("max_occurrences", args.max_occurrences.map(Value::from)),
+                ("misfire", args.misfire.map(Value::from)),
+            ] {
+                if let Some(value) = value {
+                    body.insert(name.into(), value);
+                }
+            }
+            client.post("/v1/schedules", &Value::Object(body)).await?.1
+        }
+        SchedulesCommand::Pause { id } => client
+            .post(&format!("/v1/schedules/{id}/pause"), &json!({}))
+            .await?
+            .1["schedule"]
+            .take(),
+        SchedulesCommand::Resume { id } => client
+            .post(&format!("/v1/schedules/{id}/resume"), &json!({}))
+            .await?
+            .1["schedule"]
+            .take(),
+        SchedulesCommand::Delete {
+            id,
+            keep_occurrences,
+        } => {
+            let which = if keep_occurrences { "keep" } else { "cancel" };
+            let answer = client
+                .delete(&format!("/v1/schedules/{id}?occurrences={which}"))
+                .await?;
+            if json {
+                print_json(&answer);
+            } else {
+                println!(
+                    "schedule {id} deleted; {} pending occurrence(s) cancelled",
+                    text(&answer["occurrences_cancelled"])
+                );
+            }
+            return Ok(());
+        }
+    };
+    if json {
+        print_json(&schedule);
+    } else {
+        print_schedule(&schedule);
+    }
+    Ok(())
+}
