@@ -116,6 +116,10 @@ async fn a_paused_topic_holds_its_due_jobs_until_resumed() {
     })
     .await
     .expect("a paused topic's due jobs leave Redis");
+    // Held on purpose: neither overdue nor index drift.
+    let (_, stats) = env.get("/v1/stats").await;
+    assert_eq!(stats["overdue"]["count"], 0, "{stats}");
+    assert_eq!(stats["window"]["drift"], 0, "{stats}");
 
     let (status, view) = env
         .post(&format!("/v1/topics/{paused}/resume"), json!({}))

@@ -51,12 +51,15 @@ impl Store {
             .collect()
     }
 
-    /// Pending jobs already due, and the age of the oldest.
+    /// Pending jobs already due, and the age of the oldest. The jobs of a
+    /// paused topic are held on purpose: left out here, in the window
+    /// count and the next due time (`GET /v1/topics` shows paused topics).
     pub async fn job_overdue(&self) -> Result<Overdue, StoreError> {
         let row = sqlx::query(
             "SELECT COUNT(*) AS n, \
              CAST(COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(schedule_time), UTC_TIMESTAMP(3)), 0) / 1000 AS SIGNED) AS age \
-             FROM jobs WHERE status = 'pending' AND schedule_time <= UTC_TIMESTAMP(3)",
+             FROM jobs WHERE status = 'pending' AND schedule_time <= UTC_TIMESTAMP(3) \
+             AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused)",
         )
         .fetch_one(&self.pool)
         .await?;
@@ -73,7 +76,8 @@ impl Store {
         let window_us = i64::try_from(window.as_micros()).unwrap_or(i64::MAX);
         let n: i64 = sqlx::query_scalar(
             "SELECT (SELECT COUNT(*) FROM jobs WHERE status = 'pending' \
-               AND schedule_time < TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))) \
+               AND schedule_time < TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3)) \
+               AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused)) \
              + (SELECT COUNT(*) FROM jobs WHERE status = 'dispatching')",
         )
         .bind(window_us)
@@ -87,7 +91,8 @@ impl Store {
     pub async fn job_next_due_in(&self) -> Result<Option<i64>, StoreError> {
         let ms: Option<i64> = sqlx::query_scalar(
             "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(3), MIN(schedule_time)) / 1000 AS SIGNED) \
-             FROM jobs WHERE status = 'pending'",
+             FROM jobs WHERE status = 'pending' \
+             AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused)",
         )
         .fetch_one(&self.pool)
         .await?;
@@ -163,6 +168,7 @@ impl Store {
         let rows = sqlx::query(
             "SELECT id, schedule_time FROM jobs WHERE status = 'pending' \
              AND schedule_time < TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3)) \
+             AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused) \
              ORDER BY schedule_time LIMIT ?",
         )
         .bind(window_us)
