@@ -495,3 +495,35 @@ async fn the_preview_applies_the_time_zone_rules_and_bad_timings_are_refused() {
     assert_eq!(count, 0, "nothing written for bad input");
     env.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_start_in_the_past_sets_the_phase_not_a_backlog() {
+    let env = TestEnv::start().await;
+    let now = env.store.db_now().await.unwrap();
+    let start = DateTime::from_timestamp(now.timestamp() - 3_600, 500_000_000).unwrap();
+    let schedule = create(
+        &env,
+        json!({"key": "phase", "every_ms": 60_000, "start_at": start.to_rfc3339(), "misfire": "fire_all"}),
+    )
+    .await;
+    let id = schedule["id"].as_u64().unwrap();
+    tokio::time::sleep(Duration::from_secs(1)).await;
+    let occ = occurrences(&env, id).await;
+    // The next one (and one more if that is within the 10 s lookahead).
+    assert!(
+        occ.len() <= 2,
+        "no hour of misfires for a schedule just made: {occ:?}"
+    );
+    assert!(
+        occ.iter().all(|(at, _, _)| *at > now),
+        "none before it was made: {occ:?}"
+    );
+    let (first, _, _) = occ[0];
+    assert_eq!(
+        first.timestamp_subsec_millis(),
+        500,
+        "in phase with start_at"
+    );
+    assert_eq!((first - start).num_milliseconds() % 60_000, 0);
+    env.finish().await;
+}

@@ -280,7 +280,11 @@ impl Store {
             .push_bind(def.misfire.as_str())
             .push_bind(def.misfire_grace_ms)
             .push_bind(if next_at.is_some() { "active" } else { "ended" })
-            .push_bind((def.start_at - Duration::milliseconds(1)).naive_utc())
+            // Occurrences before the schedule existed were never due: a
+            // start_at in the past sets the phase, not a backlog of misfires.
+            .push_unseparated(", GREATEST(")
+            .push_bind_unseparated((def.start_at - Duration::milliseconds(1)).naive_utc())
+            .push_unseparated(", UTC_TIMESTAMP(3))")
             .push_bind(next_at.map(|at| at.naive_utc()))
             .push_bind(&new.created_by)
             .push_bind(&def.payload)
