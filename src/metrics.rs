@@ -55,6 +55,9 @@ pub const TRUTH_REPORTER: &str = "tickler_truth_reporter";
 pub const TRUTH_COMPUTED: &str = "tickler_truth_computed_timestamp_seconds";
 pub const NOTIFY_FAILED: &str = "tickler_notify_failed_total";
 pub const TRUTH_DISPATCHERS_LIVE: &str = "tickler_dispatchers_live";
+pub const TRUTH_SCHEDULES: &str = "tickler_schedules";
+pub const TRUTH_SCHEDULES_BEHIND: &str = "tickler_schedules_behind";
+pub const TRUTH_TOPICS_PAUSED: &str = "tickler_topics_paused";
 pub const DISPATCH_PACED: &str = "tickler_dispatch_paced_total";
 pub const DISPATCH_HELD: &str = "tickler_dispatch_held_total";
 pub const SCHEDULE_OCCURRENCES: &str = "tickler_schedule_occurrences_total";
@@ -235,6 +238,15 @@ fn describe() {
         "1 on the instance reporting the gauges from the truth, 0 on the others."
     );
     describe_counter!(NOTIFY_FAILED, "Notifications the webhook (notify_webhook_url) did not take; each is sent again next round.");
+    describe_gauge!(
+        TRUTH_SCHEDULES,
+        "Recurring schedules by status (active, paused, ended). Reporter instance only."
+    );
+    describe_gauge!(TRUTH_SCHEDULES_BEHIND, "Active schedules whose next occurrence is over a minute past its time and still not a job: no instance runs the loader role (the materializer), or it fails. Reporter instance only.");
+    describe_gauge!(
+        TRUTH_TOPICS_PAUSED,
+        "Topics paused (their due jobs are held). Reporter instance only."
+    );
     describe_counter!(DISPATCH_PACED, "Due jobs of a paced topic (max_per_second) held back and spread at its rate, by topic; a job held twice counts twice.");
     describe_counter!(DISPATCH_HELD, "Due jobs the claim refused to produce: reason=paused (their topic is; out of Redis until it resumes) or expired (a skip schedule's occurrence past its misfire grace; cancelled).");
     describe_counter!(
@@ -263,6 +275,7 @@ pub struct TruthGauges {
     /// None: nothing pending; published as +Inf.
     pub next_due_s: Option<f64>,
     pub dispatchers_live: usize,
+    pub schedules: crate::store::ScheduleStats,
     pub scan_s: f64,
 }
 
@@ -295,6 +308,15 @@ pub fn truth_publish(g: &TruthGauges) {
         gauge!(TRUTH_COMPUTED).set(chrono::Utc::now().timestamp_millis() as f64 / 1000.0);
     }
     gauge!(TRUTH_DISPATCHERS_LIVE).set(g.dispatchers_live as f64);
+    for (status, n) in [
+        ("active", g.schedules.active),
+        ("paused", g.schedules.paused),
+        ("ended", g.schedules.ended),
+    ] {
+        gauge!(TRUTH_SCHEDULES, "status" => status).set(n as f64);
+    }
+    gauge!(TRUTH_SCHEDULES_BEHIND).set(g.schedules.behind as f64);
+    gauge!(TRUTH_TOPICS_PAUSED).set(g.schedules.topics_paused as f64);
     gauge!(TRUTH_SCAN).set(g.scan_s);
 }
 

@@ -24,7 +24,11 @@ use crate::index::Index;
 use crate::kafka;
 use crate::membership::Ownership;
 use crate::metrics;
-use crate::store::{Overdue, Store, StoreError, TopicCount};
+use crate::store::{Overdue, ScheduleStats, Store, StoreError, TopicCount};
+
+/// A schedule whose next occurrence is this far past its time and still not
+/// a job is behind (`tickler_schedules_behind`).
+pub const SCHEDULE_BEHIND: Duration = Duration::from_secs(60);
 
 /// Lateness samples per status (`dispatched`, `succeeded`) a computation
 /// reads: the latest jobs due in the last hour.
@@ -50,6 +54,8 @@ pub struct Truth {
     /// Records on the results topic tickler's consumer group has not
     /// consumed; null when it could not be read.
     pub results_lag: Option<i64>,
+    /// Schedules by status, those behind, and paused topics.
+    pub schedules: ScheduleStats,
     /// How long this computation took.
     pub scan_ms: u64,
 }
@@ -125,6 +131,7 @@ impl Truth {
             .job_lateness_sample(LATENESS_SPAN, LATENESS_SAMPLE)
             .await?;
         let instances = store.instances_list(config.instance_ttl()).await?;
+        let schedules = store.schedule_stats(SCHEDULE_BEHIND).await?;
         let window_redis = match index.len().await {
             Ok((due, inflight)) => Some(due + inflight),
             Err(err) => {
@@ -168,6 +175,7 @@ impl Truth {
                     .count(),
             },
             results_lag,
+            schedules,
             scan_ms: started.elapsed().as_millis() as u64,
         })
     }
@@ -334,6 +342,7 @@ impl Reporter {
             results_lag: truth.results_lag,
             next_due_s: truth.next_due_in_ms.map(|ms| ms as f64 / 1000.0),
             dispatchers_live: truth.instances.dispatchers,
+            schedules: truth.schedules,
             scan_s: truth.scan_ms as f64 / 1000.0,
         });
     }

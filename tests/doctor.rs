@@ -268,3 +268,45 @@ async fn the_doctor_sees_a_database_clock_apart_and_a_results_backlog() {
     assert!(!report.healthy());
     store.close().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schedules_left_behind_by_a_stopped_materializer_are_found_and_counted() {
+    // No instance runs the loader role, so nothing creates occurrences
+    // after the API's first ones.
+    let env = TestEnv::start_with(|c| {
+        c.roles = ["api", "dispatcher", "reconciler", "results"]
+            .map(String::from)
+            .to_vec()
+    })
+    .await;
+    let (status, schedule) = env
+        .post(
+            "/v1/schedules",
+            json!({"topic": env.topic, "key": "hourly", "every_ms": 3_600_000}),
+        )
+        .await;
+    assert_eq!(status, 201, "{schedule}");
+    let healthy = doctor(&env).examine().await;
+    assert_eq!(
+        finding(&healthy, "schedules").verdict,
+        Verdict::Ok,
+        "{healthy:?}"
+    );
+    // As it stands two hours on: its next occurrence is past and not a job.
+    sqlx::query(
+        "UPDATE schedules SET next_at = UTC_TIMESTAMP(3) - INTERVAL 5 MINUTE, \
+         last_at = UTC_TIMESTAMP(3) - INTERVAL 65 MINUTE",
+    )
+    .execute(&env.sql)
+    .await
+    .unwrap();
+    let report = doctor(&env).examine().await;
+    let behind = finding(&report, "schedules");
+    assert_eq!(behind.verdict, Verdict::Fail, "{report:?}");
+    assert_eq!(behind.ids, vec![schedule["id"].as_u64().unwrap()]);
+    assert!(!report.healthy());
+    let (_, stats) = env.get("/v1/stats").await;
+    assert_eq!(stats["schedules"]["behind"], 1, "{stats}");
+    assert_eq!(stats["schedules"]["active"], 1, "{stats}");
+    env.finish().await;
+}

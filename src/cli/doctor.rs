@@ -221,6 +221,11 @@ impl Doctor {
         );
         findings.push(self.check_positions().await);
         findings.push(self.check_lag().await);
+        findings.push(
+            self.check_schedules()
+                .await
+                .unwrap_or_else(|err| unreachable_store("schedules", err)),
+        );
         findings.push(self.check_clocks().await);
         (
             Report {
@@ -523,6 +528,40 @@ impl Doctor {
                 fix: Some("check kafka_brokers, results_topic and results_group".to_owned()),
             },
         }
+    }
+
+    /// Active schedules whose next occurrence is a minute past its time
+    /// and still not a job: the materializer (loader role) is not running.
+    async fn check_schedules(&self) -> Result<Finding, DoctorError> {
+        const CHECK: &str = "schedules";
+        let behind = self
+            .store
+            .schedules_behind(crate::truth::SCHEDULE_BEHIND, IDS_SHOWN as u32)
+            .await?;
+        let Some((_, oldest)) = behind.first() else {
+            return Ok(Finding::ok(
+                CHECK,
+                "every active schedule has its next occurrence on time".to_owned(),
+            ));
+        };
+        let count = self
+            .store
+            .schedule_stats(crate::truth::SCHEDULE_BEHIND)
+            .await?
+            .behind;
+        Ok(Finding {
+            check: CHECK,
+            verdict: Verdict::Fail,
+            summary: format!(
+                "{count} active schedules are behind: the oldest next occurrence, {}, is not a job yet (ids are schedule ids)",
+                crate::api::time_format(*oldest)
+            ),
+            count,
+            ids: behind.iter().map(|(id, _)| *id).collect(),
+            fix: Some(
+                "run an instance with the loader role (tickler instances); a schedule edited by hand into an unreadable cron or time zone is named in the loader's log".to_owned(),
+            ),
+        })
     }
 
     /// This host's, MySQL's and Redis's clocks, each read between two

@@ -36,8 +36,8 @@ pub use jobs::{
 };
 pub use results::{DeadLetter, Disposition, Redriven, Settled};
 pub use schedules::{
-    Materialized, NewSchedule, PendingOccurrences, ScheduleDef, ScheduleRow, ScheduleStatus,
-    ScheduleUpdate,
+    Materialized, NewSchedule, PendingOccurrences, ScheduleDef, ScheduleRow, ScheduleStats,
+    ScheduleStatus, ScheduleUpdate,
 };
 pub use stats::{DeadSince, Overdue, Position, TopicCount, COUNTED};
 pub use tokens::{NewToken, TokenRow};

@@ -128,6 +128,19 @@ pub struct ScheduleRow {
     pub updated_at: DateTime<Utc>,
 }
 
+/// Schedules and topic controls at a glance (the truth's figures).
+#[derive(Debug, Clone, Copy, Default, serde::Serialize, utoipa::ToSchema)]
+pub struct ScheduleStats {
+    pub active: u64,
+    pub paused: u64,
+    pub ended: u64,
+    /// Active schedules whose next occurrence is over a minute past its
+    /// time and still not a job.
+    pub behind: u64,
+    /// Topics paused (`topic_controls`).
+    pub topics_paused: u64,
+}
+
 /// What a pass of the materializer created for one schedule.
 #[derive(Debug, Default)]
 pub struct Materialized {
@@ -683,6 +696,62 @@ impl Store {
             .await?;
         tx.commit().await?;
         Ok(gone)
+    }
+
+    /// Schedules by status, how many active ones are behind (their next
+    /// occurrence's time passed `behind` ago and it is still not a job: no
+    /// instance runs the materializer, or it fails), and paused topics.
+    pub async fn schedule_stats(
+        &self,
+        behind: std::time::Duration,
+    ) -> Result<ScheduleStats, StoreError> {
+        let behind_us = u64::try_from(behind.as_micros()).unwrap_or(u64::MAX);
+        let row = sqlx::query(
+            "SELECT \
+             (SELECT COUNT(*) FROM schedules WHERE status = 'active') AS active, \
+             (SELECT COUNT(*) FROM schedules WHERE status = 'paused') AS paused, \
+             (SELECT COUNT(*) FROM schedules WHERE status = 'ended') AS ended, \
+             (SELECT COUNT(*) FROM schedules WHERE status = 'active' AND next_at IS NOT NULL \
+               AND next_at < TIMESTAMPADD(MICROSECOND, -CAST(? AS SIGNED), UTC_TIMESTAMP(3))) AS behind, \
+             (SELECT COUNT(*) FROM topic_controls WHERE paused) AS topics_paused",
+        )
+        .bind(behind_us)
+        .fetch_one(&self.pool)
+        .await?;
+        let count = |column: &str| -> Result<u64, StoreError> {
+            let n: i64 = row.try_get(column)?;
+            Ok(n.max(0) as u64)
+        };
+        Ok(ScheduleStats {
+            active: count("active")?,
+            paused: count("paused")?,
+            ended: count("ended")?,
+            behind: count("behind")?,
+            topics_paused: count("topics_paused")?,
+        })
+    }
+
+    /// Active schedules behind by `behind` (see [`Store::schedule_stats`]):
+    /// (id, next_at), oldest first.
+    pub async fn schedules_behind(
+        &self,
+        behind: std::time::Duration,
+        limit: u32,
+    ) -> Result<Vec<(u64, DateTime<Utc>)>, StoreError> {
+        let behind_us = u64::try_from(behind.as_micros()).unwrap_or(u64::MAX);
+        let rows: Vec<(u64, NaiveDateTime)> = sqlx::query_as(
+            "SELECT id, next_at FROM schedules WHERE status = 'active' AND next_at IS NOT NULL \
+             AND next_at < TIMESTAMPADD(MICROSECOND, -CAST(? AS SIGNED), UTC_TIMESTAMP(3)) \
+             ORDER BY next_at LIMIT ?",
+        )
+        .bind(behind_us)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(id, at)| (id, at.and_utc()))
+            .collect())
     }
 
     /// The pending occurrences of schedule `id`, soonest first.
