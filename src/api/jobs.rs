@@ -69,11 +69,21 @@ pub struct PatchJob {
 /// A field that is present, even as `null`: `Option<Box<RawValue>>` alone
 /// reads `null` as absent, which would make `"payload": null` mean "empty"
 /// on create and "unchanged" on PATCH. Present-but-null is refused instead.
-fn raw_present<'de, D>(deserializer: D) -> Result<Option<Box<RawValue>>, D::Error>
+pub(super) fn raw_present<'de, D>(deserializer: D) -> Result<Option<Box<RawValue>>, D::Error>
 where
     D: serde::Deserializer<'de>,
 {
     Box::<RawValue>::deserialize(deserializer).map(Some)
+}
+
+/// A field that may be present as `null` (`Some(None)`: remove it), told
+/// apart from absent (`None`: leave it).
+pub(super) fn present<'de, D, T>(deserializer: D) -> Result<Option<Option<T>>, D::Error>
+where
+    D: serde::Deserializer<'de>,
+    T: Deserialize<'de>,
+{
+    Option::<T>::deserialize(deserializer).map(Some)
 }
 
 /// The limits a job is checked against.

@@ -11,11 +11,11 @@ use axum::Json;
 use base64::engine::general_purpose::STANDARD as BASE64;
 use base64::Engine;
 use chrono::{DateTime, Duration, Utc};
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::auth::Caller;
-use super::jobs::{payload_parse, time_format, topic_preflight, Limits};
+use super::jobs::{payload_parse, present, raw_present, time_format, topic_preflight, Limits};
 use super::{ApiError, ApiJson, ApiState};
 use crate::auth::Scope;
 use crate::job::{self, InvalidJob, JobId, PayloadKind};
@@ -117,19 +117,6 @@ pub struct PreviewSchedule {
     pub after: Option<String>,
     /// How many (default 10, at most 100).
     pub count: Option<usize>,
-}
-
-fn raw_present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Box<RawValue>>, D::Error> {
-    Box::<RawValue>::deserialize(d).map(Some)
-}
-
-/// A field that is present, even as `null` (`Some(None)`: remove it).
-fn present<'de, D, T>(d: D) -> Result<Option<Option<T>>, D::Error>
-where
-    D: Deserializer<'de>,
-    T: Deserialize<'de>,
-{
-    Option::<T>::deserialize(d).map(Some)
 }
 
 /// A schedule as the API shows it.

@@ -4,10 +4,10 @@ use std::collections::BTreeMap;
 
 use axum::extract::{Path, State};
 use axum::Json;
-use serde::{Deserialize, Deserializer, Serialize};
+use serde::{Deserialize, Serialize};
 
 use super::auth::Caller;
-use super::jobs::time_format;
+use super::jobs::{present, time_format};
 use super::{ApiError, ApiJson, ApiState};
 use crate::auth::Scope;
 use crate::control;
@@ -47,10 +47,6 @@ pub struct PatchTopic {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<u32>)]
     pub max_per_second: Option<Option<u32>>,
-}
-
-fn present<'de, D: Deserializer<'de>>(d: D) -> Result<Option<Option<u32>>, D::Error> {
-    Option::<u32>::deserialize(d).map(Some)
 }
 
 fn view(state: &ApiState, topic: &str, row: Option<TopicControl>) -> TopicView {

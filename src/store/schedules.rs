@@ -524,14 +524,7 @@ impl Store {
         def: &ScheduleDef,
     ) -> Result<ScheduleUpdate, StoreError> {
         let mut tx = self.begin().await?;
-        let current = sqlx::query(&format!(
-            "SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = ? FOR UPDATE"
-        ))
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or(StoreError::NotFound(id))?;
-        let current = schedule_from_row(&current)?;
+        let current = schedule_lock(&mut tx, id).await?;
         if current.version != version {
             return Ok(ScheduleUpdate::VersionMismatch(Box::new(current)));
         }
@@ -611,14 +604,7 @@ impl Store {
         pause: bool,
     ) -> Result<(ScheduleRow, u64), StoreError> {
         let mut tx = self.begin().await?;
-        let current = sqlx::query(&format!(
-            "SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = ? FOR UPDATE"
-        ))
-        .bind(id)
-        .fetch_optional(&mut *tx)
-        .await?
-        .ok_or(StoreError::NotFound(id))?;
-        let current = schedule_from_row(&current)?;
+        let current = schedule_lock(&mut tx, id).await?;
         let now: NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(3)")
             .fetch_one(&mut *tx)
             .await?;
@@ -767,6 +753,21 @@ impl Store {
         .await?;
         rows.iter().map(super::jobs::job_from_row).collect()
     }
+}
+
+/// Reads schedule `id` and locks its row until the transaction ends.
+async fn schedule_lock(
+    conn: &mut sqlx::MySqlConnection,
+    id: u64,
+) -> Result<ScheduleRow, StoreError> {
+    let row = sqlx::query(&format!(
+        "SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = ? FOR UPDATE"
+    ))
+    .bind(id)
+    .fetch_optional(conn)
+    .await?
+    .ok_or(StoreError::NotFound(id))?;
+    schedule_from_row(&row)
 }
 
 /// Deletes the schedule's pending occurrences not yet due (by the
