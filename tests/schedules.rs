@@ -527,3 +527,41 @@ async fn a_start_in_the_past_sets_the_phase_not_a_backlog() {
     assert_eq!((first - start).num_milliseconds() % 60_000, 0);
     env.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_skip_occurrence_moved_on_purpose_runs_at_its_new_time() {
+    let env = TestEnv::start().await;
+    let start = Utc::now() + chrono::Duration::hours(1);
+    let schedule = create(
+        &env,
+        json!({"key": "moved", "every_ms": 3_600_000, "start_at": start.to_rfc3339(),
+               "misfire": "skip", "misfire_grace_ms": 1000}),
+    )
+    .await;
+    let job_id = schedule["pending"][0]["job_id"].as_u64().unwrap();
+    let (_, job) = env.get(&format!("/v1/jobs/{job_id}")).await;
+    assert!(job["expires_at"].is_string(), "{job}");
+    // Its grace over (as after an outage), then moved on purpose: the move
+    // clears expires_at, so it runs at its new time instead of expiring.
+    sqlx::query("UPDATE jobs SET expires_at = UTC_TIMESTAMP(3) - INTERVAL 1 SECOND WHERE id = ?")
+        .bind(job_id)
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    let (_, job) = env.get(&format!("/v1/jobs/{job_id}")).await;
+    let (status, moved) = env
+        .request(
+            "PATCH",
+            &format!("/v1/jobs/{job_id}"),
+            Some(json!({"version": job["version"], "delay_ms": 500}).to_string()),
+        )
+        .await;
+    assert_eq!(status, 200, "{moved}");
+    assert!(
+        moved.get("expires_at").is_none(),
+        "a move clears it: {moved}"
+    );
+    env.status_await(job_id, "dispatched", Duration::from_secs(15))
+        .await;
+    env.finish().await;
+}

@@ -418,12 +418,15 @@ impl Store {
                             update
                                 .push(", schedule_time = TIMESTAMPADD(MICROSECOND, ")
                                 .push_bind(by_ms.saturating_mul(1000))
-                                .push(", schedule_time)");
+                                .push(", schedule_time)")
+                                // Moved on purpose: no longer a misfire.
+                                .push(", expires_at = NULL");
                         }
                         BulkAction::Move { run_at } => {
                             update
                                 .push(", schedule_time = ")
-                                .push_bind(run_at.naive_utc());
+                                .push_bind(run_at.naive_utc())
+                                .push(", expires_at = NULL");
                         }
                         BulkAction::Policy {
                             expects_result,

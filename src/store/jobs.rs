@@ -172,6 +172,11 @@ impl Store {
     ) -> Result<Modified, StoreError> {
         let mut conn = self.acquire().await?;
         let mut query = QueryBuilder::<MySql>::new("UPDATE jobs SET version = version + 1");
+        if changes.schedule.is_some() {
+            // A job moved on purpose is no longer an occurrence to skip
+            // when late.
+            query.push(", expires_at = NULL");
+        }
         match changes.schedule {
             Some(Schedule::At(at)) => {
                 query.push(", schedule_time = ").push_bind(at.naive_utc());
@@ -547,7 +552,7 @@ impl Store {
             .push_bind(lease_us)
             .push(
                 ", UTC_TIMESTAMP(3)) WHERE status = 'pending' AND schedule_time <= UTC_TIMESTAMP(3) \
-                 AND (expires_at IS NULL OR expires_at > UTC_TIMESTAMP(3)) \
+                 AND (expires_at IS NULL OR expires_at > UTC_TIMESTAMP(3) OR attempt > 1) \
                  AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused) AND ",
             );
         push_fence(&mut update, fence);
@@ -560,7 +565,7 @@ impl Store {
         ));
         push_fence(&mut select, fence);
         select.push(
-            " AS fence_holds, COALESCE(expires_at <= UTC_TIMESTAMP(3), FALSE) AS expired, \
+            " AS fence_holds, COALESCE(expires_at <= UTC_TIMESTAMP(3) AND attempt = 1, FALSE) AS expired, \
              topic IN (SELECT topic FROM topic_controls WHERE paused) AS paused \
              FROM jobs WHERE id IN ",
         );
@@ -707,8 +712,9 @@ impl Store {
     }
 
     /// `pending → cancelled` for jobs past their `expires_at` (a `skip`
-    /// schedule's occurrences that could not be produced in time). Returns
-    /// how many were cancelled.
+    /// schedule's occurrences that could not be produced in time). Only a
+    /// first attempt expires: a retry the consumer asked for runs late.
+    /// Returns how many were cancelled.
     pub async fn job_expire_many(&self, ids: &[JobId]) -> Result<u64, StoreError> {
         if ids.is_empty() {
             return Ok(0);
@@ -716,7 +722,7 @@ impl Store {
         let mut query = QueryBuilder::<MySql>::new(
             "UPDATE jobs SET status = 'cancelled', version = version + 1, \
              last_error = 'expired: not produced within its schedule''s misfire grace (misfire = skip)' \
-             WHERE status = 'pending' AND expires_at <= UTC_TIMESTAMP(3) AND id IN ",
+             WHERE status = 'pending' AND expires_at <= UTC_TIMESTAMP(3) AND attempt = 1 AND id IN ",
         );
         push_id_list(&mut query, ids);
         Ok(query.build().execute(&self.pool).await?.rows_affected())
