@@ -5,7 +5,9 @@
 //! that job back, as MySQL and its history show; the job's page shows that
 //! history, and a topic + key lookup finds a job; a bulk cancel is
 //! previewed (matching exactly the jobs its filter names), applied,
-//! followed to `done`, and found in MySQL. The page itself is three files
+//! followed to `done`, and found in MySQL; a schedule is paused and resumed
+//! from its row, and a topic paused by name and resumed from the list, each
+//! as the API then says. The page itself is three files
 //! served without a token and referring to nothing outside tickler.
 //!
 //! Screenshots of each page go to `docs/ui/` when `TICKLER_UI_SCREENSHOTS`
@@ -329,6 +331,127 @@ async fn dashboard_signs_in_redrives_a_dead_job_shows_history_and_bulk_cancels()
     .await;
     assert!(cancelled.is_some(), "jobs {later:?} are not all cancelled");
     assert_ne!(env.job_status(doomed).await, "cancelled");
+
+    drop(browser);
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_schedules_and_topics_pages_pause_and_resume() {
+    let env = TestEnv::start().await;
+    let topic = env.topic.clone();
+    let (status, schedule) = env
+        .post(
+            "/v1/schedules",
+            json!({"topic": topic, "key": "renewal", "cron": "0 9 1 * *", "time_zone": "Europe/Berlin"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{schedule}");
+    let id = schedule["id"].as_u64().unwrap();
+
+    let shots = screenshot_dir();
+    let browser = Browser::start()
+        .await
+        .expect("chromium and chromedriver run (scripts/services installs them)");
+    let ui = format!("{}/ui", env.base_url);
+    browser.goto(&ui).await.unwrap();
+    let token = browser.wait_for("#token", |_| true, WAIT).await.unwrap();
+    browser.send_keys(&token, &env.admin_secret).await.unwrap();
+    browser
+        .click(&browser.find("#signin").await.unwrap())
+        .await
+        .unwrap();
+    browser
+        .wait_for("#stats-body", |_| true, WAIT)
+        .await
+        .unwrap();
+
+    // Schedules: the row, then Pause (after its confirm) reaches MySQL.
+    browser.goto(&format!("{ui}#/schedules")).await.unwrap();
+    let row = format!("#schedules tr[data-schedule=\"{id}\"]");
+    browser
+        .wait_for(
+            &row,
+            |t| t.contains("0 9 1 * * (Europe/Berlin)") && t.contains("active"),
+            WAIT,
+        )
+        .await
+        .unwrap();
+    browser
+        .screenshot(&shots.join("schedules.png"))
+        .await
+        .unwrap();
+    let pause = browser
+        .find(&format!("{row} button[data-action=\"pause\"]"))
+        .await
+        .unwrap();
+    browser.click(&pause).await.unwrap();
+    assert!(browser
+        .alert_text()
+        .await
+        .unwrap()
+        .contains(&format!("Pause schedule {id}")));
+    browser.accept_alert().await.unwrap();
+    browser
+        .wait_for(&format!("{row}[data-status=\"paused\"]"), |_| true, WAIT)
+        .await
+        .unwrap();
+    let (_, paused) = env.get(&format!("/v1/schedules/{id}")).await;
+    assert_eq!(paused["status"], "paused");
+    browser
+        .click(
+            &browser
+                .find(&format!("{row} button[data-action=\"resume\"]"))
+                .await
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    browser
+        .wait_for(&format!("{row}[data-status=\"active\"]"), |_| true, WAIT)
+        .await
+        .unwrap();
+
+    // Topics: pause one by name, see it listed, resume it from its row.
+    browser.goto(&format!("{ui}#/topics")).await.unwrap();
+    browser
+        .wait_for("#topics-empty", |_| true, WAIT)
+        .await
+        .unwrap();
+    let name = browser.find("#pause-form [name=\"topic\"]").await.unwrap();
+    browser.send_keys(&name, &topic).await.unwrap();
+    browser
+        .click(&browser.find("#pause-topic").await.unwrap())
+        .await
+        .unwrap();
+    browser.accept_alert().await.unwrap();
+    let topic_row = format!("#topics tr[data-topic=\"{topic}\"]");
+    browser
+        .wait_for(
+            &format!("{topic_row}[data-paused=\"true\"]"),
+            |t| t.contains("api:test-admin"),
+            WAIT,
+        )
+        .await
+        .unwrap();
+    let (_, view) = env.get(&format!("/v1/topics/{topic}")).await;
+    assert_eq!(view["paused"], true);
+    browser.screenshot(&shots.join("topics.png")).await.unwrap();
+    browser
+        .click(
+            &browser
+                .find(&format!("{topic_row} button[data-action=\"resume\"]"))
+                .await
+                .unwrap(),
+        )
+        .await
+        .unwrap();
+    browser
+        .wait_for("#topics-empty", |_| true, WAIT)
+        .await
+        .unwrap();
+    let (_, view) = env.get(&format!("/v1/topics/{topic}")).await;
+    assert_eq!(view["paused"], false);
 
     drop(browser);
     env.finish().await;

@@ -376,6 +376,12 @@
     } else if (parts[0] === 'bulk' && parts.length <= 2) {
       nav = 'bulk';
       viewBulk(view, gen, parts[1] || null);
+    } else if (parts[0] === 'schedules' && parts.length === 1) {
+      nav = 'schedules';
+      viewSchedules(view, gen);
+    } else if (parts[0] === 'topics' && parts.length === 1) {
+      nav = 'topics';
+      viewTopics(view, gen);
     } else {
       nav = '';
       append(view, h('p', {class: 'notice'}, 'No such page: #' + parts.join('/') + '. ',
@@ -1169,6 +1175,145 @@
     }
 
     if (bulkId) progressFollow(bulkId, null);
+  }
+
+  // ---------------------------------------------------------------------
+  // Schedules (GET /v1/schedules) and topics (GET /v1/topics)
+
+  /** A POST after a confirm(); flashes `done`, then `after()`. */
+  async function postConfirmed(question, path, button, done, after) {
+    if (question && !window.confirm(question)) return;
+    if (button) button.disabled = true;
+    try {
+      await api('POST', path, {});
+      flash('info', done);
+    } catch (err) {
+      flashError(err);
+      if (button) button.disabled = false;
+    }
+    if (after) await after();
+  }
+
+  function timingText(s) {
+    if (s.cron) return s.cron + ' (' + (s.time_zone || 'UTC') + ')';
+    return 'every ' + duration(Number(s.every_ms));
+  }
+
+  /** #/schedules: every schedule, with pause and resume. */
+  function viewSchedules(view, gen) {
+    const box = h('div', {class: 'table-wrap'});
+    const problem = h('div', {class: 'error-line', id: 'schedules-error'});
+    let signature = null;
+    append(view, h('section', {class: 'panel', id: 'schedules-panel'},
+      h('div', {class: 'panel-head'}, h('h2', null, 'Schedules'),
+        h('span', {class: 'meta'}, 'each occurrence becomes a job; every 5 s')),
+      problem, box));
+
+    function button(s) {
+      const pause = s.status === 'active';
+      if (!pause && s.status !== 'paused') return h('td');
+      const label = pause ? 'Pause' : 'Resume';
+      const b = h('button', {type: 'button', class: 'small ' + (pause ? 'danger' : ''),
+        'data-action': pause ? 'pause' : 'resume', 'data-schedule': s.id}, label);
+      b.addEventListener('click', () => postConfirmed(
+        pause ? 'Pause schedule ' + s.id + '? Its occurrences not yet due are deleted; nothing more is created until you resume it.' : null,
+        '/v1/schedules/' + s.id + '/' + (pause ? 'pause' : 'resume'), b,
+        'schedule ' + s.id + (pause ? ' paused' : ' resumed'), refresh));
+      return h('td', {class: 'actions'}, b);
+    }
+
+    async function refresh() {
+      let data;
+      try {
+        data = (await api('GET', '/v1/schedules' + query({limit: 1000}))).data;
+      } catch (err) {
+        if (gen === generation) problem.textContent = errorText(err);
+        return;
+      }
+      if (gen !== generation) return;
+      problem.textContent = '';
+      const list = data.schedules || [];
+      const now = JSON.stringify(list.map((s) => [s.id, s.version, s.status, s.next_at, s.occurrences]));
+      if (now === signature) return;
+      signature = now;
+      clear(box);
+      if (list.length === 0) {
+        append(box, h('div', {class: 'empty', id: 'schedules-empty'}, 'No schedules. Create one with POST /v1/schedules or tickler schedules create.'));
+        return;
+      }
+      append(box, h('table', {id: 'schedules'},
+        h('thead', null, h('tr', null, ['id', 'topic', 'key', 'status', 'timing', 'next', 'created', 'misfire', ''].map((t) => h('th', null, t)))),
+        h('tbody', null, list.map((s) => h('tr', {'data-schedule': s.id, 'data-status': s.status},
+          h('td', {class: 'num mono'}, String(s.id)),
+          h('td', {class: 'mono'}, h('a', {href: '#/jobs' + query({topic: s.topic})}, s.topic)),
+          h('td', {class: 'mono wrap'}, s.key),
+          h('td', null, h('span', {class: 'status status-' + (s.status === 'active' ? 'pending' : s.status === 'paused' ? 'dispatching' : 'cancelled')}, s.status)),
+          h('td', {class: 'mono'}, timingText(s)),
+          timeCell(s.next_at),
+          h('td', {class: 'num'}, count(s.occurrences)),
+          h('td', null, s.misfire),
+          button(s))))));
+    }
+    every(REFRESH_MS, gen, refresh);
+  }
+
+  /** #/topics: paused and paced topics; pause a topic by name. */
+  function viewTopics(view, gen) {
+    const box = h('div', {class: 'table-wrap'});
+    const problem = h('div', {class: 'error-line', id: 'topics-error'});
+    const name = h('input', {name: 'topic', class: 'mono', size: 28, placeholder: 'orders'});
+    const form = h('form', {class: 'row', id: 'pause-form'},
+      h('label', {class: 'field'}, 'topic', name),
+      h('button', {type: 'submit', class: 'danger', id: 'pause-topic'}, 'Pause'));
+    form.addEventListener('submit', (event) => {
+      event.preventDefault();
+      const topic = name.value.trim();
+      if (!topic) {
+        problem.textContent = 'give a topic';
+        return;
+      }
+      postConfirmed('Pause topic ' + topic + '? Its due jobs stay pending until you resume it.',
+        '/v1/topics/' + encodeURIComponent(topic) + '/pause', null, 'topic ' + topic + ' paused', refresh);
+    });
+    append(view, h('section', {class: 'panel', id: 'topics-panel'},
+      h('div', {class: 'panel-head'}, h('h2', null, 'Paused and paced topics'),
+        h('span', {class: 'meta'}, 'every 5 s')),
+      form, problem, box));
+
+    async function refresh() {
+      let data;
+      try {
+        data = (await api('GET', '/v1/topics')).data;
+      } catch (err) {
+        if (gen === generation) problem.textContent = errorText(err);
+        return;
+      }
+      if (gen !== generation) return;
+      problem.textContent = '';
+      const list = data.topics || [];
+      clear(box);
+      if (list.length === 0) {
+        append(box, h('div', {class: 'empty', id: 'topics-empty'}, 'No topic is paused or paced.'));
+        return;
+      }
+      append(box, h('table', {id: 'topics'},
+        h('thead', null, h('tr', null, ['topic', 'state', 'pace', 'changed by', 'at', ''].map((t) => h('th', null, t)))),
+        h('tbody', null, list.map((t) => {
+          const resume = h('button', {type: 'button', class: 'small', 'data-action': t.paused ? 'resume' : 'pause', 'data-topic': t.topic}, t.paused ? 'Resume' : 'Pause');
+          resume.addEventListener('click', () => postConfirmed(
+            t.paused ? null : 'Pause topic ' + t.topic + '? Its due jobs stay pending until you resume it.',
+            '/v1/topics/' + encodeURIComponent(t.topic) + '/' + (t.paused ? 'resume' : 'pause'), resume,
+            'topic ' + t.topic + (t.paused ? ' resumed' : ' paused'), refresh));
+          return h('tr', {'data-topic': t.topic, 'data-paused': String(t.paused)},
+            h('td', {class: 'mono'}, h('a', {href: '#/jobs' + query({topic: t.topic})}, t.topic)),
+            h('td', null, t.paused ? h('span', {class: 'status status-dead'}, 'paused') : 'running'),
+            h('td', {class: 'num'}, t.max_per_second ? count(t.max_per_second) + '/s (' + t.max_per_second_source + ')' : '—'),
+            h('td', {class: 'mono'}, t.updated_by || '—'),
+            timeCell(t.updated_at),
+            h('td', {class: 'actions'}, resume));
+        }))));
+    }
+    every(REFRESH_MS, gen, refresh);
   }
 
   // ---------------------------------------------------------------------
