@@ -616,7 +616,13 @@ impl Dispatcher {
     ) -> Vec<Job> {
         let outcome = match self
             .store
-            .job_claim_many(ids, token, self.config.lease, fence)
+            .job_claim_many_with(
+                ids,
+                token,
+                self.config.lease,
+                fence,
+                self.controls.claim_checks_pauses(),
+            )
             .await
         {
             Ok(outcome) => outcome,

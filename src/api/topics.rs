@@ -117,8 +117,9 @@ pub async fn get(
     Ok(Json(view(&state, &topic, row)))
 }
 
-/// `POST /v1/topics/{topic}/pause` — once this answers, no job of the topic
-/// is produced (one a dispatcher claimed a moment before is already on its
+/// `POST /v1/topics/{topic}/pause` — once this answers (after about 3 s:
+/// every instance has taken the pause in by then), no job of the topic is
+/// produced (one a dispatcher claimed a moment before is already on its
 /// way); due jobs stay pending. Idempotent.
 #[utoipa::path(
     post, path = "/v1/topics/{topic}/pause", tag = "topics",
@@ -130,16 +131,15 @@ pub async fn pause(
     caller: Caller,
     Path(topic): Path<String>,
 ) -> Result<Json<TopicView>, ApiError> {
-    set(
-        &state,
-        &caller,
-        &topic,
-        TopicChange {
-            paused: Some(true),
-            ..TopicChange::default()
-        },
-    )
-    .await
+    let change = TopicChange {
+        paused: Some(true),
+        ..TopicChange::default()
+    };
+    let view = set(&state, &caller, &topic, change).await?;
+    // Every instance has read the pause, or stopped trusting an older copy
+    // of the controls, before the caller is told it holds.
+    tokio::time::sleep(control::PAUSE_SETTLE).await;
+    Ok(view)
 }
 
 /// `POST /v1/topics/{topic}/resume` — the topic's due jobs are produced

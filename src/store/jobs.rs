@@ -28,6 +28,9 @@ macro_rules! job_columns {
 }
 
 pub(super) const JOB_COLUMNS: &str = job_columns!("payload");
+
+/// The claim's condition that the row's topic is not paused.
+const PAUSED_NOT: &str = "topic NOT IN (SELECT topic FROM topic_controls WHERE paused) AND ";
 pub(super) const JOB_COLUMNS_NO_PAYLOAD: &str = job_columns!("CAST('' AS BINARY) AS payload");
 
 /// What a modification of a pending job changes; None leaves it as is.
@@ -537,6 +540,23 @@ impl Store {
         lease: Duration,
         fence: &Fence,
     ) -> Result<ClaimOutcome, StoreError> {
+        self.job_claim_many_with(ids, token, lease, fence, true)
+            .await
+    }
+
+    /// [`Store::job_claim_many`], checking paused topics only when
+    /// `paused_check`. The check costs the compare-and-set about a quarter
+    /// of its speed (a subquery per statement on MariaDB), so the dispatcher
+    /// leaves it out while its copy of the controls is fresh and names no
+    /// paused topic (see `control::TopicControls::claim_checks_pauses`).
+    pub async fn job_claim_many_with(
+        &self,
+        ids: &[JobId],
+        token: u64,
+        lease: Duration,
+        fence: &Fence,
+        paused_check: bool,
+    ) -> Result<ClaimOutcome, StoreError> {
         if ids.is_empty() {
             return Ok(ClaimOutcome::default());
         }
@@ -552,9 +572,11 @@ impl Store {
             .push_bind(lease_us)
             .push(
                 ", UTC_TIMESTAMP(3)) WHERE status = 'pending' AND schedule_time <= UTC_TIMESTAMP(3) \
-                 AND (expires_at IS NULL OR expires_at > UTC_TIMESTAMP(3) OR attempt > 1) \
-                 AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused) AND ",
+                 AND (expires_at IS NULL OR expires_at > UTC_TIMESTAMP(3) OR attempt > 1) AND ",
             );
+        if paused_check {
+            update.push(PAUSED_NOT);
+        }
         push_fence(&mut update, fence);
         update.push(" AND id IN ");
         push_id_list(&mut update, ids);
@@ -565,10 +587,14 @@ impl Store {
         ));
         push_fence(&mut select, fence);
         select.push(
-            " AS fence_holds, COALESCE(expires_at <= UTC_TIMESTAMP(3) AND attempt = 1, FALSE) AS expired, \
-             topic IN (SELECT topic FROM topic_controls WHERE paused) AS paused \
-             FROM jobs WHERE id IN ",
+            " AS fence_holds, COALESCE(expires_at <= UTC_TIMESTAMP(3) AND attempt = 1, FALSE) AS expired, ",
         );
+        select.push(if paused_check {
+            "topic IN (SELECT topic FROM topic_controls WHERE paused)"
+        } else {
+            "FALSE"
+        });
+        select.push(" AS paused FROM jobs WHERE id IN ");
         push_id_list(&mut select, ids);
         let rows = select.build().fetch_all(&self.pool).await?;
 
