@@ -7,7 +7,7 @@
 -- KEYS[1]  the topic's pace hash: tat, backlog (ms since the epoch)
 -- ARGV[1]  jobs asking to go now
 -- ARGV[2]  the rate, jobs per second
--- ARGV[3]  the tick, ms: the burst let through at once
+-- ARGV[3]  the tick, ms: the burst let through at once (at least one job)
 --
 -- Returns  {granted, first backlog slot (ms)}; refused job i (from 0)
 --          goes at slot + i * 1000 / rate
@@ -18,7 +18,10 @@ local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local interval = 1000 / rate
 local tat = tonumber(redis.call('HGET', key, 'tat') or 0)
 if tat < now then tat = now end
-local allowed = math.floor((now + tick - tat) / interval)
+-- The burst is one tick, or one job when the rate is slower than a job a
+-- tick (below 10/s with a 100 ms tick): else nothing would ever go.
+local burst = math.max(tick, interval)
+local allowed = math.floor((now + burst - tat) / interval)
 if allowed < 0 then allowed = 0 end
 local granted = math.min(n, allowed)
 tat = tat + granted * interval

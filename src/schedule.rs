@@ -27,6 +27,10 @@ use serde::{Deserialize, Serialize};
 const SEARCH_MAX: usize = 1_000;
 /// Shortest `every_ms`.
 pub const EVERY_MIN_MS: u64 = 1_000;
+/// Longest `every_ms`: a hundred years.
+pub const EVERY_MAX_MS: u64 = 100 * 366 * 86_400_000;
+/// Longest cron expression (the `schedules.cron` column).
+pub const CRON_MAX_CHARS: usize = 255;
 /// Most occurrences created in one pass over one schedule; the rest follow
 /// in the next pass.
 pub const CREATE_MAX_PER_PASS: usize = 500;
@@ -46,8 +50,10 @@ pub enum InvalidTiming {
     TimeZone(String),
     #[error("time_zone is for cron; every_ms counts fixed milliseconds from start_at")]
     ZoneWithEvery,
-    #[error("every_ms must be at least {EVERY_MIN_MS}")]
-    EveryTooShort,
+    #[error(
+        "every_ms must be at least {EVERY_MIN_MS} and at most {EVERY_MAX_MS} (a hundred years)"
+    )]
+    EveryOutOfRange,
     #[error("cron {0:?} never fires")]
     Never(String),
 }
@@ -72,6 +78,9 @@ pub fn cron_parse(expr: &str) -> Result<Cron, InvalidTiming> {
         why,
     };
     let trimmed = expr.trim();
+    if trimmed.chars().count() > CRON_MAX_CHARS {
+        return Err(invalid(format!("it is over {CRON_MAX_CHARS} characters")));
+    }
     let fields = trimmed.split_whitespace().count();
     if !trimmed.starts_with('@') && !(5..=6).contains(&fields) {
         return Err(invalid(format!("it has {fields} fields")));
@@ -107,8 +116,8 @@ impl Timing {
                 if time_zone.is_some() {
                     return Err(InvalidTiming::ZoneWithEvery);
                 }
-                if every_ms < EVERY_MIN_MS {
-                    return Err(InvalidTiming::EveryTooShort);
+                if !(EVERY_MIN_MS..=EVERY_MAX_MS).contains(&every_ms) {
+                    return Err(InvalidTiming::EveryOutOfRange);
                 }
                 Ok(Timing::Every { every_ms, anchor })
             }
@@ -116,16 +125,22 @@ impl Timing {
     }
 
     /// The first occurrence strictly after `after`, or None when there is
-    /// none (a cron expression that matches no date).
+    /// none (a cron expression that matches no date, or nothing before the
+    /// end of 9999, the last time the database stores).
     pub fn next_after(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
+        self.next_after_unbounded(after)
+            .filter(|at| crate::job::time_in_range(*at))
+    }
+
+    fn next_after_unbounded(&self, after: DateTime<Utc>) -> Option<DateTime<Utc>> {
         match self {
             Timing::Every { every_ms, anchor } => {
                 if after < *anchor {
                     return Some(*anchor);
                 }
-                let every = *every_ms as i64;
+                let every = i64::try_from(*every_ms).ok()?;
                 let periods = (after - *anchor).num_milliseconds() / every + 1;
-                Some(*anchor + Duration::milliseconds(periods.checked_mul(every)?))
+                anchor.checked_add_signed(Duration::try_milliseconds(periods.checked_mul(every)?)?)
             }
             Timing::Cron { cron, zone } => {
                 let mut local = after.with_timezone(zone).naive_local();
@@ -355,7 +370,10 @@ pub fn plan(
         plan.create.push(Occurrence {
             at: next,
             run_at: next,
-            expires_at: (bounds.misfire == Misfire::Skip).then(|| next + bounds.misfire_grace),
+            expires_at: (bounds.misfire == Misfire::Skip)
+                .then(|| next.checked_add_signed(bounds.misfire_grace))
+                .flatten()
+                .filter(|at| crate::job::time_in_range(*at)),
         });
         plan.cursor = next;
         if next > horizon {
@@ -617,7 +635,16 @@ mod tests {
             parts(Some("0 9 * * *"), Some("Mars/Olympus"), None),
             InvalidTiming::TimeZone("Mars/Olympus".to_owned())
         );
-        assert_eq!(parts(None, None, Some(999)), InvalidTiming::EveryTooShort);
+        assert_eq!(parts(None, None, Some(999)), InvalidTiming::EveryOutOfRange);
+        assert_eq!(
+            parts(None, None, Some(100_000_000_000_000_000)),
+            InvalidTiming::EveryOutOfRange
+        );
+        let long = format!("0 {} * * *", vec!["1"; 200].join(","));
+        assert!(matches!(
+            parts(Some(&long), None, None),
+            InvalidTiming::Cron { .. }
+        ));
         assert_eq!(
             parts(None, Some("UTC"), Some(60_000)),
             InvalidTiming::ZoneWithEvery
@@ -814,6 +841,26 @@ mod tests {
             ],
             "within the grace, now, and the next"
         );
+    }
+
+    #[test]
+    fn nothing_falls_after_the_last_storable_time() {
+        let century =
+            Timing::from_parts(None, None, Some(EVERY_MAX_MS), utc("9950-01-01T00:00:00Z"))
+                .unwrap();
+        assert_eq!(
+            century.next_after(utc("9951-01-01T00:00:00Z")),
+            None,
+            "past 9999-12-31: the schedule ends"
+        );
+        let plan = plan(
+            &century,
+            &bounds(Misfire::Skip),
+            progress("9951-01-01T00:00:00Z", false),
+            utc("9960-01-01T00:00:00Z"),
+            Duration::zero(),
+        );
+        assert!(plan.ended && plan.create.is_empty(), "{plan:?}");
     }
 
     #[test]

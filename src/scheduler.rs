@@ -74,10 +74,19 @@ impl Materializer {
             let due = self.store.schedule_due(self.lookahead(), DUE_BATCH).await?;
             let mut progressed = false;
             for id in &due {
-                let done = self
-                    .store
-                    .schedule_materialize(*id, self.lookahead())
-                    .await?;
+                // One schedule that fails (a row edited by hand into
+                // something the database refuses, say) must not hold up
+                // the others: it is named and skipped.
+                let done = match self.store.schedule_materialize(*id, self.lookahead()).await {
+                    Ok(done) => done,
+                    Err(err @ (StoreError::Unavailable(_) | StoreError::Contention(_))) => {
+                        return Err(err)
+                    }
+                    Err(err) => {
+                        tracing::warn!(schedule_id = id, error = %err, "cannot create this schedule's occurrences; skipping it");
+                        continue;
+                    }
+                };
                 progressed |= !done.created.is_empty() || done.skipped > 0;
                 created += done.created.len();
                 follow(&self.index, &self.config, &self.wake, &done).await;

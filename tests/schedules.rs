@@ -464,6 +464,14 @@ async fn the_preview_applies_the_time_zone_rules_and_bad_timings_are_refused() {
         ),
         (json!({"key": "x", "every_ms": 10}), "invalid_schedule"),
         (
+            json!({"key": "x", "every_ms": 100_000_000_000_000_000u64}),
+            "invalid_schedule",
+        ),
+        (
+            json!({"key": "x", "cron": format!("{every} {every} * * * *", every = (0..60).map(|n| n.to_string()).collect::<Vec<_>>().join(","))}),
+            "invalid_schedule",
+        ),
+        (
             json!({"key": "x", "cron": "0 0 30 2 *"}),
             "invalid_schedule",
         ),
@@ -488,6 +496,16 @@ async fn the_preview_applies_the_time_zone_rules_and_bad_timings_are_refused() {
             "{body} -> {answer}"
         );
     }
+    let (status, answer) = env
+        .post(
+            "/v1/schedules/preview",
+            json!({"every_ms": 100_000_000_000_000_000u64}),
+        )
+        .await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (400, Some("invalid_schedule"))
+    );
     let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM schedules")
         .fetch_one(&env.sql)
         .await
@@ -563,5 +581,44 @@ async fn a_skip_occurrence_moved_on_purpose_runs_at_its_new_time() {
     );
     env.status_await(job_id, "dispatched", Duration::from_secs(15))
         .await;
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pausing_a_schedule_keeps_a_retry_of_an_occurrence_already_produced() {
+    let env = TestEnv::start().await;
+    let now = env.store.db_now().await.unwrap();
+    let start = DateTime::from_timestamp(now.timestamp() + 2, 0).unwrap();
+    let schedule = create(
+        &env,
+        json!({"key": "retried", "every_ms": 3_600_000, "start_at": start.to_rfc3339(),
+               "expects_result": true, "max_attempts": 3}),
+    )
+    .await;
+    let id = schedule["id"].as_u64().unwrap();
+    let job_id = schedule["pending"][0]["job_id"].as_u64().unwrap();
+    env.status_await(job_id, "dispatched", Duration::from_secs(15))
+        .await;
+    // The consumer asks for a retry in a minute: pending again, attempt 2.
+    let (status, report) = env
+        .post(
+            &format!("/v1/jobs/{job_id}/result"),
+            json!({"attempt": 1, "outcome": "retry", "retry_after_ms": 60_000}),
+        )
+        .await;
+    assert_eq!(status, 200, "{report}");
+    let (status, paused) = env
+        .post(&format!("/v1/schedules/{id}/pause"), json!({}))
+        .await;
+    assert_eq!(status, 200, "{paused}");
+    let (status, job) = env.get(&format!("/v1/jobs/{job_id}")).await;
+    assert_eq!(
+        status, 200,
+        "a retry of a produced occurrence is not deleted: {job}"
+    );
+    assert_eq!(
+        (job["status"].as_str(), job["attempt"].as_u64()),
+        (Some("pending"), Some(2))
+    );
     env.finish().await;
 }

@@ -310,3 +310,30 @@ async fn a_paced_topic_is_spread_at_its_rate_while_another_arrives_on_time() {
     assert_eq!(early(&env, &paced).await + early(&env, &other).await, 0);
     env.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pace_slower_than_one_job_a_tick_still_lets_jobs_through() {
+    let env = env_start().await;
+    let topic = env.topic.clone();
+    let (status, view) = env
+        .request(
+            "PATCH",
+            &format!("/v1/topics/{topic}"),
+            Some(json!({"max_per_second": 4}).to_string()),
+        )
+        .await;
+    assert_eq!(status, 200, "{view}");
+    jobs_create(&env, &topic, 8, |_| 500).await;
+    // 8 at 4/s: about 2 s.
+    all_dispatched(&env, &topic, 8, Duration::from_secs(15)).await;
+    let span_ms: i64 = sqlx::query_scalar(
+        "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, MIN(dispatched_at), MAX(dispatched_at)) / 1000 AS SIGNED) \
+         FROM jobs WHERE topic = ?",
+    )
+    .bind(&topic)
+    .fetch_one(&env.sql)
+    .await
+    .unwrap();
+    assert!(span_ms >= 1_500, "paced, not all at once: {span_ms} ms");
+    env.finish().await;
+}

@@ -174,6 +174,9 @@ pub enum PendingOccurrences {
     Keep,
 }
 
+/// Most payload bytes one INSERT of occurrences carries.
+const INSERT_BYTES_MAX: usize = 4 << 20;
+
 const SCHEDULE_COLUMNS: &str = "id, topic, schedule_key, payload, payload_kind, headers, \
      expects_result, max_attempts, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
      cron, time_zone, every_ms, start_at, end_at, max_occurrences, misfire, misfire_grace_ms, \
@@ -487,8 +490,11 @@ impl Store {
                 expires_at: occurrence.expires_at,
             })
             .collect();
-        if !jobs.is_empty() {
-            for row in insert_many_on(&mut tx, &jobs).await? {
+        // One statement per few MiB of payloads: MariaDB's default
+        // max_allowed_packet is 16 MiB.
+        let per_insert = (INSERT_BYTES_MAX / schedule.def.payload.len().max(1)).max(1);
+        for chunk in jobs.chunks(per_insert) {
+            for row in insert_many_on(&mut tx, chunk).await? {
                 if let BatchRow::Created(job) = row {
                     done.created.push(job);
                 }
@@ -528,10 +534,15 @@ impl Store {
         if current.version != version {
             return Ok(ScheduleUpdate::VersionMismatch(Box::new(current)));
         }
+        // One "now" for what is deleted and where the cursor goes, so no
+        // occurrence falls between the two.
+        let now: NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(3)")
+            .fetch_one(&mut *tx)
+            .await?;
         let retime = current.def.retimes(def);
         let mut replaced = 0;
         if retime {
-            replaced = occurrences_delete_future(&mut tx, id).await?;
+            replaced = occurrences_delete_future(&mut tx, id, now).await?;
         }
         let mut update = QueryBuilder::<MySql>::new("UPDATE jobs SET");
         def_set(&mut update, def);
@@ -568,9 +579,6 @@ impl Store {
         if retime {
             // From now (or the new start), with the occurrences that stay
             // counted; the next pass creates what the new times ask for.
-            let now: NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(3)")
-                .fetch_one(&mut *tx)
-                .await?;
             let cursor = now.and_utc().max(def.start_at - Duration::milliseconds(1));
             let next_at = def.first_after(cursor);
             query
@@ -612,7 +620,7 @@ impl Store {
         let mut deleted = 0;
         match (pause, current.status) {
             (true, ScheduleStatus::Active) => {
-                deleted = occurrences_delete_future(&mut tx, id).await?;
+                deleted = occurrences_delete_future(&mut tx, id, now.naive_utc()).await?;
                 sqlx::query(
                     "UPDATE schedules SET status = 'paused', version = version + 1, \
                      cursor_at = ?, last_at = NULL, next_at = ?, \
@@ -665,7 +673,10 @@ impl Store {
         }
         let mut gone = 0;
         if pending == PendingOccurrences::Cancel {
-            gone += occurrences_delete_future(&mut tx, id).await?;
+            let now: NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(3)")
+                .fetch_one(&mut *tx)
+                .await?;
+            gone += occurrences_delete_future(&mut tx, id, now).await?;
             gone += sqlx::query(
                 "UPDATE jobs SET status = 'cancelled', version = version + 1, \
                  last_error = 'cancelled: its schedule was deleted' \
@@ -770,19 +781,22 @@ async fn schedule_lock(
     schedule_from_row(&row)
 }
 
-/// Deletes the schedule's pending occurrences not yet due (by the
-/// database's clock): they never ran, and their keys are free again for
+/// Deletes the schedule's pending occurrences due after `now` that never
+/// ran (first attempt, never dispatched): their keys are free again for
 /// the occurrences that replace them. One that a dispatcher claims is no
-/// longer pending, and one due is claimable: neither is touched.
+/// longer pending, one due is claimable, and a retry of one already
+/// produced is a job with a past: none of them is touched.
 async fn occurrences_delete_future(
     conn: &mut sqlx::MySqlConnection,
     id: u64,
+    now: NaiveDateTime,
 ) -> Result<u64, StoreError> {
     Ok(sqlx::query(
         "DELETE FROM jobs WHERE schedule_id = ? AND status = 'pending' \
-         AND schedule_time > UTC_TIMESTAMP(3)",
+         AND schedule_time > ? AND attempt = 1 AND dispatched_at IS NULL",
     )
     .bind(id)
+    .bind(now)
     .execute(conn)
     .await?
     .rows_affected())
