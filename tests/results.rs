@@ -848,3 +848,50 @@ async fn a_report_that_beats_the_mark_wins_and_the_mark_records_the_position() {
     assert_eq!(token, None, "the claim is over");
     env.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_far_retry_reported_before_the_mark_leaves_no_claim_in_redis() {
+    // No dispatcher: the test plays it, up to the claim, and stops there —
+    // as when a consumer's report beats the dispatcher's mark.
+    let env = TestEnv::start_with(|c| {
+        c.roles = ["api", "loader", "reconciler", "results"]
+            .map(String::from)
+            .to_vec()
+    })
+    .await;
+    let job = env
+        .job_create(json!({"payload": 1, "delay_ms": 0, "expects_result": true}))
+        .await;
+    let id = id_of(&job);
+    let shard = env.index.shard_of(id);
+    let claim = eventually(Duration::from_secs(10), || async {
+        let claim = env
+            .index
+            .job_claim(shard, 10, Duration::from_secs(60))
+            .await
+            .unwrap();
+        claim.ids.contains(&id).then_some(claim)
+    })
+    .await
+    .expect("the loader indexes the job and the claim takes it");
+    assert!(claim.ids.contains(&id));
+    sqlx::query("UPDATE jobs SET status = 'dispatching', claim_token = 99 WHERE id = ?")
+        .bind(id)
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    assert!(env.redis_holds(id).await, "in flight");
+    let (status, body) = report_http(
+        &env,
+        id,
+        json!({"attempt": 1, "outcome": "retry", "retry_after_ms": 30 * 86_400_000u64}),
+    )
+    .await;
+    assert_eq!(status, 200, "{body}");
+    assert_eq!(body["job"]["status"], "pending", "{body}");
+    assert!(
+        !env.redis_holds(id).await,
+        "a retry beyond the window leaves Redis at once, in-flight entry included"
+    );
+    env.finish().await;
+}

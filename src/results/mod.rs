@@ -18,7 +18,6 @@ pub use dead_letters::{
 
 use std::sync::Arc;
 
-use chrono::Utc;
 use tokio::sync::Notify;
 
 use crate::config::Config;
@@ -26,7 +25,7 @@ use crate::index::Index;
 use crate::job::JobId;
 use crate::metrics;
 use crate::outcome::Report;
-use crate::store::{Disposition, Settled, Store, StoreError};
+use crate::store::{Disposition, Settled, Store, StoreError, WindowEntry};
 
 /// `channel` label of the results metrics.
 pub const CHANNEL_TOPIC: &str = "topic";
@@ -143,18 +142,31 @@ impl Resolver {
             return;
         };
         let horizon = db_now + self.config.window();
-        let add: Vec<(JobId, chrono::DateTime<Utc>)> = settled
+        // A retry inside the window goes to the due set at its time, out of
+        // the in-flight set (a report can come before the dispatcher's mark,
+        // which then leaves the entry alone); one beyond it leaves Redis.
+        let (inside, beyond): (Vec<&WindowEntry>, Vec<&WindowEntry>) = settled
             .retried
             .iter()
-            .filter(|entry| entry.schedule_time < horizon)
-            .map(|entry| (entry.id, entry.schedule_time))
-            .collect();
-        if add.is_empty() {
+            .partition(|entry| entry.schedule_time < horizon);
+        if !beyond.is_empty() {
+            let ids: Vec<JobId> = beyond.iter().map(|entry| entry.id).collect();
+            if let Err(err) = self.index.job_remove_many(&ids).await {
+                // Harmless: the lease expires and the claim finds the row
+                // not due, beyond the window.
+                metrics::index_failed("drop far retries", ids.len(), &err);
+            }
+        }
+        if inside.is_empty() {
             return;
         }
-        match self.index.job_add_many(&add).await {
+        let back: Vec<(JobId, i64)> = inside
+            .iter()
+            .map(|entry| (entry.id, entry.schedule_time.timestamp_millis()))
+            .collect();
+        match self.index.job_requeue_many(&back).await {
             Ok(_) => self.wake.notify_one(),
-            Err(err) => metrics::index_failed("index retried jobs", add.len(), &err),
+            Err(err) => metrics::index_failed("index retried jobs", back.len(), &err),
         }
     }
 }
