@@ -306,7 +306,14 @@ async fn a_paced_topic_is_spread_at_its_rate_while_another_arrives_on_time() {
         late[late.len() / 2],
         late[late.len() - 1]
     );
-    assert!(p99 < 1_000, "the other topic arrives on time: p99 {p99} ms");
+    // Not queued behind the paced backlog (which would make its lateness a
+    // good part of the paced span): a functional check, not a latency
+    // target; the lateness figures belong to docs/benchmarks.md.
+    let span_ms = times[times.len() - 1] - times[0];
+    assert!(
+        p99 < span_ms / 4,
+        "the other topic is not held behind the pace: p99 {p99} ms over a {span_ms} ms span"
+    );
     assert_eq!(early(&env, &paced).await + early(&env, &other).await, 0);
     env.finish().await;
 }
