@@ -10,6 +10,9 @@
 -- KEYS[2]  in-flight set of the shard ZSET member=job id, score=lease expiry (ms)
 -- ARGV[1]  most ids to claim
 -- ARGV[2]  lease in milliseconds
+-- ARGV[3]  lookahead in milliseconds: ids due up to now + this are taken
+--          (the dispatcher holds them until their time; MySQL's
+--          compare-and-set still refuses any not due within it by its clock)
 --
 -- Returns  { now_ms, next_ms, requeued, id1, id2, ... }
 --          now_ms:   Redis's clock, in ms since the epoch
@@ -19,6 +22,7 @@
 local due, inflight = KEYS[1], KEYS[2]
 local limit = tonumber(ARGV[1])
 local lease_ms = tonumber(ARGV[2])
+local lookahead_ms = tonumber(ARGV[3] or '0')
 
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
@@ -29,7 +33,7 @@ for _, id in ipairs(expired) do
   redis.call('ZADD', due, now, id)
 end
 
-local ids = redis.call('ZRANGEBYSCORE', due, '-inf', now, 'LIMIT', 0, limit)
+local ids = redis.call('ZRANGEBYSCORE', due, '-inf', now + lookahead_ms, 'LIMIT', 0, limit)
 local result = { now, -1, #expired }
 local deadline = now + lease_ms
 for _, id in ipairs(ids) do

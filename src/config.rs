@@ -93,6 +93,11 @@ pub struct Config {
     /// for to settle in the background, so one bad topic never holds up the
     /// next pass.
     pub dispatch_ack_wait_ms: u64,
+    /// The dispatcher claims jobs due within this many milliseconds (in
+    /// Redis and in MySQL, by the database's clock) and holds each until its
+    /// time, so that claiming costs no lateness. A cancel in this last
+    /// stretch answers `in_flight`. 0 claims only what is due.
+    pub dispatch_lookahead_ms: u64,
     /// Time between reconciler passes (expired claims, overdue probe).
     pub reconcile_interval_ms: u64,
     /// How overdue a pending job must be before the reconciler checks that
@@ -265,6 +270,7 @@ impl Default for Config {
             claim_lease_ms: 30_000,
             dispatch_idle_ms: 1_000,
             dispatch_ack_wait_ms: 200,
+            dispatch_lookahead_ms: 20,
             reconcile_interval_ms: 2_000,
             reconcile_grace_ms: 1_000,
             kafka_linger_ms: 1,
@@ -347,6 +353,10 @@ pub enum ConfigError {
         problem: String,
     },
 }
+
+/// Longest `dispatch_lookahead_ms`: a job claimed ahead can no longer be
+/// cancelled, so the stretch stays short.
+pub const DISPATCH_LOOKAHEAD_MAX_MS: u64 = 1_000;
 
 pub const ROLES: [&str; 5] = ["api", "loader", "dispatcher", "reconciler", "results"];
 
@@ -558,6 +568,12 @@ impl Config {
         }
         if self.dispatch_idle_ms == 0 {
             return Err(invalid("dispatch_idle_ms", "must be positive"));
+        }
+        if self.dispatch_lookahead_ms > DISPATCH_LOOKAHEAD_MAX_MS {
+            return Err(invalid(
+                "dispatch_lookahead_ms",
+                "must be at most 1000 (a claimed job cannot be cancelled any more)",
+            ));
         }
         if self.payload_max_bytes == 0 || self.payload_max_bytes > 16 * 1024 * 1024 - 1 {
             return Err(invalid(

@@ -12,6 +12,7 @@ use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 pub const JOBS_CREATED: &str = "tickler_jobs_created_total";
 pub const JOBS_DISPATCHED: &str = "tickler_jobs_dispatched_total";
 pub const DISPATCH_LATENESS: &str = "tickler_dispatch_lateness_seconds";
+pub const DISPATCH_STAGE: &str = "tickler_dispatch_stage_seconds";
 pub const DISPATCH_CAS_LOST: &str = "tickler_dispatch_cas_lost_total";
 pub const PRODUCE_FAILED: &str = "tickler_produce_failed_total";
 pub const LOADER_INDEXED: &str = "tickler_loader_indexed_total";
@@ -114,6 +115,11 @@ fn describe() {
         DISPATCH_LATENESS,
         Unit::Seconds,
         "Dispatch time minus schedule time, per job."
+    );
+    describe_histogram!(
+        DISPATCH_STAGE,
+        Unit::Seconds,
+        "Time spent per dispatch stage: claim (Redis, per pass), cas (MySQL compare-and-set, per pass), hold (per job: from the claim to its time, how far ahead it was claimed), ack (per group of records: sent to all acknowledged), mark (per settle: recording outcomes in MySQL and Redis)."
     );
     describe_counter!(
         DISPATCH_CAS_LOST,
@@ -392,6 +398,10 @@ pub fn dispatched(n: usize) {
 pub fn dispatch_lateness(scheduled: DateTime<Utc>, dispatched: DateTime<Utc>) {
     let seconds = (dispatched - scheduled).num_milliseconds().max(0) as f64 / 1000.0;
     histogram!(DISPATCH_LATENESS).record(seconds);
+}
+
+pub fn dispatch_stage(stage: &'static str, spent: std::time::Duration) {
+    histogram!(DISPATCH_STAGE, "stage" => stage).record(spent.as_secs_f64());
 }
 
 pub fn dispatch_cas_lost(n: usize) {

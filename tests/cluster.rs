@@ -51,7 +51,7 @@ async fn every_index_script_runs_on_a_cluster_with_the_shards_spread_over_the_ma
     let mut claimed = Vec::new();
     for shard in 0..16 {
         let claim = index
-            .job_claim(shard, 100, Duration::from_secs(30))
+            .job_claim(shard, 100, Duration::from_secs(30), Duration::ZERO)
             .await
             .unwrap();
         assert!(claim.ids.iter().all(|id| index.shard_of(*id) == shard));

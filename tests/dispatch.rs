@@ -282,7 +282,12 @@ async fn a_job_on_a_missing_topic_fails_its_attempts_alone_and_holds_up_no_other
         events[1..].iter().all(|e| e["actor"] == "dispatcher"),
         "the dispatcher alone decided: {history}"
     );
-    assert!(!env.redis_holds(lost_id).await, "a dead job leaves redis");
+    // The settler removes the entry right after the refusal commits.
+    let left = eventually(Duration::from_secs(5), || async {
+        (!env.redis_holds(lost_id).await).then_some(())
+    })
+    .await;
+    assert!(left.is_some(), "a dead job leaves redis");
     let (_, metrics) = env.metrics_text().await;
     assert!(
         metrics
@@ -404,5 +409,69 @@ async fn one_dispatcher_pass_reports_what_became_of_each_claimed_id() {
     );
     assert!(!env.redis_holds(cancelled).await, "the stale entry is gone");
     stop.cancel();
+    env.finish().await;
+}
+
+/// The dispatcher claims a job due within `dispatch_lookahead_ms` ahead of
+/// its time and holds it: in that stretch the row is `dispatching` (a cancel
+/// answers `in_flight`, so nothing answered `applied` is ever produced), and
+/// the record still leaves no sooner than the database's clock says the job
+/// is due.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_claimed_ahead_is_held_until_its_time_and_no_longer_cancellable() {
+    // A long lookahead, so the stretch is wide enough to look at.
+    let env = TestEnv::start_with(|c| c.dispatch_lookahead_ms = 1_000).await;
+    let consumer = env.consumer();
+    let job = env
+        .job_create(json!({"payload": "held", "delay_ms": 2_500}))
+        .await;
+    let id = job["id"].as_u64().unwrap();
+
+    // Claimed while its time is still ahead by the database's clock.
+    let claimed_ahead = eventually(Duration::from_secs(10), || async {
+        let (status, ahead): (String, i64) = sqlx::query_as(
+            "SELECT CAST(status AS CHAR), schedule_time > UTC_TIMESTAMP(3) FROM jobs WHERE id = ?",
+        )
+        .bind(id)
+        .fetch_one(&env.sql)
+        .await
+        .unwrap();
+        match status.as_str() {
+            "pending" => None,
+            _ => Some((status, ahead)),
+        }
+    })
+    .await
+    .expect("the job was claimed");
+    assert_eq!(
+        claimed_ahead,
+        ("dispatching".to_owned(), 1),
+        "claimed before its time"
+    );
+    let (status, answer) = env
+        .request("DELETE", &format!("/v1/jobs/{id}"), None)
+        .await;
+    assert_eq!(status, 409, "{answer}");
+    assert_eq!(answer["error"]["code"], "in_flight", "{answer}");
+
+    let records = records_read(&consumer, 1, Duration::from_secs(10)).await;
+    assert_eq!(records.len(), 1);
+    let header = |name| -> i64 { records[0].header(name).unwrap().parse().unwrap() };
+    assert!(
+        header("tickler-dispatched-at") >= header("tickler-scheduled-at"),
+        "never early"
+    );
+    let early: i64 = eventually(Duration::from_secs(10), || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT dispatched_at < schedule_time FROM jobs WHERE id = ? AND status = 'dispatched'",
+        )
+        .bind(id)
+        .fetch_optional(&env.sql)
+        .await
+        .unwrap()
+    })
+    .await
+    .expect("marked dispatched");
+    assert_eq!(early, 0, "dispatched_at is not before schedule_time");
     env.finish().await;
 }

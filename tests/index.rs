@@ -43,7 +43,7 @@ async fn claim_takes_only_due_ids_in_time_order_and_leases_them() {
         .unwrap();
 
     let first = index
-        .job_claim(0, 2, Duration::from_secs(30))
+        .job_claim(0, 2, Duration::from_secs(30), Duration::ZERO)
         .await
         .unwrap();
     assert_eq!(first.ids, vec![1, 2], "oldest first, at most the limit");
@@ -57,7 +57,7 @@ async fn claim_takes_only_due_ids_in_time_order_and_leases_them() {
         "next attention: the due job left"
     );
     let claim = index
-        .job_claim(0, 10, Duration::from_secs(30))
+        .job_claim(0, 10, Duration::from_secs(30), Duration::ZERO)
         .await
         .unwrap();
     assert_eq!(claim.ids, vec![3], "the future job is not taken");
@@ -85,14 +85,14 @@ async fn an_expired_lease_returns_the_id_to_the_next_claim() {
     let index = index_with_one_shard().await;
     index.job_add_many(&[(7, at_ms(1_000))]).await.unwrap();
     let first = index
-        .job_claim(0, 10, Duration::from_millis(1))
+        .job_claim(0, 10, Duration::from_millis(1), Duration::ZERO)
         .await
         .unwrap();
     assert_eq!(first.ids, vec![7]);
 
     tokio::time::sleep(Duration::from_millis(20)).await;
     let second = index
-        .job_claim(0, 10, Duration::from_secs(60))
+        .job_claim(0, 10, Duration::from_secs(60), Duration::ZERO)
         .await
         .unwrap();
     assert_eq!(second.requeued, 1, "the expired lease came back");
@@ -104,7 +104,7 @@ async fn an_expired_lease_returns_the_id_to_the_next_claim() {
 
     // A live lease protects the id: nothing more to claim.
     let third = index
-        .job_claim(0, 10, Duration::from_secs(60))
+        .job_claim(0, 10, Duration::from_secs(60), Duration::ZERO)
         .await
         .unwrap();
     assert_eq!((third.requeued, third.ids.len()), (0, 0));
@@ -118,7 +118,7 @@ async fn requeue_and_remove_move_ids_between_the_sets() {
         .await
         .unwrap();
     let claim = index
-        .job_claim(0, 10, Duration::from_secs(60))
+        .job_claim(0, 10, Duration::from_secs(60), Duration::ZERO)
         .await
         .unwrap();
     assert_eq!(claim.ids, vec![1, 2, 3]);
@@ -150,7 +150,7 @@ async fn ids_spread_over_shards_by_their_hash() {
     let mut used = 0;
     for shard in 0..8 {
         let claim = index
-            .job_claim(shard, 100, Duration::from_secs(60))
+            .job_claim(shard, 100, Duration::from_secs(60), Duration::ZERO)
             .await
             .unwrap();
         if !claim.ids.is_empty() {
@@ -174,7 +174,7 @@ async fn refeed_adds_only_ids_the_index_lost() {
         .await
         .unwrap();
     let claim = index
-        .job_claim(0, 1, Duration::from_secs(60))
+        .job_claim(0, 1, Duration::from_secs(60), Duration::ZERO)
         .await
         .unwrap();
     assert_eq!(claim.ids, vec![1]);
@@ -200,4 +200,31 @@ async fn sentinels_tell_a_lost_index_from_an_intact_one() {
     assert!(!index.intact().await.unwrap(), "a new redis is not intact");
     index.mark_intact().await.unwrap();
     assert!(index.intact().await.unwrap());
+}
+
+/// A claim with a lookahead takes the ids due within it (by Redis's clock)
+/// and leaves later ones.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_with_a_lookahead_takes_what_is_due_within_it() {
+    let index = index_with_one_shard().await;
+    let now_ms = Utc::now().timestamp_millis();
+    index
+        .job_add_many(&[(1, at_ms(now_ms + 500)), (2, at_ms(now_ms + 60_000))])
+        .await
+        .unwrap();
+    let claim = index
+        .job_claim(0, 10, Duration::from_secs(30), Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(claim.ids.is_empty(), "nothing due yet");
+    let claim = index
+        .job_claim(0, 10, Duration::from_secs(30), Duration::from_secs(5))
+        .await
+        .unwrap();
+    assert_eq!(claim.ids, vec![1], "due within the lookahead");
+    assert_eq!(
+        claim.next_ms,
+        Some(claim.now_ms + 30_000),
+        "next attention: the lease, before the later job"
+    );
 }

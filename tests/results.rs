@@ -823,9 +823,9 @@ async fn a_report_that_beats_the_mark_wins_and_the_mark_records_the_position() {
     let marked = env
         .store
         .job_mark_dispatched_many(
-            77,
             &[Dispatched {
                 id,
+                token: 77,
                 partition: 1,
                 offset: 42,
                 dispatched_at: chrono::Utc::now(),
@@ -867,7 +867,7 @@ async fn a_far_retry_reported_before_the_mark_leaves_no_claim_in_redis() {
     let claim = eventually(Duration::from_secs(10), || async {
         let claim = env
             .index
-            .job_claim(shard, 10, Duration::from_secs(60))
+            .job_claim(shard, 10, Duration::from_secs(60), Duration::ZERO)
             .await
             .unwrap();
         claim.ids.contains(&id).then_some(claim)

@@ -92,6 +92,71 @@ async fn claim_wins_due_pending_jobs_and_sorts_out_the_rest() {
     db.finish().await;
 }
 
+/// With a lookahead, the claim takes jobs due within it by the database's
+/// clock and nothing later; one mark records several claims at once, each
+/// row only under its own claim's token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_ahead_takes_only_the_lookahead_and_one_mark_records_several_claims() {
+    let db = Db::new().await;
+    let soon = db.job(400, 5).await;
+    let later = db.job(5_000, 5).await;
+    let outcome = db
+        .store
+        .job_claim_many_with(&[soon, later], 11, LEASE, &db.fence, false, Duration::from_secs(2))
+        .await
+        .unwrap();
+    let won: Vec<JobId> = outcome.won.iter().map(|j| j.id).collect();
+    assert_eq!(won, [soon], "due within the lookahead");
+    let db_now = outcome.db_now.unwrap();
+    assert!(
+        outcome.won[0].schedule_time > db_now,
+        "won ahead of its time: the dispatcher holds it"
+    );
+    let not_due: Vec<JobId> = outcome.not_due.iter().map(|e| e.id).collect();
+    assert_eq!(not_due, [later]);
+    let none = db
+        .store
+        .job_claim_many_with(&[later], 12, LEASE, &db.fence, false, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(none.won.is_empty(), "no lookahead: only what is due");
+
+    let other = db.job(-1, 5).await;
+    let outcome = db
+        .store
+        .job_claim_many(&[other], 12, LEASE, &db.fence)
+        .await
+        .unwrap();
+    assert_eq!(outcome.won.len(), 1);
+    let at = Utc::now();
+    let mark = |id, token, offset| Dispatched {
+        id,
+        token,
+        partition: 0,
+        offset,
+        dispatched_at: at,
+    };
+    // `other` under a token it was not claimed with is left alone.
+    let marked = db
+        .store
+        .job_mark_dispatched_many(&[mark(soon, 11, 1), mark(other, 11, 2)])
+        .await
+        .unwrap();
+    assert_eq!(marked.marked, 1);
+    assert_eq!(db.store.job_get(other).await.unwrap().status, Status::Dispatching);
+    let marked = db
+        .store
+        .job_mark_dispatched_many(&[mark(other, 12, 3)])
+        .await
+        .unwrap();
+    assert_eq!(marked.marked, 1);
+    for (id, offset) in [(soon, 1), (other, 3)] {
+        let job = db.store.job_get(id).await.unwrap();
+        assert_eq!((job.status, job.kafka_offset), (Status::Dispatched, Some(offset)));
+    }
+    db.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn cancel_answers_for_each_state_of_the_job() {
     let db = Db::new().await;
@@ -119,9 +184,9 @@ async fn cancel_answers_for_each_state_of_the_job() {
     let marked = db
         .store
         .job_mark_dispatched_many(
-            1,
             &[Dispatched {
                 id: produced,
+                token: 1,
                 partition: 3,
                 offset: 42,
                 dispatched_at: Utc::now(),
@@ -308,9 +373,9 @@ async fn claims_of_a_dead_instance_are_rescued_and_a_live_ones_are_not() {
     let marked = db
         .store
         .job_mark_dispatched_many(
-            7,
             &[Dispatched {
                 id: held,
+                token: 7,
                 partition: 0,
                 offset: 1,
                 dispatched_at: Utc::now(),

@@ -340,12 +340,14 @@ impl Index {
         Ok(())
     }
 
-    /// Claims up to `limit` due ids of `shard` under a lease.
+    /// Claims up to `limit` ids of `shard` due within `lookahead` (by
+    /// Redis's clock) under a lease.
     pub async fn job_claim(
         &self,
         shard: u32,
         limit: u32,
         lease: Duration,
+        lookahead: Duration,
     ) -> Result<Claim, IndexError> {
         let count = self.shards();
         let reply: Vec<i64> = self
@@ -355,6 +357,7 @@ impl Index {
             .key(self.key(count, shard, "inflight"))
             .arg(limit)
             .arg(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
+            .arg(u64::try_from(lookahead.as_millis()).unwrap_or(u64::MAX))
             .invoke_async(&mut self.conn.clone())
             .await?;
         let [now_ms, next_ms, requeued, ids @ ..] = reply.as_slice() else {

@@ -155,6 +155,8 @@ pub struct Marked {
 #[derive(Debug, Clone, Copy)]
 pub struct Dispatched {
     pub id: JobId,
+    /// The claim that produced it.
+    pub token: u64,
     pub partition: i32,
     pub offset: i64,
     pub dispatched_at: DateTime<Utc>,
@@ -540,15 +542,19 @@ impl Store {
         lease: Duration,
         fence: &Fence,
     ) -> Result<ClaimOutcome, StoreError> {
-        self.job_claim_many_with(ids, token, lease, fence, true)
+        self.job_claim_many_with(ids, token, lease, fence, true, Duration::ZERO)
             .await
     }
 
     /// [`Store::job_claim_many`], checking paused topics only when
-    /// `paused_check`. The check costs the compare-and-set about a quarter
-    /// of its speed (a subquery per statement on MariaDB), so the dispatcher
-    /// leaves it out while its copy of the controls is fresh and names no
-    /// paused topic (see `control::TopicControls::claim_checks_pauses`).
+    /// `paused_check`, and taking jobs due within `lookahead` of the
+    /// database's clock (the dispatcher holds them until their time; the
+    /// outcome's `db_now` tells it where the database's clock stood).
+    ///
+    /// The pause check costs the compare-and-set about a quarter of its
+    /// speed (a subquery per statement on MariaDB), so the dispatcher leaves
+    /// it out while its copy of the controls is fresh and names no paused
+    /// topic (see `control::TopicControls::claim_checks_pauses`).
     pub async fn job_claim_many_with(
         &self,
         ids: &[JobId],
@@ -556,11 +562,13 @@ impl Store {
         lease: Duration,
         fence: &Fence,
         paused_check: bool,
+        lookahead: Duration,
     ) -> Result<ClaimOutcome, StoreError> {
         if ids.is_empty() {
             return Ok(ClaimOutcome::default());
         }
         let lease_us = u64::try_from(lease.as_micros()).unwrap_or(u64::MAX);
+        let lookahead_us = u64::try_from(lookahead.as_micros()).unwrap_or(u64::MAX);
         let mut update = QueryBuilder::<MySql>::new(
             "UPDATE jobs SET status = 'dispatching', version = version + 1, claim_token = ",
         );
@@ -571,7 +579,12 @@ impl Store {
             .push(", claim_expires_at = TIMESTAMPADD(MICROSECOND, ")
             .push_bind(lease_us)
             .push(
-                ", UTC_TIMESTAMP(3)) WHERE status = 'pending' AND schedule_time <= UTC_TIMESTAMP(3) \
+                ", UTC_TIMESTAMP(3)) WHERE status = 'pending' \
+                 AND schedule_time <= TIMESTAMPADD(MICROSECOND, ",
+            )
+            .push_bind(lookahead_us)
+            .push(
+                ", UTC_TIMESTAMP(3)) \
                  AND (expires_at IS NULL OR expires_at > UTC_TIMESTAMP(3) OR attempt > 1) AND ",
             );
         if paused_check {
@@ -629,7 +642,7 @@ impl Store {
         Ok(outcome)
     }
 
-    /// `dispatching → dispatched` for jobs this claim produced, recording
+    /// `dispatching → dispatched` for jobs their claims produced, recording
     /// where each record landed. Returns how many rows were marked (a row
     /// not marked lost its claim meanwhile: lease expired and rescued), and
     /// which a consumer's report already sent back to `pending` for a retry.
@@ -639,7 +652,6 @@ impl Store {
     /// attempt — the one duplicate the contract allows.
     pub async fn job_mark_dispatched_many(
         &self,
-        token: u64,
         jobs: &[Dispatched],
     ) -> Result<Marked, StoreError> {
         // In id order, the order reports lock rows in, so the two do not
@@ -663,44 +675,42 @@ impl Store {
                      j.kafka_partition = d.p, j.kafka_offset = d.o, \
                      j.ack_deadline = IF(j.expects_result, \
                        TIMESTAMPADD(MICROSECOND, j.ack_timeout_ms * 1000, UTC_TIMESTAMP(3)), NULL) \
-                     WHERE j.status = 'dispatching' AND j.claim_token = ",
-                )
-                .push_bind(token);
+                     WHERE j.status = 'dispatching' AND j.claim_token = d.k",
+                );
             let chunk_marked = query.build().execute(&self.pool).await?.rows_affected();
             marked.marked += chunk_marked;
             if chunk_marked < chunk.len() as u64 {
-                self.job_mark_settled_early(token, chunk, &mut marked)
-                    .await?;
+                self.job_mark_settled_early(chunk, &mut marked).await?;
             }
         }
         Ok(marked)
     }
 
-    /// Records where the records of this claim landed for jobs a consumer's
-    /// report settled before the dispatcher marked them (the report keeps
-    /// the claim token for this). Their status is the report's.
+    /// Records where the records of these claims landed for jobs a
+    /// consumer's report settled before the dispatcher marked them (the
+    /// report keeps the claim token for this). Their status is the report's.
     async fn job_mark_settled_early(
         &self,
-        token: u64,
         jobs: &[Dispatched],
         marked: &mut Marked,
     ) -> Result<(), StoreError> {
         let ids: Vec<JobId> = jobs.iter().map(|job| job.id).collect();
         let mut retried = QueryBuilder::<MySql>::new(
-            "SELECT id FROM jobs WHERE status = 'pending' AND claim_token = ",
+            "SELECT id, claim_token FROM jobs WHERE status = 'pending' AND id IN ",
         );
-        retried.push_bind(token).push(" AND id IN ");
         push_id_list(&mut retried, &ids);
-        let retried: Vec<JobId> = retried.build_query_scalar().fetch_all(&self.pool).await?;
-        marked.retried_early.extend(retried);
+        let retried: Vec<(JobId, Option<u64>)> = retried.build_query_as().fetch_all(&self.pool).await?;
+        marked.retried_early.extend(retried.into_iter().filter_map(|(id, token)| {
+            jobs.iter()
+                .any(|job| job.id == id && Some(job.token) == token)
+                .then_some(id)
+        }));
         let mut query = positions_join(jobs);
-        query
-            .push(
-                "SET j.claim_token = NULL, j.claimed_by = NULL, j.claim_expires_at = NULL, \
-                 j.dispatched_at = d.t, j.kafka_partition = d.p, j.kafka_offset = d.o \
-                 WHERE j.status <> 'dispatching' AND j.claim_token = ",
-            )
-            .push_bind(token);
+        query.push(
+            "SET j.claim_token = NULL, j.claimed_by = NULL, j.claim_expires_at = NULL, \
+             j.dispatched_at = d.t, j.kafka_partition = d.p, j.kafka_offset = d.o \
+             WHERE j.status <> 'dispatching' AND j.claim_token = d.k",
+        );
         marked.marked += query.build().execute(&self.pool).await?.rows_affected();
         Ok(())
     }
@@ -872,13 +882,15 @@ pub(super) fn update_joined<'a, T>(
     query
 }
 
-/// The positions where records landed, as the derived table `d` (id, p,
-/// o, t).
+/// The positions where records landed, as the derived table `d` (id, k
+/// the claim token, p, o, t).
 fn positions_join(jobs: &[Dispatched]) -> QueryBuilder<'_, MySql> {
     update_joined(jobs, "d", |query, job| {
         query
             .push_bind(job.id)
             .push(" AS id, ")
+            .push_bind(job.token)
+            .push(" AS k, ")
             .push_bind(job.partition)
             .push(" AS p, ")
             .push_bind(job.offset)

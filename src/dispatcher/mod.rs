@@ -5,8 +5,16 @@
 //! producer, marks it `dispatched` with where it landed, and releases the
 //! Redis claim. No business logic.
 //!
-//! It sleeps until the earliest due time Redis reports (or until woken by
-//! the API or the loader), never on a fixed poll, and claims in batches.
+//! It claims ahead: the ids due within `dispatch_lookahead_ms` (20 ms by
+//! default), by Redis's clock and then by the database's in the
+//! compare-and-set, and holds each job until the first instant at which the
+//! database's clock is surely past its `schedule_time` ([`release`]). So the
+//! claim and the compare-and-set cost no lateness, and nothing leaves early
+//! by the database's clock. It sleeps until the next job enters the
+//! lookahead (or until woken by the API or the loader), never on a fixed
+//! poll, and claims in batches. Claiming, sending and recording run as
+//! separate tasks, so MySQL, Redis and the broker work at once; the jobs
+//! between claim and record are bounded.
 //!
 //! One bad job never holds up the rest. A job whose topic the broker does
 //! not have (by the cached metadata) is not sent at all; a record the broker
@@ -20,7 +28,7 @@
 //! down with it.
 //!
 //! What a crash leaves behind, step by step:
-//! - after the Redis claim: ids sit in the in-flight set; when the lease
+//! - after the Redis claim (of a job due now or within the lookahead): ids sit in the in-flight set; when the lease
 //!   expires the next claim returns them to the due set.
 //! - after the MySQL claim: rows are `dispatching` under this instance;
 //!   once it is dead for the others (heartbeat older than
@@ -33,20 +41,24 @@
 //!   when their lease expires and the CAS finds the row not pending.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use chrono::{DateTime, TimeZone, Utc};
+use chrono::{DateTime, Utc};
 use futures::future::{join_all, BoxFuture};
-use futures::stream::{FuturesUnordered, StreamExt};
-use futures::FutureExt;
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::util::Timeout;
 use tokio::sync::{watch, Notify, Semaphore};
+
+mod release;
+mod settle;
+
+use release::{Claimed, DbClock, Releaser};
+use settle::Settler;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
@@ -54,11 +66,11 @@ use crate::config::Config;
 use crate::control::TopicControls;
 use crate::index::{Claim, Index};
 use crate::job::{self, Job, JobId};
-use crate::kafka::{self, TopicState, Topics, TOPICS_REFRESH_MIN};
+use crate::kafka::{self, Topics};
 use crate::membership::{Holding, Ownership};
 use crate::metrics;
 use crate::results::Resolver;
-use crate::store::{Dispatched, Marked, Store};
+use crate::store::Store;
 
 #[derive(Debug, Clone)]
 pub struct DispatcherConfig {
@@ -90,6 +102,8 @@ pub struct DispatcherConfig {
     /// Most records settling in the background at once; beyond it a pass
     /// waits for all of its records (as when the broker is down).
     pub stragglers_max: usize,
+    /// Jobs due within this long are claimed and held until their time.
+    pub lookahead: Duration,
 }
 
 /// Delay before a job whose send failed for the broker's sake is tried
@@ -113,6 +127,7 @@ impl DispatcherConfig {
             window: config.window(),
             ack_wait: Duration::from_millis(config.dispatch_ack_wait_ms),
             stragglers_max: (config.dispatch_batch as usize).saturating_mul(STRAGGLER_BATCHES),
+            lookahead: Duration::from_millis(config.dispatch_lookahead_ms),
         }
     }
 }
@@ -128,8 +143,8 @@ pub enum DispatchError {
 pub struct DispatchReport {
     /// Ids taken from Redis.
     pub claimed: usize,
-    /// Jobs that won the MySQL CAS and were handed to the producer
-    /// (`run_once`: produced and marked).
+    /// Jobs that won the MySQL CAS, to be sent at their time (`run_once`:
+    /// produced and marked).
     pub dispatched: usize,
     /// Ids whose row was not pending any more (cancelled, done, gone).
     pub stale: usize,
@@ -185,6 +200,43 @@ pub struct Dispatcher {
     refresh: Arc<Notify>,
     /// Which topics have a pace.
     controls: TopicControls,
+    /// Jobs between their claim and their record.
+    pipeline: Arc<Pipeline>,
+}
+
+/// Counts the jobs between their claim and their record, so that claiming
+/// waits while too many are in flight (a slow broker or database slows it
+/// down instead of piling claims up).
+#[derive(Default)]
+pub struct Pipeline {
+    jobs: AtomicUsize,
+    freed: Notify,
+}
+
+impl Pipeline {
+    fn claimed(&self, n: usize) {
+        self.jobs.fetch_add(n, Ordering::Relaxed);
+    }
+
+    fn settled(&self, n: usize) {
+        let _ = self
+            .jobs
+            .fetch_update(Ordering::Relaxed, Ordering::Relaxed, |jobs| {
+                Some(jobs.saturating_sub(n))
+            });
+        self.freed.notify_waiters();
+    }
+
+    /// Returns once fewer than `max` jobs are in flight.
+    async fn room(&self, max: usize) {
+        loop {
+            let freed = self.freed.notified();
+            if self.jobs.load(Ordering::Relaxed) < max {
+                return;
+            }
+            freed.await;
+        }
+    }
 }
 
 /// The burst a paced topic may send at once, and the granularity at which
@@ -299,8 +351,14 @@ pub fn failure_classify(code: Option<RDKafkaErrorCode>, message: String) -> Fail
 /// What became of one record.
 struct Sent {
     id: JobId,
+    /// The claim it was sent under.
+    token: u64,
     topic: String,
     scheduled: DateTime<Utc>,
+    /// The database's time when it was sent (its `tickler-dispatched-at`).
+    dispatched_at: DateTime<Utc>,
+    /// When to try again if the broker failed it (Redis's clock, ms).
+    retry_ms: i64,
     result: Result<(i32, i64), Failure>,
 }
 
@@ -323,6 +381,7 @@ impl Dispatcher {
         let producer = producer_create(&config)?;
         Ok(Dispatcher {
             controls,
+            pipeline: Arc::new(Pipeline::default()),
             ownership: holding.ownership,
             refresh: holding.refresh,
             store,
@@ -339,26 +398,46 @@ impl Dispatcher {
         })
     }
 
-    /// Dispatches until `cancel` fires; the batch in hand is finished first.
+    /// Dispatches until `cancel` fires; every job claimed is sent and
+    /// recorded first.
+    ///
+    /// Three tasks beside this loop's claiming: the releaser holds claimed
+    /// jobs until their time and sends them, the acknowledger waits for the
+    /// broker's answers, the settler records them. At most `pipeline_max`
+    /// jobs are between the claim and their record at once.
     pub async fn run(self, cancel: CancellationToken) {
         let mut failures = 0u32;
         tracing::info!("dispatcher started");
-        // The settler records pass N while pass N+1 claims. Capacity 1: at
-        // most one batch waits to be recorded, so memory and the work in
-        // flight stay bounded.
-        let (to_settler, mut settles) = tokio::sync::mpsc::channel::<Settle>(1);
+        let releaser = self.releaser();
         let settler = self.settler();
-        let settling = tokio::spawn(async move {
-            while let Some(settle) = settles.recv().await {
-                settler.settle(settle).await;
-            }
-        });
+        let (to_releaser, claimed) = tokio::sync::mpsc::channel::<Claimed>(4);
+        let (to_acker, released) = tokio::sync::mpsc::channel(64);
+        let (to_settler, settles) = tokio::sync::mpsc::channel(64);
+        let holding = {
+            let releaser = releaser.clone();
+            tokio::spawn(async move { releaser.hold(claimed, to_acker).await })
+        };
+        let acknowledging = {
+            let releaser = releaser.clone();
+            tokio::spawn(async move { releaser.acknowledge_all(released, to_settler).await })
+        };
+        let settling = tokio::spawn(async move { settler.settle_all(settles).await });
         while !cancel.is_cancelled() {
+            // Bounded: claim no more while the pipeline is full.
+            let owned = self.ownership.borrow().shards.len().max(1);
+            let max = (self.config.batch as usize)
+                .saturating_mul(owned)
+                .saturating_mul(2);
+            tokio::select! {
+                _ = cancel.cancelled() => break,
+                _ = self.pipeline.room(max) => {}
+            }
             let started = Instant::now();
-            let (report, settle) = self.pass(true).await;
-            if let Some(settle) = settle {
-                if let Err(unsent) = to_settler.send(settle).await {
-                    self.settler().settle(unsent.0).await;
+            let (report, claimed) = self.pass().await;
+            if let Some(claimed) = claimed {
+                if let Err(unsent) = to_releaser.send(claimed).await {
+                    let settle = releaser.release_now(unsent.0).await;
+                    self.settler().settle(vec![settle]).await;
                 }
             }
             let pause = if report.more {
@@ -370,10 +449,7 @@ impl Dispatcher {
                 Duration::from_millis(100u64 << failures.min(5))
             } else {
                 failures = 0;
-                let until_next = report.next_in.unwrap_or(self.config.idle);
-                until_next
-                    .min(self.config.idle)
-                    .saturating_sub(started.elapsed())
+                self.pause_after(report.next_in, started.elapsed())
             };
             if pause.is_zero() {
                 continue;
@@ -384,10 +460,13 @@ impl Dispatcher {
                 _ = tokio::time::sleep(pause) => {}
             }
         }
-        // Drain: every record produced is recorded before the process exits.
-        drop(to_settler);
-        if let Err(err) = settling.await {
-            tracing::error!(error = %err, "settler task failed");
+        // Drain: every job claimed is sent, and every record produced is
+        // recorded, before the process exits.
+        drop(to_releaser);
+        for (task, name) in [(holding, "releaser"), (acknowledging, "acknowledger"), (settling, "settler")] {
+            if let Err(err) = task.await {
+                tracing::error!(error = %err, task = name, "dispatcher task failed");
+            }
         }
         self.stragglers.close();
         self.stragglers.wait().await;
@@ -395,13 +474,29 @@ impl Dispatcher {
         tracing::info!("dispatcher stopped");
     }
 
-    /// One pass over every shard: claim, CAS, produce, and record every
-    /// outcome (waiting for every acknowledgement). Never fails: what could
-    /// not be done is left for the lease to repair and counted.
+    /// How long to sleep after a pass that left nothing due: until the
+    /// next job enters the lookahead, but at least half the lookahead (so
+    /// a steady stream is claimed in groups, not one job per pass) and at
+    /// most `idle`.
+    fn pause_after(&self, next_in: Option<Duration>, spent: Duration) -> Duration {
+        let lookahead = self.config.lookahead;
+        let until_next = next_in.unwrap_or(self.config.idle);
+        until_next
+            .saturating_sub(lookahead)
+            .max(lookahead / 2)
+            .min(self.config.idle)
+            .saturating_sub(spent)
+    }
+
+    /// One pass over every shard: claim, CAS, send at each job's time, and
+    /// record every outcome (waiting for every acknowledgement). Never
+    /// fails: what could not be done is left for the lease to repair and
+    /// counted.
     pub async fn run_once(&self) -> DispatchReport {
-        let (mut report, settle) = self.pass(false).await;
-        if let Some(settle) = settle {
-            let settled = self.settler().settle(settle).await;
+        let (mut report, claimed) = self.pass().await;
+        if let Some(claimed) = claimed {
+            let settle = self.releaser().release_now(claimed).await;
+            let settled = self.settler().settle(vec![settle]).await;
             report.dispatched = settled.produced;
             report.failed += settled.failed;
             report.refused = settled.refused;
@@ -417,23 +512,34 @@ impl Dispatcher {
             topics: self.topics.clone(),
             resolver: self.resolver.clone(),
             window: self.config.window,
+            pipeline: self.pipeline.clone(),
         }
     }
 
-    /// Claim, compare-and-set and produce; what is left to record (mark,
-    /// release, count refusals) is returned for the settler. With `detach`,
-    /// records unacknowledged after `ack_wait` settle in the background.
-    async fn pass(&self, detach: bool) -> (DispatchReport, Option<Settle>) {
+    fn releaser(&self) -> Releaser {
+        Releaser {
+            topics: self.topics.clone(),
+            acks: self.acks.clone(),
+            ack_wait: self.config.ack_wait,
+            straggler_permits: self.straggler_permits.clone(),
+            stragglers: self.stragglers.clone(),
+            settler: self.settler(),
+        }
+    }
+
+    /// Claims in Redis the ids due within the lookahead and wins the
+    /// compare-and-set on them; returns what was won, to be sent at each
+    /// job's time.
+    async fn pass(&self) -> (DispatchReport, Option<Claimed>) {
         self.producer_check();
         let mut report = DispatchReport::default();
-        let pass_started = Instant::now();
+        let claim_started = Instant::now();
         let ownership = self.ownership.borrow().clone();
         let claims = self.claim_all(&ownership).await;
-        let claimed_after = pass_started.elapsed();
         let Some(redis_now_ms) = claims.iter().map(|c| c.now_ms).max() else {
             return (report, None);
         };
-        let started = Instant::now();
+        metrics::dispatch_stage("claim", claim_started.elapsed());
         report.more = claims
             .iter()
             .any(|c| c.ids.len() >= self.config.batch as usize);
@@ -452,74 +558,25 @@ impl Dispatcher {
 
         let token: u64 = rand::random();
         let cas_started = Instant::now();
-        let won = self
+        let Some((jobs, clock)) = self
             .cas(&ids, token, &fence, redis_now_ms, &mut report)
-            .await;
-        if won.is_empty() {
+            .await
+        else {
             return (report, None);
-        }
-
-        // The dispatch time comes from Redis's clock plus elapsed monotonic
-        // time: no tickler host's wall clock is involved.
-        let dispatched_ms = redis_now_ms + started.elapsed().as_millis() as i64;
-        let dispatched_at = Utc
-            .timestamp_millis_opt(dispatched_ms)
-            .single()
-            .unwrap_or_else(Utc::now);
-        let retry_ms = dispatched_ms + self.config.retry_delay.as_millis() as i64;
-        let producer = self.producer_current();
-        let produce_started = Instant::now();
-        let (mut outcomes, stragglers) = self.produce(&producer, &won, dispatched_ms).await;
-        report.dispatched = won.len();
-        if !stragglers.is_empty() {
-            let waiting = stragglers.len();
-            let permit = if detach {
-                u32::try_from(waiting).ok().and_then(|n| {
-                    self.straggler_permits
-                        .clone()
-                        .try_acquire_many_owned(n)
-                        .ok()
-                })
-            } else {
-                None
-            };
-            match permit {
-                Some(permit) => {
-                    tracing::debug!(num_jobs = waiting, "records settle in the background");
-                    let settler = self.settler();
-                    let settle = Settle {
-                        token,
-                        producer: producer.clone(),
-                        outcomes: Vec::new(),
-                        dispatched_at,
-                        retry_ms,
-                    };
-                    self.stragglers.spawn(async move {
-                        let outcomes: Vec<Sent> = stragglers.collect().await;
-                        settler.settle(Settle { outcomes, ..settle }).await;
-                        drop(permit);
-                    });
-                }
-                // Too many already settling (the broker is down or slow for
-                // everyone): wait, which also slows claiming.
-                None => outcomes.extend(stragglers.collect::<Vec<Sent>>().await),
-            }
-        }
-        tracing::debug!(
-            num_jobs = won.len(),
-            claim_us = claimed_after.as_micros() as u64,
-            cas_us = (produce_started - cas_started).as_micros() as u64,
-            produce_us = produce_started.elapsed().as_micros() as u64,
-            "dispatch pass"
-        );
+        };
+        metrics::dispatch_stage("cas", cas_started.elapsed());
+        report.dispatched = jobs.len();
+        self.pipeline.claimed(jobs.len());
+        let retry_ms = redis_now_ms
+            + (self.config.retry_delay + claim_started.elapsed()).as_millis() as i64;
         (
             report,
-            Some(Settle {
+            Some(Claimed {
                 token,
-                producer,
-                outcomes,
-                dispatched_at,
+                producer: self.producer_current(),
+                clock,
                 retry_ms,
+                jobs,
             }),
         )
     }
@@ -591,7 +648,12 @@ impl Dispatcher {
     async fn claim_all(&self, ownership: &Ownership) -> Vec<Claim> {
         let claims = ownership.shards.keys().map(|shard| {
             self.index
-                .job_claim(*shard, self.config.batch, self.config.lease)
+                .job_claim(
+                    *shard,
+                    self.config.batch,
+                    self.config.lease,
+                    self.config.lookahead,
+                )
         });
         let mut out = Vec::with_capacity(ownership.shards.len());
         for result in join_all(claims).await {
@@ -603,8 +665,9 @@ impl Dispatcher {
         out
     }
 
-    /// The MySQL compare-and-set on the claimed ids; returns the jobs won.
-    /// Ids not due by the database's clock go back to Redis (or out of it,
+    /// The MySQL compare-and-set on the claimed ids; returns the jobs won
+    /// (due within the lookahead by the database's clock) and where that
+    /// clock stood. Ids not due by then go back to Redis (or out of it,
     /// beyond the window); stale ones are dropped from it.
     async fn cas(
         &self,
@@ -613,7 +676,7 @@ impl Dispatcher {
         fence: &crate::store::Fence,
         redis_now_ms: i64,
         report: &mut DispatchReport,
-    ) -> Vec<Job> {
+    ) -> Option<(Vec<Job>, DbClock)> {
         let outcome = match self
             .store
             .job_claim_many_with(
@@ -622,6 +685,7 @@ impl Dispatcher {
                 self.config.lease,
                 fence,
                 self.controls.claim_checks_pauses(),
+                self.config.lookahead,
             )
             .await
         {
@@ -632,9 +696,10 @@ impl Dispatcher {
                 let back: Vec<(JobId, i64)> = ids.iter().map(|id| (*id, retry_ms)).collect();
                 self.index_requeue(&back).await;
                 report.failed = ids.len();
-                return Vec::new();
+                return None;
             }
         };
+        let answered = Instant::now();
         if !outcome.fenced.is_empty() {
             // This instance lost a shard (paused past its TTL, or handed it
             // back): the ids are the new owner's, due now.
@@ -704,115 +769,15 @@ impl Dispatcher {
                 metrics::index_failed("drop jobs moved beyond the window", beyond.len(), &err);
             }
         }
-        outcome.won
-    }
-
-    /// Hands the jobs' records to the producer and waits for their
-    /// acknowledgements, at most `ack_wait`. Returns the outcomes known by
-    /// then and the deliveries still outstanding. A job whose topic the
-    /// broker does not have is refused without being sent: librdkafka would
-    /// hold it for `message.timeout.ms`.
-    async fn produce(
-        &self,
-        producer: &FutureProducer,
-        jobs: &[Job],
-        dispatched_ms: i64,
-    ) -> (Vec<Sent>, FuturesUnordered<Delivery>) {
-        let mut outcomes = Vec::new();
-        let pending: FuturesUnordered<Delivery> = FuturesUnordered::new();
-        // Records not yet acknowledged, by topic.
-        let mut outstanding: HashMap<String, usize> = HashMap::new();
-        for job in jobs {
-            let sent = |result| Sent {
-                id: job.id,
-                topic: job.topic.clone(),
-                scheduled: job.schedule_time,
-                result,
-            };
-            if self.topics.state(&job.topic) == TopicState::Missing {
-                // Refused only on recent metadata, so a topic created since
-                // is not held against a job. Older metadata is fetched again
-                // in the background (the pass never waits on the broker for
-                // it) and the job tried again after `retry_delay`, by when
-                // the metadata is recent.
-                let failure = if self.topics.fetched_within(TOPIC_MISSING_TRUST) {
-                    Failure::Refused {
-                        reason: "unknown_topic",
-                        message: format!("topic {:?} does not exist on the broker", job.topic),
-                    }
-                } else {
-                    let topics = self.topics.clone();
-                    tokio::spawn(async move { topics.refresh_if_older(TOPICS_REFRESH_MIN).await });
-                    Failure::Unchecked(format!(
-                        "topic {:?} is not in the broker's metadata; checking again",
-                        job.topic
-                    ))
-                };
-                outcomes.push(sent(Err(failure)));
-                continue;
-            }
-            match enqueue(producer, job, dispatched_ms) {
-                Ok(delivery) => {
-                    let (id, topic, scheduled) = (job.id, job.topic.clone(), job.schedule_time);
-                    *outstanding.entry(topic.clone()).or_insert(0) += 1;
-                    let acks = self.acks.clone();
-                    pending.push(
-                        async move {
-                            let result = match delivery.await {
-                                Ok(Ok(delivery)) => {
-                                    acks.acked(&topic, Instant::now());
-                                    Ok((delivery.partition, delivery.offset))
-                                }
-                                Ok(Err((err, _))) => Err(kafka_failure(&err)),
-                                Err(_) => Err(Failure::Broker(
-                                    "the producer was dropped before delivery".to_owned(),
-                                )),
-                            };
-                            Sent {
-                                id,
-                                topic,
-                                scheduled,
-                                result,
-                            }
-                        }
-                        .boxed(),
-                    );
-                }
-                Err(err) => outcomes.push(sent(Err(kafka_failure(&err)))),
-            }
+        let db_now = outcome.db_now?;
+        if outcome.won.is_empty() {
+            return None;
         }
-        let mut pending = pending;
-        let mut settled = |sent: Sent, outstanding: &mut HashMap<String, usize>| {
-            if let Some(n) = outstanding.get_mut(&sent.topic) {
-                *n -= 1;
-            }
-            outcomes.push(sent);
+        let clock = DbClock {
+            db_ms: db_now.timestamp_millis(),
+            at: answered,
         };
-        let deadline = tokio::time::sleep(self.config.ack_wait);
-        tokio::pin!(deadline);
-        while !pending.is_empty() {
-            tokio::select! {
-                Some(sent) = pending.next() => settled(sent, &mut outstanding),
-                _ = &mut deadline => break,
-            }
-        }
-        // Past the wait, only the records of topics the broker has stopped
-        // answering for are left to the background; the others are waited
-        // for, so that a broker slow for everyone slows claiming down too.
-        let now = Instant::now();
-        loop {
-            let waited_for = outstanding
-                .iter()
-                .any(|(topic, n)| *n > 0 && !self.acks.suspect(topic, now));
-            if !waited_for {
-                break;
-            }
-            match pending.next().await {
-                Some(sent) => settled(sent, &mut outstanding),
-                None => break,
-            }
-        }
-        (outcomes, pending)
+        Some((outcome.won, clock))
     }
 
     async fn index_requeue(&self, jobs: &[(JobId, i64)]) {
@@ -919,237 +884,6 @@ fn enqueue(
         .payload(&job.payload)
         .headers(headers);
     producer.send_result(record).map_err(|(err, _)| err)
-}
-
-/// What a pass leaves to the settler: the outcomes of its records.
-struct Settle {
-    token: u64,
-    /// Kept alive until every delivery resolved, even if replaced.
-    producer: FutureProducer,
-    outcomes: Vec<Sent>,
-    dispatched_at: DateTime<Utc>,
-    /// When jobs whose send failed for the broker's sake are tried again
-    /// (Redis clock, ms).
-    retry_ms: i64,
-}
-
-/// What settling a batch did.
-#[derive(Debug, Default)]
-struct Settled {
-    produced: usize,
-    failed: usize,
-    refused: usize,
-}
-
-/// Records a pass's outcomes: marks produced jobs `dispatched`, returns the
-/// broker's failures to `pending`, counts refusals as failed attempts, and
-/// releases or moves the Redis claims. Runs beside the next pass, so
-/// claiming never waits on marking.
-struct Settler {
-    store: Store,
-    index: Index,
-    failed_passes: Arc<AtomicU32>,
-    topics: Topics,
-    resolver: Resolver,
-    window: Duration,
-}
-
-impl Settler {
-    async fn settle(&self, settle: Settle) -> Settled {
-        let Settle {
-            token,
-            producer,
-            outcomes,
-            dispatched_at,
-            retry_ms,
-        } = settle;
-        drop(producer);
-        if outcomes.is_empty() {
-            return Settled::default();
-        }
-        // A record that timed out may be for a topic deleted since the
-        // metadata was read: ask again before blaming the broker.
-        if outcomes
-            .iter()
-            .any(|s| matches!(s.result, Err(Failure::TimedOut(_))))
-        {
-            self.topics.refresh_if_older(TOPICS_REFRESH_MIN).await;
-        }
-        let mut dispatched = Vec::with_capacity(outcomes.len());
-        let mut refused: Vec<(JobId, String)> = Vec::new();
-        let mut failed = Vec::new();
-        let mut unchecked = 0usize;
-        let mut first_error = None;
-        for sent in outcomes {
-            let failure = match sent.result {
-                Ok((partition, offset)) => {
-                    metrics::dispatch_lateness(sent.scheduled, dispatched_at);
-                    dispatched.push(Dispatched {
-                        id: sent.id,
-                        partition,
-                        offset,
-                        dispatched_at,
-                    });
-                    continue;
-                }
-                Err(Failure::TimedOut(message))
-                    if self.topics.state(&sent.topic) == TopicState::Missing =>
-                {
-                    Failure::Refused {
-                        reason: "unknown_topic",
-                        message: format!(
-                            "topic {:?} does not exist on the broker ({message})",
-                            sent.topic
-                        ),
-                    }
-                }
-                Err(failure) => failure,
-            };
-            match failure {
-                Failure::Refused { reason, message } => {
-                    tracing::warn!(job_id = sent.id, topic = %sent.topic, reason, error = %message, "record refused");
-                    metrics::produce_refused(&sent.topic, reason);
-                    if reason == "unknown_topic" {
-                        self.topics.forget(&sent.topic);
-                    }
-                    refused.push((sent.id, message));
-                }
-                Failure::TimedOut(message) | Failure::Broker(message) => {
-                    tracing::warn!(job_id = sent.id, error = %message, "produce failed");
-                    first_error.get_or_insert(message);
-                    failed.push(sent.id);
-                }
-                Failure::Unchecked(message) => {
-                    tracing::debug!(job_id = sent.id, error = %message, "record not sent");
-                    first_error.get_or_insert(message);
-                    failed.push(sent.id);
-                    unchecked += 1;
-                }
-            }
-        }
-        metrics::dispatched(dispatched.len());
-        if !dispatched.is_empty() {
-            self.failed_passes.store(0, Ordering::Relaxed);
-        } else if failed.len() > unchecked {
-            self.failed_passes.fetch_add(1, Ordering::Relaxed);
-        }
-
-        let retried_early = self.mark_dispatched(token, &dispatched).await;
-        if !failed.is_empty() {
-            metrics::produce_failed(failed.len() - unchecked);
-            let error = first_error.unwrap_or_default();
-            match self.store.job_release_many(token, &failed, &error).await {
-                Ok(_) => {
-                    let back: Vec<(JobId, i64)> = failed.iter().map(|id| (*id, retry_ms)).collect();
-                    self.index_requeue(&back).await;
-                }
-                // The rows stay dispatching; the reconciler frees them when
-                // the lease expires.
-                Err(err) => tracing::warn!(error = %err, "cannot release failed claims"),
-            }
-        }
-        self.refusals_record(token, &refused).await;
-        // A job a consumer's report already sent back for a retry keeps its
-        // Redis entry (its retry time); its lease entry just expires.
-        let done: Vec<JobId> = dispatched
-            .iter()
-            .map(|d| d.id)
-            .filter(|id| !retried_early.contains(id))
-            .collect();
-        if let Err(err) = self.index.job_remove_many(&done).await {
-            // Harmless: the entries expire and the CAS finds the rows done.
-            metrics::index_failed("release claims", done.len(), &err);
-        }
-        Settled {
-            produced: dispatched.len(),
-            failed: failed.len(),
-            refused: refused.len(),
-        }
-    }
-
-    /// Counts refusals as failed attempts, then moves their Redis claims:
-    /// a retry inside the window back to the due set at its new time,
-    /// anything else (dead, beyond the window) out of Redis.
-    async fn refusals_record(&self, token: u64, refused: &[(JobId, String)]) {
-        if refused.is_empty() {
-            return;
-        }
-        let settled = match self.resolver.refusals_apply(token, refused).await {
-            Ok(settled) => settled,
-            Err(err) => {
-                // The rows stay dispatching; after the lease the reconciler
-                // returns them to pending and the next send is refused again.
-                tracing::warn!(error = %err, num_jobs = refused.len(), "cannot record refused sends");
-                return;
-            }
-        };
-        let horizon = settled.db_now.map(|now| now + self.window);
-        let back: Vec<(JobId, i64)> = settled
-            .retried
-            .iter()
-            .filter(|entry| horizon.is_some_and(|h| entry.schedule_time < h))
-            .map(|entry| (entry.id, entry.schedule_time.timestamp_millis()))
-            .collect();
-        // Only rows this refusal changed leave Redis: one that moved on
-        // without it (its lease expired and it was rescued, maybe indexed
-        // and claimed again) keeps its entry.
-        let gone: Vec<JobId> = settled
-            .dead_ids
-            .iter()
-            .copied()
-            .chain(
-                settled
-                    .retried
-                    .iter()
-                    .map(|entry| entry.id)
-                    .filter(|id| !back.iter().any(|(b, _)| b == id)),
-            )
-            .collect();
-        self.index_requeue(&back).await;
-        if let Err(err) = self.index.job_remove_many(&gone).await {
-            metrics::index_failed("drop refused jobs", gone.len(), &err);
-        }
-    }
-
-    async fn index_requeue(&self, jobs: &[(JobId, i64)]) {
-        if let Err(err) = self.index.job_requeue_many(jobs).await {
-            // The in-flight lease returns them to the due set anyway.
-            metrics::index_failed("requeue", jobs.len(), &err);
-        }
-    }
-
-    /// Marks produced jobs, retrying briefly: giving up means they are
-    /// produced a second time after the lease. Returns the jobs a report
-    /// retried before the mark.
-    async fn mark_dispatched(&self, token: u64, dispatched: &[Dispatched]) -> Vec<JobId> {
-        if dispatched.is_empty() {
-            return Vec::new();
-        }
-        let mut delay = Duration::from_millis(50);
-        for attempt in 1..=5 {
-            match self.store.job_mark_dispatched_many(token, dispatched).await {
-                Ok(Marked {
-                    marked,
-                    retried_early,
-                }) => {
-                    let lost = dispatched.len() as u64 - marked.min(dispatched.len() as u64);
-                    if lost > 0 {
-                        tracing::warn!(
-                            num_jobs = lost,
-                            "claims expired before marking; these jobs will be produced again"
-                        );
-                    }
-                    return retried_early;
-                }
-                Err(err) => {
-                    tracing::warn!(error = %err, attempt, num_jobs = dispatched.len(), "cannot mark jobs dispatched");
-                    tokio::time::sleep(delay).await;
-                    delay *= 4;
-                }
-            }
-        }
-        Vec::new()
-    }
 }
 
 #[cfg(test)]

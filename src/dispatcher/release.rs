@@ -1,0 +1,378 @@
+//! Holding claimed jobs until their time, sending their records, and
+//! waiting for the broker's acknowledgements.
+//!
+//! The claimer (`Dispatcher::run`) wins jobs due within the lookahead and
+//! hands them here with the database's clock as the compare-and-set read it.
+//! The releaser keeps every job it holds in time order and sends each record
+//! at the first local instant at which the database's clock is surely past
+//! the job's `schedule_time` ([`DbClock::instant_of`]); the acknowledger
+//! waits for the broker's answers and passes the outcomes to the settler.
+//! Three tasks, so the database, Redis and the broker work at once: the
+//! claimer runs the next compare-and-set while records of the last one are
+//! in flight and the one before is being marked.
+//!
+//! What a crash leaves behind: held jobs are `dispatching` under this
+//! instance, exactly as after a claim; they are rescued like any other.
+
+use std::collections::{BTreeMap, HashMap};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use chrono::{TimeZone, Utc};
+use futures::stream::{FuturesUnordered, StreamExt};
+use futures::FutureExt;
+use rdkafka::producer::FutureProducer;
+use tokio::sync::{mpsc, Semaphore};
+use tokio_util::task::TaskTracker;
+
+use super::settle::{Settle, Settler};
+use super::{enqueue, kafka_failure, Acks, Delivery, Failure, Sent, TOPIC_MISSING_TRUST};
+use crate::job::Job;
+use crate::kafka::{TopicState, Topics, TOPICS_REFRESH_MIN};
+use crate::metrics;
+
+/// Where the database's clock stood when a compare-and-set answered: it
+/// read `db_ms` (truncated to the millisecond) at some moment before the
+/// answer arrived at local `at`. So at any later local instant the
+/// database's clock is at least `db_ms` plus the time elapsed since `at`.
+#[derive(Debug, Clone, Copy)]
+pub(super) struct DbClock {
+    pub db_ms: i64,
+    pub at: Instant,
+}
+
+impl DbClock {
+    /// A lower bound of the database's clock now, in ms since the epoch.
+    pub fn now_ms(&self) -> i64 {
+        self.db_ms + self.at.elapsed().as_millis() as i64
+    }
+
+    /// The first local instant at which the database's clock is surely at
+    /// or past `ms`: a record sent then is never early by it.
+    pub fn instant_of(&self, ms: i64) -> Instant {
+        self.at + Duration::from_millis(ms.saturating_sub(self.db_ms).max(0) as u64)
+    }
+}
+
+/// What one compare-and-set won.
+pub(super) struct Claimed {
+    pub token: u64,
+    pub producer: FutureProducer,
+    pub clock: DbClock,
+    /// When a job whose send failed for the broker's sake is tried again
+    /// (Redis's clock, ms).
+    pub retry_ms: i64,
+    pub jobs: Vec<Job>,
+}
+
+/// One claim's context, shared by the jobs it holds.
+struct Batch {
+    token: u64,
+    producer: FutureProducer,
+    clock: DbClock,
+    retry_ms: i64,
+}
+
+/// Records handed to the producer together, and what is known of them.
+pub(super) struct Released {
+    producer: FutureProducer,
+    /// Outcomes known at once (not sent).
+    outcomes: Vec<Sent>,
+    pending: FuturesUnordered<Delivery>,
+    /// Records not yet acknowledged, by topic.
+    outstanding: HashMap<String, usize>,
+    sent_at: Instant,
+}
+
+/// Sends records and collects the broker's answers.
+#[derive(Clone)]
+pub(super) struct Releaser {
+    pub topics: Topics,
+    pub acks: Arc<Acks>,
+    pub ack_wait: Duration,
+    pub straggler_permits: Arc<Semaphore>,
+    pub stragglers: TaskTracker,
+    pub settler: Settler,
+}
+
+impl Releaser {
+    /// Holds the jobs of every claim until their time, then sends them.
+    /// Ends once `claimed` is closed and every job held is sent.
+    pub async fn hold(&self, mut claimed: mpsc::Receiver<Claimed>, to_acker: mpsc::Sender<Released>) {
+        let mut held: BTreeMap<(Instant, u64), (Job, Arc<Batch>)> = BTreeMap::new();
+        let mut seq = 0u64;
+        let mut open = true;
+        loop {
+            let now = Instant::now();
+            let mut due: Vec<(Arc<Batch>, Vec<Job>)> = Vec::new();
+            while let Some(entry) = held.first_entry() {
+                if entry.key().0 > now {
+                    break;
+                }
+                let (job, batch) = entry.remove();
+                match due.iter_mut().find(|(b, _)| Arc::ptr_eq(b, &batch)) {
+                    Some((_, jobs)) => jobs.push(job),
+                    None => due.push((batch, vec![job])),
+                }
+            }
+            for (batch, jobs) in due {
+                let released = self.send(&batch, jobs);
+                if let Err(unsent) = to_acker.send(released).await {
+                    // The acknowledger is gone (shutting down): settle here.
+                    self.acknowledge(unsent.0, false).await;
+                }
+            }
+            if !open && held.is_empty() {
+                return;
+            }
+            let next = held.first_key_value().map(|((at, _), _)| *at);
+            tokio::select! {
+                batch = claimed.recv(), if open => match batch {
+                    Some(claim) => {
+                        let batch = Arc::new(Batch {
+                            token: claim.token,
+                            producer: claim.producer,
+                            clock: claim.clock,
+                            retry_ms: claim.retry_ms,
+                        });
+                        for job in claim.jobs {
+                            let at = batch.clock.instant_of(job.schedule_time.timestamp_millis());
+                            metrics::dispatch_stage(
+                                "hold",
+                                at.saturating_duration_since(Instant::now()),
+                            );
+                            seq += 1;
+                            held.insert((at, seq), (job, batch.clone()));
+                        }
+                    }
+                    None => open = false,
+                },
+                _ = tokio::time::sleep_until(next.unwrap_or(now).into()), if next.is_some() => {}
+            }
+        }
+    }
+
+    /// Waits for the broker's answers to what [`Releaser::hold`] sent, one
+    /// group after the other, and passes the outcomes on to the settler.
+    pub async fn acknowledge_all(&self, mut released: mpsc::Receiver<Released>, to_settler: mpsc::Sender<Settle>) {
+        while let Some(group) = released.recv().await {
+            if let Some(settle) = self.acknowledge(group, true).await {
+                if let Err(unsent) = to_settler.send(settle).await {
+                    self.settler.settle(vec![unsent.0]).await;
+                }
+            }
+        }
+    }
+
+    /// Sends every job of `claimed` at its time, waits for every
+    /// acknowledgement and records the outcomes (`Dispatcher::run_once`).
+    pub async fn release_now(&self, claimed: Claimed) -> Settle {
+        let batch = Batch {
+            token: claimed.token,
+            producer: claimed.producer,
+            clock: claimed.clock,
+            retry_ms: claimed.retry_ms,
+        };
+        let mut jobs = claimed.jobs;
+        jobs.sort_by_key(|job| job.schedule_time);
+        let latest = jobs
+            .last()
+            .map(|job| batch.clock.instant_of(job.schedule_time.timestamp_millis()));
+        if let Some(latest) = latest {
+            tokio::time::sleep_until(latest.into()).await;
+        }
+        let mut released = self.send(&batch, jobs);
+        let mut outcomes = std::mem::take(&mut released.outcomes);
+        outcomes.extend(released.pending.collect::<Vec<Sent>>().await);
+        Settle {
+            producers: vec![released.producer],
+            outcomes,
+        }
+    }
+
+    /// Hands the jobs' records to the producer, stamped with the database's
+    /// time now (never before their schedule: they are sent at or after
+    /// their instant). A job whose topic the broker does not have is refused
+    /// without being sent: librdkafka would hold it for
+    /// `message.timeout.ms`.
+    fn send(&self, batch: &Batch, jobs: Vec<Job>) -> Released {
+        let mut outcomes = Vec::new();
+        let pending: FuturesUnordered<Delivery> = FuturesUnordered::new();
+        let mut outstanding: HashMap<String, usize> = HashMap::new();
+        let dispatched_ms = batch.clock.now_ms();
+        let dispatched_at = Utc
+            .timestamp_millis_opt(dispatched_ms)
+            .single()
+            .unwrap_or_else(Utc::now);
+        for job in jobs {
+            let sent = |job: &Job, result| Sent {
+                id: job.id,
+                token: batch.token,
+                topic: job.topic.clone(),
+                scheduled: job.schedule_time,
+                dispatched_at,
+                retry_ms: batch.retry_ms,
+                result,
+            };
+            if self.topics.state(&job.topic) == TopicState::Missing {
+                // Refused only on recent metadata, so a topic created since
+                // is not held against a job. Older metadata is fetched again
+                // in the background (sending never waits on the broker for
+                // it) and the job tried again after `retry_delay`, by when
+                // the metadata is recent.
+                let failure = if self.topics.fetched_within(TOPIC_MISSING_TRUST) {
+                    Failure::Refused {
+                        reason: "unknown_topic",
+                        message: format!("topic {:?} does not exist on the broker", job.topic),
+                    }
+                } else {
+                    let topics = self.topics.clone();
+                    tokio::spawn(async move { topics.refresh_if_older(TOPICS_REFRESH_MIN).await });
+                    Failure::Unchecked(format!(
+                        "topic {:?} is not in the broker's metadata; checking again",
+                        job.topic
+                    ))
+                };
+                outcomes.push(sent(&job, Err(failure)));
+                continue;
+            }
+            match enqueue(&batch.producer, &job, dispatched_ms) {
+                Ok(delivery) => {
+                    let mut done = sent(&job, Err(Failure::Broker(String::new())));
+                    *outstanding.entry(job.topic.clone()).or_insert(0) += 1;
+                    let acks = self.acks.clone();
+                    pending.push(
+                        async move {
+                            done.result = match delivery.await {
+                                Ok(Ok(delivery)) => {
+                                    acks.acked(&done.topic, Instant::now());
+                                    Ok((delivery.partition, delivery.offset))
+                                }
+                                Ok(Err((err, _))) => Err(kafka_failure(&err)),
+                                Err(_) => Err(Failure::Broker(
+                                    "the producer was dropped before delivery".to_owned(),
+                                )),
+                            };
+                            done
+                        }
+                        .boxed(),
+                    );
+                }
+                Err(err) => outcomes.push(sent(&job, Err(kafka_failure(&err)))),
+            }
+        }
+        Released {
+            producer: batch.producer.clone(),
+            outcomes,
+            pending,
+            outstanding,
+            sent_at: Instant::now(),
+        }
+    }
+
+    /// Waits for a group's acknowledgements, at most `ack_wait`; past it,
+    /// only the records of topics the broker has stopped answering for are
+    /// left to settle in the background (when `detach` and there is room),
+    /// the others are waited for, so that a broker slow for everyone slows
+    /// claiming down too. Returns what is left to settle.
+    async fn acknowledge(&self, group: Released, detach: bool) -> Option<Settle> {
+        let Released {
+            producer,
+            mut outcomes,
+            mut pending,
+            mut outstanding,
+            sent_at,
+        } = group;
+        let mut settled = |sent: Sent, outstanding: &mut HashMap<String, usize>| {
+            if let Some(n) = outstanding.get_mut(&sent.topic) {
+                *n -= 1;
+            }
+            outcomes.push(sent);
+        };
+        let deadline = tokio::time::sleep_until((sent_at + self.ack_wait).into());
+        tokio::pin!(deadline);
+        while !pending.is_empty() {
+            tokio::select! {
+                Some(sent) = pending.next() => settled(sent, &mut outstanding),
+                _ = &mut deadline => break,
+            }
+        }
+        let now = Instant::now();
+        loop {
+            let waited_for = outstanding
+                .iter()
+                .any(|(topic, n)| *n > 0 && !self.acks.suspect(topic, now));
+            if !waited_for {
+                break;
+            }
+            match pending.next().await {
+                Some(sent) => settled(sent, &mut outstanding),
+                None => break,
+            }
+        }
+        if pending.is_empty() {
+            metrics::dispatch_stage("ack", sent_at.elapsed());
+        } else {
+            let waiting = pending.len();
+            let permit = if detach {
+                u32::try_from(waiting).ok().and_then(|n| {
+                    self.straggler_permits
+                        .clone()
+                        .try_acquire_many_owned(n)
+                        .ok()
+                })
+            } else {
+                None
+            };
+            match permit {
+                Some(permit) => {
+                    tracing::debug!(num_jobs = waiting, "records settle in the background");
+                    let settler = self.settler.clone();
+                    let producer = producer.clone();
+                    self.stragglers.spawn(async move {
+                        let outcomes: Vec<Sent> = pending.collect().await;
+                        settler
+                            .settle(vec![Settle {
+                                producers: vec![producer],
+                                outcomes,
+                            }])
+                            .await;
+                        drop(permit);
+                    });
+                }
+                // Too many already settling (the broker is down or slow for
+                // everyone): wait, which also slows claiming.
+                None => outcomes.extend(pending.collect::<Vec<Sent>>().await),
+            }
+        }
+        if outcomes.is_empty() {
+            return None;
+        }
+        Some(Settle {
+            producers: vec![producer],
+            outcomes,
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_job_is_released_no_sooner_than_the_database_says_it_is_due() {
+        let at = Instant::now();
+        let clock = DbClock {
+            db_ms: 1_000_000,
+            at,
+        };
+        assert_eq!(clock.instant_of(1_000_000), at, "due as read: at once");
+        assert_eq!(clock.instant_of(999_000), at, "overdue: at once");
+        assert_eq!(
+            clock.instant_of(1_000_015),
+            at + Duration::from_millis(15),
+            "due 15 ms after the reading: 15 ms after the answer arrived"
+        );
+        assert!(clock.now_ms() >= 1_000_000);
+    }
+}
