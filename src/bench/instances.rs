@@ -148,7 +148,7 @@ pub(super) async fn run(
     server_url: &str,
     suffix: &str,
 ) -> anyhow::Result<()> {
-    if options.instances == 0 {
+    if options.instances == 0 || !options.wants("instances") {
         return Ok(());
     }
     let base = Config {
@@ -161,9 +161,9 @@ pub(super) async fn run(
         let (deployment, urls) = Deployment::start(&base, n, server_url, suffix).await?;
         let records: Records = Arc::new(Mutex::new(HashMap::new()));
         let consumer =
-            kafka::support::consumer_assigned(&base.kafka_brokers, &topic, Offset::Beginning)?;
+            kafka::support::base_consumer_assigned(&base.kafka_brokers, &topic, Offset::Beginning)?;
         let stop_consumer = CancellationToken::new();
-        tokio::spawn(record(consumer, records.clone(), stop_consumer.clone()));
+        record(consumer, records.clone(), stop_consumer.clone());
         let bench = Bench {
             options: options.clone(),
             config: deployment.config.clone(),

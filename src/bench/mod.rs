@@ -6,7 +6,11 @@
 //!
 //! Stages, in order:
 //! 1. schedule  — jobs/s accepted through `POST /v1/jobs/batch`, durable in MySQL
-//! 2. lateness  — a steady stream; consumer receive time minus schedule time;
+//! 2. floor     — the broker's share alone: a bare producer (tickler's
+//!    producer settings) sends the same stream, each record at its instant by
+//!    a local timer; consumer receive time minus that instant. No scheduler
+//!    on this broker can do better end to end.
+//!    lateness  — a steady stream; consumer receive time minus schedule time;
 //!    then the same stream again beside a job on a missing topic due every
 //!    second (fault isolation)
 //! 3. burst     — many jobs due at one instant; jobs/s until all consumed and marked
@@ -27,7 +31,7 @@ use std::time::{Duration, Instant};
 use anyhow::{bail, Context};
 use chrono::Utc;
 use futures::StreamExt;
-use rdkafka::consumer::StreamConsumer;
+use rdkafka::consumer::BaseConsumer;
 use rdkafka::Offset;
 use serde_json::{json, Value};
 use tokio::sync::Notify;
@@ -64,6 +68,26 @@ pub struct BenchOptions {
     pub instances: usize,
     /// Only the instances stage.
     pub only_instances: bool,
+    /// Only these stages (None: all).
+    pub stages: Option<Vec<String>>,
+}
+
+/// The stages, by the names `--stages` takes.
+pub const STAGES: [&str; 9] = [
+    "schedule", "floor", "lateness", "isolation", "burst", "results", "redis", "reconcile",
+    "instances",
+];
+
+impl BenchOptions {
+    /// Whether `stage` runs.
+    pub fn wants(&self, stage: &str) -> bool {
+        if self.only_instances {
+            return stage == "instances";
+        }
+        self.stages
+            .as_ref()
+            .is_none_or(|stages| stages.iter().any(|s| s == stage))
+    }
 }
 
 impl BenchOptions {
@@ -83,6 +107,7 @@ impl BenchOptions {
             window_rows: 1_000_000,
             instances: 3,
             only_instances: false,
+            stages: None,
         }
     }
 
@@ -102,6 +127,7 @@ impl BenchOptions {
             window_rows: 5_000,
             instances: 2,
             only_instances: false,
+            stages: None,
         }
     }
 }
@@ -136,7 +162,7 @@ pub async fn run(base: &Config, options: BenchOptions) -> anyhow::Result<()> {
         .map(|(server, _)| server.to_owned())
         .context("mysql_url has no database part")?;
     let suffix = format!("{:08x}", rand::random::<u32>());
-    if options.only_instances {
+    if !STAGES[..8].iter().any(|stage| options.wants(stage)) {
         return instances::run(base, &options, &server_url, &suffix).await;
     }
     let db_name = format!("tickler_bench_{suffix}");
@@ -184,9 +210,9 @@ async fn run_in(
     let addr = running.http_addr.context("the bench runs the api role")?;
     let records: Records = Arc::new(Mutex::new(HashMap::new()));
     let consumer =
-        kafka::support::consumer_assigned(&config.kafka_brokers, &topic, Offset::Beginning)?;
+        kafka::support::base_consumer_assigned(&config.kafka_brokers, &topic, Offset::Beginning)?;
     let stop_consumer = CancellationToken::new();
-    tokio::spawn(record(consumer, records.clone(), stop_consumer.clone()));
+    record(consumer, records.clone(), stop_consumer.clone());
 
     let bench = Bench {
         options,
@@ -198,13 +224,27 @@ async fn run_in(
         records,
     };
     let outcome = async {
-        bench.schedule().await?;
-        bench.lateness(None).await?;
-        bench
-            .lateness(Some(&format!("tickler-bench-missing-{suffix}")))
-            .await?;
-        bench.burst(&running.store).await?;
-        bench.results(&running.store).await?;
+        let wants = |stage| bench.options.wants(stage);
+        if wants("schedule") {
+            bench.schedule().await?;
+        }
+        if wants("floor") {
+            bench.floor().await?;
+        }
+        if wants("lateness") {
+            bench.lateness(None).await?;
+        }
+        if wants("isolation") {
+            bench
+                .lateness(Some(&format!("tickler-bench-missing-{suffix}")))
+                .await?;
+        }
+        if wants("burst") {
+            bench.burst(&running.store).await?;
+        }
+        if wants("results") {
+            bench.results(&running.store).await?;
+        }
         anyhow::Ok(())
     }
     .await;
@@ -218,8 +258,12 @@ async fn run_in(
     let index = Index::connect(&config.redis_url, &config.redis_prefix, config.shards).await?;
     // Memory first, on an empty index; its window jobs are due 5 to 9
     // minutes out, so none is overdue during the reconcile stage.
-    bench.redis_memory(&store, &index).await?;
-    bench.reconcile(&store, &index).await?;
+    if bench.options.wants("redis") {
+        bench.redis_memory(&store, &index).await?;
+    }
+    if bench.options.wants("reconcile") {
+        bench.reconcile(&store, &index).await?;
+    }
     index.clear().await?;
     store.close().await;
     Ok(())
@@ -301,6 +345,7 @@ impl Bench {
     async fn lateness(&self, missing: Option<&str>) -> anyhow::Result<()> {
         let rate = self.options.rate;
         let secs = self.options.lateness_secs;
+        let stages = stages_now();
         let start = Utc::now() + chrono::Duration::seconds(2);
         let step_us = 1_000_000 / rate as i64;
         let mut ids = Vec::new();
@@ -345,6 +390,20 @@ impl Bench {
             .iter()
             .map(|s| s.dispatched_ms - s.scheduled_ms)
             .collect();
+        if std::env::var_os("TICKLER_BENCH_DUMP").is_some() {
+            let mut late: Vec<(i64, i64)> = seen
+                .iter()
+                .filter(|s| s.dispatched_ms - s.scheduled_ms > 20)
+                .map(|s| (s.scheduled_ms, s.dispatched_ms - s.scheduled_ms))
+                .collect();
+            late.sort_unstable();
+            let first = seen.iter().map(|s| s.scheduled_ms).min().unwrap_or(0);
+            for chunk in late.chunks(50) {
+                let (at, by) = chunk[0];
+                let worst = chunk.iter().map(|c| c.1).max().unwrap_or(0);
+                eprintln!("late: from +{} ms: {} jobs, first {by} ms, worst {worst} ms", at - first, chunk.len());
+            }
+        }
         let stage = if missing.is_some() {
             "lateness beside a missing topic"
         } else {
@@ -364,8 +423,104 @@ impl Bench {
             "{stage}: at dispatch {} (tickler-dispatched-at minus schedule_time)",
             percentiles(&mut dispatch)
         );
+        println!(
+            "{stage}: dispatcher stages, mean per pass (claim, cas), per job (hold: claimed this far ahead), per group of records (ack: sent to acknowledged), per settle (mark): {}",
+            stages_since(&stages)
+        );
         if seen.len() != ids.len() {
             bail!("lateness: {} of {} jobs arrived", seen.len(), ids.len());
+        }
+        Ok(())
+    }
+
+    /// The broker's floor: `rate` records/s for `lateness_secs`, each sent
+    /// by a bare producer at its instant (local timer, no tickler), with
+    /// the headers the consumer reads; lateness at the same consumer.
+    async fn floor(&self) -> anyhow::Result<()> {
+        let rate = self.options.rate;
+        let secs = self.options.lateness_secs;
+        // Its own topic and consumer: tansu's memory storage answers fetches
+        // of a partition more slowly the more batches it holds, and the
+        // floor's records are one batch each.
+        let topic = format!("{}-floor", self.topic);
+        kafka::topic_ensure(&self.config.kafka_brokers, &topic, 4).await?;
+        let consumer =
+            kafka::support::base_consumer_assigned(&self.config.kafka_brokers, &topic, Offset::Beginning)?;
+        let stop_consumer = CancellationToken::new();
+        record(consumer, self.records.clone(), stop_consumer.clone());
+        let _stop = stop_consumer.drop_guard();
+        let producer = kafka::producer_create(
+            &self.config.kafka_brokers,
+            &self.config.kafka_options,
+            self.config.kafka_linger_ms,
+            self.config.kafka_message_timeout_ms,
+        )?;
+        // Warm: the first send waits for the connection and the idempotent
+        // producer's id, as tickler's long-lived producer never does.
+        let warm = producer
+            .send(
+                rdkafka::producer::FutureRecord::to(&topic)
+                    .key("warm-up")
+                    .payload("{}"),
+                Duration::from_secs(10),
+            )
+            .await;
+        if let Err((err, _)) = warm {
+            bail!("floor: warm-up record not produced: {err}");
+        }
+        let start = Utc::now() + chrono::Duration::milliseconds(500);
+        let step_us = 1_000_000 / rate as i64;
+        // Ids far above any job's, so they never meet the jobs' records.
+        let base = 1u64 << 62;
+        let total = rate * secs;
+        let mut deliveries = Vec::with_capacity(total as usize);
+        for n in 0..total {
+            let due = start + chrono::Duration::microseconds(step_us * n as i64);
+            if let Ok(wait) = (due - Utc::now()).to_std() {
+                tokio::time::sleep(wait).await;
+            }
+            let id = (base + n).to_string();
+            let scheduled = due.timestamp_millis().to_string();
+            let headers = rdkafka::message::OwnedHeaders::new()
+                .insert(rdkafka::message::Header {
+                    key: crate::job::HEADER_JOB_ID,
+                    value: Some(id.as_bytes()),
+                })
+                .insert(rdkafka::message::Header {
+                    key: crate::job::HEADER_SCHEDULED_AT,
+                    value: Some(scheduled.as_bytes()),
+                })
+                .insert(rdkafka::message::Header {
+                    key: crate::job::HEADER_DISPATCHED_AT,
+                    value: Some(scheduled.as_bytes()),
+                });
+            let record = rdkafka::producer::FutureRecord::to(&topic)
+                .key(&id)
+                .payload("{}")
+                .headers(headers);
+            match producer.send_result(record) {
+                Ok(delivery) => deliveries.push(delivery),
+                Err((err, _)) => bail!("floor: send failed: {err}"),
+            }
+        }
+        for delivery in deliveries {
+            if !matches!(delivery.await, Ok(Ok(_))) {
+                bail!("floor: a record was not acknowledged");
+            }
+        }
+        let ids: Vec<u64> = (0..total).map(|n| base + n).collect();
+        let seen = self.await_records(&ids, Duration::from_secs(30)).await;
+        let mut end_to_end: Vec<i64> = seen
+            .iter()
+            .map(|s| s.received_ms - s.scheduled_ms)
+            .collect();
+        println!(
+            "floor: end to end {} (a bare producer, linger.ms {}, sending each record at its instant by a local timer; consumer receive minus that instant; {rate} records/s for {secs} s, consumer fetch.wait.max.ms 5)",
+            percentiles(&mut end_to_end),
+            self.config.kafka_linger_ms
+        );
+        if seen.len() != ids.len() {
+            bail!("floor: {} of {} records arrived", seen.len(), ids.len());
         }
         Ok(())
     }
@@ -413,6 +568,7 @@ impl Bench {
             bail!("burst: creating {n} jobs took longer than the {lead} s lead");
         }
         until(due).await;
+        let stages = stages_now();
         let cpu_before = cpu::by_process();
         let started = Instant::now();
         let seen = self.await_records(&ids, Duration::from_secs(120)).await;
@@ -439,6 +595,7 @@ impl Bench {
             std::thread::available_parallelism().map_or(0, |n| n.get()),
             cpu::spent_since(&cpu_before)
         );
+        println!("burst: dispatcher stages, mean: {}", stages_since(&stages));
         if seen.len() as u64 != n || marked as u64 != n {
             bail!("burst: {} of {n} jobs arrived, {marked} marked", seen.len());
         }
@@ -674,6 +831,70 @@ impl Bench {
 }
 
 /// p50, p99, p99.9 and max of lateness in ms.
+/// The dispatcher's per-stage time so far (`tickler_dispatch_stage_seconds`
+/// of this process): stage → (seconds summed, observations, median of the
+/// summary's recent window).
+fn stages_now() -> HashMap<String, (f64, f64, f64)> {
+    let text = crate::metrics::install().render();
+    let mut stages: HashMap<String, (f64, f64, f64)> = HashMap::new();
+    for line in text.lines() {
+        let Some(rest) = line.strip_prefix("tickler_dispatch_stage_seconds") else {
+            continue;
+        };
+        let (kind, rest) = match rest.split_once('{') {
+            Some((kind, rest)) => (kind.trim_start_matches('_'), rest),
+            None => continue,
+        };
+        let kind = if kind.is_empty() && rest.contains("quantile=\"0.5\"") {
+            "median"
+        } else {
+            kind
+        };
+        let Some((labels, value)) = rest.split_once("} ") else {
+            continue;
+        };
+        let Some(stage) = labels
+            .split(',')
+            .find_map(|l| l.strip_prefix("stage=\"").and_then(|v| v.strip_suffix('"')))
+        else {
+            continue;
+        };
+        let Ok(value) = value.trim().parse::<f64>() else {
+            continue;
+        };
+        let entry = stages.entry(stage.to_owned()).or_default();
+        match kind {
+            "sum" => entry.0 = value,
+            "count" => entry.1 = value,
+            "median" => entry.2 = value,
+            _ => {}
+        }
+    }
+    stages
+}
+
+/// Mean time per stage since `before` (and the recent median), in the
+/// order a job meets them.
+fn stages_since(before: &HashMap<String, (f64, f64, f64)>) -> String {
+    let now = stages_now();
+    ["claim", "cas", "hold", "ack", "mark"]
+        .iter()
+        .filter_map(|stage| {
+            let (sum, count, median) = now.get(*stage).copied()?;
+            let (sum0, count0, _) = before.get(*stage).copied().unwrap_or_default();
+            let n = count - count0;
+            (n > 0.0).then(|| {
+                format!(
+                    "{stage} {:.2} ms (median {:.2}) × {n:.0}",
+                    (sum - sum0) * 1000.0 / n,
+                    median * 1000.0
+                )
+            })
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 fn percentiles(values: &mut [i64]) -> String {
     if values.is_empty() {
         return "no records".to_owned();
@@ -695,30 +916,33 @@ async fn until(at: chrono::DateTime<Utc>) {
     }
 }
 
-async fn record(consumer: StreamConsumer, records: Records, stop: CancellationToken) {
-    loop {
-        let message = tokio::select! {
-            _ = stop.cancelled() => return,
-            message = consumer.recv() => message,
-        };
-        let Ok(message) = message else { continue };
-        let received_ms = Utc::now().timestamp_millis();
-        let header = |name: &str| -> Option<i64> { header(&message, name)?.parse().ok() };
-        let (Some(id), Some(scheduled_ms), Some(dispatched_ms)) = (
-            header(crate::job::HEADER_JOB_ID),
-            header(crate::job::HEADER_SCHEDULED_AT),
-            header(crate::job::HEADER_DISPATCHED_AT),
-        ) else {
-            continue;
-        };
-        records
-            .lock()
-            .unwrap_or_else(|p| p.into_inner())
-            .entry(id as u64)
-            .or_insert(Seen {
-                received_ms,
-                scheduled_ms,
-                dispatched_ms,
-            });
-    }
+/// Reads records on a thread of its own (a consumer in another process
+/// would not wait for tickler's async runtime either), stamping each with
+/// the time it arrived, until `stop`.
+fn record(consumer: BaseConsumer, records: Records, stop: CancellationToken) {
+    std::thread::spawn(move || {
+        while !stop.is_cancelled() {
+            let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) else {
+                continue;
+            };
+            let received_ms = Utc::now().timestamp_millis();
+            let header = |name: &str| -> Option<i64> { header(&message, name)?.parse().ok() };
+            let (Some(id), Some(scheduled_ms), Some(dispatched_ms)) = (
+                header(crate::job::HEADER_JOB_ID),
+                header(crate::job::HEADER_SCHEDULED_AT),
+                header(crate::job::HEADER_DISPATCHED_AT),
+            ) else {
+                continue;
+            };
+            records
+                .lock()
+                .unwrap_or_else(|p| p.into_inner())
+                .entry(id as u64)
+                .or_insert(Seen {
+                    received_ms,
+                    scheduled_ms,
+                    dispatched_ms,
+                });
+        }
+    });
 }

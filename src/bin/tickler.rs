@@ -62,6 +62,10 @@ enum Command {
         /// Run only the instances stage.
         #[arg(long)]
         only_instances: bool,
+        /// Run only these stages (comma-separated: schedule, floor,
+        /// lateness, isolation, burst, results, redis, reconcile, instances).
+        #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(tickler::bench::STAGES))]
+        stages: Option<Vec<String>>,
     },
     /// Manage API tokens (stored hashed in the api_tokens table).
     Token {
@@ -230,6 +234,7 @@ async fn main() -> anyhow::Result<ExitCode> {
             clients,
             instances,
             only_instances,
+            stages,
         } => {
             let defaults = if smoke {
                 tickler::bench::BenchOptions::smoke()
@@ -245,6 +250,7 @@ async fn main() -> anyhow::Result<ExitCode> {
                 clients: clients.unwrap_or(defaults.clients),
                 instances: instances.unwrap_or(defaults.instances),
                 only_instances,
+                stages,
                 ..defaults
             };
             tickler::bench::run(&config, options).await?;

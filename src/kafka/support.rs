@@ -3,7 +3,8 @@
 
 use std::time::Duration;
 
-use rdkafka::consumer::{Consumer, StreamConsumer};
+use rdkafka::config::FromClientConfig;
+use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Headers, Message};
 use rdkafka::{Offset, TopicPartitionList};
@@ -20,7 +21,26 @@ pub fn consumer_assigned(
     topic: &str,
     offset: Offset,
 ) -> Result<StreamConsumer, KafkaError> {
-    let consumer: StreamConsumer = client_config(brokers)
+    assigned(brokers, topic, offset)
+}
+
+/// [`consumer_assigned`] as a `BaseConsumer`, to poll on a thread of its
+/// own (the benchmark's, so that its receive times do not wait for the
+/// async runtime tickler runs on).
+pub fn base_consumer_assigned(
+    brokers: &str,
+    topic: &str,
+    offset: Offset,
+) -> Result<BaseConsumer, KafkaError> {
+    assigned(brokers, topic, offset)
+}
+
+fn assigned<C: Consumer + FromClientConfig>(
+    brokers: &str,
+    topic: &str,
+    offset: Offset,
+) -> Result<C, KafkaError> {
+    let consumer: C = client_config(brokers)
         .set(
             "group.id",
             format!("tickler-reader-{}", rand::random::<u64>()),
