@@ -199,14 +199,18 @@ async fn a_job_answered_cancelled_never_reaches_kafka_even_racing_dispatch() {
     let env = TestEnv::start().await;
     let consumer = env.consumer();
     let rounds = 300;
-    // Jobs due over ~1.5 s; each cancelled at about its due time.
+    // Jobs due over ~1.5 s; each cancelled around the moment the
+    // dispatcher claims it: at its due time, or up to three lookaheads
+    // before (it is claimed `dispatch_lookahead_ms` ahead).
+    let lookahead = env.config.dispatch_lookahead_ms as i64;
     let start = Utc::now() + chrono::Duration::milliseconds(1500);
     let mut jobs = Vec::new();
     for n in 0..rounds {
-        let at = start + chrono::Duration::milliseconds(5 * n);
+        let due = start + chrono::Duration::milliseconds(5 * n);
         let job = env
-            .job_create(json!({"payload": n, "run_at": at.to_rfc3339()}))
+            .job_create(json!({"payload": n, "run_at": due.to_rfc3339()}))
             .await;
+        let at = due - chrono::Duration::milliseconds(lookahead * (n % 4));
         jobs.push((job["id"].as_u64().unwrap(), at));
     }
     let outcomes: Vec<(u64, String)> = futures::stream::iter(jobs.iter().copied())

@@ -205,11 +205,14 @@ pub struct Dispatcher {
 }
 
 /// Counts the jobs between their claim and their record, so that claiming
-/// waits while too many are in flight (a slow broker or database slows it
-/// down instead of piling claims up).
+/// waits while too many are in flight, or while the broker keeps records
+/// unacknowledged past `ack_wait` (a slow broker or database slows claiming
+/// down instead of piling claims up in the producer's queue).
 #[derive(Default)]
 pub struct Pipeline {
     jobs: AtomicUsize,
+    /// Records waited for past `ack_wait`, by groups.
+    stalled: AtomicUsize,
     freed: Notify,
 }
 
@@ -227,11 +230,25 @@ impl Pipeline {
         self.freed.notify_waiters();
     }
 
-    /// Returns once fewer than `max` jobs are in flight.
+    /// A group's records are waited for past `ack_wait` (until
+    /// [`Pipeline::unstalled`]).
+    fn stalled(&self) {
+        self.stalled.fetch_add(1, Ordering::Relaxed);
+    }
+
+    fn unstalled(&self) {
+        self.stalled.fetch_sub(1, Ordering::Relaxed);
+        self.freed.notify_waiters();
+    }
+
+    /// Returns once fewer than `max` jobs are in flight and the broker
+    /// answers within `ack_wait`.
     async fn room(&self, max: usize) {
         loop {
             let freed = self.freed.notified();
-            if self.jobs.load(Ordering::Relaxed) < max {
+            if self.jobs.load(Ordering::Relaxed) < max
+                && self.stalled.load(Ordering::Relaxed) == 0
+            {
                 return;
             }
             freed.await;

@@ -298,6 +298,7 @@ impl Releaser {
             }
         }
         let now = Instant::now();
+        let mut stalled = false;
         loop {
             let waited_for = outstanding
                 .iter()
@@ -305,10 +306,18 @@ impl Releaser {
             if !waited_for {
                 break;
             }
+            if !stalled {
+                // The broker is slow for everyone: claiming waits too.
+                stalled = true;
+                self.settler.pipeline.stalled();
+            }
             match pending.next().await {
                 Some(sent) => settled(sent, &mut outstanding),
                 None => break,
             }
+        }
+        if stalled {
+            self.settler.pipeline.unstalled();
         }
         if pending.is_empty() {
             metrics::dispatch_stage("ack", sent_at.elapsed());
