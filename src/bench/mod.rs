@@ -145,7 +145,12 @@ type Records = Arc<Mutex<HashMap<u64, Seen>>>;
 struct Bench {
     options: BenchOptions,
     config: Config,
-    topic: String,
+    /// The topic of the stage running (each stage that produces has its own:
+    /// tansu's memory storage answers fetches of a partition more slowly
+    /// the more batches it holds, so a stage must not inherit another's).
+    topic: Mutex<String>,
+    /// The consumer of each stage's topic stops with this.
+    stop_consumers: CancellationToken,
     http: reqwest::Client,
     /// The APIs to spread requests over (one per instance).
     base_urls: Vec<String>,
@@ -209,15 +214,13 @@ async fn run_in(
     let running = crate::app::start(config.clone(), cancel.clone()).await?;
     let addr = running.http_addr.context("the bench runs the api role")?;
     let records: Records = Arc::new(Mutex::new(HashMap::new()));
-    let consumer =
-        kafka::support::base_consumer_assigned(&config.kafka_brokers, &topic, Offset::Beginning)?;
     let stop_consumer = CancellationToken::new();
-    record(consumer, records.clone(), stop_consumer.clone());
 
     let bench = Bench {
         options,
         config: config.clone(),
-        topic,
+        topic: Mutex::new(topic),
+        stop_consumers: stop_consumer.clone(),
         http: reqwest::Client::new(),
         base_urls: vec![format!("http://{addr}")],
         next: Default::default(),
@@ -232,17 +235,21 @@ async fn run_in(
             bench.floor().await?;
         }
         if wants("lateness") {
+            bench.stage_topic("lateness").await?;
             bench.lateness(None).await?;
         }
         if wants("isolation") {
+            bench.stage_topic("isolation").await?;
             bench
                 .lateness(Some(&format!("tickler-bench-missing-{suffix}")))
                 .await?;
         }
         if wants("burst") {
+            bench.stage_topic("burst").await?;
             bench.burst(&running.store).await?;
         }
         if wants("results") {
+            bench.stage_topic("results").await?;
             bench.results(&running.store).await?;
         }
         anyhow::Ok(())
@@ -270,6 +277,25 @@ async fn run_in(
 }
 
 impl Bench {
+    /// The topic of the stage running.
+    fn topic(&self) -> String {
+        self.topic.lock().unwrap_or_else(|p| p.into_inner()).clone()
+    }
+
+    /// Makes `<topic>-<stage>` (4 partitions), starts reading it, and makes
+    /// it the topic of the jobs created from now on. Returns its name.
+    async fn stage_topic(&self, stage: &str) -> anyhow::Result<String> {
+        let base = self.topic();
+        let base = base.rsplit_once('.').map_or(base.as_str(), |(b, _)| b).to_owned();
+        let topic = format!("{base}.{stage}");
+        kafka::topic_ensure(&self.config.kafka_brokers, &topic, 4).await?;
+        let consumer =
+            kafka::support::base_consumer_assigned(&self.config.kafka_brokers, &topic, Offset::Beginning)?;
+        record(consumer, self.records.clone(), self.stop_consumers.clone());
+        *self.topic.lock().unwrap_or_else(|p| p.into_inner()) = topic.clone();
+        Ok(topic)
+    }
+
     /// The next API, round robin.
     fn base_url(&self) -> &str {
         let n = self.next.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
@@ -299,7 +325,7 @@ impl Bench {
     }
 
     fn job(&self, run_at: chrono::DateTime<Utc>, n: u64) -> Value {
-        json!({"topic": self.topic, "payload": {"n": n}, "run_at": run_at.to_rfc3339()})
+        json!({"topic": self.topic(), "payload": {"n": n}, "run_at": run_at.to_rfc3339()})
     }
 
     /// Stage 1: clients post batches of far-future jobs for a while.
@@ -439,16 +465,7 @@ impl Bench {
     async fn floor(&self) -> anyhow::Result<()> {
         let rate = self.options.rate;
         let secs = self.options.lateness_secs;
-        // Its own topic and consumer: tansu's memory storage answers fetches
-        // of a partition more slowly the more batches it holds, and the
-        // floor's records are one batch each.
-        let topic = format!("{}-floor", self.topic);
-        kafka::topic_ensure(&self.config.kafka_brokers, &topic, 4).await?;
-        let consumer =
-            kafka::support::base_consumer_assigned(&self.config.kafka_brokers, &topic, Offset::Beginning)?;
-        let stop_consumer = CancellationToken::new();
-        record(consumer, self.records.clone(), stop_consumer.clone());
-        let _stop = stop_consumer.drop_guard();
+        let topic = self.stage_topic("floor").await?;
         let producer = kafka::producer_create(
             &self.config.kafka_brokers,
             &self.config.kafka_options,
@@ -563,7 +580,7 @@ impl Bench {
         let due = Utc::now() + chrono::Duration::seconds(lead);
         let jobs: Vec<Value> = (0..n).map(|i| self.job(due, i)).collect();
         let ids = self.batches_created(jobs).await?;
-        let marked_before = store.job_count(&self.topic, Status::Dispatched).await?;
+        let marked_before = store.job_count(&self.topic(), Status::Dispatched).await?;
         if Utc::now() >= due {
             bail!("burst: creating {n} jobs took longer than the {lead} s lead");
         }
@@ -576,7 +593,7 @@ impl Bench {
         // Then every row marked dispatched.
         let deadline = Instant::now() + Duration::from_secs(60);
         let marked = loop {
-            let marked = store.job_count(&self.topic, Status::Dispatched).await? - marked_before;
+            let marked = store.job_count(&self.topic(), Status::Dispatched).await? - marked_before;
             if marked as u64 >= n || Instant::now() >= deadline {
                 break marked;
             }
@@ -648,7 +665,7 @@ impl Bench {
         let produced = started.elapsed();
         let deadline = Instant::now() + Duration::from_secs(120);
         let succeeded = loop {
-            let done = store.job_count(&self.topic, Status::Succeeded).await?;
+            let done = store.job_count(&self.topic(), Status::Succeeded).await?;
             if done as u64 >= n || Instant::now() >= deadline {
                 break done;
             }
@@ -697,7 +714,7 @@ impl Bench {
         let now = store.db_now().await?;
         self.loader(store, index).run_once(now).await?;
         let before = index.memory_used().await?;
-        let far_topic = format!("{}-far", self.topic);
+        let far_topic = format!("{}-far", self.topic());
         store
             .job_seed(
                 &far_topic,
@@ -710,7 +727,7 @@ impl Bench {
             .run_once(store.db_now().await?)
             .await?;
         let after_far = index.memory_used().await?;
-        let near_topic = format!("{}-near", self.topic);
+        let near_topic = format!("{}-near", self.topic());
         store
             .job_seed(
                 &near_topic,
@@ -742,7 +759,7 @@ impl Bench {
         let window_rows = self.options.window_rows;
         let now = store.db_now().await?;
         let seeding = Instant::now();
-        let topic = format!("{}-reconcile", self.topic);
+        let topic = format!("{}-reconcile", self.topic());
         store
             .job_seed(
                 &topic,
