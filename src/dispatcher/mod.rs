@@ -204,6 +204,16 @@ pub struct Dispatcher {
     pipeline: Arc<Pipeline>,
 }
 
+/// Holds claiming back while it lives (see [`Pipeline::stall`]).
+struct Stall(Arc<Pipeline>);
+
+impl Drop for Stall {
+    fn drop(&mut self) {
+        self.0.stalled.fetch_sub(1, Ordering::Relaxed);
+        self.0.freed.notify_waiters();
+    }
+}
+
 /// Counts the jobs between their claim and their record, so that claiming
 /// waits while too many are in flight, or while the broker keeps records
 /// unacknowledged past `ack_wait` (a slow broker or database slows claiming
@@ -230,15 +240,11 @@ impl Pipeline {
         self.freed.notify_waiters();
     }
 
-    /// A group's records are waited for past `ack_wait` (until
-    /// [`Pipeline::unstalled`]).
-    fn stalled(&self) {
+    /// A group's records are waited for past `ack_wait`: claiming waits
+    /// until the returned guard is dropped.
+    fn stall(self: &Arc<Self>) -> Stall {
         self.stalled.fetch_add(1, Ordering::Relaxed);
-    }
-
-    fn unstalled(&self) {
-        self.stalled.fetch_sub(1, Ordering::Relaxed);
-        self.freed.notify_waiters();
+        Stall(self.clone())
     }
 
     /// Returns once fewer than `max` jobs are in flight and the broker
@@ -428,7 +434,7 @@ impl Dispatcher {
         let releaser = self.releaser();
         let settler = self.settler();
         let (to_releaser, claimed) = tokio::sync::mpsc::channel::<Claimed>(4);
-        let (to_acker, released) = tokio::sync::mpsc::channel(64);
+        let (to_acker, released) = tokio::sync::mpsc::unbounded_channel();
         let (to_settler, settles) = tokio::sync::mpsc::channel(64);
         let holding = {
             let releaser = releaser.clone();

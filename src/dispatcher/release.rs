@@ -26,7 +26,9 @@ use tokio::sync::{mpsc, Semaphore};
 use tokio_util::task::TaskTracker;
 
 use super::settle::{Settle, Settler};
-use super::{enqueue, kafka_failure, Acks, Delivery, Failure, Sent, TOPIC_MISSING_TRUST};
+use super::{
+    enqueue, kafka_failure, Acks, Delivery, Failure, Sent, TOPIC_MISSING_TRUST, TOPIC_SILENT_AFTER,
+};
 use crate::job::Job;
 use crate::kafka::{TopicState, Topics, TOPICS_REFRESH_MIN};
 use crate::metrics;
@@ -98,7 +100,11 @@ pub(super) struct Releaser {
 impl Releaser {
     /// Holds the jobs of every claim until their time, then sends them.
     /// Ends once `claimed` is closed and every job held is sent.
-    pub async fn hold(&self, mut claimed: mpsc::Receiver<Claimed>, to_acker: mpsc::Sender<Released>) {
+    pub async fn hold(
+        &self,
+        mut claimed: mpsc::Receiver<Claimed>,
+        to_acker: mpsc::UnboundedSender<Released>,
+    ) {
         let mut held: BTreeMap<(Instant, u64), (Job, Arc<Batch>)> = BTreeMap::new();
         let mut seq = 0u64;
         let mut open = true;
@@ -117,9 +123,13 @@ impl Releaser {
             }
             for (batch, jobs) in due {
                 let released = self.send(&batch, jobs);
-                if let Err(unsent) = to_acker.send(released).await {
-                    // The acknowledger is gone (shutting down): settle here.
-                    self.acknowledge(unsent.0, false).await;
+                // Unbounded: the pipeline bounds the jobs in flight, and
+                // the releaser must never stop keeping time.
+                if let Err(unsent) = to_acker.send(released) {
+                    // The acknowledger is gone: settle here.
+                    if let Some(settle) = self.acknowledge(unsent.0, false).await {
+                        self.settler.settle(vec![settle]).await;
+                    }
                 }
             }
             if !open && held.is_empty() {
@@ -154,7 +164,11 @@ impl Releaser {
 
     /// Waits for the broker's answers to what [`Releaser::hold`] sent, one
     /// group after the other, and passes the outcomes on to the settler.
-    pub async fn acknowledge_all(&self, mut released: mpsc::Receiver<Released>, to_settler: mpsc::Sender<Settle>) {
+    pub async fn acknowledge_all(
+        &self,
+        mut released: mpsc::UnboundedReceiver<Released>,
+        to_settler: mpsc::Sender<Settle>,
+    ) {
         while let Some(group) = released.recv().await {
             if let Some(settle) = self.acknowledge(group, true).await {
                 if let Err(unsent) = to_settler.send(settle).await {
@@ -187,6 +201,7 @@ impl Releaser {
         Settle {
             producers: vec![released.producer],
             outcomes,
+            counted: true,
         }
     }
 
@@ -297,28 +312,25 @@ impl Releaser {
                 _ = &mut deadline => break,
             }
         }
-        let now = Instant::now();
-        let mut stalled = false;
+        let mut stalled = None;
         loop {
+            // Asked again as time passes: a topic may fall silent meanwhile.
+            let now = Instant::now();
             let waited_for = outstanding
                 .iter()
                 .any(|(topic, n)| *n > 0 && !self.acks.suspect(topic, now));
-            if !waited_for {
+            if !waited_for || pending.is_empty() {
                 break;
             }
-            if !stalled {
-                // The broker is slow for everyone: claiming waits too.
-                stalled = true;
-                self.settler.pipeline.stalled();
-            }
-            match pending.next().await {
-                Some(sent) => settled(sent, &mut outstanding),
-                None => break,
+            // The broker is slow for everyone: claiming waits too, until
+            // this is dropped.
+            stalled.get_or_insert_with(|| self.settler.pipeline.stall());
+            tokio::select! {
+                Some(sent) = pending.next() => settled(sent, &mut outstanding),
+                _ = tokio::time::sleep(TOPIC_SILENT_AFTER / 4) => {}
             }
         }
-        if stalled {
-            self.settler.pipeline.unstalled();
-        }
+        drop(stalled);
         if pending.is_empty() {
             metrics::dispatch_stage("ack", sent_at.elapsed());
         } else {
@@ -336,6 +348,10 @@ impl Releaser {
             match permit {
                 Some(permit) => {
                     tracing::debug!(num_jobs = waiting, "records settle in the background");
+                    // The straggler permits bound these: they leave the
+                    // pipeline now, so that one silent topic never stops
+                    // claiming for the others.
+                    self.settler.pipeline.settled(waiting);
                     let settler = self.settler.clone();
                     let producer = producer.clone();
                     self.stragglers.spawn(async move {
@@ -344,6 +360,7 @@ impl Releaser {
                             .settle(vec![Settle {
                                 producers: vec![producer],
                                 outcomes,
+                                counted: false,
                             }])
                             .await;
                         drop(permit);
@@ -360,6 +377,7 @@ impl Releaser {
         Some(Settle {
             producers: vec![producer],
             outcomes,
+            counted: true,
         })
     }
 }

@@ -30,6 +30,9 @@ pub(super) struct Settle {
     /// Kept alive until every delivery resolved, even if replaced.
     pub producers: Vec<FutureProducer>,
     pub outcomes: Vec<Sent>,
+    /// Whether these jobs still count in the pipeline (stragglers left it
+    /// when they were detached).
+    pub counted: bool,
 }
 
 /// What settling did.
@@ -75,12 +78,15 @@ impl Settler {
     pub async fn settle(&self, group: Vec<Settle>) -> Settled {
         let started = Instant::now();
         let mut outcomes = Vec::new();
+        let mut counted = 0;
         for settle in group {
             drop(settle.producers);
+            if settle.counted {
+                counted += settle.outcomes.len();
+            }
             outcomes.extend(settle.outcomes);
         }
-        let total = outcomes.len();
-        if total == 0 {
+        if outcomes.is_empty() {
             return Settled::default();
         }
         // A record that timed out may be for a topic deleted since the
@@ -189,7 +195,7 @@ impl Settler {
             // Harmless: the entries expire and the CAS finds the rows done.
             metrics::index_failed("release claims", done.len(), &err);
         }
-        self.pipeline.settled(total);
+        self.pipeline.settled(counted);
         metrics::dispatch_stage("mark", started.elapsed());
         Settled {
             produced: dispatched.len(),
