@@ -88,10 +88,11 @@ pub struct Config {
     /// Longest the dispatcher sleeps when nothing is due, so that jobs
     /// indexed by another instance are noticed.
     pub dispatch_idle_ms: u64,
-    /// How long a dispatch pass waits for the broker's acknowledgements
-    /// before it leaves the records of a topic the broker stopped answering
-    /// for to settle in the background, so one bad topic never holds up the
-    /// next pass.
+    /// How long the dispatcher waits for the broker's acknowledgements of
+    /// records sent together before it leaves those of a topic the broker
+    /// stopped answering for to settle in the background, so one bad topic
+    /// never holds up the others; past it, a broker slow for every topic
+    /// holds claiming back.
     pub dispatch_ack_wait_ms: u64,
     /// The dispatcher claims jobs due within this many milliseconds (in
     /// Redis and in MySQL, by the database's clock) and holds each until its
@@ -809,6 +810,12 @@ mod tests {
         };
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("retention_days"), "{err}");
+        let config = Config {
+            dispatch_lookahead_ms: 5_000,
+            ..Config::default()
+        };
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("dispatch_lookahead_ms"), "{err}");
     }
 
     #[test]

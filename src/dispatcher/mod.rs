@@ -21,15 +21,16 @@
 //! refuses for the job's own sake (missing topic, too large, not authorised)
 //! is a failed attempt of that job — retried with backoff, then `dead` —
 //! while a failure of the broker itself (timeouts, transport) is not the
-//! job's fault and only delays it. A pass waits for acknowledgements at
-//! least `ack_wait`; records still unacknowledged then, of a topic the broker
+//! job's fault and only delays it. Records sent together are waited for at
+//! least `ack_wait`; those still unacknowledged then, of a topic the broker
 //! has stopped answering for while it answers for others, settle in the
-//! background. A broker slow for everyone is waited for, so claiming slows
-//! down with it.
+//! background. A broker slow for everyone is waited for, and claiming waits
+//! with it.
 //!
 //! What a crash leaves behind, step by step:
-//! - after the Redis claim (of a job due now or within the lookahead): ids sit in the in-flight set; when the lease
-//!   expires the next claim returns them to the due set.
+//! - after the Redis claim (of a job due now or within the lookahead): ids
+//!   sit in the in-flight set; when the lease expires the next claim returns
+//!   them to the due set.
 //! - after the MySQL claim: rows are `dispatching` under this instance;
 //!   once it is dead for the others (heartbeat older than
 //!   `instance_ttl_ms`) they return them to `pending` (the reconciler does
