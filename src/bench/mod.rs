@@ -416,20 +416,6 @@ impl Bench {
             .iter()
             .map(|s| s.dispatched_ms - s.scheduled_ms)
             .collect();
-        if std::env::var_os("TICKLER_BENCH_DUMP").is_some() {
-            let mut late: Vec<(i64, i64)> = seen
-                .iter()
-                .filter(|s| s.dispatched_ms - s.scheduled_ms > 20)
-                .map(|s| (s.scheduled_ms, s.dispatched_ms - s.scheduled_ms))
-                .collect();
-            late.sort_unstable();
-            let first = seen.iter().map(|s| s.scheduled_ms).min().unwrap_or(0);
-            for chunk in late.chunks(50) {
-                let (at, by) = chunk[0];
-                let worst = chunk.iter().map(|c| c.1).max().unwrap_or(0);
-                eprintln!("late: from +{} ms: {} jobs, first {by} ms, worst {worst} ms", at - first, chunk.len());
-            }
-        }
         let stage = if missing.is_some() {
             "lateness beside a missing topic"
         } else {
