@@ -448,9 +448,7 @@ async fn a_job_claimed_ahead_is_held_until_its_time_and_no_longer_cancellable() 
         ("dispatching".to_owned(), 1),
         "claimed before its time"
     );
-    let (status, answer) = env
-        .request("DELETE", &format!("/v1/jobs/{id}"), None)
-        .await;
+    let (status, answer) = env.request("DELETE", &format!("/v1/jobs/{id}"), None).await;
     assert_eq!(status, 409, "{answer}");
     assert_eq!(answer["error"]["code"], "in_flight", "{answer}");
 

@@ -822,15 +822,13 @@ async fn a_report_that_beats_the_mark_wins_and_the_mark_records_the_position() {
 
     let marked = env
         .store
-        .job_mark_dispatched_many(
-            &[Dispatched {
-                id,
-                token: 77,
-                partition: 1,
-                offset: 42,
-                dispatched_at: chrono::Utc::now(),
-            }],
-        )
+        .job_mark_dispatched_many(&[Dispatched {
+            id,
+            token: 77,
+            partition: 1,
+            offset: 42,
+            dispatched_at: chrono::Utc::now(),
+        }])
         .await
         .unwrap();
     assert_eq!(marked.marked, 1);

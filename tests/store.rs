@@ -102,7 +102,14 @@ async fn claim_ahead_takes_only_the_lookahead_and_one_mark_records_several_claim
     let later = db.job(5_000, 5).await;
     let outcome = db
         .store
-        .job_claim_many_with(&[soon, later], 11, LEASE, &db.fence, false, Duration::from_secs(2))
+        .job_claim_many_with(
+            &[soon, later],
+            11,
+            LEASE,
+            &db.fence,
+            false,
+            Duration::from_secs(2),
+        )
         .await
         .unwrap();
     let won: Vec<JobId> = outcome.won.iter().map(|j| j.id).collect();
@@ -143,7 +150,10 @@ async fn claim_ahead_takes_only_the_lookahead_and_one_mark_records_several_claim
         .await
         .unwrap();
     assert_eq!(marked.marked, 1);
-    assert_eq!(db.store.job_get(other).await.unwrap().status, Status::Dispatching);
+    assert_eq!(
+        db.store.job_get(other).await.unwrap().status,
+        Status::Dispatching
+    );
     let marked = db
         .store
         .job_mark_dispatched_many(&[mark(other, 12, 3)])
@@ -152,7 +162,10 @@ async fn claim_ahead_takes_only_the_lookahead_and_one_mark_records_several_claim
     assert_eq!(marked.marked, 1);
     for (id, offset) in [(soon, 1), (other, 3)] {
         let job = db.store.job_get(id).await.unwrap();
-        assert_eq!((job.status, job.kafka_offset), (Status::Dispatched, Some(offset)));
+        assert_eq!(
+            (job.status, job.kafka_offset),
+            (Status::Dispatched, Some(offset))
+        );
     }
     db.finish().await;
 }
@@ -183,15 +196,13 @@ async fn cancel_answers_for_each_state_of_the_job() {
     ));
     let marked = db
         .store
-        .job_mark_dispatched_many(
-            &[Dispatched {
-                id: produced,
-                token: 1,
-                partition: 3,
-                offset: 42,
-                dispatched_at: Utc::now(),
-            }],
-        )
+        .job_mark_dispatched_many(&[Dispatched {
+            id: produced,
+            token: 1,
+            partition: 3,
+            offset: 42,
+            dispatched_at: Utc::now(),
+        }])
         .await
         .unwrap();
     assert_eq!(marked.marked, 1);
@@ -372,15 +383,13 @@ async fn claims_of_a_dead_instance_are_rescued_and_a_live_ones_are_not() {
     // The dead instance's late mark finds nothing to mark.
     let marked = db
         .store
-        .job_mark_dispatched_many(
-            &[Dispatched {
-                id: held,
-                token: 7,
-                partition: 0,
-                offset: 1,
-                dispatched_at: Utc::now(),
-            }],
-        )
+        .job_mark_dispatched_many(&[Dispatched {
+            id: held,
+            token: 7,
+            partition: 0,
+            offset: 1,
+            dispatched_at: Utc::now(),
+        }])
         .await
         .unwrap();
     assert_eq!(marked.marked, 0);

@@ -74,7 +74,14 @@ pub struct BenchOptions {
 
 /// The stages, by the names `--stages` takes.
 pub const STAGES: [&str; 9] = [
-    "schedule", "floor", "lateness", "isolation", "burst", "results", "redis", "reconcile",
+    "schedule",
+    "floor",
+    "lateness",
+    "isolation",
+    "burst",
+    "results",
+    "redis",
+    "reconcile",
     "instances",
 ];
 
@@ -286,11 +293,17 @@ impl Bench {
     /// it the topic of the jobs created from now on. Returns its name.
     async fn stage_topic(&self, stage: &str) -> anyhow::Result<String> {
         let base = self.topic();
-        let base = base.rsplit_once('.').map_or(base.as_str(), |(b, _)| b).to_owned();
+        let base = base
+            .rsplit_once('.')
+            .map_or(base.as_str(), |(b, _)| b)
+            .to_owned();
         let topic = format!("{base}.{stage}");
         kafka::topic_ensure(&self.config.kafka_brokers, &topic, 4).await?;
-        let consumer =
-            kafka::support::base_consumer_assigned(&self.config.kafka_brokers, &topic, Offset::Beginning)?;
+        let consumer = kafka::support::base_consumer_assigned(
+            &self.config.kafka_brokers,
+            &topic,
+            Offset::Beginning,
+        )?;
         record(consumer, self.records.clone(), self.stop_consumers.clone());
         *self.topic.lock().unwrap_or_else(|p| p.into_inner()) = topic.clone();
         Ok(topic)

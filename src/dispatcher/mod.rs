@@ -253,8 +253,7 @@ impl Pipeline {
     async fn room(&self, max: usize) {
         loop {
             let freed = self.freed.notified();
-            if self.jobs.load(Ordering::Relaxed) < max
-                && self.stalled.load(Ordering::Relaxed) == 0
+            if self.jobs.load(Ordering::Relaxed) < max && self.stalled.load(Ordering::Relaxed) == 0
             {
                 return;
             }
@@ -487,7 +486,11 @@ impl Dispatcher {
         // Drain: every job claimed is sent, and every record produced is
         // recorded, before the process exits.
         drop(to_releaser);
-        for (task, name) in [(holding, "releaser"), (acknowledging, "acknowledger"), (settling, "settler")] {
+        for (task, name) in [
+            (holding, "releaser"),
+            (acknowledging, "acknowledger"),
+            (settling, "settler"),
+        ] {
             if let Err(err) = task.await {
                 tracing::error!(error = %err, task = name, "dispatcher task failed");
             }
@@ -591,8 +594,8 @@ impl Dispatcher {
         metrics::dispatch_stage("cas", cas_started.elapsed());
         report.dispatched = jobs.len();
         self.pipeline.claimed(jobs.len());
-        let retry_ms = redis_now_ms
-            + (self.config.retry_delay + claim_started.elapsed()).as_millis() as i64;
+        let retry_ms =
+            redis_now_ms + (self.config.retry_delay + claim_started.elapsed()).as_millis() as i64;
         (
             report,
             Some(Claimed {
@@ -671,13 +674,12 @@ impl Dispatcher {
 
     async fn claim_all(&self, ownership: &Ownership) -> Vec<Claim> {
         let claims = ownership.shards.keys().map(|shard| {
-            self.index
-                .job_claim(
-                    *shard,
-                    self.config.batch,
-                    self.config.lease,
-                    self.config.lookahead,
-                )
+            self.index.job_claim(
+                *shard,
+                self.config.batch,
+                self.config.lease,
+                self.config.lookahead,
+            )
         });
         let mut out = Vec::with_capacity(ownership.shards.len());
         for result in join_all(claims).await {

@@ -138,20 +138,27 @@ impl Settler {
                     if reason == "unknown_topic" {
                         self.topics.forget(&sent.topic);
                     }
-                    refused.entry(sent.token).or_default().push((sent.id, message));
+                    refused
+                        .entry(sent.token)
+                        .or_default()
+                        .push((sent.id, message));
                     refused_count += 1;
                 }
                 Failure::TimedOut(message) | Failure::Broker(message) => {
                     tracing::warn!(job_id = sent.id, error = %message, "produce failed");
                     first_error.get_or_insert(message);
-                    let entry = failed.entry(sent.token).or_insert((Vec::new(), sent.retry_ms));
+                    let entry = failed
+                        .entry(sent.token)
+                        .or_insert((Vec::new(), sent.retry_ms));
                     entry.0.push(sent.id);
                     failed_count += 1;
                 }
                 Failure::Unchecked(message) => {
                     tracing::debug!(job_id = sent.id, error = %message, "record not sent");
                     first_error.get_or_insert(message);
-                    let entry = failed.entry(sent.token).or_insert((Vec::new(), sent.retry_ms));
+                    let entry = failed
+                        .entry(sent.token)
+                        .or_insert((Vec::new(), sent.retry_ms));
                     entry.0.push(sent.id);
                     failed_count += 1;
                     unchecked += 1;
@@ -172,7 +179,8 @@ impl Settler {
             for (token, (ids, retry_ms)) in &failed {
                 match self.store.job_release_many(*token, ids, &error).await {
                     Ok(_) => {
-                        let back: Vec<(JobId, i64)> = ids.iter().map(|id| (*id, *retry_ms)).collect();
+                        let back: Vec<(JobId, i64)> =
+                            ids.iter().map(|id| (*id, *retry_ms)).collect();
                         self.index_requeue(&back).await;
                     }
                     // The rows stay dispatching; the reconciler frees them

@@ -667,16 +667,15 @@ impl Store {
             let mut query = positions_join(chunk);
             // A job expecting a result waits for it until the ack
             // deadline, counted on the database's clock.
-            query
-                .push(
-                    "SET j.status = 'dispatched', j.version = j.version + 1, \
+            query.push(
+                "SET j.status = 'dispatched', j.version = j.version + 1, \
                      j.claim_token = NULL, j.claimed_by = NULL, j.claim_expires_at = NULL, \
                      j.dispatched_at = d.t, \
                      j.kafka_partition = d.p, j.kafka_offset = d.o, \
                      j.ack_deadline = IF(j.expects_result, \
                        TIMESTAMPADD(MICROSECOND, j.ack_timeout_ms * 1000, UTC_TIMESTAMP(3)), NULL) \
                      WHERE j.status = 'dispatching' AND j.claim_token = d.k",
-                );
+            );
             let chunk_marked = query.build().execute(&self.pool).await?.rows_affected();
             marked.marked += chunk_marked;
             if chunk_marked < chunk.len() as u64 {
@@ -699,12 +698,15 @@ impl Store {
             "SELECT id, claim_token FROM jobs WHERE status = 'pending' AND id IN ",
         );
         push_id_list(&mut retried, &ids);
-        let retried: Vec<(JobId, Option<u64>)> = retried.build_query_as().fetch_all(&self.pool).await?;
-        marked.retried_early.extend(retried.into_iter().filter_map(|(id, token)| {
-            jobs.iter()
-                .any(|job| job.id == id && Some(job.token) == token)
-                .then_some(id)
-        }));
+        let retried: Vec<(JobId, Option<u64>)> =
+            retried.build_query_as().fetch_all(&self.pool).await?;
+        marked
+            .retried_early
+            .extend(retried.into_iter().filter_map(|(id, token)| {
+                jobs.iter()
+                    .any(|job| job.id == id && Some(job.token) == token)
+                    .then_some(id)
+            }));
         let mut query = positions_join(jobs);
         query.push(
             "SET j.claim_token = NULL, j.claimed_by = NULL, j.claim_expires_at = NULL, \
