@@ -361,6 +361,89 @@ pub const DISPATCH_LOOKAHEAD_MAX_MS: u64 = 1_000;
 
 pub const ROLES: [&str; 5] = ["api", "loader", "dispatcher", "reconciler", "results"];
 
+/// List settings, given in the environment as `a,b,c` (or `[a, b]`).
+const ENV_LISTS: &[&str] = &["roles", "topics_allowed"];
+/// Map settings of strings, given in the environment as an inline TOML
+/// table whose keys may be dotted without quotes, as librdkafka's are:
+/// `{security.protocol="SSL", ssl.ca.location="/etc/ca.pem"}`.
+const ENV_MAPS: &[&str] = &["kafka_options"];
+
+/// `api,dispatcher`, `[api, dispatcher]` or `["api","dispatcher"]`: the
+/// items, trimmed, without quotes; empty items dropped.
+fn env_list(text: &str) -> Vec<String> {
+    let text = text.trim();
+    let inner = text
+        .strip_prefix('[')
+        .and_then(|t| t.strip_suffix(']'))
+        .unwrap_or(text);
+    inner
+        .split(',')
+        .map(|item| {
+            item.trim()
+                .trim_matches(|c| c == '"' || c == '\'')
+                .to_owned()
+        })
+        .filter(|item| !item.is_empty())
+        .collect()
+}
+
+/// An inline TOML table of strings, numbers or booleans, flattened: a
+/// dotted key without quotes (`security.protocol="SSL"`, which TOML reads
+/// as nested tables) and a quoted one (`"security.protocol"="SSL"`) give
+/// the same entry. Values become strings, as librdkafka takes them.
+fn env_map(text: &str) -> Result<BTreeMap<String, String>, String> {
+    use figment::value::Value;
+
+    fn flatten(
+        prefix: &str,
+        value: &Value,
+        out: &mut BTreeMap<String, String>,
+    ) -> Result<(), String> {
+        match value {
+            Value::Dict(_, dict) => {
+                for (key, value) in dict {
+                    let key = if prefix.is_empty() {
+                        key.clone()
+                    } else {
+                        format!("{prefix}.{key}")
+                    };
+                    flatten(&key, value, out)?;
+                }
+                Ok(())
+            }
+            Value::String(_, text) => {
+                out.insert(prefix.to_owned(), text.clone());
+                Ok(())
+            }
+            Value::Bool(_, b) => {
+                out.insert(prefix.to_owned(), b.to_string());
+                Ok(())
+            }
+            Value::Num(_, n) => {
+                let text = n
+                    .to_i128()
+                    .map(|i| i.to_string())
+                    .or_else(|| n.to_f64().map(|f| f.to_string()))
+                    .unwrap_or_default();
+                out.insert(prefix.to_owned(), text);
+                Ok(())
+            }
+            _ => Err(format!(
+                "{prefix:?} must be a string, a number or a boolean"
+            )),
+        }
+    }
+
+    let table: Value = Figment::from(Toml::string(&format!("map = {}", text.trim())))
+        .extract_inner("map")
+        .map_err(|err| {
+            format!("not an inline table such as {{security.protocol=\"SSL\", ssl.ca.location=\"/etc/ca.pem\"}} ({err})")
+        })?;
+    let mut out = BTreeMap::new();
+    flatten("", &table, &mut out)?;
+    Ok(out)
+}
+
 impl Config {
     /// Defaults, overridden by `file` (when given) and then by `TICKLER_*`
     /// variables; validated.
@@ -371,11 +454,33 @@ impl Config {
         }
         // Only variables naming a setting are read: TICKLER_CONFIG, TICKLER_LOG
         // and the test suite's TICKLER_TEST_* are not settings.
+        // Lists and maps have forms of their own in the environment
+        // (`api,dispatcher`; `{security.protocol="SSL"}`), read below.
         let known = Config::keys();
-        let env = Env::prefixed("TICKLER_")
-            .filter(move |key| known.iter().any(|k| key.as_str().eq_ignore_ascii_case(k)));
+        let env = Env::prefixed("TICKLER_").filter(move |key| {
+            known.iter().any(|k| key.as_str().eq_ignore_ascii_case(k))
+                && !ENV_LISTS
+                    .iter()
+                    .chain(ENV_MAPS)
+                    .any(|k| key.as_str().eq_ignore_ascii_case(k))
+        });
+        let mut figment = figment.merge(env);
+        for key in ENV_LISTS {
+            if let Ok(text) = std::env::var(format!("TICKLER_{}", key.to_ascii_uppercase())) {
+                figment = figment.merge(Serialized::default(key, env_list(&text)));
+            }
+        }
+        for key in ENV_MAPS {
+            let var = format!("TICKLER_{}", key.to_ascii_uppercase());
+            if let Ok(text) = std::env::var(&var) {
+                let map = env_map(&text).map_err(|problem| ConfigError::Invalid {
+                    field: key,
+                    problem: format!("{var}: {problem}"),
+                })?;
+                figment = figment.merge(Serialized::default(key, map));
+            }
+        }
         let config: Config = figment
-            .merge(env)
             .extract()
             .map_err(|err| ConfigError::Load(Box::new(err)))?;
         config.validate()?;
@@ -756,6 +861,30 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn lists_and_maps_have_environment_forms_people_type() {
+        assert_eq!(env_list("api,dispatcher"), ["api", "dispatcher"]);
+        assert_eq!(env_list(" [api, dispatcher] "), ["api", "dispatcher"]);
+        assert_eq!(env_list(r#"["api","results"]"#), ["api", "results"]);
+        assert!(env_list("").is_empty());
+        let map = env_map(r#"{security.protocol="SSL",ssl.ca.location="/path/ca.pem"}"#).unwrap();
+        assert_eq!(map["security.protocol"], "SSL");
+        assert_eq!(map["ssl.ca.location"], "/path/ca.pem");
+        let quoted =
+            env_map(r#"{"security.protocol"="SSL", "ssl.ca.location"="/path/ca.pem"}"#).unwrap();
+        assert_eq!(quoted, map);
+        let typed = env_map("{linger.ms=5, enable.idempotence=true}").unwrap();
+        assert_eq!(
+            (
+                typed["linger.ms"].as_str(),
+                typed["enable.idempotence"].as_str()
+            ),
+            ("5", "true")
+        );
+        let err = env_map("security.protocol=SSL").unwrap_err();
+        assert!(err.contains("inline table"), "{err}");
+    }
 
     #[test]
     fn defaults_are_valid_and_point_at_local_services() {

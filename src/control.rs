@@ -8,8 +8,9 @@
 //! `CONTROLS_FRESH` (2 s): every instance reads the table every second, and
 //! a pause through the API answers only `PAUSE_SETTLE` (3 s) after it
 //! commits, when no instance can still trust a copy that misses it. From
-//! then on nothing of the topic is produced (a job claimed a moment before
-//! is already on its way); a pause by hand in SQL takes hold within 2 s.
+//! then on nothing of the topic is produced: the dispatcher asks this copy
+//! again before each send, so a job claimed before the pause and still
+//! held is withheld too. A pause by hand in SQL takes hold within 2 s.
 //! The copy also serves pacing (the dispatcher asks the topic's shared pace
 //! in Redis only for topics that have one) and noticing a resume (the
 //! paused topic's jobs left the index; they go back in).
@@ -35,6 +36,11 @@ pub const CONTROLS_FRESH: Duration = Duration::from_secs(2);
 /// How long a pause waits after it commits before it answers: by then
 /// every instance either read it or no longer trusts an older copy.
 pub const PAUSE_SETTLE: Duration = Duration::from_millis(3_000);
+/// A claim this young may be sent on a copy of the controls too old to be
+/// trusted: it was decided after any pause that has answered by now, so it
+/// saw it (`PAUSE_SETTLE` − `CONTROLS_FRESH`, less the compare-and-set's
+/// own time).
+pub const CLAIM_TRUSTED: Duration = Duration::from_millis(500);
 
 #[derive(Debug, Default)]
 struct Snapshot {
@@ -99,6 +105,25 @@ impl TopicControls {
 
     pub fn is_paused(&self, topic: &str) -> bool {
         self.read().paused.contains(topic)
+    }
+
+    /// Whether a job of `topic`, claimed by a compare-and-set answered at
+    /// local instant `claimed`, may be sent now. Not if this copy says the
+    /// topic is paused. If the copy is too old to say (MySQL unreachable
+    /// for a while), only a claim younger than [`CLAIM_TRUSTED`]: a pause
+    /// answers [`PAUSE_SETTLE`] after it commits, and by then either this
+    /// copy was read after the pause, or the claim was decided after it
+    /// (and so checked it). So once a pause has answered, nothing more of
+    /// the topic is sent, however long a job was held.
+    pub fn send_allowed(&self, topic: &str, claimed: Instant) -> bool {
+        let snapshot = self.read();
+        if snapshot.paused.contains(topic) {
+            return false;
+        }
+        let fresh = snapshot
+            .read_at
+            .is_some_and(|at| at.elapsed() <= CONTROLS_FRESH);
+        fresh || claimed.elapsed() < CLAIM_TRUSTED
     }
 
     /// Whether the claim must check paused topics in MySQL: some topic is

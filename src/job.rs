@@ -212,6 +212,8 @@ pub enum InvalidJob {
     Topic,
     #[error("key must be 1 to 255 characters")]
     Key,
+    #[error("keys ending in '@' and an RFC 3339 instant in UTC with milliseconds (like 'member-42@2027-03-01T08:00:00.000Z') are reserved for the occurrences of recurring schedules")]
+    KeyReserved,
     #[error(
         "header {0:?} is invalid: names are 1 to 255 characters and may not start with 'tickler-'"
     )]
@@ -277,6 +279,35 @@ pub fn topic_validate(topic: &str) -> Result<(), InvalidJob> {
         return Err(InvalidJob::Topic);
     }
     Ok(())
+}
+
+/// Refuses a key of the form schedule occurrences take,
+/// `<schedule key>@<YYYY-MM-DDTHH:MM:SS.mmmZ>`, for a job created directly:
+/// it would take an occurrence's (topic, key) and the occurrence would then
+/// never be created.
+pub fn key_validate_unreserved(key: &str) -> Result<(), InvalidJob> {
+    if key_is_occurrence_form(key) {
+        return Err(InvalidJob::KeyReserved);
+    }
+    key_validate(key)
+}
+
+/// Whether `key` ends in `@` and an instant as
+/// [`crate::schedule::occurrence_key`] writes it.
+pub fn key_is_occurrence_form(key: &str) -> bool {
+    let Some((_, instant)) = key.rsplit_once('@') else {
+        return false;
+    };
+    // 2027-03-01T08:00:00.000Z: 24 characters, digits where digits go.
+    let shape = b"dddd-dd-ddTdd:dd:dd.dddZ";
+    instant.len() == shape.len()
+        && instant
+            .bytes()
+            .zip(shape.iter())
+            .all(|(c, want)| match want {
+                b'd' => c.is_ascii_digit(),
+                want => c == *want,
+            })
 }
 
 pub fn key_validate(key: &str) -> Result<(), InvalidJob> {
@@ -378,6 +409,26 @@ mod tests {
             &"a".repeat(250),
         ] {
             assert_eq!(topic_validate(bad), Err(InvalidJob::Topic), "{bad:?}");
+        }
+    }
+
+    #[test]
+    fn keys_of_the_occurrence_form_are_reserved() {
+        let occurrence =
+            crate::schedule::occurrence_key("member-42", "2027-03-01T08:00:00Z".parse().unwrap());
+        assert_eq!(occurrence, "member-42@2027-03-01T08:00:00.000Z");
+        assert_eq!(
+            key_validate_unreserved(&occurrence),
+            Err(InvalidJob::KeyReserved)
+        );
+        for free in [
+            "member-42",
+            "a@b.com",
+            "x@2027-03-01",
+            "x@2027-03-01T08:00:00Z",
+            "x@2027-03-01T08:00:00.000+01:00",
+        ] {
+            assert!(key_validate_unreserved(free).is_ok(), "{free}");
         }
     }
 

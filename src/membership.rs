@@ -35,11 +35,14 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::index::Index;
+use crate::kafka;
 use crate::metrics;
 use crate::store::{Fence, InstanceInfo, LeaseRow, Store, StoreError};
 
 /// Rows of instances silent for this long are deleted.
 const INSTANCE_FORGET_AFTER: Duration = Duration::from_secs(86_400);
+/// Longest a leaving instance waits for its dispatcher to drain.
+const DRAIN_MAX: Duration = Duration::from_secs(60);
 /// Most dead claims rescued per round.
 const RESCUE_BATCH: u32 = 5_000;
 
@@ -50,6 +53,10 @@ pub struct MembershipConfig {
     pub heartbeat: Duration,
     /// Whether this instance dispatches (and so holds shards).
     pub dispatcher: bool,
+    /// How long after a dead instance's claims are put in doubt nothing of
+    /// them can still reach the broker: `kafka_message_timeout_ms` and
+    /// [`kafka::IN_FLIGHT_MARGIN`].
+    pub doubt_quiet: Duration,
     /// The shard count a brand-new deployment starts with.
     pub shards_initial: u32,
     pub info: InstanceInfo,
@@ -62,6 +69,8 @@ impl MembershipConfig {
             ttl,
             heartbeat: (ttl / 5).max(Duration::from_millis(100)),
             dispatcher: config.has_role("dispatcher"),
+            doubt_quiet: Duration::from_millis(config.kafka_message_timeout_ms)
+                + kafka::IN_FLIGHT_MARGIN,
             shards_initial: config.shards,
             info: InstanceInfo {
                 host: hostname(),
@@ -90,9 +99,20 @@ pub struct Ownership {
     pub instance: Option<u64>,
     pub shards: BTreeMap<u32, u64>,
     pub ttl: Duration,
+    /// Until when this instance is surely alive for the others: its last
+    /// heartbeat's TTL, less a margin, counted from before the heartbeat
+    /// was sent. Past it the dispatcher sends nothing (the others may have
+    /// declared it dead and put its claims in doubt). None before the
+    /// first heartbeat.
+    pub alive_until: Option<tokio::time::Instant>,
 }
 
 impl Ownership {
+    /// Whether this instance may still send records at `now`.
+    pub fn alive_at(&self, now: tokio::time::Instant) -> bool {
+        self.alive_until.is_some_and(|until| now < until)
+    }
+
     /// The fence for a claim on `shards` (those of them this instance
     /// holds), or None if it holds none of them.
     pub fn fence(&self, shards: impl IntoIterator<Item = u32>) -> Option<Fence> {
@@ -277,12 +297,8 @@ impl Membership {
                 _ = tokio::time::sleep(self.config.heartbeat) => {}
             }
         }
-        if self.config.dispatcher
-            && tokio::time::timeout(Duration::from_secs(60), dispatcher_done.cancelled())
-                .await
-                .is_err()
-        {
-            tracing::warn!("the dispatcher did not stop within 60 s; leaving all the same");
+        if self.config.dispatcher {
+            self.beat_until(id, dispatcher_done).await;
         }
         self.ownership.send_modify(|o| o.shards.clear());
         match self.store.instance_leave(id).await {
@@ -291,6 +307,42 @@ impl Membership {
                 tracing::warn!(error = %err, "cannot leave; the shards free up after instance_ttl_ms")
             }
         }
+    }
+
+    /// Keeps beating (nothing else) while the dispatcher drains, so that a
+    /// drain longer than the TTL — a slow broker during a deploy — is not
+    /// taken for a death, its claims put in doubt and its sends refused.
+    /// At most [`DRAIN_MAX`].
+    async fn beat_until(&self, id: u64, dispatcher_done: CancellationToken) {
+        let deadline = tokio::time::Instant::now() + DRAIN_MAX;
+        loop {
+            let beat_sent = tokio::time::Instant::now();
+            match self.store.instance_heartbeat(id, &self.config.info).await {
+                Ok(()) => self.alive_from(beat_sent),
+                Err(err) => tracing::warn!(error = %err, "heartbeat while draining failed"),
+            }
+            tokio::select! {
+                _ = dispatcher_done.cancelled() => return,
+                _ = tokio::time::sleep_until(deadline) => {
+                    tracing::warn!("the dispatcher did not stop within 60 s; leaving all the same");
+                    return;
+                }
+                _ = tokio::time::sleep(self.config.heartbeat) => {}
+            }
+        }
+    }
+
+    /// A heartbeat sent at `beat_sent` succeeded: this instance is alive
+    /// for the others until that instant plus the TTL; the dispatcher
+    /// trusts it until a quarter of the TTL before (room for a send under
+    /// way, and for the clocks' rates).
+    fn alive_from(&self, beat_sent: tokio::time::Instant) {
+        let until = beat_sent + self.config.ttl - self.config.ttl / 4;
+        self.ownership.send_modify(|o| {
+            if o.alive_until.is_none_or(|before| before < until) {
+                o.alive_until = Some(until);
+            }
+        });
     }
 
     /// Registers this instance (creating the deployment's lease rows on its
@@ -360,7 +412,9 @@ impl Membership {
     /// only free shards and rescues nobody's claims.
     pub async fn run_once(&self, id: u64, judge_nobody: bool) -> Result<RoundReport, StoreError> {
         let mut report = RoundReport::default();
+        let beat_sent = tokio::time::Instant::now();
         self.store.instance_heartbeat(id, &self.config.info).await?;
+        self.alive_from(beat_sent);
         let instances = self.store.instances_list(self.config.ttl).await?;
         let mut leases = self.store.shard_leases().await?;
         self.count_follow(leases.len() as u32);
@@ -463,32 +517,22 @@ impl Membership {
         count
     }
 
-    /// Rows claimed by dead instances: back to pending and into Redis.
-    /// Returns how many.
+    /// Claims of dead instances: put in doubt, for the reconciler to read
+    /// back once nothing more of them can arrive. Returns how many.
     async fn rescue(&self) -> Result<usize, StoreError> {
         let rescued = self
             .store
-            .job_rescue_dead(self.config.ttl, RESCUE_BATCH)
-            .await?;
-        if rescued.is_empty() {
-            return Ok(0);
+            .job_rescue_dead(self.config.ttl, self.config.doubt_quiet, RESCUE_BATCH)
+            .await? as usize;
+        if rescued > 0 {
+            tracing::warn!(
+                num_jobs = rescued,
+                quiet_ms = self.config.doubt_quiet.as_millis() as u64,
+                "jobs claimed by a dead instance are in doubt until their topics are read back"
+            );
+            metrics::dead_instance_rescued(rescued);
         }
-        tracing::warn!(
-            num_jobs = rescued.len(),
-            "jobs claimed by a dead instance rescued"
-        );
-        metrics::dead_instance_rescued(rescued.len());
-        // Out of the dead's in-flight set (wherever it is) and due again.
-        let back: Vec<(u64, i64)> = rescued
-            .iter()
-            .map(|e| (e.id, e.schedule_time.timestamp_millis()))
-            .collect();
-        if let Err(err) = self.index.job_requeue_many(&back).await {
-            // The reconciler's overdue probe puts them back.
-            metrics::index_failed("requeue rescued", back.len(), &err);
-        }
-        self.wake.notify_one();
-        Ok(rescued.len())
+        Ok(rescued)
     }
 }
 
@@ -599,10 +643,21 @@ mod tests {
             instance: Some(7),
             shards: [(1, 4), (3, 9)].into(),
             ttl: Duration::from_secs(5),
+            alive_until: None,
         };
         let fence = ownership.fence([1, 2, 3]).unwrap();
         assert_eq!(fence.leases, vec![(1, 4), (3, 9)]);
         assert!(ownership.fence([2]).is_none());
         assert!(Ownership::default().fence([1]).is_none());
+    }
+
+    #[test]
+    fn an_instance_sends_only_while_its_heartbeat_is_trusted() {
+        let now = tokio::time::Instant::now();
+        let mut ownership = Ownership::default();
+        assert!(!ownership.alive_at(now), "never beat: send nothing");
+        ownership.alive_until = Some(now + Duration::from_millis(10));
+        assert!(ownership.alive_at(now));
+        assert!(!ownership.alive_at(now + Duration::from_millis(10)));
     }
 }

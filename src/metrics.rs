@@ -41,6 +41,10 @@ pub const SHARD_TAKEOVERS: &str = "tickler_shard_takeovers_total";
 pub const DISPATCH_FENCED: &str = "tickler_dispatch_fenced_total";
 pub const MEMBERSHIP_FAILURES: &str = "tickler_membership_failures_total";
 pub const DEAD_INSTANCE_RESCUED: &str = "tickler_dead_instance_rescued_total";
+pub const DOUBTS_SETTLED: &str = "tickler_doubts_settled_total";
+pub const DOUBTS_UNSETTLED: &str = "tickler_doubts_unsettled_total";
+pub const DISPATCH_WITHHELD: &str = "tickler_dispatch_withheld_total";
+pub const JOBS_UNREADABLE: &str = "tickler_jobs_unreadable_total";
 // Gauges from the truth (src/truth.rs): one instance reports them, every
 // other reports 0.
 pub const TRUTH_JOBS: &str = "tickler_jobs";
@@ -178,7 +182,23 @@ fn describe() {
     );
     describe_counter!(
         RECONCILER_RESCUED,
-        "Claims whose lease expired (a dispatcher died or stalled) returned to pending."
+        "Claims in doubt (lease expired, instance dead, send timed out) whose record the read-back did not find on Kafka: returned to pending, to be produced again."
+    );
+    describe_counter!(
+        DOUBTS_SETTLED,
+        "Claims in doubt settled by reading their topic back, by what was found: outcome=produced (marked dispatched at the record's position) or outcome=absent (pending again)."
+    );
+    describe_counter!(
+        DOUBTS_UNSETTLED,
+        "Claims in doubt a reconciler pass could not settle because Kafka could not be read in time; they stay dispatching (a cancel answers in_flight) until a later pass."
+    );
+    describe_counter!(
+        DISPATCH_WITHHELD,
+        "Claimed jobs the dispatcher did not send, by reason: lease (this instance's heartbeat or the claim's send deadline ran out) or paused (the topic was paused since the claim). They go back to pending."
+    );
+    describe_counter!(
+        JOBS_UNREADABLE,
+        "Claimed jobs whose row did not decode (a hand edit the column accepted): set aside as dead, named by tickler doctor."
     );
     describe_gauge!(
         INSTANCES_LIVE,
@@ -203,7 +223,7 @@ fn describe() {
     );
     describe_counter!(
         DEAD_INSTANCE_RESCUED,
-        "Jobs a dead instance held in dispatching, returned to pending without waiting for the claim lease."
+        "Jobs a dead instance held in dispatching, put in doubt without waiting for the claim lease: read back after kafka_message_timeout_ms, then produced again if not found."
     );
     describe_gauge!(
         TRUTH_JOBS,
@@ -383,6 +403,32 @@ pub fn dead_instance_rescued(n: usize) {
     }
 }
 
+pub fn doubts_settled(produced: usize, absent: usize) {
+    if produced > 0 {
+        counter!(DOUBTS_SETTLED, "outcome" => "produced").increment(produced as u64);
+    }
+    if absent > 0 {
+        counter!(RECONCILER_RESCUED).increment(absent as u64);
+        counter!(DOUBTS_SETTLED, "outcome" => "absent").increment(absent as u64);
+    }
+}
+
+pub fn doubts_unsettled(n: usize) {
+    counter!(DOUBTS_UNSETTLED).increment(n as u64);
+}
+
+pub fn dispatch_withheld(reason: &'static str, n: usize) {
+    if n > 0 {
+        counter!(DISPATCH_WITHHELD, "reason" => reason).increment(n as u64);
+    }
+}
+
+pub fn jobs_unreadable(n: usize) {
+    if n > 0 {
+        counter!(JOBS_UNREADABLE).increment(n as u64);
+    }
+}
+
 pub fn job_created() {
     counter!(JOBS_CREATED).increment(1);
 }
@@ -443,12 +489,6 @@ pub fn index_rebuilt() {
 pub fn reconciler_refed(n: u64) {
     if n > 0 {
         counter!(RECONCILER_REFED).increment(n);
-    }
-}
-
-pub fn reconciler_rescued(n: usize) {
-    if n > 0 {
-        counter!(RECONCILER_RESCUED).increment(n as u64);
     }
 }
 

@@ -1,9 +1,15 @@
 //! The reconciler: repairs, from MySQL, what a crash or a lost Redis left
 //! behind. Every pass:
 //!
-//! 1. **Expired claims** — rows `dispatching` whose lease expired by the
-//!    database's clock (their dispatcher died mid-batch) go back to
-//!    `pending` and are re-indexed, so they are produced again.
+//! 1. **Claims in doubt** — rows `dispatching` whose lease expired by the
+//!    database's clock (their dispatcher died or stalled mid-batch, or its
+//!    mark was lost), or which were put in doubt (their instance died,
+//!    their send timed out) and whose quiet time is over. Their record may
+//!    be on Kafka: their topics are read back. Found, the job is marked
+//!    `dispatched` at that position; not found — and nothing more of the
+//!    claim can arrive by then — it goes back to `pending` and is
+//!    re-indexed. Until then a cancel answers `in_flight`: a job answered
+//!    `cancelled` never has a record out there.
 //! 2. **Ack deadlines** — dispatched jobs expecting a result whose deadline
 //!    passed in silence are retried (or end dead) as if the consumer had
 //!    said `retry`.
@@ -20,6 +26,7 @@
 //! once. (Expired Redis leases are returned by the claim script itself, and
 //! stale Redis members are dropped by the dispatcher's compare-and-set.)
 
+use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -29,9 +36,10 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::index::{Index, IndexError};
+use crate::kafka::readback::{self, Sought};
 use crate::metrics;
 use crate::results::Resolver;
-use crate::store::{Store, StoreError, WindowEntry};
+use crate::store::{Dispatched, Store, StoreError, WindowEntry};
 
 #[derive(Debug, Clone)]
 pub struct ReconcilerConfig {
@@ -48,7 +56,16 @@ pub struct ReconcilerConfig {
     pub retention: Option<Duration>,
     /// Time between purges.
     pub purge_interval: Duration,
+    /// Brokers and client settings to read topics back with.
+    pub brokers: String,
+    pub kafka_options: BTreeMap<String, String>,
+    /// Longest one read-back may take; past it the claims stay in doubt
+    /// until the next pass.
+    pub readback_wait: Duration,
 }
+
+/// Longest one pass's read-back may take.
+pub const READBACK_WAIT: Duration = Duration::from_secs(10);
 
 impl ReconcilerConfig {
     pub fn from_config(config: &Config) -> Self {
@@ -60,6 +77,9 @@ impl ReconcilerConfig {
             retention: (config.retention_days > 0)
                 .then(|| Duration::from_secs(u64::from(config.retention_days) * 86_400)),
             purge_interval: Duration::from_secs(60),
+            brokers: config.kafka_brokers.clone(),
+            kafka_options: config.kafka_options.clone(),
+            readback_wait: READBACK_WAIT,
         }
     }
 }
@@ -75,8 +95,13 @@ pub enum ReconcileError {
 /// What one pass did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct ReconcileReport {
-    /// Expired claims returned to pending.
+    /// Claims in doubt whose record was not on Kafka: back to pending.
     pub rescued: usize,
+    /// Claims in doubt whose record was found on Kafka: marked dispatched.
+    pub found: usize,
+    /// Claims in doubt that could not be settled this pass (Kafka not
+    /// read in time): they stay in doubt.
+    pub unsettled: usize,
     /// Overdue pending rows examined.
     pub overdue: usize,
     /// Of those, ids Redis had lost and got back.
@@ -134,9 +159,10 @@ impl Reconciler {
                 self.run_once(now).await
             };
             match pass.await {
-                Ok(report) if report.rescued > 0 || report.refed > 0 => {
+                Ok(report) if report.rescued > 0 || report.refed > 0 || report.found > 0 => {
                     tracing::warn!(
                         rescued = report.rescued,
+                        found = report.found,
                         refed = report.refed,
                         overdue = report.overdue,
                         "reconciler repaired jobs"
@@ -185,17 +211,31 @@ impl Reconciler {
         Ok(purged)
     }
 
+    /// Settles the claims in doubt whose quiet time is over
+    /// ([`doubts_settle`]).
+    async fn doubts_settle(&self, report: &mut ReconcileReport) -> Result<(), ReconcileError> {
+        let settled = doubts_settle(
+            &self.store,
+            &self.index,
+            &ReadBack {
+                brokers: &self.config.brokers,
+                options: &self.config.kafka_options,
+                wait: self.config.readback_wait,
+            },
+            self.config.batch,
+        )
+        .await?;
+        report.rescued = settled.absent;
+        report.found = settled.produced;
+        report.unsettled = settled.unsettled;
+        Ok(())
+    }
+
     /// One pass at database time `now`.
     pub async fn run_once(&self, now: DateTime<Utc>) -> Result<ReconcileReport, ReconcileError> {
         let mut report = ReconcileReport::default();
 
-        let rescued = self.store.job_rescue_expired(self.config.batch).await?;
-        report.rescued = rescued.len();
-        metrics::reconciler_rescued(rescued.len());
-        if !rescued.is_empty() {
-            let entries: Vec<_> = rescued.iter().map(|e| (e.id, e.schedule_time)).collect();
-            self.index.job_refeed_many(&entries).await?;
-        }
+        self.doubts_settle(&mut report).await?;
 
         let before = now - self.config.grace;
         let mut after: Option<WindowEntry> = None;
@@ -236,4 +276,107 @@ impl Reconciler {
         }
         Ok(report)
     }
+}
+
+/// Where and how long to read topics back.
+pub struct ReadBack<'a> {
+    pub brokers: &'a str,
+    pub options: &'a BTreeMap<String, String>,
+    pub wait: Duration,
+}
+
+/// What settling claims in doubt did.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct DoubtsSettled {
+    /// Found on Kafka: marked dispatched at the record's position.
+    pub produced: usize,
+    /// Not found: pending again, indexed.
+    pub absent: usize,
+    /// Kafka could not be read in time: still in doubt.
+    pub unsettled: usize,
+}
+
+/// Reads back the topics of up to `limit` claims in doubt whose quiet time
+/// is over, and settles each: found, `dispatched` at its position; not
+/// found, `pending` and indexed again. The reconciler runs it every pass;
+/// `tickler doctor --repair` until none is left.
+pub async fn doubts_settle(
+    store: &Store,
+    index: &Index,
+    read_back: &ReadBack<'_>,
+    limit: u32,
+) -> Result<DoubtsSettled, ReconcileError> {
+    let mut settled = DoubtsSettled::default();
+    let doubts = store.job_doubts_due(limit).await?;
+    if doubts.is_empty() {
+        return Ok(settled);
+    }
+    let sought: Vec<Sought> = doubts
+        .iter()
+        .map(|d| Sought {
+            id: d.id,
+            attempt: d.attempt,
+            topic: d.topic.clone(),
+            since: d.since,
+        })
+        .collect();
+    let found = match readback::records_find(
+        read_back.brokers,
+        read_back.options,
+        &sought,
+        read_back.wait,
+    )
+    .await
+    {
+        Ok(found) => found,
+        Err(err) => {
+            // They stay in doubt (a cancel answers in_flight) until Kafka
+            // can be read.
+            tracing::warn!(error = %err, num_jobs = doubts.len(), "cannot read topics back to settle claims in doubt; trying again next pass");
+            metrics::doubts_unsettled(doubts.len());
+            settled.unsettled = doubts.len();
+            return Ok(settled);
+        }
+    };
+    let now = store.db_now().await?;
+    let (landed, absent): (Vec<_>, Vec<_>) = doubts
+        .into_iter()
+        .partition(|d| found.contains_key(&(d.id, d.attempt)));
+    let marks: Vec<Dispatched> = landed
+        .iter()
+        .filter_map(|d| {
+            let at = found.get(&(d.id, d.attempt))?;
+            Some(Dispatched {
+                id: d.id,
+                // A row set dispatching by hand has no token: no mark
+                // matches it, and it is left for the operator.
+                token: d.token?,
+                partition: at.partition,
+                offset: at.offset,
+                dispatched_at: at.dispatched_at.unwrap_or(now),
+            })
+        })
+        .collect();
+    if !marks.is_empty() {
+        let marked = store.job_mark_dispatched_many(&marks).await?;
+        settled.produced = marked.marked as usize;
+        let done: Vec<_> = marks
+            .iter()
+            .map(|m| m.id)
+            .filter(|id| !marked.retried_early.contains(id))
+            .collect();
+        index.job_remove_many(&done).await?;
+    }
+    let moved = store.job_doubt_absent(&absent).await?;
+    settled.absent = moved.len();
+    metrics::doubts_settled(settled.produced, settled.absent);
+    if !moved.is_empty() {
+        tracing::info!(
+            num_jobs = moved.len(),
+            "claims in doubt not found on kafka: produced again"
+        );
+        let entries: Vec<_> = moved.iter().map(|e| (e.id, e.schedule_time)).collect();
+        index.job_refeed_many(&entries).await?;
+    }
+    Ok(settled)
 }

@@ -48,6 +48,9 @@ impl Deployment {
             self.index.clone(),
             MembershipConfig {
                 dispatcher: true,
+                // The quiet time of a dead instance's claims: short, so the
+                // tests settle them at once.
+                doubt_quiet: Duration::from_millis(100),
                 ..MembershipConfig::from_config(&self.config)
             },
             Arc::new(tokio::sync::Notify::new()),
@@ -127,7 +130,23 @@ async fn shards_spread_over_the_live_and_a_silent_instances_go_to_the_others() {
     assert_eq!(
         (report.live, report.held, report.rescued),
         (1, 16, 1),
-        "the survivor takes every shard and the claim: {report:?}"
+        "the survivor takes every shard and puts the claim in doubt: {report:?}"
+    );
+    // In doubt (its record may be on the broker) until read back; here
+    // none is, and it is pending again with the same attempt.
+    let in_doubt = deployment.store.job_get(job).await.unwrap();
+    assert_eq!(in_doubt.status.as_str(), "dispatching");
+    assert!(in_doubt.last_error.unwrap().contains("which died"));
+    tokio::time::sleep(Duration::from_millis(150)).await;
+    let doubts = deployment.store.job_doubts_due(10).await.unwrap();
+    assert_eq!(
+        deployment
+            .store
+            .job_doubt_absent(&doubts)
+            .await
+            .unwrap()
+            .len(),
+        1
     );
     let job = deployment.store.job_get(job).await.unwrap();
     assert_eq!((job.status.as_str(), job.attempt), ("pending", 1));

@@ -164,3 +164,65 @@ async fn schemathesis_finds_every_answer_as_documented_and_no_5xx() {
     }
     panic!("schemathesis errored on three seeds:\n{last}");
 }
+
+/// The served document passes an independent validator
+/// (openapi-spec-validator, installed by `scripts/services tools`), and every
+/// operation has its own operationId, noun first, saying what it does — as
+/// client generators need (they name methods after them, and leave out
+/// operations whose ids clash).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_spec_passes_an_independent_validator_and_names_each_operation_once() {
+    let env = TestEnv::start().await;
+    let spec: Value = reqwest::get(format!("{}/v1/openapi.json", env.base_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut ids = std::collections::BTreeMap::new();
+    for (path, item) in spec["paths"].as_object().unwrap() {
+        for (method, operation) in item.as_object().unwrap() {
+            let id = operation["operationId"]
+                .as_str()
+                .unwrap_or_else(|| panic!("{method} {path} has no operationId"))
+                .to_owned();
+            assert!(
+                id.chars().all(|c| c.is_ascii_lowercase() || c == '_') && id.contains('_')
+                    || id == "health",
+                "{method} {path}: operationId {id:?} is not noun_verb"
+            );
+            if let Some(other) = ids.insert(id.clone(), format!("{method} {path}")) {
+                panic!("operationId {id:?} names both {other} and {method} {path}");
+            }
+            for parameter in operation["parameters"].as_array().into_iter().flatten() {
+                let name = parameter["name"].as_str().unwrap();
+                if parameter["in"] == "path" {
+                    assert!(
+                        path.contains(&format!("{{{name}}}")),
+                        "{method} {path}: {name} is declared in the path but is not in it"
+                    );
+                }
+            }
+        }
+    }
+    let file = std::env::temp_dir().join(format!("tickler-openapi-{}.json", std::process::id()));
+    std::fs::write(&file, serde_json::to_vec_pretty(&spec).unwrap()).unwrap();
+    let validator = schemathesis().with_file_name("openapi-spec-validator");
+    let output = Command::new(&validator)
+        .arg(&file)
+        .output()
+        .unwrap_or_else(|err| {
+            panic!(
+                "{} runs (scripts/services tools): {err}",
+                validator.display()
+            )
+        });
+    let _ = std::fs::remove_file(&file);
+    assert!(
+        output.status.success(),
+        "openapi-spec-validator:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    env.finish().await;
+}

@@ -622,3 +622,85 @@ async fn pausing_a_schedule_keeps_a_retry_of_an_occurrence_already_produced() {
     );
     env.finish().await;
 }
+
+/// A schedule PATCH (here: a new payload) leaves an occurrence someone
+/// moved on purpose alone: its expiry is not armed again, so it still runs
+/// at the time it was moved to, however late — while an occurrence still at
+/// its own instant keeps its expiry.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedule_patch_does_not_rearm_expiry_on_a_moved_occurrence() {
+    let env = TestEnv::start().await;
+    // Two occurrences within the materializer's lookahead (10 s).
+    let start = Utc::now() + chrono::Duration::seconds(6);
+    let schedule = create(
+        &env,
+        json!({"key": "rearm", "every_ms": 2_000, "start_at": start.to_rfc3339(),
+               "misfire": "skip", "misfire_grace_ms": 1000}),
+    )
+    .await;
+    let schedule_id = schedule["id"].as_u64().unwrap();
+    let pending: Vec<u64> = schedule["pending"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|p| p["job_id"].as_u64().unwrap())
+        .collect();
+    assert!(pending.len() >= 2, "{schedule}");
+    let (moved_id, kept_id) = (pending[0], pending[1]);
+    let (_, job) = env.get(&format!("/v1/jobs/{moved_id}")).await;
+    let (status, moved) = env
+        .request(
+            "PATCH",
+            &format!("/v1/jobs/{moved_id}"),
+            Some(json!({"version": job["version"], "delay_ms": 7_200_000}).to_string()),
+        )
+        .await;
+    assert_eq!(status, 200, "{moved}");
+    let (status, changed) = env
+        .request(
+            "PATCH",
+            &format!("/v1/schedules/{schedule_id}"),
+            Some(json!({"version": schedule["version"], "payload": {"new": true}}).to_string()),
+        )
+        .await;
+    assert_eq!(status, 200, "{changed}");
+    let (_, moved) = env.get(&format!("/v1/jobs/{moved_id}")).await;
+    assert_eq!(moved["payload"], json!({"new": true}), "updated in place");
+    assert!(
+        moved.get("expires_at").is_none(),
+        "the moved occurrence keeps its new time without expiry: {moved}"
+    );
+    let (_, kept) = env.get(&format!("/v1/jobs/{kept_id}")).await;
+    assert!(kept["expires_at"].is_string(), "{kept}");
+    env.finish().await;
+}
+
+/// An ordinary job cannot take a key of the occurrence form: on the same
+/// topic it would make the occurrence's insert a silent duplicate and the
+/// occurrence would never be created.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_cannot_take_an_occurrences_key() {
+    let env = TestEnv::start().await;
+    let (status, reply) = env
+        .post(
+            "/v1/jobs",
+            json!({"topic": env.topic, "key": "member-42@2027-03-01T08:00:00.000Z",
+                   "payload": 1, "delay_ms": 60_000}),
+        )
+        .await;
+    assert_eq!(
+        (status, reply["error"]["code"].as_str()),
+        (400, Some("invalid_key")),
+        "{reply}"
+    );
+    assert_eq!(env.jobs_count().await, 0, "nothing written");
+    let (status, _) = env
+        .post(
+            "/v1/jobs",
+            json!({"topic": env.topic, "key": "member-42@example.com", "payload": 1,
+                   "delay_ms": 60_000}),
+        )
+        .await;
+    assert_eq!(status, 201, "an '@' alone is fine");
+    env.finish().await;
+}

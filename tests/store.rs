@@ -13,6 +13,8 @@ use tickler_testkit::{database_create, database_drop, fence_all};
 struct Db {
     name: String,
     store: Store,
+    /// For hand edits.
+    sql: sqlx::MySqlPool,
     /// An instance holding every shard: the claims' fence.
     fence: Fence,
 }
@@ -22,7 +24,13 @@ impl Db {
         let (name, url) = database_create().await;
         let store = Store::connect_lazy(&url, 4, Actor::Dispatcher).unwrap();
         let fence = fence_all(&store, 4).await;
-        Db { name, store, fence }
+        let sql = sqlx::MySqlPool::connect(&url).await.unwrap();
+        Db {
+            name,
+            store,
+            sql,
+            fence,
+        }
     }
 
     /// A job due `in_ms` from now (negative: overdue) with `max_attempts`.
@@ -46,6 +54,7 @@ impl Db {
     }
 
     async fn finish(self) {
+        self.sql.close().await;
         self.store.close().await;
         database_drop(&self.name).await;
     }
@@ -353,10 +362,13 @@ async fn a_claim_under_a_lost_lease_or_by_a_dead_instance_wins_nothing() {
     db.finish().await;
 }
 
-/// The claims of an instance silent past its TTL go back to pending at
-/// once; a live instance's stay as they are.
+/// The claims of an instance silent past its TTL are put in doubt at once
+/// (it may have handed their records to the broker, or may still if it is
+/// only paused): they stay `dispatching`, so a cancel cannot answer
+/// `cancelled`, until the reconciler has read their topic back after the
+/// quiet time. A live instance's claims stay as they are.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn claims_of_a_dead_instance_are_rescued_and_a_live_ones_are_not() {
+async fn claims_of_a_dead_instance_are_put_in_doubt_and_a_live_ones_are_not() {
     let db = Db::new().await;
     let held = db.job(-1_000, 5).await;
     let claim = db
@@ -366,20 +378,48 @@ async fn claims_of_a_dead_instance_are_rescued_and_a_live_ones_are_not() {
         .unwrap();
     assert_eq!(claim.won.len(), 1);
     let ttl = Duration::from_millis(500);
-    assert!(
-        db.store.job_rescue_dead(ttl, 100).await.unwrap().is_empty(),
+    let quiet = Duration::from_millis(300);
+    assert_eq!(
+        db.store.job_rescue_dead(ttl, quiet, 100).await.unwrap(),
+        0,
         "the instance beat its heart a moment ago"
     );
     tokio::time::sleep(Duration::from_millis(700)).await;
-    let rescued = db.store.job_rescue_dead(ttl, 100).await.unwrap();
-    assert_eq!(rescued.iter().map(|e| e.id).collect::<Vec<_>>(), [held]);
+    assert_eq!(db.store.job_rescue_dead(ttl, quiet, 100).await.unwrap(), 1);
     let job = db.store.job_get(held).await.unwrap();
     assert_eq!(
         (job.status, job.attempt),
-        (Status::Pending, 1),
-        "same attempt"
+        (Status::Dispatching, 1),
+        "in doubt: still dispatching, same attempt"
     );
     assert!(job.last_error.unwrap().contains("which died"));
+    assert!(
+        matches!(
+            db.store.job_cancel(held).await.unwrap(),
+            Cancelled::InFlight(_)
+        ),
+        "a cancel cannot say cancelled while the record may be on the broker"
+    );
+    assert!(
+        db.store.job_doubts_due(100).await.unwrap().is_empty(),
+        "not read back before the quiet time"
+    );
+    tokio::time::sleep(Duration::from_millis(400)).await;
+    let doubts = db.store.job_doubts_due(100).await.unwrap();
+    assert_eq!(doubts.len(), 1);
+    assert_eq!(
+        (doubts[0].id, doubts[0].attempt, doubts[0].token),
+        (held, 1, Some(7))
+    );
+    assert!(doubts[0].since <= Utc::now());
+    // Not found on Kafka: back to pending, once.
+    let moved = db.store.job_doubt_absent(&doubts).await.unwrap();
+    assert_eq!(moved.iter().map(|e| e.id).collect::<Vec<_>>(), [held]);
+    assert!(db.store.job_doubt_absent(&doubts).await.unwrap().is_empty());
+    assert_eq!(
+        db.store.job_get(held).await.unwrap().status,
+        Status::Pending
+    );
     // The dead instance's late mark finds nothing to mark.
     let marked = db
         .store
@@ -393,5 +433,98 @@ async fn claims_of_a_dead_instance_are_rescued_and_a_live_ones_are_not() {
         .await
         .unwrap();
     assert_eq!(marked.marked, 0);
+    db.finish().await;
+}
+
+/// A claim in doubt keeps its token: the claimer's late acknowledgement
+/// still marks it, with the position the broker gave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_in_doubt_is_still_marked_by_its_own_late_acknowledgement() {
+    let db = Db::new().await;
+    let id = db.job(-1_000, 1).await;
+    db.store
+        .job_claim_many(&[id], 11, LEASE, &db.fence)
+        .await
+        .unwrap();
+    let doubted = db
+        .store
+        .job_doubt_many(
+            11,
+            &[id],
+            "not acknowledged (timed out)",
+            Duration::from_secs(2),
+        )
+        .await
+        .unwrap();
+    assert_eq!(doubted, 1);
+    assert!(
+        db.store
+            .job_doubt_many(12, &[id], "x", Duration::ZERO)
+            .await
+            .unwrap()
+            == 0,
+        "another claim's token changes nothing"
+    );
+    let marked = db
+        .store
+        .job_mark_dispatched_many(&[Dispatched {
+            id,
+            token: 11,
+            partition: 0,
+            offset: 41,
+            dispatched_at: Utc::now(),
+        }])
+        .await
+        .unwrap();
+    assert_eq!(marked.marked, 1);
+    let job = db.store.job_get(id).await.unwrap();
+    assert_eq!(
+        (job.status, job.kafka_offset),
+        (Status::Dispatched, Some(41))
+    );
+    db.finish().await;
+}
+
+/// A row the claim wins but cannot decode (a hand edit the column accepts)
+/// is set aside as dead, with why, in the claim itself; the jobs claimed
+/// beside it are won as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_row_is_set_aside_and_never_holds_up_the_others() {
+    let db = Db::new().await;
+    let good = db.job(-1_000, 1).await;
+    let bad = db.job(-1_000, 1).await;
+    let also_good = db.job(-1_000, 1).await;
+    sqlx::query("UPDATE jobs SET headers = '7' WHERE id = ?")
+        .bind(bad)
+        .execute(&db.sql)
+        .await
+        .unwrap();
+    let outcome = db
+        .store
+        .job_claim_many(&[good, bad, also_good], 5, LEASE, &db.fence)
+        .await
+        .unwrap();
+    let mut won: Vec<JobId> = outcome.won.iter().map(|j| j.id).collect();
+    won.sort_unstable();
+    assert_eq!(won, [good, also_good]);
+    assert_eq!(
+        outcome
+            .unreadable
+            .iter()
+            .map(|(id, _)| *id)
+            .collect::<Vec<_>>(),
+        [bad]
+    );
+    let (status, error): (String, String) = sqlx::query_as(
+        "SELECT CAST(status AS CHAR), CAST(last_error AS CHAR) FROM jobs WHERE id = ?",
+    )
+    .bind(bad)
+    .fetch_one(&db.sql)
+    .await
+    .unwrap();
+    assert_eq!(status, "dead");
+    assert!(error.starts_with("unreadable row: "), "{error}");
+    let (count, ids) = db.store.job_unreadable(10).await.unwrap();
+    assert_eq!((count, ids), (1, vec![bad]));
     db.finish().await;
 }

@@ -253,7 +253,7 @@ fn action_check(action: &BulkAction, caller: &Caller, config: &Config) -> Result
 /// written. `dry_run: false`: 202 with the operation, which goes on in the
 /// background (follow it at `GET /v1/bulk/{id}`).
 #[utoipa::path(
-    post, path = "/v1/jobs/bulk", tag = "operations",
+    post, path = "/v1/jobs/bulk", operation_id = "jobs_bulk_create", tag = "operations",
     request_body = BulkRequest,
     responses(
         (status = 200, description = "Preview (dry_run: true): nothing written", body = BulkPreview),
@@ -320,7 +320,7 @@ fn visible(caller: &Caller, op: &BulkOp) -> bool {
 
 /// `GET /v1/bulk/{id}` — an operation's progress.
 #[utoipa::path(
-    get, path = "/v1/bulk/{id}", tag = "operations",
+    get, path = "/v1/bulk/{id}", operation_id = "bulk_op_get", tag = "operations",
     params(("id" = u64, Path, description = "The operation's id")),
     responses((status = 200, description = "Its progress", body = BulkView))
 )]
@@ -346,7 +346,7 @@ pub async fn get(
 
 /// `GET /v1/bulk` — the 50 newest operations (those the caller may see).
 #[utoipa::path(
-    get, path = "/v1/bulk", tag = "operations",
+    get, path = "/v1/bulk", operation_id = "bulk_ops_list", tag = "operations",
     responses((status = 200, description = "The 50 newest operations", body = BulkList))
 )]
 pub async fn list(

@@ -182,7 +182,7 @@ impl ApiError {
             ApiError::InvalidReport(_) => "invalid_report",
             ApiError::InvalidJob(invalid) => match invalid {
                 InvalidJob::Topic => "invalid_topic",
-                InvalidJob::Key => "invalid_key",
+                InvalidJob::Key | InvalidJob::KeyReserved => "invalid_key",
                 InvalidJob::Header(_) | InvalidJob::HeadersTooLarge { .. } => "invalid_headers",
                 InvalidJob::PayloadTooDeep | InvalidJob::PayloadNull => "invalid_payload",
                 InvalidJob::TooEarly => "invalid_run_at",

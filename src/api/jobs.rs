@@ -206,7 +206,7 @@ impl CreateJob {
         let topic = self.topic.ok_or(InvalidJob::Topic)?;
         job::topic_validate(&topic)?;
         if let Some(key) = &self.key {
-            job::key_validate(key)?;
+            job::key_validate_unreserved(key)?;
         }
         let headers = self.headers.unwrap_or_default();
         job::headers_validate(&headers)?;
@@ -475,7 +475,7 @@ pub(super) async fn topic_preflight(state: &ApiState, topic: &str) -> Result<(),
 /// Crash after the INSERT and before indexing: the job is in MySQL and is
 /// indexed by the reconciler's overdue probe; nothing is lost.
 #[utoipa::path(
-    post, path = "/v1/jobs", tag = "jobs",
+    post, path = "/v1/jobs", operation_id = "job_create", tag = "jobs",
     request_body = CreateJob,
     params(("traceparent" = Option<String>, Header, description = "W3C trace context, kept with the job and put on its record")),
     responses(
@@ -593,7 +593,7 @@ pub struct CancelAnswer {
 /// request) or `error` (with the code and message a single create would
 /// give). Invalid items do not stop the valid ones.
 #[utoipa::path(
-    post, path = "/v1/jobs/batch", tag = "jobs",
+    post, path = "/v1/jobs/batch", operation_id = "jobs_batch_create", tag = "jobs",
     request_body = CreateBatch,
     params(("traceparent" = Option<String>, Header, description = "W3C trace context for every job of the batch")),
     responses((status = 200, description = "One result per item, in order", body = BatchAnswer))
@@ -682,7 +682,7 @@ pub async fn create_batch(
 
 /// `GET /v1/jobs/{id}`.
 #[utoipa::path(
-    get, path = "/v1/jobs/{id}", tag = "jobs",
+    get, path = "/v1/jobs/{id}", operation_id = "job_get", tag = "jobs",
     params(("id" = u64, Path, description = "The job's id")),
     responses((status = 200, description = "The job", body = JobView))
 )]
@@ -701,7 +701,7 @@ pub async fn get(
 /// is still the one the caller read. 200 with the job; 409
 /// `version_conflict` or `not_pending` with the job as it is.
 #[utoipa::path(
-    patch, path = "/v1/jobs/{id}", tag = "jobs",
+    patch, path = "/v1/jobs/{id}", operation_id = "job_modify", tag = "jobs",
     params(("id" = u64, Path, description = "The job's id")),
     request_body = PatchJob,
     responses((status = 200, description = "Changed", body = JobView))
@@ -747,7 +747,7 @@ pub async fn patch(
 /// produced; `kafka` says where), `in_flight` (409: a dispatcher holds it
 /// this instant; GET it again for the final state).
 #[utoipa::path(
-    delete, path = "/v1/jobs/{id}", tag = "jobs",
+    delete, path = "/v1/jobs/{id}", operation_id = "job_cancel", tag = "jobs",
     params(("id" = u64, Path, description = "The job's id")),
     responses((status = 200, description = "Cancelled: it will never be produced", body = CancelAnswer))
 )]

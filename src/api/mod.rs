@@ -210,7 +210,7 @@ pub struct Health {
 }
 
 #[utoipa::path(
-    get, path = "/healthz", tag = "operations", security(()),
+    get, path = "/healthz", operation_id = "health", tag = "operations", security(()),
     responses(
         (status = 200, description = "MySQL answers: jobs are taken", body = Health),
         (status = 503, description = "MySQL does not answer", body = Health),

@@ -115,7 +115,7 @@ fn cursor_decode(cursor: &str) -> Result<JobId, ApiError> {
 /// `next_cursor` is null on the last page. Paging by id stays correct while
 /// rows change: no job is shown twice or skipped.
 #[utoipa::path(
-    get, path = "/v1/jobs", tag = "jobs",
+    get, path = "/v1/jobs", operation_id = "jobs_list", tag = "jobs",
     params(ListQuery),
     responses((status = 200, description = "A page of jobs by id, without payloads", body = JobPage))
 )]
@@ -164,7 +164,7 @@ pub async fn list(
 /// oldest first, with who made it: `api`, `dispatcher`, `reconciler`,
 /// `results`, or `sql` for changes made by hand.
 #[utoipa::path(
-    get, path = "/v1/jobs/{id}/history", tag = "jobs",
+    get, path = "/v1/jobs/{id}/history", operation_id = "job_history", tag = "jobs",
     params(("id" = u64, Path, description = "The job's id")),
     responses((status = 200, description = "Every change of state, time or attempt, oldest first", body = History))
 )]

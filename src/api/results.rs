@@ -26,7 +26,7 @@ use crate::store::{Disposition, Redriven};
 /// report on the results topic would be skipped and counted; 404 when there
 /// is no such job; 400 `invalid_report` for a malformed body.
 #[utoipa::path(
-    post, path = "/v1/jobs/{id}/result", tag = "results",
+    post, path = "/v1/jobs/{id}/result", operation_id = "job_result_report", tag = "results",
     params(("id" = u64, Path, description = "The job's id")),
     request_body = crate::outcome::ReportBody,
     responses((status = 200, description = "Applied, or ignored with the reason", body = ReportAnswer))
@@ -117,7 +117,7 @@ pub struct RedriveJob {
 /// number goes on counting. 200 with the job; 409 `not_dead` with the job
 /// when it is not dead.
 #[utoipa::path(
-    post, path = "/v1/jobs/{id}/redrive", tag = "results",
+    post, path = "/v1/jobs/{id}/redrive", operation_id = "job_redrive", tag = "results",
     params(("id" = u64, Path, description = "The job's id")),
     request_body(content = Option<RedriveJob>, description = "All optional; an empty body redrives now with the topic's max_attempts"),
     responses((status = 200, description = "Pending again", body = JobView))

@@ -497,7 +497,7 @@ async fn view_with_pending(state: &ApiState, row: ScheduleRow) -> Result<Schedul
 /// existing schedule when the request is the same, 409 `key_conflict`
 /// otherwise.
 #[utoipa::path(
-    post, path = "/v1/schedules", tag = "schedules",
+    post, path = "/v1/schedules", operation_id = "schedule_create", tag = "schedules",
     request_body = CreateSchedule,
     responses(
         (status = 201, description = "Created", body = ScheduleView),
@@ -551,7 +551,7 @@ pub async fn create(
 }
 
 #[utoipa::path(
-    get, path = "/v1/schedules/{id}", tag = "schedules",
+    get, path = "/v1/schedules/{id}", operation_id = "schedule_get", tag = "schedules",
     params(("id" = u64, Path, description = "The schedule's id")),
     responses((status = 200, description = "The schedule, with its pending occurrences", body = ScheduleView))
 )]
@@ -568,6 +568,7 @@ pub async fn get(
 /// Query of `GET /v1/schedules`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct ListQuery {
     pub topic: Option<String>,
     /// `active`, `paused` or `ended`.
@@ -579,7 +580,7 @@ pub struct ListQuery {
 }
 
 #[utoipa::path(
-    get, path = "/v1/schedules", tag = "schedules",
+    get, path = "/v1/schedules", operation_id = "schedules_list", tag = "schedules",
     params(ListQuery),
     responses((status = 200, description = "Schedules by id", body = SchedulePage))
 )]
@@ -639,7 +640,7 @@ pub async fn list(
 /// ones are updated in place, or replaced when the times or bounds change
 /// (docs/schedules.md).
 #[utoipa::path(
-    patch, path = "/v1/schedules/{id}", tag = "schedules",
+    patch, path = "/v1/schedules/{id}", operation_id = "schedule_modify", tag = "schedules",
     params(("id" = u64, Path, description = "The schedule's id")),
     request_body = PatchSchedule,
     responses((status = 200, description = "Changed", body = ScheduleChanged))
@@ -714,7 +715,7 @@ async fn pause_or_resume(
 /// `POST /v1/schedules/{id}/pause` — creates nothing more; its pending
 /// occurrences not yet due are deleted. Idempotent.
 #[utoipa::path(
-    post, path = "/v1/schedules/{id}/pause", tag = "schedules",
+    post, path = "/v1/schedules/{id}/pause", operation_id = "schedule_pause", tag = "schedules",
     params(("id" = u64, Path, description = "The schedule's id")),
     responses((status = 200, description = "Paused", body = ScheduleChanged))
 )]
@@ -729,7 +730,7 @@ pub async fn pause(
 /// `POST /v1/schedules/{id}/resume` — goes on from now: occurrences that
 /// fell during the pause are not misfires. Idempotent.
 #[utoipa::path(
-    post, path = "/v1/schedules/{id}/resume", tag = "schedules",
+    post, path = "/v1/schedules/{id}/resume", operation_id = "schedule_resume", tag = "schedules",
     params(("id" = u64, Path, description = "The schedule's id")),
     responses((status = 200, description = "Active again", body = ScheduleChanged))
 )]
@@ -744,6 +745,7 @@ pub async fn resume(
 /// Query of `DELETE /v1/schedules/{id}`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
+#[into_params(parameter_in = Query)]
 pub struct DeleteQuery {
     /// `cancel` (default): its pending occurrences never run; `keep`: they
     /// run as ordinary jobs.
@@ -751,7 +753,7 @@ pub struct DeleteQuery {
 }
 
 #[utoipa::path(
-    delete, path = "/v1/schedules/{id}", tag = "schedules",
+    delete, path = "/v1/schedules/{id}", operation_id = "schedule_delete", tag = "schedules",
     params(("id" = u64, Path, description = "The schedule's id"), DeleteQuery),
     responses((status = 200, description = "Deleted", body = ScheduleDeleted))
 )]
@@ -788,7 +790,7 @@ pub async fn delete(
 /// `POST /v1/schedules/preview` — the occurrences a timing gives, with the
 /// time-zone rules applied; nothing is stored.
 #[utoipa::path(
-    post, path = "/v1/schedules/preview", tag = "schedules",
+    post, path = "/v1/schedules/preview", operation_id = "schedule_preview", tag = "schedules",
     request_body = PreviewSchedule,
     responses((status = 200, description = "The next occurrences", body = Preview))
 )]

@@ -75,7 +75,7 @@ struct Cached {
 /// per minute of a recent sample, live instances and dispatchers, and the
 /// results consumer's lag.
 #[utoipa::path(
-    get, path = "/v1/stats", tag = "operations",
+    get, path = "/v1/stats", operation_id = "stats_get", tag = "operations",
     responses((status = 200, description = "The stores as they are now", body = Stats))
 )]
 pub async fn get(State(state): State<ApiState>, caller: Caller) -> Result<Json<Stats>, ApiError> {

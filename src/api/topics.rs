@@ -72,7 +72,7 @@ fn topic_checked(caller: &Caller, topic: &str) -> Result<(), ApiError> {
 }
 
 #[utoipa::path(
-    get, path = "/v1/topics", tag = "topics",
+    get, path = "/v1/topics", operation_id = "topics_list", tag = "topics",
     responses((status = 200, description = "Paused and paced topics", body = TopicList))
 )]
 pub async fn list(
@@ -102,7 +102,7 @@ pub async fn list(
 }
 
 #[utoipa::path(
-    get, path = "/v1/topics/{topic}", tag = "topics",
+    get, path = "/v1/topics/{topic}", operation_id = "topic_get", tag = "topics",
     params(("topic" = String, Path, description = "The topic")),
     responses((status = 200, description = "The topic's controls", body = TopicView))
 )]
@@ -122,7 +122,7 @@ pub async fn get(
 /// produced (one a dispatcher claimed a moment before is already on its
 /// way); due jobs stay pending. Idempotent.
 #[utoipa::path(
-    post, path = "/v1/topics/{topic}/pause", tag = "topics",
+    post, path = "/v1/topics/{topic}/pause", operation_id = "topic_pause", tag = "topics",
     params(("topic" = String, Path, description = "The topic")),
     responses((status = 200, description = "Paused", body = TopicView))
 )]
@@ -145,7 +145,7 @@ pub async fn pause(
 /// `POST /v1/topics/{topic}/resume` — the topic's due jobs are produced
 /// (at its pace, if it has one), oldest first. Idempotent.
 #[utoipa::path(
-    post, path = "/v1/topics/{topic}/resume", tag = "topics",
+    post, path = "/v1/topics/{topic}/resume", operation_id = "topic_resume", tag = "topics",
     params(("topic" = String, Path, description = "The topic")),
     responses((status = 200, description = "Resumed", body = TopicView))
 )]
@@ -176,7 +176,7 @@ pub async fn resume(
 
 /// `PATCH /v1/topics/{topic}` — sets or removes the topic's pace.
 #[utoipa::path(
-    patch, path = "/v1/topics/{topic}", tag = "topics",
+    patch, path = "/v1/topics/{topic}", operation_id = "topic_modify", tag = "topics",
     params(("topic" = String, Path, description = "The topic")),
     request_body = PatchTopic,
     responses((status = 200, description = "Changed", body = TopicView))

@@ -184,23 +184,28 @@ impl Doctor {
         Ok(())
     }
 
+    /// Settles every claim in doubt whose quiet time is over, by reading
+    /// its topic back (as the reconciler does each pass). Returns how many
+    /// went back to pending.
     async fn rescue_claims(&self) -> Result<usize, String> {
+        let read_back = crate::reconciler::ReadBack {
+            brokers: &self.config.kafka_brokers,
+            options: &self.config.kafka_options,
+            wait: crate::reconciler::READBACK_WAIT,
+        };
         let mut total = 0;
         loop {
-            let rescued = self
-                .store
-                .job_rescue_expired(1_000)
-                .await
-                .map_err(|e| e.to_string())?;
-            if rescued.is_empty() {
+            let settled =
+                crate::reconciler::doubts_settle(&self.store, &self.index, &read_back, 1_000)
+                    .await
+                    .map_err(|e| e.to_string())?;
+            if settled.unsettled > 0 {
+                return Err("kafka could not be read back to settle the claims in doubt".to_owned());
+            }
+            total += settled.absent;
+            if settled.absent + settled.produced < 1_000 {
                 return Ok(total);
             }
-            total += rescued.len();
-            let entries: Vec<_> = rescued.iter().map(|e| (e.id, e.schedule_time)).collect();
-            self.index
-                .job_refeed_many(&entries)
-                .await
-                .map_err(|e| e.to_string())?;
         }
     }
 
@@ -218,6 +223,11 @@ impl Doctor {
             self.check_claims(&mut candidates)
                 .await
                 .unwrap_or_else(|err| unreachable_store("claims", err)),
+        );
+        findings.push(
+            self.check_unreadable()
+                .await
+                .unwrap_or_else(|err| unreachable_store("unreadable", err)),
         );
         findings.push(self.check_positions().await);
         findings.push(self.check_lag().await);
@@ -371,13 +381,36 @@ impl Doctor {
             check: CHECK,
             verdict: Verdict::Fail,
             summary: format!(
-                "{count} dispatching jobs are past their claim lease, the oldest by {} s",
+                "{count} dispatching jobs are past their claim lease (or their doubt's quiet time) and not yet settled, the oldest by {} s",
                 oldest_ms / 1000
             ),
             count,
             ids: Vec::new(),
             fix: Some(
-                "the reconciler returns them to pending every reconcile_interval_ms — is an instance with the reconciler role running (tickler instances)? tickler doctor --repair does it now".to_owned(),
+                "the reconciler reads their topics back every reconcile_interval_ms and marks each dispatched or returns it to pending — is an instance with the reconciler role running (tickler instances), and can it read Kafka? tickler doctor --repair does it now".to_owned(),
+            ),
+        })
+    }
+
+    /// Jobs set aside as dead because their row did not decode when
+    /// claimed (a hand edit the column accepted, such as `headers = '7'`).
+    async fn check_unreadable(&self) -> Result<Finding, DoctorError> {
+        const CHECK: &str = "unreadable";
+        let (count, ids) = self.store.job_unreadable(20).await?;
+        if count == 0 {
+            return Ok(Finding::ok(
+                CHECK,
+                "no job was set aside as unreadable".to_owned(),
+            ));
+        }
+        Ok(Finding {
+            check: CHECK,
+            verdict: Verdict::Warn,
+            summary: format!("{count} jobs were set aside as dead because their row does not decode"),
+            count,
+            ids,
+            fix: Some(
+                "last_error says which column; repair it by hand (e.g. UPDATE jobs SET headers = NULL WHERE id = …), then POST /v1/jobs/{id}/redrive".to_owned(),
             ),
         })
     }

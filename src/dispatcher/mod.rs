@@ -339,8 +339,14 @@ pub enum Failure {
     /// Not acknowledged in time: the topic may have vanished (checked
     /// against fresh metadata) or the broker is slow.
     TimedOut(String),
-    /// The broker's trouble, not the job's: tried again, attempt uncounted.
+    /// The broker's trouble, not the job's, reported for a record handed
+    /// to it (a delivery failure): it may have been persisted all the same,
+    /// so the claim is put in doubt and settled by reading the topic back.
     Broker(String),
+    /// Never handed to the broker (the producer's queue refused it, or the
+    /// dispatcher withheld it: its lease ran out, its topic was paused):
+    /// tried again, attempt uncounted.
+    Unsent(String),
     /// Not sent: the topic was missing from metadata more than a second
     /// old, which is being fetched again. Tried again, attempt uncounted,
     /// and no sign of trouble with the broker.
@@ -426,8 +432,8 @@ impl Dispatcher {
     ///
     /// Three tasks beside this loop's claiming: the releaser holds claimed
     /// jobs until their time and sends them, the acknowledger waits for the
-    /// broker's answers, the settler records them. At most `pipeline_max`
-    /// jobs are between the claim and their record at once.
+    /// broker's answers, the settler records them. At most twice a batch
+    /// per shard held are between the claim and their record at once.
     pub async fn run(self, cancel: CancellationToken) {
         let mut failures = 0u32;
         tracing::info!("dispatcher started");
@@ -545,6 +551,8 @@ impl Dispatcher {
 
     fn releaser(&self) -> Releaser {
         Releaser {
+            ownership: self.ownership.clone(),
+            controls: self.controls.clone(),
             topics: self.topics.clone(),
             acks: self.acks.clone(),
             ack_wait: self.config.ack_wait,
@@ -601,6 +609,7 @@ impl Dispatcher {
             Some(Claimed {
                 token,
                 producer: self.producer_current(),
+                send_by: clock.at + self.send_window(),
                 clock,
                 retry_ms,
                 jobs,
@@ -764,6 +773,18 @@ impl Dispatcher {
                 metrics::index_failed("drop expired jobs", outcome.expired.len(), &err);
             }
         }
+        if !outcome.unreadable.is_empty() {
+            // Set aside as dead by the compare-and-set itself; the others
+            // of the pass go on.
+            for (id, reason) in &outcome.unreadable {
+                tracing::error!(job_id = id, error = %reason, "claimed row does not decode; set aside as dead");
+            }
+            metrics::jobs_unreadable(outcome.unreadable.len());
+            let ids: Vec<JobId> = outcome.unreadable.iter().map(|(id, _)| *id).collect();
+            if let Err(err) = self.index.job_remove_many(&ids).await {
+                metrics::index_failed("drop unreadable jobs", ids.len(), &err);
+            }
+        }
         report.stale = outcome.stale.len();
         report.not_due = outcome.not_due.len();
         metrics::dispatch_cas_lost(outcome.stale.len() + outcome.not_due.len());
@@ -804,6 +825,18 @@ impl Dispatcher {
             at: answered,
         };
         Some((outcome.won, clock))
+    }
+
+    /// How long after its claim a job may still be handed to the producer:
+    /// its record then reaches the broker or is given up by the producer
+    /// (`message.timeout.ms`) before the claim's lease expires, with a
+    /// margin for what is on the wire. Past the lease the reconciler reads
+    /// the topic back, and that reading must be final.
+    fn send_window(&self) -> Duration {
+        self.config
+            .lease
+            .saturating_sub(Duration::from_millis(self.config.message_timeout_ms))
+            .saturating_sub(kafka::IN_FLIGHT_MARGIN)
     }
 
     async fn index_requeue(&self, jobs: &[(JobId, i64)]) {

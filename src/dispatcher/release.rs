@@ -11,8 +11,16 @@
 //! claimer runs the next compare-and-set while records of the last one are
 //! in flight and the one before is being marked.
 //!
+//! Nothing is sent that this instance may no longer send: before each
+//! record the releaser checks that its heartbeat is still fresh for the
+//! others (a paused or partitioned instance that wakes sends nothing it may
+//! have lost), that the claim is young enough for its record to land or be
+//! given up before the claim's lease ends, and that the topic was not
+//! paused since. A job withheld goes back to `pending`.
+//!
 //! What a crash leaves behind: held jobs are `dispatching` under this
-//! instance, exactly as after a claim; they are rescued like any other.
+//! instance, exactly as after a claim; they are put in doubt and settled
+//! like any other.
 
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
@@ -22,15 +30,17 @@ use chrono::{TimeZone, Utc};
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
 use rdkafka::producer::FutureProducer;
-use tokio::sync::{mpsc, Semaphore};
+use tokio::sync::{mpsc, watch, Semaphore};
 use tokio_util::task::TaskTracker;
 
 use super::settle::{Settle, Settler};
 use super::{
     enqueue, kafka_failure, Acks, Delivery, Failure, Sent, TOPIC_MISSING_TRUST, TOPIC_SILENT_AFTER,
 };
+use crate::control::TopicControls;
 use crate::job::Job;
 use crate::kafka::{TopicState, Topics, TOPICS_REFRESH_MIN};
+use crate::membership::Ownership;
 use crate::metrics;
 
 /// Where the database's clock stood when a compare-and-set answered: it
@@ -60,6 +70,8 @@ impl DbClock {
 pub(super) struct Claimed {
     pub token: u64,
     pub producer: FutureProducer,
+    /// No record of this claim is handed to the producer after this.
+    pub send_by: Instant,
     pub clock: DbClock,
     /// When a job whose send failed for the broker's sake is tried again
     /// (Redis's clock, ms).
@@ -71,8 +83,21 @@ pub(super) struct Claimed {
 struct Batch {
     token: u64,
     producer: FutureProducer,
+    send_by: Instant,
     clock: DbClock,
     retry_ms: i64,
+}
+
+impl Batch {
+    fn of(claim: &Claimed) -> Batch {
+        Batch {
+            token: claim.token,
+            producer: claim.producer.clone(),
+            send_by: claim.send_by,
+            clock: claim.clock,
+            retry_ms: claim.retry_ms,
+        }
+    }
 }
 
 /// Records handed to the producer together, and what is known of them.
@@ -89,6 +114,10 @@ pub(super) struct Released {
 /// Sends records and collects the broker's answers.
 #[derive(Clone)]
 pub(super) struct Releaser {
+    /// Whether this instance is still alive for the others.
+    pub ownership: watch::Receiver<Ownership>,
+    /// Whether a topic was paused since its jobs were claimed.
+    pub controls: TopicControls,
     pub topics: Topics,
     pub acks: Arc<Acks>,
     pub ack_wait: Duration,
@@ -139,12 +168,7 @@ impl Releaser {
             tokio::select! {
                 batch = claimed.recv(), if open => match batch {
                     Some(claim) => {
-                        let batch = Arc::new(Batch {
-                            token: claim.token,
-                            producer: claim.producer,
-                            clock: claim.clock,
-                            retry_ms: claim.retry_ms,
-                        });
+                        let batch = Arc::new(Batch::of(&claim));
                         for job in claim.jobs {
                             let at = batch.clock.instant_of(job.schedule_time.timestamp_millis());
                             metrics::dispatch_stage(
@@ -181,12 +205,7 @@ impl Releaser {
     /// Sends every job of `claimed` at its time, waits for every
     /// acknowledgement and records the outcomes (`Dispatcher::run_once`).
     pub async fn release_now(&self, claimed: Claimed) -> Settle {
-        let batch = Batch {
-            token: claimed.token,
-            producer: claimed.producer,
-            clock: claimed.clock,
-            retry_ms: claimed.retry_ms,
-        };
+        let batch = Batch::of(&claimed);
         let mut jobs = claimed.jobs;
         jobs.sort_by_key(|job| job.schedule_time);
         let latest = jobs
@@ -220,6 +239,15 @@ impl Releaser {
             .single()
             .unwrap_or_else(Utc::now);
         for job in jobs {
+            // Asked for every record, right before it is handed over: the
+            // gap in which a pause could slip a record past the check is
+            // this loop's few instructions, not a group's sending.
+            let now = Instant::now();
+            let alive = self
+                .ownership
+                .borrow()
+                .alive_at(tokio::time::Instant::from_std(now));
+            let in_time = now < batch.send_by;
             let sent = |job: &Job, result| Sent {
                 id: job.id,
                 token: batch.token,
@@ -229,6 +257,27 @@ impl Releaser {
                 retry_ms: batch.retry_ms,
                 result,
             };
+            if !alive || !in_time {
+                // The others may have declared this instance dead (paused,
+                // partitioned) and the claim in doubt: sending now could
+                // land after the read-back that settles it.
+                metrics::dispatch_withheld("lease", 1);
+                let why = if alive {
+                    "the claim is too old to send safely"
+                } else {
+                    "this instance's heartbeat is older than it may trust"
+                };
+                outcomes.push(sent(&job, Err(Failure::Unsent(format!("not sent: {why}")))));
+                continue;
+            }
+            if !self.controls.send_allowed(&job.topic, batch.clock.at) {
+                metrics::dispatch_withheld("paused", 1);
+                outcomes.push(sent(
+                    &job,
+                    Err(Failure::Unsent("not sent: the topic is paused".to_owned())),
+                ));
+                continue;
+            }
             if self.topics.state(&job.topic) == TopicState::Missing {
                 // Refused only on recent metadata, so a topic created since
                 // is not held against a job. Older metadata is fetched again
@@ -273,7 +322,15 @@ impl Releaser {
                         .boxed(),
                     );
                 }
-                Err(err) => outcomes.push(sent(&job, Err(kafka_failure(&err)))),
+                // Not handed to the broker: a refusal of the record
+                // itself counts against the job, anything else is retried.
+                Err(err) => outcomes.push(sent(
+                    &job,
+                    Err(match kafka_failure(&err) {
+                        refused @ Failure::Refused { .. } => refused,
+                        _ => Failure::Unsent(err.to_string()),
+                    }),
+                )),
             }
         }
         Released {

@@ -1,5 +1,7 @@
 //! Recording what became of sent records: marks produced jobs
-//! `dispatched`, returns the broker's failures to `pending`, counts
+//! `dispatched`, puts records the broker may have taken without saying so
+//! (timed out, connection lost mid-request) in doubt for the reconciler to
+//! read back, returns jobs never handed to the broker to `pending`, counts
 //! refusals as failed attempts, and releases or moves the Redis claims.
 //!
 //! Under load the settler takes every group waiting for it at once (up to
@@ -17,7 +19,7 @@ use tokio::sync::mpsc;
 use super::{Failure, Pipeline, Sent};
 use crate::index::Index;
 use crate::job::JobId;
-use crate::kafka::{TopicState, Topics, TOPICS_REFRESH_MIN};
+use crate::kafka::{self, TopicState, Topics, TOPICS_REFRESH_MIN};
 use crate::metrics;
 use crate::results::Resolver;
 use crate::store::{Dispatched, Marked, Store};
@@ -101,6 +103,9 @@ impl Settler {
         // By claim token.
         let mut refused: BTreeMap<u64, Vec<(JobId, String)>> = BTreeMap::new();
         let mut failed: BTreeMap<u64, (Vec<JobId>, i64)> = BTreeMap::new();
+        // Handed to the broker, fate unknown: by claim token.
+        let mut doubted: BTreeMap<u64, Vec<JobId>> = BTreeMap::new();
+        let mut doubt_error = None;
         let mut failed_count = 0usize;
         let mut refused_count = 0usize;
         let mut unchecked = 0usize;
@@ -145,7 +150,15 @@ impl Settler {
                     refused_count += 1;
                 }
                 Failure::TimedOut(message) | Failure::Broker(message) => {
-                    tracing::warn!(job_id = sent.id, error = %message, "produce failed");
+                    // The broker may have taken it all the same: a cancel
+                    // must not answer `cancelled` until it is known.
+                    tracing::warn!(job_id = sent.id, error = %message, "produce failed; the record may be on the broker");
+                    doubt_error.get_or_insert(message);
+                    doubted.entry(sent.token).or_default().push(sent.id);
+                    failed_count += 1;
+                }
+                Failure::Unsent(message) => {
+                    tracing::debug!(job_id = sent.id, error = %message, "record not handed to the broker");
                     first_error.get_or_insert(message);
                     let entry = failed
                         .entry(sent.token)
@@ -186,6 +199,30 @@ impl Settler {
                     // The rows stay dispatching; the reconciler frees them
                     // when the lease expires.
                     Err(err) => tracing::warn!(error = %err, "cannot release failed claims"),
+                }
+            }
+        }
+        if !doubted.is_empty() {
+            let error = format!(
+                "not acknowledged ({}); its topic is read back before it is produced again",
+                doubt_error.unwrap_or_default()
+            );
+            for (token, ids) in &doubted {
+                match self
+                    .store
+                    .job_doubt_many(*token, ids, &error, kafka::IN_FLIGHT_MARGIN)
+                    .await
+                {
+                    // Out of Redis: the reconciler indexes them again if
+                    // they were not produced.
+                    Ok(_) => {
+                        if let Err(err) = self.index.job_remove_many(ids).await {
+                            metrics::index_failed("drop jobs in doubt", ids.len(), &err);
+                        }
+                    }
+                    // The rows stay dispatching under their claim; the
+                    // reconciler reads them back when the lease expires.
+                    Err(err) => tracing::warn!(error = %err, "cannot put claims in doubt"),
                 }
             }
         }

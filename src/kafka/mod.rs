@@ -2,6 +2,7 @@
 //! broker's topics, shared by the dispatcher, the API, the results role,
 //! the demo and the tests.
 
+pub mod readback;
 pub mod support;
 
 use std::collections::BTreeMap;
@@ -13,6 +14,11 @@ use rdkafka::error::KafkaError;
 use rdkafka::producer::{FutureProducer, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
+
+/// How long after a producer gave up on a record (`message.timeout.ms`)
+/// tickler still expects the broker may take it: what was already on the
+/// wire, or in the broker's socket. A claim in doubt is read back no sooner.
+pub const IN_FLIGHT_MARGIN: Duration = Duration::from_secs(2);
 
 /// The settings every tickler Kafka client shares.
 pub fn client_config(brokers: &str) -> ClientConfig {

@@ -12,9 +12,7 @@ use std::time::Duration;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, QueryBuilder, Row};
 
-use super::jobs::push_id_list;
-use super::{Store, StoreError, WindowEntry};
-use crate::job::JobId;
+use super::{Store, StoreError};
 
 /// Who an instance is, as its row says.
 #[derive(Debug, Clone)]
@@ -295,61 +293,37 @@ impl Store {
         Ok(query.build().execute(&self.pool).await?.rows_affected())
     }
 
-    /// `dispatching → pending` for rows claimed by instances dead by the
-    /// database's clock (heartbeat older than `ttl`, or no row at all): at
-    /// once, without waiting for the claim lease. Returns the rows rescued,
-    /// to be put back in the index. Safe on several instances at once.
+    /// Puts the claims of instances dead by the database's clock
+    /// (heartbeat older than `ttl`, or no row at all) in doubt, at once
+    /// rather than after the claim lease: a dead instance may have handed
+    /// their records to the broker, or (paused, not dead) may still. It
+    /// sends nothing once its own heartbeat is older than the TTL
+    /// (`Releaser`), and its producer gives up on a record after
+    /// `kafka_message_timeout_ms`; so after `quiet` (that timeout and a
+    /// margin) nothing of these claims can still arrive, and the reconciler
+    /// reads their topics back to tell produced from not. Returns how many
+    /// rows it put in doubt. Safe on several instances at once.
     ///
-    /// Crash after this commits: the rows are pending and overdue; the
-    /// reconciler's probe re-indexes them.
+    /// Crash after this commits: the rows are in doubt; any reconciler
+    /// settles them.
     pub async fn job_rescue_dead(
         &self,
         ttl: Duration,
+        quiet: Duration,
         limit: u32,
-    ) -> Result<Vec<WindowEntry>, StoreError> {
-        let dead_claim = |query: &mut QueryBuilder<'_, MySql>| {
-            query.push(
-                "status = 'dispatching' AND claimed_by IS NOT NULL AND claimed_by NOT IN \
-                 (SELECT id FROM instances WHERE heartbeat_at >= ",
-            );
-            push_alive_since(query, ttl);
-            query.push(")");
-        };
-        let mut select = QueryBuilder::<MySql>::new("SELECT id, schedule_time FROM jobs WHERE ");
-        dead_claim(&mut select);
-        select
-            .push(" ORDER BY schedule_time LIMIT ")
-            .push_bind(limit);
-        let rows = select.build().fetch_all(&self.pool).await?;
-        let dead = rows
-            .iter()
-            .map(WindowEntry::from_row)
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        if dead.is_empty() {
-            return Ok(dead);
-        }
+    ) -> Result<u64, StoreError> {
         let mut update = QueryBuilder::<MySql>::new(
-            "UPDATE jobs SET status = 'pending', version = version + 1, claim_token = NULL, \
-             claim_expires_at = NULL, \
-             last_error = CONCAT('claimed by instance ', claimed_by, ', which died'), \
-             claimed_by = NULL WHERE ",
+            "UPDATE jobs SET claim_expires_at = LEAST(claim_expires_at, TIMESTAMPADD(MICROSECOND, ",
         );
-        dead_claim(&mut update);
-        update.push(" AND id IN ");
-        let ids: Vec<JobId> = dead.iter().map(|e| e.id).collect();
-        push_id_list(&mut update, &ids);
-        let rescued = update.build().execute(&self.pool).await?.rows_affected();
-        if rescued < dead.len() as u64 {
-            // A row moved on between the two statements (its owner marked
-            // it, or another instance rescued it first): report only rows
-            // now pending without a claim, the ones to index.
-            let mut check = QueryBuilder::<MySql>::new(
-                "SELECT id, schedule_time FROM jobs WHERE status = 'pending' AND claim_token IS NULL AND id IN ",
-            );
-            push_id_list(&mut check, &ids);
-            let rows = check.build().fetch_all(&self.pool).await?;
-            return rows.iter().map(WindowEntry::from_row).collect();
-        }
-        Ok(dead)
+        update.push_bind(micros(quiet)).push(
+            ", UTC_TIMESTAMP(3))), \
+                 last_error = CONCAT('claimed by instance ', claimed_by, \
+                 ', which died; its topic is read back before the job is produced again'), \
+                 claimed_by = NULL WHERE status = 'dispatching' AND claimed_by IS NOT NULL \
+                 AND claimed_by NOT IN (SELECT id FROM instances WHERE heartbeat_at >= ",
+        );
+        push_alive_since(&mut update, ttl);
+        update.push(") LIMIT ").push_bind(limit);
+        Ok(update.build().execute(&self.pool).await?.rows_affected())
     }
 }

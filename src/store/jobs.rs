@@ -29,6 +29,10 @@ macro_rules! job_columns {
 
 pub(super) const JOB_COLUMNS: &str = job_columns!("payload");
 
+/// How `last_error` starts on a job set aside because its row does not
+/// decode (`tickler doctor` names them by it).
+pub const UNREADABLE_PREFIX: &str = "unreadable row: ";
+
 /// The claim's condition that the row's topic is not paused.
 const PAUSED_NOT: &str = "topic NOT IN (SELECT topic FROM topic_controls WHERE paused) AND ";
 pub(super) const JOB_COLUMNS_NO_PAYLOAD: &str = job_columns!("CAST('' AS BINARY) AS payload");
@@ -136,6 +140,9 @@ pub struct ClaimOutcome {
     /// Ids still `pending` whose topic is paused: out of the index until
     /// the topic resumes.
     pub paused: Vec<JobId>,
+    /// Ids this claim won whose row does not decode (a hand edit such as
+    /// `headers = '7'`), with why: set aside as `dead`, never sent.
+    pub unreadable: Vec<(JobId, String)>,
     /// The database's clock when the claim was decided.
     pub db_now: Option<DateTime<Utc>>,
 }
@@ -149,6 +156,19 @@ pub struct Marked {
     /// Jobs a report sent back to `pending` before the mark: Redis already
     /// holds them at their retry time, so their entries must stay.
     pub retried_early: Vec<JobId>,
+}
+
+/// A claim whose outcome is unknown, to be read back from Kafka.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Doubt {
+    pub id: JobId,
+    pub topic: String,
+    pub attempt: u32,
+    /// The claim's token (None only for rows set `dispatching` by hand).
+    pub token: Option<u64>,
+    /// No record of this claim can be older than this (database clock).
+    pub since: DateTime<Utc>,
+    pub schedule_time: DateTime<Utc>,
 }
 
 /// A job produced to Kafka, ready to be marked.
@@ -576,7 +596,7 @@ impl Store {
             .push_bind(token)
             .push(", claimed_by = ")
             .push_bind(fence.instance)
-            .push(", claim_expires_at = TIMESTAMPADD(MICROSECOND, ")
+            .push(", claimed_at = UTC_TIMESTAMP(3), claim_expires_at = TIMESTAMPADD(MICROSECOND, ")
             .push_bind(lease_us)
             .push(
                 ", UTC_TIMESTAMP(3)) WHERE status = 'pending' \
@@ -593,7 +613,6 @@ impl Store {
         push_fence(&mut update, fence);
         update.push(" AND id IN ");
         push_id_list(&mut update, ids);
-        update.build().execute(&self.pool).await?;
 
         let mut select = QueryBuilder::<MySql>::new(format!(
             "SELECT {JOB_COLUMNS}, claim_token, UTC_TIMESTAMP(3) AS db_now, "
@@ -609,33 +628,61 @@ impl Store {
         });
         select.push(" AS paused FROM jobs WHERE id IN ");
         push_id_list(&mut select, ids);
-        let rows = select.build().fetch_all(&self.pool).await?;
+
+        // The UPDATE and the SELECT that tells what it won are one
+        // transaction on one connection: if the SELECT fails, nothing was
+        // won (rather than rows held for the whole lease, unseen).
+        let mut tx = self.pool.begin().await?;
+        update.build().execute(&mut *tx).await?;
+        let rows = select.build().fetch_all(&mut *tx).await?;
 
         let mut outcome = ClaimOutcome::default();
         let mut seen = Vec::with_capacity(rows.len());
         for row in &rows {
-            let job = job_from_row(row)?;
+            let id: JobId = row.try_get("id")?;
+            let status = text(row, "status")?.unwrap_or_default();
+            let schedule_time: NaiveDateTime = row.try_get("schedule_time")?;
+            let schedule_time = schedule_time.and_utc();
             let claimed_by: Option<u64> = row.try_get("claim_token")?;
             let db_now: NaiveDateTime = row.try_get("db_now")?;
             let fence_holds: i64 = row.try_get("fence_holds")?;
             let expired: i64 = row.try_get("expired")?;
             let paused: i64 = row.try_get("paused")?;
             outcome.db_now = Some(db_now.and_utc());
-            seen.push(job.id);
-            match job.status {
-                Status::Dispatching if claimed_by == Some(token) => outcome.won.push(job),
-                Status::Pending if fence_holds == 0 => outcome.fenced.push(job.id),
-                Status::Pending if paused != 0 => outcome.paused.push(job.id),
-                Status::Pending if expired != 0 && job.schedule_time <= db_now.and_utc() => {
-                    outcome.expired.push(job.id)
+            seen.push(id);
+            match status.as_str() {
+                // Decoded one by one: a row this claim won that does not
+                // decode (a hand edit the column accepted) is set aside
+                // below, and never holds up the others.
+                "dispatching" if claimed_by == Some(token) => match job_from_row(row) {
+                    Ok(job) => outcome.won.push(job),
+                    Err(err) => outcome.unreadable.push((id, err.to_string())),
+                },
+                "pending" if fence_holds == 0 => outcome.fenced.push(id),
+                "pending" if paused != 0 => outcome.paused.push(id),
+                "pending" if expired != 0 && schedule_time <= db_now.and_utc() => {
+                    outcome.expired.push(id)
                 }
-                Status::Pending => outcome.not_due.push(WindowEntry {
-                    id: job.id,
-                    schedule_time: job.schedule_time,
-                }),
-                _ => outcome.stale.push(job.id),
+                "pending" => outcome.not_due.push(WindowEntry { id, schedule_time }),
+                _ => outcome.stale.push(id),
             }
         }
+        for (id, reason) in &outcome.unreadable {
+            // Crash before the commit: the claim did not happen either.
+            sqlx::query(
+                "UPDATE jobs SET status = 'dead', version = version + 1, claim_token = NULL, \
+                 claimed_by = NULL, claimed_at = NULL, claim_expires_at = NULL, last_error = ? \
+                 WHERE id = ? AND status = 'dispatching' AND claim_token = ?",
+            )
+            .bind(format!(
+                "{UNREADABLE_PREFIX}{reason}; repair the row by hand, then redrive it"
+            ))
+            .bind(*id)
+            .bind(token)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
         outcome
             .stale
             .extend(ids.iter().filter(|id| !seen.contains(id)));
@@ -670,7 +717,7 @@ impl Store {
             query.push(
                 "SET j.status = 'dispatched', j.version = j.version + 1, \
                      j.claim_token = NULL, j.claimed_by = NULL, j.claim_expires_at = NULL, \
-                     j.dispatched_at = d.t, \
+                     j.claimed_at = NULL, j.dispatched_at = d.t, \
                      j.kafka_partition = d.p, j.kafka_offset = d.o, \
                      j.ack_deadline = IF(j.expects_result, \
                        TIMESTAMPADD(MICROSECOND, j.ack_timeout_ms * 1000, UTC_TIMESTAMP(3)), NULL) \
@@ -717,36 +764,108 @@ impl Store {
         Ok(())
     }
 
-    /// `dispatching → pending` for claims whose lease expired by the
-    /// database's clock: the dispatcher holding them died or stalled. Returns
-    /// the jobs rescued, to be re-indexed. Safe on several instances at once.
-    ///
-    /// Crash after this commits: the rows are pending and overdue; the next
-    /// overdue probe re-indexes them.
-    pub async fn job_rescue_expired(&self, limit: u32) -> Result<Vec<WindowEntry>, StoreError> {
+    /// Claims whose outcome is to be found out now: rows `dispatching`
+    /// whose lease (or, for a claim already in doubt, its quiet time)
+    /// expired by the database's clock. Their record may or may not be on
+    /// Kafka; the reconciler reads their topics back to tell, and until it
+    /// has, a cancel answers `in_flight`. Oldest first.
+    pub async fn job_doubts_due(&self, limit: u32) -> Result<Vec<Doubt>, StoreError> {
         let rows = sqlx::query(
-            "SELECT id, schedule_time FROM jobs WHERE status = 'dispatching' \
-             AND claim_expires_at < UTC_TIMESTAMP(3) ORDER BY schedule_time LIMIT ?",
+            "SELECT id, topic, attempt, claim_token, claimed_at, schedule_time FROM jobs \
+             WHERE status = 'dispatching' AND claim_expires_at < UTC_TIMESTAMP(3) \
+             ORDER BY claim_expires_at LIMIT ?",
         )
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        let expired = rows
-            .iter()
-            .map(WindowEntry::from_row)
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        if expired.is_empty() {
-            return Ok(expired);
+        rows.iter()
+            .map(|row| {
+                let claimed_at: Option<NaiveDateTime> = row.try_get("claimed_at")?;
+                let scheduled: NaiveDateTime = row.try_get("schedule_time")?;
+                Ok(Doubt {
+                    id: row.try_get("id")?,
+                    topic: text(row, "topic")?.unwrap_or_default(),
+                    attempt: row.try_get("attempt")?,
+                    token: row.try_get("claim_token")?,
+                    // A record is stamped no earlier than its claim, nor
+                    // than its schedule (claims made before V22 have no
+                    // claimed_at).
+                    since: claimed_at
+                        .map_or(scheduled, |at| at.max(scheduled))
+                        .and_utc(),
+                    schedule_time: scheduled.and_utc(),
+                })
+            })
+            .collect()
+    }
+
+    /// Puts claims in doubt: their records were handed to the broker and
+    /// their fate is unknown (the send timed out, the broker connection
+    /// failed mid-request). The rows stay `dispatching` — a cancel answers
+    /// `in_flight`, a PATCH is refused — until the reconciler has read the
+    /// topic back, no sooner than `quiet` from now (by when the producer has
+    /// given up on them and the broker has taken what was on the wire).
+    /// The claim keeps its token: a late acknowledgement still marks it.
+    ///
+    /// Crash after this commits: the reconciler settles them as for a dead
+    /// instance's claims.
+    pub async fn job_doubt_many(
+        &self,
+        token: u64,
+        ids: &[JobId],
+        error: &str,
+        quiet: Duration,
+    ) -> Result<u64, StoreError> {
+        if ids.is_empty() {
+            return Ok(0);
         }
-        let mut update = QueryBuilder::<MySql>::new(
-            "UPDATE jobs SET status = 'pending', version = version + 1, claim_token = NULL, \
-             claimed_by = NULL, claim_expires_at = NULL, last_error = 'claim expired: the dispatcher died or stalled' \
-             WHERE status = 'dispatching' AND claim_expires_at < UTC_TIMESTAMP(3) AND id IN ",
+        let quiet_us = u64::try_from(quiet.as_micros()).unwrap_or(u64::MAX);
+        let mut query = QueryBuilder::<MySql>::new(
+            "UPDATE jobs SET claimed_by = NULL, claim_expires_at = LEAST(claim_expires_at, \
+             TIMESTAMPADD(MICROSECOND, ",
         );
-        let ids: Vec<JobId> = expired.iter().map(|e| e.id).collect();
-        push_id_list(&mut update, &ids);
-        update.build().execute(&self.pool).await?;
-        Ok(expired)
+        query
+            .push_bind(quiet_us)
+            .push(", UTC_TIMESTAMP(3))), last_error = ")
+            .push_bind(error)
+            .push(" WHERE status = 'dispatching' AND claim_token = ")
+            .push_bind(token)
+            .push(" AND id IN ");
+        push_id_list(&mut query, ids);
+        Ok(query.build().execute(&self.pool).await?.rows_affected())
+    }
+
+    /// `dispatching → pending` for claims in doubt whose record the
+    /// reconciler did not find on Kafka once nothing more of them could
+    /// arrive: they are produced again (same attempt; `last_error` keeps
+    /// why). Returns those it moved, to be indexed.
+    ///
+    /// Crash after this commits: the rows are pending and overdue; the
+    /// overdue probe indexes them.
+    pub async fn job_doubt_absent(&self, doubts: &[Doubt]) -> Result<Vec<WindowEntry>, StoreError> {
+        let mut moved = Vec::new();
+        for doubt in doubts {
+            let done = sqlx::query(
+                "UPDATE jobs SET status = 'pending', version = version + 1, claim_token = NULL, \
+                 last_error = IF(claimed_by IS NULL, last_error, \
+                   'claim expired: the dispatcher died, stalled or lost its mark; not found on kafka, produced again'), \
+                 claimed_by = NULL, claimed_at = NULL, claim_expires_at = NULL \
+                 WHERE id = ? AND status = 'dispatching' AND claim_token <=> ? \
+                 AND claim_expires_at < UTC_TIMESTAMP(3)",
+            )
+            .bind(doubt.id)
+            .bind(doubt.token)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+            if done == 1 {
+                moved.push(WindowEntry {
+                    id: doubt.id,
+                    schedule_time: doubt.schedule_time,
+                });
+            }
+        }
+        Ok(moved)
     }
 
     /// `pending → cancelled` for jobs past their `expires_at` (a `skip`
@@ -780,7 +899,7 @@ impl Store {
         }
         let mut query = QueryBuilder::<MySql>::new(
             "UPDATE jobs SET status = 'pending', version = version + 1, claim_token = NULL, \
-             claimed_by = NULL, claim_expires_at = NULL, last_error = ",
+             claimed_by = NULL, claimed_at = NULL, claim_expires_at = NULL, last_error = ",
         );
         query
             .push_bind(error)

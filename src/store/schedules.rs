@@ -546,10 +546,19 @@ impl Store {
         }
         let mut update = QueryBuilder::<MySql>::new("UPDATE jobs SET");
         def_set(&mut update, def);
+        // Expiry (misfire = skip) is armed only on occurrences still at
+        // their own instant: one someone moved (PATCH, bulk shift or move,
+        // which clear expires_at) keeps the time it was moved to, however
+        // late. The instant is the key's tail, as occurrence_key writes it.
         update
             .push(", expires_at = IF(")
             .push_bind(def.misfire == Misfire::Skip)
-            .push(", TIMESTAMPADD(MICROSECOND, ")
+            .push(
+                " AND (expires_at IS NOT NULL OR RIGHT(job_key, 24) = CONCAT(\
+                 DATE_FORMAT(schedule_time, '%Y-%m-%dT%H:%i:%s.'), \
+                 LPAD(FLOOR(MICROSECOND(schedule_time) / 1000), 3, '0'), 'Z')), \
+                 TIMESTAMPADD(MICROSECOND, ",
+            )
             .push_bind(u64::from(def.misfire_grace_ms) * 1000)
             .push(", schedule_time), NULL), version = version + 1 WHERE schedule_id = ")
             .push_bind(id)

@@ -147,6 +147,32 @@ impl Store {
     }
 }
 
+impl Store {
+    /// Jobs set aside because their row did not decode when claimed (at
+    /// most `limit` of them, newest first) and how many there are.
+    pub async fn job_unreadable(
+        &self,
+        limit: u32,
+    ) -> Result<(u64, Vec<crate::job::JobId>), StoreError> {
+        let pattern = format!("{}%", super::jobs::UNREADABLE_PREFIX);
+        let count: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM jobs WHERE status = 'dead' AND last_error LIKE ?",
+        )
+        .bind(&pattern)
+        .fetch_one(&self.pool)
+        .await?;
+        let ids: Vec<u64> = sqlx::query_scalar(
+            "SELECT id FROM jobs WHERE status = 'dead' AND last_error LIKE ? \
+             ORDER BY updated_at DESC LIMIT ?",
+        )
+        .bind(&pattern)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        Ok((count as u64, ids))
+    }
+}
+
 /// A job's recorded Kafka position.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Position {

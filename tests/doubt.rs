@@ -1,0 +1,461 @@
+//! Cancel means never, under every fault: claims whose outcome tickler does
+//! not know are "in doubt" — still `dispatching`, so a cancel answers
+//! `in_flight` and a PATCH is refused — until the reconciler has read their
+//! topic back; and an instance sends nothing it may no longer send. Each
+//! test plays one path exactly (rows, records and heartbeats as the fault
+//! leaves them), against the real MariaDB, Redis and broker.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::FutureRecord;
+use serde_json::{json, Value};
+use tickler::config::Config;
+use tickler::control::TopicControls;
+use tickler::dispatcher::{Dispatcher, DispatcherConfig};
+use tickler::kafka::Topics;
+use tickler::membership::{Membership, MembershipConfig};
+use tickler::reconciler::{ReconcileReport, Reconciler, ReconcilerConfig};
+use tickler::results::Resolver;
+use tickler::store::Fence;
+use tickler_testkit::{eventually, fence_all, records_read, TestEnv};
+use tokio::sync::Notify;
+
+/// The API alone: the test drives every other role.
+async fn api_only(adjust: impl FnOnce(&mut Config)) -> TestEnv {
+    TestEnv::start_with(|c| {
+        c.roles = vec!["api".to_owned()];
+        adjust(c);
+    })
+    .await
+}
+
+async fn cancel(env: &TestEnv, id: u64) -> (u16, Value) {
+    env.request("DELETE", &format!("/v1/jobs/{id}"), None).await
+}
+
+async fn outcome_of_cancel(env: &TestEnv, id: u64) -> (u16, String) {
+    let (status, reply) = cancel(env, id).await;
+    (
+        status,
+        reply["outcome"].as_str().unwrap_or_default().to_owned(),
+    )
+}
+
+fn resolver(env: &TestEnv) -> Resolver {
+    Resolver::new(
+        env.store.clone(),
+        env.index.clone(),
+        Arc::new(env.config.clone()),
+        Arc::new(Notify::new()),
+        Arc::new(Notify::new()),
+    )
+}
+
+async fn reconcile(env: &TestEnv) -> ReconcileReport {
+    let reconciler = Reconciler::new(
+        env.store.clone(),
+        env.index.clone(),
+        ReconcilerConfig::from_config(&env.config),
+        Arc::new(Notify::new()),
+        resolver(env),
+    );
+    let now = env.store.db_now().await.unwrap();
+    reconciler.run_once(now).await.unwrap()
+}
+
+/// Produces the record a tickler instance would have produced for (`id`,
+/// `attempt`), as a dispatcher that handed it to the broker and then died
+/// or paused; returns its (partition, offset).
+async fn record_as_a_dispatcher_sent_it(env: &TestEnv, id: u64, attempt: u32) -> (i32, i64) {
+    let producer = tickler::kafka::producer_create(
+        &env.config.kafka_brokers,
+        &env.config.kafka_options,
+        1,
+        10_000,
+    )
+    .unwrap();
+    let now_ms = chrono::Utc::now().timestamp_millis().to_string();
+    let (id, attempt) = (id.to_string(), attempt.to_string());
+    let mut headers = OwnedHeaders::new();
+    for (key, value) in [
+        ("tickler-job-id", &id),
+        ("tickler-attempt", &attempt),
+        ("tickler-scheduled-at", &now_ms),
+        ("tickler-dispatched-at", &now_ms),
+    ] {
+        headers = headers.insert(Header {
+            key,
+            value: Some(value.as_bytes()),
+        });
+    }
+    let delivered = producer
+        .send(
+            FutureRecord::to(&env.topic)
+                .key(&id)
+                .payload("zombie")
+                .headers(headers),
+            Duration::from_secs(10),
+        )
+        .await
+        .map_err(|(err, _)| err)
+        .unwrap();
+    (delivered.partition, delivered.offset)
+}
+
+/// Instance `fence.instance` claims `id` under `token`, as a dispatcher's
+/// compare-and-set does.
+async fn claim(env: &TestEnv, id: u64, token: u64, lease: Duration, fence: &Fence) {
+    let outcome = env
+        .store
+        .job_claim_many(&[id], token, lease, fence)
+        .await
+        .unwrap();
+    assert_eq!(outcome.won.len(), 1, "{outcome:?}");
+}
+
+/// The instance's heartbeat goes silent long past any TTL.
+async fn instance_dies(env: &TestEnv, fence: &Fence) {
+    sqlx::query(
+        "UPDATE instances SET heartbeat_at = TIMESTAMPADD(HOUR, -1, UTC_TIMESTAMP(3)) WHERE id = ?",
+    )
+    .bind(fence.instance)
+    .execute(&env.sql)
+    .await
+    .unwrap();
+}
+
+async fn last_error(env: &TestEnv, id: u64) -> String {
+    let bytes =
+        sqlx::query_scalar::<_, Option<Vec<u8>>>("SELECT last_error FROM jobs WHERE id = ?")
+            .bind(id)
+            .fetch_one(&env.sql)
+            .await
+            .unwrap()
+            .unwrap_or_default();
+    String::from_utf8(bytes).unwrap()
+}
+
+/// Path 1: an instance hands a record to the broker and dies (or pauses)
+/// before marking it. The others must not let a cancel answer `cancelled`:
+/// the claim is in doubt (cancel: `in_flight`) until the topic is read
+/// back, which finds the record — the job is `dispatched` there, and a
+/// cancel now answers `too_late` with that position. Nothing is produced a
+/// second time.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_record_a_dead_instance_handed_to_the_broker_is_found_and_no_cancel_says_cancelled() {
+    let env = api_only(|_| {}).await;
+    let consumer = env.consumer();
+    let id = env.job_create(json!({"payload": 1, "delay_ms": 0})).await["id"]
+        .as_u64()
+        .unwrap();
+    let zombie = fence_all(&env.store, env.config.shards).await;
+    claim(&env, id, 77, Duration::from_secs(30), &zombie).await;
+    let (partition, offset) = record_as_a_dispatcher_sent_it(&env, id, 1).await;
+    instance_dies(&env, &zombie).await;
+
+    let doubted = env
+        .store
+        .job_rescue_dead(env.config.instance_ttl(), Duration::from_millis(200), 100)
+        .await
+        .unwrap();
+    assert_eq!(doubted, 1);
+    assert_eq!(
+        outcome_of_cancel(&env, id).await,
+        (409, "in_flight".to_owned())
+    );
+    let (status, _) = env
+        .request(
+            "PATCH",
+            &format!("/v1/jobs/{id}"),
+            Some(json!({"version": 2, "delay_ms": 60_000}).to_string()),
+        )
+        .await;
+    assert_eq!(status, 409, "a PATCH is refused too");
+    assert_eq!(
+        reconcile(&env).await.found,
+        0,
+        "not read back before its quiet time"
+    );
+
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let report = reconcile(&env).await;
+    assert_eq!((report.found, report.rescued), (1, 0), "{report:?}");
+    assert_eq!(env.job_status(id).await, "dispatched");
+    let (status, reply) = cancel(&env, id).await;
+    assert_eq!((status, reply["outcome"].as_str()), (409, Some("too_late")));
+    assert_eq!(reply["kafka"]["partition"], partition);
+    assert_eq!(reply["kafka"]["offset"], offset);
+    let records = records_read(&consumer, 2, Duration::from_secs(3)).await;
+    assert_eq!(records.len(), 1, "produced once, by the dead instance");
+    env.finish().await;
+}
+
+/// Path 1, the other way: the dead instance's record never reached the
+/// broker. Read back and not found, the job is pending again — and now a
+/// cancel answers `cancelled`, and means it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_instances_claim_not_on_the_broker_is_pending_again_after_the_read_back() {
+    let env = api_only(|_| {}).await;
+    let consumer = env.consumer();
+    let id = env.job_create(json!({"payload": 1, "delay_ms": 0})).await["id"]
+        .as_u64()
+        .unwrap();
+    let zombie = fence_all(&env.store, env.config.shards).await;
+    claim(&env, id, 78, Duration::from_secs(30), &zombie).await;
+    instance_dies(&env, &zombie).await;
+    env.store
+        .job_rescue_dead(env.config.instance_ttl(), Duration::ZERO, 100)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+    let report = reconcile(&env).await;
+    assert_eq!((report.found, report.rescued), (0, 1), "{report:?}");
+    assert_eq!(env.job_status(id).await, "pending");
+    assert!(last_error(&env, id).await.contains("which died"));
+    assert!(env.redis_holds(id).await, "indexed again, to be produced");
+    assert_eq!(
+        outcome_of_cancel(&env, id).await,
+        (200, "cancelled".to_owned())
+    );
+    assert!(records_read(&consumer, 1, Duration::from_secs(2))
+        .await
+        .is_empty());
+    env.finish().await;
+}
+
+/// Path 3: the record is on the topic but the mark was lost (the database
+/// was unreachable for longer than the settler retries); the claim lease
+/// expires. Reading back finds the record: `dispatched` at its position,
+/// not produced again, and a cancel says `too_late`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_lost_mark_is_found_by_reading_the_topic_back() {
+    let env = api_only(|_| {}).await;
+    let consumer = env.consumer();
+    let id = env.job_create(json!({"payload": 1, "delay_ms": 0})).await["id"]
+        .as_u64()
+        .unwrap();
+    let live = fence_all(&env.store, env.config.shards).await;
+    claim(&env, id, 79, Duration::from_millis(500), &live).await;
+    let (_, offset) = record_as_a_dispatcher_sent_it(&env, id, 1).await;
+    assert_eq!(
+        outcome_of_cancel(&env, id).await,
+        (409, "in_flight".to_owned())
+    );
+    tokio::time::sleep(Duration::from_millis(700)).await;
+    let report = reconcile(&env).await;
+    assert_eq!((report.found, report.rescued), (1, 0), "{report:?}");
+    let (status, reply) = cancel(&env, id).await;
+    assert_eq!((status, reply["outcome"].as_str()), (409, Some("too_late")));
+    assert_eq!(reply["kafka"]["offset"], offset);
+    assert_eq!(
+        records_read(&consumer, 2, Duration::from_secs(3))
+            .await
+            .len(),
+        1
+    );
+    env.finish().await;
+}
+
+/// A dispatcher for `env`'s deployment, whose membership the test drives:
+/// it joins and runs one round (taking every shard), then beats no more.
+async fn dispatcher_with(
+    env: &TestEnv,
+    config: &Config,
+) -> (Dispatcher, TopicControls, Membership) {
+    let config = Arc::new(config.clone());
+    let wake = Arc::new(Notify::new());
+    let topics = Topics::new(
+        &config.kafka_brokers,
+        &config.kafka_options,
+        Duration::from_millis(config.topic_refresh_ms),
+    );
+    let membership = Membership::new(
+        env.store.clone(),
+        env.index.clone(),
+        MembershipConfig {
+            dispatcher: true,
+            ..MembershipConfig::from_config(&config)
+        },
+        wake.clone(),
+    );
+    let id = membership.join().await.unwrap();
+    membership.run_once(id, false).await.unwrap();
+    let controls = TopicControls::new(env.store.clone(), config.clone());
+    controls.refresh().await.unwrap();
+    let dispatcher = Dispatcher::new(
+        env.store.clone(),
+        env.index.clone(),
+        DispatcherConfig::from_config(&config),
+        wake,
+        topics,
+        resolver(env),
+        membership.holding(),
+        controls.clone(),
+    )
+    .unwrap();
+    (dispatcher, controls, membership)
+}
+
+/// Accepts connections and never answers: a broker that takes what is sent
+/// and says nothing (its fate unknown to the producer).
+async fn silent_broker() -> (String, tokio::task::JoinHandle<()>) {
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let addr = listener.local_addr().unwrap().to_string();
+    let task = tokio::spawn(async move {
+        let mut held = Vec::new();
+        while let Ok((socket, _)) = listener.accept().await {
+            held.push(socket);
+        }
+    });
+    (addr, task)
+}
+
+/// Path 2: a send the producer gives up on (`MessageTimedOut`) may have
+/// been persisted. The job is not released for another try — where a cancel
+/// would then answer `cancelled` — but put in doubt, and read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_send_is_in_doubt_until_the_topic_is_read_back() {
+    let env = api_only(|c| c.topic_check = tickler::config::TopicCheck::Off).await;
+    let id = env.job_create(json!({"payload": 1, "delay_ms": 0})).await["id"]
+        .as_u64()
+        .unwrap();
+    let (silent, listener) = silent_broker().await;
+    let mut config = env.config.clone();
+    config.kafka_brokers = silent;
+    config.kafka_message_timeout_ms = 1_000;
+    let (dispatcher, _, _membership) = dispatcher_with(&env, &config).await;
+    let report = dispatcher.run_once().await;
+    assert_eq!((report.claimed, report.failed), (1, 1), "{report:?}");
+    assert_eq!(env.job_status(id).await, "dispatching", "in doubt");
+    assert!(last_error(&env, id).await.contains("not acknowledged"));
+    assert_eq!(
+        outcome_of_cancel(&env, id).await,
+        (409, "in_flight".to_owned())
+    );
+    listener.abort();
+
+    // Read back on the real broker once the margin has passed: not there.
+    let settled = eventually(Duration::from_secs(10), || async {
+        let report = reconcile(&env).await;
+        (report.rescued == 1).then_some(())
+    })
+    .await;
+    assert!(settled.is_some(), "read back and settled");
+    assert_eq!(env.job_status(id).await, "pending");
+    assert_eq!(
+        outcome_of_cancel(&env, id).await,
+        (200, "cancelled".to_owned())
+    );
+    env.finish().await;
+}
+
+/// A paused (or partitioned) instance that wakes with jobs in hand sends
+/// none of them once its heartbeat is older than it may trust: the others
+/// may have declared it dead and settled its claims meanwhile. The jobs go
+/// back to pending, unsent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_whose_heartbeat_ran_out_sends_nothing_it_holds() {
+    let env = api_only(|c| {
+        c.instance_ttl_ms = 800;
+        c.dispatch_lookahead_ms = 1_000;
+    })
+    .await;
+    let consumer = env.consumer();
+    let (dispatcher, _, _membership) = dispatcher_with(&env, &env.config).await;
+    // Claimed ahead at once, held until its time: past the moment this
+    // instance stops trusting its heartbeat (600 ms after it beat).
+    let id = env.job_create(json!({"payload": 1, "delay_ms": 900})).await["id"]
+        .as_u64()
+        .unwrap();
+    let report = dispatcher.run_once().await;
+    assert_eq!((report.claimed, report.failed), (1, 1), "{report:?}");
+    assert_eq!(env.job_status(id).await, "pending", "withheld, unsent");
+    assert!(last_error(&env, id).await.contains("heartbeat"));
+    assert!(records_read(&consumer, 1, Duration::from_secs(2))
+        .await
+        .is_empty());
+    env.finish().await;
+}
+
+/// A job claimed before its topic was paused, and held until its time, is
+/// not sent once the pause is known: nothing of a paused topic leaves after
+/// the pause has answered, however long a job was held.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_held_when_its_topic_is_paused_is_not_sent() {
+    let env = api_only(|c| c.dispatch_lookahead_ms = 1_000).await;
+    let consumer = env.consumer();
+    let (dispatcher, controls, _membership) = dispatcher_with(&env, &env.config).await;
+    let id = env.job_create(json!({"payload": 1, "delay_ms": 900})).await["id"]
+        .as_u64()
+        .unwrap();
+    let pass = tokio::spawn(async move { dispatcher.run_once().await });
+    let held = eventually(Duration::from_secs(5), || async {
+        (env.job_status(id).await == "dispatching").then_some(())
+    })
+    .await;
+    assert!(held.is_some(), "claimed ahead");
+    sqlx::query("INSERT INTO topic_controls (topic, paused) VALUES (?, TRUE)")
+        .bind(&env.topic)
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    controls.refresh().await.unwrap();
+    let report = pass.await.unwrap();
+    assert_eq!((report.claimed, report.failed), (1, 1), "{report:?}");
+    assert_eq!(env.job_status(id).await, "pending");
+    assert!(records_read(&consumer, 1, Duration::from_secs(2))
+        .await
+        .is_empty());
+    env.finish().await;
+}
+
+/// Path 4: on SIGTERM an instance keeps beating while its dispatcher
+/// drains, however long the drain (a slow broker during a deploy): it is
+/// never taken for dead — its claims put in doubt, its sends refused —
+/// while it is still recording them. It leaves once the drain is done.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_draining_instance_keeps_beating_until_its_dispatcher_is_done() {
+    let env = api_only(|c| c.instance_ttl_ms = 600).await;
+    let membership = Membership::new(
+        env.store.clone(),
+        env.index.clone(),
+        MembershipConfig {
+            dispatcher: true,
+            ..MembershipConfig::from_config(&env.config)
+        },
+        Arc::new(Notify::new()),
+    );
+    let mut ownership = membership.subscribe();
+    let stop = tokio_util::sync::CancellationToken::new();
+    let drained = tokio_util::sync::CancellationToken::new();
+    let running = tokio::spawn(membership.run(stop.clone(), drained.clone()));
+    let id = ownership
+        .wait_for(|o| !o.shards.is_empty())
+        .await
+        .unwrap()
+        .instance
+        .unwrap();
+    stop.cancel();
+    // Three TTLs into the drain.
+    tokio::time::sleep(Duration::from_millis(1_800)).await;
+    let alive: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM instances WHERE id = ? \
+         AND heartbeat_at >= TIMESTAMPADD(MICROSECOND, -600000, UTC_TIMESTAMP(3))",
+    )
+    .bind(id)
+    .fetch_one(&env.sql)
+    .await
+    .unwrap();
+    assert_eq!(alive, 1, "still alive for the others while draining");
+    drained.cancel();
+    running.await.unwrap();
+    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM instances WHERE id = ?")
+        .bind(id)
+        .fetch_one(&env.sql)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "left once drained");
+    env.finish().await;
+}
