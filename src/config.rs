@@ -170,7 +170,10 @@ pub struct Config {
     /// Requests per second one token may make (0: unlimited), unless the
     /// token sets its own; beyond it, 429 with `Retry-After`.
     pub api_rate_requests: u32,
-    /// Jobs per second one token may create (0: unlimited), likewise.
+    /// Jobs per second one token may create (0: unlimited), likewise. The
+    /// default is above what one instance takes (about 35,000 a second in
+    /// batches on a small machine), so it stops a runaway client, never a
+    /// busy one; give a client a lower rate on its token.
     pub api_rate_jobs: u32,
     /// PEM certificate chain and private key: the API speaks HTTPS.
     pub api_tls_cert: Option<String>,
@@ -299,7 +302,7 @@ impl Default for Config {
             allow_anonymous: false,
             token_refresh_ms: 5_000,
             api_rate_requests: 1_000,
-            api_rate_jobs: 10_000,
+            api_rate_jobs: 50_000,
             api_tls_cert: None,
             api_tls_key: None,
             metrics_addr: None,
@@ -360,6 +363,45 @@ pub enum ConfigError {
 pub const DISPATCH_LOOKAHEAD_MAX_MS: u64 = 1_000;
 
 pub const ROLES: [&str; 5] = ["api", "loader", "dispatcher", "reconciler", "results"];
+
+/// `scheme://user:password@host…` with the password (and anything after
+/// `?` that names one) masked.
+fn url_masked(url: &str) -> String {
+    let Some((scheme, rest)) = url.split_once("://") else {
+        return url.to_owned();
+    };
+    let (authority, tail) = match rest.find(['/', '?']) {
+        Some(at) => rest.split_at(at),
+        None => (rest, ""),
+    };
+    let authority = match authority.rsplit_once('@') {
+        Some((user, host)) => match user.split_once(':') {
+            Some((name, _)) => format!("{name}:***@{host}"),
+            None => format!("{user}@{host}"),
+        },
+        None => authority.to_owned(),
+    };
+    let tail = match tail.split_once('?') {
+        Some((path, query)) => {
+            let query: Vec<String> = query
+                .split('&')
+                .map(|pair| match pair.split_once('=') {
+                    Some((k, _))
+                        if ["password", "secret", "token", "key"]
+                            .iter()
+                            .any(|w| k.to_ascii_lowercase().contains(w)) =>
+                    {
+                        format!("{k}=***")
+                    }
+                    _ => pair.to_owned(),
+                })
+                .collect();
+            format!("{path}?{}", query.join("&"))
+        }
+        None => tail.to_owned(),
+    };
+    format!("{scheme}://{authority}{tail}")
+}
 
 /// List settings, given in the environment as `a,b,c` (or `[a, b]`).
 const ENV_LISTS: &[&str] = &["roles", "topics_allowed"];
@@ -771,6 +813,28 @@ impl Config {
         }
     }
 
+    /// The settings as JSON, with every secret masked (`***`): passwords
+    /// in URLs, and `kafka_options` whose name says password or secret.
+    /// What `tickler config` prints.
+    pub fn masked(&self) -> serde_json::Value {
+        let mut shown = self.clone();
+        shown.mysql_url = url_masked(&shown.mysql_url);
+        shown.redis_url = shown
+            .redis_url
+            .split(',')
+            .map(url_masked)
+            .collect::<Vec<_>>()
+            .join(",");
+        shown.notify_webhook_url = shown.notify_webhook_url.as_deref().map(url_masked);
+        for (key, value) in shown.kafka_options.iter_mut() {
+            let key = key.to_ascii_lowercase();
+            if key.contains("password") || key.contains("secret") || key.ends_with(".pem") {
+                *value = "***".to_owned();
+            }
+        }
+        serde_json::to_value(&shown).unwrap_or_default()
+    }
+
     pub fn has_role(&self, role: &str) -> bool {
         self.roles.iter().any(|r| r == role)
     }
@@ -861,6 +925,32 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_printed_configuration_masks_every_secret() {
+        let mut config = Config {
+            mysql_url: "mysql://tickler:hunter2@db:3306/tickler?ssl-mode=required".to_owned(),
+            redis_url: "redis://:pw@r1:6379,redis://r2:6379".to_owned(),
+            notify_webhook_url: Some("https://hooks.example/x?token=abc&x=1".to_owned()),
+            ..Config::default()
+        };
+        config
+            .kafka_options
+            .insert("sasl.password".to_owned(), "s3cret".to_owned());
+        config
+            .kafka_options
+            .insert("security.protocol".to_owned(), "SASL_SSL".to_owned());
+        let shown = config.masked().to_string();
+        for secret in ["hunter2", ":pw@", "s3cret", "abc"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(
+            shown.contains("mysql://tickler:***@db:3306/tickler?ssl-mode=required"),
+            "{shown}"
+        );
+        assert!(shown.contains("SASL_SSL"));
+        assert!(shown.contains("token=***&x=1"), "{shown}");
+    }
 
     #[test]
     fn lists_and_maps_have_environment_forms_people_type() {

@@ -75,6 +75,7 @@ impl MembershipConfig {
             info: InstanceInfo {
                 host: hostname(),
                 pid: std::process::id(),
+                pid_namespace: pid_namespace(),
                 version: env!("CARGO_PKG_VERSION").to_owned(),
                 roles: config.roles.join(","),
             },
@@ -89,6 +90,19 @@ fn hostname() -> String {
         .map(|name| name.trim().to_owned())
         .filter(|name| !name.is_empty())
         .unwrap_or_else(|| "unknown".to_owned())
+}
+
+/// This process's pid namespace (`pid:[4026531836]`), where the system
+/// says.
+fn pid_namespace() -> Option<String> {
+    std::fs::read_link("/proc/self/ns/pid")
+        .ok()
+        .map(|link| link.to_string_lossy().into_owned())
+}
+
+/// Whether a process `pid` runs in this pid namespace.
+fn pid_running(pid: u32) -> bool {
+    std::path::Path::new(&format!("/proc/{pid}")).exists()
 }
 
 /// What this instance holds: its id, and each shard it owns with the epoch
@@ -415,7 +429,10 @@ impl Membership {
         let beat_sent = tokio::time::Instant::now();
         self.store.instance_heartbeat(id, &self.config.info).await?;
         self.alive_from(beat_sent);
-        let instances = self.store.instances_list(self.config.ttl).await?;
+        let mut instances = self.store.instances_list(self.config.ttl).await?;
+        if self.predecessors_forget(id, &instances).await? > 0 {
+            instances = self.store.instances_list(self.config.ttl).await?;
+        }
         let mut leases = self.store.shard_leases().await?;
         self.count_follow(leases.len() as u32);
         let live: Vec<u64> = instances
@@ -448,6 +465,44 @@ impl Membership {
         }
         self.drain().await;
         Ok(report)
+    }
+
+    /// Forgets the rows of live-looking instances that were processes of
+    /// this host and pid namespace whose pid is gone: a process killed and
+    /// restarted here is taken over at once, not after its TTL. Returns how
+    /// many it forgot. (A pid reused since only delays this to the TTL.)
+    async fn predecessors_forget(
+        &self,
+        id: u64,
+        instances: &[crate::store::InstanceRow],
+    ) -> Result<usize, StoreError> {
+        let me = &self.config.info;
+        if me.pid_namespace.is_none() {
+            return Ok(0);
+        }
+        let mut forgotten = 0;
+        for gone in instances.iter().filter(|i| {
+            i.id != id
+                && i.live
+                && i.host == me.host
+                && i.pid_namespace == me.pid_namespace
+                && i.pid != me.pid
+                && !pid_running(i.pid)
+        }) {
+            if self
+                .store
+                .instance_forget(gone.id, &gone.host, gone.pid)
+                .await?
+            {
+                tracing::warn!(
+                    instance = gone.id,
+                    pid = gone.pid,
+                    "an instance of this host whose process is gone is dead: taking over at once"
+                );
+                forgotten += 1;
+            }
+        }
+        Ok(forgotten)
     }
 
     /// Returns how many shards it took.

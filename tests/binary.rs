@@ -211,3 +211,92 @@ fn bench_smoke_completes_and_every_job_arrives() {
         assert!(stdout.contains(figure), "prints {figure}\n{stdout}");
     }
 }
+
+/// Every `TICKLER_<SETTING>=value` the README and docs/ show is taken by
+/// `tickler config` as written, and the setting it names comes out as the
+/// value says: a documented form that stops working fails here. (Variables
+/// that are not settings — TICKLER_LOG, TICKLER_TOKEN, the tests' own — are
+/// left to the tests of what reads them.)
+#[test]
+fn every_documented_environment_setting_is_taken_as_written() {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR"));
+    let mut files = vec![root.join("README.md")];
+    for entry in std::fs::read_dir(root.join("docs")).unwrap() {
+        let path = entry.unwrap().path();
+        if path.extension().is_some_and(|e| e == "md") {
+            files.push(path);
+        }
+    }
+    let settings = tickler::config::Config::keys();
+    let mut checked = 0;
+    for file in files {
+        let text = std::fs::read_to_string(&file).unwrap();
+        for (at, _) in text.match_indices("TICKLER_") {
+            let rest = &text[at + "TICKLER_".len()..];
+            let name_len = rest
+                .find(|c: char| !(c.is_ascii_uppercase() || c == '_'))
+                .unwrap_or(rest.len());
+            let (name, rest) = rest.split_at(name_len);
+            let Some(rest) = rest.strip_prefix('=') else {
+                continue;
+            };
+            let setting = name.to_ascii_lowercase();
+            if !settings.contains(&setting) {
+                continue;
+            }
+            // 'quoted', or up to the next space or backtick.
+            let value = match rest.strip_prefix('\'') {
+                Some(quoted) => &quoted[..quoted.find('\'').unwrap()],
+                None => &rest[..rest.find([' ', '`', '\n', ')']).unwrap_or(rest.len())],
+            };
+            if value == "FILE" || value.contains('…') {
+                continue;
+            }
+            let output = tickler()
+                .arg("config")
+                .env(format!("TICKLER_{name}"), value)
+                .output()
+                .unwrap();
+            let stderr = String::from_utf8_lossy(&output.stderr);
+            assert!(
+                output.status.success(),
+                "{}: TICKLER_{name}={value} is refused: {stderr}",
+                file.display()
+            );
+            let shown: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+            let taken = &shown[&setting];
+            let first = value
+                .trim_matches(|c| c == '{' || c == '[')
+                .split([',', '='])
+                .next()
+                .unwrap()
+                .trim()
+                .trim_matches('"');
+            assert!(
+                taken.to_string().contains(first),
+                "{}: TICKLER_{name}={value} became {taken}",
+                file.display()
+            );
+            checked += 1;
+        }
+    }
+    assert!(
+        checked >= 3,
+        "the docs show the environment forms ({checked} found)"
+    );
+}
+
+#[test]
+fn a_map_setting_in_the_wrong_form_is_refused_with_the_form_that_works() {
+    let output = tickler()
+        .arg("config")
+        .env("TICKLER_KAFKA_OPTIONS", "security.protocol=SSL")
+        .output()
+        .unwrap();
+    assert!(!output.status.success());
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(
+        stderr.contains("TICKLER_KAFKA_OPTIONS") && stderr.contains("{security.protocol=\"SSL\""),
+        "{stderr}"
+    );
+}

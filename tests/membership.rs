@@ -42,6 +42,26 @@ impl Deployment {
         }
     }
 
+    /// A member whose process is `pid` in the pid namespace `namespace`
+    /// (None: this process's), on this host.
+    fn member_as(&self, pid: u32, namespace: Option<&str>) -> Membership {
+        let mut config = MembershipConfig {
+            dispatcher: true,
+            doubt_quiet: Duration::from_millis(100),
+            ..MembershipConfig::from_config(&self.config)
+        };
+        config.info.pid = pid;
+        if let Some(namespace) = namespace {
+            config.info.pid_namespace = Some(namespace.to_owned());
+        }
+        Membership::new(
+            self.store.clone(),
+            self.index.clone(),
+            config,
+            Arc::new(tokio::sync::Notify::new()),
+        )
+    }
+
     fn member(&self) -> Membership {
         Membership::new(
             self.store.clone(),
@@ -198,5 +218,44 @@ async fn a_leaving_instance_frees_its_shards_at_once() {
     // No wait for the TTL.
     let report = a.run_once(id_a, false).await.unwrap();
     assert_eq!((report.live, report.held), (1, 8), "{report:?}");
+    deployment.finish().await;
+}
+
+/// After kill -9 and a restart on the same host, the new process sees that
+/// its predecessor — same host, same pid namespace, its pid gone — is dead,
+/// and takes its shards in its first round instead of after
+/// `instance_ttl_ms`. A process of another pid namespace (a container
+/// sharing the hostname) is never judged so.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_restart_on_the_same_host_takes_over_its_dead_predecessor_at_once() {
+    let deployment = Deployment::new(8).await;
+    // No process has this pid.
+    const GONE: u32 = 4_000_000_000;
+    let predecessor = deployment.member_as(GONE, None);
+    let before = predecessor.join().await.unwrap();
+    assert_eq!(predecessor.run_once(before, false).await.unwrap().held, 8);
+    let elsewhere = deployment.member_as(GONE - 1, Some("pid:[1]"));
+    let other = elsewhere.join().await.unwrap();
+    elsewhere.run_once(other, false).await.unwrap();
+
+    let successor = deployment.member();
+    let id = successor.join().await.unwrap();
+    let report = successor.run_once(id, false).await.unwrap();
+    assert_eq!(
+        (report.live, report.held),
+        (2, 4),
+        "at once, the predecessor's shards shared with the other live one: {report:?}"
+    );
+    let rows = deployment
+        .store
+        .instances_list(Duration::from_secs(60))
+        .await
+        .unwrap();
+    let ids: Vec<u64> = rows.iter().map(|r| r.id).collect();
+    assert!(!ids.contains(&before), "the predecessor's row is gone");
+    assert!(
+        ids.contains(&other),
+        "another namespace's instance is left alone"
+    );
     deployment.finish().await;
 }

@@ -316,6 +316,7 @@ async fn a_claim_under_a_lost_lease_or_by_a_dead_instance_wins_nothing() {
         .instance_register(&tickler::store::InstanceInfo {
             host: "other".to_owned(),
             pid: 1,
+            pid_namespace: None,
             version: "test".to_owned(),
             roles: "dispatcher".to_owned(),
         })

@@ -587,9 +587,10 @@ pub struct ListQuery {
 pub async fn list(
     State(state): State<ApiState>,
     caller: Caller,
-    Query(query): Query<ListQuery>,
+    query: Result<Query<ListQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<SchedulePage>, ApiError> {
     caller.require(Scope::Read)?;
+    let Query(query) = query.map_err(|err| ApiError::InvalidRequest(err.body_text()))?;
     let status = match query.status.as_deref() {
         None => None,
         Some("active") => Some(ScheduleStatus::Active),
@@ -601,6 +602,11 @@ pub async fn list(
             )))
         }
     };
+    // A topic no job can have is the caller's mistake (and never reaches
+    // SQL, where a non-ASCII one is a collation error).
+    if let Some(topic) = &query.topic {
+        job::topic_validate(topic)?;
+    }
     let limit = query.limit.unwrap_or(100);
     if !(1..=1000).contains(&limit) {
         return Err(ApiError::InvalidRequest(
@@ -761,9 +767,10 @@ pub async fn delete(
     State(state): State<ApiState>,
     caller: Caller,
     Path(id): Path<String>,
-    Query(query): Query<DeleteQuery>,
+    query: Result<Query<DeleteQuery>, axum::extract::rejection::QueryRejection>,
 ) -> Result<Json<ScheduleDeleted>, ApiError> {
     caller.require(Scope::Write)?;
+    let Query(query) = query.map_err(|err| ApiError::InvalidRequest(err.body_text()))?;
     let id = id_parse(&id)?;
     let pending = match query.occurrences.as_deref() {
         None | Some("cancel") => PendingOccurrences::Cancel,

@@ -31,6 +31,9 @@ enum Command {
     Serve,
     /// Apply the database schema (idempotent).
     Migrate,
+    /// Print the settings in force — defaults, the file, then TICKLER_*
+    /// variables — as JSON, with secrets masked.
+    Config,
     /// Measure throughput, lateness, burst drain, Redis bytes per job and
     /// reconciler cost against the local services (see docs/benchmarks.md).
     Bench {
@@ -204,6 +207,13 @@ async fn main() -> anyhow::Result<ExitCode> {
     let config = Config::load(cli.config.as_deref())?;
 
     match cli.command {
+        Command::Config => {
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&config.masked())
+                    .context("printing the configuration")?
+            );
+        }
         Command::Migrate => {
             let applied = Store::migrate(&config.mysql_url)
                 .await

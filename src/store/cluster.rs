@@ -19,6 +19,9 @@ use super::{Store, StoreError};
 pub struct InstanceInfo {
     pub host: String,
     pub pid: u32,
+    /// The process-id namespace (`/proc/self/ns/pid`), where known: a pid
+    /// says something only within it.
+    pub pid_namespace: Option<String>,
     pub version: String,
     /// Comma-separated roles.
     pub roles: String,
@@ -30,6 +33,7 @@ pub struct InstanceRow {
     pub id: u64,
     pub host: String,
     pub pid: u32,
+    pub pid_namespace: Option<String>,
     pub version: String,
     pub roles: Vec<String>,
     pub started_at: DateTime<Utc>,
@@ -126,13 +130,14 @@ impl Store {
         info: &InstanceInfo,
     ) -> Result<u64, StoreError> {
         let result = sqlx::query(
-            "INSERT INTO instances (id, host, pid, version, roles, started_at, heartbeat_at) \
-             VALUES (?, ?, ?, ?, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3)) \
+            "INSERT INTO instances (id, host, pid, pid_namespace, version, roles, started_at, heartbeat_at) \
+             VALUES (?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3)) \
              ON DUPLICATE KEY UPDATE heartbeat_at = UTC_TIMESTAMP(3)",
         )
         .bind(id)
         .bind(&info.host)
         .bind(info.pid)
+        .bind(&info.pid_namespace)
         .bind(&info.version)
         .bind(&info.roles)
         .execute(&self.pool)
@@ -144,7 +149,7 @@ impl Store {
     /// clock), in id order.
     pub async fn instances_list(&self, ttl: Duration) -> Result<Vec<InstanceRow>, StoreError> {
         let mut query = QueryBuilder::<MySql>::new(
-            "SELECT id, host, pid, version, roles, started_at, heartbeat_at, heartbeat_at >= ",
+            "SELECT id, host, pid, pid_namespace, version, roles, started_at, heartbeat_at, heartbeat_at >= ",
         );
         push_alive_since(&mut query, ttl);
         query.push(" AS live FROM instances ORDER BY id");
@@ -157,6 +162,7 @@ impl Store {
                     id: row.try_get("id")?,
                     host: row.try_get("host")?,
                     pid: row.try_get("pid")?,
+                    pid_namespace: row.try_get("pid_namespace")?,
                     version: row.try_get("version")?,
                     roles: roles.split(',').map(str::to_owned).collect(),
                     started_at: row.try_get::<NaiveDateTime, _>("started_at")?.and_utc(),
@@ -183,6 +189,20 @@ impl Store {
             .execute(&self.pool)
             .await?;
         Ok(())
+    }
+
+    /// Deletes the row of instance `id` if it is still the process `pid`
+    /// on `host` (a restarted process's predecessor, found gone): it is
+    /// then dead for everyone at once, its shards free to take and its
+    /// claims put in doubt. Returns whether it was deleted.
+    pub async fn instance_forget(&self, id: u64, host: &str, pid: u32) -> Result<bool, StoreError> {
+        let deleted = sqlx::query("DELETE FROM instances WHERE id = ? AND host = ? AND pid = ?")
+            .bind(id)
+            .bind(host)
+            .bind(pid)
+            .execute(&self.pool)
+            .await?;
+        Ok(deleted.rows_affected() == 1)
     }
 
     /// Deletes rows of instances silent for longer than `age`.
