@@ -129,6 +129,7 @@ pub async fn fence_all(store: &tickler::store::Store, shards: u32) -> tickler::s
     let info = tickler::store::InstanceInfo {
         host: "test".to_owned(),
         pid: std::process::id(),
+        pid_namespace: None,
         version: "test".to_owned(),
         roles: "dispatcher".to_owned(),
     };
