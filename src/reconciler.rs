@@ -1,7 +1,8 @@
 //! The reconciler: repairs, from MySQL, what a crash or a lost Redis left
 //! behind. Every pass:
 //!
-//! 1. **Claims in doubt** — rows `dispatching` whose lease expired by the
+//! 1. **Claims in doubt** (run last in a pass, since reading Kafka may wait
+//!    for a broker that is down) — rows `dispatching` whose lease expired by the
 //!    database's clock (their dispatcher died or stalled mid-batch, or its
 //!    mark was lost), or which were put in doubt (their instance died,
 //!    their send timed out) and whose quiet time is over. Their record may
@@ -235,8 +236,6 @@ impl Reconciler {
     pub async fn run_once(&self, now: DateTime<Utc>) -> Result<ReconcileReport, ReconcileError> {
         let mut report = ReconcileReport::default();
 
-        self.doubts_settle(&mut report).await?;
-
         let before = now - self.config.grace;
         let mut after: Option<WindowEntry> = None;
         while report.overdue < self.config.max_per_pass {
@@ -271,6 +270,9 @@ impl Reconciler {
                 }
             }
         }
+        // Last: reading Kafka back may wait for a broker that is down
+        // (`readback_wait`), which must not hold up the repairs above.
+        self.doubts_settle(&mut report).await?;
         if report.refed > 0 || report.rescued > 0 {
             self.wake.notify_one();
         }

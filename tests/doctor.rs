@@ -310,3 +310,36 @@ async fn schedules_left_behind_by_a_stopped_materializer_are_found_and_counted()
     assert_eq!(stats["schedules"]["active"], 1, "{stats}");
     env.finish().await;
 }
+
+/// A claimed row that did not decode was set aside as dead by the claim;
+/// the doctor names it, and says how to repair it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_doctor_names_jobs_set_aside_as_unreadable() {
+    let env = start().await;
+    let id = env
+        .job_create(json!({"key": "garbled", "delay_ms": 0}))
+        .await["id"]
+        .as_u64()
+        .unwrap();
+    sqlx::query("UPDATE jobs SET headers = '7' WHERE id = ?")
+        .bind(id)
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    let fence = tickler_testkit::fence_all(&env.store, env.config.shards).await;
+    let outcome = env
+        .store
+        .job_claim_many(&[id], 3, Duration::from_secs(30), &fence)
+        .await
+        .unwrap();
+    assert_eq!(outcome.unreadable.len(), 1, "{outcome:?}");
+    let report = doctor(&env).examine().await;
+    let unreadable = finding(&report, "unreadable");
+    assert_eq!(
+        (unreadable.verdict, unreadable.ids.clone()),
+        (Verdict::Warn, vec![id]),
+        "{unreadable:?}"
+    );
+    assert!(unreadable.fix.as_deref().unwrap().contains("redrive"));
+    env.finish().await;
+}

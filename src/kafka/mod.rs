@@ -157,6 +157,27 @@ pub async fn probe(brokers: &str, options: &BTreeMap<String, String>) -> Result<
     Ok(())
 }
 
+/// The settings of a client that reads partitions it assigns itself,
+/// without joining a group or committing: `options` applied, and a group id
+/// of its own starting `group_prefix` (librdkafka wants one).
+pub fn reader_config(
+    brokers: &str,
+    options: &BTreeMap<String, String>,
+    group_prefix: &str,
+) -> rdkafka::ClientConfig {
+    let mut client = client_config(brokers);
+    for (key, value) in options {
+        client.set(key, value);
+    }
+    client
+        .set(
+            "group.id",
+            format!("{group_prefix}-{}", rand::random::<u64>()),
+        )
+        .set("enable.auto.commit", "false");
+    client
+}
+
 /// Whether a topic exists, as far as the cached metadata knows.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum TopicState {
@@ -419,18 +440,9 @@ pub async fn record_at(
     use rdkafka::message::{Headers, Message};
     use rdkafka::{Offset, TopicPartitionList};
 
-    let mut client = client_config(brokers);
-    for (key, value) in options {
-        client.set(key, value);
-    }
-    client
-        .set(
-            "group.id",
-            format!("tickler-doctor-{}", rand::random::<u64>()),
-        )
-        .set("enable.auto.commit", "false")
-        .set("fetch.wait.max.ms", "50");
-    let consumer: BaseConsumer = client.create()?;
+    let consumer: BaseConsumer = reader_config(brokers, options, "tickler-doctor")
+        .set("fetch.wait.max.ms", "50")
+        .create()?;
     let topic = topic.to_owned();
     tokio::task::spawn_blocking(move || {
         let metadata = consumer.fetch_metadata(Some(&topic), Duration::from_secs(5))?;

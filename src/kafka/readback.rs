@@ -19,7 +19,6 @@ use rdkafka::message::{Headers, Message};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
-use super::client_config;
 use crate::job::{self, JobId};
 
 /// How much earlier than its claim a record's timestamp may read: records
@@ -65,21 +64,12 @@ pub async fn records_find(
         entry.0 = entry.0.min(s.since);
         entry.1.insert((s.id, s.attempt));
     }
-    let mut client = client_config(brokers);
-    for (key, value) in options {
-        client.set(key, value);
-    }
-    client
-        .set(
-            "group.id",
-            format!("tickler-readback-{}", rand::random::<u64>()),
-        )
-        .set("enable.auto.commit", "false")
+    let consumer: BaseConsumer = super::reader_config(brokers, options, "tickler-readback")
         .set("enable.partition.eof", "true")
         .set("isolation.level", "read_committed")
         // tansu answers a fetch only when this expires.
-        .set("fetch.wait.max.ms", "20");
-    let consumer: BaseConsumer = client.create()?;
+        .set("fetch.wait.max.ms", "20")
+        .create()?;
     tokio::task::spawn_blocking(move || {
         let deadline = Instant::now() + wait;
         let mut found = HashMap::new();

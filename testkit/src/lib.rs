@@ -392,9 +392,22 @@ impl TestEnv {
     }
 }
 
-/// A consumer reading every partition of `topic` from the beginning.
+/// A consumer reading every partition of `topic` from the beginning. Like
+/// a real consumer it waits for a broker that is (re)starting — a refused
+/// connection or a failed metadata fetch is tried again for up to a minute —
+/// and only then gives up.
 pub fn consumer_from_beginning(brokers: &str, topic: &str) -> StreamConsumer {
-    kafka::support::consumer_assigned(brokers, topic, Offset::Beginning).expect("kafka consumer")
+    let deadline = std::time::Instant::now() + Duration::from_secs(60);
+    loop {
+        match kafka::support::consumer_assigned(brokers, topic, Offset::Beginning) {
+            Ok(consumer) => return consumer,
+            Err(err) if std::time::Instant::now() < deadline => {
+                eprintln!("kafka consumer not ready ({err}); trying again");
+                std::thread::sleep(Duration::from_millis(500));
+            }
+            Err(err) => panic!("kafka consumer after a minute of trying: {err}"),
+        }
+    }
 }
 
 /// A record as the tests look at it.
