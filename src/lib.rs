@@ -11,22 +11,31 @@
 //! - [`index`]      — Redis: the only code that speaks Redis; scripts in `lua/`
 //! - [`loader`]     — moves jobs entering the window from MySQL to Redis
 //! - [`dispatcher`] — claims due jobs, wins the MySQL CAS, produces to Kafka
-//! - [`reconciler`] — repairs from MySQL: expired claims, jobs Redis lost,
-//!   ack deadlines passed in silence
+//! - [`reconciler`] — repairs from MySQL: claims in doubt (settled by
+//!   reading their topic back), jobs Redis lost, ack deadlines passed in
+//!   silence
 //! - [`outcome`]    — what becomes of a job after an attempt: result policy,
 //!   backoff, reports, and the decision each leads to (pure logic)
 //! - [`results`]    — applies outcomes (the resolver); consumes the results
 //!   topic; produces dead letters
-//! - [`membership`] — instances know each other; shard leases and fencing
+//! - [`membership`] — instances know each other; shard leases and fencing;
+//!   a dead instance's claims put in doubt
+//! - [`auth`]       — API tokens: secrets, scopes, topic patterns; the cache
+//! - [`control`]    — topic controls (pause, pace): this instance's copy
+//! - [`schedule`]   — recurring schedules: cron and intervals in a time
+//!   zone, misfires (pure logic)
+//! - [`scheduler`]  — the materializer: a schedule's occurrences become jobs
 //! - [`truth`]      — gauges from MySQL, Redis and Kafka as they are now
 //! - [`notify`]     — the webhook for dead jobs and backlogs
 //! - [`api`]        — HTTP/JSON under `/v1`, `/healthz`, `/metrics`
 //! - [`app`]        — starts the roles under one cancellation token
-//! - [`kafka`]      — Kafka client settings and topic administration
+//! - [`kafka`]      — Kafka client settings, topic administration, reading
+//!   records back
 //! - [`metrics`]    — every metric name, and the Prometheus recorder
 //! - [`demo`]       — the README's demonstration client
 //! - [`bench`]      — the benchmark harness behind `tickler bench`
-//! - [`cli`]        — `tickler jobs` (over the API) and `tickler doctor`
+//! - [`cli`]        — `tickler jobs`, `topics`, `schedules` (over the API)
+//!   and `tickler doctor`
 
 pub mod api;
 pub mod app;
