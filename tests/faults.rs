@@ -6,11 +6,11 @@
 //!
 //! `TICKLER_FAULT_SCALE=10` multiplies the number of jobs for a longer run.
 
-use std::collections::HashSet;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
 
 use chrono::Utc;
-use tickler_testkit::chronos::{check, check_with, Expected, Seen, Services, World};
+use tickler_testkit::chronos::{check, check_moved, check_with, Expected, Seen, Services, World};
 use tickler_testkit::procs::{PrivateMariadb, PrivateRedis, PrivateTansu};
 
 fn jobs(base: usize) -> usize {
@@ -506,6 +506,7 @@ fn the_checker_flags_every_broken_promise() {
         partition: 0,
         offset: received_ms,
         dispatched_ms: received_ms,
+        scheduled_ms: 1_000,
     };
     let records = [
         seen(1, 1, 1_010),
@@ -527,6 +528,20 @@ fn the_checker_flags_every_broken_promise() {
     let verdict = check(&expected, &cancelled, &interrupted, &records);
     assert_eq!(verdict.explained_duplicates, vec![(4, 1)]);
     assert!(verdict.unexplained_duplicates.is_empty());
+
+    // Jobs 1 and 4 moved by a PATCH answered 200: 1 to 1_000 (where its
+    // record is), 4 to 1_200 — yet a record of 4 carries the old time.
+    let moved: HashMap<u64, i64> = [(1, 1_000), (4, 1_200)].into();
+    let verdict = check_moved(
+        &expected,
+        &cancelled,
+        &HashSet::new(),
+        &moved,
+        &interrupted,
+        &records,
+    );
+    assert_eq!(verdict.patched_old_time, vec![4]);
+    assert_eq!(verdict.lost, vec![5]);
 }
 
 /// Settings for worlds of several instances: a short instance TTL, and a
@@ -896,6 +911,388 @@ async fn chaos_across_three_instances_loses_nothing() {
     );
     world.explain(&verdict).await;
     verdict.assert_clean(&format!("chaos across three instances (seed {seed})"));
+    world.finish().await;
+}
+
+/// What the cancel nemesis's workload did, and how each change was answered.
+#[derive(Default)]
+struct Aimed {
+    /// Every job accepted: id → the time it must not arrive before.
+    due: HashMap<u64, i64>,
+    /// Ids in creation order: the last few hundred are those due about now.
+    order: Vec<u64>,
+    /// Cancels answered 200 `cancelled`.
+    cancelled: HashSet<u64>,
+    /// Cancels that got no answer: applied or not, nobody knows.
+    maybe_cancelled: HashSet<u64>,
+    /// id → the `run_at` its last PATCH answered 200 set (ms).
+    moved: HashMap<u64, i64>,
+    /// "cancel 409 in_flight" → how many, and so on.
+    answers: BTreeMap<String, usize>,
+    /// Creates not answered 200.
+    refused: usize,
+}
+
+impl Aimed {
+    fn answered(&mut self, what: &str, answer: &Option<(u16, serde_json::Value)>) {
+        let key = match answer {
+            None => format!("{what}: no answer"),
+            Some((status, reply)) => {
+                let code = reply["outcome"]
+                    .as_str()
+                    .or(reply["error"]["code"].as_str())
+                    .unwrap_or("");
+                format!("{what}: {status} {code}")
+            }
+        };
+        *self.answers.entry(key).or_default() += 1;
+    }
+}
+
+/// Cancels and PATCHes aimed at the jobs most likely in flight, rescued or
+/// in doubt — those due this very second, and rows `dispatching` right now
+/// — on two instances whose broker (a private tansu) and selves a seeded
+/// nemesis pauses: the broker SIGSTOPped for 1–4 s; an instance SIGSTOPped
+/// past its TTL; the broker SIGSTOPped, then an instance (holding claims
+/// whose sends wait on the broker) past its TTL, the broker resumed while
+/// the instance still sleeps; an instance sent SIGTERM while the broker is
+/// paused, so it drains into a broker that does not answer, then started
+/// again. Every answer is recorded; the checker
+/// then holds tickler to what it said: cancelled-but-produced 0 (a cancel
+/// answered 200 `cancelled`), patched-but-old-time 0 (a PATCH answered 200:
+/// no record with an earlier `tickler-scheduled-at`), lost 0, early 0, and
+/// duplicates only of jobs whose claim a fault interrupted.
+///
+/// `TICKLER_NEMESIS_SECS` (default 45), `TICKLER_NEMESIS_RATE` jobs/s
+/// (default 30) and `TICKLER_NEMESIS_SEED` (default: random, printed) set
+/// the run; `scripts/chaos --cancel-nemesis` runs the long version.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancels_and_patches_aimed_at_in_flight_jobs_never_break_a_promise() {
+    use rand::seq::{IndexedRandom, SliceRandom};
+    use rand::{Rng, SeedableRng};
+    use std::sync::{Arc, Mutex};
+
+    let seconds = env_number("TICKLER_NEMESIS_SECS", 45);
+    let rate = env_number("TICKLER_NEMESIS_RATE", 30).max(10);
+    let seed = env_number("TICKLER_NEMESIS_SEED", rand::random::<u32>() as u64);
+    eprintln!(
+        "cancel nemesis: seed {seed}, {seconds} s at {rate} jobs/s \
+         (TICKLER_NEMESIS_SEED={seed} repeats the nemesis)"
+    );
+
+    let mut tansu = PrivateTansu::start_memory().await;
+    let services = Services {
+        brokers: tansu.brokers(),
+        ..Services::shared()
+    };
+    let world = Arc::new(tokio::sync::RwLock::new(
+        World::start_many(services, 2, &instance_env()).await,
+    ));
+    shards_spread(&*world.read().await, 2).await;
+    // Which instances answer (not paused, not draining): the workload calls
+    // only those.
+    let up = Arc::new(Mutex::new(vec![true; 2]));
+    let aimed = Arc::new(Mutex::new(Aimed::default()));
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(seconds);
+
+    // The workload: every 100 ms a batch due 0.5–3 s ahead; then two jobs
+    // due within a second of now and two rows `dispatching` now, each
+    // cancelled or moved 5 s later.
+    let workload = {
+        let (world, up, aimed) = (world.clone(), up.clone(), aimed.clone());
+        let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x5eed);
+        tokio::spawn(async move {
+            let per_tick = (rate / 10) as usize;
+            let mut tick = tokio::time::interval(Duration::from_millis(100));
+            while tokio::time::Instant::now() < deadline {
+                tick.tick().await;
+                let world = world.read().await;
+                let live = |rng: &mut rand::rngs::StdRng| -> Option<usize> {
+                    let live: Vec<usize> = (0..2).filter(|i| up.lock().unwrap()[*i]).collect();
+                    live.choose(rng).copied()
+                };
+                let Some(instance) = live(&mut rng) else {
+                    continue;
+                };
+                let items: Vec<(serde_json::Value, i64)> = (0..per_tick)
+                    .map(|n| {
+                        let due = Utc::now()
+                            + chrono::Duration::milliseconds(rng.random_range(500..3_000));
+                        (
+                            serde_json::json!({"topic": world.topic, "payload": n, "run_at": due.to_rfc3339()}),
+                            due.timestamp_millis(),
+                        )
+                    })
+                    .collect();
+                let body =
+                    serde_json::json!({"jobs": items.iter().map(|(j, _)| j).collect::<Vec<_>>()});
+                match world
+                    .call(
+                        instance,
+                        reqwest::Method::POST,
+                        "/v1/jobs/batch",
+                        Some(&body),
+                    )
+                    .await
+                {
+                    Some((200, reply)) => {
+                        let mut aimed = aimed.lock().unwrap();
+                        for (result, (_, due_ms)) in
+                            reply["results"].as_array().unwrap().iter().zip(&items)
+                        {
+                            if result["result"] == "created" {
+                                let id = result["id"].as_u64().unwrap();
+                                aimed.due.insert(id, *due_ms);
+                                aimed.order.push(id);
+                            }
+                        }
+                    }
+                    // Not accepted, nothing promised; an answer lost after
+                    // the commit leaves jobs nobody expects, which the
+                    // checker ignores.
+                    _ => aimed.lock().unwrap().refused += 1,
+                }
+
+                // The targets: due within a second of now (about to be
+                // claimed, claimed, or produced a moment ago)...
+                let now_ms = Utc::now().timestamp_millis();
+                let mut targets: Vec<u64> = {
+                    let aimed = aimed.lock().unwrap();
+                    aimed
+                        .order
+                        .iter()
+                        .rev()
+                        .take(per_tick * 80)
+                        .filter(|id| {
+                            (aimed.due[*id] - now_ms).abs() <= 1_000
+                                && !aimed.cancelled.contains(*id)
+                        })
+                        .copied()
+                        .collect()
+                };
+                targets.shuffle(&mut rng);
+                targets.truncate(2);
+                // ...and rows held by a dispatcher or in doubt right now.
+                let dispatching: Vec<u64> =
+                    sqlx::query_scalar("SELECT id FROM jobs WHERE status = 'dispatching' LIMIT 50")
+                        .fetch_all(&world.sql)
+                        .await
+                        .unwrap_or_default();
+                targets.extend(dispatching.choose_multiple(&mut rng, 2).copied());
+
+                for id in targets {
+                    let Some(old_ms) = aimed.lock().unwrap().due.get(&id).copied() else {
+                        continue;
+                    };
+                    let Some(instance) = live(&mut rng) else {
+                        break;
+                    };
+                    let path = format!("/v1/jobs/{id}");
+                    if rng.random_bool(0.5) {
+                        let answer = world
+                            .call(instance, reqwest::Method::DELETE, &path, None)
+                            .await;
+                        let mut aimed = aimed.lock().unwrap();
+                        aimed.answered("cancel", &answer);
+                        match answer {
+                            Some((200, reply)) if reply["outcome"] == "cancelled" => {
+                                aimed.cancelled.insert(id);
+                            }
+                            Some(_) => {}
+                            None => {
+                                aimed.maybe_cancelled.insert(id);
+                            }
+                        }
+                    } else {
+                        // A PATCH carries the version read: read it first.
+                        let read = world
+                            .call(instance, reqwest::Method::GET, &path, None)
+                            .await;
+                        let Some((200, job)) = read else {
+                            aimed.lock().unwrap().answered("read before patch", &read);
+                            continue;
+                        };
+                        let new_ms = now_ms.max(old_ms) + 5_000;
+                        let run_at = chrono::DateTime::from_timestamp_millis(new_ms).unwrap();
+                        let body = serde_json::json!({
+                            "version": job["version"], "run_at": run_at.to_rfc3339(),
+                        });
+                        let answer = world
+                            .call(instance, reqwest::Method::PATCH, &path, Some(&body))
+                            .await;
+                        let mut aimed = aimed.lock().unwrap();
+                        aimed.answered("patch", &answer);
+                        match answer {
+                            Some((200, _)) => {
+                                aimed.moved.insert(id, new_ms);
+                                aimed.due.insert(id, new_ms);
+                            }
+                            Some(_) => {}
+                            // Moved or not: it must not arrive before the
+                            // earlier of the two times, which is the old.
+                            None => {}
+                        }
+                    }
+                }
+            }
+        })
+    };
+
+    // The nemesis: every 1–3 s one fault, over once it has come back.
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed);
+    let mut faults = Vec::new();
+    let mut slow_exits = 0;
+    let ttl_ms = INSTANCE_TTL_MS as u64;
+    while tokio::time::Instant::now() + Duration::from_secs(8) < deadline {
+        tokio::time::sleep(Duration::from_millis(rng.random_range(1_000..3_000))).await;
+        let victim = rng.random_range(0..2);
+        match rng.random_range(0..4) {
+            0 => {
+                let out_ms = rng.random_range(1_000..4_000);
+                tansu.proc.pause();
+                tokio::time::sleep(Duration::from_millis(out_ms)).await;
+                tansu.proc.resume();
+                faults.push(format!("broker SIGSTOP {out_ms} ms"));
+            }
+            1 => {
+                let out_ms = ttl_ms + rng.random_range(1_000..3_000);
+                up.lock().unwrap()[victim] = false;
+                world.read().await.instance(victim).pause();
+                tokio::time::sleep(Duration::from_millis(out_ms)).await;
+                world.read().await.instance(victim).resume();
+                world.read().await.healthy_instance(victim).await;
+                up.lock().unwrap()[victim] = true;
+                faults.push(format!("SIGSTOP {victim} {out_ms} ms"));
+            }
+            2 => {
+                // SIGTERM while the broker does not answer: the instance
+                // drains into a broker that may or may not have taken its
+                // last sends.
+                let out_ms = rng.random_range(1_000..4_000);
+                up.lock().unwrap()[victim] = false;
+                tansu.proc.pause();
+                world.read().await.instance(victim).terminate();
+                tokio::time::sleep(Duration::from_millis(out_ms)).await;
+                tansu.proc.resume();
+                let exited = tickler_testkit::eventually(Duration::from_secs(60), || async {
+                    world
+                        .write()
+                        .await
+                        .instance_mut(victim)
+                        .exited()
+                        .then_some(())
+                })
+                .await;
+                if exited.is_none() {
+                    slow_exits += 1;
+                    eprintln!(
+                        "cancel nemesis: instance {victim} still draining 60 s after SIGTERM; \
+                         killed with -9; log:\n{}",
+                        world.read().await.instance(victim).log_tail()
+                    );
+                    world.write().await.instance_mut(victim).kill9();
+                }
+                world.write().await.instance_mut(victim).start();
+                world.read().await.healthy_instance(victim).await;
+                up.lock().unwrap()[victim] = true;
+                faults.push(format!(
+                    "SIGTERM {victim} under a broker paused {out_ms} ms"
+                ));
+            }
+            _ => {
+                // Dead with sends in the air: the broker paused first, so
+                // the instance's claims wait on it; then the instance
+                // paused past its TTL; the broker resumed while it still
+                // sleeps, taking what was on the wire.
+                let out_ms = ttl_ms + rng.random_range(1_000..3_000);
+                let lead_ms = rng.random_range(200..1_000);
+                let broker_ms = rng.random_range(500..2_000);
+                tansu.proc.pause();
+                tokio::time::sleep(Duration::from_millis(lead_ms)).await;
+                up.lock().unwrap()[victim] = false;
+                world.read().await.instance(victim).pause();
+                tokio::time::sleep(Duration::from_millis(broker_ms)).await;
+                tansu.proc.resume();
+                tokio::time::sleep(Duration::from_millis(out_ms - broker_ms)).await;
+                world.read().await.instance(victim).resume();
+                world.read().await.healthy_instance(victim).await;
+                up.lock().unwrap()[victim] = true;
+                faults.push(format!(
+                    "broker SIGSTOP, {lead_ms} ms later SIGSTOP {victim} {out_ms} ms, \
+                     the broker back {broker_ms} ms into it"
+                ));
+            }
+        }
+    }
+    workload.await.unwrap();
+    eprintln!("cancel nemesis: seed {seed}, faults: {}", faults.join(", "));
+    // Without it nothing below means anything (a `pkill -x tansu` elsewhere
+    // on the machine takes private brokers too).
+    assert!(
+        !tansu.proc.exited(),
+        "the private broker is still running; its log:\n{}",
+        tansu.proc.log_tail()
+    );
+
+    let world = Arc::try_unwrap(world)
+        .ok()
+        .expect("the tasks are done")
+        .into_inner();
+    let aimed = std::mem::take(&mut *aimed.lock().unwrap());
+    eprintln!(
+        "cancel nemesis: {} jobs accepted, {} cancelled, {} cancels not answered, {} moved, \
+         {} creates not answered or refused",
+        aimed.due.len(),
+        aimed.cancelled.len(),
+        aimed.maybe_cancelled.len(),
+        aimed.moved.len(),
+        aimed.refused
+    );
+    eprintln!("cancel nemesis: answers {:?}", aimed.answers);
+    assert!(
+        faults.len() as u64 >= (seconds / 15).max(1),
+        "the nemesis struck: {faults:?}"
+    );
+    assert_eq!(slow_exits, 0, "every instance sent SIGTERM exited");
+
+    let expected: Vec<Expected> = aimed
+        .due
+        .iter()
+        .map(|(id, due_ms)| Expected {
+            id: *id,
+            due_ms: *due_ms,
+        })
+        .collect();
+    let mut awaited = ids(&expected, &aimed.cancelled);
+    awaited.retain(|id| !aimed.maybe_cancelled.contains(id));
+    world.await_seen(&awaited, Duration::from_secs(90)).await;
+    // Which faults the claims met (tickler writes why in last_error), and
+    // how they ended.
+    let why: Vec<(String, String, i64)> = sqlx::query_as(
+        "SELECT CAST(LEFT(last_error, 60) AS CHAR), CAST(status AS CHAR), COUNT(*) FROM jobs \
+         WHERE last_error IS NOT NULL GROUP BY 1, 2 ORDER BY 3 DESC",
+    )
+    .fetch_all(&world.sql)
+    .await
+    .unwrap_or_default();
+    eprintln!("cancel nemesis: interrupted claims by last_error {why:?}");
+    let verdict = check_moved(
+        &expected,
+        &aimed.cancelled,
+        &aimed.maybe_cancelled,
+        &aimed.moved,
+        &world.interrupted().await,
+        &world.seen_audited().await,
+    );
+    world.explain(&verdict).await;
+    verdict.assert_clean(&format!(
+        "cancels and patches aimed at jobs in flight (seed {seed})"
+    ));
+    assert!(
+        !aimed.cancelled.is_empty() && !aimed.moved.is_empty(),
+        "some cancels and some PATCHes took effect: {:?}",
+        aimed.answers
+    );
     world.finish().await;
 }
 

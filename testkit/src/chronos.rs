@@ -60,6 +60,10 @@ pub struct Seen {
     /// Its `tickler-dispatched-at`: lateness at dispatch, apart from how
     /// far behind the consumer reads.
     pub dispatched_ms: i64,
+    /// Its `tickler-scheduled-at`: the job's time when it was produced,
+    /// which tells a record of a job's old time from one of its new time
+    /// after a PATCH.
+    pub scheduled_ms: i64,
 }
 
 /// One fault test's deployment: its database, topic, Redis prefix, one or
@@ -352,14 +356,27 @@ impl World {
             .iter()
             .map(|(id, _)| id)
             .take(5);
-        for id in lost.chain(doubled) {
+        let early = verdict.early.iter().take(5);
+        let cancelled = verdict.cancelled_produced.iter().take(5);
+        let patched = verdict.patched_old_time.iter().take(5);
+        for id in lost
+            .chain(doubled)
+            .chain(early)
+            .chain(cancelled)
+            .chain(patched)
+        {
             let copies: Vec<String> = seen
                 .iter()
                 .filter(|s| s.id == *id)
                 .map(|s| {
                     format!(
-                        "attempt {} at {}/{} received {}",
-                        s.attempt, s.partition, s.offset, s.received_ms
+                        "attempt {} at {}/{} received {} scheduled {} dispatched {}",
+                        s.attempt,
+                        s.partition,
+                        s.offset,
+                        s.received_ms,
+                        s.scheduled_ms,
+                        s.dispatched_ms
                     )
                 })
                 .collect();
@@ -418,6 +435,9 @@ impl World {
                 partition: message.partition(),
                 offset: message.offset(),
                 dispatched_ms: header(&message, "tickler-dispatched-at")
+                    .and_then(|v| v.parse().ok())
+                    .unwrap_or(0),
+                scheduled_ms: header(&message, "tickler-scheduled-at")
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(0),
             });
@@ -530,6 +550,9 @@ async fn record(consumer: StreamConsumer, seen: Arc<Mutex<Vec<Seen>>>, stop: Can
             dispatched_ms: header(&message, "tickler-dispatched-at")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0),
+            scheduled_ms: header(&message, "tickler-scheduled-at")
+                .and_then(|v| v.parse().ok())
+                .unwrap_or(0),
         });
     }
 }
@@ -542,6 +565,10 @@ pub struct Verdict {
     pub lost: Vec<u64>,
     pub early: Vec<u64>,
     pub cancelled_produced: Vec<u64>,
+    /// Jobs a PATCH answered 200 moved, of which a record arrived carrying
+    /// an earlier `tickler-scheduled-at` than the time that PATCH set: the
+    /// old time went out after all (see `check_moved`).
+    pub patched_old_time: Vec<u64>,
     /// (job id, attempt) seen more than once, with a fault to explain it.
     pub explained_duplicates: Vec<(u64, u32)>,
     /// (job id, attempt) seen more than once with no interruption recorded.
@@ -562,13 +589,14 @@ impl Verdict {
     pub fn assert_clean(&self, name: &str) {
         eprintln!(
             "fault {name}: jobs {} records {} lost {} early {} cancelled-but-produced {} \
-             duplicates {} (unexplained {}) lateness p50 {} ms p99 {} ms max {} ms \
-             (at dispatch p50 {} ms p99 {} ms max {} ms)",
+             patched-but-old-time {} duplicates {} (unexplained {}) lateness p50 {} ms \
+             p99 {} ms max {} ms (at dispatch p50 {} ms p99 {} ms max {} ms)",
             self.jobs,
             self.records,
             self.lost.len(),
             self.early.len(),
             self.cancelled_produced.len(),
+            self.patched_old_time.len(),
             self.explained_duplicates.len() + self.unexplained_duplicates.len(),
             self.unexplained_duplicates.len(),
             self.lateness_p50_ms,
@@ -582,12 +610,14 @@ impl Verdict {
             self.lost.is_empty()
                 && self.early.is_empty()
                 && self.cancelled_produced.is_empty()
+                && self.patched_old_time.is_empty()
                 && self.unexplained_duplicates.is_empty(),
             "fault {name} broke a promise: lost {:?}, early {:?}, cancelled-but-produced {:?}, \
-             unexplained duplicates {:?} (first 20 of each)",
+             patched-but-old-time {:?}, unexplained duplicates {:?} (first 20 of each)",
             first(&self.lost),
             first(&self.early),
             first(&self.cancelled_produced),
+            first(&self.patched_old_time),
             first(&self.unexplained_duplicates),
         );
     }
@@ -607,6 +637,30 @@ pub fn check(
     seen: &[Seen],
 ) -> Verdict {
     check_with(expected, cancelled, &HashSet::new(), interrupted, seen)
+}
+
+/// `check_with`, and for jobs moved by a PATCH answered 200 (`moved`: id →
+/// the `run_at` the last such PATCH set, ms since the epoch): no record of
+/// them may carry an earlier `tickler-scheduled-at` — the old time must
+/// never go out, however late it would arrive. (`expected` already holds
+/// their new times, so a record arriving before it is also early.)
+pub fn check_moved(
+    expected: &[Expected],
+    cancelled: &HashSet<u64>,
+    maybe_cancelled: &HashSet<u64>,
+    moved: &HashMap<u64, i64>,
+    interrupted: &HashSet<u64>,
+    seen: &[Seen],
+) -> Verdict {
+    let mut verdict = check_with(expected, cancelled, maybe_cancelled, interrupted, seen);
+    for s in seen {
+        if let Some(run_at_ms) = moved.get(&s.id) {
+            if s.scheduled_ms < *run_at_ms && !verdict.patched_old_time.contains(&s.id) {
+                verdict.patched_old_time.push(s.id);
+            }
+        }
+    }
+    verdict
 }
 
 /// `check`, with jobs whose cancel is indeterminate (the request got no

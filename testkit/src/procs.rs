@@ -143,6 +143,30 @@ impl Proc {
         }
     }
 
+    /// SIGTERM without waiting: the process drains while the caller goes on
+    /// (say, to resume the broker it is draining towards); `exited` tells
+    /// when it is gone.
+    pub fn terminate(&self) {
+        if let Some(child) = &self.child {
+            signal(child.id(), "-TERM");
+        }
+    }
+
+    /// Whether it has exited (or was never started); reaped if so, so that
+    /// `start` may run it again. Never blocks.
+    pub fn exited(&mut self) -> bool {
+        let Some(child) = &mut self.child else {
+            return true;
+        };
+        match child.try_wait() {
+            Ok(Some(_)) => {
+                self.child = None;
+                true
+            }
+            _ => false,
+        }
+    }
+
     pub fn pause(&self) {
         if let Some(child) = &self.child {
             signal(child.id(), "-STOP");
@@ -510,6 +534,32 @@ impl PrivateTansu {
             "--storage-engine".into(),
             // tansu reads the path relative to its working directory.
             "sqlite://tansu.db".into(),
+        ];
+        let tansu = tansu_bin();
+        let proc = Proc::spawn("tansu", &tansu, &args, &[], dir.join("tansu.log"));
+        port_wait(port, Duration::from_secs(20)).await;
+        PrivateTansu { proc, port }
+    }
+
+    /// A tansu storing in memory, as the shared broker does: for a test
+    /// that pauses it (SIGSTOP keeps the memory) rather than restarting it.
+    /// tansu 0.6.0's SQLite storage is no good for that: once sends had
+    /// timed out across a SIGSTOP, its idempotent-producer check found no
+    /// row for the producer's epoch and panicked ("more or less than one
+    /// row"), and the broker refused every request after; the memory
+    /// storage answers an unknown epoch with an error.
+    pub async fn start_memory() -> PrivateTansu {
+        let port = free_port();
+        let dir = scratch_dir();
+        let listener = format!("tcp://127.0.0.1:{port}");
+        let args: Vec<String> = vec![
+            "broker".into(),
+            "--listener-url".into(),
+            listener.clone(),
+            "--advertised-listener-url".into(),
+            listener,
+            "--storage-engine".into(),
+            "memory://tansu/".into(),
         ];
         let tansu = tansu_bin();
         let proc = Proc::spawn("tansu", &tansu, &args, &[], dir.join("tansu.log"));
