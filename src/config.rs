@@ -109,6 +109,13 @@ pub struct Config {
     /// Kafka producer: how long a record may take to be acknowledged before
     /// the send fails (and the job is retried).
     pub kafka_message_timeout_ms: u64,
+    /// How long after its producer gave up on a record the broker may still
+    /// make it visible (what was on the wire; a follower lagging in the
+    /// in-sync replicas). A claim in doubt is read back no sooner, and a
+    /// claim's records are handed to the producer only while they can land
+    /// or be given up this long before its lease ends. On a replicated
+    /// cluster: the brokers' `replica.lag.time.max.ms`.
+    pub doubt_margin_ms: u64,
     /// What create does with a topic the broker does not have: `reject`
     /// (400 `unknown_topic`), `warn` (accept, log and count), `off`.
     pub topic_check: TopicCheck,
@@ -279,6 +286,7 @@ impl Default for Config {
             reconcile_grace_ms: 1_000,
             kafka_linger_ms: 1,
             kafka_message_timeout_ms: 10_000,
+            doubt_margin_ms: 2_000,
             topic_check: TopicCheck::Reject,
             topic_refresh_ms: 10_000,
             batch_max: 1_000,
@@ -691,14 +699,31 @@ impl Config {
         if self.loader_batch == 0 || self.dispatch_batch == 0 {
             return Err(invalid("loader_batch/dispatch_batch", "must be positive"));
         }
-        // librdkafka notices a timed-out message up to a second or so after
-        // message.timeout.ms; the lease must outlast that, or a send still in
-        // flight is rescued and produced twice.
-        if self.claim_lease_ms < self.kafka_message_timeout_ms + 3_000 {
+        if !(500..=600_000).contains(&self.doubt_margin_ms) {
+            return Err(invalid("doubt_margin_ms", "must be between 500 and 600000"));
+        }
+        // A claim's records are handed over only while they can land or be
+        // given up (message timeout, then the margin) before its lease ends:
+        // at least a second to send in.
+        if self.claim_lease_ms < self.kafka_message_timeout_ms + self.doubt_margin_ms + 1_000 {
             return Err(invalid(
                 "claim_lease_ms",
-                "must be at least kafka_message_timeout_ms + 3000, or a send still in flight could be claimed again",
+                "must be at least kafka_message_timeout_ms + doubt_margin_ms + 1000, or a claim leaves no time to send its records",
             ));
+        }
+        // The doubt's quiet times are counted from these: tickler's own
+        // settings set them.
+        for key in [
+            "message.timeout.ms",
+            "delivery.timeout.ms",
+            "transactional.id",
+        ] {
+            if self.kafka_options.contains_key(key) {
+                return Err(invalid(
+                    "kafka_options",
+                    "may not set message.timeout.ms or delivery.timeout.ms (use kafka_message_timeout_ms: claims in doubt are timed by it), nor transactional.id",
+                ));
+            }
         }
         if self.reconcile_interval_ms == 0 {
             return Err(invalid("reconcile_interval_ms", "must be positive"));
@@ -925,6 +950,28 @@ impl Config {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_doubts_timing_is_tickler_s_own_and_leaves_time_to_send() {
+        let mut config = Config::default();
+        config
+            .kafka_options
+            .insert("message.timeout.ms".to_owned(), "60000".to_owned());
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("kafka_message_timeout_ms"), "{err}");
+        let config = Config {
+            doubt_margin_ms: 30_000,
+            ..Config::default()
+        };
+        let err = config.validate().unwrap_err().to_string();
+        assert!(err.contains("claim_lease_ms"), "{err}");
+        let config = Config {
+            doubt_margin_ms: 30_000,
+            claim_lease_ms: 41_000,
+            ..Config::default()
+        };
+        assert!(config.validate().is_ok());
+    }
 
     #[test]
     fn the_printed_configuration_masks_every_secret() {

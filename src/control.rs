@@ -38,8 +38,8 @@ pub const CONTROLS_FRESH: Duration = Duration::from_secs(2);
 pub const PAUSE_SETTLE: Duration = Duration::from_millis(3_000);
 /// A claim this young may be sent on a copy of the controls too old to be
 /// trusted: it was decided after any pause that has answered by now, so it
-/// saw it (`PAUSE_SETTLE` − `CONTROLS_FRESH`, less the compare-and-set's
-/// own time).
+/// saw it (`PAUSE_SETTLE` − `CONTROLS_FRESH`, with room to spare; counted
+/// from before the compare-and-set was sent).
 pub const CLAIM_TRUSTED: Duration = Duration::from_millis(500);
 
 #[derive(Debug, Default)]
@@ -107,8 +107,8 @@ impl TopicControls {
         self.read().paused.contains(topic)
     }
 
-    /// Whether a job of `topic`, claimed by a compare-and-set answered at
-    /// local instant `claimed`, may be sent now. Not if this copy says the
+    /// Whether a job of `topic`, claimed by a compare-and-set sent at
+    /// local instant `claimed` (and so decided after it), may be sent now. Not if this copy says the
     /// topic is paused. If the copy is too old to say (MySQL unreachable
     /// for a while), only a claim younger than [`CLAIM_TRUSTED`]: a pause
     /// answers [`PAUSE_SETTLE`] after it commits, and by then either this

@@ -35,7 +35,6 @@ use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::index::Index;
-use crate::kafka;
 use crate::metrics;
 use crate::store::{Fence, InstanceInfo, LeaseRow, Store, StoreError};
 
@@ -54,8 +53,8 @@ pub struct MembershipConfig {
     /// Whether this instance dispatches (and so holds shards).
     pub dispatcher: bool,
     /// How long after a dead instance's claims are put in doubt nothing of
-    /// them can still reach the broker: `kafka_message_timeout_ms` and
-    /// [`kafka::IN_FLIGHT_MARGIN`].
+    /// them can still become visible: `kafka_message_timeout_ms` and
+    /// `doubt_margin_ms`.
     pub doubt_quiet: Duration,
     /// The shard count a brand-new deployment starts with.
     pub shards_initial: u32,
@@ -70,7 +69,7 @@ impl MembershipConfig {
             heartbeat: (ttl / 5).max(Duration::from_millis(100)),
             dispatcher: config.has_role("dispatcher"),
             doubt_quiet: Duration::from_millis(config.kafka_message_timeout_ms)
-                + kafka::IN_FLIGHT_MARGIN,
+                + Duration::from_millis(config.doubt_margin_ms),
             shards_initial: config.shards,
             info: InstanceInfo {
                 host: hostname(),
@@ -95,9 +94,12 @@ fn hostname() -> String {
 /// This process's pid namespace (`pid:[4026531836]`), where the system
 /// says.
 fn pid_namespace() -> Option<String> {
-    std::fs::read_link("/proc/self/ns/pid")
-        .ok()
-        .map(|link| link.to_string_lossy().into_owned())
+    // The namespace's inode alone repeats across machines (every host's
+    // first namespace has the same one): the boot's id makes it this
+    // machine's, this boot's.
+    let boot = std::fs::read_to_string("/proc/sys/kernel/random/boot_id").ok()?;
+    let namespace = std::fs::read_link("/proc/self/ns/pid").ok()?;
+    Some(format!("{} {}", boot.trim(), namespace.to_string_lossy()))
 }
 
 /// Whether a process `pid` runs in this pid namespace.
@@ -314,7 +316,12 @@ impl Membership {
         if self.config.dispatcher {
             self.beat_until(id, dispatcher_done).await;
         }
-        self.ownership.send_modify(|o| o.shards.clear());
+        // Sends nothing more: once the row is gone the others put what the
+        // dispatcher still holds in doubt.
+        self.ownership.send_modify(|o| {
+            o.shards.clear();
+            o.alive_until = None;
+        });
         match self.store.instance_leave(id).await {
             Ok(()) => tracing::info!(instance = id, "instance left; its shards are free"),
             Err(err) => {
@@ -332,7 +339,7 @@ impl Membership {
         loop {
             let beat_sent = tokio::time::Instant::now();
             match self.store.instance_heartbeat(id, &self.config.info).await {
-                Ok(()) => self.alive_from(beat_sent),
+                Ok(was_gone) => self.beat_recorded(beat_sent, was_gone),
                 Err(err) => tracing::warn!(error = %err, "heartbeat while draining failed"),
             }
             tokio::select! {
@@ -343,6 +350,19 @@ impl Membership {
                 }
                 _ = tokio::time::sleep(self.config.heartbeat) => {}
             }
+        }
+    }
+
+    /// A heartbeat sent at `beat_sent` succeeded. If this instance's row
+    /// was gone, the others took it for dead until now and may have put
+    /// its claims in doubt: it sends nothing until its next beat finds the
+    /// row in place.
+    fn beat_recorded(&self, beat_sent: tokio::time::Instant, was_gone: bool) {
+        if was_gone {
+            tracing::warn!("this instance's row was gone (taken for dead): sending nothing until the next heartbeat");
+            self.ownership.send_modify(|o| o.alive_until = None);
+        } else {
+            self.alive_from(beat_sent);
         }
     }
 
@@ -427,8 +447,8 @@ impl Membership {
     pub async fn run_once(&self, id: u64, judge_nobody: bool) -> Result<RoundReport, StoreError> {
         let mut report = RoundReport::default();
         let beat_sent = tokio::time::Instant::now();
-        self.store.instance_heartbeat(id, &self.config.info).await?;
-        self.alive_from(beat_sent);
+        let was_gone = self.store.instance_heartbeat(id, &self.config.info).await?;
+        self.beat_recorded(beat_sent, was_gone);
         let mut instances = self.store.instances_list(self.config.ttl).await?;
         if self.predecessors_forget(id, &instances).await? > 0 {
             instances = self.store.instances_list(self.config.ttl).await?;

@@ -322,7 +322,7 @@ pub async fn doubts_settle(
             since: d.since,
         })
         .collect();
-    let found = match readback::records_find(
+    let read = match readback::records_find(
         read_back.brokers,
         read_back.options,
         &sought,
@@ -330,16 +330,25 @@ pub async fn doubts_settle(
     )
     .await
     {
-        Ok(found) => found,
+        Ok(read) => read,
         Err(err) => {
-            // They stay in doubt (a cancel answers in_flight) until Kafka
-            // can be read.
-            tracing::warn!(error = %err, num_jobs = doubts.len(), "cannot read topics back to settle claims in doubt; trying again next pass");
-            metrics::doubts_unsettled(doubts.len());
-            settled.unsettled = doubts.len();
-            return Ok(settled);
+            tracing::warn!(error = %err, "cannot make a kafka reader to settle claims in doubt");
+            readback::ReadBack {
+                unread: doubts.iter().map(|d| d.topic.clone()).collect(),
+                ..readback::ReadBack::default()
+            }
         }
     };
+    // Claims of topics that could not be read stay in doubt (a cancel
+    // answers in_flight) until a later pass reads them.
+    let (doubts, unsettled): (Vec<_>, Vec<_>) = doubts
+        .into_iter()
+        .partition(|d| !read.unread.contains(&d.topic));
+    if !unsettled.is_empty() {
+        metrics::doubts_unsettled(unsettled.len());
+        settled.unsettled = unsettled.len();
+    }
+    let found = read.found;
     let now = store.db_now().await?;
     let (landed, absent): (Vec<_>, Vec<_>) = doubts
         .into_iter()

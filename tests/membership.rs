@@ -259,3 +259,37 @@ async fn a_restart_on_the_same_host_takes_over_its_dead_predecessor_at_once() {
     );
     deployment.finish().await;
 }
+
+/// An instance whose row was deleted (taken for dead: its claims may be in
+/// doubt) sends nothing until a heartbeat finds its row back in place.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_whose_row_was_gone_sends_nothing_until_its_next_heartbeat() {
+    let deployment = Deployment::new(4).await;
+    let member = deployment.member();
+    let ownership = member.subscribe();
+    let id = member.join().await.unwrap();
+    member.run_once(id, false).await.unwrap();
+    let now = || tokio::time::Instant::now();
+    assert!(ownership.borrow().alive_at(now()));
+    // Someone took it for dead and deleted its row.
+    deployment
+        .store
+        .instance_forget(
+            id,
+            &MembershipConfig::from_config(&deployment.config).info.host,
+            std::process::id(),
+        )
+        .await
+        .unwrap();
+    member.run_once(id, false).await.unwrap();
+    assert!(
+        !ownership.borrow().alive_at(now()),
+        "withholds: its claims may be in doubt"
+    );
+    member.run_once(id, false).await.unwrap();
+    assert!(
+        ownership.borrow().alive_at(now()),
+        "its row is back: it sends again"
+    );
+    deployment.finish().await;
+}

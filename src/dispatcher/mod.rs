@@ -105,6 +105,9 @@ pub struct DispatcherConfig {
     pub stragglers_max: usize,
     /// Jobs due within this long are claimed and held until their time.
     pub lookahead: Duration,
+    /// `doubt_margin_ms`: how long after the producer gave up on a record
+    /// the broker may still make it visible.
+    pub doubt_margin: Duration,
 }
 
 /// Delay before a job whose send failed for the broker's sake is tried
@@ -129,6 +132,7 @@ impl DispatcherConfig {
             ack_wait: Duration::from_millis(config.dispatch_ack_wait_ms),
             stragglers_max: (config.dispatch_batch as usize).saturating_mul(STRAGGLER_BATCHES),
             lookahead: Duration::from_millis(config.dispatch_lookahead_ms),
+            doubt_margin: Duration::from_millis(config.doubt_margin_ms),
         }
     }
 }
@@ -546,6 +550,7 @@ impl Dispatcher {
             resolver: self.resolver.clone(),
             window: self.config.window,
             pipeline: self.pipeline.clone(),
+            doubt_margin: self.config.doubt_margin,
         }
     }
 
@@ -609,7 +614,10 @@ impl Dispatcher {
             Some(Claimed {
                 token,
                 producer: self.producer_current(),
-                send_by: clock.at + self.send_window(),
+                // From before the compare-and-set: its own time, lock
+                // waits included, comes out of the window, not the margin.
+                send_by: cas_started + self.send_window(),
+                claim_started: cas_started,
                 clock,
                 retry_ms,
                 jobs,
@@ -836,7 +844,7 @@ impl Dispatcher {
         self.config
             .lease
             .saturating_sub(Duration::from_millis(self.config.message_timeout_ms))
-            .saturating_sub(kafka::IN_FLIGHT_MARGIN)
+            .saturating_sub(self.config.doubt_margin)
     }
 
     async fn index_requeue(&self, jobs: &[(JobId, i64)]) {
@@ -938,10 +946,14 @@ fn enqueue(
         });
     }
     let key = job.record_key();
+    // Stamped with the database's time, as its `tickler-dispatched-at`:
+    // reading the topic back to settle a claim in doubt starts from the
+    // claim's time on the same clock.
     let record = FutureRecord::to(&job.topic)
         .key(&key)
         .payload(&job.payload)
-        .headers(headers);
+        .headers(headers)
+        .timestamp(dispatched_ms);
     producer.send_result(record).map_err(|(err, _)| err)
 }
 

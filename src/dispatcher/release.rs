@@ -72,6 +72,8 @@ pub(super) struct Claimed {
     pub producer: FutureProducer,
     /// No record of this claim is handed to the producer after this.
     pub send_by: Instant,
+    /// When its compare-and-set was sent (the claim was decided after).
+    pub claim_started: Instant,
     pub clock: DbClock,
     /// When a job whose send failed for the broker's sake is tried again
     /// (Redis's clock, ms).
@@ -84,6 +86,7 @@ struct Batch {
     token: u64,
     producer: FutureProducer,
     send_by: Instant,
+    claim_started: Instant,
     clock: DbClock,
     retry_ms: i64,
 }
@@ -94,6 +97,7 @@ impl Batch {
             token: claim.token,
             producer: claim.producer.clone(),
             send_by: claim.send_by,
+            claim_started: claim.claim_started,
             clock: claim.clock,
             retry_ms: claim.retry_ms,
         }
@@ -270,7 +274,7 @@ impl Releaser {
                 outcomes.push(sent(&job, Err(Failure::Unsent(format!("not sent: {why}")))));
                 continue;
             }
-            if !self.controls.send_allowed(&job.topic, batch.clock.at) {
+            if !self.controls.send_allowed(&job.topic, batch.claim_started) {
                 metrics::dispatch_withheld("paused", 1);
                 outcomes.push(sent(
                     &job,

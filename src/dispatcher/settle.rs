@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use super::{Failure, Pipeline, Sent};
 use crate::index::Index;
 use crate::job::JobId;
-use crate::kafka::{self, TopicState, Topics, TOPICS_REFRESH_MIN};
+use crate::kafka::{TopicState, Topics, TOPICS_REFRESH_MIN};
 use crate::metrics;
 use crate::results::Resolver;
 use crate::store::{Dispatched, Marked, Store};
@@ -56,6 +56,8 @@ pub(super) struct Settler {
     pub resolver: Resolver,
     pub window: Duration,
     pub pipeline: Arc<Pipeline>,
+    /// How long a record the producer gave up on may still become visible.
+    pub doubt_margin: Duration,
 }
 
 impl Settler {
@@ -210,7 +212,7 @@ impl Settler {
             for (token, ids) in &doubted {
                 match self
                     .store
-                    .job_doubt_many(*token, ids, &error, kafka::IN_FLIGHT_MARGIN)
+                    .job_doubt_many(*token, ids, &error, self.doubt_margin)
                     .await
                 {
                     // Out of Redis: the reconciler indexes them again if

@@ -15,11 +15,6 @@ use rdkafka::producer::{FutureProducer, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 
-/// How long after a producer gave up on a record (`message.timeout.ms`)
-/// tickler still expects the broker may take it: what was already on the
-/// wire, or in the broker's socket. A claim in doubt is read back no sooner.
-pub const IN_FLIGHT_MARGIN: Duration = Duration::from_secs(2);
-
 /// The settings every tickler Kafka client shares.
 pub fn client_config(brokers: &str) -> ClientConfig {
     let mut config = ClientConfig::new();

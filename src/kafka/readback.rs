@@ -5,9 +5,10 @@
 //! can arrive. Found, the job was produced there; not found, it was not, and
 //! is produced again.
 //!
-//! The reader uses `isolation.level = read_committed`, as consumers should:
-//! it then sees exactly what they see (on Apache Kafka, not the records of
-//! aborted transactions; tansu shows those too, and so does this reader).
+//! The reader uses `isolation.level = read_uncommitted`: tickler's records
+//! are never transactional, so every consumer sees them as this reader does,
+//! and it is not held back at the last stable offset by another producer's
+//! open transaction on the same topic.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::{Duration, Instant};
@@ -45,17 +46,29 @@ pub struct Landed {
     pub dispatched_at: Option<DateTime<Utc>>,
 }
 
+/// What a read-back found.
+#[derive(Debug, Default)]
+pub struct ReadBack {
+    /// Where each sought (id, attempt) was found.
+    pub found: HashMap<(JobId, u32), Landed>,
+    /// Topics that could not be read to their end (in time, or at all):
+    /// nothing may be concluded about their records.
+    pub unread: HashSet<String>,
+}
+
 /// Reads every partition of each sought record's topic from the offset of
 /// its earliest `since` (less [`READBACK_SKEW`]) to the partition's end, and
-/// returns where each sought (id, attempt) was found. A topic the broker
-/// does not have holds none of them. Fails — and nothing may be concluded —
-/// when a topic could not be read to its end within `wait`.
+/// says where each sought (id, attempt) was found. A topic the broker does
+/// not have holds none of them. Each topic has `wait` to be read; one that
+/// cannot be (the broker down, no READ permission, too much to read) is
+/// named in `unread`, and the others are concluded all the same. Fails only
+/// when no reader can be made.
 pub async fn records_find(
     brokers: &str,
     options: &BTreeMap<String, String>,
     sought: &[Sought],
     wait: Duration,
-) -> Result<HashMap<(JobId, u32), Landed>, KafkaError> {
+) -> Result<ReadBack, KafkaError> {
     let mut by_topic: BTreeMap<String, (DateTime<Utc>, HashSet<(JobId, u32)>)> = BTreeMap::new();
     for s in sought {
         let entry = by_topic
@@ -66,20 +79,35 @@ pub async fn records_find(
     }
     let consumer: BaseConsumer = super::reader_config(brokers, options, "tickler-readback")
         .set("enable.partition.eof", "true")
-        .set("isolation.level", "read_committed")
+        // tickler's records are never transactional: read_committed would
+        // stop at the last stable offset of someone else's open
+        // transaction, before records of ours that are already visible.
+        .set("isolation.level", "read_uncommitted")
         // tansu answers a fetch only when this expires.
         .set("fetch.wait.max.ms", "20")
         .create()?;
     tokio::task::spawn_blocking(move || {
-        let deadline = Instant::now() + wait;
-        let mut found = HashMap::new();
+        let mut read = ReadBack::default();
+        // A pass reads for at most three topics' time; the rest wait for
+        // the next pass.
+        let pass_deadline = Instant::now() + wait * 3;
         for (topic, (since, wanted)) in by_topic {
-            topic_read(&consumer, &topic, since, &wanted, deadline, &mut found)?;
+            let deadline = (Instant::now() + wait).min(pass_deadline);
+            if Instant::now() >= pass_deadline {
+                read.unread.insert(topic);
+                continue;
+            }
+            if let Err(err) =
+                topic_read(&consumer, &topic, since, &wanted, deadline, &mut read.found)
+            {
+                tracing::warn!(topic, error = %err, "cannot read a topic back");
+                read.unread.insert(topic);
+            }
         }
-        Ok(found)
+        read
     })
     .await
-    .map_err(|_| KafkaError::Canceled)?
+    .map_err(|_| KafkaError::Canceled)
 }
 
 fn left(deadline: Instant) -> Duration {

@@ -112,15 +112,42 @@ impl Store {
 
     /// Beats this instance's heart; puts its row back (same id) if someone
     /// purged it while it was away.
-    pub async fn instance_heartbeat(&self, id: u64, info: &InstanceInfo) -> Result<(), StoreError> {
+    ///
+    /// Returns whether the row was gone: the others then took this instance
+    /// for dead (and may have put its claims in doubt) until this beat.
+    pub async fn instance_heartbeat(
+        &self,
+        id: u64,
+        info: &InstanceInfo,
+    ) -> Result<bool, StoreError> {
         let beat = sqlx::query("UPDATE instances SET heartbeat_at = UTC_TIMESTAMP(3) WHERE id = ?")
             .bind(id)
             .execute(&self.pool)
             .await?;
         if beat.rows_affected() == 0 {
-            self.instance_insert(Some(id), info).await?;
+            // (0 also when the time did not change within the millisecond:
+            // the insert then updates, and says so.)
+            return self.instance_reinsert(id, info).await;
         }
-        Ok(())
+        Ok(false)
+    }
+
+    /// Puts back the row of `id`; returns whether it was gone.
+    async fn instance_reinsert(&self, id: u64, info: &InstanceInfo) -> Result<bool, StoreError> {
+        let result = sqlx::query(
+            "INSERT INTO instances (id, host, pid, pid_namespace, version, roles, started_at, heartbeat_at) \
+             VALUES (?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3)) \
+             ON DUPLICATE KEY UPDATE heartbeat_at = UTC_TIMESTAMP(3)",
+        )
+        .bind(id)
+        .bind(&info.host)
+        .bind(info.pid)
+        .bind(&info.pid_namespace)
+        .bind(&info.version)
+        .bind(&info.roles)
+        .execute(&self.pool)
+        .await?;
+        Ok(result.rows_affected() == 1)
     }
 
     /// A row for `info`, under `id` or (None) a new one; returns the id.
@@ -333,9 +360,16 @@ impl Store {
         limit: u32,
     ) -> Result<u64, StoreError> {
         let mut update = QueryBuilder::<MySql>::new(
-            "UPDATE jobs SET claim_expires_at = LEAST(claim_expires_at, TIMESTAMPADD(MICROSECOND, ",
+            "UPDATE jobs SET claim_expires_at = LEAST(COALESCE(claim_expires_at, \
+             TIMESTAMPADD(MICROSECOND, ",
         );
-        update.push_bind(micros(quiet)).push(
+        // (LEAST of a NULL is NULL: a row without a lease gets the quiet
+        // time itself.)
+        update
+            .push_bind(micros(quiet))
+            .push(", UTC_TIMESTAMP(3))), TIMESTAMPADD(MICROSECOND, ")
+            .push_bind(micros(quiet));
+        update.push(
             ", UTC_TIMESTAMP(3))), \
                  last_error = CONCAT('claimed by instance ', claimed_by, \
                  ', which died; its topic is read back before the job is produced again'), \

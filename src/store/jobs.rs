@@ -766,13 +766,15 @@ impl Store {
 
     /// Claims whose outcome is to be found out now: rows `dispatching`
     /// whose lease (or, for a claim already in doubt, its quiet time)
-    /// expired by the database's clock. Their record may or may not be on
+    /// expired by the database's clock, or which have none (set
+    /// `dispatching` by hand). Their record may or may not be on
     /// Kafka; the reconciler reads their topics back to tell, and until it
     /// has, a cancel answers `in_flight`. Oldest first.
     pub async fn job_doubts_due(&self, limit: u32) -> Result<Vec<Doubt>, StoreError> {
         let rows = sqlx::query(
             "SELECT id, topic, attempt, claim_token, claimed_at, schedule_time FROM jobs \
-             WHERE status = 'dispatching' AND claim_expires_at < UTC_TIMESTAMP(3) \
+             WHERE status = 'dispatching' \
+             AND (claim_expires_at < UTC_TIMESTAMP(3) OR claim_expires_at IS NULL) \
              ORDER BY claim_expires_at LIMIT ?",
         )
         .bind(limit)
@@ -821,10 +823,14 @@ impl Store {
         }
         let quiet_us = u64::try_from(quiet.as_micros()).unwrap_or(u64::MAX);
         let mut query = QueryBuilder::<MySql>::new(
-            "UPDATE jobs SET claimed_by = NULL, claim_expires_at = LEAST(claim_expires_at, \
+            "UPDATE jobs SET claimed_by = NULL, claim_expires_at = LEAST(COALESCE(claim_expires_at, \
              TIMESTAMPADD(MICROSECOND, ",
         );
+        // (LEAST of a NULL is NULL: a row without a lease gets the quiet
+        // time itself.)
         query
+            .push_bind(quiet_us)
+            .push(", UTC_TIMESTAMP(3))), TIMESTAMPADD(MICROSECOND, ")
             .push_bind(quiet_us)
             .push(", UTC_TIMESTAMP(3))), last_error = ")
             .push_bind(error)
@@ -851,7 +857,7 @@ impl Store {
                    'claim expired: the dispatcher died, stalled or lost its mark; not found on kafka, produced again'), \
                  claimed_by = NULL, claimed_at = NULL, claim_expires_at = NULL \
                  WHERE id = ? AND status = 'dispatching' AND claim_token <=> ? \
-                 AND claim_expires_at < UTC_TIMESTAMP(3)",
+                 AND (claim_expires_at < UTC_TIMESTAMP(3) OR claim_expires_at IS NULL)",
             )
             .bind(doubt.id)
             .bind(doubt.token)
