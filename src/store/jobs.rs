@@ -629,12 +629,29 @@ impl Store {
         select.push(" AS paused FROM jobs WHERE id IN ");
         push_id_list(&mut select, ids);
 
-        // The UPDATE and the SELECT that tells what it won are one
-        // transaction on one connection: if the SELECT fails, nothing was
-        // won (rather than rows held for the whole lease, unseen).
-        let mut tx = self.pool.begin().await?;
-        update.build().execute(&mut *tx).await?;
-        let rows = select.build().fetch_all(&mut *tx).await?;
+        // The UPDATE commits on its own: a transaction around it and the
+        // SELECT would hold the locks its fence takes on `shard_leases` and
+        // `instances` for as long as this process is paused between the
+        // two, and stop every other instance's heartbeat and takeover (the
+        // fault suite's pause test hung on it). Both run on one connection;
+        // if the SELECT fails, what this claim won was never seen, so
+        // nothing was sent: released at once by its token, not left for
+        // the lease.
+        let mut conn = self.pool.acquire().await?;
+        update.build().execute(&mut *conn).await?;
+        let rows = match select.build().fetch_all(&mut *conn).await {
+            Ok(rows) => rows,
+            Err(err) => {
+                drop(conn);
+                if let Err(release) = self
+                    .job_release_many(token, ids, "claim not read back; released unsent")
+                    .await
+                {
+                    tracing::warn!(error = %release, "cannot release a claim whose read failed; its lease will");
+                }
+                return Err(err.into());
+            }
+        };
 
         let mut outcome = ClaimOutcome::default();
         let mut seen = Vec::with_capacity(rows.len());
@@ -668,7 +685,9 @@ impl Store {
             }
         }
         for (id, reason) in &outcome.unreadable {
-            // Crash before the commit: the claim did not happen either.
+            // Crash before this: the row is dispatching under this claim,
+            // never sent; after the lease it is read back, found absent,
+            // claimed again, and set aside then.
             sqlx::query(
                 "UPDATE jobs SET status = 'dead', version = version + 1, claim_token = NULL, \
                  claimed_by = NULL, claimed_at = NULL, claim_expires_at = NULL, last_error = ? \
@@ -679,10 +698,9 @@ impl Store {
             ))
             .bind(*id)
             .bind(token)
-            .execute(&mut *tx)
+            .execute(&mut *conn)
             .await?;
         }
-        tx.commit().await?;
         outcome
             .stale
             .extend(ids.iter().filter(|id| !seen.contains(id)));
