@@ -293,6 +293,20 @@ async fn broker_stopped_for_30s_loses_nothing() {
     tansu.proc.stop();
     until(t0 + secs(32.0)).await;
     tansu.restart().await;
+    // The broker's own bug must not pass for tickler's: if tansu's SQLite
+    // storage panics, it is started again on the same storage, as an
+    // operator would (tickler must lose nothing across that either).
+    let tansu = std::sync::Arc::new(tokio::sync::Mutex::new(tansu));
+    let watchdog = {
+        let tansu = tansu.clone();
+        tokio::spawn(async move {
+            let mut seen = 0;
+            loop {
+                seen = tansu.lock().await.revive_if_crashed(seen).await;
+                tokio::time::sleep(Duration::from_millis(500)).await;
+            }
+        })
+    };
     verdict(
         &world,
         "broker down 30 s",
@@ -301,6 +315,7 @@ async fn broker_stopped_for_30s_loses_nothing() {
         Duration::from_secs(90),
     )
     .await;
+    watchdog.abort();
     world.finish().await;
 }
 

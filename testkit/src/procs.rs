@@ -179,6 +179,13 @@ impl Proc {
         }
     }
 
+    /// How many times `needle` occurs in this process's log so far.
+    pub fn log_count(&self, needle: &str) -> usize {
+        std::fs::read_to_string(&self.log)
+            .map(|text| text.matches(needle).count())
+            .unwrap_or(0)
+    }
+
     pub fn log_tail(&self) -> String {
         let text = std::fs::read_to_string(&self.log).unwrap_or_default();
         let lines: Vec<&str> = text.lines().collect();
@@ -612,5 +619,22 @@ impl PrivateTansu {
     pub async fn restart(&mut self) {
         self.proc.start();
         port_wait(self.port, Duration::from_secs(20)).await;
+    }
+
+    /// Starts the broker again, on the same storage, if it panicked since
+    /// `seen` panics: tansu 0.6.0's SQLite storage sometimes panics after a
+    /// restart ("more or less than one row", an unreachable branch in its
+    /// group store) and then refuses every request. An operator would
+    /// restart it; so does the test, and what the broker had stored must
+    /// still be there. Returns the panics seen now.
+    pub async fn revive_if_crashed(&mut self, seen: usize) -> usize {
+        let now = self.proc.log_count("panicked at");
+        if now > seen {
+            eprintln!("the private tansu panicked (its SQLite storage); starting it again on the same storage");
+            self.proc.kill9();
+            self.proc.start();
+            port_wait(self.port, Duration::from_secs(20)).await;
+        }
+        now
     }
 }
