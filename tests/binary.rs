@@ -300,3 +300,60 @@ fn a_map_setting_in_the_wrong_form_is_refused_with_the_form_that_works() {
         "{stderr}"
     );
 }
+
+/// The README's "Schedule a job, and report back" runs as written — the
+/// shell blocks extracted from README.md, only pointed at this test's own
+/// database, Redis prefix, results topic and port — and ends with the
+/// report applied.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_readme_schedule_and_report_example_runs_as_written() {
+    let readme =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/README.md")).unwrap();
+    let section = &readme[readme.find("## Schedule a job, and report back").unwrap()..];
+    let section = &section[..section.find("\n## ").unwrap_or(section.len())];
+    // Whatever happens, the tickler the example starts is stopped.
+    let mut script = String::from("set -e\ntrap 'kill $(jobs -p) 2>/dev/null' EXIT\n");
+    for block in section.split("```sh\n").skip(1) {
+        script.push_str(&block[..block.find("```").unwrap()]);
+    }
+    let (db, url) = database_create().await;
+    let port = free_port();
+    let script = script
+        .replace("localhost:8080", &format!("127.0.0.1:{port}"))
+        .replace("export PATH=\"$PWD/target/debug:$PATH\"", "");
+    let dir = tickler_testkit::procs::scratch_dir();
+    let bin_dir = std::path::Path::new(env!("CARGO_BIN_EXE_tickler"))
+        .parent()
+        .unwrap()
+        .to_owned();
+    let output = Command::new("bash")
+        .arg("-c")
+        .arg(&script)
+        .current_dir(&dir)
+        .env(
+            "PATH",
+            format!("{}:{}", bin_dir.display(), std::env::var("PATH").unwrap()),
+        )
+        .env("TICKLER_LOG", "warn")
+        .env("TICKLER_MYSQL_URL", &url)
+        .env("TICKLER_HTTP_ADDR", format!("127.0.0.1:{port}"))
+        .env("TICKLER_URL", format!("http://127.0.0.1:{port}"))
+        .env("TICKLER_REDIS_PREFIX", unique("tickler-t-"))
+        .env("TICKLER_RESULTS_TOPIC", unique("tickler-results-"))
+        .env("TICKLER_RESULTS_GROUP", unique("tickler-t-"))
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    database_drop(&db).await;
+    assert!(output.status.success(), "{stdout}\n{stderr}");
+    assert!(stdout.contains(r#""key":"order-42""#), "{stdout}");
+    assert!(
+        stdout.contains("order-43") || stdout.contains("created"),
+        "{stdout}"
+    );
+    assert!(
+        stdout.contains(r#""applied":true"#) && stdout.contains(r#""status":"succeeded""#),
+        "the report was applied: {stdout}\n{stderr}"
+    );
+}

@@ -33,11 +33,14 @@
 //!   them to the due set.
 //! - after the MySQL claim: rows are `dispatching` under this instance;
 //!   once it is dead for the others (heartbeat older than
-//!   `instance_ttl_ms`) they return them to `pending` (the reconciler does
-//!   after the claim lease, at worst), and the shards' new owners adopt the
-//!   in-flight sets.
-//! - after producing, before marking: the same (job id, attempt) is produced
-//!   again by the new owner — the one duplicate the contract allows.
+//!   `instance_ttl_ms`) they put them in doubt (after the claim lease, at
+//!   worst), the reconciler reads their topics back and returns those not
+//!   found to `pending`, and the shards' new owners adopt the in-flight
+//!   sets.
+//! - after producing, before marking: the read-back finds the records and
+//!   marks the jobs; one that reaches the broker only after it (a pause at
+//!   the wrong instant, see docs/api.md) is the one duplicate the contract
+//!   allows.
 //! - after marking, before releasing Redis: stale in-flight entries, removed
 //!   when their lease expires and the CAS finds the row not pending.
 

@@ -134,20 +134,7 @@ impl Store {
 
     /// Puts back the row of `id`; returns whether it was gone.
     async fn instance_reinsert(&self, id: u64, info: &InstanceInfo) -> Result<bool, StoreError> {
-        let result = sqlx::query(
-            "INSERT INTO instances (id, host, pid, pid_namespace, version, roles, started_at, heartbeat_at) \
-             VALUES (?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3)) \
-             ON DUPLICATE KEY UPDATE heartbeat_at = UTC_TIMESTAMP(3)",
-        )
-        .bind(id)
-        .bind(&info.host)
-        .bind(info.pid)
-        .bind(&info.pid_namespace)
-        .bind(&info.version)
-        .bind(&info.roles)
-        .execute(&self.pool)
-        .await?;
-        Ok(result.rows_affected() == 1)
+        Ok(self.instance_upsert(Some(id), info).await?.1)
     }
 
     /// A row for `info`, under `id` or (None) a new one; returns the id.
@@ -156,6 +143,16 @@ impl Store {
         id: Option<u64>,
         info: &InstanceInfo,
     ) -> Result<u64, StoreError> {
+        Ok(self.instance_upsert(id, info).await?.0)
+    }
+
+    /// Inserts the row (or, if `id` has one, beats its heart); returns the
+    /// id and whether a row was inserted.
+    async fn instance_upsert(
+        &self,
+        id: Option<u64>,
+        info: &InstanceInfo,
+    ) -> Result<(u64, bool), StoreError> {
         let result = sqlx::query(
             "INSERT INTO instances (id, host, pid, pid_namespace, version, roles, started_at, heartbeat_at) \
              VALUES (?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3)) \
@@ -169,7 +166,9 @@ impl Store {
         .bind(&info.roles)
         .execute(&self.pool)
         .await?;
-        Ok(id.unwrap_or_else(|| result.last_insert_id()))
+        // 1: inserted; 2 (or 0, the same millisecond): updated.
+        let inserted = result.rows_affected() == 1;
+        Ok((id.unwrap_or_else(|| result.last_insert_id()), inserted))
     }
 
     /// Every registered instance, alive or not (by `ttl` on the database's

@@ -553,8 +553,9 @@ impl Store {
     /// became of every id.
     ///
     /// Crash after the UPDATE commits: the rows stay `dispatching` under the
-    /// instance; once it is dead (heartbeat past the TTL) they are rescued,
-    /// and the claim lease is the backstop.
+    /// instance; once it is dead (heartbeat past the TTL) they are put in
+    /// doubt and read back (the claim lease is the backstop), found absent,
+    /// and produced.
     pub async fn job_claim_many(
         &self,
         ids: &[JobId],
@@ -709,12 +710,13 @@ impl Store {
 
     /// `dispatching → dispatched` for jobs their claims produced, recording
     /// where each record landed. Returns how many rows were marked (a row
-    /// not marked lost its claim meanwhile: lease expired and rescued), and
+    /// not marked lost its claim meanwhile: lease expired and settled by
+    /// reading back), and
     /// which a consumer's report already sent back to `pending` for a retry.
     ///
     /// Crash before this commits: the records are on Kafka but the rows are
-    /// `dispatching`; after the lease they are produced again with the same
-    /// attempt — the one duplicate the contract allows.
+    /// `dispatching`; after the lease (or the instance's death) the
+    /// reconciler reads the topic back, finds them, and marks them here.
     pub async fn job_mark_dispatched_many(
         &self,
         jobs: &[Dispatched],

@@ -528,24 +528,11 @@ pub struct PrivateTansu {
 }
 
 impl PrivateTansu {
+    /// A tansu storing in SQLite, so topics and records survive a stop and
+    /// start.
     pub async fn start() -> PrivateTansu {
-        let port = free_port();
-        let dir = scratch_dir();
-        let listener = format!("tcp://127.0.0.1:{port}");
-        let args: Vec<String> = vec![
-            "broker".into(),
-            "--listener-url".into(),
-            listener.clone(),
-            "--advertised-listener-url".into(),
-            listener,
-            "--storage-engine".into(),
-            // tansu reads the path relative to its working directory.
-            "sqlite://tansu.db".into(),
-        ];
-        let tansu = tansu_bin();
-        let proc = Proc::spawn("tansu", &tansu, &args, &[], dir.join("tansu.log"));
-        port_wait(port, Duration::from_secs(20)).await;
-        PrivateTansu { proc, port }
+        // tansu reads the path relative to its working directory.
+        PrivateTansu::start_on("sqlite://tansu.db").await
     }
 
     /// A tansu storing in memory, as the shared broker does: for a test
@@ -556,6 +543,10 @@ impl PrivateTansu {
     /// row"), and the broker refused every request after; the memory
     /// storage answers an unknown epoch with an error.
     pub async fn start_memory() -> PrivateTansu {
+        PrivateTansu::start_on("memory://tansu/").await
+    }
+
+    async fn start_on(storage: &str) -> PrivateTansu {
         let port = free_port();
         let dir = scratch_dir();
         let listener = format!("tcp://127.0.0.1:{port}");
@@ -566,7 +557,7 @@ impl PrivateTansu {
             "--advertised-listener-url".into(),
             listener,
             "--storage-engine".into(),
-            "memory://tansu/".into(),
+            storage.into(),
         ];
         let tansu = tansu_bin();
         let proc = Proc::spawn("tansu", &tansu, &args, &[], dir.join("tansu.log"));
