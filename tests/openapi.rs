@@ -226,3 +226,86 @@ async fn the_spec_passes_an_independent_validator_and_names_each_operation_once(
     );
     env.finish().await;
 }
+
+/// A client generated from the served document by a generator people use
+/// (openapi-python-client, installed by `scripts/services tools`) drives
+/// every operation the document names against a live server: each answers
+/// 2xx and parses into the model the document promises
+/// (tests/client/drive.py).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_generated_from_the_spec_drives_every_operation() {
+    let env = TestEnv::start().await;
+    let spec: Value = reqwest::get(format!("{}/v1/openapi.json", env.base_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let mut operations = std::collections::BTreeSet::new();
+    for item in spec["paths"].as_object().unwrap().values() {
+        for operation in item.as_object().unwrap().values() {
+            operations.insert(operation["operationId"].as_str().unwrap().to_owned());
+        }
+    }
+    let dir = tickler_testkit::procs::scratch_dir();
+    let spec_file = dir.join("openapi.json");
+    std::fs::write(&spec_file, serde_json::to_vec(&spec).unwrap()).unwrap();
+    let root = PathBuf::from(env!("CARGO_MANIFEST_DIR"));
+    let generator = schemathesis().with_file_name("openapi-python-client");
+    let output = Command::new(&generator)
+        .args(["generate", "--meta", "none", "--path"])
+        .arg(&spec_file)
+        .arg("--output-path")
+        .arg(dir.join("tickler_client"))
+        .arg("--config")
+        .arg(root.join("tests/client/generator.yaml"))
+        .output()
+        .unwrap_or_else(|err| {
+            panic!(
+                "{} runs (scripts/services tools): {err}",
+                generator.display()
+            )
+        });
+    let generated = String::from_utf8_lossy(&output.stdout).into_owned()
+        + &String::from_utf8_lossy(&output.stderr);
+    assert!(
+        output.status.success(),
+        "openapi-python-client:\n{generated}"
+    );
+    // It names what it could not generate; nothing may be left out.
+    assert!(
+        !generated.contains("Unable to") && !generated.contains("will not be generated"),
+        "openapi-python-client left something out:\n{generated}"
+    );
+
+    let python = schemathesis().with_file_name("python");
+    let (env_url, secret, topic) = (
+        env.base_url.clone(),
+        env.admin_secret.clone(),
+        env.topic.clone(),
+    );
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(python)
+            .arg(root.join("tests/client/drive.py"))
+            .arg(&dir)
+            .args([&env_url, &secret, &topic])
+            .output()
+            .unwrap()
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success(),
+        "the generated client:\n{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    let driven: std::collections::BTreeSet<String> =
+        serde_json::from_str(stdout.lines().last().unwrap_or("[]")).unwrap();
+    let missing: Vec<_> = operations.difference(&driven).collect();
+    assert!(
+        missing.is_empty(),
+        "operations the generated client does not drive (tests/client/drive.py): {missing:?}"
+    );
+    env.finish().await;
+}

@@ -158,11 +158,13 @@ pub async fn authenticate(
     next.run(request).await
 }
 
-/// A write (POST, PATCH) must say `application/json` — even without a body
-/// — and may not come from another origin. A web page can send a form or
-/// `text/plain` cross-origin without asking; `application/json` makes the
-/// browser ask first (a preflight `OPTIONS`), which tickler never grants.
-/// DELETE always needs that preflight.
+/// A write (POST, PATCH) must say `application/json` and may not come from
+/// another origin. A web page can send a form or `text/plain` cross-origin
+/// without asking; `application/json` makes the browser ask first (a
+/// preflight `OPTIONS`), which tickler never grants. DELETE always needs
+/// that preflight, and so does any request with an `Authorization` header:
+/// a POST without a body that carries one (`pause`, `redrive`, as generated
+/// clients send them) needs no content type.
 fn browser_safe(method: &Method, headers: &HeaderMap) -> Result<(), ApiError> {
     if !matches!(*method, Method::POST | Method::PATCH | Method::DELETE) {
         return Ok(());
@@ -182,6 +184,13 @@ fn browser_safe(method: &Method, headers: &HeaderMap) -> Result<(), ApiError> {
         }
     }
     if *method == Method::DELETE {
+        return Ok(());
+    }
+    let bodyless = !headers.contains_key(header::TRANSFER_ENCODING)
+        && headers
+            .get(header::CONTENT_LENGTH)
+            .is_none_or(|length| length.as_bytes() == b"0");
+    if bodyless && headers.contains_key(header::AUTHORIZATION) {
         return Ok(());
     }
     let json = headers
@@ -280,6 +289,24 @@ mod tests {
                 &[("origin", "null"), ("host", "tickler:8080")]
             ),
             "cross_origin"
+        );
+        // A page cannot send an Authorization header without a preflight:
+        // a bodyless POST with one needs no content type; with a body it does.
+        let bearer = headers(&[("authorization", "Bearer tkl_x")]);
+        assert!(browser_safe(&Method::POST, &bearer).is_ok());
+        assert_eq!(
+            problem(
+                &Method::POST,
+                &[("authorization", "Bearer tkl_x"), ("content-length", "2")]
+            ),
+            "unsupported_media_type"
+        );
+        assert_eq!(
+            problem(
+                &Method::POST,
+                &[("authorization", "Bearer tkl_x"), ("transfer-encoding", "chunked")]
+            ),
+            "unsupported_media_type"
         );
         let same = headers(&[
             ("content-type", "application/json"),
