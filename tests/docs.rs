@@ -70,7 +70,10 @@ impl Block {
 
     /// Whether `option` follows the kind (`example: sh; own server`).
     fn has(&self, option: &str) -> bool {
-        self.note.split(';').skip(1).any(|part| part.trim() == option)
+        self.note
+            .split(';')
+            .skip(1)
+            .any(|part| part.trim() == option)
     }
 
     fn at(&self) -> String {
@@ -128,7 +131,10 @@ fn blocks_of(path: &Path) -> Vec<Block> {
 }
 
 fn blocks() -> Vec<Block> {
-    doc_files().iter().flat_map(|path| blocks_of(path)).collect()
+    doc_files()
+        .iter()
+        .flat_map(|path| blocks_of(path))
+        .collect()
 }
 
 fn blocks_in(file: &str) -> Vec<Block> {
@@ -267,11 +273,12 @@ fn given_parse(text: Option<&str>) -> Given {
 async fn given_make(env: &TestEnv, given: &Given) {
     let last = given.jobs.keys().max().copied().unwrap_or(0);
     for id in 1..=last {
-        let (state, topic, _) = given
-            .jobs
-            .get(&id)
-            .cloned()
-            .unwrap_or(("pending".to_owned(), "orders".to_owned(), 1));
+        let (state, topic, _) =
+            given
+                .jobs
+                .get(&id)
+                .cloned()
+                .unwrap_or(("pending".to_owned(), "orders".to_owned(), 1));
         let body = match state.as_str() {
             "pending" => json!({"topic": topic, "key": format!("order-{id}"),
                                 "payload": {"id": id}, "run_at": "2030-01-31T09:00:00Z"}),
@@ -624,9 +631,8 @@ fn rust_excerpts_check(file: &str) -> usize {
             .unwrap_or_else(|e| panic!("{}: {source}: {e}", block.at()));
         // Compared line by line, without the indentation of the function
         // the excerpt sits in.
-        let strip = |text: &str| -> Vec<String> {
-            text.lines().map(|l| l.trim().to_owned()).collect()
-        };
+        let strip =
+            |text: &str| -> Vec<String> { text.lines().map(|l| l.trim().to_owned()).collect() };
         let (excerpt, code) = (strip(&block.text), strip(&code));
         let excerpt: Vec<_> = excerpt.into_iter().filter(|l| !l.is_empty()).collect();
         let code: Vec<_> = code.into_iter().filter(|l| !l.is_empty()).collect();
@@ -654,7 +660,10 @@ async fn readme_examples_run_as_written() {
         "the report was applied: {first}"
     );
     let used = &printed[1];
-    assert!(used.contains("redrive") || used.contains(r#""status":"pending""#), "{used}");
+    assert!(
+        used.contains("redrive") || used.contains(r#""status":"pending""#),
+        "{used}"
+    );
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

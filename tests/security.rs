@@ -302,7 +302,11 @@ async fn a_browser_cannot_be_made_to_act_for_an_operator() {
     // add the Authorization header without a preflight either. It reaches
     // the handler (the job is pending: not dead, nothing to redrive).
     let bare = env.http.post(&url).send().await.unwrap();
-    assert_eq!(bare.status(), 409, "a body-less POST with a token is handled");
+    assert_eq!(
+        bare.status(),
+        409,
+        "a body-less POST with a token is handled"
+    );
     let preflight = env
         .http
         .request(reqwest::Method::OPTIONS, &url)

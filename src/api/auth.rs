@@ -304,7 +304,10 @@ mod tests {
         assert_eq!(
             problem(
                 &Method::POST,
-                &[("authorization", "Bearer tkl_x"), ("transfer-encoding", "chunked")]
+                &[
+                    ("authorization", "Bearer tkl_x"),
+                    ("transfer-encoding", "chunked")
+                ]
             ),
             "unsupported_media_type"
         );
