@@ -193,7 +193,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
     }
 
     if config.has_role("reconciler") {
-        let reporter = crate::truth::Reporter::new(
+        let reporter = crate::reporter::Reporter::new(
             reconciler_store.clone(),
             index.clone(),
             config.clone(),

@@ -24,8 +24,9 @@ use tokio::sync::Mutex;
 use tokio::time::Instant;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{pattern_matches, Config};
+use crate::config::Config;
 use crate::store::{Store, StoreError, TokenRow};
+use crate::topic_pattern;
 
 /// What a token may do. `admin` includes the others.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
@@ -99,18 +100,6 @@ pub fn name_validate(name: &str) -> Result<(), String> {
     Ok(())
 }
 
-/// Checks a topic pattern: a topic name where `*` stands for any run of
-/// characters.
-pub fn pattern_validate(pattern: &str) -> Result<(), String> {
-    let legal = |c: char| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-' | '*');
-    if pattern.is_empty() || pattern.len() > 249 || !pattern.chars().all(legal) {
-        return Err(format!(
-            "topic pattern {pattern:?} must be a topic name with '*' for any run of characters"
-        ));
-    }
-    Ok(())
-}
-
 /// A fresh secret: `tkl_` and 32 random bytes in base64url.
 pub fn secret_generate() -> String {
     let bytes: [u8; 32] = rand::random();
@@ -170,7 +159,7 @@ impl Principal {
     pub fn topic_allowed(&self, topic: &str) -> bool {
         match &self.topics {
             None => true,
-            Some(patterns) => patterns.iter().any(|p| pattern_matches(p, topic)),
+            Some(patterns) => patterns.iter().any(|p| topic_pattern::matches(p, topic)),
         }
     }
 
@@ -251,7 +240,7 @@ impl TokenCache {
     pub async fn run(self, cancel: CancellationToken) {
         loop {
             if let Err(err) = self.reload(None).await {
-                tracing::warn!(error = %err, "cannot read api_tokens; keeping the tokens known");
+                crate::metrics::store_failed("tokens", &err); // the tokens known are kept
             }
             tokio::select! {
                 _ = cancel.cancelled() => return,
@@ -325,24 +314,6 @@ impl TokenCache {
     }
 }
 
-/// `Some` of the SQL `LIKE` pattern (escape character `!`) matching the
-/// topics `pattern` matches; topic names have no `%` or `!`, only `_` to
-/// escape.
-pub fn pattern_to_like(pattern: &str) -> String {
-    let mut like = String::with_capacity(pattern.len() + 4);
-    for c in pattern.chars() {
-        match c {
-            '*' => like.push('%'),
-            '_' | '%' | '!' => {
-                like.push('!');
-                like.push(c);
-            }
-            c => like.push(c),
-        }
-    }
-    like
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -372,23 +343,12 @@ mod tests {
     }
 
     #[test]
-    fn names_and_patterns_are_checked() {
+    fn names_are_checked() {
         assert!(name_validate("billing-svc.v2_1").is_ok());
         assert!(name_validate("").is_err());
         assert!(name_validate("a b").is_err());
         assert!(name_validate("a,b").is_err());
         assert!(name_validate(&"x".repeat(101)).is_err());
-        assert!(pattern_validate("orders.*").is_ok());
-        assert!(pattern_validate("*").is_ok());
-        assert!(pattern_validate("orders,x").is_err());
-        assert!(pattern_validate("").is_err());
-    }
-
-    #[test]
-    fn patterns_become_like_patterns_that_match_the_same_topics() {
-        assert_eq!(pattern_to_like("orders.*"), "orders.%");
-        assert_eq!(pattern_to_like("a_b*c"), "a!_b%c");
-        assert_eq!(pattern_to_like("*"), "%");
     }
 
     #[test]

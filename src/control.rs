@@ -196,7 +196,7 @@ impl TopicControls {
                         }
                     }
                 }
-                Err(err) => tracing::warn!(error = %err, "cannot read the topic controls"),
+                Err(err) => crate::metrics::store_failed("topic controls", &err),
             }
             tokio::select! {
                 _ = cancel.cancelled() => return,

@@ -8,7 +8,7 @@ use std::str::FromStr;
 use chrono::{DateTime, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 
-use crate::outcome::Policy;
+use crate::policy::Policy;
 
 /// Job identifier: the `jobs.id` primary key.
 pub type JobId = u64;
@@ -362,6 +362,12 @@ pub fn shard_of(id: JobId, shards: u32) -> u32 {
     z = (z ^ (z >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
     z ^= z >> 31;
     (z % u64::from(shards.max(1))) as u32
+}
+
+/// A time as the API, the CLI and the gauges write it: RFC 3339 in UTC with
+/// milliseconds (`2030-01-31T09:00:00.000Z`).
+pub fn time_format(at: DateTime<Utc>) -> String {
+    at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
 }
 
 #[cfg(test)]

@@ -6,7 +6,11 @@
 //!
 //! Module map:
 //! - [`config`]     — settings from defaults, a file and `TICKLER_*` variables
-//! - [`job`]        — the job, its states and validation rules; sharding
+//! - [`job`]        — the job, its states and validation rules; sharding;
+//!   how times are written
+//! - [`policy`]     — a job's result policy: attempts, backoff, ack timeout
+//! - [`topic_pattern`] — `orders.*`: the topic patterns of tokens and
+//!   `topics_allowed`
 //! - [`store`]      — MySQL: the only code that speaks SQL; migrations
 //! - [`index`]      — Redis: the only code that speaks Redis; scripts in `lua/`
 //! - [`loader`]     — moves jobs entering the window from MySQL to Redis
@@ -14,8 +18,8 @@
 //! - [`reconciler`] — repairs from MySQL: claims in doubt (settled by
 //!   reading their topic back), jobs Redis lost, ack deadlines passed in
 //!   silence
-//! - [`outcome`]    — what becomes of a job after an attempt: result policy,
-//!   backoff, reports, and the decision each leads to (pure logic)
+//! - [`outcome`]    — what becomes of a job after an attempt: reports, and
+//!   the decision each leads to (pure logic)
 //! - [`results`]    — applies outcomes (the resolver); consumes the results
 //!   topic; produces dead letters
 //! - [`membership`] — instances know each other; shard leases and fencing;
@@ -25,7 +29,8 @@
 //! - [`schedule`]   — recurring schedules: cron and intervals in a time
 //!   zone, misfires (pure logic)
 //! - [`scheduler`]  — the materializer: a schedule's occurrences become jobs
-//! - [`truth`]      — gauges from MySQL, Redis and Kafka as they are now
+//! - [`truth`]      — the figures of MySQL, Redis and Kafka as they are now
+//! - [`reporter`]   — publishes the truth as gauges, and hands it to `notify`
 //! - [`notify`]     — the webhook for dead jobs and backlogs
 //! - [`api`]        — HTTP/JSON under `/v1`, `/healthz`, `/metrics`
 //! - [`app`]        — starts the roles under one cancellation token
@@ -54,9 +59,12 @@ pub mod membership;
 pub mod metrics;
 pub mod notify;
 pub mod outcome;
+pub mod policy;
 pub mod reconciler;
+pub mod reporter;
 pub mod results;
 pub mod schedule;
 pub mod scheduler;
 pub mod store;
+pub mod topic_pattern;
 pub mod truth;

@@ -116,7 +116,7 @@ impl Loader {
                 }
                 Ok(_) => {}
                 Err(LoadError::Index(err)) => metrics::index_failed("loader pass", 0, &err),
-                Err(err) => tracing::warn!(error = %err, "loader pass failed"),
+                Err(LoadError::Store(err)) => metrics::store_failed("loader pass", &err),
             }
             tokio::select! {
                 _ = cancel.cancelled() => break,

@@ -297,7 +297,7 @@ impl Membership {
             match self.run_once(id, cut_off && last_beat.is_some()).await {
                 Ok(_) => last_beat = Some(tokio::time::Instant::now()),
                 Err(err) => {
-                    tracing::warn!(error = %err, "membership round failed");
+                    crate::metrics::store_failed("membership round", &err);
                     metrics::membership_failed();
                 }
             }
@@ -340,7 +340,7 @@ impl Membership {
             let beat_sent = tokio::time::Instant::now();
             match self.store.instance_heartbeat(id, &self.config.info).await {
                 Ok(was_gone) => self.beat_recorded(beat_sent, was_gone),
-                Err(err) => tracing::warn!(error = %err, "heartbeat while draining failed"),
+                Err(err) => crate::metrics::store_failed("drain heartbeat", &err),
             }
             tokio::select! {
                 _ = dispatcher_done.cancelled() => return,

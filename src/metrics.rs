@@ -17,6 +17,7 @@ pub const DISPATCH_CAS_LOST: &str = "tickler_dispatch_cas_lost_total";
 pub const PRODUCE_FAILED: &str = "tickler_produce_failed_total";
 pub const LOADER_INDEXED: &str = "tickler_loader_indexed_total";
 pub const INDEX_ERRORS: &str = "tickler_index_errors_total";
+pub const STORE_ERRORS: &str = "tickler_store_errors_total";
 pub const PRODUCER_RESTARTS: &str = "tickler_producer_restarts_total";
 pub const INDEX_REBUILDS: &str = "tickler_index_rebuilds_total";
 pub const RECONCILER_REFED: &str = "tickler_reconciler_refed_total";
@@ -167,6 +168,10 @@ fn describe() {
     describe_counter!(
         INDEX_ERRORS,
         "Redis operations that failed (repaired later from MySQL)."
+    );
+    describe_counter!(
+        STORE_ERRORS,
+        "MySQL operations of a background role that failed, by what was being done (tried again on its next pass)."
     );
     describe_counter!(
         PRODUCER_RESTARTS,
@@ -480,6 +485,13 @@ pub fn produce_refused(topic: &str, reason: &'static str) {
 pub fn index_failed(what: &'static str, num_jobs: usize, error: &dyn std::fmt::Display) {
     counter!(INDEX_ERRORS).increment(1);
     tracing::warn!(what, num_jobs, error = %error, "redis operation failed");
+}
+
+/// A background role's MySQL operation failed: counted by `what` (a fixed
+/// word naming the step) and logged; the role tries again on its next pass.
+pub fn store_failed(what: &'static str, error: &dyn std::fmt::Display) {
+    counter!(STORE_ERRORS, "what" => what).increment(1);
+    tracing::warn!(what, error = %error, "mysql operation failed");
 }
 
 pub fn index_rebuilt() {

@@ -152,7 +152,8 @@ impl Reconciler {
                 match self.purge_once().await {
                     Ok(0) => {}
                     Ok(purged) => tracing::info!(purged, "finished jobs past retention purged"),
-                    Err(err) => tracing::warn!(error = %err, "purge failed"),
+                    Err(ReconcileError::Store(err)) => metrics::store_failed("purge", &err),
+                    Err(ReconcileError::Index(err)) => metrics::index_failed("purge", 0, &err),
                 }
             }
             let pass = async {
@@ -180,7 +181,7 @@ impl Reconciler {
                 Err(ReconcileError::Index(err)) => {
                     metrics::index_failed("reconciler pass", 0, &err)
                 }
-                Err(err) => tracing::warn!(error = %err, "reconciler pass failed"),
+                Err(ReconcileError::Store(err)) => metrics::store_failed("reconciler pass", &err),
             }
             tokio::select! {
                 _ = cancel.cancelled() => break,
@@ -265,7 +266,7 @@ impl Reconciler {
                     }
                 }
                 Err(err) => {
-                    tracing::warn!(error = %err, "cannot retry jobs past their ack deadline");
+                    metrics::store_failed("ack deadlines", &err);
                     break;
                 }
             }

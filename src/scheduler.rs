@@ -57,7 +57,7 @@ impl Materializer {
             match self.run_once().await {
                 Ok(0) => {}
                 Ok(created) => tracing::debug!(num_jobs = created, "occurrences created"),
-                Err(err) => tracing::warn!(error = %err, "schedule pass failed"),
+                Err(err) => crate::metrics::store_failed("schedule pass", &err),
             }
             tokio::select! {
                 _ = cancel.cancelled() => return,

@@ -2,7 +2,7 @@
 //! jobs by status and topic, overdue jobs, the index's drift from MySQL,
 //! the results consumer's lag, recent lateness. [`Truth::compute`] reads
 //! them (index range scans only, timed); `/v1/stats` answers with them and
-//! the [`Reporter`] publishes them as Prometheus gauges.
+//! the reporter (`crate::reporter`) publishes them as Prometheus gauges.
 //!
 //! One instance reports: the lowest live id among those running the
 //! reconciler. Every other instance reports zero for these gauges (and
@@ -11,19 +11,14 @@
 //! heartbeat and an interval.
 
 use std::collections::{BTreeMap, BTreeSet};
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, DurationRound, Utc};
 use serde::Serialize;
-use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::index::Index;
 use crate::kafka;
-use crate::membership::Ownership;
-use crate::metrics;
 use crate::store::{Overdue, ScheduleStats, Store, StoreError, TopicCount};
 
 /// A schedule whose next occurrence is this far past its time and still not
@@ -154,7 +149,7 @@ impl Truth {
             }
         };
         Ok(Truth {
-            at: crate::api::time_format(at),
+            at: crate::job::time_format(at),
             jobs,
             overdue: OverdueView {
                 count,
@@ -202,7 +197,7 @@ pub fn lateness_by_minute(sample: &[(DateTime<Utc>, DateTime<Utc>)]) -> Vec<Late
         .map(|(minute, mut late)| {
             late.sort_unstable();
             LatenessMinute {
-                minute: crate::api::time_format(minute),
+                minute: crate::job::time_format(minute),
                 count: late.len(),
                 p50_ms: quantile(&late, 0.50),
                 p99_ms: quantile(&late, 0.99),
@@ -240,120 +235,6 @@ pub fn topics_capped(counts: &[TopicCount], max_topics: usize) -> BTreeMap<(Stri
         *capped.entry((count.status.clone(), topic)).or_default() += count.count;
     }
     capped
-}
-
-/// Publishes the truth as gauges when this instance is the reporter.
-pub struct Reporter {
-    store: Store,
-    index: Index,
-    config: Arc<Config>,
-    ownership: watch::Receiver<Ownership>,
-    /// The (status, topic) series last published, to zero those gone.
-    published: BTreeSet<(String, String)>,
-    counts: Counts,
-    reporting: bool,
-    notifier: Option<crate::notify::Notifier>,
-}
-
-impl Reporter {
-    pub fn new(
-        store: Store,
-        index: Index,
-        config: Arc<Config>,
-        ownership: watch::Receiver<Ownership>,
-    ) -> Reporter {
-        let notifier = crate::notify::Notifier::from_config(&config);
-        Reporter {
-            store,
-            index,
-            config,
-            ownership,
-            published: BTreeSet::new(),
-            counts: Counts::default(),
-            reporting: false,
-            notifier,
-        }
-    }
-
-    pub async fn run(mut self, cancel: CancellationToken) {
-        let mut tick = tokio::time::interval(Duration::from_millis(self.config.truth_interval_ms));
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-        self.zero();
-        loop {
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tick.tick() => {}
-            }
-            if let Err(err) = self.run_once().await {
-                tracing::warn!(error = %err, "computing the gauges from MySQL");
-            }
-        }
-    }
-
-    /// Reports once if this instance is the reporter; says whether it is.
-    pub async fn run_once(&mut self) -> Result<bool, StoreError> {
-        let me = self.ownership.borrow().instance;
-        let live = self
-            .store
-            .instances_list(self.config.instance_ttl())
-            .await?;
-        let reporter = live
-            .iter()
-            .filter(|i| i.live && i.has_role("reconciler"))
-            .map(|i| i.id)
-            .min();
-        if me.is_none() || reporter != me {
-            if self.reporting {
-                tracing::info!(reporter = ?reporter, "another instance reports the gauges now");
-                self.zero();
-                if let Some(notifier) = &mut self.notifier {
-                    notifier.reset();
-                }
-            }
-            self.reporting = false;
-            return Ok(false);
-        }
-        let truth =
-            Truth::compute_with(&self.store, &self.index, &self.config, &mut self.counts).await?;
-        self.publish(&truth);
-        self.reporting = true;
-        if let Some(notifier) = &mut self.notifier {
-            notifier.round(&self.store, &truth).await?;
-        }
-        Ok(true)
-    }
-
-    fn publish(&mut self, truth: &Truth) {
-        let capped = topics_capped(&truth.jobs, self.config.gauge_topics_max);
-        let now: BTreeSet<(String, String)> = capped.keys().cloned().collect();
-        for gone in self.published.difference(&now) {
-            metrics::truth_jobs(&gone.0, &gone.1, 0);
-        }
-        for ((status, topic), count) in &capped {
-            metrics::truth_jobs(status, topic, *count);
-        }
-        self.published = now;
-        metrics::truth_publish(&metrics::TruthGauges {
-            reporter: true,
-            overdue: truth.overdue.count,
-            overdue_oldest_s: truth.overdue.oldest_age_ms as f64 / 1000.0,
-            window_jobs: truth.window.mysql,
-            index_jobs: truth.window.redis,
-            results_lag: truth.results_lag,
-            next_due_s: truth.next_due_in_ms.map(|ms| ms as f64 / 1000.0),
-            dispatchers_live: truth.instances.dispatchers,
-            schedules: truth.schedules,
-            scan_s: truth.scan_ms as f64 / 1000.0,
-        });
-    }
-
-    /// Zero for every gauge: this instance does not report.
-    fn zero(&mut self) {
-        for (status, topic) in std::mem::take(&mut self.published) {
-            metrics::truth_jobs(&status, &topic, 0);
-        }
-        metrics::truth_publish(&metrics::TruthGauges::default());
-    }
 }
 
 #[cfg(test)]

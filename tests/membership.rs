@@ -11,7 +11,7 @@ use tickler::config::Config;
 use tickler::index::Index;
 use tickler::job::{NewJob, PayloadKind, Schedule};
 use tickler::membership::{Membership, MembershipConfig};
-use tickler::outcome::Policy;
+use tickler::policy::Policy;
 use tickler::store::{Actor, Store};
 use tickler_testkit::{database_create, database_drop, redis_url, test_config, unique};
 

@@ -6,7 +6,7 @@ use std::time::Duration;
 
 use chrono::{Duration as Span, Utc};
 use tickler::job::{JobId, NewJob, PayloadKind, Schedule, Status};
-use tickler::outcome::Policy;
+use tickler::policy::Policy;
 use tickler::store::{Actor, Cancelled, Dispatched, Fence, Store};
 use tickler_testkit::{database_create, database_drop, fence_all};
 

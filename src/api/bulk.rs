@@ -18,14 +18,16 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use super::auth::Caller;
-use super::jobs::{index_follow_with, time_format, JobView};
+use super::jobs::index_follow_with;
 use super::query::{status_parse, time_parse};
+use super::view::JobView;
 use super::{ApiError, ApiJson, ApiState};
 use crate::auth::Scope;
 use crate::config::Config;
 use crate::index::Index;
+use crate::job::time_format;
 use crate::job::{self, JobId, Status};
-use crate::outcome::{Policy, PolicyOverrides, ATTEMPTS_MAX, DELAY_MAX_MS};
+use crate::policy::{Policy, PolicyOverrides, ATTEMPTS_MAX, DELAY_MAX_MS};
 use crate::store::{BulkAction, BulkFilter, BulkOp, BulkStatus, Store, StoreError};
 
 /// Jobs per batch: one transaction each.
@@ -422,7 +424,7 @@ impl BulkRunner {
                     self.spawn(op);
                 }
                 Ok(None) => {}
-                Err(err) => tracing::warn!(error = %err, "looking for stalled bulk operations"),
+                Err(err) => crate::metrics::store_failed("bulk stalled", &err),
             }
         }
     }
@@ -483,7 +485,8 @@ impl BulkRunner {
                 }
                 Err(err @ (StoreError::Unavailable(_) | StoreError::Contention(_))) => {
                     // A hiccup: the batch wrote nothing; try it again.
-                    tracing::warn!(bulk = op.id, error = %err, "bulk batch failed; trying again");
+                    tracing::warn!(bulk = op.id, "bulk batch failed; trying again");
+                    crate::metrics::store_failed("bulk batch", &err);
                     tokio::select! {
                         _ = self.cancel.cancelled() => return,
                         _ = tokio::time::sleep(pause) => {}

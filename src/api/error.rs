@@ -7,7 +7,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use serde_json::{json, Value};
 
-use super::jobs::JobView;
+use super::view::JobView;
 
 use crate::job::InvalidJob;
 use crate::store::StoreError;

@@ -12,6 +12,7 @@ mod server;
 mod stats;
 mod topics;
 mod ui;
+mod view;
 
 use std::sync::Arc;
 
@@ -28,7 +29,6 @@ use tokio::sync::Notify;
 pub use auth::caller_of;
 pub use bulk::BulkRunner;
 pub use error::ApiError;
-pub use jobs::time_format;
 pub use openapi::ApiDoc;
 pub use server::{serve, tls_config, ServeLimits, TlsError};
 pub use stats::StatsCache;

@@ -8,9 +8,10 @@ use chrono::{DateTime, Utc};
 use serde::{Deserialize, Serialize};
 
 use super::auth::Caller;
-use super::jobs::{time_format, JobView};
+use super::view::JobView;
 use super::{ApiError, ApiState, JobIdPath};
 use crate::auth::Scope;
+use crate::job::time_format;
 use crate::job::{self, JobId, Status};
 use crate::store::JobFilter;
 

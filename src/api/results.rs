@@ -13,10 +13,12 @@ use serde::Deserialize;
 
 use super::auth::Caller;
 use super::error::Conflict;
-use super::jobs::{index_follow, schedule_parse, JobView, Limits};
+use super::jobs::{index_follow, schedule_parse, Limits};
+use super::view::JobView;
 use super::{ApiError, ApiJson, ApiState, JobIdPath};
 use crate::auth::Scope;
-use crate::outcome::{Ignored, ReportBody, ATTEMPTS_MAX};
+use crate::outcome::{Ignored, ReportBody};
+use crate::policy::ATTEMPTS_MAX;
 use crate::results::CHANNEL_HTTP;
 use crate::store::{Disposition, Redriven};
 

@@ -15,11 +15,12 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::auth::Caller;
-use super::jobs::{payload_parse, present, raw_present, time_format, topic_preflight, Limits};
+use super::jobs::{payload_parse, present, raw_present, topic_preflight, Limits};
 use super::{ApiError, ApiJson, ApiState};
 use crate::auth::Scope;
+use crate::job::time_format;
 use crate::job::{self, InvalidJob, JobId, PayloadKind};
-use crate::outcome::PolicyOverrides;
+use crate::policy::PolicyOverrides;
 use crate::schedule::{self, InvalidTiming, Misfire, Timing};
 use crate::scheduler;
 use crate::store::{

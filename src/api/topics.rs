@@ -7,11 +7,12 @@ use axum::Json;
 use serde::{Deserialize, Serialize};
 
 use super::auth::Caller;
-use super::jobs::{present, time_format};
+use super::jobs::present;
 use super::{ApiError, ApiJson, ApiState};
 use crate::auth::Scope;
 use crate::control;
 use crate::job;
+use crate::job::time_format;
 use crate::store::{TopicChange, TopicControl};
 
 /// A topic's controls.

@@ -352,7 +352,7 @@ async fn token(config: &Config, command: TokenCommand) -> anyhow::Result<()> {
         } => {
             auth::name_validate(&name).map_err(anyhow::Error::msg)?;
             for pattern in &topics {
-                auth::pattern_validate(pattern).map_err(anyhow::Error::msg)?;
+                tickler::topic_pattern::validate(pattern).map_err(anyhow::Error::msg)?;
             }
             for scope in &scopes {
                 if auth::Scope::parse(scope).is_none() {

@@ -587,7 +587,7 @@ impl Doctor {
             verdict: Verdict::Fail,
             summary: format!(
                 "{count} active schedules are behind: the oldest next occurrence, {}, is not a job yet (ids are schedule ids)",
-                crate::api::time_format(*oldest)
+                crate::job::time_format(*oldest)
             ),
             count,
             ids: behind.iter().map(|(id, _)| *id).collect(),

@@ -10,7 +10,7 @@ use sqlx::{MySql, QueryBuilder, Row};
 use super::cluster::{push_fence, Fence};
 use super::{Store, StoreError};
 use crate::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status};
-use crate::outcome::Policy;
+use crate::policy::Policy;
 
 /// The columns a [`Job`] is read from, with `$payload` in the payload's
 /// place (listings read everything but the payload, which may be large).
@@ -1084,7 +1084,7 @@ pub(super) fn topic_patterns_push(
         for pattern in patterns {
             query
                 .push(" OR topic LIKE ")
-                .push_bind(crate::auth::pattern_to_like(pattern))
+                .push_bind(pattern_like(pattern))
                 .push(" ESCAPE '!'");
         }
         query.push(")");
@@ -1179,4 +1179,34 @@ fn text(row: &MySqlRow, column: &str) -> Result<Option<String>, StoreError> {
             String::from_utf8(b).map_err(|_| StoreError::Corrupt(format!("{column} is not UTF-8")))
         })
         .transpose()
+}
+
+/// The SQL `LIKE` pattern (escape character `!`) matching the topics a
+/// topic pattern (`crate::topic_pattern`) matches; topic names have no `%`
+/// or `!`, only `_` to escape.
+fn pattern_like(pattern: &str) -> String {
+    let mut like = String::with_capacity(pattern.len() + 4);
+    for c in pattern.chars() {
+        match c {
+            '*' => like.push('%'),
+            '_' | '%' | '!' => {
+                like.push('!');
+                like.push(c);
+            }
+            c => like.push(c),
+        }
+    }
+    like
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_patterns_become_like_patterns_that_match_the_same_topics() {
+        assert_eq!(pattern_like("orders.*"), "orders.%");
+        assert_eq!(pattern_like("a_b*c"), "a!_b%c");
+        assert_eq!(pattern_like("*"), "%");
+    }
 }

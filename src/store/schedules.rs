@@ -9,7 +9,7 @@ use sqlx::{MySql, QueryBuilder, Row};
 use super::jobs::{insert_many_on, policy_from_row, BatchRow};
 use super::{Store, StoreError};
 use crate::job::{Job, NewJob, PayloadKind, Schedule};
-use crate::outcome::Policy;
+use crate::policy::Policy;
 use crate::schedule::{self, Bounds, InvalidTiming, Misfire, Progress, Timing};
 
 /// `schedules.status`.

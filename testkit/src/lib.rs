@@ -45,6 +45,13 @@ pub fn unique(prefix: &str) -> String {
     format!("{prefix}{n:016x}")
 }
 
+/// A fresh directory under the system's temp dir, for a test's files.
+pub fn scratch_dir() -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join("tickler-faults").join(unique(""));
+    std::fs::create_dir_all(&dir).unwrap();
+    dir
+}
+
 /// Initialises logging once (RUST_LOG-style filter in TICKLER_TEST_LOG).
 pub fn init_logging() {
     let filter = std::env::var("TICKLER_TEST_LOG").unwrap_or_else(|_| "warn".to_owned());

@@ -7,8 +7,6 @@ use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
-use super::unique;
-
 pub fn free_port() -> u16 {
     TcpListener::bind("127.0.0.1:0")
         .unwrap()
@@ -39,11 +37,7 @@ pub fn tickler_bin() -> PathBuf {
     bin
 }
 
-pub fn scratch_dir() -> PathBuf {
-    let dir = std::env::temp_dir().join("tickler-faults").join(unique(""));
-    std::fs::create_dir_all(&dir).unwrap();
-    dir
-}
+pub use crate::scratch_dir;
 
 pub async fn port_wait(port: u16, wait: Duration) {
     let deadline = tokio::time::Instant::now() + wait;

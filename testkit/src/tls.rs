@@ -5,7 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use super::procs::scratch_dir;
+use crate::scratch_dir;
 
 pub struct TestCerts {
     pub ca: PathBuf,

@@ -1,0 +1,116 @@
+//! How a job is written in the API's answers (and in error bodies that
+//! carry the job: a conflict shows its state). Below the handlers and
+//! [`super::error`], which both use it.
+
+use std::collections::BTreeMap;
+
+use base64::engine::general_purpose::STANDARD as BASE64;
+use base64::Engine;
+use serde::{Deserialize, Serialize};
+use serde_json::value::RawValue;
+
+use crate::job::{time_format, Job, JobId, PayloadKind};
+
+/// A job as the API shows it.
+#[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]
+pub struct JobView {
+    pub id: JobId,
+    pub topic: String,
+    pub key: Option<String>,
+    pub status: String,
+    pub run_at: String,
+    pub attempt: u32,
+    pub max_attempts: u32,
+    pub version: u32,
+    pub expects_result: bool,
+    pub backoff_base_ms: u32,
+    pub backoff_cap_ms: u32,
+    pub ack_timeout_ms: u32,
+    /// While dispatched and waiting for a result: when silence becomes a
+    /// retry.
+    pub ack_deadline: Option<String>,
+    /// A JSON payload, as sent; absent in listings and for bytes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    #[schema(value_type = Option<serde_json::Value>)]
+    pub payload: Option<Box<RawValue>>,
+    /// A bytes payload, base64; absent in listings and for JSON.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub payload_base64: Option<String>,
+    pub headers: BTreeMap<String, String>,
+    pub created_at: String,
+    pub updated_at: String,
+    pub dispatched_at: Option<String>,
+    pub kafka: Option<KafkaPosition>,
+    pub last_error: Option<String>,
+    /// The W3C trace context of the creating request, put on the record.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub traceparent: Option<String>,
+    /// The schedule whose occurrence it is.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedule_id: Option<u64>,
+    /// Still pending then, it is cancelled rather than produced (an
+    /// occurrence of a `misfire: skip` schedule).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub expires_at: Option<String>,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+pub struct KafkaPosition {
+    pub partition: i32,
+    pub offset: i64,
+}
+
+impl JobView {
+    /// The view without its payload (for listings).
+    pub fn without_payload(job: Job) -> JobView {
+        let mut view = JobView::from(job);
+        view.payload = None;
+        view.payload_base64 = None;
+        view
+    }
+}
+
+impl From<Job> for JobView {
+    fn from(job: Job) -> Self {
+        let (payload, payload_base64) = match job.payload_kind {
+            PayloadKind::Json => match String::from_utf8(job.payload) {
+                Ok(text) => match RawValue::from_string(text) {
+                    Ok(raw) => (Some(raw), None),
+                    Err(_) => (None, None),
+                },
+                Err(err) => (None, Some(BASE64.encode(err.into_bytes()))),
+            },
+            PayloadKind::Bytes => (None, Some(BASE64.encode(&job.payload))),
+        };
+        let kafka = match (job.kafka_partition, job.kafka_offset) {
+            (Some(partition), Some(offset)) => Some(KafkaPosition { partition, offset }),
+            _ => None,
+        };
+        JobView {
+            id: job.id,
+            topic: job.topic,
+            key: job.key,
+            status: job.status.to_string(),
+            run_at: time_format(job.schedule_time),
+            attempt: job.attempt,
+            max_attempts: job.policy.max_attempts,
+            version: job.version,
+            expects_result: job.policy.expects_result,
+            backoff_base_ms: job.policy.backoff_base_ms,
+            backoff_cap_ms: job.policy.backoff_cap_ms,
+            ack_timeout_ms: job.policy.ack_timeout_ms,
+            ack_deadline: job.ack_deadline.map(time_format),
+            traceparent: job.trace_parent,
+            schedule_id: job.schedule_id,
+            expires_at: job.expires_at.map(time_format),
+            payload,
+            payload_base64,
+            headers: job.headers,
+            created_at: time_format(job.created_at),
+            updated_at: time_format(job.updated_at),
+            dispatched_at: job.dispatched_at.map(time_format),
+            kafka,
+            last_error: job.last_error,
+        }
+    }
+}

@@ -1,0 +1,133 @@
+//! The reporter role: on the one instance that reports (the live
+//! reconciler with the lowest id), computes the [`Truth`] every
+//! `truth_interval_ms`, publishes it as gauges and hands it to the webhook
+//! [`Notifier`]; every other instance publishes zeros.
+
+use std::collections::BTreeSet;
+use std::sync::Arc;
+use std::time::Duration;
+
+use tokio::sync::watch;
+use tokio_util::sync::CancellationToken;
+
+use crate::config::Config;
+use crate::index::Index;
+use crate::membership::Ownership;
+use crate::metrics;
+use crate::notify::Notifier;
+use crate::store::{Store, StoreError};
+use crate::truth::{topics_capped, Counts, Truth};
+
+/// Publishes the truth as gauges when this instance is the reporter.
+pub struct Reporter {
+    store: Store,
+    index: Index,
+    config: Arc<Config>,
+    ownership: watch::Receiver<Ownership>,
+    /// The (status, topic) series last published, to zero those gone.
+    published: BTreeSet<(String, String)>,
+    counts: Counts,
+    reporting: bool,
+    notifier: Option<Notifier>,
+}
+
+impl Reporter {
+    pub fn new(
+        store: Store,
+        index: Index,
+        config: Arc<Config>,
+        ownership: watch::Receiver<Ownership>,
+    ) -> Reporter {
+        let notifier = Notifier::from_config(&config);
+        Reporter {
+            store,
+            index,
+            config,
+            ownership,
+            published: BTreeSet::new(),
+            counts: Counts::default(),
+            reporting: false,
+            notifier,
+        }
+    }
+
+    pub async fn run(mut self, cancel: CancellationToken) {
+        let mut tick = tokio::time::interval(Duration::from_millis(self.config.truth_interval_ms));
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+        self.zero();
+        loop {
+            tokio::select! {
+                _ = cancel.cancelled() => return,
+                _ = tick.tick() => {}
+            }
+            if let Err(err) = self.run_once().await {
+                metrics::store_failed("gauges", &err);
+            }
+        }
+    }
+
+    /// Reports once if this instance is the reporter; says whether it is.
+    pub async fn run_once(&mut self) -> Result<bool, StoreError> {
+        let me = self.ownership.borrow().instance;
+        let live = self
+            .store
+            .instances_list(self.config.instance_ttl())
+            .await?;
+        let reporter = live
+            .iter()
+            .filter(|i| i.live && i.has_role("reconciler"))
+            .map(|i| i.id)
+            .min();
+        if me.is_none() || reporter != me {
+            if self.reporting {
+                tracing::info!(reporter = ?reporter, "another instance reports the gauges now");
+                self.zero();
+                if let Some(notifier) = &mut self.notifier {
+                    notifier.reset();
+                }
+            }
+            self.reporting = false;
+            return Ok(false);
+        }
+        let truth =
+            Truth::compute_with(&self.store, &self.index, &self.config, &mut self.counts).await?;
+        self.publish(&truth);
+        self.reporting = true;
+        if let Some(notifier) = &mut self.notifier {
+            notifier.round(&self.store, &truth).await?;
+        }
+        Ok(true)
+    }
+
+    fn publish(&mut self, truth: &Truth) {
+        let capped = topics_capped(&truth.jobs, self.config.gauge_topics_max);
+        let now: BTreeSet<(String, String)> = capped.keys().cloned().collect();
+        for gone in self.published.difference(&now) {
+            metrics::truth_jobs(&gone.0, &gone.1, 0);
+        }
+        for ((status, topic), count) in &capped {
+            metrics::truth_jobs(status, topic, *count);
+        }
+        self.published = now;
+        metrics::truth_publish(&metrics::TruthGauges {
+            reporter: true,
+            overdue: truth.overdue.count,
+            overdue_oldest_s: truth.overdue.oldest_age_ms as f64 / 1000.0,
+            window_jobs: truth.window.mysql,
+            index_jobs: truth.window.redis,
+            results_lag: truth.results_lag,
+            next_due_s: truth.next_due_in_ms.map(|ms| ms as f64 / 1000.0),
+            dispatchers_live: truth.instances.dispatchers,
+            schedules: truth.schedules,
+            scan_s: truth.scan_ms as f64 / 1000.0,
+        });
+    }
+
+    /// Zero for every gauge: this instance does not report.
+    fn zero(&mut self) {
+        for (status, topic) in std::mem::take(&mut self.published) {
+            metrics::truth_jobs(&status, &topic, 0);
+        }
+        metrics::truth_publish(&metrics::TruthGauges::default());
+    }
+}
