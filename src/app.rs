@@ -15,19 +15,19 @@ use tokio_util::task::TaskTracker;
 use crate::api::{self, ApiState, ServeLimits};
 use crate::auth::{Principal, TokenCache};
 use crate::config::{AuthMode, Config};
-use crate::control::TopicControls;
 use crate::dispatcher::{DispatchError, Dispatcher, DispatcherConfig};
 use crate::index::{self, Index, IndexError};
 use crate::kafka::{self, Topics};
 use crate::loader::{Loader, LoaderConfig};
+use crate::materializer::Materializer;
 use crate::membership::{Membership, MembershipConfig};
 use crate::metrics;
 use crate::reconciler::{Reconciler, ReconcilerConfig};
 use crate::results::{
     DeadLetterConfig, DeadLetterProducer, Resolver, ResultsConsumer, ResultsConsumerConfig,
 };
-use crate::scheduler::Materializer;
 use crate::store::{self, Actor, Store, StoreError};
+use crate::topic_controls::TopicControls;
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -251,7 +251,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
             }
         };
         let metrics_handle = metrics::install();
-        let bulk = api::BulkRunner::new(
+        let bulk = crate::bulk::BulkRunner::new(
             store.clone(),
             index.clone(),
             config.clone(),
@@ -259,7 +259,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
             tracker.clone(),
             cancel.child_token(),
         );
-        tracker.spawn(bulk.clone().run(cancel.child_token()));
+        tracker.spawn(bulk.clone().run());
         let router = api::router(ApiState {
             store: store.clone(),
             index: index.clone(),

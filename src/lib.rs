@@ -25,10 +25,11 @@
 //! - [`membership`] — instances know each other; shard leases and fencing;
 //!   a dead instance's claims put in doubt
 //! - [`auth`]       — API tokens: secrets, scopes, topic patterns; the cache
-//! - [`control`]    — topic controls (pause, pace): this instance's copy
+//! - [`topic_controls`] — topic controls (pause, pace): this instance's copy
 //! - [`schedule`]   — recurring schedules: cron and intervals in a time
 //!   zone, misfires (pure logic)
-//! - [`scheduler`]  — the materializer: a schedule's occurrences become jobs
+//! - [`materializer`] — a schedule's occurrences become jobs
+//! - [`bulk`]       — the bulk runner: carries out bulk operations in batches
 //! - [`truth`]      — the figures of MySQL, Redis and Kafka as they are now
 //! - [`reporter`]   — publishes the truth as gauges, and hands it to `notify`
 //! - [`notify`]     — the webhook for dead jobs and backlogs
@@ -46,15 +47,16 @@ pub mod api;
 pub mod app;
 pub mod auth;
 pub mod bench;
+pub mod bulk;
 pub mod cli;
 pub mod config;
-pub mod control;
 pub mod demo;
 pub mod dispatcher;
 pub mod index;
 pub mod job;
 pub mod kafka;
 pub mod loader;
+pub mod materializer;
 pub mod membership;
 pub mod metrics;
 pub mod notify;
@@ -64,7 +66,7 @@ pub mod reconciler;
 pub mod reporter;
 pub mod results;
 pub mod schedule;
-pub mod scheduler;
 pub mod store;
+pub mod topic_controls;
 pub mod topic_pattern;
 pub mod truth;

@@ -497,3 +497,69 @@ async fn a_batch_applied_again_after_its_commit_changes_nothing() {
     );
     env.finish().await;
 }
+
+/// The runner's `run_once`, driven directly with no tickler running: it
+/// takes over the one stalled operation, works it through, and then finds
+/// nothing more to take over.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_runner_takes_over_a_stalled_operation_in_one_pass() {
+    use std::sync::Arc;
+    let mut env = TestEnv::start().await;
+    let topic = env.topic.clone();
+    let ids = seed(&env, &topic, "s", 3).await;
+    env.stop().await;
+    let store =
+        tickler::store::Store::connect_lazy(&env.config.mysql_url, 2, tickler::store::Actor::Api)
+            .unwrap();
+    let filter = BulkFilter {
+        topic: Some(topic.clone()),
+        ..BulkFilter::default()
+    };
+    let op_id = store
+        .bulk_create(
+            "api:test",
+            &filter,
+            &BulkAction::Cancel {},
+            *ids.last().unwrap(),
+            3,
+            7,
+        )
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE bulk_ops SET updated_at = TIMESTAMPADD(SECOND, -60, UTC_TIMESTAMP(3)) WHERE id = ?",
+    )
+    .bind(op_id)
+    .execute(&env.sql)
+    .await
+    .unwrap();
+    let tracker = tokio_util::task::TaskTracker::new();
+    let runner = tickler::bulk::BulkRunner::new(
+        store.clone(),
+        env.index.clone(),
+        Arc::new(env.config.clone()),
+        Arc::new(tokio::sync::Notify::new()),
+        tracker.clone(),
+        tokio_util::sync::CancellationToken::new(),
+    );
+    let report = runner.run_once().await.unwrap();
+    assert_eq!(report.adopted, Some(op_id));
+    let done = eventually(Duration::from_secs(20), || async {
+        let op = store.bulk_get(op_id).await.unwrap().unwrap();
+        (op.status == tickler::store::BulkStatus::Done).then_some(op)
+    })
+    .await
+    .expect("the adopted operation finishes");
+    assert_eq!((done.done, done.changed), (3, 3));
+    for id in &ids {
+        assert_eq!(env.job_status(*id).await, "cancelled");
+    }
+    assert_eq!(
+        runner.run_once().await.unwrap().adopted,
+        None,
+        "nothing else stalled"
+    );
+    tracker.close();
+    tracker.wait().await;
+    env.finish().await;
+}

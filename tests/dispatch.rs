@@ -378,7 +378,7 @@ async fn one_dispatcher_pass_reports_what_became_of_each_claimed_id() {
         topics,
         resolver,
         holding,
-        tickler::control::TopicControls::new(env.store.clone(), config.clone()),
+        tickler::topic_controls::TopicControls::new(env.store.clone(), config.clone()),
     )
     .unwrap();
     let report = dispatcher.run_once().await;

@@ -12,13 +12,13 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
 use serde_json::{json, Value};
 use tickler::config::Config;
-use tickler::control::TopicControls;
 use tickler::dispatcher::{Dispatcher, DispatcherConfig};
 use tickler::kafka::Topics;
 use tickler::membership::{Membership, MembershipConfig};
 use tickler::reconciler::{ReconcileReport, Reconciler, ReconcilerConfig};
 use tickler::results::Resolver;
 use tickler::store::Fence;
+use tickler::topic_controls::TopicControls;
 use tickler_testkit::{eventually, fence_all, records_read, TestEnv};
 use tokio::sync::Notify;
 

@@ -270,8 +270,18 @@ async fn a_monthly_schedule_for_years_holds_one_row_and_nothing_in_redis() {
     )
     .await;
     let id = schedule["id"].as_u64().unwrap();
-    // Let the materializer and the loader run a few passes.
-    tokio::time::sleep(Duration::from_secs(2)).await;
+    // A few passes of the materializer, then one of the loader.
+    let materializer = tickler::materializer::Materializer::new(
+        env.store.clone(),
+        env.index.clone(),
+        std::sync::Arc::new(env.config.clone()),
+        std::sync::Arc::new(tokio::sync::Notify::new()),
+    );
+    for _ in 0..3 {
+        materializer.run_once().await.unwrap();
+    }
+    let now = env.store.db_now().await.unwrap();
+    env.loader().run_once(now).await.unwrap();
     let rows: Vec<u64> = sqlx::query_scalar("SELECT id FROM jobs WHERE schedule_id = ?")
         .bind(id)
         .fetch_all(&env.sql)

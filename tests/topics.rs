@@ -152,7 +152,7 @@ async fn a_pause_and_resume_by_hand_in_sql_is_honoured() {
         .await
         .unwrap();
     // A pause by hand takes hold within CONTROLS_FRESH (2 s).
-    tokio::time::sleep(tickler::control::CONTROLS_FRESH + Duration::from_millis(500)).await;
+    tokio::time::sleep(tickler::topic_controls::CONTROLS_FRESH + Duration::from_millis(500)).await;
     jobs_create(&env, &topic, 10, |_| 300).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(count(&env, &topic, "pending").await, 10, "paused by hand");

@@ -1,11 +1,8 @@
 //! Bulk changes: `POST /v1/jobs/bulk` previews (`dry_run`) or starts an
 //! operation over every job a filter matches; `GET /v1/bulk/{id}` follows
-//! it. The [`BulkRunner`] works through an operation in bounded batches,
-//! each its own transaction, and takes over operations whose instance
-//! stopped moving them.
-
-use std::sync::Arc;
-use std::time::Duration;
+//! it. The bulk runner (`crate::bulk`) works through an operation in
+//! bounded batches, each its own transaction, and takes over operations
+//! whose instance stopped moving them.
 
 use axum::extract::{Path, State};
 use axum::http::StatusCode;
@@ -13,31 +10,22 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::Utc;
 use serde::{Deserialize, Serialize};
-use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
 
 use super::auth::Caller;
-use super::jobs::index_follow_with;
 use super::query::{status_parse, time_parse};
 use super::view::JobView;
 use super::{ApiError, ApiJson, ApiState};
 use crate::auth::Scope;
 use crate::config::Config;
-use crate::index::Index;
 use crate::job::time_format;
 use crate::job::{self, JobId, Status};
 use crate::policy::{Policy, PolicyOverrides, ATTEMPTS_MAX, DELAY_MAX_MS};
-use crate::store::{BulkAction, BulkFilter, BulkOp, BulkStatus, Store, StoreError};
+use crate::store::{BulkAction, BulkFilter, BulkOp};
 
-/// Jobs per batch: one transaction each.
-const BATCH: u32 = 500;
 /// Most ids a filter may list.
 const IDS_MAX: usize = 1_000;
 /// Jobs a preview shows.
 const SAMPLE: u32 = 20;
-/// An operation nobody moved for this long is taken over.
-const STALE: Duration = Duration::from_secs(30);
 
 /// The filter as a request gives it.
 #[derive(Debug, Default, Deserialize, utoipa::ToSchema)]
@@ -365,192 +353,4 @@ pub async fn list(
         .map(BulkView::from)
         .collect();
     Ok(Json(BulkList { operations }))
-}
-
-/// Works through bulk operations: those this instance started, and those
-/// another left stalled.
-#[derive(Clone)]
-pub struct BulkRunner {
-    store: Store,
-    index: Index,
-    config: Arc<Config>,
-    wake: Arc<Notify>,
-    tracker: TaskTracker,
-    cancel: CancellationToken,
-}
-
-impl BulkRunner {
-    pub fn new(
-        store: Store,
-        index: Index,
-        config: Arc<Config>,
-        wake: Arc<Notify>,
-        tracker: TaskTracker,
-        cancel: CancellationToken,
-    ) -> BulkRunner {
-        BulkRunner {
-            store,
-            index,
-            config,
-            wake,
-            tracker,
-            cancel,
-        }
-    }
-
-    /// Works through `op` in the background, until done or shutdown.
-    pub fn spawn(&self, op: BulkOp) {
-        self.tracker.spawn(self.clone().work(op));
-    }
-
-    /// Every few seconds, takes over one operation nobody has moved for
-    /// [`STALE`]; stops when `cancel` fires.
-    pub async fn run(self, cancel: CancellationToken) {
-        let mut tick = tokio::time::interval(Duration::from_secs(5));
-        loop {
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tick.tick() => {}
-            }
-            let owner_token = rand::random::<u64>() >> 1;
-            match self.store.bulk_adopt_stalled(STALE, owner_token).await {
-                Ok(Some(op)) => {
-                    tracing::warn!(
-                        bulk = op.id,
-                        done = op.done,
-                        total = op.total,
-                        "taking over a stalled bulk operation"
-                    );
-                    self.spawn(op);
-                }
-                Ok(None) => {}
-                Err(err) => crate::metrics::store_failed("bulk stalled", &err),
-            }
-        }
-    }
-
-    async fn work(self, mut op: BulkOp) {
-        let store = self.store.with_actor(&format!("bulk:{}", op.id));
-        let mut pause = Duration::from_millis(200);
-        loop {
-            if self.cancel.is_cancelled() {
-                // Resumed from its cursor by whoever finds it stalled.
-                return;
-            }
-            let step = async {
-                let batch = store.bulk_next(&op, BATCH).await?;
-                if batch.is_empty() {
-                    return Ok(None);
-                }
-                let last = batch.last().map(|(id, _)| *id).unwrap_or(op.cursor_id);
-                let applied = store
-                    .bulk_apply(&op, &batch, |topic| {
-                        self.config.policy_for(topic).max_attempts
-                    })
-                    .await?;
-                Ok::<_, StoreError>(Some((batch.len() as u64, last, applied)))
-            };
-            match step.await {
-                Ok(None) => {
-                    op.status = BulkStatus::Done;
-                    if let Err(err) = store.bulk_finish(&op, BulkStatus::Done, None).await {
-                        tracing::warn!(bulk = op.id, error = %err, "recording a finished bulk operation; it is taken over and finished again");
-                    }
-                    tracing::info!(
-                        bulk = op.id,
-                        changed = op.changed,
-                        skipped = op.skipped,
-                        "bulk operation done"
-                    );
-                    return;
-                }
-                Ok(Some((_, _, None))) => {
-                    // Taken over, or this batch had committed after all.
-                    if !self.reread(&store, &mut op).await {
-                        tracing::info!(
-                            bulk = op.id,
-                            "bulk operation taken over by another instance"
-                        );
-                        return;
-                    }
-                }
-                Ok(Some((examined, last, Some(batch)))) => {
-                    op.cursor_id = last;
-                    op.done += examined;
-                    op.changed += batch.changed.len() as u64;
-                    op.skipped += batch.skipped;
-                    self.index_follow(&op.action, &batch.changed).await;
-                    pause = Duration::from_millis(200);
-                    tokio::task::yield_now().await;
-                }
-                Err(err @ (StoreError::Unavailable(_) | StoreError::Contention(_))) => {
-                    // A hiccup: the batch wrote nothing; try it again.
-                    tracing::warn!(bulk = op.id, "bulk batch failed; trying again");
-                    crate::metrics::store_failed("bulk batch", &err);
-                    tokio::select! {
-                        _ = self.cancel.cancelled() => return,
-                        _ = tokio::time::sleep(pause) => {}
-                    }
-                    pause = (pause * 2).min(Duration::from_secs(5));
-                    // The batch may have committed before the connection
-                    // broke: go on from the cursor the row holds.
-                    if !self.reread(&store, &mut op).await {
-                        return;
-                    }
-                }
-                Err(err) => {
-                    tracing::error!(bulk = op.id, error = %err, "bulk operation failed");
-                    if let Err(err) = store
-                        .bulk_finish(&op, BulkStatus::Failed, Some(&err.to_string()))
-                        .await
-                    {
-                        tracing::warn!(bulk = op.id, error = %err, "recording a failed bulk operation");
-                    }
-                    return;
-                }
-            }
-        }
-    }
-
-    /// Reads `op` again; false when it is no longer this runner's (taken
-    /// over, or finished). A read that fails keeps `op` as it was: the
-    /// next batch's compare-and-set on the cursor decides.
-    async fn reread(&self, store: &Store, op: &mut BulkOp) -> bool {
-        match store.bulk_get(op.id).await {
-            Ok(Some(row))
-                if row.owner_token == op.owner_token && row.status == BulkStatus::Running =>
-            {
-                *op = row;
-                true
-            }
-            Ok(_) => false,
-            Err(_) => true,
-        }
-    }
-
-    /// Brings Redis along with a batch's changes; what fails here is
-    /// repaired by the loader's scan of edited rows and the reconciler.
-    async fn index_follow(&self, action: &BulkAction, changed: &[JobId]) {
-        if changed.is_empty() {
-            return;
-        }
-        if matches!(action, BulkAction::Cancel {}) {
-            if let Err(err) = self.index.job_remove_many(changed).await {
-                crate::metrics::index_failed("unindex bulk-cancelled jobs", changed.len(), &err);
-            }
-            return;
-        }
-        let (jobs, now) = match futures::try_join!(
-            self.store.job_get_many(changed),
-            self.store.db_now()
-        ) {
-            Ok(read) => read,
-            Err(err) => {
-                tracing::warn!(error = %err, "reading bulk-changed jobs back; the loader indexes them");
-                return;
-            }
-        };
-        let jobs: Vec<&job::Job> = jobs.iter().collect();
-        index_follow_with(&self.index, &self.config, &self.wake, &jobs, now).await;
-    }
 }

@@ -27,7 +27,6 @@ use metrics_exporter_prometheus::PrometheusHandle;
 use tokio::sync::Notify;
 
 pub use auth::caller_of;
-pub use bulk::BulkRunner;
 pub use error::ApiError;
 pub use openapi::ApiDoc;
 pub use server::{serve, tls_config, ServeLimits, TlsError};
@@ -56,9 +55,9 @@ pub struct ApiState {
     /// The last `/v1/stats` computation, reused for a moment.
     pub stats: stats::StatsCache,
     /// Works through bulk operations in the background.
-    pub bulk: BulkRunner,
+    pub bulk: crate::bulk::BulkRunner,
     /// Paused and paced topics, as this instance last read them.
-    pub controls: crate::control::TopicControls,
+    pub controls: crate::topic_controls::TopicControls,
     /// The active API tokens (`auth = tokens`).
     pub tokens: TokenCache,
     /// The caller of every request when `auth = none`.

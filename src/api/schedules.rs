@@ -20,9 +20,9 @@ use super::{ApiError, ApiJson, ApiState};
 use crate::auth::Scope;
 use crate::job::time_format;
 use crate::job::{self, InvalidJob, JobId, PayloadKind};
+use crate::materializer;
 use crate::policy::PolicyOverrides;
 use crate::schedule::{self, InvalidTiming, Misfire, Timing};
-use crate::scheduler;
 use crate::store::{
     NewSchedule, PendingOccurrences, ScheduleDef, ScheduleRow, ScheduleStatus, ScheduleUpdate,
     StoreError,
@@ -472,7 +472,7 @@ async fn materialize_now(state: &ApiState, caller: &Caller, id: u64) {
         .schedule_materialize(id, lookahead)
         .await
     {
-        Ok(done) => scheduler::follow(&state.index, &state.config, &state.wake, &done).await,
+        Ok(done) => materializer::follow(&state.index, &state.config, &state.wake, &done).await,
         // The materializer's next pass does it.
         Err(err) => tracing::warn!(schedule_id = id, error = %err, "cannot create occurrences now"),
     }

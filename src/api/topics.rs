@@ -10,10 +10,10 @@ use super::auth::Caller;
 use super::jobs::present;
 use super::{ApiError, ApiJson, ApiState};
 use crate::auth::Scope;
-use crate::control;
 use crate::job;
 use crate::job::time_format;
 use crate::store::{TopicChange, TopicControl};
+use crate::topic_controls;
 
 /// A topic's controls.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
@@ -139,7 +139,7 @@ pub async fn pause(
     let view = set(&state, &caller, &topic, change).await?;
     // Every instance has read the pause, or stopped trusting an older copy
     // of the controls, before the caller is told it holds.
-    tokio::time::sleep(control::PAUSE_SETTLE).await;
+    tokio::time::sleep(topic_controls::PAUSE_SETTLE).await;
     Ok(view)
 }
 
@@ -166,7 +166,9 @@ pub async fn resume(
     )
     .await?;
     // Back in the index now; every instance also notices within a second.
-    match control::topic_reindex(&state.store, &state.index, &topic, state.config.window()).await {
+    match topic_controls::topic_reindex(&state.store, &state.index, &topic, state.config.window())
+        .await
+    {
         Ok(_) => state.wake.notify_one(),
         Err(err) => {
             tracing::warn!(topic, error = %err, "cannot re-index a resumed topic now; the reconciler will")

@@ -67,7 +67,6 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::config::Config;
-use crate::control::TopicControls;
 use crate::index::{Claim, Index};
 use crate::job::{self, Job, JobId};
 use crate::kafka::{self, Topics};
@@ -75,6 +74,7 @@ use crate::membership::{Holding, Ownership};
 use crate::metrics;
 use crate::results::Resolver;
 use crate::store::Store;
+use crate::topic_controls::TopicControls;
 
 #[derive(Debug, Clone)]
 pub struct DispatcherConfig {

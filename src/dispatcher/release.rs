@@ -37,11 +37,11 @@ use super::settle::{Settle, Settler};
 use super::{
     enqueue, kafka_failure, Acks, Delivery, Failure, Sent, TOPIC_MISSING_TRUST, TOPIC_SILENT_AFTER,
 };
-use crate::control::TopicControls;
 use crate::job::Job;
 use crate::kafka::{TopicState, Topics, TOPICS_REFRESH_MIN};
 use crate::membership::Ownership;
 use crate::metrics;
+use crate::topic_controls::TopicControls;
 
 /// Where the database's clock stood when a compare-and-set answered: it
 /// read `db_ms` (truncated to the millisecond) at some moment before the

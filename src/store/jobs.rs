@@ -575,7 +575,7 @@ impl Store {
     /// The pause check costs the compare-and-set about a quarter of its
     /// speed (a subquery per statement on MariaDB), so the dispatcher leaves
     /// it out while its copy of the controls is fresh and names no paused
-    /// topic (see `control::TopicControls::claim_checks_pauses`).
+    /// topic (see `topic_controls::TopicControls::claim_checks_pauses`).
     pub async fn job_claim_many_with(
         &self,
         ids: &[JobId],
