@@ -6,6 +6,7 @@ use std::process::ExitCode;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
+use tickler::cli::admin::{self, ShardsCommand, TokenCommand};
 use tickler::config::Config;
 use tickler::store::Store;
 use tokio_util::sync::CancellationToken;
@@ -138,42 +139,6 @@ enum Command {
     },
 }
 
-#[derive(Subcommand)]
-enum ShardsCommand {
-    /// Raise the shard count of a running deployment (e.g. 16 → 64): every
-    /// instance follows within a heartbeat, with no job lost, doubled or
-    /// early (see docs/scaling.md).
-    Resize { shards: u32 },
-}
-
-#[derive(Subcommand)]
-enum TokenCommand {
-    /// Make a token and print its secret, once, alone on the last line.
-    Create {
-        /// A name for it, shown in `list` and in the jobs' history as
-        /// `api:NAME` (letters, digits, '.', '_', '-').
-        name: String,
-        /// Topics it may use, as patterns with '*' (e.g. 'orders.*'; '*' for
-        /// all). Repeat or separate with commas.
-        #[arg(long, required = true, value_delimiter = ',')]
-        topics: Vec<String>,
-        /// What it may do: read, write, results, admin (all of these, and
-        /// redrive), metrics. Repeat or separate with commas.
-        #[arg(long = "scope", required = true, value_delimiter = ',')]
-        scopes: Vec<String>,
-        /// Requests per second (default: api_rate_requests; 0: unlimited).
-        #[arg(long)]
-        rate_requests: Option<u32>,
-        /// Jobs created per second (default: api_rate_jobs; 0: unlimited).
-        #[arg(long)]
-        rate_jobs: Option<u32>,
-    },
-    /// Every token, revoked ones too; never a secret.
-    List,
-    /// Revoke a token: refused by every instance within token_refresh_ms.
-    Revoke { name: String },
-}
-
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {
     tracing_subscriber::fmt()
@@ -265,10 +230,10 @@ async fn main() -> anyhow::Result<ExitCode> {
             };
             tickler::bench::run(&config, options).await?;
         }
-        Command::Token { command } => token(&config, command).await?,
-        Command::Instances => instances(&config).await?,
+        Command::Token { command } => admin::token(&config, command).await?,
+        Command::Instances => admin::instances(&config).await?,
         Command::Doctor { repair, json } => return doctor(config, repair, json).await,
-        Command::Shards { command } => shards(&config, command).await?,
+        Command::Shards { command } => admin::shards(&config, command).await?,
         Command::Demo { jobs, topic, token } => {
             tickler::demo::run(&config, &topic, jobs, token.as_deref()).await?;
         }
@@ -332,181 +297,6 @@ where
             ExitCode::from(err.exit_code())
         }
     }
-}
-
-async fn token(config: &Config, command: TokenCommand) -> anyhow::Result<()> {
-    use tickler::auth;
-    use tickler::store::{Actor, NewToken, StoreError};
-
-    Store::migrate(&config.mysql_url)
-        .await
-        .context("migrating the database")?;
-    let store = Store::connect_lazy(&config.mysql_url, 1, Actor::Api)?;
-    match command {
-        TokenCommand::Create {
-            name,
-            topics,
-            scopes,
-            rate_requests,
-            rate_jobs,
-        } => {
-            auth::name_validate(&name).map_err(anyhow::Error::msg)?;
-            for pattern in &topics {
-                tickler::topic_pattern::validate(pattern).map_err(anyhow::Error::msg)?;
-            }
-            for scope in &scopes {
-                if auth::Scope::parse(scope).is_none() {
-                    anyhow::bail!(
-                        "unknown scope {scope:?}: use read, write, results, admin or metrics"
-                    );
-                }
-            }
-            let secret = auth::secret_generate();
-            let created = store
-                .token_create(&NewToken {
-                    name: &name,
-                    secret_sha256: auth::secret_hash(&secret),
-                    topics: &topics,
-                    scopes: &scopes,
-                    rate_requests,
-                    rate_jobs,
-                })
-                .await;
-            match created {
-                Ok(row) => {
-                    println!(
-                        "token {} created: topics {}, scopes {}",
-                        row.name,
-                        row.topics.join(","),
-                        row.scopes.join(",")
-                    );
-                    println!(
-                        "the secret is shown this once; send it as Authorization: Bearer <secret>"
-                    );
-                    println!("{secret}");
-                }
-                Err(StoreError::DuplicateKey) => {
-                    anyhow::bail!(
-                        "a token called {name:?} exists already (revoked ones keep their name)"
-                    )
-                }
-                Err(err) => return Err(err.into()),
-            }
-        }
-        TokenCommand::List => {
-            println!(
-                "{:<24} {:<24} {:<28} {:>9} {:>9} {:<24} revoked",
-                "name", "created", "scopes", "req/s", "jobs/s", "topics"
-            );
-            let rate = |r: Option<u32>| r.map_or("default".to_owned(), |r| r.to_string());
-            for row in store.token_list().await? {
-                println!(
-                    "{:<24} {:<24} {:<28} {:>9} {:>9} {:<24} {}",
-                    row.name,
-                    row.created_at.format("%Y-%m-%dT%H:%M:%SZ"),
-                    row.scopes.join(","),
-                    rate(row.rate_requests),
-                    rate(row.rate_jobs),
-                    row.topics.join(","),
-                    row.revoked_at.map_or("-".to_owned(), |at| at
-                        .format("%Y-%m-%dT%H:%M:%SZ")
-                        .to_string())
-                );
-            }
-        }
-        TokenCommand::Revoke { name } => {
-            if !store.token_revoke(&name).await? {
-                anyhow::bail!("no token called {name:?}");
-            }
-            println!(
-                "token {name} revoked: refused within {} ms",
-                config.token_refresh_ms
-            );
-        }
-    }
-    store.close().await;
-    Ok(())
-}
-
-async fn instances(config: &Config) -> anyhow::Result<()> {
-    use tickler::store::Actor;
-
-    let store = Store::connect_lazy(&config.mysql_url, 1, Actor::Reconciler)?;
-    let rows = store.instances_list(config.instance_ttl()).await?;
-    let leases = store.shard_leases().await?;
-    let now = store.db_now().await?;
-    println!(
-        "{:>6} {:<5} {:<24} {:>8} {:<10} {:<36} {:>12} {:>7}",
-        "id", "state", "host", "pid", "version", "roles", "heartbeat", "shards"
-    );
-    for row in &rows {
-        let held = leases.iter().filter(|l| l.owner == Some(row.id)).count();
-        let age_ms = (now - row.heartbeat_at).num_milliseconds();
-        println!(
-            "{:>6} {:<5} {:<24} {:>8} {:<10} {:<36} {:>9} ms {:>7}",
-            row.id,
-            if row.live { "live" } else { "dead" },
-            row.host,
-            row.pid,
-            row.version,
-            row.roles.join(","),
-            age_ms,
-            held
-        );
-    }
-    let free = leases.iter().filter(|l| l.owner.is_none()).count();
-    println!(
-        "{} live of {} registered; {} shards, {} free (instance_ttl_ms {})",
-        rows.iter().filter(|r| r.live).count(),
-        rows.len(),
-        leases.len(),
-        free,
-        config.instance_ttl_ms
-    );
-    store.close().await;
-    Ok(())
-}
-
-async fn shards(config: &Config, command: Option<ShardsCommand>) -> anyhow::Result<()> {
-    use tickler::store::Actor;
-
-    Store::migrate(&config.mysql_url)
-        .await
-        .context("migrating the database")?;
-    let store = Store::connect_lazy(&config.mysql_url, 1, Actor::Reconciler)?;
-    match command {
-        None => {
-            let leases = store.shard_leases().await?;
-            println!("{:>6} {:>8} {:>8}", "shard", "owner", "epoch");
-            for lease in &leases {
-                let owner = lease.owner.map_or("-".to_owned(), |o| o.to_string());
-                println!("{:>6} {:>8} {:>8}", lease.shard, owner, lease.epoch);
-            }
-            println!("{} shards", leases.len());
-        }
-        Some(ShardsCommand::Resize { shards }) => {
-            if !(1..=16_384).contains(&shards) {
-                anyhow::bail!("the shard count must be between 1 and 16384");
-            }
-            let current = store.shard_leases_ensure(config.shards).await?;
-            if shards < current {
-                anyhow::bail!(
-                    "the deployment has {current} shards; the count can only be raised (lowering would strand claims under shards that no longer exist)"
-                );
-            }
-            if shards == current {
-                println!("the deployment has {current} shards already");
-            } else {
-                store.shard_leases_raise(shards).await?;
-                println!(
-                    "shards raised from {current} to {shards}: every instance follows within {} ms (a fifth of instance_ttl_ms)",
-                    config.instance_ttl_ms / 5
-                );
-            }
-        }
-    }
-    store.close().await;
-    Ok(())
 }
 
 /// Resolves on SIGTERM or Ctrl-C.

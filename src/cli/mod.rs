@@ -1,6 +1,8 @@
 //! The operator's commands that talk to a running tickler over its API
-//! (`tickler jobs`), or to the stores directly (`tickler doctor`).
+//! (`tickler jobs`), or to the stores directly (`tickler doctor`, `token`,
+//! `instances`, `shards`).
 
+pub mod admin;
 pub mod client;
 pub mod control;
 pub mod doctor;
