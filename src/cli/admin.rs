@@ -200,9 +200,9 @@ pub async fn shards(config: &Config, command: Option<ShardsCommand>) -> Result<(
         }
         Some(ShardsCommand::Resize { shards }) => {
             if !(1..=16_384).contains(&shards) {
-                return Err(AdminError::Refused(format!(
-                    "the shard count must be between 1 and 16384"
-                )));
+                return Err(AdminError::Refused(
+                    "the shard count must be between 1 and 16384".to_owned(),
+                ));
             }
             let current = store.shard_leases_ensure(config.shards).await?;
             if shards < current {
