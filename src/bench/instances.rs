@@ -247,7 +247,44 @@ async fn failover(bench: &Bench, deployment: &Deployment) -> anyhow::Result<()> 
         .await_records(&ids, Duration::from_secs(secs + 60))
         .await;
     if seen.len() != ids.len() {
-        bail!("failover: {} of {} jobs arrived", seen.len(), ids.len());
+        // Say where the missing ones are, so a failure can be read.
+        let arrived: HashSet<u64> = {
+            let records = bench.records.lock().unwrap_or_else(|p| p.into_inner());
+            ids.iter()
+                .filter(|id| records.contains_key(*id))
+                .copied()
+                .collect()
+        };
+        let missing: Vec<u64> = ids
+            .iter()
+            .filter(|id| !arrived.contains(*id))
+            .copied()
+            .collect();
+        let rows = deployment
+            .store
+            .job_get_many(&missing[..missing.len().min(10)])
+            .await?;
+        let rows: Vec<String> = rows
+            .iter()
+            .map(|job| {
+                format!(
+                    "job {} {} attempt {} updated_at {} kafka {:?}/{:?} last_error {:?}",
+                    job.id,
+                    job.status,
+                    job.attempt,
+                    job.updated_at,
+                    job.kafka_partition,
+                    job.kafka_offset,
+                    job.last_error
+                )
+            })
+            .collect();
+        bail!(
+            "failover: {} of {} jobs arrived (victim instance {victim_id}); missing: {}",
+            seen.len(),
+            ids.len(),
+            rows.join("; ")
+        );
     }
     let records = bench
         .records
