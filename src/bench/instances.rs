@@ -205,15 +205,30 @@ async fn failover(bench: &Bench, deployment: &Deployment) -> anyhow::Result<()> 
     let kill_after = secs / 2;
     let ttl = Duration::from_millis(deployment.config.instance_ttl_ms);
     let shards = deployment.config.shards;
+    // A topic of its own, read from its start: the claims the victim held
+    // are read back from their time less a minute, and on the stage's
+    // earlier topic that falls among the burst's records — inside a
+    // multi-record batch, where tansu answers a fetch with nothing (Apache
+    // Kafka answers with the whole batch), so those claims would stay in
+    // doubt on this broker.
+    let topic = format!("{}-failover", bench.topic());
+    kafka::topic_ensure(&deployment.config.kafka_brokers, &topic, 4).await?;
+    let records: Records = Arc::new(Mutex::new(HashMap::new()));
+    let consumer = kafka::support::base_consumer_assigned(
+        &deployment.config.kafka_brokers,
+        &topic,
+        Offset::Beginning,
+    )?;
+    record(consumer, records.clone(), bench.stop_consumers.clone());
     let survivors = Bench {
         base_urls: bench.base_urls[..victim].to_vec(),
         options: bench.options.clone(),
         config: bench.config.clone(),
-        topic: Mutex::new(bench.topic()),
+        topic: Mutex::new(topic),
         stop_consumers: bench.stop_consumers.clone(),
         http: bench.http.clone(),
         next: Default::default(),
-        records: bench.records.clone(),
+        records,
     };
 
     let start = Utc::now() + chrono::Duration::seconds(2);
@@ -231,7 +246,7 @@ async fn failover(bench: &Bench, deployment: &Deployment) -> anyhow::Result<()> 
                 let at = start
                     + chrono::Duration::seconds(second as i64)
                     + chrono::Duration::microseconds(step_us * i as i64);
-                (bench.job(at, second * rate + i), at.timestamp_millis())
+                (survivors.job(at, second * rate + i), at.timestamp_millis())
             })
             .collect();
         let ids = survivors
@@ -249,7 +264,7 @@ async fn failover(bench: &Bench, deployment: &Deployment) -> anyhow::Result<()> 
     if seen.len() != ids.len() {
         // Say where the missing ones are, so a failure can be read.
         let arrived: HashSet<u64> = {
-            let records = bench.records.lock().unwrap_or_else(|p| p.into_inner());
+            let records = survivors.records.lock().unwrap_or_else(|p| p.into_inner());
             ids.iter()
                 .filter(|id| records.contains_key(*id))
                 .copied()
@@ -286,7 +301,7 @@ async fn failover(bench: &Bench, deployment: &Deployment) -> anyhow::Result<()> 
             rows.join("; ")
         );
     }
-    let records = bench
+    let records = survivors
         .records
         .lock()
         .unwrap_or_else(|p| p.into_inner())
