@@ -40,6 +40,8 @@ use crate::store::{Fence, InstanceInfo, LeaseRow, Store, StoreError};
 
 /// Rows of instances silent for this long are deleted.
 const INSTANCE_FORGET_AFTER: Duration = Duration::from_secs(86_400);
+/// How often the rows of instances gone for a day are looked for.
+const INSTANCE_PURGE_EVERY: Duration = Duration::from_secs(600);
 /// Longest a leaving instance waits for its dispatcher to drain.
 const DRAIN_MAX: Duration = Duration::from_secs(60);
 /// Most dead claims rescued per round.
@@ -301,7 +303,7 @@ impl Membership {
                     metrics::membership_failed();
                 }
             }
-            if purged_at.is_none_or(|at| at.elapsed() >= Duration::from_secs(600)) {
+            if purged_at.is_none_or(|at| at.elapsed() >= INSTANCE_PURGE_EVERY) {
                 purged_at = Some(tokio::time::Instant::now());
                 if let Err(err) = self.store.instances_purge(INSTANCE_FORGET_AFTER).await {
                     tracing::debug!(error = %err, "cannot purge old instance rows");

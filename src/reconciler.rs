@@ -67,17 +67,24 @@ pub struct ReconcilerConfig {
 
 /// Longest one pass's read-back may take.
 pub const READBACK_WAIT: Duration = Duration::from_secs(10);
+/// Rows per query of a pass.
+pub const BATCH: u32 = 1_000;
+/// Most overdue rows one pass examines: a backlog of millions is worked
+/// through over several passes, each short enough to keep the others going.
+pub const MAX_PER_PASS: usize = 100_000;
+/// Time between purges of finished jobs past their retention.
+pub const PURGE_INTERVAL: Duration = Duration::from_secs(60);
 
 impl ReconcilerConfig {
     pub fn from_config(config: &Config) -> Self {
         ReconcilerConfig {
             interval: Duration::from_millis(config.reconcile_interval_ms),
             grace: Duration::from_millis(config.reconcile_grace_ms),
-            batch: 1_000,
-            max_per_pass: 100_000,
+            batch: BATCH,
+            max_per_pass: MAX_PER_PASS,
             retention: (config.retention_days > 0)
                 .then(|| Duration::from_secs(u64::from(config.retention_days) * 86_400)),
-            purge_interval: Duration::from_secs(60),
+            purge_interval: PURGE_INTERVAL,
             brokers: config.kafka_brokers.clone(),
             kafka_options: config.kafka_options.clone(),
             readback_wait: READBACK_WAIT,
