@@ -26,6 +26,16 @@ fn schemathesis() -> PathBuf {
     st
 }
 
+/// The document `env`'s tickler serves.
+async fn spec_served(env: &TestEnv) -> Value {
+    reqwest::get(format!("{}/v1/openapi.json", env.base_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap()
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_spec_is_served_to_anyone_and_covers_every_route() {
     let env = TestEnv::start().await;
@@ -173,12 +183,7 @@ async fn schemathesis_finds_every_answer_as_documented_and_no_5xx() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_spec_passes_an_independent_validator_and_names_each_operation_once() {
     let env = TestEnv::start().await;
-    let spec: Value = reqwest::get(format!("{}/v1/openapi.json", env.base_url))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let spec = spec_served(&env).await;
     let mut ids = std::collections::BTreeMap::new();
     for (path, item) in spec["paths"].as_object().unwrap() {
         for (method, operation) in item.as_object().unwrap() {
@@ -235,12 +240,7 @@ async fn the_spec_passes_an_independent_validator_and_names_each_operation_once(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_generated_from_the_spec_drives_every_operation() {
     let env = TestEnv::start().await;
-    let spec: Value = reqwest::get(format!("{}/v1/openapi.json", env.base_url))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
+    let spec = spec_served(&env).await;
     let mut operations = std::collections::BTreeSet::new();
     for item in spec["paths"].as_object().unwrap().values() {
         for operation in item.as_object().unwrap().values() {

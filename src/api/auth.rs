@@ -162,9 +162,9 @@ pub async fn authenticate(
 /// another origin. A web page can send a form or `text/plain` cross-origin
 /// without asking; `application/json` makes the browser ask first (a
 /// preflight `OPTIONS`), which tickler never grants. DELETE always needs
-/// that preflight, and so does any request with an `Authorization` header:
-/// a POST without a body that carries one (`pause`, `redrive`, as generated
-/// clients send them) needs no content type.
+/// that preflight, and so does any request with an `Authorization: Bearer`
+/// header: a POST without a body and without a content type that carries
+/// one (`pause`, `redrive`, as generated clients send them) is taken.
 fn browser_safe(method: &Method, headers: &HeaderMap) -> Result<(), ApiError> {
     if !matches!(*method, Method::POST | Method::PATCH | Method::DELETE) {
         return Ok(());
@@ -186,11 +186,20 @@ fn browser_safe(method: &Method, headers: &HeaderMap) -> Result<(), ApiError> {
     if *method == Method::DELETE {
         return Ok(());
     }
-    let bodyless = !headers.contains_key(header::TRANSFER_ENCODING)
+    // Only a bearer token: a browser attaches Basic (or other) credentials
+    // it has cached by itself, even to a page's cross-origin request, and
+    // such a request may come without a content type and without a body.
+    let bearer = headers
+        .get(header::AUTHORIZATION)
+        .and_then(|v| v.to_str().ok())
+        .and_then(|v| v.get(..7))
+        .is_some_and(|scheme| scheme.eq_ignore_ascii_case("bearer "));
+    let bodyless = !headers.contains_key(header::CONTENT_TYPE)
+        && !headers.contains_key(header::TRANSFER_ENCODING)
         && headers
             .get(header::CONTENT_LENGTH)
             .is_none_or(|length| length.as_bytes() == b"0");
-    if bodyless && headers.contains_key(header::AUTHORIZATION) {
+    if bodyless && bearer {
         return Ok(());
     }
     let json = headers
@@ -298,6 +307,22 @@ mod tests {
             problem(
                 &Method::POST,
                 &[("authorization", "Bearer tkl_x"), ("content-length", "2")]
+            ),
+            "unsupported_media_type"
+        );
+        // Credentials a browser sends by itself (Basic, cached) do not count,
+        // nor does a bearer request that names another content type.
+        assert_eq!(
+            problem(&Method::POST, &[("authorization", "Basic dTpw")]),
+            "unsupported_media_type"
+        );
+        assert_eq!(
+            problem(
+                &Method::POST,
+                &[
+                    ("authorization", "Bearer tkl_x"),
+                    ("content-type", "text/plain")
+                ]
             ),
             "unsupported_media_type"
         );

@@ -173,15 +173,7 @@ pub struct OccurrenceView {
 impl ScheduleView {
     fn of(row: ScheduleRow, pending: Option<Vec<OccurrenceView>>) -> ScheduleView {
         let def = row.def;
-        let (payload, payload_base64) = match def.payload_kind {
-            PayloadKind::Json => (
-                String::from_utf8(def.payload)
-                    .ok()
-                    .and_then(|text| RawValue::from_string(text).ok()),
-                None,
-            ),
-            PayloadKind::Bytes => (None, Some(BASE64.encode(&def.payload))),
-        };
+        let (payload, payload_base64) = super::view::payload_shown(def.payload_kind, def.payload);
         ScheduleView {
             id: row.id,
             topic: row.topic,

@@ -72,16 +72,7 @@ impl JobView {
 
 impl From<Job> for JobView {
     fn from(job: Job) -> Self {
-        let (payload, payload_base64) = match job.payload_kind {
-            PayloadKind::Json => match String::from_utf8(job.payload) {
-                Ok(text) => match RawValue::from_string(text) {
-                    Ok(raw) => (Some(raw), None),
-                    Err(_) => (None, None),
-                },
-                Err(err) => (None, Some(BASE64.encode(err.into_bytes()))),
-            },
-            PayloadKind::Bytes => (None, Some(BASE64.encode(&job.payload))),
-        };
+        let (payload, payload_base64) = payload_shown(job.payload_kind, job.payload);
         let kafka = match (job.kafka_partition, job.kafka_offset) {
             (Some(partition), Some(offset)) => Some(KafkaPosition { partition, offset }),
             _ => None,
@@ -112,5 +103,20 @@ impl From<Job> for JobView {
             kafka,
             last_error: job.last_error,
         }
+    }
+}
+
+/// A stored payload as the API shows it: JSON as sent, bytes (and JSON
+/// that is not UTF-8, which only a hand edit can make) as base64.
+pub(super) fn payload_shown(
+    kind: PayloadKind,
+    payload: Vec<u8>,
+) -> (Option<Box<RawValue>>, Option<String>) {
+    match kind {
+        PayloadKind::Json => match String::from_utf8(payload) {
+            Ok(text) => (RawValue::from_string(text).ok(), None),
+            Err(err) => (None, Some(BASE64.encode(err.into_bytes()))),
+        },
+        PayloadKind::Bytes => (None, Some(BASE64.encode(&payload))),
     }
 }
