@@ -203,15 +203,31 @@ async fn a_job_answered_cancelled_never_reaches_kafka_even_racing_dispatch() {
     // dispatcher claims it: at its due time, or up to three lookaheads
     // before (it is claimed `dispatch_lookahead_ms` ahead).
     let lookahead = env.config.dispatch_lookahead_ms as i64;
+    // One batch request: created one by one on a loaded machine, the
+    // first jobs were produced before the last was created, and no cancel
+    // could race anything.
     let start = Utc::now() + chrono::Duration::milliseconds(1500);
+    let dues: Vec<_> = (0..rounds)
+        .map(|n| start + chrono::Duration::milliseconds(5 * n))
+        .collect();
+    let batch: Vec<Value> = dues
+        .iter()
+        .enumerate()
+        .map(|(n, due)| json!({"topic": env.topic, "payload": n, "run_at": due.to_rfc3339()}))
+        .collect();
+    let (status, answer) = env.post("/v1/jobs/batch", json!({ "jobs": batch })).await;
+    assert_eq!(status, 200, "{answer}");
     let mut jobs = Vec::new();
-    for n in 0..rounds {
-        let due = start + chrono::Duration::milliseconds(5 * n);
-        let job = env
-            .job_create(json!({"payload": n, "run_at": due.to_rfc3339()}))
-            .await;
-        let at = due - chrono::Duration::milliseconds(lookahead * (n % 4));
-        jobs.push((job["id"].as_u64().unwrap(), at));
+    for (n, (item, due)) in answer["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .zip(&dues)
+        .enumerate()
+    {
+        assert_eq!(item["result"], "created", "{item}");
+        let at = *due - chrono::Duration::milliseconds(lookahead * (n as i64 % 4));
+        jobs.push((item["id"].as_u64().unwrap(), at));
     }
     let outcomes: Vec<(u64, String)> = futures::stream::iter(jobs.iter().copied())
         .map(|(id, at)| {
