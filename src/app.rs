@@ -13,21 +13,22 @@ use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
 use crate::api::{self, ApiState, ServeLimits};
-use crate::auth::{Principal, TokenCache};
+use crate::auth::{Principal, TokenCache, TokenCacheConfig};
 use crate::config::{AuthMode, Config};
 use crate::dispatcher::{DispatchError, Dispatcher, DispatcherConfig};
 use crate::index::{self, Index, IndexError};
 use crate::kafka::{self, Topics};
 use crate::loader::{Loader, LoaderConfig};
-use crate::materializer::Materializer;
+use crate::materializer::{Materializer, MaterializerConfig};
 use crate::membership::{Membership, MembershipConfig};
 use crate::metrics;
 use crate::reconciler::{Reconciler, ReconcilerConfig};
+use crate::reporter::{Reporter, ReporterConfig};
 use crate::results::{
     DeadLetterConfig, DeadLetterProducer, Resolver, ResultsConsumer, ResultsConsumerConfig,
 };
 use crate::store::{self, Actor, Store, StoreError};
-use crate::topic_controls::TopicControls;
+use crate::topic_controls::{ControlsRefresher, ControlsRefresherConfig, TopicControls};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -116,7 +117,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
     let reconciler_store = Store::connect_lazy(&config.mysql_url, 2, Actor::Reconciler)?;
     let results_store = Store::connect_lazy(&config.mysql_url, 2, Actor::Results)?;
     // Its own pool: heartbeats must not queue behind the reconciler's scans.
-    let membership_store = Store::connect_lazy(&config.mysql_url, 2, Actor::Reconciler)?;
+    let membership_store = Store::connect_lazy(&config.mysql_url, 2, Actor::Membership)?;
     let scheduler_store = Store::connect_lazy(&config.mysql_url, 2, Actor::Scheduler)?;
     let index = Index::connect_with(redis_client, &config.redis_prefix, config.shards)?;
     let wake = Arc::new(Notify::new());
@@ -145,7 +146,12 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
     let reindex = config
         .has_role("reconciler")
         .then(|| (index.clone(), wake.clone()));
-    tracker.spawn(controls.clone().run(cancel.child_token(), reindex));
+    let refresher = ControlsRefresher::new(
+        controls.clone(),
+        ControlsRefresherConfig::from_config(&config),
+        reindex,
+    );
+    tracker.spawn(refresher.run(cancel.child_token()));
 
     // Every instance registers; a dispatcher also shares the shards.
     let membership = Membership::new(
@@ -186,17 +192,17 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
         let materializer = Materializer::new(
             scheduler_store.clone(),
             index.clone(),
-            config.clone(),
+            MaterializerConfig::from_config(&config),
             wake.clone(),
         );
         tracker.spawn(materializer.run(cancel.child_token()));
     }
 
     if config.has_role("reconciler") {
-        let reporter = crate::reporter::Reporter::new(
+        let reporter = Reporter::new(
             reconciler_store.clone(),
             index.clone(),
-            config.clone(),
+            ReporterConfig::from_config(config.clone()),
             ownership,
         );
         tracker.spawn(reporter.run(cancel.child_token()));
@@ -235,7 +241,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
         };
         let (listener, addr) = listen(&config.http_addr).await?;
         http_addr = Some(addr);
-        let tokens = TokenCache::new(store.clone(), &config);
+        let tokens = TokenCache::new(store.clone(), TokenCacheConfig::from_config(&config));
         let anonymous = match config.auth {
             AuthMode::Tokens => {
                 tracker.spawn(tokens.clone().run(cancel.child_token()));

@@ -224,29 +224,67 @@ pub enum AuthError {
     Unavailable(#[from] StoreError),
 }
 
-impl TokenCache {
-    pub fn new(store: Store, config: &Config) -> TokenCache {
-        TokenCache {
-            store,
+/// The token cache's settings.
+#[derive(Debug, Clone)]
+pub struct TokenCacheConfig {
+    /// How often the table is read again (`token_refresh_ms`).
+    pub refresh: Duration,
+    /// Rate limits of a token that sets none (`api_rate_requests`,
+    /// `api_rate_jobs`).
+    pub default_requests: u32,
+    pub default_jobs: u32,
+}
+
+impl TokenCacheConfig {
+    pub fn from_config(config: &Config) -> Self {
+        TokenCacheConfig {
             refresh: Duration::from_millis(config.token_refresh_ms),
             default_requests: config.api_rate_requests,
             default_jobs: config.api_rate_jobs,
+        }
+    }
+}
+
+/// What one read of the table found.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct TokensReport {
+    /// Tokens that are not revoked.
+    pub active: usize,
+}
+
+impl TokenCache {
+    pub fn new(store: Store, config: TokenCacheConfig) -> TokenCache {
+        TokenCache {
+            store,
+            refresh: config.refresh,
+            default_requests: config.default_requests,
+            default_jobs: config.default_jobs,
             known: Arc::default(),
             reload: Arc::default(),
         }
     }
 
-    /// Reads the table again every `token_refresh_ms` until cancelled.
+    /// Reads the table again every `refresh` until cancelled. A failed read
+    /// keeps the tokens known.
     pub async fn run(self, cancel: CancellationToken) {
         loop {
-            if let Err(err) = self.reload(None).await {
-                crate::metrics::store_failed("tokens", &err); // the tokens known are kept
+            if let Err(err) = self.run_once().await {
+                crate::metrics::store_failed("tokens", &err);
             }
             tokio::select! {
                 _ = cancel.cancelled() => return,
                 _ = tokio::time::sleep(self.refresh) => {}
             }
         }
+    }
+
+    /// Reads the table once.
+    pub async fn run_once(&self) -> Result<TokensReport, StoreError> {
+        self.reload(None).await?;
+        let known = self.known.read().unwrap_or_else(|e| e.into_inner());
+        Ok(TokensReport {
+            active: known.rows.len(),
+        })
     }
 
     /// The caller `secret` belongs to.

@@ -40,8 +40,9 @@
 //! - [`metrics`]    — every metric name, and the Prometheus recorder
 //! - [`demo`]       — the README's demonstration client
 //! - [`bench`]      — the benchmark harness behind `tickler bench`
-//! - [`cli`]        — `tickler jobs`, `topics`, `schedules` (over the API)
-//!   and `tickler doctor`
+//! - [`doctor`]     — checks the stores against each other; the safe repairs
+//! - [`cli`]        — the commands: `tickler jobs`, `topics`, `schedules`
+//!   (over the API), `doctor`, `token`, `instances`, `shards`
 
 pub mod api;
 pub mod app;
@@ -52,6 +53,7 @@ pub mod cli;
 pub mod config;
 pub mod demo;
 pub mod dispatcher;
+pub mod doctor;
 pub mod index;
 pub mod job;
 pub mod kafka;

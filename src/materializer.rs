@@ -21,18 +21,54 @@ use crate::metrics;
 use crate::store::{Materialized, Store, StoreError};
 
 /// Schedules looked at per query.
-const DUE_BATCH: u32 = 200;
+pub const DUE_BATCH: u32 = 200;
+
+/// The materializer's settings.
+#[derive(Debug, Clone)]
+pub struct MaterializerConfig {
+    /// Occurrences due within this are created (`schedule_lookahead_ms`).
+    pub lookahead: Duration,
+    /// Time between passes (`schedule_interval_ms`).
+    pub interval: Duration,
+    /// Occurrences due within the loader's window are indexed at once.
+    pub window: Duration,
+    /// Schedules looked at per query.
+    pub batch: u32,
+}
+
+impl MaterializerConfig {
+    pub fn from_config(config: &Config) -> Self {
+        MaterializerConfig {
+            lookahead: Duration::from_millis(config.schedule_lookahead_ms),
+            interval: Duration::from_millis(config.schedule_interval_ms),
+            window: config.window(),
+            batch: DUE_BATCH,
+        }
+    }
+}
+
+/// What one pass did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct MaterializeReport {
+    /// Occurrences created as jobs.
+    pub created: usize,
+    /// Occurrences passed over by their schedule's misfire policy.
+    pub skipped: u64,
+    /// Schedules whose occurrences could not be created (named in the log
+    /// and tried again next pass).
+    pub failed: usize,
+}
 
 pub struct Materializer {
     store: Store,
     index: Index,
-    config: Arc<Config>,
+    config: MaterializerConfig,
     /// Wakes the dispatcher when an occurrence is indexed.
     wake: Arc<Notify>,
 }
 
 impl Materializer {
-    pub fn new(store: Store, index: Index, config: Arc<Config>, wake: Arc<Notify>) -> Self {
+    pub fn new(store: Store, index: Index, config: MaterializerConfig, wake: Arc<Notify>) -> Self {
         Materializer {
             store,
             index,
@@ -41,75 +77,78 @@ impl Materializer {
         }
     }
 
-    fn lookahead(&self) -> Duration {
-        Duration::from_millis(self.config.schedule_lookahead_ms)
-    }
-
-    /// Creates occurrences every `schedule_interval_ms` until `cancel`
-    /// fires. A failed pass is logged and tried again next time.
+    /// Creates occurrences every `interval` until `cancel` fires. A failed
+    /// pass is logged and tried again next time.
     pub async fn run(self, cancel: CancellationToken) {
         tracing::info!(
-            lookahead_ms = self.config.schedule_lookahead_ms,
+            lookahead_ms = self.config.lookahead.as_millis() as u64,
             "schedule materializer started"
         );
-        let interval = Duration::from_millis(self.config.schedule_interval_ms);
         loop {
             match self.run_once().await {
-                Ok(0) => {}
-                Ok(created) => tracing::debug!(num_jobs = created, "occurrences created"),
-                Err(err) => crate::metrics::store_failed("schedule pass", &err),
+                Ok(report) if report.created > 0 => {
+                    tracing::debug!(num_jobs = report.created, "occurrences created")
+                }
+                Ok(_) => {}
+                Err(err) => metrics::store_failed("schedule pass", &err),
             }
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(interval) => {}
+                _ = tokio::time::sleep(self.config.interval) => {}
             }
         }
     }
 
     /// One pass: every schedule whose latest occurrence is within the
-    /// lookahead gets its next ones. Returns how many jobs were created.
-    pub async fn run_once(&self) -> Result<usize, StoreError> {
-        let mut created = 0;
+    /// lookahead gets its next ones.
+    pub async fn run_once(&self) -> Result<MaterializeReport, StoreError> {
+        let mut report = MaterializeReport::default();
+        let lookahead = self.config.lookahead;
         loop {
-            let due = self.store.schedule_due(self.lookahead(), DUE_BATCH).await?;
+            let due = self
+                .store
+                .schedule_due(lookahead, self.config.batch)
+                .await?;
             let mut progressed = false;
             for id in &due {
                 // One schedule that fails (a row edited by hand into
                 // something the database refuses, say) must not hold up
                 // the others: it is named and skipped.
-                let done = match self.store.schedule_materialize(*id, self.lookahead()).await {
+                let done = match self.store.schedule_materialize(*id, lookahead).await {
                     Ok(done) => done,
                     Err(err @ (StoreError::Unavailable(_) | StoreError::Contention(_))) => {
                         return Err(err)
                     }
                     Err(err) => {
                         tracing::warn!(schedule_id = id, error = %err, "cannot create this schedule's occurrences; skipping it");
+                        report.failed += 1;
                         continue;
                     }
                 };
                 progressed |= !done.created.is_empty() || done.skipped > 0;
-                created += done.created.len();
-                follow(&self.index, &self.config, &self.wake, &done).await;
+                report.created += done.created.len();
+                report.skipped += done.skipped;
+                follow(&self.index, self.config.window, &self.wake, &done).await;
             }
             // Another page only while this one made progress (a schedule
             // whose next occurrence cannot be created — a duplicate key,
             // say — must not spin the loop).
-            if due.len() < DUE_BATCH as usize || !progressed {
-                return Ok(created);
+            if due.len() < self.config.batch as usize || !progressed {
+                return Ok(report);
             }
         }
     }
 }
 
 /// Counts what a materialization did and indexes the occurrences due
-/// within the window.
-pub async fn follow(index: &Index, config: &Config, wake: &Notify, done: &Materialized) {
+/// within `window`.
+pub async fn follow(index: &Index, window: Duration, wake: &Notify, done: &Materialized) {
     metrics::schedule_occurrences(done.created.len());
     if done.skipped > 0 {
         metrics::schedule_misfires_skipped(done.skipped);
     }
     if let Some(now) = done.db_now {
         let jobs: Vec<_> = done.created.iter().collect();
-        index::follow(index, config.window(), wake, &jobs, now).await;
+        index::follow(index, window, wake, &jobs, now).await;
     }
 }

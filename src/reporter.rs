@@ -18,11 +18,43 @@ use crate::notify::Notifier;
 use crate::store::{Store, StoreError};
 use crate::truth::{topics_capped, Counts, Truth};
 
+/// The reporter's settings.
+#[derive(Debug, Clone)]
+pub struct ReporterConfig {
+    /// Time between reports (`truth_interval_ms`).
+    pub interval: Duration,
+    /// An instance silent for this long is not the reporter.
+    pub instance_ttl: Duration,
+    /// Topics with a series of their own; the rest are summed (`gauge_topics_max`).
+    pub topics_max: usize,
+    /// The deployment's settings, which the truth is computed against (the
+    /// window, Kafka, the results topic) and the notifier built from.
+    pub settings: Arc<Config>,
+}
+
+impl ReporterConfig {
+    pub fn from_config(config: Arc<Config>) -> Self {
+        ReporterConfig {
+            interval: Duration::from_millis(config.truth_interval_ms),
+            instance_ttl: config.instance_ttl(),
+            topics_max: config.gauge_topics_max,
+            settings: config,
+        }
+    }
+}
+
+/// What one round did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ReporterReport {
+    /// Whether this instance is the reporter (and so published the truth).
+    pub reporting: bool,
+}
+
 /// Publishes the truth as gauges when this instance is the reporter.
 pub struct Reporter {
     store: Store,
     index: Index,
-    config: Arc<Config>,
+    config: ReporterConfig,
     ownership: watch::Receiver<Ownership>,
     /// The (status, topic) series last published, to zero those gone.
     published: BTreeSet<(String, String)>,
@@ -35,10 +67,10 @@ impl Reporter {
     pub fn new(
         store: Store,
         index: Index,
-        config: Arc<Config>,
+        config: ReporterConfig,
         ownership: watch::Receiver<Ownership>,
     ) -> Reporter {
-        let notifier = Notifier::from_config(&config);
+        let notifier = Notifier::from_config(&config.settings);
         Reporter {
             store,
             index,
@@ -52,7 +84,7 @@ impl Reporter {
     }
 
     pub async fn run(mut self, cancel: CancellationToken) {
-        let mut tick = tokio::time::interval(Duration::from_millis(self.config.truth_interval_ms));
+        let mut tick = tokio::time::interval(self.config.interval);
         tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
         self.zero();
         loop {
@@ -66,13 +98,10 @@ impl Reporter {
         }
     }
 
-    /// Reports once if this instance is the reporter; says whether it is.
-    pub async fn run_once(&mut self) -> Result<bool, StoreError> {
+    /// Reports once if this instance is the reporter.
+    pub async fn run_once(&mut self) -> Result<ReporterReport, StoreError> {
         let me = self.ownership.borrow().instance;
-        let live = self
-            .store
-            .instances_list(self.config.instance_ttl())
-            .await?;
+        let live = self.store.instances_list(self.config.instance_ttl).await?;
         let reporter = live
             .iter()
             .filter(|i| i.live && i.has_role("reconciler"))
@@ -87,20 +116,25 @@ impl Reporter {
                 }
             }
             self.reporting = false;
-            return Ok(false);
+            return Ok(ReporterReport { reporting: false });
         }
-        let truth =
-            Truth::compute_with(&self.store, &self.index, &self.config, &mut self.counts).await?;
+        let truth = Truth::compute_with(
+            &self.store,
+            &self.index,
+            &self.config.settings,
+            &mut self.counts,
+        )
+        .await?;
         self.publish(&truth);
         self.reporting = true;
         if let Some(notifier) = &mut self.notifier {
             notifier.round(&self.store, &truth).await?;
         }
-        Ok(true)
+        Ok(ReporterReport { reporting: true })
     }
 
     fn publish(&mut self, truth: &Truth) {
-        let capped = topics_capped(&truth.jobs, self.config.gauge_topics_max);
+        let capped = topics_capped(&truth.jobs, self.config.topics_max);
         let now: BTreeSet<(String, String)> = capped.keys().cloned().collect();
         for gone in self.published.difference(&now) {
             metrics::truth_jobs(&gone.0, &gone.1, 0);

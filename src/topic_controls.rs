@@ -51,11 +51,13 @@ struct Snapshot {
     read_at: Option<Instant>,
 }
 
-/// This instance's copy of the topic controls. Cheap to clone.
+/// This instance's copy of the topic controls, kept fresh by the
+/// [`ControlsRefresher`]. Cheap to clone.
 #[derive(Clone)]
 pub struct TopicControls {
     snapshot: Arc<RwLock<Snapshot>>,
     store: Store,
+    /// The paces of the configuration (`[topics."…"] max_per_second`).
     config: Arc<Config>,
 }
 
@@ -167,42 +169,102 @@ impl TopicControls {
         *snapshot = fresh;
         Ok(resumed)
     }
+}
 
-    /// Reads the controls every second until `cancel` fires. With
-    /// `reindex` (the reconciler's role), a topic seen resuming has its jobs
-    /// due within the window put back in the index — however it was resumed
-    /// (the API, or an UPDATE by hand).
-    pub async fn run(self, cancel: CancellationToken, reindex: Option<(Index, Arc<Notify>)>) {
+/// The refresher's settings.
+#[derive(Debug, Clone)]
+pub struct ControlsRefresherConfig {
+    /// How often the controls are read again.
+    pub every: Duration,
+    /// A resumed topic's jobs due within this go back in the index.
+    pub window: Duration,
+}
+
+impl ControlsRefresherConfig {
+    pub fn from_config(config: &Config) -> Self {
+        ControlsRefresherConfig {
+            every: CONTROLS_REFRESH,
+            window: config.window(),
+        }
+    }
+}
+
+/// What one read of the controls did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ControlsReport {
+    /// Topics paused now.
+    pub paused: usize,
+    /// Topics paused at the read before and not now.
+    pub resumed: Vec<String>,
+    /// Jobs of resumed topics put back in the index.
+    pub reindexed: u64,
+}
+
+/// Keeps this instance's [`TopicControls`] fresh. With `reindex` (the
+/// reconciler's role), a topic seen resuming has its jobs due within the
+/// window put back in the index — however it was resumed (the API, or an
+/// UPDATE by hand).
+pub struct ControlsRefresher {
+    controls: TopicControls,
+    config: ControlsRefresherConfig,
+    reindex: Option<(Index, Arc<Notify>)>,
+}
+
+impl ControlsRefresher {
+    pub fn new(
+        controls: TopicControls,
+        config: ControlsRefresherConfig,
+        reindex: Option<(Index, Arc<Notify>)>,
+    ) -> Self {
+        ControlsRefresher {
+            controls,
+            config,
+            reindex,
+        }
+    }
+
+    /// Reads the controls every `every` until `cancel` fires.
+    pub async fn run(self, cancel: CancellationToken) {
         loop {
-            match self.refresh().await {
-                Ok(resumed) => {
-                    if let Some((index, wake)) = &reindex {
-                        for topic in resumed {
-                            match topic_reindex(&self.store, index, &topic, self.config.window())
-                                .await
-                            {
-                                Ok(n) => {
-                                    tracing::info!(
-                                        topic,
-                                        num_jobs = n,
-                                        "topic resumed: its due jobs are back in the index"
-                                    );
-                                    wake.notify_one();
-                                }
-                                Err(err) => {
-                                    tracing::warn!(topic, error = %err, "cannot re-index a resumed topic; the overdue probe will")
-                                }
-                            }
-                        }
-                    }
-                }
-                Err(err) => crate::metrics::store_failed("topic controls", &err),
+            if let Err(err) = self.run_once().await {
+                metrics::store_failed("topic controls", &err);
             }
             tokio::select! {
                 _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(CONTROLS_REFRESH) => {}
+                _ = tokio::time::sleep(self.config.every) => {}
             }
         }
+    }
+
+    /// Reads the controls once and re-indexes the topics that resumed. A
+    /// topic that cannot be re-indexed is named in the log and left to the
+    /// reconciler's overdue probe.
+    pub async fn run_once(&self) -> Result<ControlsReport, StoreError> {
+        let resumed = self.controls.refresh().await?;
+        let mut report = ControlsReport {
+            paused: self.controls.read().paused.len(),
+            ..ControlsReport::default()
+        };
+        if let Some((index, wake)) = &self.reindex {
+            for topic in &resumed {
+                match topic_reindex(&self.controls.store, index, topic, self.config.window).await {
+                    Ok(n) => {
+                        tracing::info!(
+                            topic,
+                            num_jobs = n,
+                            "topic resumed: its due jobs are back in the index"
+                        );
+                        report.reindexed += n;
+                        wake.notify_one();
+                    }
+                    Err(err) => {
+                        tracing::warn!(topic, error = %err, "cannot re-index a resumed topic; the overdue probe will")
+                    }
+                }
+            }
+        }
+        report.resumed = resumed;
+        Ok(report)
     }
 }
 

@@ -11,7 +11,7 @@ use chrono::Utc;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
 use serde_json::json;
-use tickler::cli::doctor::{Doctor, Report, Verdict};
+use tickler::doctor::{Doctor, DoctorConfig, DoctorReport as Report, Finding, Verdict};
 use tickler_testkit::TestEnv;
 
 /// A tickler serving only the API: nothing repairs what the test breaks.
@@ -20,12 +20,14 @@ async fn start() -> TestEnv {
 }
 
 fn doctor(env: &TestEnv) -> Doctor {
-    let mut doctor = Doctor::new(env.store.clone(), env.index.clone(), env.config.clone());
-    doctor.settle = Duration::from_millis(200);
-    doctor
+    let config = DoctorConfig {
+        settle: Duration::from_millis(200),
+        ..DoctorConfig::from_config(&env.config)
+    };
+    Doctor::new(env.store.clone(), env.index.clone(), config)
 }
 
-fn finding<'a>(report: &'a Report, check: &str) -> &'a tickler::cli::doctor::Finding {
+fn finding<'a>(report: &'a Report, check: &str) -> &'a Finding {
     report
         .findings
         .iter()
@@ -52,7 +54,7 @@ fn doctor_bin(env: &TestEnv, args: &[&str]) -> std::process::Output {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_doctor_finds_each_injected_inconsistency_and_repairs_the_safe_ones() {
     let env = start().await;
-    let healthy = doctor(&env).examine().await;
+    let healthy = doctor(&env).run_once().await;
     assert!(healthy.healthy(), "{healthy:?}");
 
     // Redis lost a pending job of the window.
@@ -92,7 +94,7 @@ async fn the_doctor_finds_each_injected_inconsistency_and_repairs_the_safe_ones(
     .await
     .unwrap();
 
-    let report = doctor(&env).examine().await;
+    let report = doctor(&env).run_once().await;
     assert!(!report.healthy());
     let window = finding(&report, "window");
     assert_eq!(
@@ -195,7 +197,7 @@ async fn the_doctor_reads_back_recorded_kafka_positions() {
         .await
         .unwrap();
     }
-    let report = doctor(&env).examine().await;
+    let report = doctor(&env).run_once().await;
     let positions = finding(&report, "kafka_positions");
     assert_eq!(positions.verdict, Verdict::Fail, "{positions:?}");
     let mut wrong = positions.ids.clone();
@@ -251,10 +253,13 @@ async fn the_doctor_sees_a_database_clock_apart_and_a_results_backlog() {
             .unwrap();
     }
 
-    let mut doctor = Doctor::new(store.clone(), index, config);
-    doctor.settle = Duration::from_millis(200);
-    doctor.lag_warn = 2;
-    let report = doctor.examine().await;
+    let doctor_config = DoctorConfig {
+        settle: Duration::from_millis(200),
+        lag_warn: 2,
+        ..DoctorConfig::from_config(&config)
+    };
+    let doctor = Doctor::new(store.clone(), index, doctor_config);
+    let report = doctor.run_once().await;
     let clocks = finding(&report, "clocks");
     assert_eq!(clocks.verdict, Verdict::Fail, "{clocks:?}");
     assert!(
@@ -286,7 +291,7 @@ async fn schedules_left_behind_by_a_stopped_materializer_are_found_and_counted()
         )
         .await;
     assert_eq!(status, 201, "{schedule}");
-    let healthy = doctor(&env).examine().await;
+    let healthy = doctor(&env).run_once().await;
     assert_eq!(
         finding(&healthy, "schedules").verdict,
         Verdict::Ok,
@@ -300,7 +305,7 @@ async fn schedules_left_behind_by_a_stopped_materializer_are_found_and_counted()
     .execute(&env.sql)
     .await
     .unwrap();
-    let report = doctor(&env).examine().await;
+    let report = doctor(&env).run_once().await;
     let behind = finding(&report, "schedules");
     assert_eq!(behind.verdict, Verdict::Fail, "{report:?}");
     assert_eq!(behind.ids, vec![schedule["id"].as_u64().unwrap()]);
@@ -333,7 +338,7 @@ async fn the_doctor_names_jobs_set_aside_as_unreadable() {
         .await
         .unwrap();
     assert_eq!(outcome.unreadable.len(), 1, "{outcome:?}");
-    let report = doctor(&env).examine().await;
+    let report = doctor(&env).run_once().await;
     let unreadable = finding(&report, "unreadable");
     assert_eq!(
         (unreadable.verdict, unreadable.ids.clone()),

@@ -893,3 +893,92 @@ async fn a_far_retry_reported_before_the_mark_leaves_no_claim_in_redis() {
     );
     env.finish().await;
 }
+
+/// The dead-letter producer, pass by pass: an owed record is produced once
+/// and forgotten; one whose topic no longer has dead letters is dropped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_dead_letter_producer_produces_each_owed_record_once() {
+    use std::sync::Arc;
+    use tickler::results::{DeadLetterConfig, DeadLetterProducer, DeadLettersReport};
+    let dead = unique("tickler-dead-");
+    // The API only: no other producer empties the outbox.
+    let env = TestEnv::start_with(|c| {
+        c.roles = vec!["api".to_owned()];
+        c.dead_letter_topic = Some(dead.clone());
+    })
+    .await;
+    kafka::topic_ensure_with(
+        &env.config.kafka_brokers,
+        &env.config.kafka_options,
+        &dead,
+        1,
+    )
+    .await
+    .unwrap();
+    let job = env
+        .job_create(json!({"payload": {"n": 1}, "delay_ms": 60_000}))
+        .await;
+    let id = job["id"].as_u64().unwrap();
+    // Dead by hand, with the outbox row its death writes.
+    sqlx::query("UPDATE jobs SET status = 'dead', last_error = 'card declined' WHERE id = ?")
+        .bind(id)
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    sqlx::query(
+        "INSERT INTO dead_letters (job_id, attempt, created_at, error) \
+         VALUES (?, 1, UTC_TIMESTAMP(3), 'card declined')",
+    )
+    .bind(id)
+    .execute(&env.sql)
+    .await
+    .unwrap();
+    let producer_with = |config: &tickler::config::Config| {
+        DeadLetterProducer::new(
+            env.store.clone(),
+            DeadLetterConfig::from_config(Arc::new(config.clone())),
+            Arc::new(tokio::sync::Notify::new()),
+        )
+    };
+    let producer = producer_with(&env.config);
+    let first = producer.run_once().await.unwrap();
+    assert_eq!(
+        first,
+        DeadLettersReport {
+            produced: 1,
+            ..DeadLettersReport::default()
+        }
+    );
+    assert_eq!(
+        producer.run_once().await.unwrap(),
+        DeadLettersReport::default()
+    );
+    let consumer = consumer_from_beginning(&env.config.kafka_brokers, &dead);
+    let letters = records_read(&consumer, 1, Duration::from_secs(15)).await;
+    assert_eq!(letters.len(), 1);
+    assert_eq!(
+        letters[0].header("tickler-job-id"),
+        Some(id.to_string().as_str())
+    );
+    assert_eq!(letters[0].header("tickler-error"), Some("card declined"));
+
+    // Dead letters turned off since the job died: the row is dropped.
+    sqlx::query(
+        "INSERT INTO dead_letters (job_id, attempt, created_at, error) \
+         VALUES (?, 2, UTC_TIMESTAMP(3), 'again')",
+    )
+    .bind(id)
+    .execute(&env.sql)
+    .await
+    .unwrap();
+    let mut off = env.config.clone();
+    off.dead_letter_topic = None;
+    assert_eq!(
+        producer_with(&off).run_once().await.unwrap(),
+        DeadLettersReport {
+            dropped: 1,
+            ..DeadLettersReport::default()
+        }
+    );
+    env.finish().await;
+}

@@ -433,3 +433,29 @@ async fn a_token_with_the_longest_name_writes_and_is_named_in_full() {
     assert_eq!(op["created_by"], format!("api:{name}"));
     env.finish().await;
 }
+
+/// The token cache, read by read: a token created is known after the next
+/// read, a revoked one is forgotten by it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_token_cache_learns_created_tokens_and_forgets_revoked_ones() {
+    use tickler::auth::{AuthError, TokenCache, TokenCacheConfig, TokensReport};
+    let env = TestEnv::start().await;
+    let cache = TokenCache::new(
+        env.store.clone(),
+        TokenCacheConfig::from_config(&env.config),
+    );
+    // The test's admin token.
+    assert_eq!(cache.run_once().await.unwrap(), TokensReport { active: 1 });
+    let name = unique("svc-");
+    let secret = token_create(&env.config.mysql_url, &name, &["orders.*"], &["write"]).await;
+    assert_eq!(cache.run_once().await.unwrap(), TokensReport { active: 2 });
+    assert!(cache.authenticate(&secret).await.is_ok());
+
+    assert!(env.store.token_revoke(&name).await.unwrap());
+    assert_eq!(cache.run_once().await.unwrap(), TokensReport { active: 1 });
+    assert!(matches!(
+        cache.authenticate(&secret).await,
+        Err(AuthError::Unknown)
+    ));
+    env.finish().await;
+}

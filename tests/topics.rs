@@ -344,3 +344,65 @@ async fn a_pace_slower_than_one_job_a_tick_still_lets_jobs_through() {
     assert!(span_ms >= 1_500, "paced, not all at once: {span_ms} ms");
     env.finish().await;
 }
+
+/// The refresher, pass by pass: it reports a pause made by hand, and when
+/// the topic resumes it puts the topic's due jobs back in the index (the
+/// dispatcher had taken them out while the topic was paused).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_controls_refresher_reports_a_pause_and_reindexes_the_resumed_topic() {
+    use tickler::topic_controls::{
+        ControlsRefresher, ControlsRefresherConfig, ControlsReport, TopicControls,
+    };
+    // The API only: no dispatcher takes the jobs, no other refresher
+    // re-indexes them.
+    let env = TestEnv::start_with(|c| c.roles = vec!["api".to_owned()]).await;
+    let topic = env.topic.clone();
+    let ids = jobs_create(&env, &topic, 3, |_| 60_000).await;
+    let wake = std::sync::Arc::new(tokio::sync::Notify::new());
+    let refresher = ControlsRefresher::new(
+        TopicControls::new(env.store.clone(), std::sync::Arc::new(env.config.clone())),
+        ControlsRefresherConfig::from_config(&env.config),
+        Some((env.index.clone(), wake)),
+    );
+    assert_eq!(
+        refresher.run_once().await.unwrap(),
+        ControlsReport::default()
+    );
+
+    sqlx::query("INSERT INTO topic_controls (topic, paused) VALUES (?, TRUE)")
+        .bind(&topic)
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    let report = refresher.run_once().await.unwrap();
+    assert_eq!((report.paused, report.resumed.len()), (1, 0), "{report:?}");
+    // As the dispatcher does with a paused topic's jobs.
+    assert_eq!(env.index.job_remove_many(&ids).await.unwrap(), 3);
+
+    sqlx::query("UPDATE topic_controls SET paused = FALSE WHERE topic = ?")
+        .bind(&topic)
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    let report = refresher.run_once().await.unwrap();
+    assert_eq!(
+        report,
+        ControlsReport {
+            paused: 0,
+            resumed: vec![topic.clone()],
+            reindexed: 3,
+        }
+    );
+    for id in ids {
+        assert!(
+            env.index.job_locate(id).await.unwrap().is_some(),
+            "job {id} back in the index"
+        );
+    }
+    // Resumed once: the next read finds nothing new.
+    assert_eq!(
+        refresher.run_once().await.unwrap(),
+        ControlsReport::default()
+    );
+    env.finish().await;
+}

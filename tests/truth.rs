@@ -139,3 +139,52 @@ async fn a_traceparent_travels_with_its_job_to_the_record() {
     }
     env.finish().await;
 }
+
+/// The reporter, round by round: the live reconciler with the lowest id
+/// reports; any other instance publishes zeros and says it does not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn only_the_live_reconciler_with_the_lowest_id_reports() {
+    use std::collections::BTreeMap;
+    use std::sync::Arc;
+    use tickler::membership::Ownership;
+    use tickler::reporter::{Reporter, ReporterConfig, ReporterReport};
+    let env = start_without_dispatcher().await;
+    let sql = env.sql.clone();
+    // The running instance registers as it starts.
+    let running: u64 = eventually(Duration::from_secs(10), || {
+        let sql = sql.clone();
+        async move {
+            sqlx::query_scalar::<_, u64>("SELECT MIN(id) FROM instances")
+                .fetch_one(&sql)
+                .await
+                .ok()
+        }
+    })
+    .await
+    .expect("the instance registered");
+    let reporter_as = |instance: u64| {
+        let ownership = Ownership {
+            instance: Some(instance),
+            shards: BTreeMap::new(),
+            ttl: env.config.instance_ttl(),
+            alive_until: None,
+        };
+        Reporter::new(
+            env.store.clone(),
+            env.index.clone(),
+            ReporterConfig::from_config(Arc::new(env.config.clone())),
+            tokio::sync::watch::channel(ownership).1,
+        )
+    };
+    let mut reporter = reporter_as(running);
+    assert_eq!(
+        reporter.run_once().await.unwrap(),
+        ReporterReport { reporting: true }
+    );
+    let mut other = reporter_as(running + 1_000);
+    assert_eq!(
+        other.run_once().await.unwrap(),
+        ReporterReport { reporting: false }
+    );
+    env.finish().await;
+}

@@ -462,7 +462,9 @@ async fn materialize_now(state: &ApiState, caller: &Caller, id: u64) {
         .schedule_materialize(id, lookahead)
         .await
     {
-        Ok(done) => materializer::follow(&state.index, &state.config, &state.wake, &done).await,
+        Ok(done) => {
+            materializer::follow(&state.index, state.config.window(), &state.wake, &done).await
+        }
         // The materializer's next pass does it.
         Err(err) => tracing::warn!(schedule_id = id, error = %err, "cannot create occurrences now"),
     }

@@ -87,7 +87,7 @@ impl Deployment {
             children.push(child);
             urls.push(format!("http://{addr}"));
         }
-        let store = Store::connect_lazy(&mysql_url, 2, Actor::Reconciler)?;
+        let store = Store::connect_lazy(&mysql_url, 2, Actor::Bench)?;
         let deployment = Deployment {
             children,
             store,

@@ -268,7 +268,7 @@ async fn run_in(
 
     // The remaining stages drive the components directly, tickler stopped,
     // so nothing else touches the rows and keys they measure.
-    let store = Store::connect_lazy(&config.mysql_url, 4, Actor::Reconciler)?;
+    let store = Store::connect_lazy(&config.mysql_url, 4, Actor::Bench)?;
     let index = Index::connect(&config.redis_url, &config.redis_prefix, config.shards).await?;
     // Memory first, on an empty index; its window jobs are due 5 to 9
     // minutes out, so none is overdue during the reconcile stage.

@@ -232,7 +232,9 @@ async fn main() -> anyhow::Result<ExitCode> {
         }
         Command::Token { command } => admin::token(&config, command).await?,
         Command::Instances => admin::instances(&config).await?,
-        Command::Doctor { repair, json } => return doctor(config, repair, json).await,
+        Command::Doctor { repair, json } => {
+            return tickler::cli::doctor::run(config, repair, json).await
+        }
         Command::Shards { command } => admin::shards(&config, command).await?,
         Command::Demo { jobs, topic, token } => {
             tickler::demo::run(&config, &topic, jobs, token.as_deref()).await?;
@@ -242,38 +244,6 @@ async fn main() -> anyhow::Result<ExitCode> {
         }
     }
     Ok(ExitCode::SUCCESS)
-}
-
-async fn doctor(config: Config, repair: bool, json: bool) -> anyhow::Result<ExitCode> {
-    use tickler::cli::doctor::{render, Doctor};
-    use tickler::index::{self, Index};
-    use tickler::store::Actor;
-
-    let _ = rustls::crypto::ring::default_provider().install_default();
-    let store = Store::connect_lazy(&config.mysql_url, 2, Actor::Reconciler)?;
-    let shards = match store.shard_leases().await {
-        Ok(leases) if !leases.is_empty() => leases.len() as u32,
-        _ => config.shards,
-    };
-    let client = index::client_open(&config).map_err(anyhow::Error::msg)?;
-    let index = Index::connect_with(client, &config.redis_prefix, shards)?;
-    let doctor = Doctor::new(store.clone(), index, config);
-    let report = if repair {
-        doctor.repair().await
-    } else {
-        doctor.examine().await
-    };
-    if json {
-        println!("{}", serde_json::to_string_pretty(&report)?);
-    } else {
-        print!("{}", render(&report));
-    }
-    store.close().await;
-    Ok(if report.healthy() {
-        ExitCode::SUCCESS
-    } else {
-        ExitCode::from(1)
-    })
 }
 
 /// `tickler jobs ...`: needs the API's address and a token, not the

@@ -148,7 +148,7 @@ pub async fn token(config: &Config, command: TokenCommand) -> Result<(), AdminEr
 
 /// `tickler instances`: a table of the instances and the shards each holds.
 pub async fn instances(config: &Config) -> Result<(), AdminError> {
-    let store = Store::connect_lazy(&config.mysql_url, 1, Actor::Reconciler)?;
+    let store = Store::connect_lazy(&config.mysql_url, 1, Actor::Cli)?;
     let rows = store.instances_list(config.instance_ttl()).await?;
     let leases = store.shard_leases().await?;
     let now = store.db_now().await?;
@@ -187,7 +187,7 @@ pub async fn instances(config: &Config) -> Result<(), AdminError> {
 /// `tickler shards [resize N]`.
 pub async fn shards(config: &Config, command: Option<ShardsCommand>) -> Result<(), AdminError> {
     Store::migrate(&config.mysql_url).await?;
-    let store = Store::connect_lazy(&config.mysql_url, 1, Actor::Reconciler)?;
+    let store = Store::connect_lazy(&config.mysql_url, 1, Actor::Cli)?;
     match command {
         None => {
             let leases = store.shard_leases().await?;

@@ -120,6 +120,15 @@ pub enum Actor {
     Results,
     /// The materializer, creating the occurrences of schedules.
     Scheduler,
+    /// Membership: puts the claims of a dead instance in doubt.
+    Membership,
+    /// `tickler doctor --repair`.
+    Doctor,
+    /// The administration commands (`tickler instances`, `shards`,
+    /// `token`).
+    Cli,
+    /// `tickler bench`, seeding and measuring.
+    Bench,
 }
 
 impl Actor {
@@ -130,6 +139,10 @@ impl Actor {
             Actor::Reconciler => "reconciler",
             Actor::Results => "results",
             Actor::Scheduler => "scheduler",
+            Actor::Membership => "membership",
+            Actor::Doctor => "doctor",
+            Actor::Cli => "cli",
+            Actor::Bench => "bench",
         }
     }
 }
@@ -149,7 +162,7 @@ impl Store {
     /// process can start (and answer 503) while MySQL is down.
     ///
     /// `actor` names who changes rows through this handle in the jobs'
-    /// history (`api`, `dispatcher`, `reconciler`, `results`): each connection sets
+    /// history (see [`Actor`]): each connection sets
     /// `@tickler_actor`, which the history triggers read. Sessions without
     /// it — people editing by hand — are recorded as `sql`.
     pub fn connect_lazy(url: &str, pool_size: u32, actor: Actor) -> Result<Store, StoreError> {
