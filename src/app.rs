@@ -93,6 +93,38 @@ async fn listen(addr: &str) -> Result<(TcpListener, SocketAddr), StartError> {
     Ok((listener, local))
 }
 
+/// `tickler serve`: starts the configured roles and runs them until SIGTERM
+/// or Ctrl-C, then stops them in order.
+pub async fn serve(config: Config) -> Result<(), StartError> {
+    let running = start(config, CancellationToken::new()).await?;
+    shutdown_signal().await;
+    tracing::info!("shutting down: finishing in-flight batches");
+    running.shutdown().await;
+    Ok(())
+}
+
+/// Resolves on SIGTERM or Ctrl-C.
+async fn shutdown_signal() {
+    let ctrl_c = tokio::signal::ctrl_c();
+    #[cfg(unix)]
+    {
+        let mut term =
+            match tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate()) {
+                Ok(term) => term,
+                Err(_) => {
+                    let _ = ctrl_c.await;
+                    return;
+                }
+            };
+        tokio::select! {
+            _ = ctrl_c => {}
+            _ = term.recv() => {}
+        }
+    }
+    #[cfg(not(unix))]
+    let _ = ctrl_c.await;
+}
+
 /// Connects to the stores and starts the configured roles. Returns once
 /// every role is running; they stop when `cancel` fires.
 pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running, StartError> {

@@ -224,3 +224,16 @@ pub async fn shards(config: &Config, command: Option<ShardsCommand>) -> Result<(
     store.close().await;
     Ok(())
 }
+
+/// `tickler migrate`: applies the schema's migrations not yet applied and
+/// names them.
+pub async fn migrate(config: &Config) -> Result<(), StoreError> {
+    let applied = Store::migrate(&config.mysql_url).await?;
+    if applied.is_empty() {
+        println!("schema is up to date");
+    }
+    for name in applied {
+        println!("applied {name}");
+    }
+    Ok(())
+}

@@ -9,8 +9,20 @@ use crate::doctor::{Doctor, DoctorConfig, DoctorReport, Verdict};
 use crate::index::{self, Index};
 use crate::store::{Actor, Store};
 
-/// Examines (or, with `repair`, repairs) and prints the report.
-pub async fn run(config: Config, repair: bool, json: bool) -> anyhow::Result<ExitCode> {
+/// `tickler doctor`'s arguments.
+#[derive(Debug, clap::Args)]
+pub struct DoctorArgs {
+    /// Apply the safe fixes (index what Redis lacks, drop stale entries,
+    /// rescue expired claims), then check again.
+    #[arg(long)]
+    pub repair: bool,
+    /// The findings as JSON.
+    #[arg(long)]
+    pub json: bool,
+}
+
+/// Examines (or, with `--repair`, repairs) and prints the report.
+pub async fn run(config: Config, args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let _ = rustls::crypto::ring::default_provider().install_default();
     let store = Store::connect_lazy(&config.mysql_url, 2, Actor::Doctor)?;
     // The shards the deployment has now, which a resize may have changed
@@ -22,12 +34,12 @@ pub async fn run(config: Config, repair: bool, json: bool) -> anyhow::Result<Exi
     let client = index::client_open(&config).map_err(anyhow::Error::msg)?;
     let index = Index::connect_with(client, &config.redis_prefix, shards)?;
     let doctor = Doctor::new(store.clone(), index, DoctorConfig::from_config(&config));
-    let report = if repair {
+    let report = if args.repair {
         doctor.repair().await
     } else {
         doctor.run_once().await
     };
-    if json {
+    if args.json {
         println!("{}", serde_json::to_string_pretty(&report)?);
     } else {
         print!("{}", render(&report));

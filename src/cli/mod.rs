@@ -3,14 +3,19 @@
 //! `instances`, `shards`).
 
 pub mod admin;
+pub mod bench;
 pub mod client;
 pub mod control;
 pub mod doctor;
 pub mod jobs;
 
+use std::future::Future;
 use std::path::PathBuf;
+use std::process::ExitCode;
 
 use clap::Args;
+
+use client::{Client, ClientError};
 
 /// Where the API is and who is calling.
 #[derive(Debug, Args)]
@@ -33,4 +38,39 @@ pub struct ApiArgs {
     /// Print the API's JSON answers instead of tables.
     #[arg(long, global = true)]
     pub json: bool,
+}
+
+/// Runs a command over the API (`tickler jobs`, `topics`, `schedules`: they
+/// need the API's address and a token, not the stores' configuration);
+/// returns its exit status, the error printed.
+pub async fn over_api<F, Fut>(api: ApiArgs, command: F) -> ExitCode
+where
+    F: FnOnce(Client, bool) -> Fut,
+    Fut: Future<Output = Result<(), ClientError>>,
+{
+    let done = async {
+        let client = Client::new(&api.url, api.token.as_deref(), api.ca_cert.as_deref())?;
+        command(client, api.json).await
+    };
+    match done.await {
+        Ok(()) => ExitCode::SUCCESS,
+        Err(err) => {
+            eprintln!("error: {err}");
+            ExitCode::from(err.exit_code())
+        }
+    }
+}
+
+/// `tickler demo`'s arguments.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// How many jobs to schedule.
+    #[arg(long, default_value_t = 5)]
+    pub jobs: u32,
+    /// Topic to schedule them on (created if missing).
+    #[arg(long, default_value = "tickler.demo")]
+    pub topic: String,
+    /// API token secret (tickler token create ... --scope write).
+    #[arg(long, env = "TICKLER_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
 }
