@@ -122,6 +122,8 @@ impl BulkRunner {
         Ok(BulkRunnerReport { adopted })
     }
 
+    /// Long because it is one loop with its three exits (done, cancelled,
+    /// failed) and the back-off between batches.
     async fn work(self, mut op: BulkOp) {
         let store = self.store.with_actor(&format!("bulk:{}", op.id));
         let mut pause = Duration::from_millis(200);

@@ -348,6 +348,14 @@ pub enum ConfigError {
     },
 }
 
+/// A setting's problem, as [`ConfigError::Invalid`].
+fn invalid(field: &'static str, problem: &str) -> ConfigError {
+    ConfigError::Invalid {
+        field,
+        problem: problem.to_owned(),
+    }
+}
+
 /// Longest `dispatch_lookahead_ms`: a job claimed ahead can no longer be
 /// cancelled, so the stretch stays short.
 pub const DISPATCH_LOOKAHEAD_MAX_MS: u64 = 1_000;
@@ -521,11 +529,17 @@ impl Config {
         Ok(config)
     }
 
+    /// Checks every setting and the rules between them; the first problem
+    /// found names its setting.
     pub fn validate(&self) -> Result<(), ConfigError> {
-        let invalid = |field, problem: &str| ConfigError::Invalid {
-            field,
-            problem: problem.to_owned(),
-        };
+        self.validate_stores()?;
+        self.validate_api()?;
+        self.validate_timing()?;
+        self.validate_topics()
+    }
+
+    /// Where the stores are and how to reach them; the roles and shards.
+    fn validate_stores(&self) -> Result<(), ConfigError> {
         if !self.mysql_url.starts_with("mysql://") && !self.mysql_url.starts_with("mariadb://") {
             return Err(invalid("mysql_url", "must start with mysql://"));
         }
@@ -544,6 +558,37 @@ impl Config {
         if self.kafka_brokers.trim().is_empty() {
             return Err(invalid("kafka_brokers", "must name at least one broker"));
         }
+        let redis_tls = [
+            &self.redis_tls_ca,
+            &self.redis_tls_cert,
+            &self.redis_tls_key,
+        ];
+        if redis_tls.iter().any(|s| s.is_some()) && !self.redis_url.starts_with("rediss://") {
+            return Err(invalid(
+                "redis_tls_ca/redis_tls_cert/redis_tls_key",
+                "need a rediss:// redis_url (TLS)",
+            ));
+        }
+        if self.redis_tls_cert.is_some() != self.redis_tls_key.is_some() {
+            return Err(invalid(
+                "redis_tls_cert/redis_tls_key",
+                "must be given together",
+            ));
+        }
+        if let Some(role) = self.roles.iter().find(|r| !ROLES.contains(&r.as_str())) {
+            return Err(ConfigError::Invalid {
+                field: "roles",
+                problem: format!("has unknown role {role:?} (known: {})", ROLES.join(", ")),
+            });
+        }
+        if !(1..=16_384).contains(&self.shards) {
+            return Err(invalid("shards", "must be between 1 and 16384"));
+        }
+        Ok(())
+    }
+
+    /// The API: addresses, TLS, authentication and what a request may ask.
+    fn validate_api(&self) -> Result<(), ConfigError> {
         let Ok(http_addr) = self.http_addr.parse::<SocketAddr>() else {
             return Err(invalid(
                 "http_addr",
@@ -578,21 +623,6 @@ impl Config {
                 "must be given together (a PEM certificate chain and its private key)",
             ));
         }
-        if self.schedule_interval_ms < 10 {
-            return Err(invalid("schedule_interval_ms", "must be at least 10"));
-        }
-        if let Some((topic, _)) = self
-            .topics
-            .iter()
-            .find(|(_, t)| t.max_per_second == Some(0))
-        {
-            return Err(ConfigError::Invalid {
-                field: "topics.max_per_second",
-                problem: format!(
-                    "is 0 for topic {topic:?}: pause the topic instead (POST /v1/topics/{topic}/pause)"
-                ),
-            });
-        }
         if self.token_refresh_ms < 100 {
             return Err(invalid("token_refresh_ms", "must be at least 100"));
         }
@@ -605,31 +635,30 @@ impl Config {
                 "must be at least 100",
             ));
         }
-        let redis_tls = [
-            &self.redis_tls_ca,
-            &self.redis_tls_cert,
-            &self.redis_tls_key,
-        ];
-        if redis_tls.iter().any(|s| s.is_some()) && !self.redis_url.starts_with("rediss://") {
+        if self.payload_max_bytes == 0 || self.payload_max_bytes > 16 * 1024 * 1024 - 1 {
             return Err(invalid(
-                "redis_tls_ca/redis_tls_cert/redis_tls_key",
-                "need a rediss:// redis_url (TLS)",
+                "payload_max_bytes",
+                "must be between 1 and 16777215 (the MEDIUMBLOB column)",
             ));
         }
-        if self.redis_tls_cert.is_some() != self.redis_tls_key.is_some() {
+        if !(1..=10_000).contains(&self.batch_max) {
+            return Err(invalid("batch_max", "must be between 1 and 10000"));
+        }
+        if !(1..=36_500).contains(&self.max_schedule_ahead_days) {
             return Err(invalid(
-                "redis_tls_cert/redis_tls_key",
-                "must be given together",
+                "max_schedule_ahead_days",
+                "must be between 1 and 36500",
             ));
         }
-        if let Some(role) = self.roles.iter().find(|r| !ROLES.contains(&r.as_str())) {
-            return Err(ConfigError::Invalid {
-                field: "roles",
-                problem: format!("has unknown role {role:?} (known: {})", ROLES.join(", ")),
-            });
-        }
-        if !(1..=16_384).contains(&self.shards) {
-            return Err(invalid("shards", "must be between 1 and 16384"));
+        Ok(())
+    }
+
+    /// Intervals, leases and timeouts, and the rules between them.
+    ///
+    /// Long because it is a list of checks, one per setting.
+    fn validate_timing(&self) -> Result<(), ConfigError> {
+        if self.schedule_interval_ms < 10 {
+            return Err(invalid("schedule_interval_ms", "must be at least 10"));
         }
         if !(1_000..=3_600_000).contains(&self.truth_interval_ms) {
             return Err(invalid(
@@ -644,29 +673,6 @@ impl Config {
                 "truth_counts_interval_ms",
                 "must be at least truth_interval_ms and at most 86400000",
             ));
-        }
-        if let Some(url) = &self.notify_webhook_url {
-            if !(url.starts_with("http://") || url.starts_with("https://")) {
-                return Err(invalid(
-                    "notify_webhook_url",
-                    "must start with http:// or https://",
-                ));
-            }
-        }
-        if !(1_000..=604_800_000).contains(&self.notify_backlog_ms) {
-            return Err(invalid(
-                "notify_backlog_ms",
-                "must be between 1000 and 604800000",
-            ));
-        }
-        if !(60_000..=604_800_000).contains(&self.notify_repeat_ms) {
-            return Err(invalid(
-                "notify_repeat_ms",
-                "must be between 60000 and 604800000",
-            ));
-        }
-        if !(1..=10_000).contains(&self.gauge_topics_max) {
-            return Err(invalid("gauge_topics_max", "must be between 1 and 10000"));
         }
         if !(500..=600_000).contains(&self.instance_ttl_ms) {
             return Err(invalid("instance_ttl_ms", "must be between 500 and 600000"));
@@ -732,20 +738,48 @@ impl Config {
                 "must be at most 1000 (a claimed job cannot be cancelled any more)",
             ));
         }
-        if self.payload_max_bytes == 0 || self.payload_max_bytes > 16 * 1024 * 1024 - 1 {
+        Ok(())
+    }
+
+    /// Topics and what happens to jobs: policies, results, dead letters,
+    /// retention, the gauges and the webhook.
+    ///
+    /// Long because it is a list of checks, one per setting.
+    fn validate_topics(&self) -> Result<(), ConfigError> {
+        if let Some((topic, _)) = self
+            .topics
+            .iter()
+            .find(|(_, t)| t.max_per_second == Some(0))
+        {
+            return Err(ConfigError::Invalid {
+                field: "topics.max_per_second",
+                problem: format!(
+                    "is 0 for topic {topic:?}: pause the topic instead (POST /v1/topics/{topic}/pause)"
+                ),
+            });
+        }
+        if let Some(url) = &self.notify_webhook_url {
+            if !(url.starts_with("http://") || url.starts_with("https://")) {
+                return Err(invalid(
+                    "notify_webhook_url",
+                    "must start with http:// or https://",
+                ));
+            }
+        }
+        if !(1_000..=604_800_000).contains(&self.notify_backlog_ms) {
             return Err(invalid(
-                "payload_max_bytes",
-                "must be between 1 and 16777215 (the MEDIUMBLOB column)",
+                "notify_backlog_ms",
+                "must be between 1000 and 604800000",
             ));
         }
-        if !(1..=10_000).contains(&self.batch_max) {
-            return Err(invalid("batch_max", "must be between 1 and 10000"));
-        }
-        if !(1..=36_500).contains(&self.max_schedule_ahead_days) {
+        if !(60_000..=604_800_000).contains(&self.notify_repeat_ms) {
             return Err(invalid(
-                "max_schedule_ahead_days",
-                "must be between 1 and 36500",
+                "notify_repeat_ms",
+                "must be between 60000 and 604800000",
             ));
+        }
+        if !(1..=10_000).contains(&self.gauge_topics_max) {
+            return Err(invalid("gauge_topics_max", "must be between 1 and 10000"));
         }
         if let Err(problem) = self.policy_default().validate() {
             return Err(ConfigError::Invalid {

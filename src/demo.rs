@@ -14,8 +14,10 @@ use serde_json::json;
 use crate::config::Config;
 use crate::job::{HEADER_JOB_ID, HEADER_SCHEDULED_AT};
 use crate::kafka;
-use crate::kafka::support::header;
+use crate::kafka::tail::header;
 
+/// Long because it is the demonstration's script: create the topic,
+/// schedule, read back, print.
 pub async fn run(
     config: &Config,
     topic: &str,
@@ -25,7 +27,7 @@ pub async fn run(
     kafka::topic_ensure_with(&config.kafka_brokers, &config.kafka_options, topic, 1)
         .await
         .with_context(|| format!("creating topic {topic}"))?;
-    let consumer = kafka::support::consumer_assigned(&config.kafka_brokers, topic, Offset::End)?;
+    let consumer = kafka::tail::consumer_assigned(&config.kafka_brokers, topic, Offset::End)?;
 
     let base = format!("http://{}", config.http_addr);
     let mut headers = reqwest::header::HeaderMap::new();

@@ -438,6 +438,9 @@ impl Doctor {
     }
 
     /// Recently dispatched jobs: is their record where MySQL says?
+    ///
+    /// Long because it is one check with its confirmation: sample, read back
+    /// topic by topic, look again at what was not found, word the finding.
     async fn check_positions(&self) -> Finding {
         const CHECK: &str = "kafka_positions";
         let positions = match self.store.job_positions_recent(POSITIONS_SAMPLED).await {

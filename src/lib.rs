@@ -20,8 +20,9 @@
 //!   silence
 //! - [`outcome`]    — what becomes of a job after an attempt: reports, and
 //!   the decision each leads to (pure logic)
-//! - [`results`]    — applies outcomes (the resolver); consumes the results
-//!   topic; produces dead letters
+//! - [`resolver`]   — applies an attempt's outcome, from every channel, and
+//!   makes Redis follow
+//! - [`results`]    — consumes the results topic; produces dead letters
 //! - [`membership`] — instances know each other; shard leases and fencing;
 //!   a dead instance's claims put in doubt
 //! - [`auth`]       — API tokens: secrets, scopes, topic patterns; the cache
@@ -66,6 +67,7 @@ pub mod outcome;
 pub mod policy;
 pub mod reconciler;
 pub mod reporter;
+pub mod resolver;
 pub mod results;
 pub mod schedule;
 pub mod store;

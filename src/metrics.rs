@@ -94,6 +94,8 @@ pub fn install() -> PrometheusHandle {
         .clone()
 }
 
+/// Long because it is a table: one description per metric, in the order
+/// of the names above. Split, it would only be scattered.
 fn describe() {
     describe_counter!(JOBS_CREATED, "Jobs accepted by the API.");
     describe_gauge!(

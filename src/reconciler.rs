@@ -39,7 +39,7 @@ use crate::config::Config;
 use crate::index::{Index, IndexError};
 use crate::kafka::readback::{self, Sought};
 use crate::metrics;
-use crate::results::Resolver;
+use crate::resolver::Resolver;
 use crate::store::{Dispatched, Store, StoreError, WindowEntry};
 
 #[derive(Debug, Clone)]
@@ -310,6 +310,9 @@ pub struct DoubtsSettled {
 /// is over, and settles each: found, `dispatched` at its position; not
 /// found, `pending` and indexed again. The reconciler runs it every pass;
 /// `tickler doctor --repair` until none is left.
+///
+/// Long because it is one pass: read the doubts due, read their topics
+/// back, and record the three verdicts (produced, absent, unsettled).
 pub async fn doubts_settle(
     store: &Store,
     index: &Index,

@@ -301,6 +301,9 @@ pub struct Plan {
 /// occurrence always exists as a job (seen, moved or cancelled like any
 /// other). Occurrences more than the grace behind `now` are misfires, and
 /// the schedule's policy decides about them.
+///
+/// Long because it is one walk over the occurrences with the misfire
+/// policy applied as it goes; the policy's three cases are commented.
 pub fn plan(
     timing: &Timing,
     bounds: &Bounds,

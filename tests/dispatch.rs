@@ -306,7 +306,7 @@ async fn one_dispatcher_pass_reports_what_became_of_each_claimed_id() {
     use tickler::dispatcher::{Dispatcher, DispatcherConfig};
     use tickler::kafka::Topics;
     use tickler::membership::{Membership, MembershipConfig};
-    use tickler::results::Resolver;
+    use tickler::resolver::Resolver;
 
     // The API alone: the pass below is the only dispatcher.
     let env = TestEnv::start_with(|c| {

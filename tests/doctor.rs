@@ -220,11 +220,11 @@ async fn the_doctor_reads_back_recorded_kafka_positions() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_doctor_sees_a_database_clock_apart_and_a_results_backlog() {
     use tickler::index::Index;
-    use tickler::store::{support, Actor, Store};
+    use tickler::store::{scratch, Actor, Store};
     use tickler_testkit::procs::PrivateMariadb;
 
     let mariadb = PrivateMariadb::start_faketime("+5s").await;
-    let url = support::scratch_database_create(&mariadb.server_url(), "doctor")
+    let url = scratch::scratch_database_create(&mariadb.server_url(), "doctor")
         .await
         .unwrap();
     Store::migrate(&url).await.unwrap();

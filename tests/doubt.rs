@@ -16,7 +16,7 @@ use tickler::dispatcher::{Dispatcher, DispatcherConfig};
 use tickler::kafka::Topics;
 use tickler::membership::{Membership, MembershipConfig};
 use tickler::reconciler::{ReconcileReport, Reconciler, ReconcilerConfig};
-use tickler::results::Resolver;
+use tickler::resolver::Resolver;
 use tickler::store::Fence;
 use tickler::topic_controls::TopicControls;
 use tickler_testkit::{eventually, fence_all, records_read, TestEnv};

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use tickler::reconciler::{Reconciler, ReconcilerConfig};
-use tickler::results::Resolver;
+use tickler::resolver::Resolver;
 use tickler_testkit::{records_read, TestEnv};
 use tokio::sync::Notify;
 

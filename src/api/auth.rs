@@ -16,7 +16,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::{ApiError, ApiState};
 use crate::auth::{AuthError, Principal, Scope, Throttled};
-use crate::results::Resolver;
+use crate::resolver::Resolver;
 use crate::store::Store;
 
 /// The caller of this request, as `authenticate` found them.

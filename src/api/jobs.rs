@@ -491,6 +491,8 @@ pub struct CancelAnswer {
     params(("traceparent" = Option<String>, Header, description = "W3C trace context for every job of the batch")),
     responses((status = 200, description = "One result per item, in order", body = BatchAnswer))
 )]
+// Long because it validates every item before anything is written, then
+// writes and answers item by item, in order.
 pub async fn create_batch(
     State(state): State<ApiState>,
     caller: Caller,

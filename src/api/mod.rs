@@ -36,7 +36,7 @@ use crate::auth::{Principal, Scope, TokenCache};
 use crate::config::Config;
 use crate::index::Index;
 use crate::kafka::Topics;
-use crate::results::Resolver;
+use crate::resolver::Resolver;
 use crate::store::Store;
 
 /// What every handler shares.

@@ -19,7 +19,7 @@ use super::{ApiError, ApiJson, ApiState, JobIdPath};
 use crate::auth::Scope;
 use crate::outcome::{Ignored, ReportBody};
 use crate::policy::ATTEMPTS_MAX;
-use crate::results::CHANNEL_HTTP;
+use crate::resolver::CHANNEL_HTTP;
 use crate::store::{Disposition, Redriven};
 
 /// 200 `{"applied": true, "job"}` when the report moved the job;

@@ -30,7 +30,7 @@ use super::{percentiles, record, until, Bench, BenchOptions, Records};
 use crate::config::Config;
 use crate::job::shard_of;
 use crate::kafka;
-use crate::store::{support, Actor, Store};
+use crate::store::{scratch, Actor, Store};
 
 /// `n` tickler processes sharing one database, prefix and topic.
 struct Deployment {
@@ -48,7 +48,7 @@ impl Deployment {
         suffix: &str,
     ) -> anyhow::Result<(Deployment, Vec<String>)> {
         let db_name = format!("tickler_bench_{suffix}_n{n}");
-        let mysql_url = support::scratch_database_create(server_url, &db_name).await?;
+        let mysql_url = scratch::scratch_database_create(server_url, &db_name).await?;
         let config = Config {
             mysql_url: mysql_url.clone(),
             redis_prefix: format!("tickler-bench-{suffix}-n{n}"),
@@ -137,7 +137,7 @@ impl Deployment {
             let _ = child.wait();
         }
         self.store.close().await;
-        support::scratch_database_drop(server_url, &self.db_name).await?;
+        scratch::scratch_database_drop(server_url, &self.db_name).await?;
         Ok(())
     }
 }
@@ -161,7 +161,7 @@ pub(super) async fn run(
         let (deployment, urls) = Deployment::start(&base, n, server_url, suffix).await?;
         let records: Records = Arc::new(Mutex::new(HashMap::new()));
         let consumer =
-            kafka::support::base_consumer_assigned(&base.kafka_brokers, &topic, Offset::Beginning)?;
+            kafka::tail::base_consumer_assigned(&base.kafka_brokers, &topic, Offset::Beginning)?;
         let stop_consumer = CancellationToken::new();
         record(consumer, records.clone(), stop_consumer.clone());
         let bench = Bench {
@@ -198,6 +198,9 @@ pub(super) async fn run(
 
 /// A steady stream through every API but the last instance's; kill -9 of
 /// the last instance in the middle of it.
+///
+/// Long because it is a scripted scenario, read top to bottom: stream,
+/// kill, wait for the takeover, drain, audit, print.
 async fn failover(bench: &Bench, deployment: &Deployment) -> anyhow::Result<()> {
     let victim = deployment.children.len() - 1;
     let rate = bench.options.rate;
@@ -214,7 +217,7 @@ async fn failover(bench: &Bench, deployment: &Deployment) -> anyhow::Result<()> 
     let topic = format!("{}-failover", bench.topic());
     kafka::topic_ensure(&deployment.config.kafka_brokers, &topic, 4).await?;
     let records: Records = Arc::new(Mutex::new(HashMap::new()));
-    let consumer = kafka::support::base_consumer_assigned(
+    let consumer = kafka::tail::base_consumer_assigned(
         &deployment.config.kafka_brokers,
         &topic,
         Offset::Beginning,

@@ -41,11 +41,11 @@ use crate::config::Config;
 use crate::index::Index;
 use crate::job::Status;
 use crate::kafka;
-use crate::kafka::support::header;
+use crate::kafka::tail::header;
 use crate::loader::{Loader, LoaderConfig};
 use crate::reconciler::{Reconciler, ReconcilerConfig};
-use crate::results::Resolver;
-use crate::store::{support, Actor, Store};
+use crate::resolver::Resolver;
+use crate::store::{scratch, Actor, Store};
 
 mod cpu;
 mod instances;
@@ -178,13 +178,15 @@ pub async fn run(base: &Config, options: BenchOptions) -> anyhow::Result<()> {
         return instances::run(base, &options, &server_url, &suffix).await;
     }
     let db_name = format!("tickler_bench_{suffix}");
-    let mysql_url = support::scratch_database_create(&server_url, &db_name).await?;
+    let mysql_url = scratch::scratch_database_create(&server_url, &db_name).await?;
     let result = run_in(base, options.clone(), &mysql_url, &suffix).await;
-    support::scratch_database_drop(&server_url, &db_name).await?;
+    scratch::scratch_database_drop(&server_url, &db_name).await?;
     result?;
     instances::run(base, &options, &server_url, &suffix).await
 }
 
+/// Long because it is the benchmark's script: the stages in order, each a
+/// call, with the deployment each needs around it.
 async fn run_in(
     base: &Config,
     options: BenchOptions,
@@ -299,7 +301,7 @@ impl Bench {
             .to_owned();
         let topic = format!("{base}.{stage}");
         kafka::topic_ensure(&self.config.kafka_brokers, &topic, 4).await?;
-        let consumer = kafka::support::base_consumer_assigned(
+        let consumer = kafka::tail::base_consumer_assigned(
             &self.config.kafka_brokers,
             &topic,
             Offset::Beginning,
@@ -753,6 +755,9 @@ impl Bench {
     }
 
     /// Stage 6: reconciler cost among many far-future rows, and a re-index.
+    ///
+    /// Long because it is a scripted stage: seed, measure the pass, measure
+    /// the re-index, print.
     async fn reconcile(&self, store: &Store, index: &Index) -> anyhow::Result<()> {
         let far = self.options.far_rows;
         let window_rows = self.options.window_rows;

@@ -57,6 +57,9 @@ pub enum TokenCommand {
 }
 
 /// `tickler token create|list|revoke`.
+///
+/// Long because it is a dispatch table: create, list and revoke, each
+/// with its checks and output.
 pub async fn token(config: &Config, command: TokenCommand) -> Result<(), AdminError> {
     Store::migrate(&config.mysql_url).await?;
     let store = Store::connect_lazy(&config.mysql_url, 1, Actor::Api)?;

@@ -238,6 +238,7 @@ fn print_schedule(s: &Value) {
     }
 }
 
+/// Long because it is a dispatch table: one short arm per subcommand.
 pub async fn schedules(
     client: &Client,
     command: SchedulesCommand,

@@ -259,6 +259,8 @@ fn percent_encode(text: &str) -> String {
 }
 
 /// Runs a `jobs` command; prints what it did. `json`: the API's answers.
+///
+/// Long because it is a dispatch table: one short arm per subcommand.
 pub async fn run(client: &Client, command: JobsCommand, json: bool) -> Result<(), ClientError> {
     match command {
         JobsCommand::Get { id } => {
@@ -445,6 +447,8 @@ async fn list(client: &Client, args: ListArgs, json: bool) -> Result<(), ClientE
     Ok(())
 }
 
+/// Long because it follows the operation a person started through its
+/// steps (preview, confirm, start, follow), each a few lines.
 async fn bulk(client: &Client, args: BulkArgs, json: bool) -> Result<(), ClientError> {
     let action = match args.action {
         BulkActionArg::Cancel => json!({"type": "cancel"}),

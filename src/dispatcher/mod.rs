@@ -72,7 +72,7 @@ use crate::job::{self, Job, JobId};
 use crate::kafka::{self, Topics};
 use crate::membership::{Holding, Ownership};
 use crate::metrics;
-use crate::results::Resolver;
+use crate::resolver::Resolver;
 use crate::store::Store;
 use crate::topic_controls::TopicControls;
 
@@ -715,6 +715,9 @@ impl Dispatcher {
     /// (due within the lookahead by the database's clock) and where that
     /// clock stood. Ids not due by then go back to Redis (or out of it,
     /// beyond the window); stale ones are dropped from it.
+    ///
+    /// Long because it is one step of the hot path with its three outcomes
+    /// (won, not due yet, stale), each followed in Redis at once.
     async fn cas(
         &self,
         ids: &[JobId],

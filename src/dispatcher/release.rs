@@ -233,6 +233,10 @@ impl Releaser {
     /// their instant). A job whose topic the broker does not have is refused
     /// without being sent: librdkafka would hold it for
     /// `message.timeout.ms`.
+    ///
+    /// Long because it is one pass over the batch's jobs, each refused,
+    /// withheld or handed to the producer, with the bookkeeping the settle
+    /// needs.
     fn send(&self, batch: &Batch, jobs: Vec<Job>) -> Released {
         let mut outcomes = Vec::new();
         let pending: FuturesUnordered<Delivery> = FuturesUnordered::new();
@@ -351,6 +355,9 @@ impl Releaser {
     /// left to settle in the background (when `detach` and there is room),
     /// the others are waited for, so that a broker slow for everyone slows
     /// claiming down too. Returns what is left to settle.
+    ///
+    /// Long because its waits (the group's, the detached topics', the
+    /// deadline) are one loop over one set of pending records.
     async fn acknowledge(&self, group: Released, detach: bool) -> Option<Settle> {
         let Released {
             producer,

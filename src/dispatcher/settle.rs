@@ -21,7 +21,7 @@ use crate::index::Index;
 use crate::job::JobId;
 use crate::kafka::{TopicState, Topics, TOPICS_REFRESH_MIN};
 use crate::metrics;
-use crate::results::Resolver;
+use crate::resolver::Resolver;
 use crate::store::{Dispatched, Marked, Store};
 
 /// Most jobs one settle records together.
@@ -79,6 +79,10 @@ impl Settler {
         }
     }
 
+    /// Long because a settle is one sequence over one group's bookkeeping:
+    /// sort the outcomes (dispatched, refused, failed, in doubt), then record
+    /// each kind in MySQL and follow in Redis, counting as it goes; each step's
+    /// rule is commented where it is.
     pub async fn settle(&self, group: Vec<Settle>) -> Settled {
         let started = Instant::now();
         let mut outcomes = Vec::new();

@@ -25,7 +25,7 @@ use redis::{AsyncCommands, Cmd, Pipeline, RedisFuture, Script, Value};
 use crate::config::Config;
 use crate::job::{shard_of, JobId};
 
-pub mod support;
+pub mod scratch;
 
 /// Index failures. Redis is never the truth, so callers log these and carry
 /// on: a lost write costs latency (the reconciler repairs it), not a job.

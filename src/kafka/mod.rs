@@ -3,7 +3,7 @@
 //! the demo and the tests.
 
 pub mod readback;
-pub mod support;
+pub mod tail;
 
 use std::collections::BTreeMap;
 use std::time::Duration;

@@ -116,6 +116,8 @@ fn left(deadline: Instant) -> Duration {
         .max(Duration::from_millis(1))
 }
 
+/// Long because it is one consumer's life: assign, seek, read to the
+/// deadline or the end, match, close.
 fn topic_read(
     consumer: &BaseConsumer,
     topic: &str,

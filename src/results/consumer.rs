@@ -15,11 +15,11 @@ use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
-use super::{Resolver, CHANNEL_TOPIC};
 use crate::config::Config;
 use crate::kafka;
 use crate::metrics;
 use crate::outcome::{self, Report};
+use crate::resolver::{Resolver, CHANNEL_TOPIC};
 use crate::store::StoreError;
 
 /// How long a batch waits for more records already on their way.

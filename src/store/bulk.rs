@@ -351,6 +351,9 @@ impl Store {
         super::contention_retry(|| self.bulk_apply_once(op, batch, last, &attempts_for)).await
     }
 
+    /// Long because it is one transaction: lock the batch, apply the
+    /// operation's change to each job it still applies to, advance the cursor,
+    /// all on one connection and under the same locks.
     async fn bulk_apply_once(
         &self,
         op: &BulkOp,

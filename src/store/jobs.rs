@@ -576,6 +576,9 @@ impl Store {
     /// speed (a subquery per statement on MariaDB), so the dispatcher leaves
     /// it out while its copy of the controls is fresh and names no paused
     /// topic (see `topic_controls::TopicControls::claim_checks_pauses`).
+    ///
+    /// Long because it is one compare-and-set transaction with its read-back:
+    /// the UPDATE and the rows it won share the connection and the locks.
     pub async fn job_claim_many_with(
         &self,
         ids: &[JobId],

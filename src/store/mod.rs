@@ -12,8 +12,8 @@ mod jobs;
 mod migrate;
 mod results;
 mod schedules;
+pub mod scratch;
 mod stats;
-pub mod support;
 mod tokens;
 mod topics;
 

@@ -405,6 +405,8 @@ impl Store {
         super::contention_retry(|| self.schedule_materialize_once(id, lookahead)).await
     }
 
+    /// Long because it is one transaction under the schedule's row lock: plan
+    /// the occurrences, insert them, advance the schedule.
     async fn schedule_materialize_once(
         &self,
         id: u64,
@@ -523,6 +525,9 @@ impl Store {
     /// the times and bounds stay; deleted and created again from now when
     /// they change (an occurrence not yet due has never run: its id simply
     /// stops existing). Occurrences already due or running are left alone.
+    ///
+    /// Long because it is one transaction: the schedule's compare-and-set and
+    /// its pending occurrences following it, under the same locks.
     pub async fn schedule_update(
         &self,
         id: u64,

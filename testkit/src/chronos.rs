@@ -14,8 +14,8 @@ use rdkafka::consumer::StreamConsumer;
 use rdkafka::Message;
 use sqlx::mysql::MySqlPool;
 use tickler::kafka;
-use tickler::kafka::support::header;
-use tickler::store::support;
+use tickler::kafka::tail::header;
+use tickler::store::scratch;
 use tokio_util::sync::CancellationToken;
 
 use super::procs::{free_port, scratch_dir, tickler_bin, Proc};
@@ -129,7 +129,7 @@ impl World {
         // A private server just started may take its port a moment before
         // it takes connections (seen under a loaded suite): try for a while.
         let mysql_url = eventually(Duration::from_secs(30), || async {
-            support::scratch_database_create(&services.mysql_server_url, &db_name)
+            scratch::scratch_database_create(&services.mysql_server_url, &db_name)
                 .await
                 .ok()
         })
@@ -507,7 +507,7 @@ impl World {
         }
         self.sql.close().await;
         let _ =
-            support::scratch_database_drop(&self.services.mysql_server_url, &self.db_name).await;
+            scratch::scratch_database_drop(&self.services.mysql_server_url, &self.db_name).await;
     }
 }
 

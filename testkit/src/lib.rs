@@ -22,7 +22,7 @@ use tickler::app::{self, Running};
 use tickler::config::Config;
 use tickler::index::Index;
 use tickler::kafka;
-use tickler::store::{support, Store};
+use tickler::store::{scratch, Store};
 use tokio_util::sync::CancellationToken;
 
 /// The MySQL server the tests create their databases on.
@@ -64,14 +64,14 @@ pub fn init_logging() {
 /// Creates a fresh database and applies the migrations; returns its URL.
 pub async fn database_create() -> (String, String) {
     let name = unique("tickler_t_");
-    let url = support::scratch_database_create(&mysql_server_url(), &name)
+    let url = scratch::scratch_database_create(&mysql_server_url(), &name)
         .await
         .expect("mysql is running (scripts/services)");
     (name, url)
 }
 
 pub async fn database_drop(name: &str) {
-    let _ = support::scratch_database_drop(&mysql_server_url(), name).await;
+    let _ = scratch::scratch_database_drop(&mysql_server_url(), name).await;
 }
 
 /// Settings for a test tickler: small intervals, few shards, random port.
@@ -406,7 +406,7 @@ impl TestEnv {
 pub fn consumer_from_beginning(brokers: &str, topic: &str) -> StreamConsumer {
     let deadline = std::time::Instant::now() + Duration::from_secs(60);
     loop {
-        match kafka::support::consumer_assigned(brokers, topic, Offset::Beginning) {
+        match kafka::tail::consumer_assigned(brokers, topic, Offset::Beginning) {
             Ok(consumer) => return consumer,
             Err(err) if std::time::Instant::now() < deadline => {
                 eprintln!("kafka consumer not ready ({err}); trying again");
@@ -510,7 +510,7 @@ pub fn scratch_database_drop_blocking(server_url: String, name: String) {
             .enable_all()
             .build()
         {
-            let _ = runtime.block_on(support::scratch_database_drop(&server_url, &name));
+            let _ = runtime.block_on(scratch::scratch_database_drop(&server_url, &name));
         }
     });
     let _ = dropping.join();

@@ -1,5 +1,6 @@
-//! Support for the demo, the benchmark and the tests, not used by any
-//! serving role: a consumer that reads a topic without a consumer group.
+//! Reading a topic's records as they arrive, without a consumer group:
+//! how `tickler demo` and `tickler bench` (and the tests, through testkit)
+//! watch what tickler produced. No serving role uses it.
 
 use std::time::Duration;
 

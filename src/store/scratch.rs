@@ -1,5 +1,6 @@
-//! Support for the benchmark and the tests, not used by any serving role:
-//! scratch databases, rows seeded in bulk, counts.
+//! Scratch state for `tickler bench` (and the tests, through testkit):
+//! databases made and dropped for one run, rows seeded in bulk, counts. No
+//! serving role uses it.
 
 use std::time::Duration;
 

@@ -1,5 +1,5 @@
-//! Support for the benchmark and the tests, not used by any serving role:
-//! Redis's memory figure, and wiping one deployment's keys.
+//! Scratch state for `tickler bench` (and the tests): Redis's memory
+//! figure, and wiping one deployment's keys. No serving role uses it.
 
 use redis::AsyncCommands;
 
