@@ -121,6 +121,11 @@ pub struct Config {
     pub doubt_margin_ms: u64,
     /// What create does with a topic the broker does not have: `reject`
     /// (400 `unknown_topic`), `warn` (accept, log and count), `off`.
+    /// Whether changes made by hand in SQL are recorded in the jobs'
+    /// history: `trigger` (triggers on `jobs`, installed by `tickler
+    /// migrate`, record them as actor `sql`) or `off`. tickler records its
+    /// own changes either way.
+    pub history_hand_edits: HandEdits,
     pub topic_check: TopicCheck,
     /// How often the broker's list of topics is fetched again (the API's
     /// check and the dispatcher both read it; an unknown topic also
@@ -291,6 +296,7 @@ impl Default for Config {
             kafka_message_timeout_ms: 10_000,
             doubt_margin_ms: 2_000,
             topic_check: TopicCheck::Reject,
+            history_hand_edits: HandEdits::Trigger,
             topic_refresh_ms: 10_000,
             batch_max: 1_000,
             payload_max_bytes: 1024 * 1024,
@@ -325,6 +331,19 @@ impl Default for Config {
             redis_tls_key: None,
         }
     }
+}
+
+/// The `history_hand_edits` setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum HandEdits {
+    /// Triggers on `jobs` record what sessions without `@tickler_actor`
+    /// (people, scripts) change, as actor `sql`. Creating them takes the
+    /// TRIGGER privilege, and SUPER (or `log_bin_trust_function_creators =
+    /// 1`) where binary logging is on.
+    Trigger,
+    /// No trigger: hand edits leave no history rows.
+    Off,
 }
 
 /// The `topic_check` setting.

@@ -5,8 +5,8 @@
 use clap::Subcommand;
 
 use crate::auth;
-use crate::config::Config;
-use crate::store::{Actor, NewToken, Store, StoreError};
+use crate::config::{Config, HandEdits};
+use crate::store::{Actor, HandEditsState, NewToken, Store, StoreError};
 use crate::topic_pattern;
 
 /// Why an admin command did nothing.
@@ -229,7 +229,9 @@ pub async fn shards(config: &Config, command: Option<ShardsCommand>) -> Result<(
 }
 
 /// `tickler migrate`: applies the schema's migrations not yet applied and
-/// names them.
+/// names them, then installs or drops the triggers that record hand edits
+/// (`history_hand_edits`). A trigger the account may not create is a
+/// warning, not a failure: tickler's own history does not need it.
 pub async fn migrate(config: &Config) -> Result<(), StoreError> {
     let applied = Store::migrate(&config.mysql_url).await?;
     if applied.is_empty() {
@@ -238,5 +240,22 @@ pub async fn migrate(config: &Config) -> Result<(), StoreError> {
     for name in applied {
         println!("applied {name}");
     }
+    let store = Store::connect_lazy(&config.mysql_url, 1, Actor::Cli)?;
+    let mode = config.history_hand_edits;
+    match store.hand_edits_apply(mode).await {
+        Ok(HandEditsState::Recorded) => println!("hand edits in SQL are recorded in the history"),
+        Ok(HandEditsState::NotRecorded) => {
+            println!("hand edits in SQL are not recorded (history_hand_edits = off)")
+        }
+        Err(err) if mode == HandEdits::Trigger => eprintln!(
+            "warning: history_hand_edits = trigger, but the triggers that record hand edits \
+             cannot be created: {err}. tickler records its own changes regardless. Grant \
+             TRIGGER, and where binary logging is on SUPER or log_bin_trust_function_creators \
+             = 1 (a parameter group on RDS and Aurora), then run migrate again; or set \
+             history_hand_edits = off (docs/operations.md, \"History\")."
+        ),
+        Err(err) => return Err(err),
+    }
+    store.close().await;
     Ok(())
 }

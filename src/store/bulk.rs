@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, QueryBuilder, Row};
 
+use super::history::{event_token, events_record};
 use super::jobs::{job_from_row, run_at_push, topic_patterns_push, JOB_COLUMNS_NO_PAYLOAD};
 use super::{Store, StoreError};
 use crate::job::{Job, JobId, Status};
@@ -398,9 +399,12 @@ impl Store {
                             .filter(|(_, t)| t == topic)
                             .map(|(id, _)| *id)
                             .collect();
-                        let mut update = QueryBuilder::<MySql>::new(
-                            "UPDATE jobs SET status = 'pending', max_attempts = attempt + ",
-                        );
+                        let token = event_token();
+                        let mut update =
+                            QueryBuilder::<MySql>::new("UPDATE jobs SET event_token = ");
+                        update
+                            .push_bind(token)
+                            .push(", status = 'pending', max_attempts = attempt + ");
                         update.push_bind(attempts).push(
                             ", attempt = attempt + 1, schedule_time = UTC_TIMESTAMP(3), \
                                  ack_deadline = NULL, version = version + 1 \
@@ -408,11 +412,32 @@ impl Store {
                         );
                         ids_push(&mut update, &of_topic);
                         update.build().execute(&mut *tx).await?;
+                        events_record(&mut tx, &self.actor, &of_topic, token).await?;
                     }
                 }
                 action => {
-                    let mut update =
-                        QueryBuilder::<MySql>::new("UPDATE jobs SET version = version + 1");
+                    let token = event_token();
+                    let mut update = QueryBuilder::<MySql>::new("UPDATE jobs SET ");
+                    // First, so that a move compares the time the row had:
+                    // the history records what changed status or time.
+                    match action {
+                        BulkAction::Cancel {} => {
+                            update.push("event_token = ").push_bind(token).push(", ");
+                        }
+                        BulkAction::Shift { by_ms } if *by_ms != 0 => {
+                            update.push("event_token = ").push_bind(token).push(", ");
+                        }
+                        BulkAction::Move { run_at } => {
+                            update
+                                .push("event_token = IF(schedule_time <=> ")
+                                .push_bind(run_at.naive_utc())
+                                .push(", event_token, ")
+                                .push_bind(token)
+                                .push("), ");
+                        }
+                        _ => {}
+                    }
+                    update.push("version = version + 1");
                     match action {
                         BulkAction::Cancel {} => {
                             update.push(", status = 'cancelled'");
@@ -477,6 +502,7 @@ impl Store {
                     update.push(" WHERE status = 'pending'");
                     ids_push(&mut update, &changed);
                     update.build().execute(&mut *tx).await?;
+                    events_record(&mut tx, &self.actor, &changed, token).await?;
                 }
             }
         }

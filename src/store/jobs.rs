@@ -8,6 +8,7 @@ use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, QueryBuilder, Row};
 
 use super::cluster::{push_fence, Fence};
+use super::history::{event_token, events_record, events_record_new};
 use super::{Store, StoreError};
 use crate::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status};
 use crate::policy::Policy;
@@ -195,8 +196,31 @@ impl Store {
         version: u32,
         changes: &JobChanges,
     ) -> Result<Modified, StoreError> {
-        let mut conn = self.acquire().await?;
-        let mut query = QueryBuilder::<MySql>::new("UPDATE jobs SET version = version + 1");
+        let mut tx = self.begin().await?;
+        let token = event_token();
+        let mut query = QueryBuilder::<MySql>::new("UPDATE jobs SET ");
+        // First, so that it compares the time the row had: a move to the
+        // time it already has is not recorded.
+        match changes.schedule {
+            Some(Schedule::At(at)) => {
+                query
+                    .push("event_token = IF(schedule_time <=> ")
+                    .push_bind(at.naive_utc())
+                    .push(", event_token, ")
+                    .push_bind(token)
+                    .push("), ");
+            }
+            Some(Schedule::After { delay_ms }) => {
+                query
+                    .push("event_token = IF(schedule_time <=> TIMESTAMPADD(MICROSECOND, ")
+                    .push_bind(delay_ms.saturating_mul(1000))
+                    .push(", UTC_TIMESTAMP(3)), event_token, ")
+                    .push_bind(token)
+                    .push("), ");
+            }
+            None => {}
+        }
+        query.push("version = version + 1");
         if changes.schedule.is_some() {
             // A job moved on purpose is no longer an occurrence to skip
             // when late.
@@ -232,8 +256,12 @@ impl Store {
             .push(" AND version = ")
             .push_bind(version)
             .push(" AND status = 'pending'");
-        let applied = query.build().execute(&mut *conn).await?.rows_affected() == 1;
-        let (job, now) = job_read_back(&mut conn, id).await?;
+        let applied = query.build().execute(&mut *tx).await?.rows_affected() == 1;
+        if applied {
+            events_record(&mut tx, &self.actor, &[id], token).await?;
+        }
+        let (job, now) = job_read_back(&mut tx, id).await?;
+        tx.commit().await?;
         if applied {
             Ok(Modified::Applied(job, now))
         } else if job.status != Status::Pending {
@@ -247,21 +275,27 @@ impl Store {
     /// what makes an `Applied` answer definitive: the dispatcher's own CAS
     /// can no longer win.
     pub async fn job_cancel(&self, id: JobId) -> Result<Cancelled, StoreError> {
-        let mut conn = self.acquire().await?;
+        let mut tx = self.begin().await?;
+        let token = event_token();
         let applied = sqlx::query(
-            "UPDATE jobs SET status = 'cancelled', version = version + 1 \
+            "UPDATE jobs SET event_token = ?, status = 'cancelled', version = version + 1 \
              WHERE id = ? AND status = 'pending'",
         )
+        .bind(token)
         .bind(id)
-        .execute(&mut *conn)
+        .execute(&mut *tx)
         .await?
         .rows_affected()
             == 1;
+        if applied {
+            events_record(&mut tx, &self.actor, &[id], token).await?;
+        }
         let row = sqlx::query(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"))
             .bind(id)
-            .fetch_optional(&mut *conn)
+            .fetch_optional(&mut *tx)
             .await?
             .ok_or(StoreError::NotFound(id))?;
+        tx.commit().await?;
         let job = job_from_row(&row)?;
         Ok(match job.status {
             _ if applied => Cancelled::Applied(job),
@@ -293,7 +327,7 @@ impl Store {
         jobs: &[NewJob],
     ) -> Result<(Vec<BatchRow>, DateTime<Utc>), StoreError> {
         let mut tx = self.begin().await?;
-        let rows = insert_many_on(&mut tx, jobs).await?;
+        let rows = insert_many_on(&mut tx, &self.actor, jobs).await?;
         let now: NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(3)")
             .fetch_one(&mut *tx)
             .await?;
@@ -425,7 +459,7 @@ impl Store {
             Schedule::At(at) => (Some(at.naive_utc()), None),
             Schedule::After { delay_ms } => (None, Some(delay_ms.saturating_mul(1000))),
         };
-        let mut conn = self.acquire().await?;
+        let mut tx = self.begin().await?;
         sqlx::query(
             "INSERT INTO jobs (topic, job_key, payload, payload_kind, headers, schedule_time, \
              max_attempts, expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
@@ -446,15 +480,18 @@ impl Store {
         .bind(job.policy.backoff_cap_ms)
         .bind(job.policy.ack_timeout_ms)
         .bind(&job.trace_parent)
-        .execute(&mut *conn)
+        .execute(&mut *tx)
         .await?;
         let row = sqlx::query(&format!(
             "SELECT {JOB_COLUMNS}, UTC_TIMESTAMP(3) AS db_now FROM jobs WHERE id = LAST_INSERT_ID()"
         ))
-        .fetch_one(&mut *conn)
+        .fetch_one(&mut *tx)
         .await?;
         let now: NaiveDateTime = row.try_get("db_now")?;
-        Ok((job_from_row(&row)?, now.and_utc()))
+        let job = job_from_row(&row)?;
+        events_record_new(&mut tx, &self.actor, &[job.id]).await?;
+        tx.commit().await?;
+        Ok((job, now.and_utc()))
     }
 
     pub async fn job_get(&self, id: JobId) -> Result<Job, StoreError> {
@@ -692,18 +729,24 @@ impl Store {
             // Crash before this: the row is dispatching under this claim,
             // never sent; after the lease it is read back, found absent,
             // claimed again, and set aside then.
+            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+            let event = event_token();
             sqlx::query(
-                "UPDATE jobs SET status = 'dead', version = version + 1, claim_token = NULL, \
-                 claimed_by = NULL, claimed_at = NULL, claim_expires_at = NULL, last_error = ? \
+                "UPDATE jobs SET event_token = ?, status = 'dead', version = version + 1, \
+                 claim_token = NULL, claimed_by = NULL, claimed_at = NULL, \
+                 claim_expires_at = NULL, last_error = ? \
                  WHERE id = ? AND status = 'dispatching' AND claim_token = ?",
             )
+            .bind(event)
             .bind(format!(
                 "{UNREADABLE_PREFIX}{reason}; repair the row by hand, then redrive it"
             ))
             .bind(*id)
             .bind(token)
-            .execute(&mut *conn)
+            .execute(&mut *tx)
             .await?;
+            events_record(&mut tx, &self.actor, &[*id], event).await?;
+            tx.commit().await?;
         }
         outcome
             .stale
@@ -734,11 +777,12 @@ impl Store {
         const CHUNK: usize = 1000;
         let mut marked = Marked::default();
         for chunk in jobs.chunks(CHUNK) {
+            let token = event_token();
             let mut query = positions_join(chunk);
             // A job expecting a result waits for it until the ack
             // deadline, counted on the database's clock.
-            query.push(
-                "SET j.status = 'dispatched', j.version = j.version + 1, \
+            query.push("SET j.event_token = ").push_bind(token).push(
+                ", j.status = 'dispatched', j.version = j.version + 1, \
                      j.claim_token = NULL, j.claimed_by = NULL, j.claim_expires_at = NULL, \
                      j.claimed_at = NULL, j.dispatched_at = d.t, \
                      j.kafka_partition = d.p, j.kafka_offset = d.o, \
@@ -746,7 +790,11 @@ impl Store {
                        TIMESTAMPADD(MICROSECOND, j.ack_timeout_ms * 1000, UTC_TIMESTAMP(3)), NULL) \
                      WHERE j.status = 'dispatching' AND j.claim_token = d.k",
             );
-            let chunk_marked = query.build().execute(&self.pool).await?.rows_affected();
+            let ids: Vec<JobId> = chunk.iter().map(|job| job.id).collect();
+            let mut tx = self.begin().await?;
+            let chunk_marked = query.build().execute(&mut *tx).await?.rows_affected();
+            events_record(&mut tx, &self.actor, &ids, token).await?;
+            tx.commit().await?;
             marked.marked += chunk_marked;
             if chunk_marked < chunk.len() as u64 {
                 self.job_mark_settled_early(chunk, &mut marked).await?;
@@ -874,19 +922,25 @@ impl Store {
     pub async fn job_doubt_absent(&self, doubts: &[Doubt]) -> Result<Vec<WindowEntry>, StoreError> {
         let mut moved = Vec::new();
         for doubt in doubts {
+            let token = event_token();
+            let mut tx = self.begin().await?;
             let done = sqlx::query(
-                "UPDATE jobs SET status = 'pending', version = version + 1, claim_token = NULL, \
+                "UPDATE jobs SET event_token = ?, status = 'pending', version = version + 1, \
+                 claim_token = NULL, \
                  last_error = IF(claimed_by IS NULL, last_error, \
                    'claim expired: the dispatcher died, stalled or lost its mark; not found on kafka, produced again'), \
                  claimed_by = NULL, claimed_at = NULL, claim_expires_at = NULL \
                  WHERE id = ? AND status = 'dispatching' AND claim_token <=> ? \
                  AND (claim_expires_at < UTC_TIMESTAMP(3) OR claim_expires_at IS NULL)",
             )
+            .bind(token)
             .bind(doubt.id)
             .bind(doubt.token)
-            .execute(&self.pool)
+            .execute(&mut *tx)
             .await?
             .rows_affected();
+            events_record(&mut tx, &self.actor, &[doubt.id], token).await?;
+            tx.commit().await?;
             if done == 1 {
                 moved.push(WindowEntry {
                     id: doubt.id,
@@ -905,13 +959,19 @@ impl Store {
         if ids.is_empty() {
             return Ok(0);
         }
-        let mut query = QueryBuilder::<MySql>::new(
-            "UPDATE jobs SET status = 'cancelled', version = version + 1, \
+        let token = event_token();
+        let mut query = QueryBuilder::<MySql>::new("UPDATE jobs SET event_token = ");
+        query.push_bind(token).push(
+            ", status = 'cancelled', version = version + 1, \
              last_error = 'expired: not produced within its schedule''s misfire grace (misfire = skip)' \
              WHERE status = 'pending' AND expires_at <= UTC_TIMESTAMP(3) AND attempt = 1 AND id IN ",
         );
         push_id_list(&mut query, ids);
-        Ok(query.build().execute(&self.pool).await?.rows_affected())
+        let mut tx = self.begin().await?;
+        let expired = query.build().execute(&mut *tx).await?.rows_affected();
+        events_record(&mut tx, &self.actor, ids, token).await?;
+        tx.commit().await?;
+        Ok(expired)
     }
 
     /// `dispatching → pending` for jobs this claim could not produce (the
@@ -926,8 +986,10 @@ impl Store {
         if ids.is_empty() {
             return Ok(0);
         }
-        let mut query = QueryBuilder::<MySql>::new(
-            "UPDATE jobs SET status = 'pending', version = version + 1, claim_token = NULL, \
+        let event = event_token();
+        let mut query = QueryBuilder::<MySql>::new("UPDATE jobs SET event_token = ");
+        query.push_bind(event).push(
+            ", status = 'pending', version = version + 1, claim_token = NULL, \
              claimed_by = NULL, claimed_at = NULL, claim_expires_at = NULL, last_error = ",
         );
         query
@@ -936,8 +998,11 @@ impl Store {
             .push_bind(token)
             .push(" AND id IN ");
         push_id_list(&mut query, ids);
-        let result = query.build().execute(&self.pool).await?;
-        Ok(result.rows_affected())
+        let mut tx = self.begin().await?;
+        let released = query.build().execute(&mut *tx).await?.rows_affected();
+        events_record(&mut tx, &self.actor, ids, event).await?;
+        tx.commit().await?;
+        Ok(released)
     }
 }
 
@@ -946,6 +1011,7 @@ impl Store {
 /// item and writes nothing for it. One row per item, in order.
 pub(super) async fn insert_many_on(
     conn: &mut sqlx::MySqlConnection,
+    actor: &str,
     jobs: &[NewJob],
 ) -> Result<Vec<BatchRow>, StoreError> {
     // Each row carries token_base | item index, so the rows can be read
@@ -998,13 +1064,16 @@ pub(super) async fn insert_many_on(
         .bind(jobs.len() as u64)
         .fetch_all(&mut *conn)
         .await?;
+        let mut created = Vec::with_capacity(found.len());
         for row in &found {
             let token: u64 = row.try_get("create_token")?;
             let index = (token - token_base) as usize;
             if let Some(slot) = rows.get_mut(index) {
                 *slot = BatchRow::Created(job_from_row(row)?);
+                created.push(row.try_get("id")?);
             }
         }
+        events_record_new(conn, actor, &created).await?;
     }
     Ok(rows)
 }

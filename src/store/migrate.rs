@@ -4,6 +4,12 @@
 //! lines) keeps one MySQL driver in the binary. MySQL commits DDL
 //! implicitly, so each migration file holds a single DDL change and a failed
 //! one leaves the schema at the previous version.
+//!
+//! V3, V4 and V20 created the history triggers of versions before V24,
+//! which tickler no longer uses (it writes the history itself). Where they
+//! were never applied they are recorded as applied without being run: so
+//! `tickler migrate` needs no SUPER on a server with binary logging on, a
+//! fresh install included. V21, V25 and V26 drop them where they were made.
 
 use futures::future::BoxFuture;
 use refinery_core::traits::r#async::{AsyncMigrate, AsyncQuery, AsyncTransaction};
@@ -24,7 +30,7 @@ impl Migrator {
     fn execute_all(&mut self, queries: Vec<String>) -> BoxFuture<'_, Result<usize, sqlx::Error>> {
         Box::pin(async move {
             let mut tx = self.0.begin().await?;
-            for query in &queries {
+            for query in queries.iter().filter(|query| !creates_trigger(query)) {
                 // A plain &str runs over the text protocol, as DDL must.
                 (&mut *tx).execute(query.as_str()).await?;
             }
@@ -39,6 +45,14 @@ impl Migrator {
             rows.iter().map(migration_from_row).collect()
         })
     }
+}
+
+/// Whether a migration creates a trigger (outside its comments).
+fn creates_trigger(sql: &str) -> bool {
+    sql.lines()
+        .map(str::trim_start)
+        .filter(|line| !line.starts_with("--"))
+        .any(|line| line.to_ascii_uppercase().starts_with("CREATE TRIGGER"))
 }
 
 fn migration_from_row(row: &MySqlRow) -> Result<Migration, sqlx::Error> {
@@ -73,3 +87,23 @@ impl AsyncQuery<Vec<Migration>> for Migrator {
 }
 
 impl AsyncMigrate for Migrator {}
+
+#[cfg(test)]
+mod tests {
+    use super::creates_trigger;
+
+    #[test]
+    fn only_trigger_creations_are_left_out() {
+        let v20 = include_str!("../../migrations/V20__create_trigger_jobs_changed.sql");
+        let v3 = include_str!("../../migrations/V3__create_trigger_jobs_inserted.sql");
+        let v4 = include_str!("../../migrations/V4__create_trigger_jobs_updated.sql");
+        assert!(creates_trigger(v20) && creates_trigger(v3) && creates_trigger(v4));
+        let v21 = include_str!("../../migrations/V21__drop_trigger_jobs_updated.sql");
+        let v24 = include_str!("../../migrations/V24__add_jobs_event_token.sql");
+        assert!(!creates_trigger(v21) && !creates_trigger(v24));
+        assert!(!creates_trigger("-- CREATE TRIGGER in a comment\nSELECT 1"));
+        assert!(!creates_trigger(
+            "INSERT INTO refinery_schema_history VALUES ('CREATE TRIGGER')"
+        ));
+    }
+}

@@ -8,6 +8,7 @@
 
 mod bulk;
 mod cluster;
+mod history;
 mod jobs;
 mod migrate;
 mod results;
@@ -22,14 +23,13 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
-use sqlx::mysql::{
-    MySqlConnectOptions, MySqlConnection, MySqlPool, MySqlPoolOptions, MySqlSslMode,
-};
+use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlSslMode};
 use sqlx::pool::PoolConnection;
 use sqlx::{ConnectOptions, Connection, Executor, MySql, Transaction};
 
 pub use bulk::{BulkAction, BulkBatch, BulkFilter, BulkOp, BulkStatus};
 pub use cluster::{Fence, InstanceInfo, InstanceRow, LeaseRow};
+pub use history::HandEditsState;
 pub use jobs::{
     BatchRow, Cancelled, ClaimOutcome, Dispatched, JobChanges, JobEvent, JobFilter, Marked,
     Modified, WindowEntry,
@@ -151,10 +151,10 @@ impl Actor {
 #[derive(Clone, Debug)]
 pub struct Store {
     pool: MySqlPool,
-    /// The history's actor, set on the connection before each write, for
-    /// a pool whose writers differ from call to call (the API's: one per
-    /// token). `None`: the pool's own actor, set once per connection.
-    actor: Option<Arc<str>>,
+    /// Who writes through this handle, as the history names them: the
+    /// pool's actor, or the caller's for the API (`api:<token name>`) and a
+    /// bulk operation (`bulk:<id>`).
+    actor: Arc<str>,
 }
 
 impl Store {
@@ -162,9 +162,9 @@ impl Store {
     /// process can start (and answer 503) while MySQL is down.
     ///
     /// `actor` names who changes rows through this handle in the jobs'
-    /// history (see [`Actor`]): each connection sets
-    /// `@tickler_actor`, which the history triggers read. Sessions without
-    /// it — people editing by hand — are recorded as `sql`.
+    /// history (see [`Actor`]). Each connection also sets `@tickler_actor`:
+    /// the trigger that records hand edits (`history_hand_edits =
+    /// trigger`) leaves tickler's sessions alone by it.
     pub fn connect_lazy(url: &str, pool_size: u32, actor: Actor) -> Result<Store, StoreError> {
         let options = connect_options(url)?;
         let set_actor = format!("SET @tickler_actor = '{}'", actor.as_str());
@@ -181,36 +181,34 @@ impl Store {
                 })
             })
             .connect_lazy_with(options);
-        // The API's writes are made for a caller; the rest for the pool.
-        let actor = (actor == Actor::Api).then(|| Arc::from(actor.as_str()));
-        Ok(Store { pool, actor })
+        Ok(Store {
+            pool,
+            actor: Arc::from(actor.as_str()),
+        })
     }
 
     /// This handle, writing as `actor` (e.g. `api:billing-svc`) in the jobs'
-    /// history. Only for the API's store, whose writes set their actor.
+    /// history.
     pub fn with_actor(&self, actor: &str) -> Store {
         Store {
             pool: self.pool.clone(),
-            actor: self.actor.as_ref().map(|_| Arc::from(actor)),
+            actor: Arc::from(actor),
         }
     }
 
-    /// A connection for a write, told who writes.
+    /// Who writes through this handle, as the history names them.
+    pub fn actor(&self) -> &str {
+        &self.actor
+    }
+
+    /// A connection for a write.
     async fn acquire(&self) -> Result<PoolConnection<MySql>, StoreError> {
-        let mut conn = self.pool.acquire().await?;
-        if let Some(actor) = &self.actor {
-            actor_set(&mut conn, actor).await?;
-        }
-        Ok(conn)
+        Ok(self.pool.acquire().await?)
     }
 
-    /// A transaction for a write, told who writes.
+    /// A transaction for a write.
     async fn begin(&self) -> Result<Transaction<'static, MySql>, StoreError> {
-        let mut tx = self.pool.begin().await?;
-        if let Some(actor) = &self.actor {
-            actor_set(&mut tx, actor).await?;
-        }
-        Ok(tx)
+        Ok(self.pool.begin().await?)
     }
 
     /// Applies every migration in `migrations/` not yet applied; returns the
@@ -247,14 +245,6 @@ impl Store {
     pub async fn close(&self) {
         self.pool.close().await;
     }
-}
-
-async fn actor_set(conn: &mut MySqlConnection, actor: &str) -> Result<(), StoreError> {
-    sqlx::query("SET @tickler_actor = ?")
-        .bind(actor)
-        .execute(conn)
-        .await?;
-    Ok(())
 }
 
 /// Connects once, at start-up, to tell a TLS failure (a wrong CA, an

@@ -13,6 +13,7 @@ use std::time::Duration;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, QueryBuilder, Row, Transaction};
 
+use super::history::{event_token, events_record};
 use super::jobs::{
     job_from_row, job_read_back, policy_from_row, push_id_list, update_joined, JOB_COLUMNS,
 };
@@ -114,7 +115,7 @@ impl Store {
                 })
                 .collect()
         };
-        let mut settled = finish(tx, &changes).await?;
+        let mut settled = finish(tx, &self.actor, &changes).await?;
         settled.dispositions = dispositions;
         Ok(settled)
     }
@@ -153,7 +154,7 @@ impl Store {
                 }
             }
         }
-        finish(tx, &changes).await
+        finish(tx, &self.actor, &changes).await
     }
 
     /// Counts a failed attempt for jobs of claim `token` whose record the
@@ -191,7 +192,7 @@ impl Store {
                 }
             }
         }
-        finish(tx, &changes).await
+        finish(tx, &self.actor, &changes).await
     }
 
     /// Sends a dead job back to `pending` with `attempts` more attempts, at
@@ -209,25 +210,31 @@ impl Store {
             Some(Schedule::After { delay_ms }) => (None, delay_ms.saturating_mul(1000)),
             None => (None, 0),
         };
-        let mut conn = self.acquire().await?;
+        let mut tx = self.begin().await?;
+        let token = event_token();
         // max_attempts is assigned before attempt, from the old attempt, so
         // the result is the same whether the server evaluates assignments
         // left to right (MySQL, MariaDB) or all at once.
         let applied = sqlx::query(
-            "UPDATE jobs SET status = 'pending', max_attempts = attempt + ?, \
+            "UPDATE jobs SET event_token = ?, status = 'pending', max_attempts = attempt + ?, \
              attempt = attempt + 1, \
              schedule_time = COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))), \
              ack_deadline = NULL, version = version + 1 WHERE id = ? AND status = 'dead'",
         )
+        .bind(token)
         .bind(attempts)
         .bind(at)
         .bind(delay_us)
         .bind(id)
-        .execute(&mut *conn)
+        .execute(&mut *tx)
         .await?
         .rows_affected()
             == 1;
-        let (job, now) = job_read_back(&mut conn, id).await?;
+        if applied {
+            events_record(&mut tx, &self.actor, &[id], token).await?;
+        }
+        let (job, now) = job_read_back(&mut tx, id).await?;
+        tx.commit().await?;
         if applied {
             Ok(Redriven::Applied(job, now))
         } else {
@@ -464,7 +471,11 @@ fn change_push(
 
 /// Writes the changes (one UPDATE joined to them as a derived table), the
 /// dead-letter outbox rows, and commits.
-async fn finish(mut tx: Transaction<'_, MySql>, changes: &[Change]) -> Result<Settled, StoreError> {
+async fn finish(
+    mut tx: Transaction<'_, MySql>,
+    actor: &str,
+    changes: &[Change],
+) -> Result<Settled, StoreError> {
     let mut settled = Settled::default();
     if !changes.is_empty() {
         let mut update = update_joined(changes, "c", |query, change| {
@@ -488,8 +499,10 @@ async fn finish(mut tx: Transaction<'_, MySql>, changes: &[Change]) -> Result<Se
         // Assignments read only d and columns not assigned before them, so
         // evaluation order does not matter. The claim token is kept: a
         // dispatcher still marking this attempt records its position by it.
-        update.push(
-            "SET \
+        // Every change moves the status or the attempt: each is recorded.
+        let token = event_token();
+        update.push("SET j.event_token = ").push_bind(token).push(
+            ", \
              j.schedule_time = IF(c.d >= 0, TIMESTAMPADD(MICROSECOND, c.d, UTC_TIMESTAMP(3)), j.schedule_time), \
              j.attempt = IF(c.d >= 0, j.attempt + 1, j.attempt), \
              j.last_error = IF(c.e = '', j.last_error, c.e), \
@@ -497,6 +510,8 @@ async fn finish(mut tx: Transaction<'_, MySql>, changes: &[Change]) -> Result<Se
              WHERE j.version = c.v",
         );
         update.build().execute(&mut *tx).await?;
+        let ids: Vec<JobId> = changes.iter().map(|c| c.id).collect();
+        events_record(&mut tx, actor, &ids, token).await?;
 
         let letters: Vec<&Change> = changes.iter().filter(|c| c.dead_letter).collect();
         if !letters.is_empty() {

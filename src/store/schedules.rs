@@ -6,6 +6,7 @@ use chrono::{DateTime, Duration, NaiveDateTime, Utc};
 use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, QueryBuilder, Row};
 
+use super::history::{event_token, events_record_schedule};
 use super::jobs::{insert_many_on, policy_from_row, BatchRow};
 use super::{Store, StoreError};
 use crate::job::{Job, NewJob, PayloadKind, Schedule};
@@ -496,7 +497,7 @@ impl Store {
         // max_allowed_packet is 16 MiB.
         let per_insert = (INSERT_BYTES_MAX / schedule.def.payload.len().max(1)).max(1);
         for chunk in jobs.chunks(per_insert) {
-            for row in insert_many_on(&mut tx, chunk).await? {
+            for row in insert_many_on(&mut tx, &self.actor, chunk).await? {
                 if let BatchRow::Created(job) = row {
                     done.created.push(job);
                 }
@@ -691,15 +692,18 @@ impl Store {
                 .fetch_one(&mut *tx)
                 .await?;
             gone += occurrences_delete_future(&mut tx, id, now).await?;
+            let token = event_token();
             gone += sqlx::query(
-                "UPDATE jobs SET status = 'cancelled', version = version + 1, \
+                "UPDATE jobs SET event_token = ?, status = 'cancelled', version = version + 1, \
                  last_error = 'cancelled: its schedule was deleted' \
                  WHERE schedule_id = ? AND status = 'pending'",
             )
+            .bind(token)
             .bind(id)
             .execute(&mut *tx)
             .await?
             .rows_affected();
+            events_record_schedule(&mut tx, &self.actor, id, token).await?;
         }
         sqlx::query("DELETE FROM schedules WHERE id = ?")
             .bind(id)

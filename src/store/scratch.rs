@@ -20,6 +20,13 @@ pub async fn scratch_database_create(server_url: &str, name: &str) -> Result<Str
     conn.close().await?;
     let url = format!("{server_url}/{name}");
     Store::migrate(&url).await?;
+    // As `tickler migrate` with the default `history_hand_edits = trigger`.
+    let store = Store::connect_lazy(&url, 1, super::Actor::Cli)?;
+    let hand_edits = store
+        .hand_edits_apply(crate::config::HandEdits::Trigger)
+        .await;
+    store.close().await;
+    hand_edits?;
     Ok(url)
 }
 

@@ -1,0 +1,190 @@
+//! The jobs' history (`job_events`), written by tickler itself: every
+//! statement that changes a job's status, time or attempt records the rows
+//! it changed in the same transaction, in one multi-row `INSERT … SELECT`.
+//! No trigger is needed for it, so `tickler migrate` runs on servers where
+//! creating one takes SUPER (MySQL 8 and MariaDB with binary logging on,
+//! RDS, Aurora).
+//!
+//! How a statement's rows are told from the others: a changing statement
+//! sets `event_token` to a fresh random value on the rows whose status, time
+//! or attempt it changes (the assignment comes first in its `SET`, so it
+//! sees the row as it was on every engine), and the history insert selects
+//! the rows among its ids that carry the token. A statement that matched a
+//! row without changing what the history records leaves the token alone.
+//! Like the triggers before, the dispatcher's claim (`pending →
+//! dispatching`) is not recorded: it lasts milliseconds.
+//!
+//! Changes made by hand in SQL are recorded by an optional trigger
+//! (`history_hand_edits = trigger`), which fires only in sessions without
+//! `@tickler_actor` (every tickler connection sets it): see
+//! [`Store::hand_edits_apply`].
+
+use sqlx::{MySql, MySqlConnection, QueryBuilder};
+
+use super::jobs::push_id_list;
+use super::{Store, StoreError};
+use crate::config::HandEdits;
+use crate::job::JobId;
+
+/// A fresh token for one changing statement (never 0, the column's default).
+pub(super) fn event_token() -> u64 {
+    rand::random::<u64>() | 1
+}
+
+/// Records, as `actor`, the rows among `ids` that the statement with
+/// `token` changed. Runs on the caller's transaction.
+pub(super) async fn events_record(
+    conn: &mut MySqlConnection,
+    actor: &str,
+    ids: &[JobId],
+    token: u64,
+) -> Result<u64, StoreError> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let mut insert = events_insert(actor);
+    insert.push(" AND event_token = ").push_bind(token);
+    insert.push(" AND id IN ");
+    push_id_list(&mut insert, ids);
+    Ok(insert.build().execute(conn).await?.rows_affected())
+}
+
+/// Records, as `actor`, the occurrences of schedule `schedule` that the
+/// statement with `token` changed. Runs on the caller's transaction.
+pub(super) async fn events_record_schedule(
+    conn: &mut MySqlConnection,
+    actor: &str,
+    schedule: u64,
+    token: u64,
+) -> Result<u64, StoreError> {
+    let mut insert = events_insert(actor);
+    insert
+        .push(" AND schedule_id = ")
+        .push_bind(schedule)
+        .push(" AND event_token = ")
+        .push_bind(token);
+    Ok(insert.build().execute(conn).await?.rows_affected())
+}
+
+/// Records, as `actor`, the rows `ids` just inserted.
+pub(super) async fn events_record_new(
+    conn: &mut MySqlConnection,
+    actor: &str,
+    ids: &[JobId],
+) -> Result<u64, StoreError> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let mut insert = events_insert(actor);
+    insert.push(" AND id IN ");
+    push_id_list(&mut insert, ids);
+    Ok(insert.build().execute(conn).await?.rows_affected())
+}
+
+fn events_insert(actor: &str) -> QueryBuilder<'_, MySql> {
+    let mut insert = QueryBuilder::<MySql>::new(
+        "INSERT INTO job_events (job_id, at, actor, status, schedule_time, attempt) \
+         SELECT id, UTC_TIMESTAMP(3), ",
+    );
+    insert
+        .push_bind(actor)
+        .push(", status, schedule_time, attempt FROM jobs WHERE TRUE");
+    insert
+}
+
+/// The triggers that record hand edits, by name.
+const HAND_TRIGGERS: [(&str, &str); 2] = [
+    (
+        "jobs_hand_inserted",
+        "CREATE TRIGGER jobs_hand_inserted AFTER INSERT ON jobs FOR EACH ROW \
+         BEGIN \
+           IF @tickler_actor IS NULL THEN \
+             INSERT INTO job_events (job_id, at, actor, status, schedule_time, attempt) \
+             VALUES (NEW.id, UTC_TIMESTAMP(3), 'sql', NEW.status, NEW.schedule_time, NEW.attempt); \
+           END IF; \
+         END",
+    ),
+    (
+        "jobs_hand_edited",
+        "CREATE TRIGGER jobs_hand_edited AFTER UPDATE ON jobs FOR EACH ROW \
+         BEGIN \
+           IF @tickler_actor IS NULL \
+              AND (NOT (NEW.status <=> OLD.status) \
+                OR NOT (NEW.schedule_time <=> OLD.schedule_time) \
+                OR NOT (NEW.attempt <=> OLD.attempt)) THEN \
+             INSERT INTO job_events (job_id, at, actor, status, schedule_time, attempt) \
+             VALUES (NEW.id, UTC_TIMESTAMP(3), 'sql', NEW.status, NEW.schedule_time, NEW.attempt); \
+           END IF; \
+         END",
+    ),
+];
+
+/// What [`Store::hand_edits_apply`] found or did.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum HandEditsState {
+    /// Both triggers are in place.
+    Recorded,
+    /// No trigger is in place.
+    NotRecorded,
+}
+
+impl Store {
+    /// Installs (`Trigger`) or drops (`Off`) the triggers that record hand
+    /// edits; `tickler migrate` runs it. Creating one that exists already
+    /// (another instance's migrate) is not an error. Tickler's own history
+    /// never depends on them.
+    pub async fn hand_edits_apply(&self, mode: HandEdits) -> Result<HandEditsState, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        for (name, create) in HAND_TRIGGERS {
+            match mode {
+                HandEdits::Off => {
+                    // A plain &str runs over the text protocol, as DDL must.
+                    sqlx::Executor::execute(
+                        &mut *conn,
+                        format!("DROP TRIGGER IF EXISTS {name}").as_str(),
+                    )
+                    .await?;
+                }
+                HandEdits::Trigger => {
+                    if trigger_exists(&mut conn, name).await? {
+                        continue;
+                    }
+                    match sqlx::Executor::execute(&mut *conn, create).await {
+                        Ok(_) => {}
+                        // ER_TRG_ALREADY_EXISTS: created meanwhile.
+                        Err(sqlx::Error::Database(err))
+                            if err.message().contains("already exists") => {}
+                        Err(err) => return Err(err.into()),
+                    }
+                }
+            }
+        }
+        drop(conn);
+        self.hand_edits_state().await
+    }
+
+    /// Whether hand edits are recorded now (both triggers in place).
+    pub async fn hand_edits_state(&self) -> Result<HandEditsState, StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        let mut present = 0;
+        for (name, _) in HAND_TRIGGERS {
+            present += usize::from(trigger_exists(&mut conn, name).await?);
+        }
+        Ok(if present == HAND_TRIGGERS.len() {
+            HandEditsState::Recorded
+        } else {
+            HandEditsState::NotRecorded
+        })
+    }
+}
+
+async fn trigger_exists(conn: &mut MySqlConnection, name: &str) -> Result<bool, StoreError> {
+    let found: Option<String> = sqlx::query_scalar(
+        "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS \
+         WHERE TRIGGER_SCHEMA = DATABASE() AND TRIGGER_NAME = ?",
+    )
+    .bind(name)
+    .fetch_optional(conn)
+    .await?;
+    Ok(found.is_some())
+}
