@@ -269,7 +269,6 @@ async fn insert_many_answers_one_row_per_item_in_order_and_takes_a_key_once() {
 /// `NewJob` carries the schedule it is an occurrence of and when it
 /// expires; a single insert should keep them as a batch insert does.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "bug: job_insert drops NewJob.schedule_id and NewJob.expires_at (job_insert_many keeps them); no caller sets them on a single insert today"]
 async fn insert_keeps_the_schedule_and_the_expiry_it_is_given() {
     let db = Db::new().await;
     let expires = db.store.db_now().await.unwrap() + Span::minutes(10);
