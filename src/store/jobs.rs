@@ -463,9 +463,9 @@ impl Store {
         sqlx::query(
             "INSERT INTO jobs (topic, job_key, payload, payload_kind, headers, schedule_time, \
              max_attempts, expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
-             trace_parent) \
+             trace_parent, schedule_id, expires_at) \
              VALUES (?, ?, ?, ?, ?, COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))), \
-             ?, ?, ?, ?, ?, ?)",
+             ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&job.topic)
         .bind(&job.key)
@@ -480,6 +480,8 @@ impl Store {
         .bind(job.policy.backoff_cap_ms)
         .bind(job.policy.ack_timeout_ms)
         .bind(&job.trace_parent)
+        .bind(job.schedule_id)
+        .bind(job.expires_at.map(|at| at.naive_utc()))
         .execute(&mut *tx)
         .await?;
         let row = sqlx::query(&format!(

@@ -6,6 +6,7 @@
 
 pub mod chronos;
 pub mod procs;
+pub mod store;
 pub mod tls;
 pub mod webdriver;
 

@@ -1,0 +1,1926 @@
+//! The store's methods on `jobs` (src/store/jobs.rs), topic controls
+//! (topics.rs) and the counts (stats.rs), method by method, against a real
+//! database (no Redis, no broker): what each answers for every state a row
+//! can be in, what it leaves in the row and in `job_events`, and what it
+//! leaves alone.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::Duration;
+
+use chrono::{DateTime, Duration as Span, Utc};
+use tickler::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status};
+use tickler::outcome::{Outcome, Report};
+use tickler::policy::Policy;
+use tickler::store::{
+    Actor, BatchRow, Cancelled, ClaimOutcome, Dispatched, JobChanges, JobFilter, Modified,
+    StoreError, TopicChange, TopicControl, TopicCount, WindowEntry,
+};
+use tickler_testkit::store::{job_new, Db, LEASE};
+
+fn won(outcome: &ClaimOutcome) -> Vec<JobId> {
+    outcome.won.iter().map(|j| j.id).collect()
+}
+
+fn ids(jobs: &[Job]) -> Vec<JobId> {
+    jobs.iter().map(|j| j.id).collect()
+}
+
+fn entry_ids(entries: &[WindowEntry]) -> Vec<JobId> {
+    entries.iter().map(|e| e.id).collect()
+}
+
+fn created(row: &BatchRow) -> &Job {
+    match row {
+        BatchRow::Created(job) => job,
+        BatchRow::Duplicate => panic!("a duplicate where a job was expected"),
+    }
+}
+
+fn mark(id: JobId, token: u64, offset: i64) -> Dispatched {
+    Dispatched {
+        id,
+        token,
+        partition: 0,
+        offset,
+        dispatched_at: Utc::now(),
+    }
+}
+
+/// A job on `topic` due at `at` exactly (millisecond precision, as stored).
+async fn job_at(db: &Db, topic: &str, at: DateTime<Utc>) -> JobId {
+    let job = NewJob {
+        schedule: Schedule::At(at),
+        ..job_new(topic, 0)
+    };
+    db.store.job_insert(&job).await.unwrap().0.id
+}
+
+async fn status(db: &Db, id: JobId) -> Status {
+    db.store.job_get(id).await.unwrap().status
+}
+
+// ---------------------------------------------------------------------------
+// insert, insert_many, get, find_by_key
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insert_stores_what_it_is_given_and_records_its_creation() {
+    let db = Db::new().await;
+    let api = db.store_as(Actor::Api).with_actor("api:alice");
+    let before = db.store.db_now().await.unwrap();
+    let at = before + Span::minutes(5);
+    let policy = Policy {
+        expects_result: true,
+        max_attempts: 3,
+        backoff_base_ms: 200,
+        backoff_cap_ms: 9_000,
+        ack_timeout_ms: 5_000,
+    };
+    let trace = "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01";
+    let new = NewJob {
+        key: Some("order-1".to_owned()),
+        payload: vec![0, 159, 146, 150],
+        payload_kind: PayloadKind::Bytes,
+        headers: BTreeMap::from([("source".to_owned(), "test".to_owned())]),
+        schedule: Schedule::At(at),
+        policy,
+        trace_parent: Some(trace.to_owned()),
+        ..job_new("orders", 0)
+    };
+    let (job, db_now) = api.job_insert(&new).await.unwrap();
+    assert_eq!(job.topic, "orders");
+    assert_eq!(job.key.as_deref(), Some("order-1"));
+    assert_eq!(job.payload, [0, 159, 146, 150]);
+    assert_eq!(job.payload_kind, PayloadKind::Bytes);
+    assert_eq!(job.headers, new.headers);
+    assert_eq!(job.schedule_time, at);
+    assert_eq!(job.policy, policy);
+    assert_eq!(job.trace_parent.as_deref(), Some(trace));
+    assert_eq!(
+        (job.status, job.attempt, job.version),
+        (Status::Pending, 1, 1)
+    );
+    assert_eq!(
+        (
+            job.dispatched_at,
+            job.kafka_partition,
+            job.kafka_offset,
+            job.ack_deadline
+        ),
+        (None, None, None, None)
+    );
+    assert_eq!(job.last_error, None);
+    assert_eq!(
+        job.created_at, job.updated_at,
+        "a fresh row is not an edited one"
+    );
+    assert!(db_now >= before && db_now >= job.created_at);
+    assert_eq!(db.store.job_get(job.id).await.unwrap(), job);
+
+    let history = db.store.job_history(job.id).await.unwrap();
+    assert_eq!(history.len(), 1);
+    assert_eq!(
+        (
+            history[0].actor.as_str(),
+            history[0].status,
+            history[0].schedule_time,
+            history[0].attempt
+        ),
+        ("api:alice", Status::Pending, at, 1)
+    );
+    api.close().await;
+    db.finish().await;
+}
+
+/// A delay counts from the database's clock at the insert, never from the
+/// caller's.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insert_with_a_delay_counts_it_from_the_database_clock() {
+    let db = Db::new().await;
+    let before = db.store.db_now().await.unwrap();
+    let new = NewJob {
+        schedule: Schedule::After { delay_ms: 90_000 },
+        ..job_new("store-test", 0)
+    };
+    let (job, db_now) = db.store.job_insert(&new).await.unwrap();
+    assert!(job.schedule_time >= before + Span::seconds(90));
+    assert!(job.schedule_time <= db_now + Span::seconds(90));
+    db.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insert_refuses_a_taken_key_and_keys_compare_byte_for_byte() {
+    let db = Db::new().await;
+    let keyed = |topic: &str, key: &str| NewJob {
+        key: Some(key.to_owned()),
+        ..job_new(topic, 60_000)
+    };
+    let first = db.store.job_insert(&keyed("t", "k")).await.unwrap().0;
+    assert!(matches!(
+        db.store.job_insert(&keyed("t", "k")).await,
+        Err(StoreError::DuplicateKey)
+    ));
+    // Neither a trailing space, nor case, nor another topic is the same key.
+    let spaced = db.store.job_insert(&keyed("t", "k ")).await.unwrap().0;
+    let upper = db.store.job_insert(&keyed("t", "K")).await.unwrap().0;
+    let elsewhere = db.store.job_insert(&keyed("t2", "k")).await.unwrap().0;
+    // Jobs without a key never collide.
+    db.store.job_insert(&job_new("t", 1)).await.unwrap();
+    db.store.job_insert(&job_new("t", 1)).await.unwrap();
+
+    let (jobs, events): (i64, i64) =
+        sqlx::query_as("SELECT (SELECT COUNT(*) FROM jobs), (SELECT COUNT(*) FROM job_events)")
+            .fetch_one(&db.sql)
+            .await
+            .unwrap();
+    assert_eq!(
+        (jobs, events),
+        (6, 6),
+        "the refused insert wrote neither a row nor history"
+    );
+
+    let found = |topic: &'static str, key: &'static str| {
+        let store = db.store.clone();
+        async move { store.job_find_by_key(topic, key).await.unwrap() }
+    };
+    assert_eq!(found("t", "k").await, Some(first));
+    assert_eq!(found("t", "k ").await.map(|j| j.id), Some(spaced.id));
+    assert_eq!(found("t", "K").await.map(|j| j.id), Some(upper.id));
+    assert_eq!(found("t2", "k").await.map(|j| j.id), Some(elsewhere.id));
+    assert_eq!(found("t", "missing").await, None);
+    assert_eq!(found("t3", "k").await, None);
+    db.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insert_many_answers_one_row_per_item_in_order_and_takes_a_key_once() {
+    let db = Db::new().await;
+    let api = db.store_as(Actor::Api).with_actor("api:batch");
+    let old = db
+        .store
+        .job_insert(&NewJob {
+            key: Some("old".to_owned()),
+            payload: b"\"before\"".to_vec(),
+            ..job_new("t", 60_000)
+        })
+        .await
+        .unwrap()
+        .0;
+    let now = db.store.db_now().await.unwrap();
+    let expires = now + Span::minutes(10);
+    let keyed = |key: Option<&str>| NewJob {
+        key: key.map(str::to_owned),
+        payload: b"\"batch\"".to_vec(),
+        ..job_new("t", 60_000)
+    };
+    let items = [
+        keyed(Some("a")),
+        keyed(None),
+        keyed(Some("a")),
+        keyed(Some("old")),
+        NewJob {
+            schedule: Schedule::After { delay_ms: 120_000 },
+            schedule_id: Some(77),
+            expires_at: Some(expires),
+            ..keyed(Some("b"))
+        },
+    ];
+    let (rows, db_now) = api.job_insert_many(&items).await.unwrap();
+    assert_eq!(rows.len(), 5, "one row per item");
+    assert!(
+        matches!(rows[2], BatchRow::Duplicate),
+        "taken earlier in the batch"
+    );
+    assert!(
+        matches!(rows[3], BatchRow::Duplicate),
+        "taken by an earlier row"
+    );
+    let (a, none, b) = (created(&rows[0]), created(&rows[1]), created(&rows[4]));
+    assert_eq!(a.key.as_deref(), Some("a"));
+    assert_eq!(none.key, None);
+    assert_eq!(b.key.as_deref(), Some("b"));
+    assert!(a.id < none.id && none.id < b.id, "ids in item order");
+    assert_eq!((b.schedule_id, b.expires_at), (Some(77), Some(expires)));
+    assert_eq!((a.schedule_id, a.expires_at), (None, None));
+    assert!(b.schedule_time >= now + Span::seconds(120));
+    assert!(b.schedule_time <= db_now + Span::seconds(120));
+    for job in [a, none, b] {
+        assert_eq!(db.store.job_get(job.id).await.unwrap(), *job);
+        let history = db.store.job_history(job.id).await.unwrap();
+        assert_eq!(history.len(), 1);
+        assert_eq!(
+            (history[0].actor.as_str(), history[0].status),
+            ("api:batch", Status::Pending)
+        );
+    }
+    assert_eq!(
+        db.store.job_get(old.id).await.unwrap(),
+        old,
+        "the row holding the key is left as it was"
+    );
+    let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs")
+        .fetch_one(&db.sql)
+        .await
+        .unwrap();
+    assert_eq!(count, 4, "nothing written for the duplicates");
+    api.close().await;
+    db.finish().await;
+}
+
+/// `NewJob` carries the schedule it is an occurrence of and when it
+/// expires; a single insert should keep them as a batch insert does.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insert_keeps_the_schedule_and_the_expiry_it_is_given() {
+    let db = Db::new().await;
+    let expires = db.store.db_now().await.unwrap() + Span::minutes(10);
+    let (job, _) = db
+        .store
+        .job_insert(&NewJob {
+            schedule_id: Some(77),
+            expires_at: Some(expires),
+            ..job_new("t", 60_000)
+        })
+        .await
+        .unwrap();
+    assert_eq!((job.schedule_id, job.expires_at), (Some(77), Some(expires)));
+    db.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_missing_job_is_not_found_by_any_method_that_names_it() {
+    let db = Db::new().await;
+    let missing = 404_404;
+    assert!(matches!(
+        db.store.job_get(missing).await,
+        Err(StoreError::NotFound(404_404))
+    ));
+    assert!(matches!(
+        db.store.job_history(missing).await,
+        Err(StoreError::NotFound(404_404))
+    ));
+    assert!(matches!(
+        db.store.job_cancel(missing).await,
+        Err(StoreError::NotFound(404_404))
+    ));
+    assert!(matches!(
+        db.store
+            .job_modify(missing, 1, &JobChanges::default())
+            .await,
+        Err(StoreError::NotFound(404_404))
+    ));
+    db.finish().await;
+}
+
+// ---------------------------------------------------------------------------
+// list, history
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_pages_by_id_without_payloads_and_applies_each_filter() {
+    let db = Db::new().await;
+    let now = db.store.db_now().await.unwrap();
+    let hour = |n: i64| now + Span::hours(n);
+    let insert = |topic: &'static str, key: Option<&'static str>, at| {
+        let store = db.store.clone();
+        async move {
+            let job = NewJob {
+                key: key.map(str::to_owned),
+                payload: b"\"large\"".to_vec(),
+                schedule: Schedule::At(at),
+                ..job_new(topic, 0)
+            };
+            store.job_insert(&job).await.unwrap().0.id
+        }
+    };
+    let a = insert("orders.eu", Some("k1"), hour(1)).await;
+    let b = insert("orders.us", Some("k2"), hour(2)).await;
+    let c = insert("orders_x", None, hour(3)).await;
+    let d = insert("orders.eu", None, hour(4)).await;
+    db.store.job_cancel(d).await.unwrap();
+
+    let list = |filter: JobFilter, after: Option<JobId>, limit: u32| {
+        let store = db.store.clone();
+        async move { ids(&store.job_list(&filter, after, limit).await.unwrap()) }
+    };
+    let all = db
+        .store
+        .job_list(&JobFilter::default(), None, 100)
+        .await
+        .unwrap();
+    assert_eq!(ids(&all), [a, b, c, d]);
+    assert!(
+        all.iter().all(|j| j.payload.is_empty()),
+        "listings leave payloads out"
+    );
+    assert_eq!(list(JobFilter::default(), None, 2).await, [a, b]);
+    assert_eq!(list(JobFilter::default(), Some(b), 2).await, [c, d]);
+    assert!(list(JobFilter::default(), Some(d), 2).await.is_empty());
+
+    let filter = |topic: Option<&str>, status, key: Option<&str>| JobFilter {
+        topic: topic.map(str::to_owned),
+        status,
+        key: key.map(str::to_owned),
+        ..JobFilter::default()
+    };
+    assert_eq!(
+        list(filter(Some("orders.eu"), None, None), None, 100).await,
+        [a, d]
+    );
+    assert_eq!(
+        list(filter(None, Some(Status::Cancelled), None), None, 100).await,
+        [d]
+    );
+    assert_eq!(list(filter(None, None, Some("k2")), None, 100).await, [b]);
+    assert_eq!(
+        list(
+            filter(Some("orders.eu"), Some(Status::Pending), None),
+            None,
+            100
+        )
+        .await,
+        [a],
+        "filters narrow together"
+    );
+    let from = JobFilter {
+        run_at_from: Some(hour(2)),
+        ..JobFilter::default()
+    };
+    assert_eq!(list(from, None, 100).await, [b, c, d], "from is inclusive");
+    let to = JobFilter {
+        run_at_to: Some(hour(3)),
+        ..JobFilter::default()
+    };
+    assert_eq!(list(to, None, 100).await, [a, b], "to is exclusive");
+    let patterns = |p: &[&str]| JobFilter {
+        topic_patterns: Some(p.iter().map(|s| s.to_string()).collect()),
+        ..JobFilter::default()
+    };
+    assert_eq!(
+        list(patterns(&["orders_*"]), None, 100).await,
+        [c],
+        "'_' in a pattern is itself"
+    );
+    assert_eq!(list(patterns(&["orders.*"]), None, 100).await, [a, b, d]);
+    assert_eq!(
+        list(patterns(&["orders.us", "orders_x"]), None, 100).await,
+        [b, c]
+    );
+    assert!(
+        list(patterns(&[]), None, 100).await.is_empty(),
+        "no pattern, no topic"
+    );
+    db.finish().await;
+}
+
+/// Each change of status, time or attempt is one event, oldest first, with
+/// who made it; a payload-only change and the claim itself are not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn history_records_each_change_of_state_time_or_attempt_with_who_made_it() {
+    let db = Db::new().await;
+    let alice = db.store_as(Actor::Api).with_actor("api:alice");
+    let bob = alice.with_actor("api:bob");
+    let now = db.store.db_now().await.unwrap();
+    let (job, _) = alice
+        .job_insert(&NewJob {
+            schedule: Schedule::At(now + Span::hours(1)),
+            ..job_new("store-test", 0)
+        })
+        .await
+        .unwrap();
+    let payload_only = JobChanges {
+        payload: Some((b"\"new\"".to_vec(), PayloadKind::Json)),
+        ..JobChanges::default()
+    };
+    assert!(matches!(
+        bob.job_modify(job.id, 1, &payload_only).await.unwrap(),
+        Modified::Applied(..)
+    ));
+    let due = now - Span::seconds(1);
+    let moved = JobChanges {
+        schedule: Some(Schedule::At(due)),
+        ..JobChanges::default()
+    };
+    assert!(matches!(
+        bob.job_modify(job.id, 2, &moved).await.unwrap(),
+        Modified::Applied(..)
+    ));
+    db.dispatch(&[job.id], 3).await;
+    db.edit(
+        "UPDATE jobs SET status = 'dead', last_error = 'by hand' WHERE id = ?",
+        job.id,
+    )
+    .await;
+
+    let history = db.store.job_history(job.id).await.unwrap();
+    let seen: Vec<(&str, Status)> = history
+        .iter()
+        .map(|e| (e.actor.as_str(), e.status))
+        .collect();
+    assert_eq!(
+        seen,
+        [
+            ("api:alice", Status::Pending),
+            ("api:bob", Status::Pending),
+            ("dispatcher", Status::Dispatched),
+            ("sql", Status::Dead),
+        ]
+    );
+    assert_eq!(history[0].schedule_time, now + Span::hours(1));
+    assert_eq!(history[1].schedule_time, due, "the move is recorded");
+    assert!(
+        history.windows(2).all(|w| w[0].at <= w[1].at),
+        "oldest first"
+    );
+    assert!(history.iter().all(|e| e.attempt == 1));
+    alice.close().await;
+    db.finish().await;
+}
+
+// ---------------------------------------------------------------------------
+// modify
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modify_answers_applied_version_mismatch_or_not_pending() {
+    let db = Db::new().await;
+    let original = db
+        .store
+        .job_insert(&NewJob {
+            headers: BTreeMap::from([("h".to_owned(), "1".to_owned())]),
+            ..job_new("store-test", 3_600_000)
+        })
+        .await
+        .unwrap()
+        .0;
+    let id = original.id;
+    let at = db.store.db_now().await.unwrap() + Span::hours(2);
+    let everything = JobChanges {
+        schedule: Some(Schedule::At(at)),
+        payload: Some((vec![1, 2, 3], PayloadKind::Bytes)),
+        headers: Some(BTreeMap::from([("h".to_owned(), "2".to_owned())])),
+    };
+    let changed = match db.store.job_modify(id, 1, &everything).await.unwrap() {
+        Modified::Applied(job, db_now) => {
+            assert!(db_now >= job.updated_at);
+            job
+        }
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(changed.version, 2);
+    assert_eq!(changed.schedule_time, at);
+    assert_eq!(
+        (changed.payload.as_slice(), changed.payload_kind),
+        (&[1u8, 2, 3][..], PayloadKind::Bytes)
+    );
+    assert_eq!(changed.headers["h"], "2");
+    assert_eq!(
+        (changed.status, changed.attempt, changed.policy),
+        (Status::Pending, 1, original.policy)
+    );
+
+    // A stale version changes nothing and shows the job as it is.
+    let stale = JobChanges {
+        payload: Some((b"\"lost\"".to_vec(), PayloadKind::Json)),
+        ..JobChanges::default()
+    };
+    match db.store.job_modify(id, 1, &stale).await.unwrap() {
+        Modified::VersionMismatch(job) => assert_eq!(job, changed),
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(db.store.job_get(id).await.unwrap(), changed);
+
+    // A change leaves what it does not name; a delay counts from the
+    // database's clock.
+    let before = db.store.db_now().await.unwrap();
+    let delayed = JobChanges {
+        schedule: Some(Schedule::After { delay_ms: 60_000 }),
+        ..JobChanges::default()
+    };
+    let job = match db.store.job_modify(id, 2, &delayed).await.unwrap() {
+        Modified::Applied(job, db_now) => {
+            assert!(job.schedule_time >= before + Span::seconds(60));
+            assert!(job.schedule_time <= db_now + Span::seconds(60));
+            job
+        }
+        other => panic!("{other:?}"),
+    };
+    assert_eq!(
+        (job.payload, job.headers),
+        (changed.payload, changed.headers)
+    );
+
+    db.store.job_cancel(id).await.unwrap();
+    match db.store.job_modify(id, 4, &delayed).await.unwrap() {
+        Modified::NotPending(job) => assert_eq!((job.status, job.version), (Status::Cancelled, 4)),
+        other => panic!("{other:?}"),
+    }
+    let claimed = db.job(-1, 5).await;
+    db.store
+        .job_claim_many(&[claimed], 1, LEASE, &db.fence)
+        .await
+        .unwrap();
+    assert!(matches!(
+        db.store.job_modify(claimed, 2, &delayed).await.unwrap(),
+        Modified::NotPending(j) if j.status == Status::Dispatching
+    ));
+    db.finish().await;
+}
+
+/// A job moved on purpose is no longer a schedule's occurrence to skip
+/// when late: a change of time clears its expiry, any other change keeps
+/// it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn modify_clears_the_expiry_only_when_it_moves_the_job() {
+    let db = Db::new().await;
+    let expires = db.store.db_now().await.unwrap() + Span::hours(1);
+    let (rows, _) = db
+        .store
+        .job_insert_many(&[NewJob {
+            expires_at: Some(expires),
+            ..job_new("store-test", 60_000)
+        }])
+        .await
+        .unwrap();
+    let id = created(&rows[0]).id;
+    let payload = JobChanges {
+        payload: Some((b"1".to_vec(), PayloadKind::Json)),
+        ..JobChanges::default()
+    };
+    assert!(matches!(
+        db.store.job_modify(id, 1, &payload).await.unwrap(),
+        Modified::Applied(j, _) if j.expires_at == Some(expires)
+    ));
+    let moved = JobChanges {
+        schedule: Some(Schedule::After { delay_ms: 1_000 }),
+        ..JobChanges::default()
+    };
+    assert!(matches!(
+        db.store.job_modify(id, 2, &moved).await.unwrap(),
+        Modified::Applied(j, _) if j.expires_at.is_none()
+    ));
+    db.finish().await;
+}
+
+// ---------------------------------------------------------------------------
+// cancel
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_answers_for_each_state_of_the_job() {
+    let db = Db::new().await;
+    let pending = db.job(3_600_000, 5).await;
+    assert!(
+        matches!(db.store.job_cancel(pending).await.unwrap(), Cancelled::Applied(j) if j.status == Status::Cancelled)
+    );
+    assert!(matches!(
+        db.store.job_cancel(pending).await.unwrap(),
+        Cancelled::Already(_)
+    ));
+
+    let in_flight = db.job(-1, 5).await;
+    let produced = db.job(-1, 5).await;
+    let claim = db
+        .store
+        .job_claim_many(&[in_flight, produced], 1, LEASE, &db.fence)
+        .await
+        .unwrap();
+    assert_eq!(claim.won.len(), 2);
+    assert!(matches!(
+        db.store.job_cancel(in_flight).await.unwrap(),
+        Cancelled::InFlight(_)
+    ));
+    let marked = db
+        .store
+        .job_mark_dispatched_many(&[Dispatched {
+            id: produced,
+            token: 1,
+            partition: 3,
+            offset: 42,
+            dispatched_at: Utc::now(),
+        }])
+        .await
+        .unwrap();
+    assert_eq!(marked.marked, 1);
+    match db.store.job_cancel(produced).await.unwrap() {
+        Cancelled::TooLate(job) => {
+            assert_eq!((job.kafka_partition, job.kafka_offset), (Some(3), Some(42)))
+        }
+        other => panic!("{other:?}"),
+    }
+    assert!(db.store.job_cancel(999_999).await.is_err(), "no such job");
+    db.finish().await;
+}
+
+/// An applied cancel is one event by its caller; a refused one changes
+/// neither the row nor its history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn cancel_records_who_cancelled_and_leaves_finished_jobs_alone() {
+    let db = Db::new().await;
+    let ops = db.store_as(Actor::Api).with_actor("api:ops");
+    let pending = db.job(3_600_000, 5).await;
+    match ops.job_cancel(pending).await.unwrap() {
+        Cancelled::Applied(job) => assert_eq!(job.version, 2),
+        other => panic!("{other:?}"),
+    }
+    let history = db.store.job_history(pending).await.unwrap();
+    let last = history.last().unwrap();
+    assert_eq!(
+        (history.len(), last.actor.as_str(), last.status),
+        (2, "api:ops", Status::Cancelled)
+    );
+    assert!(matches!(
+        ops.job_cancel(pending).await.unwrap(),
+        Cancelled::Already(j) if j.version == 2
+    ));
+
+    for finished in ["dead", "succeeded"] {
+        let id = db.job(-1, 5).await;
+        db.edit(
+            &format!("UPDATE jobs SET status = '{finished}' WHERE id = ?"),
+            id,
+        )
+        .await;
+        let before = db.store.job_get(id).await.unwrap();
+        assert!(
+            matches!(ops.job_cancel(id).await.unwrap(), Cancelled::TooLate(_)),
+            "{finished}"
+        );
+        assert_eq!(db.store.job_get(id).await.unwrap(), before, "{finished}");
+        assert_eq!(db.store.job_history(id).await.unwrap().len(), 2);
+    }
+    ops.close().await;
+    db.finish().await;
+}
+
+// ---------------------------------------------------------------------------
+// claim_many, claim_many_with
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_wins_due_pending_jobs_and_sorts_out_the_rest() {
+    let db = Db::new().await;
+    let due = db.job(-1_000, 5).await;
+    let later = db.job(3_600_000, 5).await;
+    let cancelled = db.job(-1_000, 5).await;
+    assert!(matches!(
+        db.store.job_cancel(cancelled).await.unwrap(),
+        Cancelled::Applied(_)
+    ));
+    let outcome = db
+        .store
+        .job_claim_many(&[due, later, cancelled, 999_999], 7, LEASE, &db.fence)
+        .await
+        .unwrap();
+    let won: Vec<JobId> = outcome.won.iter().map(|j| j.id).collect();
+    assert_eq!(won, [due]);
+    assert_eq!(outcome.won[0].status, Status::Dispatching);
+    let not_due: Vec<JobId> = outcome.not_due.iter().map(|e| e.id).collect();
+    assert_eq!(
+        not_due,
+        [later],
+        "pending but not due by the database's clock"
+    );
+    let mut stale = outcome.stale.clone();
+    stale.sort_unstable();
+    assert_eq!(stale, [cancelled, 999_999], "not pending, or gone");
+    assert!(outcome.db_now.is_some());
+
+    let again = db
+        .store
+        .job_claim_many(&[due], 8, LEASE, &db.fence)
+        .await
+        .unwrap();
+    assert!(again.won.is_empty(), "a claimed job is not won twice");
+    assert_eq!(again.stale, [due]);
+    db.finish().await;
+}
+
+/// With a lookahead, the claim takes jobs due within it by the database's
+/// clock and nothing later; one mark records several claims at once, each
+/// row only under its own claim's token.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_ahead_takes_only_the_lookahead_and_one_mark_records_several_claims() {
+    let db = Db::new().await;
+    let soon = db.job(400, 5).await;
+    let later = db.job(5_000, 5).await;
+    let outcome = db
+        .store
+        .job_claim_many_with(
+            &[soon, later],
+            11,
+            LEASE,
+            &db.fence,
+            false,
+            Duration::from_secs(2),
+        )
+        .await
+        .unwrap();
+    let won: Vec<JobId> = outcome.won.iter().map(|j| j.id).collect();
+    assert_eq!(won, [soon], "due within the lookahead");
+    let db_now = outcome.db_now.unwrap();
+    assert!(
+        outcome.won[0].schedule_time > db_now,
+        "won ahead of its time: the dispatcher holds it"
+    );
+    let not_due: Vec<JobId> = outcome.not_due.iter().map(|e| e.id).collect();
+    assert_eq!(not_due, [later]);
+    let none = db
+        .store
+        .job_claim_many_with(&[later], 12, LEASE, &db.fence, false, Duration::ZERO)
+        .await
+        .unwrap();
+    assert!(none.won.is_empty(), "no lookahead: only what is due");
+
+    let other = db.job(-1, 5).await;
+    let outcome = db
+        .store
+        .job_claim_many(&[other], 12, LEASE, &db.fence)
+        .await
+        .unwrap();
+    assert_eq!(outcome.won.len(), 1);
+    let at = Utc::now();
+    let mark = |id, token, offset| Dispatched {
+        id,
+        token,
+        partition: 0,
+        offset,
+        dispatched_at: at,
+    };
+    // `other` under a token it was not claimed with is left alone.
+    let marked = db
+        .store
+        .job_mark_dispatched_many(&[mark(soon, 11, 1), mark(other, 11, 2)])
+        .await
+        .unwrap();
+    assert_eq!(marked.marked, 1);
+    assert_eq!(
+        db.store.job_get(other).await.unwrap().status,
+        Status::Dispatching
+    );
+    let marked = db
+        .store
+        .job_mark_dispatched_many(&[mark(other, 12, 3)])
+        .await
+        .unwrap();
+    assert_eq!(marked.marked, 1);
+    for (id, offset) in [(soon, 1), (other, 3)] {
+        let job = db.store.job_get(id).await.unwrap();
+        assert_eq!(
+            (job.status, job.kafka_offset),
+            (Status::Dispatched, Some(offset))
+        );
+    }
+    db.finish().await;
+}
+
+/// Jobs of a paused topic and first attempts past their expiry are named,
+/// not won; a retry past the expiry is won (it runs late), and the claim
+/// writes no history (it lasts milliseconds).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_names_paused_and_expired_jobs_and_records_no_history() {
+    let db = Db::new().await;
+    let now = db.store.db_now().await.unwrap();
+    let plain = db.job(-1_000, 5).await;
+    let held = db
+        .store
+        .job_insert(&job_new("held", -1_000))
+        .await
+        .unwrap()
+        .0
+        .id;
+    let expiring = |topic| NewJob {
+        expires_at: Some(now - Span::milliseconds(500)),
+        ..job_new(topic, -1_000)
+    };
+    let (rows, _) = db
+        .store
+        .job_insert_many(&[expiring("store-test"), expiring("store-test")])
+        .await
+        .unwrap();
+    let (expired, retried) = (created(&rows[0]).id, created(&rows[1]).id);
+    db.edit("UPDATE jobs SET attempt = 2 WHERE id = ?", retried)
+        .await;
+    db.store
+        .topic_control_set(
+            "held",
+            &TopicChange {
+                paused: Some(true),
+                ..TopicChange::default()
+            },
+            "api:ops",
+        )
+        .await
+        .unwrap();
+
+    let outcome = db
+        .store
+        .job_claim_many(&[plain, held, expired, retried], 3, LEASE, &db.fence)
+        .await
+        .unwrap();
+    let mut got = won(&outcome);
+    got.sort_unstable();
+    assert_eq!(got, [plain, retried]);
+    assert_eq!(outcome.paused, [held]);
+    assert_eq!(outcome.expired, [expired]);
+    assert!(outcome.stale.is_empty() && outcome.not_due.is_empty() && outcome.fenced.is_empty());
+    assert_eq!(
+        (status(&db, held).await, status(&db, expired).await),
+        (Status::Pending, Status::Pending)
+    );
+
+    let job = db.store.job_get(plain).await.unwrap();
+    assert_eq!(
+        (job.status, job.attempt, job.version),
+        (Status::Dispatching, 1, 2),
+        "a claim is a new version, not a new attempt"
+    );
+    assert_eq!(db.store.job_history(plain).await.unwrap().len(), 1);
+
+    // Without the pause check (the dispatcher's copy of the controls names
+    // no paused topic) the topic's job is won.
+    let unchecked = db
+        .store
+        .job_claim_many_with(&[held], 4, LEASE, &db.fence, false, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!(won(&unchecked), [held]);
+
+    let nothing = db
+        .store
+        .job_claim_many(&[], 5, LEASE, &db.fence)
+        .await
+        .unwrap();
+    assert!(nothing.won.is_empty() && nothing.stale.is_empty() && nothing.db_now.is_none());
+    db.finish().await;
+}
+
+/// A row the claim wins but cannot decode (a hand edit the column accepts)
+/// is set aside as dead, with why, in the claim itself; the jobs claimed
+/// beside it are won as usual.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_unreadable_row_is_set_aside_and_never_holds_up_the_others() {
+    let db = Db::new().await;
+    let good = db.job(-1_000, 1).await;
+    let bad = db.job(-1_000, 1).await;
+    let also_good = db.job(-1_000, 1).await;
+    sqlx::query("UPDATE jobs SET headers = '7' WHERE id = ?")
+        .bind(bad)
+        .execute(&db.sql)
+        .await
+        .unwrap();
+    let outcome = db
+        .store
+        .job_claim_many(&[good, bad, also_good], 5, LEASE, &db.fence)
+        .await
+        .unwrap();
+    let mut won: Vec<JobId> = outcome.won.iter().map(|j| j.id).collect();
+    won.sort_unstable();
+    assert_eq!(won, [good, also_good]);
+    assert_eq!(
+        outcome
+            .unreadable
+            .iter()
+            .map(|(id, _)| *id)
+            .collect::<Vec<_>>(),
+        [bad]
+    );
+    let (status, error): (String, String) = sqlx::query_as(
+        "SELECT CAST(status AS CHAR), CAST(last_error AS CHAR) FROM jobs WHERE id = ?",
+    )
+    .bind(bad)
+    .fetch_one(&db.sql)
+    .await
+    .unwrap();
+    assert_eq!(status, "dead");
+    assert!(error.starts_with("unreadable row: "), "{error}");
+    let (count, ids) = db.store.job_unreadable(10).await.unwrap();
+    assert_eq!((count, ids), (1, vec![bad]));
+    db.finish().await;
+}
+
+// ---------------------------------------------------------------------------
+// mark_dispatched_many
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn mark_records_the_position_and_arms_the_ack_deadline_of_jobs_expecting_a_result() {
+    let db = Db::new().await;
+    let expecting = db
+        .store
+        .job_insert(&NewJob {
+            policy: Policy {
+                expects_result: true,
+                ack_timeout_ms: 60_000,
+                ..Policy::default()
+            },
+            ..job_new("store-test", -1_000)
+        })
+        .await
+        .unwrap()
+        .0
+        .id;
+    let fire_and_forget = db.job(-1_000, 5).await;
+    db.store
+        .job_claim_many(&[expecting, fire_and_forget], 3, LEASE, &db.fence)
+        .await
+        .unwrap();
+    let before = db.store.db_now().await.unwrap();
+    let sent_at = before - Span::milliseconds(20);
+    let position = |id, offset| Dispatched {
+        id,
+        token: 3,
+        partition: 2,
+        offset,
+        dispatched_at: sent_at,
+    };
+    let marked = db
+        .store
+        .job_mark_dispatched_many(&[position(expecting, 10), position(fire_and_forget, 11)])
+        .await
+        .unwrap();
+    assert_eq!((marked.marked, marked.retried_early.len()), (2, 0));
+    let after = db.store.db_now().await.unwrap();
+
+    let job = db.store.job_get(expecting).await.unwrap();
+    assert_eq!(
+        (
+            job.status,
+            job.kafka_partition,
+            job.kafka_offset,
+            job.dispatched_at,
+            job.attempt,
+            job.version
+        ),
+        (Status::Dispatched, Some(2), Some(10), Some(sent_at), 1, 3)
+    );
+    let deadline = job.ack_deadline.expect("a deadline for its result");
+    assert!(deadline >= before + Span::seconds(60) && deadline <= after + Span::seconds(60));
+    let other = db.store.job_get(fire_and_forget).await.unwrap();
+    assert_eq!(
+        (other.status, other.kafka_offset, other.ack_deadline),
+        (Status::Dispatched, Some(11), None)
+    );
+    let last = db
+        .store
+        .job_history(expecting)
+        .await
+        .unwrap()
+        .pop()
+        .unwrap();
+    assert_eq!(
+        (last.actor.as_str(), last.status),
+        ("dispatcher", Status::Dispatched)
+    );
+
+    let again = db
+        .store
+        .job_mark_dispatched_many(&[position(expecting, 99)])
+        .await
+        .unwrap();
+    assert_eq!(again.marked, 0, "a claim is marked once");
+    assert_eq!(
+        db.store.job_get(expecting).await.unwrap().kafka_offset,
+        Some(10)
+    );
+    assert_eq!(
+        db.store.job_mark_dispatched_many(&[]).await.unwrap().marked,
+        0
+    );
+    db.finish().await;
+}
+
+/// A consumer can answer before the dispatcher marks: the mark then records
+/// where the record landed and leaves the report's status; a job the report
+/// sent back to pending is named, so its index entry at the retry time
+/// stays.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mark_after_the_report_records_the_position_and_names_the_retried() {
+    let db = Db::new().await;
+    let expecting = || NewJob {
+        policy: Policy {
+            expects_result: true,
+            max_attempts: 3,
+            ..Policy::default()
+        },
+        ..job_new("store-test", -1_000)
+    };
+    let retried = db.store.job_insert(&expecting()).await.unwrap().0.id;
+    let succeeded = db.store.job_insert(&expecting()).await.unwrap().0.id;
+    db.store
+        .job_claim_many(&[retried, succeeded], 4, LEASE, &db.fence)
+        .await
+        .unwrap();
+    let report = |job_id, outcome| Report {
+        job_id,
+        attempt: 1,
+        outcome,
+        error: None,
+        retry_after_ms: Some(60_000),
+    };
+    let settled = db
+        .store
+        .job_report_many(
+            &[
+                report(retried, Outcome::Retry),
+                Report {
+                    retry_after_ms: None,
+                    ..report(succeeded, Outcome::Ok)
+                },
+            ],
+            &|_| false,
+        )
+        .await
+        .unwrap();
+    assert_eq!((settled.retried.len(), settled.succeeded), (1, 1));
+
+    let marked = db
+        .store
+        .job_mark_dispatched_many(&[mark(retried, 4, 20), mark(succeeded, 4, 21)])
+        .await
+        .unwrap();
+    assert_eq!(marked.marked, 2);
+    assert_eq!(marked.retried_early, [retried]);
+    let job = db.store.job_get(retried).await.unwrap();
+    assert_eq!(
+        (job.status, job.attempt, job.kafka_offset),
+        (Status::Pending, 2, Some(20))
+    );
+    assert!(job.dispatched_at.is_some());
+    let job = db.store.job_get(succeeded).await.unwrap();
+    assert_eq!(
+        (job.status, job.kafka_offset),
+        (Status::Succeeded, Some(21))
+    );
+    db.finish().await;
+}
+
+// ---------------------------------------------------------------------------
+// doubt_many, doubts_due, doubt_absent
+
+/// A claim in doubt keeps its token: the claimer's late acknowledgement
+/// still marks it, with the position the broker gave.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_in_doubt_is_still_marked_by_its_own_late_acknowledgement() {
+    let db = Db::new().await;
+    let id = db.job(-1_000, 1).await;
+    db.store
+        .job_claim_many(&[id], 11, LEASE, &db.fence)
+        .await
+        .unwrap();
+    let doubted = db
+        .store
+        .job_doubt_many(
+            11,
+            &[id],
+            "not acknowledged (timed out)",
+            Duration::from_secs(2),
+        )
+        .await
+        .unwrap();
+    assert_eq!(doubted, 1);
+    assert!(
+        db.store
+            .job_doubt_many(12, &[id], "x", Duration::ZERO)
+            .await
+            .unwrap()
+            == 0,
+        "another claim's token changes nothing"
+    );
+    let marked = db
+        .store
+        .job_mark_dispatched_many(&[Dispatched {
+            id,
+            token: 11,
+            partition: 0,
+            offset: 41,
+            dispatched_at: Utc::now(),
+        }])
+        .await
+        .unwrap();
+    assert_eq!(marked.marked, 1);
+    let job = db.store.job_get(id).await.unwrap();
+    assert_eq!(
+        (job.status, job.kafka_offset),
+        (Status::Dispatched, Some(41))
+    );
+    db.finish().await;
+}
+
+/// A claim put in doubt stays `dispatching` (a cancel answers in flight)
+/// with why, and is read back only once its quiet time has passed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_in_doubt_waits_out_its_quiet_time_before_it_is_read_back() {
+    let db = Db::new().await;
+    let quiet = db.job(-1_000, 5).await;
+    let loud = db.job(-1_000, 5).await;
+    db.store
+        .job_claim_many(&[quiet, loud], 6, LEASE, &db.fence)
+        .await
+        .unwrap();
+    assert_eq!(
+        db.store
+            .job_doubt_many(6, &[quiet], "send timed out", Duration::from_secs(3_600))
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        db.store
+            .job_doubt_many(6, &[loud], "send timed out", Duration::ZERO)
+            .await
+            .unwrap(),
+        1
+    );
+    assert_eq!(
+        db.store
+            .job_doubt_many(6, &[], "x", Duration::ZERO)
+            .await
+            .unwrap(),
+        0
+    );
+    let job = db.store.job_get(quiet).await.unwrap();
+    assert_eq!(
+        (job.status, job.attempt, job.last_error.as_deref()),
+        (Status::Dispatching, 1, Some("send timed out"))
+    );
+    assert!(matches!(
+        db.store.job_cancel(quiet).await.unwrap(),
+        Cancelled::InFlight(_)
+    ));
+    // A quiet time of zero ends at the database's next millisecond.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let due = db.store.job_doubts_due(100).await.unwrap();
+    assert_eq!(due.iter().map(|d| d.id).collect::<Vec<_>>(), [loud]);
+    assert_eq!(due[0].token, Some(6));
+    db.finish().await;
+}
+
+/// Claims whose lease expired, and rows set `dispatching` by hand, are due
+/// to be read back; one found absent goes back to pending at the same
+/// attempt, once, and only while it is still that claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doubts_due_lists_lapsed_claims_and_absent_sends_each_back_once() {
+    let db = Db::new().await;
+    let lapsed = db.job(-60_000, 5).await;
+    let held = db.job(-60_000, 5).await;
+    let by_hand = db.job(-60_000, 5).await;
+    db.store
+        .job_claim_many(&[lapsed, held], 5, LEASE, &db.fence)
+        .await
+        .unwrap();
+    db.edit(
+        "UPDATE jobs SET claim_expires_at = UTC_TIMESTAMP(3) - INTERVAL 1 SECOND WHERE id = ?",
+        lapsed,
+    )
+    .await;
+    db.edit(
+        "UPDATE jobs SET status = 'dispatching' WHERE id = ?",
+        by_hand,
+    )
+    .await;
+
+    let mut doubts = db.store.job_doubts_due(100).await.unwrap();
+    doubts.sort_by_key(|d| d.id);
+    assert_eq!(
+        doubts.iter().map(|d| d.id).collect::<Vec<_>>(),
+        [lapsed, by_hand]
+    );
+    let lapsed_job = db.store.job_get(lapsed).await.unwrap();
+    assert_eq!(
+        (doubts[0].token, doubts[0].attempt, doubts[0].topic.as_str()),
+        (Some(5), 1, "store-test")
+    );
+    assert!(
+        doubts[0].since >= lapsed_job.schedule_time,
+        "no record of the claim is older than the claim"
+    );
+    assert_eq!(doubts[0].schedule_time, lapsed_job.schedule_time);
+    assert_eq!(
+        (doubts[1].token, doubts[1].since),
+        (None, doubts[1].schedule_time),
+        "a hand-made claim is read back from its schedule time"
+    );
+    assert_eq!(db.store.job_doubts_due(1).await.unwrap().len(), 1);
+
+    // A doubt about a claim that is no longer the row's changes nothing.
+    let mut stale = doubts[0].clone();
+    stale.token = Some(99);
+    assert!(db
+        .store
+        .job_doubt_absent(&[stale])
+        .await
+        .unwrap()
+        .is_empty());
+
+    let moved = db.store.job_doubt_absent(&doubts).await.unwrap();
+    assert_eq!(entry_ids(&moved), [lapsed, by_hand]);
+    assert_eq!(moved[0].schedule_time, lapsed_job.schedule_time);
+    let job = db.store.job_get(lapsed).await.unwrap();
+    assert_eq!((job.status, job.attempt), (Status::Pending, 1));
+    assert!(job.last_error.unwrap().contains("not found on kafka"));
+    let job = db.store.job_get(by_hand).await.unwrap();
+    assert_eq!((job.status, job.last_error), (Status::Pending, None));
+    let last = db.store.job_history(lapsed).await.unwrap().pop().unwrap();
+    assert_eq!((last.status, last.attempt), (Status::Pending, 1));
+    assert!(
+        db.store.job_doubt_absent(&doubts).await.unwrap().is_empty(),
+        "once"
+    );
+    assert_eq!(
+        status(&db, held).await,
+        Status::Dispatching,
+        "its lease holds"
+    );
+
+    // Claimed again, the old doubt no longer applies to it.
+    db.store
+        .job_claim_many(&[lapsed], 7, LEASE, &db.fence)
+        .await
+        .unwrap();
+    db.edit(
+        "UPDATE jobs SET claim_expires_at = UTC_TIMESTAMP(3) - INTERVAL 1 SECOND WHERE id = ?",
+        lapsed,
+    )
+    .await;
+    assert!(db
+        .store
+        .job_doubt_absent(&doubts[..1])
+        .await
+        .unwrap()
+        .is_empty());
+    assert_eq!(status(&db, lapsed).await, Status::Dispatching);
+    db.finish().await;
+}
+
+// ---------------------------------------------------------------------------
+// expire_many, release_many
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expire_cancels_only_first_attempts_past_their_expiry() {
+    let db = Db::new().await;
+    let now = db.store.db_now().await.unwrap();
+    let expiring = |at| NewJob {
+        expires_at: Some(at),
+        ..job_new("store-test", -1_000)
+    };
+    let (rows, _) = db
+        .store
+        .job_insert_many(&[
+            expiring(now - Span::seconds(1)),
+            expiring(now + Span::hours(1)),
+            expiring(now - Span::seconds(1)),
+            job_new("store-test", -1_000),
+        ])
+        .await
+        .unwrap();
+    let ids: Vec<JobId> = rows.iter().map(|r| created(r).id).collect();
+    let (past, future, retry, never) = (ids[0], ids[1], ids[2], ids[3]);
+    db.edit("UPDATE jobs SET attempt = 2 WHERE id = ?", retry)
+        .await;
+
+    assert_eq!(db.store.job_expire_many(&ids).await.unwrap(), 1);
+    let job = db.store.job_get(past).await.unwrap();
+    assert_eq!((job.status, job.version), (Status::Cancelled, 2));
+    assert!(job.last_error.unwrap().starts_with("expired"));
+    assert_eq!(
+        db.store
+            .job_history(past)
+            .await
+            .unwrap()
+            .pop()
+            .unwrap()
+            .status,
+        Status::Cancelled
+    );
+    for id in [future, retry, never] {
+        assert_eq!(status(&db, id).await, Status::Pending);
+    }
+    assert_eq!(db.store.job_expire_many(&ids).await.unwrap(), 0);
+    assert_eq!(db.store.job_expire_many(&[]).await.unwrap(), 0);
+    db.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn release_sends_a_claims_unsent_jobs_back_without_counting_an_attempt() {
+    let db = Db::new().await;
+    let a = db.job(-1_000, 5).await;
+    let b = db.job(-1_000, 5).await;
+    let elsewhere = db.job(-1_000, 5).await;
+    db.store
+        .job_claim_many(&[a, b], 8, LEASE, &db.fence)
+        .await
+        .unwrap();
+    db.store
+        .job_claim_many(&[elsewhere], 9, LEASE, &db.fence)
+        .await
+        .unwrap();
+    let released = db
+        .store
+        .job_release_many(8, &[a, b, elsewhere], "broker unavailable")
+        .await
+        .unwrap();
+    assert_eq!(released, 2, "only the claim's own jobs");
+    let job = db.store.job_get(a).await.unwrap();
+    assert_eq!(
+        (
+            job.status,
+            job.attempt,
+            job.version,
+            job.last_error.as_deref()
+        ),
+        (Status::Pending, 1, 3, Some("broker unavailable"))
+    );
+    let last = db.store.job_history(a).await.unwrap().pop().unwrap();
+    assert_eq!((last.status, last.attempt), (Status::Pending, 1));
+    assert_eq!(status(&db, elsewhere).await, Status::Dispatching);
+    assert_eq!(
+        db.store.job_release_many(8, &[a], "again").await.unwrap(),
+        0
+    );
+    assert_eq!(db.store.job_release_many(8, &[], "x").await.unwrap(), 0);
+
+    let again = db
+        .store
+        .job_claim_many(&[a], 10, LEASE, &db.fence)
+        .await
+        .unwrap();
+    assert_eq!(won(&again), [a], "a released job can be claimed again");
+    db.finish().await;
+}
+
+// ---------------------------------------------------------------------------
+// list_pending, list_overdue, list_edited
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_pending_scans_a_time_range_in_order_and_pages_through_equal_times() {
+    let db = Db::new().await;
+    let now = db.store.db_now().await.unwrap();
+    let minutes = |n: i64| now + Span::minutes(n);
+    let early = job_at(&db, "store-test", minutes(-1)).await;
+    let held = job_at(&db, "held", minutes(-1) + Span::seconds(30)).await;
+    let (rows, _) = db
+        .store
+        .job_insert_many(&[
+            NewJob {
+                schedule: Schedule::At(minutes(1)),
+                ..job_new("store-test", 0)
+            },
+            NewJob {
+                schedule: Schedule::At(minutes(1)),
+                ..job_new("store-test", 0)
+            },
+        ])
+        .await
+        .unwrap();
+    let (twin1, twin2) = (created(&rows[0]).id, created(&rows[1]).id);
+    let at_until = job_at(&db, "store-test", minutes(10)).await;
+    let cancelled = job_at(&db, "store-test", minutes(1)).await;
+    db.store.job_cancel(cancelled).await.unwrap();
+    db.store
+        .topic_control_set(
+            "held",
+            &TopicChange {
+                paused: Some(true),
+                ..TopicChange::default()
+            },
+            "api:ops",
+        )
+        .await
+        .unwrap();
+
+    let until = minutes(10);
+    let all = db
+        .store
+        .job_list_pending(None, until, None, 100)
+        .await
+        .unwrap();
+    assert_eq!(
+        entry_ids(&all),
+        [early, held, twin1, twin2],
+        "by time then id; until is exclusive"
+    );
+    assert_eq!(all[0].schedule_time, minutes(-1));
+    let from = db
+        .store
+        .job_list_pending(Some(minutes(1)), until, None, 100)
+        .await
+        .unwrap();
+    assert_eq!(entry_ids(&from), [twin1, twin2], "from is inclusive");
+    let page = db
+        .store
+        .job_list_pending(None, until, None, 3)
+        .await
+        .unwrap();
+    assert_eq!(entry_ids(&page), [early, held, twin1]);
+    let rest = db
+        .store
+        .job_list_pending(None, until, Some(page[2]), 3)
+        .await
+        .unwrap();
+    assert_eq!(
+        entry_ids(&rest),
+        [twin2],
+        "the twin at the same time is not skipped"
+    );
+    assert!(entry_ids(
+        &db.store
+            .job_list_pending(None, minutes(11), None, 100)
+            .await
+            .unwrap()
+    )
+    .contains(&at_until));
+
+    let overdue = db.store.job_list_overdue(until, None, 100).await.unwrap();
+    assert_eq!(
+        entry_ids(&overdue),
+        [early, twin1, twin2],
+        "a paused topic's jobs are left out"
+    );
+    let overdue_rest = db
+        .store
+        .job_list_overdue(until, Some(overdue[1]), 100)
+        .await
+        .unwrap();
+    assert_eq!(entry_ids(&overdue_rest), [twin2]);
+    db.finish().await;
+}
+
+/// The loader's scan of edited rows: pending rows changed at or after
+/// `since` (by tickler or by hand), never fresh inserts, due before
+/// `until`, paged by (change time, id).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn list_edited_finds_pending_rows_changed_since_and_pages_by_change_time() {
+    let db = Db::new().await;
+    let fresh = db.job(60_000, 5).await;
+    let modified = db.job(60_000, 5).await;
+    let hand = db.job(60_000, 5).await;
+    let twin1 = db.job(60_000, 5).await;
+    let twin2 = db.job(60_000, 5).await;
+    let far = db.job(60_000, 5).await;
+    let gone = db.job(60_000, 5).await;
+    // An edit is told from an insert by updated_at > created_at, at the
+    // database's millisecond.
+    tokio::time::sleep(Duration::from_millis(5)).await;
+    let since = db.store.db_now().await.unwrap();
+    let earlier = JobChanges {
+        schedule: Some(Schedule::After { delay_ms: 30_000 }),
+        ..JobChanges::default()
+    };
+    assert!(matches!(
+        db.store.job_modify(modified, 1, &earlier).await.unwrap(),
+        Modified::Applied(..)
+    ));
+    db.edit(
+        "UPDATE jobs SET schedule_time = UTC_TIMESTAMP(3) WHERE id = ?",
+        hand,
+    )
+    .await;
+    sqlx::query(
+        "UPDATE jobs SET schedule_time = schedule_time + INTERVAL 1 SECOND WHERE id IN (?, ?)",
+    )
+    .bind(twin1)
+    .bind(twin2)
+    .execute(&db.sql)
+    .await
+    .unwrap();
+    db.edit(
+        "UPDATE jobs SET schedule_time = UTC_TIMESTAMP(3) + INTERVAL 1 DAY WHERE id = ?",
+        far,
+    )
+    .await;
+    db.edit(
+        "UPDATE jobs SET schedule_time = UTC_TIMESTAMP(3) WHERE id = ?",
+        gone,
+    )
+    .await;
+    db.store.job_cancel(gone).await.unwrap();
+
+    let until = db.store.db_now().await.unwrap() + Span::hours(1);
+    let (all, last) = db
+        .store
+        .job_list_edited(since, None, until, 100)
+        .await
+        .unwrap();
+    let mut listed = entry_ids(&all);
+    listed.sort_unstable();
+    assert_eq!(listed, [modified, hand, twin1, twin2]);
+    assert!(!listed.contains(&fresh));
+    let twins_at = db.store.job_get(twin1).await.unwrap().updated_at;
+    assert_eq!(
+        db.store.job_get(twin2).await.unwrap().updated_at,
+        twins_at,
+        "one UPDATE, one change time"
+    );
+    assert!(last.is_some());
+
+    // Paging: one row at a time reaches every row, the twins included.
+    let mut paged = Vec::new();
+    let mut after = None;
+    loop {
+        let (page, last) = db
+            .store
+            .job_list_edited(since, after, until, 1)
+            .await
+            .unwrap();
+        if page.is_empty() {
+            assert_eq!(last, None);
+            break;
+        }
+        paged.extend(entry_ids(&page));
+        after = last;
+    }
+    assert_eq!(paged, entry_ids(&all));
+
+    let later = db.store.db_now().await.unwrap() + Span::seconds(1);
+    assert!(db
+        .store
+        .job_list_edited(later, None, until, 100)
+        .await
+        .unwrap()
+        .0
+        .is_empty());
+    db.finish().await;
+}
+
+// ---------------------------------------------------------------------------
+// topic controls (topics.rs)
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn topic_controls_are_made_by_the_first_change_and_each_change_keeps_what_it_leaves_out() {
+    let db = Db::new().await;
+    assert_eq!(db.store.topic_control("t").await.unwrap(), None);
+    assert!(db.store.topic_controls().await.unwrap().is_empty());
+    let set = |paused: Option<bool>, rate: Option<Option<u32>>, by: &'static str| {
+        let store = db.store.clone();
+        async move {
+            let change = TopicChange {
+                paused,
+                max_per_second: rate,
+            };
+            let control = store.topic_control_set("t", &change, by).await.unwrap();
+            (control.paused, control.max_per_second, control.updated_by)
+        }
+    };
+    assert_eq!(
+        set(Some(true), None, "api:ops").await,
+        (true, None, "api:ops".into())
+    );
+    assert_eq!(
+        set(None, Some(Some(50)), "api:pacer").await,
+        (true, Some(50), "api:pacer".into())
+    );
+    assert_eq!(
+        set(Some(false), None, "api:ops").await,
+        (false, Some(50), "api:ops".into())
+    );
+    assert_eq!(
+        set(None, Some(None), "api:ops").await,
+        (false, None, "api:ops".into())
+    );
+
+    let other = db
+        .store
+        .topic_control_set("a", &TopicChange::default(), "api:ops")
+        .await
+        .unwrap();
+    assert_eq!((other.paused, other.max_per_second), (false, None));
+    let all: Vec<TopicControl> = db.store.topic_controls().await.unwrap();
+    assert_eq!(
+        all.iter().map(|c| c.topic.as_str()).collect::<Vec<_>>(),
+        ["a", "t"]
+    );
+    assert_eq!(
+        db.store.topic_control("t").await.unwrap().as_ref(),
+        all.get(1)
+    );
+    db.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topics_pending_jobs_and_the_topics_of_ids_are_read_by_id() {
+    let db = Db::new().await;
+    let now = db.store.db_now().await.unwrap();
+    let overdue = job_at(&db, "held", now - Span::minutes(1)).await;
+    let soon = job_at(&db, "held", now + Span::minutes(1)).await;
+    let later = job_at(&db, "held", now + Span::hours(1)).await;
+    let cancelled = job_at(&db, "held", now).await;
+    db.store.job_cancel(cancelled).await.unwrap();
+    let other = job_at(&db, "other", now).await;
+
+    let until = now + Span::minutes(10);
+    let pending = |after, limit| {
+        let store = db.store.clone();
+        async move {
+            entry_ids(
+                &store
+                    .job_list_pending_topic("held", until, after, limit)
+                    .await
+                    .unwrap(),
+            )
+        }
+    };
+    assert_eq!(pending(0, 100).await, [overdue, soon]);
+    assert_eq!(pending(overdue, 100).await, [soon]);
+    assert_eq!(pending(0, 1).await, [overdue]);
+    assert!(!pending(0, 100).await.contains(&later));
+
+    let mut topics = db
+        .store
+        .job_topics(&[other, overdue, 999_999])
+        .await
+        .unwrap();
+    topics.sort_unstable();
+    assert_eq!(
+        topics,
+        [(overdue, "held".to_owned()), (other, "other".to_owned())],
+        "ids without a row are left out"
+    );
+    assert!(db.store.job_topics(&[]).await.unwrap().is_empty());
+    db.finish().await;
+}
+
+// ---------------------------------------------------------------------------
+// counts (stats.rs)
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn counts_are_by_topic_for_the_live_statuses_only() {
+    let db = Db::new().await;
+    assert!(db.store.job_counts().await.unwrap().is_empty());
+    db.job(60_000, 5).await;
+    db.job(60_000, 5).await;
+    let claimed = db.job(-1_000, 5).await;
+    db.store
+        .job_claim_many(&[claimed], 1, LEASE, &db.fence)
+        .await
+        .unwrap();
+    let sent = db.job(-1_000, 5).await;
+    db.dispatch(&[sent], 2).await;
+    let dead = db.job(60_000, 5).await;
+    db.edit("UPDATE jobs SET status = 'dead' WHERE id = ?", dead)
+        .await;
+    db.store
+        .job_insert(&job_new("other", 60_000))
+        .await
+        .unwrap();
+    let cancelled = db
+        .store
+        .job_insert(&job_new("other", 60_000))
+        .await
+        .unwrap()
+        .0
+        .id;
+    db.store.job_cancel(cancelled).await.unwrap();
+    let succeeded = db
+        .store
+        .job_insert(&job_new("other", 60_000))
+        .await
+        .unwrap()
+        .0
+        .id;
+    db.edit(
+        "UPDATE jobs SET status = 'succeeded' WHERE id = ?",
+        succeeded,
+    )
+    .await;
+
+    let mut counts = db.store.job_counts().await.unwrap();
+    counts.sort_by(|a, b| (&a.topic, &a.status).cmp(&(&b.topic, &b.status)));
+    let count = |topic: &str, status: &str, count| TopicCount {
+        topic: topic.to_owned(),
+        status: status.to_owned(),
+        count,
+    };
+    assert_eq!(
+        counts,
+        [
+            count("other", "pending", 1),
+            count("store-test", "dead", 1),
+            count("store-test", "dispatched", 1),
+            count("store-test", "dispatching", 1),
+            count("store-test", "pending", 2),
+        ]
+    );
+    db.finish().await;
+}
+
+/// What is due, what the window holds and when the next job is due, by
+/// the database's clock; a paused topic's jobs are held on purpose and
+/// counted by none of them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn overdue_window_and_next_due_leave_paused_topics_out() {
+    let db = Db::new().await;
+    assert_eq!(db.store.job_overdue().await.unwrap().count, 0);
+    assert_eq!(db.store.job_overdue().await.unwrap().oldest_age_ms, 0);
+    assert_eq!(db.store.job_next_due_in().await.unwrap(), None);
+    assert_eq!(
+        db.store
+            .job_window_count(Duration::from_secs(600))
+            .await
+            .unwrap(),
+        0
+    );
+
+    let now = db.store.db_now().await.unwrap();
+    let oldest = job_at(&db, "store-test", now - Span::seconds(60)).await;
+    let overdue = job_at(&db, "store-test", now - Span::seconds(1)).await;
+    let soon = job_at(&db, "store-test", now + Span::minutes(5)).await;
+    job_at(&db, "store-test", now + Span::hours(1)).await;
+    job_at(&db, "held", now - Span::minutes(10)).await;
+    let claimed = job_at(&db, "store-test", now - Span::minutes(20)).await;
+    db.store
+        .job_claim_many(&[claimed], 1, LEASE, &db.fence)
+        .await
+        .unwrap();
+    db.store
+        .topic_control_set(
+            "held",
+            &TopicChange {
+                paused: Some(true),
+                ..TopicChange::default()
+            },
+            "api:ops",
+        )
+        .await
+        .unwrap();
+
+    let due = db.store.job_overdue().await.unwrap();
+    assert_eq!(due.count, 2);
+    assert!(
+        (60_000..120_000).contains(&due.oldest_age_ms),
+        "the oldest due is a minute late: {}",
+        due.oldest_age_ms
+    );
+    let next = db.store.job_next_due_in().await.unwrap().unwrap();
+    assert!(next <= -60_000, "overdue: negative ({next})");
+    let window = Duration::from_secs(600);
+    assert_eq!(
+        db.store.job_window_count(window).await.unwrap(),
+        4,
+        "three pending within the window and one claim"
+    );
+    assert_eq!(db.store.job_window_count(Duration::ZERO).await.unwrap(), 3);
+    let listed = db.store.job_window_pending(window, 100).await.unwrap();
+    assert_eq!(
+        listed.iter().map(|(id, _)| *id).collect::<Vec<_>>(),
+        [oldest, overdue, soon],
+        "soonest first"
+    );
+    assert_eq!(listed[0].1, now - Span::seconds(60));
+    assert_eq!(
+        db.store.job_window_pending(window, 1).await.unwrap().len(),
+        1
+    );
+    db.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_claims_are_counted_with_the_age_of_the_oldest() {
+    let db = Db::new().await;
+    assert_eq!(db.store.job_claims_expired().await.unwrap(), (0, 0));
+    let live = db.job(-1_000, 5).await;
+    let lapsed = db.job(-1_000, 5).await;
+    db.store
+        .job_claim_many(&[live, lapsed], 1, LEASE, &db.fence)
+        .await
+        .unwrap();
+    db.edit(
+        "UPDATE jobs SET claim_expires_at = UTC_TIMESTAMP(3) - INTERVAL 5 SECOND WHERE id = ?",
+        lapsed,
+    )
+    .await;
+    let (count, age_ms) = db.store.job_claims_expired().await.unwrap();
+    assert_eq!(count, 1);
+    assert!((5_000..65_000).contains(&age_ms), "{age_ms}");
+    db.finish().await;
+}
+
+/// The samples the truth report and the doctor read: lateness of recent
+/// dispatches, recorded positions, statuses by id, and jobs that died in a
+/// span.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn samples_read_recent_dispatches_positions_statuses_and_deaths() {
+    let db = Db::new().await;
+    let now = db.store.db_now().await.unwrap();
+    let recent = job_at(&db, "store-test", now - Span::minutes(5)).await;
+    let old = job_at(&db, "store-test", now - Span::hours(3)).await;
+    let waiting = job_at(&db, "store-test", now - Span::minutes(1)).await;
+    db.dispatch(&[recent, old], 1).await;
+    let finished = job_at(&db, "store-test", now - Span::minutes(2)).await;
+    db.dispatch(&[finished], 2).await;
+    db.edit(
+        "UPDATE jobs SET status = 'succeeded' WHERE id = ?",
+        finished,
+    )
+    .await;
+
+    let sample = db
+        .store
+        .job_lateness_sample(Duration::from_secs(3_600), 10)
+        .await
+        .unwrap();
+    let mut runs: Vec<DateTime<Utc>> = sample.iter().map(|(at, _)| *at).collect();
+    runs.sort_unstable();
+    assert_eq!(
+        runs,
+        [now - Span::minutes(5), now - Span::minutes(2)],
+        "dispatched and succeeded jobs due within the span"
+    );
+    assert!(sample.iter().all(|(at, sent)| sent >= at));
+    assert_eq!(
+        db.store
+            .job_lateness_sample(Duration::from_secs(3_600), 0)
+            .await
+            .unwrap()
+            .len(),
+        0
+    );
+
+    let mut positions = db.store.job_positions_recent(10).await.unwrap();
+    positions.sort_by_key(|p| p.id);
+    assert_eq!(
+        positions
+            .iter()
+            .map(|p| (p.id, p.topic.as_str(), p.partition, p.offset))
+            .collect::<Vec<_>>(),
+        [
+            (recent, "store-test", 0, recent as i64),
+            (old, "store-test", 0, old as i64),
+            (finished, "store-test", 0, finished as i64),
+        ]
+    );
+    assert_eq!(
+        db.store.job_positions_recent(1).await.unwrap().len(),
+        2,
+        "at most one of each status"
+    );
+
+    let statuses = db
+        .store
+        .job_statuses(&[recent, waiting, finished, 999_999])
+        .await
+        .unwrap();
+    assert_eq!(
+        statuses,
+        HashMap::from([
+            (recent, Status::Dispatched),
+            (waiting, Status::Pending),
+            (finished, Status::Succeeded),
+        ])
+    );
+    assert!(db.store.job_statuses(&[]).await.unwrap().is_empty());
+
+    let since = db.store.db_now().await.unwrap();
+    tokio::time::sleep(Duration::from_millis(2)).await;
+    db.edit("UPDATE jobs SET status = 'dead' WHERE id = ?", waiting)
+        .await;
+    let until = db.store.db_now().await.unwrap();
+    let dead = db.store.job_dead_between(since, until, 10).await.unwrap();
+    assert_eq!(
+        dead.iter()
+            .map(|(id, topic, _)| (*id, topic.as_str()))
+            .collect::<Vec<_>>(),
+        [(waiting, "store-test")]
+    );
+    assert!(dead[0].2 > since && dead[0].2 <= until);
+    assert!(db
+        .store
+        .job_dead_between(until, until + Span::hours(1), 10)
+        .await
+        .unwrap()
+        .is_empty());
+    db.finish().await;
+}
