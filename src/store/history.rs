@@ -138,12 +138,16 @@ impl Store {
         for (name, create) in HAND_TRIGGERS {
             match mode {
                 HandEdits::Off => {
-                    // A plain &str runs over the text protocol, as DDL must.
-                    sqlx::Executor::execute(
-                        &mut *conn,
-                        format!("DROP TRIGGER IF EXISTS {name}").as_str(),
-                    )
-                    .await?;
+                    // Only one that exists: with binary logging on, even
+                    // dropping one that does not takes SUPER.
+                    if trigger_exists(&mut conn, name).await? {
+                        // A plain &str runs over the text protocol, as DDL must.
+                        sqlx::Executor::execute(
+                            &mut *conn,
+                            format!("DROP TRIGGER IF EXISTS {name}").as_str(),
+                        )
+                        .await?;
+                    }
                 }
                 HandEdits::Trigger => {
                     if trigger_exists(&mut conn, name).await? {

@@ -9,7 +9,9 @@
 //! which tickler no longer uses (it writes the history itself). Where they
 //! were never applied they are recorded as applied without being run: so
 //! `tickler migrate` needs no SUPER on a server with binary logging on, a
-//! fresh install included. V21, V25 and V26 drop them where they were made.
+//! fresh install included. V21, V25 and V26 drop them where they were made,
+//! and only there: with binary logging on, even `DROP TRIGGER IF EXISTS`
+//! of a trigger that does not exist takes SUPER.
 
 use futures::future::BoxFuture;
 use refinery_core::traits::r#async::{AsyncMigrate, AsyncQuery, AsyncTransaction};
@@ -31,6 +33,18 @@ impl Migrator {
         Box::pin(async move {
             let mut tx = self.0.begin().await?;
             for query in queries.iter().filter(|query| !creates_trigger(query)) {
+                if let Some(name) = trigger_dropped(query) {
+                    let exists: Option<String> = sqlx::query_scalar(
+                        "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS \
+                         WHERE TRIGGER_SCHEMA = DATABASE() AND TRIGGER_NAME = ?",
+                    )
+                    .bind(name)
+                    .fetch_optional(&mut *tx)
+                    .await?;
+                    if exists.is_none() {
+                        continue;
+                    }
+                }
                 // A plain &str runs over the text protocol, as DDL must.
                 (&mut *tx).execute(query.as_str()).await?;
             }
@@ -53,6 +67,19 @@ fn creates_trigger(sql: &str) -> bool {
         .map(str::trim_start)
         .filter(|line| !line.starts_with("--"))
         .any(|line| line.to_ascii_uppercase().starts_with("CREATE TRIGGER"))
+}
+
+/// The trigger a migration drops, if that is what it does.
+fn trigger_dropped(sql: &str) -> Option<&str> {
+    let statement = sql
+        .lines()
+        .map(str::trim)
+        .find(|line| !line.is_empty() && !line.starts_with("--"))?;
+    let name = statement
+        .strip_prefix("DROP TRIGGER IF EXISTS ")?
+        .trim_end_matches(';')
+        .trim();
+    Some(name)
 }
 
 fn migration_from_row(row: &MySqlRow) -> Result<Migration, sqlx::Error> {

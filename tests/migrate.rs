@@ -1,0 +1,194 @@
+//! `tickler migrate` on the servers users run: a MariaDB with binary
+//! logging on and MySQL 8's default `sql_mode`, and an account holding every
+//! privilege on its database but SUPER (as on RDS and Aurora). Creating a
+//! trigger is refused there (ERROR 1419), so the schema must not need one:
+//! tickler writes the history itself, and the triggers that record hand
+//! edits are an option that, refused, is a warning.
+
+use std::process::{Command, Output};
+
+use sqlx::Connection;
+use tickler_testkit::procs::{tickler_bin, PrivateMariadb};
+
+/// MySQL 8.0's default.
+const MYSQL8_SQL_MODE: &str = "ONLY_FULL_GROUP_BY,STRICT_TRANS_TABLES,NO_ZERO_IN_DATE,\
+     NO_ZERO_DATE,ERROR_FOR_DIVISION_BY_ZERO,NO_ENGINE_SUBSTITUTION";
+
+async fn root_exec(mariadb: &PrivateMariadb, statements: &[&str]) {
+    let mut conn = sqlx::MySqlConnection::connect(&mariadb.server_url())
+        .await
+        .unwrap();
+    for statement in statements {
+        sqlx::Executor::execute(&mut conn, *statement)
+            .await
+            .unwrap_or_else(|e| panic!("{statement}: {e}"));
+    }
+    conn.close().await.unwrap();
+}
+
+fn migrate(url: &str, hand_edits: &str) -> Output {
+    let output = Command::new(tickler_bin())
+        .arg("migrate")
+        .env("TICKLER_MYSQL_URL", url)
+        .env("TICKLER_HISTORY_HAND_EDITS", hand_edits)
+        .output()
+        .expect("tickler runs");
+    assert!(
+        output.status.success(),
+        "migrate failed:\n{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    output
+}
+
+/// (actor, status) of job `id`'s history.
+async fn history(url: &str, id: u64) -> Vec<(String, String)> {
+    let mut conn = sqlx::MySqlConnection::connect(url).await.unwrap();
+    let rows = sqlx::query_as(
+        "SELECT CAST(actor AS CHAR), CAST(status AS CHAR) FROM job_events WHERE job_id = ? ORDER BY id",
+    )
+    .bind(id)
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    conn.close().await.unwrap();
+    rows
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn migrate_needs_no_super_where_binary_logging_is_on() {
+    let mariadb = PrivateMariadb::start_with(
+        &[],
+        &[
+            "--log-bin=binlog".to_owned(),
+            "--server-id=1".to_owned(),
+            format!("--sql-mode={MYSQL8_SQL_MODE}"),
+        ],
+    )
+    .await;
+    root_exec(
+        &mariadb,
+        &[
+            "CREATE DATABASE app",
+            "CREATE USER 'app'@'%' IDENTIFIED BY 'app-pw'",
+            "GRANT ALL PRIVILEGES ON app.* TO 'app'@'%'",
+        ],
+    )
+    .await;
+    let server = mariadb.server_url();
+    let port = server.rsplit(':').next().unwrap();
+    let url = format!("mysql://app:app-pw@127.0.0.1:{port}/app");
+
+    // Binary logging is on, and a trigger is out of this account's reach.
+    let mut conn = sqlx::MySqlConnection::connect(&url).await.unwrap();
+    let log_bin: i64 = sqlx::query_scalar("SELECT @@log_bin")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(log_bin, 1);
+    sqlx::Executor::execute(&mut conn, "CREATE TABLE t (id INT)")
+        .await
+        .unwrap();
+    let refused = sqlx::Executor::execute(
+        &mut conn,
+        "CREATE TRIGGER t_probe AFTER INSERT ON t FOR EACH ROW SET @x = 1",
+    )
+    .await
+    .expect_err("a trigger needs SUPER here");
+    assert!(refused.to_string().contains("SUPER"), "{refused}");
+    sqlx::Executor::execute(&mut conn, "DROP TABLE t")
+        .await
+        .unwrap();
+
+    // The schema applies in full; the hand-edit triggers are a warning.
+    let first = migrate(&url, "trigger");
+    let stdout = String::from_utf8_lossy(&first.stdout);
+    assert!(
+        stdout.contains("applied V26__drop_trigger_jobs_changed"),
+        "{stdout}"
+    );
+    let stderr = String::from_utf8_lossy(&first.stderr);
+    assert!(
+        stderr.contains("warning: history_hand_edits = trigger")
+            && stderr.contains("cannot be created"),
+        "{stderr}"
+    );
+    let triggers: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = 'app'",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(triggers, 0, "no trigger was made");
+    // Again: nothing to apply; with `off`, nothing to warn about.
+    let again = migrate(&url, "off");
+    assert!(String::from_utf8_lossy(&again.stdout).contains("schema is up to date"));
+    assert!(
+        !String::from_utf8_lossy(&again.stderr).contains("warning"),
+        "{}",
+        String::from_utf8_lossy(&again.stderr)
+    );
+
+    // tickler's history is whole without a trigger.
+    let store = tickler::store::Store::connect_lazy(&url, 2, tickler::store::Actor::Api).unwrap();
+    let job = tickler_testkit::store::job_new("migrate-test", 60_000);
+    let (created, _) = store
+        .with_actor("api:billing")
+        .job_insert(&job)
+        .await
+        .unwrap();
+    store.job_cancel(created.id).await.unwrap();
+    assert_eq!(
+        history(&url, created.id).await,
+        [
+            ("api:billing".to_owned(), "pending".to_owned()),
+            ("api".to_owned(), "cancelled".to_owned()),
+        ]
+    );
+    store.close().await;
+    conn.close().await.unwrap();
+
+    // An account that may create triggers gets the hand-edit ones, and a
+    // hand edit is recorded as `sql`; tickler's changes once only.
+    root_exec(
+        &mariadb,
+        &["SET GLOBAL log_bin_trust_function_creators = 1"],
+    )
+    .await;
+    let granted = migrate(&url, "trigger");
+    assert!(
+        String::from_utf8_lossy(&granted.stdout).contains("hand edits in SQL are recorded"),
+        "{}",
+        String::from_utf8_lossy(&granted.stderr)
+    );
+    let store = tickler::store::Store::connect_lazy(&url, 2, tickler::store::Actor::Api).unwrap();
+    let (moved, _) = store
+        .job_insert(&job_with_key(&job, "second"))
+        .await
+        .unwrap();
+    let mut hand = sqlx::MySqlConnection::connect(&url).await.unwrap();
+    sqlx::query("UPDATE jobs SET schedule_time = schedule_time + INTERVAL 1 MINUTE WHERE id = ?")
+        .bind(moved.id)
+        .execute(&mut hand)
+        .await
+        .unwrap();
+    hand.close().await.unwrap();
+    store.job_cancel(moved.id).await.unwrap();
+    assert_eq!(
+        history(&url, moved.id).await,
+        [
+            ("api".to_owned(), "pending".to_owned()),
+            ("sql".to_owned(), "pending".to_owned()),
+            ("api".to_owned(), "cancelled".to_owned()),
+        ]
+    );
+    store.close().await;
+}
+
+fn job_with_key(job: &tickler::job::NewJob, key: &str) -> tickler::job::NewJob {
+    tickler::job::NewJob {
+        key: Some(key.to_owned()),
+        ..job.clone()
+    }
+}
