@@ -8,8 +8,8 @@
 //! How a statement's rows are told from the others: a changing statement
 //! sets `event_token` to a fresh random value on the rows whose status, time
 //! or attempt it changes (the assignment comes first in its `SET`, so it
-//! sees the row as it was on every engine), and the history insert selects
-//! the rows among its ids that carry the token. A statement that matched a
+//! sees the row as it was on every engine), and the history is read from
+//! the rows among its ids that carry the token, then inserted. A statement that matched a
 //! row without changing what the history records leaves the token alone.
 //! Like the triggers before, the dispatcher's claim (`pending →
 //! dispatching`) is not recorded: it lasts milliseconds.
@@ -19,6 +19,7 @@
 //! `@tickler_actor` (every tickler connection sets it): see
 //! [`Store::hand_edits_apply`].
 
+use chrono::NaiveDateTime;
 use sqlx::{MySql, MySqlConnection, QueryBuilder};
 
 use super::jobs::push_id_list;
@@ -42,11 +43,11 @@ pub(super) async fn events_record(
     if ids.is_empty() {
         return Ok(0);
     }
-    let mut insert = events_insert(actor);
-    insert.push(" AND event_token = ").push_bind(token);
-    insert.push(" AND id IN ");
-    push_id_list(&mut insert, ids);
-    Ok(insert.build().execute(conn).await?.rows_affected())
+    let mut select = QueryBuilder::<MySql>::new(EVENT_ROWS);
+    select.push(" event_token = ").push_bind(token);
+    select.push(" AND id IN ");
+    push_id_list(&mut select, ids);
+    events_insert(conn, actor, select).await
 }
 
 /// Records, as `actor`, the occurrences of schedule `schedule` that the
@@ -57,13 +58,13 @@ pub(super) async fn events_record_schedule(
     schedule: u64,
     token: u64,
 ) -> Result<u64, StoreError> {
-    let mut insert = events_insert(actor);
-    insert
-        .push(" AND schedule_id = ")
+    let mut select = QueryBuilder::<MySql>::new(EVENT_ROWS);
+    select
+        .push(" schedule_id = ")
         .push_bind(schedule)
         .push(" AND event_token = ")
         .push_bind(token);
-    Ok(insert.build().execute(conn).await?.rows_affected())
+    events_insert(conn, actor, select).await
 }
 
 /// Records, as `actor`, the rows `ids` just inserted.
@@ -75,21 +76,44 @@ pub(super) async fn events_record_new(
     if ids.is_empty() {
         return Ok(0);
     }
-    let mut insert = events_insert(actor);
-    insert.push(" AND id IN ");
-    push_id_list(&mut insert, ids);
-    Ok(insert.build().execute(conn).await?.rows_affected())
+    let mut select = QueryBuilder::<MySql>::new(EVENT_ROWS);
+    select.push(" id IN ");
+    push_id_list(&mut select, ids);
+    events_insert(conn, actor, select).await
 }
 
-fn events_insert(actor: &str) -> QueryBuilder<'_, MySql> {
+/// What a history row copies from its job.
+const EVENT_ROWS: &str = "SELECT id, CAST(status AS CHAR), schedule_time, attempt FROM jobs WHERE";
+
+/// Reads the rows `select` finds (rows this transaction changed, and so
+/// holds), then inserts their history rows with their values. Not one
+/// `INSERT … SELECT`: that takes `job_events`' table-level AUTO-INC lock for
+/// the whole statement where `innodb_autoinc_lock_mode` is 1 (MariaDB's
+/// default), and concurrent transactions waiting on it and on each other's
+/// rows are rolled back (ERROR 1467); a multi-row `INSERT … VALUES` of a
+/// known count takes only a short mutex.
+async fn events_insert(
+    conn: &mut MySqlConnection,
+    actor: &str,
+    mut select: QueryBuilder<'_, MySql>,
+) -> Result<u64, StoreError> {
+    let rows: Vec<(JobId, String, NaiveDateTime, u32)> =
+        select.build_query_as().fetch_all(&mut *conn).await?;
+    if rows.is_empty() {
+        return Ok(0);
+    }
     let mut insert = QueryBuilder::<MySql>::new(
-        "INSERT INTO job_events (job_id, at, actor, status, schedule_time, attempt) \
-         SELECT id, UTC_TIMESTAMP(3), ",
+        "INSERT INTO job_events (job_id, at, actor, status, schedule_time, attempt) ",
     );
-    insert
-        .push_bind(actor)
-        .push(", status, schedule_time, attempt FROM jobs WHERE TRUE");
-    insert
+    insert.push_values(&rows, |mut row, (id, status, at, attempt)| {
+        row.push_bind(*id)
+            .push("UTC_TIMESTAMP(3)")
+            .push_bind(actor)
+            .push_bind(status.as_str())
+            .push_bind(*at)
+            .push_bind(*attempt);
+    });
+    Ok(insert.build().execute(conn).await?.rows_affected())
 }
 
 /// The triggers that record hand edits, by name.

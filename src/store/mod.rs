@@ -74,11 +74,12 @@ impl From<sqlx::Error> for StoreError {
             | sqlx::Error::Tls(_)
             | sqlx::Error::WorkerCrashed => StoreError::Unavailable(err),
             sqlx::Error::Database(ref db) if db.is_unique_violation() => StoreError::DuplicateKey,
-            // 1213: deadlock, 1205: lock wait timeout.
+            // 1213: deadlock, 1205: lock wait timeout, 1467: the same on a
+            // table's AUTO-INC lock.
             sqlx::Error::Database(ref db)
                 if db
                     .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-                    .is_some_and(|e| matches!(e.number(), 1213 | 1205)) =>
+                    .is_some_and(|e| matches!(e.number(), 1213 | 1205 | 1467)) =>
             {
                 StoreError::Contention(err)
             }
