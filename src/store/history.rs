@@ -159,24 +159,23 @@ impl Store {
     /// never depends on them.
     pub async fn hand_edits_apply(&self, mode: HandEdits) -> Result<HandEditsState, StoreError> {
         let mut conn = self.pool.acquire().await?;
+        // One read of the schema's triggers: each look at
+        // information_schema costs MariaDB an internal temporary table.
+        let present = triggers_list(&mut conn).await?;
+        let exists = |name: &str| present.iter().any(|t| t == name);
         for (name, create) in HAND_TRIGGERS {
             match mode {
-                HandEdits::Off => {
-                    // Only one that exists: with binary logging on, even
-                    // dropping one that does not takes SUPER.
-                    if trigger_exists(&mut conn, name).await? {
-                        // A plain &str runs over the text protocol, as DDL must.
-                        sqlx::Executor::execute(
-                            &mut *conn,
-                            format!("DROP TRIGGER IF EXISTS {name}").as_str(),
-                        )
-                        .await?;
-                    }
+                // Only one that exists: with binary logging on, even
+                // dropping one that does not takes SUPER.
+                HandEdits::Off if exists(name) => {
+                    // A plain &str runs over the text protocol, as DDL must.
+                    sqlx::Executor::execute(
+                        &mut *conn,
+                        format!("DROP TRIGGER IF EXISTS {name}").as_str(),
+                    )
+                    .await?;
                 }
-                HandEdits::Trigger => {
-                    if trigger_exists(&mut conn, name).await? {
-                        continue;
-                    }
+                HandEdits::Trigger if !exists(name) => {
                     match sqlx::Executor::execute(&mut *conn, create).await {
                         Ok(_) => {}
                         // ER_TRG_ALREADY_EXISTS: created meanwhile.
@@ -185,20 +184,23 @@ impl Store {
                         Err(err) => return Err(err.into()),
                     }
                 }
+                _ => {}
             }
         }
-        drop(conn);
-        self.hand_edits_state().await
+        Ok(match mode {
+            HandEdits::Trigger => HandEditsState::Recorded,
+            HandEdits::Off => HandEditsState::NotRecorded,
+        })
     }
 
     /// Whether hand edits are recorded now (both triggers in place).
     pub async fn hand_edits_state(&self) -> Result<HandEditsState, StoreError> {
         let mut conn = self.pool.acquire().await?;
-        let mut present = 0;
-        for (name, _) in HAND_TRIGGERS {
-            present += usize::from(trigger_exists(&mut conn, name).await?);
-        }
-        Ok(if present == HAND_TRIGGERS.len() {
+        let present = triggers_list(&mut conn).await?;
+        let all = HAND_TRIGGERS
+            .iter()
+            .all(|(name, _)| present.iter().any(|t| t == name));
+        Ok(if all {
             HandEditsState::Recorded
         } else {
             HandEditsState::NotRecorded
@@ -206,13 +208,11 @@ impl Store {
     }
 }
 
-async fn trigger_exists(conn: &mut MySqlConnection, name: &str) -> Result<bool, StoreError> {
-    let found: Option<String> = sqlx::query_scalar(
-        "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS \
-         WHERE TRIGGER_SCHEMA = DATABASE() AND TRIGGER_NAME = ?",
+/// The names of the triggers of the connection's database.
+pub(super) async fn triggers_list(conn: &mut MySqlConnection) -> Result<Vec<String>, sqlx::Error> {
+    sqlx::query_scalar(
+        "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS WHERE TRIGGER_SCHEMA = DATABASE()",
     )
-    .bind(name)
-    .fetch_optional(conn)
-    .await?;
-    Ok(found.is_some())
+    .fetch_all(conn)
+    .await
 }

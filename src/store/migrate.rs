@@ -24,24 +24,34 @@ use time::OffsetDateTime;
 refinery::embed_migrations!("migrations");
 
 /// A sqlx connection refinery can drive.
-pub struct Migrator(pub MySqlConnection);
+pub struct Migrator {
+    pub conn: MySqlConnection,
+    /// The schema's triggers, read once when a migration drops one.
+    triggers: Option<Vec<String>>,
+}
+
+impl Migrator {
+    pub fn new(conn: MySqlConnection) -> Migrator {
+        Migrator {
+            conn,
+            triggers: None,
+        }
+    }
+}
 
 // The work is done in boxed futures: sqlx's executor lifetimes defeat the
 // compiler's `Send` proof for refinery's `impl Future + Send` signatures.
 impl Migrator {
     fn execute_all(&mut self, queries: Vec<String>) -> BoxFuture<'_, Result<usize, sqlx::Error>> {
         Box::pin(async move {
-            let mut tx = self.0.begin().await?;
+            if self.triggers.is_none() && queries.iter().any(|q| trigger_dropped(q).is_some()) {
+                self.triggers = Some(super::history::triggers_list(&mut self.conn).await?);
+            }
+            let mut tx = self.conn.begin().await?;
             for query in queries.iter().filter(|query| !creates_trigger(query)) {
                 if let Some(name) = trigger_dropped(query) {
-                    let exists: Option<String> = sqlx::query_scalar(
-                        "SELECT TRIGGER_NAME FROM information_schema.TRIGGERS \
-                         WHERE TRIGGER_SCHEMA = DATABASE() AND TRIGGER_NAME = ?",
-                    )
-                    .bind(name)
-                    .fetch_optional(&mut *tx)
-                    .await?;
-                    if exists.is_none() {
+                    let triggers = self.triggers.as_deref().unwrap_or_default();
+                    if !triggers.iter().any(|t| t == name) {
                         continue;
                     }
                 }
@@ -55,7 +65,7 @@ impl Migrator {
 
     fn applied(&mut self, query: String) -> BoxFuture<'_, Result<Vec<Migration>, sqlx::Error>> {
         Box::pin(async move {
-            let rows = (&mut self.0).fetch_all(query.as_str()).await?;
+            let rows = (&mut self.conn).fetch_all(query.as_str()).await?;
             rows.iter().map(migration_from_row).collect()
         })
     }
@@ -132,5 +142,15 @@ mod tests {
         assert!(!creates_trigger(
             "INSERT INTO refinery_schema_history VALUES ('CREATE TRIGGER')"
         ));
+    }
+
+    #[test]
+    fn a_dropped_trigger_is_named() {
+        let v25 = include_str!("../../migrations/V25__drop_trigger_jobs_inserted.sql");
+        assert_eq!(super::trigger_dropped(v25), Some("jobs_inserted"));
+        let v21 = include_str!("../../migrations/V21__drop_trigger_jobs_updated.sql");
+        assert_eq!(super::trigger_dropped(v21), Some("jobs_updated"));
+        let v24 = include_str!("../../migrations/V24__add_jobs_event_token.sql");
+        assert_eq!(super::trigger_dropped(v24), None);
     }
 }

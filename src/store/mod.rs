@@ -216,12 +216,12 @@ impl Store {
     /// names of those it applied.
     pub async fn migrate(url: &str) -> Result<Vec<String>, StoreError> {
         let conn = connect_options(url)?.connect().await?;
-        let mut migrator = migrate::Migrator(conn);
+        let mut migrator = migrate::Migrator::new(conn);
         let report = migrate::migrations::runner()
             .set_abort_divergent(true)
             .run_async(&mut migrator)
             .await?;
-        let _ = migrator.0.close().await;
+        let _ = migrator.conn.close().await;
         Ok(report
             .applied_migrations()
             .iter()
