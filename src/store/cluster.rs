@@ -358,6 +358,20 @@ impl Store {
         quiet: Duration,
         limit: u32,
     ) -> Result<u64, StoreError> {
+        // The candidates first, by a plain read that locks nothing: an
+        // UPDATE scanning every `dispatching` row would lock them all (and
+        // the gaps between them) each round, on every instance, and
+        // deadlock with the marks and claims taking the same rows by id.
+        let mut select = QueryBuilder::<MySql>::new(
+            "SELECT id FROM jobs WHERE status = 'dispatching' AND claimed_by IS NOT NULL \
+             AND claimed_by NOT IN (SELECT id FROM instances WHERE heartbeat_at >= ",
+        );
+        push_alive_since(&mut select, ttl);
+        select.push(") LIMIT ").push_bind(limit);
+        let ids: Vec<u64> = select.build_query_scalar().fetch_all(&self.pool).await?;
+        if ids.is_empty() {
+            return Ok(0);
+        }
         let mut update = QueryBuilder::<MySql>::new(
             "UPDATE jobs SET claim_expires_at = LEAST(COALESCE(claim_expires_at, \
              TIMESTAMPADD(MICROSECOND, ",
@@ -368,6 +382,7 @@ impl Store {
             .push_bind(micros(quiet))
             .push(", UTC_TIMESTAMP(3))), TIMESTAMPADD(MICROSECOND, ")
             .push_bind(micros(quiet));
+        // The candidates by primary key, checked again on the locked rows.
         update.push(
             ", UTC_TIMESTAMP(3))), \
                  last_error = CONCAT('claimed by instance ', claimed_by, \
@@ -376,7 +391,8 @@ impl Store {
                  AND claimed_by NOT IN (SELECT id FROM instances WHERE heartbeat_at >= ",
         );
         push_alive_since(&mut update, ttl);
-        update.push(") LIMIT ").push_bind(limit);
+        update.push(") AND id IN ");
+        super::jobs::push_id_list(&mut update, &ids);
         Ok(update.build().execute(&self.pool).await?.rows_affected())
     }
 }
