@@ -209,7 +209,9 @@ impl Store {
             Some(Schedule::After { delay_ms }) => (None, delay_ms.saturating_mul(1000)),
             None => (None, 0),
         };
-        let mut conn = self.acquire().await?;
+        // One transaction, so the answer reads the row as the redrive left
+        // it, not as the loader and a dispatcher took it a moment later.
+        let mut conn = self.begin().await?;
         // max_attempts is assigned before attempt, from the old attempt, so
         // the result is the same whether the server evaluates assignments
         // left to right (MySQL, MariaDB) or all at once.
@@ -228,6 +230,7 @@ impl Store {
         .rows_affected()
             == 1;
         let (job, now) = job_read_back(&mut conn, id).await?;
+        conn.commit().await?;
         if applied {
             Ok(Redriven::Applied(job, now))
         } else {
