@@ -982,3 +982,59 @@ async fn the_dead_letter_producer_produces_each_owed_record_once() {
     );
     env.finish().await;
 }
+
+/// The results consumer, batch by batch: a report is applied and its offset
+/// committed; a record that is not a report is counted and skipped.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_results_consumer_applies_a_batch_and_commits_it() {
+    use std::sync::Arc;
+    use tickler::results::{ResultsConsumer, ResultsConsumerConfig};
+    // No results role: this test's consumer is the group's only member.
+    let env = TestEnv::start_with(|c| {
+        c.roles = ["api", "loader", "dispatcher"].map(String::from).to_vec();
+    })
+    .await;
+    let consumer = env.consumer();
+    let job = env
+        .job_create(json!({"payload": 1, "delay_ms": 0, "expects_result": true}))
+        .await;
+    let id = id_of(&job);
+    record_await(&consumer, id, 1).await;
+
+    let resolver = tickler::resolver::Resolver::new(
+        env.store.clone(),
+        env.index.clone(),
+        Arc::new(env.config.clone()),
+        Arc::new(tokio::sync::Notify::new()),
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    let results = ResultsConsumer::new(resolver, ResultsConsumerConfig::from_config(&env.config));
+    results.subscribe().await.unwrap();
+    let producer = report_producer(&env.config.kafka_brokers);
+    report_send(&producer, &env.config.results_topic, "x", b"not a report").await;
+    report_topic(
+        &env,
+        &producer,
+        json!({"job_id": id, "attempt": 1, "outcome": "ok"}),
+    )
+    .await;
+
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let mut records = 0;
+    let mut malformed = 0;
+    let deadline = tokio::time::Instant::now() + Duration::from_secs(60);
+    while records < 2 && tokio::time::Instant::now() < deadline {
+        let report = tokio::time::timeout(Duration::from_secs(30), results.run_once(&cancel))
+            .await
+            .expect("a batch within 30 s")
+            .expect("not cancelled");
+        if report.records > 0 {
+            assert!(report.committed, "{report:?}");
+        }
+        records += report.records;
+        malformed += report.malformed;
+    }
+    assert_eq!((records, malformed), (2, 1));
+    assert_eq!(env.job_status(id).await, "succeeded");
+    env.finish().await;
+}
