@@ -178,6 +178,12 @@ impl Store {
                 let set_actor = set_actor.clone();
                 Box::pin(async move {
                     conn.execute(set_actor.as_str()).await?;
+                    // Every write here is a compare-and-set on rows found by
+                    // primary key, or a read of rows the transaction holds:
+                    // none needs REPEATABLE READ's gap locks, which
+                    // deadlocked creates, claims and marks under load.
+                    conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
+                        .await?;
                     Ok(())
                 })
             })
