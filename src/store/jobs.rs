@@ -197,7 +197,7 @@ impl Store {
     ) -> Result<Modified, StoreError> {
         // One transaction, so the answer reads the row as this change left
         // it, not as a dispatcher took it a moment later.
-        let mut conn = self.begin().await?;
+        let mut tx = self.begin().await?;
         let mut query = QueryBuilder::<MySql>::new("UPDATE jobs SET version = version + 1");
         if changes.schedule.is_some() {
             // A job moved on purpose is no longer an occurrence to skip
@@ -234,9 +234,9 @@ impl Store {
             .push(" AND version = ")
             .push_bind(version)
             .push(" AND status = 'pending'");
-        let applied = query.build().execute(&mut *conn).await?.rows_affected() == 1;
-        let (job, now) = job_read_back(&mut conn, id).await?;
-        conn.commit().await?;
+        let applied = query.build().execute(&mut *tx).await?.rows_affected() == 1;
+        let (job, now) = job_read_back(&mut tx, id).await?;
+        tx.commit().await?;
         if applied {
             Ok(Modified::Applied(job, now))
         } else if job.status != Status::Pending {

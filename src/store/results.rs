@@ -211,7 +211,7 @@ impl Store {
         };
         // One transaction, so the answer reads the row as the redrive left
         // it, not as the loader and a dispatcher took it a moment later.
-        let mut conn = self.begin().await?;
+        let mut tx = self.begin().await?;
         // max_attempts is assigned before attempt, from the old attempt, so
         // the result is the same whether the server evaluates assignments
         // left to right (MySQL, MariaDB) or all at once.
@@ -225,12 +225,12 @@ impl Store {
         .bind(at)
         .bind(delay_us)
         .bind(id)
-        .execute(&mut *conn)
+        .execute(&mut *tx)
         .await?
         .rows_affected()
             == 1;
-        let (job, now) = job_read_back(&mut conn, id).await?;
-        conn.commit().await?;
+        let (job, now) = job_read_back(&mut tx, id).await?;
+        tx.commit().await?;
         if applied {
             Ok(Redriven::Applied(job, now))
         } else {
