@@ -196,6 +196,8 @@ impl Store {
         version: u32,
         changes: &JobChanges,
     ) -> Result<Modified, StoreError> {
+        // One transaction, so the answer reads the row as this change left
+        // it, not as a dispatcher took it a moment later.
         let mut tx = self.begin().await?;
         let token = event_token();
         let mut query = QueryBuilder::<MySql>::new("UPDATE jobs SET ");

@@ -210,6 +210,8 @@ impl Store {
             Some(Schedule::After { delay_ms }) => (None, delay_ms.saturating_mul(1000)),
             None => (None, 0),
         };
+        // One transaction, so the answer reads the row as the redrive left
+        // it, not as the loader and a dispatcher took it a moment later.
         let mut tx = self.begin().await?;
         let token = event_token();
         // max_attempts is assigned before attempt, from the old attempt, so
