@@ -370,10 +370,13 @@ async fn hand_sql_edits_while_jobs_fire_are_honoured() {
     let t0 = Utc::now() + secs(5.0);
     // Spread over 30 s: on a machine loaded by the rest of the suite, the
     // first hundred may take seconds to go out, and the edits need many
-    // jobs still ahead of them.
+    // jobs still ahead of them. Created in batches: one by one, on such a
+    // machine, the last could be created after most were due.
+    let started = std::time::Instant::now();
     let mut expected = world
-        .jobs_schedule(jobs(2000), t0, Duration::from_secs(30))
+        .jobs_schedule_batched(jobs(2000), t0, Duration::from_secs(30))
         .await;
+    let created_in = started.elapsed();
     expected.sort_by_key(|e| e.due_ms);
     // Edit while jobs fire: once a hundred have gone out.
     let firing = tickler_testkit::eventually(Duration::from_secs(30), || async {
@@ -461,7 +464,10 @@ async fn hand_sql_edits_while_jobs_fire_are_honoured() {
     let counts = (cancelled.len(), moved_later, moved_earlier, requeued.len());
     assert!(
         counts.0 > 20 && counts.1 > 20 && counts.2 > 20 && counts.3 > 10,
-        "enough edits took effect (cancelled, later, earlier, requeued): {counts:?}"
+        "enough edits took effect (cancelled, later, earlier, requeued): {counts:?}; \
+         {ahead} jobs were ahead when the edits began, {:?} after the creates began, \
+         which took {created_in:?}",
+        started.elapsed()
     );
 
     verdict(

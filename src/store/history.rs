@@ -1,6 +1,6 @@
 //! The jobs' history (`job_events`), written by tickler itself: every
 //! statement that changes a job's status, time or attempt records the rows
-//! it changed in the same transaction, in one multi-row `INSERT … SELECT`.
+//! it changed in the same transaction, in one multi-row `INSERT`.
 //! No trigger is needed for it, so `tickler migrate` runs on servers where
 //! creating one takes SUPER (MySQL 8 and MariaDB with binary logging on,
 //! RDS, Aurora).
@@ -9,8 +9,9 @@
 //! sets `event_token` to a fresh random value on the rows whose status, time
 //! or attempt it changes (the assignment comes first in its `SET`, so it
 //! sees the row as it was on every engine), and the history is read from
-//! the rows among its ids that carry the token, then inserted. A statement that matched a
-//! row without changing what the history records leaves the token alone.
+//! the rows among its ids that carry the token, then inserted (a create
+//! inserts what it read back). A statement that matched a row without
+//! changing what the history records leaves the token alone.
 //! Like the triggers before, the dispatcher's claim (`pending →
 //! dispatching`) is not recorded: it lasts milliseconds.
 //!
@@ -25,7 +26,7 @@ use sqlx::{MySql, MySqlConnection, QueryBuilder};
 use super::jobs::push_id_list;
 use super::{Store, StoreError};
 use crate::config::HandEdits;
-use crate::job::JobId;
+use crate::job::{Job, JobId};
 
 /// A fresh token for one changing statement (never 0, the column's default).
 pub(super) fn event_token() -> u64 {
@@ -67,20 +68,29 @@ pub(super) async fn events_record_schedule(
     events_insert(conn, actor, select).await
 }
 
-/// Records, as `actor`, the rows `ids` just inserted.
+/// Records, as `actor`, the creation of `jobs`, rows this transaction just
+/// inserted and read back: their values are known, so nothing is read again.
 pub(super) async fn events_record_new(
     conn: &mut MySqlConnection,
     actor: &str,
-    ids: &[JobId],
+    jobs: &[&Job],
 ) -> Result<u64, StoreError> {
-    if ids.is_empty() {
-        return Ok(0);
-    }
-    let mut select = QueryBuilder::<MySql>::new(EVENT_ROWS);
-    select.push(" id IN ");
-    push_id_list(&mut select, ids);
-    events_insert(conn, actor, select).await
+    let rows: Vec<EventRow> = jobs
+        .iter()
+        .map(|job| {
+            (
+                job.id,
+                job.status.as_str().to_owned(),
+                job.schedule_time.naive_utc(),
+                job.attempt,
+            )
+        })
+        .collect();
+    events_insert_rows(conn, actor, &rows).await
 }
+
+/// A history row's values: job id, status, time, attempt.
+type EventRow = (JobId, String, NaiveDateTime, u32);
 
 /// What a history row copies from its job.
 const EVENT_ROWS: &str = "SELECT id, CAST(status AS CHAR), schedule_time, attempt FROM jobs WHERE";
@@ -97,15 +107,23 @@ async fn events_insert(
     actor: &str,
     mut select: QueryBuilder<'_, MySql>,
 ) -> Result<u64, StoreError> {
-    let rows: Vec<(JobId, String, NaiveDateTime, u32)> =
-        select.build_query_as().fetch_all(&mut *conn).await?;
+    let rows: Vec<EventRow> = select.build_query_as().fetch_all(&mut *conn).await?;
+    events_insert_rows(conn, actor, &rows).await
+}
+
+/// Inserts the history rows `rows`, as `actor`, in one statement.
+async fn events_insert_rows(
+    conn: &mut MySqlConnection,
+    actor: &str,
+    rows: &[EventRow],
+) -> Result<u64, StoreError> {
     if rows.is_empty() {
         return Ok(0);
     }
     let mut insert = QueryBuilder::<MySql>::new(
         "INSERT INTO job_events (job_id, at, actor, status, schedule_time, attempt) ",
     );
-    insert.push_values(&rows, |mut row, (id, status, at, attempt)| {
+    insert.push_values(rows, |mut row, (id, status, at, attempt)| {
         row.push_bind(*id)
             .push("UTC_TIMESTAMP(3)")
             .push_bind(actor)

@@ -493,7 +493,7 @@ impl Store {
         .await?;
         let now: NaiveDateTime = row.try_get("db_now")?;
         let job = job_from_row(&row)?;
-        events_record_new(&mut tx, &self.actor, &[job.id]).await?;
+        events_record_new(&mut tx, &self.actor, &[&job]).await?;
         tx.commit().await?;
         Ok((job, now.and_utc()))
     }
@@ -1068,15 +1068,20 @@ pub(super) async fn insert_many_on(
         .bind(jobs.len() as u64)
         .fetch_all(&mut *conn)
         .await?;
-        let mut created = Vec::with_capacity(found.len());
         for row in &found {
             let token: u64 = row.try_get("create_token")?;
             let index = (token - token_base) as usize;
             if let Some(slot) = rows.get_mut(index) {
                 *slot = BatchRow::Created(job_from_row(row)?);
-                created.push(row.try_get("id")?);
             }
         }
+        let created: Vec<&Job> = rows
+            .iter()
+            .filter_map(|row| match row {
+                BatchRow::Created(job) => Some(job),
+                _ => None,
+            })
+            .collect();
         events_record_new(conn, actor, &created).await?;
     }
     Ok(rows)

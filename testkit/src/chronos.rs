@@ -276,6 +276,51 @@ impl World {
             .await
     }
 
+    /// [`World::jobs_schedule`] through `POST /v1/jobs/batch`, 100 jobs a
+    /// request: for tests whose timing needs every job created well before
+    /// the first is due, however loaded the machine is.
+    pub async fn jobs_schedule_batched(
+        &self,
+        n: usize,
+        first: DateTime<Utc>,
+        span: Duration,
+    ) -> Vec<Expected> {
+        let step_ms = span.as_millis() as i64 / n.max(1) as i64;
+        let due: Vec<DateTime<Utc>> = (0..n)
+            .map(|i| first + chrono::Duration::milliseconds(step_ms * i as i64))
+            .collect();
+        let mut expected = Vec::with_capacity(n);
+        for (c, chunk) in due.chunks(100).enumerate() {
+            let items: Vec<serde_json::Value> = chunk
+                .iter()
+                .enumerate()
+                .map(|(i, due)| {
+                    serde_json::json!({
+                        "topic": self.topic, "payload": {"n": c * 100 + i},
+                        "run_at": due.to_rfc3339(),
+                    })
+                })
+                .collect();
+            let response = self
+                .http
+                .post(format!("http://{}/v1/jobs/batch", self.http_addr))
+                .json(&serde_json::json!({ "jobs": items }))
+                .send()
+                .await
+                .unwrap();
+            assert_eq!(response.status().as_u16(), 200, "batch create");
+            let answer: serde_json::Value = response.json().await.unwrap();
+            for (item, due) in answer["results"].as_array().unwrap().iter().zip(chunk) {
+                assert_eq!(item["result"], "created", "batch item: {item}");
+                expected.push(Expected {
+                    id: item["id"].as_u64().unwrap(),
+                    due_ms: due.timestamp_millis(),
+                });
+            }
+        }
+        expected
+    }
+
     pub async fn post_job(&self, body: &serde_json::Value) -> (u16, serde_json::Value) {
         let response = self
             .http
