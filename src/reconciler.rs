@@ -376,6 +376,8 @@ pub async fn doubts_settle(
                 partition: at.partition,
                 offset: at.offset,
                 dispatched_at: at.dispatched_at.unwrap_or(now),
+                schedule_time: d.schedule_time,
+                attempt: d.attempt,
             })
         })
         .collect();

@@ -828,6 +828,8 @@ async fn a_report_that_beats_the_mark_wins_and_the_mark_records_the_position() {
             partition: 1,
             offset: 42,
             dispatched_at: chrono::Utc::now(),
+            schedule_time: chrono::Utc::now(),
+            attempt: 1,
         }])
         .await
         .unwrap();

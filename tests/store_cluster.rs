@@ -527,6 +527,8 @@ async fn claims_of_a_dead_instance_are_put_in_doubt_and_a_live_ones_are_not() {
             partition: 0,
             offset: 1,
             dispatched_at: Utc::now(),
+            schedule_time: Utc::now(),
+            attempt: 1,
         }])
         .await
         .unwrap();

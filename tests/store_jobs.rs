@@ -43,6 +43,8 @@ fn mark(id: JobId, token: u64, offset: i64) -> Dispatched {
         partition: 0,
         offset,
         dispatched_at: Utc::now(),
+        schedule_time: Utc::now(),
+        attempt: 1,
     }
 }
 
@@ -633,6 +635,8 @@ async fn cancel_answers_for_each_state_of_the_job() {
             partition: 3,
             offset: 42,
             dispatched_at: Utc::now(),
+            schedule_time: Utc::now(),
+            attempt: 1,
         }])
         .await
         .unwrap();
@@ -780,6 +784,8 @@ async fn claim_ahead_takes_only_the_lookahead_and_one_mark_records_several_claim
         partition: 0,
         offset,
         dispatched_at: at,
+        schedule_time: Utc::now(),
+        attempt: 1,
     };
     // `other` under a token it was not claimed with is left alone.
     let marked = db
@@ -966,6 +972,8 @@ async fn mark_records_the_position_and_arms_the_ack_deadline_of_jobs_expecting_a
         partition: 2,
         offset,
         dispatched_at: sent_at,
+        schedule_time: Utc::now(),
+        attempt: 1,
     };
     let marked = db
         .store
@@ -1128,6 +1136,8 @@ async fn a_claim_in_doubt_is_still_marked_by_its_own_late_acknowledgement() {
             partition: 0,
             offset: 41,
             dispatched_at: Utc::now(),
+            schedule_time: Utc::now(),
+            attempt: 1,
         }])
         .await
         .unwrap();

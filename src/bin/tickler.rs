@@ -30,7 +30,12 @@ enum Command {
     /// results; all by default) until SIGTERM or Ctrl-C.
     Serve,
     /// Apply the database schema (idempotent).
-    Migrate,
+    Migrate {
+        /// Stop after this migration (e.g. 28): the first step of upgrading
+        /// a live deployment (docs/operations.md).
+        #[arg(long)]
+        to: Option<u32>,
+    },
     /// Print the settings in force — defaults, the file, then TICKLER_*
     /// variables — as JSON, with secrets masked.
     Config,
@@ -127,7 +132,7 @@ async fn main() -> anyhow::Result<ExitCode> {
                     .context("printing the configuration")?
             );
         }
-        Command::Migrate => admin::migrate(&config)
+        Command::Migrate { to } => admin::migrate(&config, to)
             .await
             .context("migrating the database")?,
         Command::Serve => tickler::app::serve(config)

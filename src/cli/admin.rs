@@ -232,8 +232,10 @@ pub async fn shards(config: &Config, command: Option<ShardsCommand>) -> Result<(
 /// names them, then installs or drops the triggers that record hand edits
 /// (`history_hand_edits`). A trigger the account may not create is a
 /// warning, not a failure: tickler's own history does not need it.
-pub async fn migrate(config: &Config) -> Result<(), StoreError> {
-    let applied = Store::migrate(&config.mysql_url).await?;
+///
+/// With `to`, stops after that migration (a live upgrade's first step).
+pub async fn migrate(config: &Config, to: Option<u32>) -> Result<(), StoreError> {
+    let applied = Store::migrate_to(&config.mysql_url, to).await?;
     if applied.is_empty() {
         println!("schema is up to date");
     }

@@ -391,6 +391,7 @@ struct Sent {
     token: u64,
     topic: String,
     scheduled: DateTime<Utc>,
+    attempt: u32,
     /// The database's time when it was sent (its `tickler-dispatched-at`).
     dispatched_at: DateTime<Utc>,
     /// When to try again if the broker failed it (Redis's clock, ms).

@@ -261,6 +261,7 @@ impl Releaser {
                 token: batch.token,
                 topic: job.topic.clone(),
                 scheduled: job.schedule_time,
+                attempt: job.attempt,
                 dispatched_at,
                 retry_ms: batch.retry_ms,
                 result,

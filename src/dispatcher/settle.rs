@@ -126,6 +126,8 @@ impl Settler {
                         partition,
                         offset,
                         dispatched_at: sent.dispatched_at,
+                        schedule_time: sent.scheduled,
+                        attempt: sent.attempt,
                     });
                     continue;
                 }

@@ -90,7 +90,7 @@ pub(super) async fn events_record_new(
 }
 
 /// A history row's values: job id, status, time, attempt.
-type EventRow = (JobId, String, NaiveDateTime, u32);
+pub(super) type EventRow = (JobId, String, NaiveDateTime, u32);
 
 /// What a history row copies from its job.
 const EVENT_ROWS: &str = "SELECT id, CAST(status AS CHAR), schedule_time, attempt FROM jobs WHERE";
@@ -112,7 +112,7 @@ async fn events_insert(
 }
 
 /// Inserts the history rows `rows`, as `actor`, in one statement.
-async fn events_insert_rows(
+pub(super) async fn events_insert_rows(
     conn: &mut MySqlConnection,
     actor: &str,
     rows: &[EventRow],

@@ -8,7 +8,7 @@ use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, QueryBuilder, Row};
 
 use super::cluster::{push_fence, Fence};
-use super::history::{event_token, events_record, events_record_new};
+use super::history::{event_token, events_insert_rows, events_record, events_record_new, EventRow};
 use super::{Store, StoreError};
 use crate::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status};
 use crate::policy::Policy;
@@ -181,6 +181,10 @@ pub struct Dispatched {
     pub partition: i32,
     pub offset: i64,
     pub dispatched_at: DateTime<Utc>,
+    /// The row's time and attempt as claimed: what its history row says
+    /// when every row of a mark matched.
+    pub schedule_time: DateTime<Utc>,
+    pub attempt: u32,
 }
 
 impl Store {
@@ -410,25 +414,25 @@ impl Store {
         limit: u32,
     ) -> Result<(Vec<WindowEntry>, Option<(DateTime<Utc>, JobId)>), StoreError> {
         let mut query = QueryBuilder::<MySql>::new(
-            "SELECT id, schedule_time, updated_at FROM jobs WHERE status = 'pending' \
-             AND updated_at > created_at AND schedule_time < ",
+            "SELECT id, schedule_time, edited_at FROM jobs WHERE status = 'pending' \
+             AND edited_at > created_at AND schedule_time < ",
         );
         query.push_bind(until.naive_utc());
         query
-            .push(" AND updated_at >= ")
+            .push(" AND edited_at >= ")
             .push_bind(since.naive_utc());
         if let Some((at, id)) = after {
             query
-                .push(" AND (updated_at > ")
+                .push(" AND (edited_at > ")
                 .push_bind(at.naive_utc())
-                .push(" OR (updated_at = ")
+                .push(" OR (edited_at = ")
                 .push_bind(at.naive_utc())
                 .push(" AND id > ")
                 .push_bind(id)
                 .push("))");
         }
         query
-            .push(" ORDER BY updated_at, id LIMIT ")
+            .push(" ORDER BY edited_at, id LIMIT ")
             .push_bind(limit);
         let rows = query.build().fetch_all(&self.pool).await?;
         let mut last = None;
@@ -436,7 +440,7 @@ impl Store {
             .iter()
             .map(|row| {
                 let entry = WindowEntry::from_row(row)?;
-                let updated: NaiveDateTime = row.try_get("updated_at")?;
+                let updated: NaiveDateTime = row.try_get("edited_at")?;
                 last = Some((updated.and_utc(), entry.id));
                 Ok(entry)
             })
@@ -521,8 +525,8 @@ impl Store {
 
     /// Pending jobs with `from <= schedule_time < until` (no lower bound when
     /// `from` is None), in (schedule_time, id) order, starting after `after`.
-    /// A range scan on (status, schedule_time): far-future rows are never
-    /// read. Serves the loader (jobs entering the window) and the
+    /// A range scan on `live_at` (`schedule_time` while pending or
+    /// dispatching, V27): far-future rows are never read. Serves the loader (jobs entering the window) and the
     /// reconciler's overdue probe.
     pub async fn job_list_pending(
         &self,
@@ -557,7 +561,7 @@ impl Store {
         skip_paused: bool,
     ) -> Result<Vec<WindowEntry>, StoreError> {
         let mut query = QueryBuilder::<MySql>::new(
-            "SELECT id, schedule_time FROM jobs WHERE status = 'pending' AND schedule_time < ",
+            "SELECT id, live_at AS schedule_time FROM jobs WHERE status = 'pending' AND live_at < ",
         );
         query.push_bind(until.naive_utc());
         if skip_paused {
@@ -565,23 +569,21 @@ impl Store {
         }
         if let Some(from) = from {
             query
-                .push(" AND schedule_time >= ")
+                .push(" AND live_at >= ")
                 .push_bind(from.naive_utc());
         }
         if let Some(after) = after {
             let at = after.schedule_time.naive_utc();
             query
-                .push(" AND (schedule_time > ")
+                .push(" AND (live_at > ")
                 .push_bind(at)
-                .push(" OR (schedule_time = ")
+                .push(" OR (live_at = ")
                 .push_bind(at)
                 .push(" AND id > ")
                 .push_bind(after.id)
                 .push("))");
         }
-        query
-            .push(" ORDER BY schedule_time, id LIMIT ")
-            .push_bind(limit);
+        query.push(" ORDER BY live_at, id LIMIT ").push_bind(limit);
         let rows = query.build().fetch_all(&self.pool).await?;
         rows.iter().map(WindowEntry::from_row).collect()
     }
@@ -634,8 +636,13 @@ impl Store {
         }
         let lease_us = u64::try_from(lease.as_micros()).unwrap_or(u64::MAX);
         let lookahead_us = u64::try_from(lookahead.as_micros()).unwrap_or(u64::MAX);
+        // No index entry moves: `live_at` and `edited_at` (V27) serve
+        // pending and dispatching alike, and `updated_at` is kept as it was
+        // (`claimed_at` says when), so the claim rewrites the row and the
+        // one status-led index left, `ix_jobs_status_topic`.
         let mut update = QueryBuilder::<MySql>::new(
-            "UPDATE jobs SET status = 'dispatching', version = version + 1, claim_token = ",
+            "UPDATE jobs SET status = 'dispatching', version = version + 1, \
+             updated_at = updated_at, claim_token = ",
         );
         update
             .push_bind(token)
@@ -797,7 +804,20 @@ impl Store {
             let ids: Vec<JobId> = chunk.iter().map(|job| job.id).collect();
             let mut tx = self.begin().await?;
             let chunk_marked = query.build().execute(&mut *tx).await?.rows_affected();
-            events_record(&mut tx, &self.actor, &ids, token).await?;
+            if chunk_marked == chunk.len() as u64 {
+                // Every row matched its claim: their history rows are known
+                // without reading them again.
+                let done: Vec<EventRow> = chunk
+                    .iter()
+                    .map(|job| {
+                        let status = Status::Dispatched.as_str().to_owned();
+                        (job.id, status, job.schedule_time.naive_utc(), job.attempt)
+                    })
+                    .collect();
+                events_insert_rows(&mut tx, &self.actor, &done).await?;
+            } else {
+                events_record(&mut tx, &self.actor, &ids, token).await?;
+            }
             tx.commit().await?;
             marked.marked += chunk_marked;
             if chunk_marked < chunk.len() as u64 {

@@ -221,10 +221,22 @@ impl Store {
     /// Applies every migration in `migrations/` not yet applied; returns the
     /// names of those it applied.
     pub async fn migrate(url: &str) -> Result<Vec<String>, StoreError> {
+        Store::migrate_to(url, None).await
+    }
+
+    /// [`Store::migrate`], stopping after migration `to` when given: a live
+    /// upgrade applies what the running version can work beside first
+    /// (docs/operations.md, "Upgrading a live deployment").
+    pub async fn migrate_to(url: &str, to: Option<u32>) -> Result<Vec<String>, StoreError> {
         let conn = connect_options(url)?.connect().await?;
         let mut migrator = migrate::Migrator::new(conn);
+        let target = match to {
+            Some(version) => refinery_core::Target::Version(i32::try_from(version).unwrap_or(i32::MAX)),
+            None => refinery_core::Target::Latest,
+        };
         let report = migrate::migrations::runner()
             .set_abort_divergent(true)
+            .set_target(target)
             .run_async(&mut migrator)
             .await?;
         let _ = migrator.conn.close().await;

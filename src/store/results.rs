@@ -259,25 +259,15 @@ impl Store {
                 .bind(retention_us)
                 .fetch_one(&self.pool)
                 .await?;
-        // One range scan per status on (status, updated_at, ...): the cost
-        // follows the rows to purge, not the table.
-        let mut ids: Vec<JobId> = Vec::new();
-        for status in ["succeeded", "dead", "cancelled", "dispatched"] {
-            let left = limit.saturating_sub(ids.len() as u32);
-            if left == 0 {
-                break;
-            }
-            let found: Vec<JobId> = sqlx::query_scalar(
-                "SELECT id FROM jobs WHERE status = ? AND updated_at < ? \
-                 AND (status <> 'dispatched' OR ack_deadline IS NULL) ORDER BY updated_at LIMIT ?",
-            )
-            .bind(status)
-            .bind(cutoff)
-            .bind(left)
-            .fetch_all(&self.pool)
-            .await?;
-            ids.extend(found);
-        }
+        // One range scan on `finished_at` (V27: `updated_at` of the jobs
+        // done with): the cost follows the rows to purge, not the table.
+        let ids: Vec<JobId> = sqlx::query_scalar(
+            "SELECT id FROM jobs WHERE finished_at < ? ORDER BY finished_at LIMIT ?",
+        )
+        .bind(cutoff)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
         if ids.is_empty() {
             return Ok(0);
         }

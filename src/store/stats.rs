@@ -58,7 +58,7 @@ impl Store {
         let row = sqlx::query(
             "SELECT COUNT(*) AS n, \
              CAST(COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(schedule_time), UTC_TIMESTAMP(3)), 0) / 1000 AS SIGNED) AS age \
-             FROM jobs WHERE status = 'pending' AND schedule_time <= UTC_TIMESTAMP(3) \
+             FROM jobs WHERE status = 'pending' AND live_at <= UTC_TIMESTAMP(3) \
              AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused)",
         )
         .fetch_one(&self.pool)
@@ -76,7 +76,7 @@ impl Store {
         let window_us = i64::try_from(window.as_micros()).unwrap_or(i64::MAX);
         let n: i64 = sqlx::query_scalar(
             "SELECT (SELECT COUNT(*) FROM jobs WHERE status = 'pending' \
-               AND schedule_time < TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3)) \
+               AND live_at < TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3)) \
                AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused)) \
              + (SELECT COUNT(*) FROM jobs WHERE status = 'dispatching')",
         )
@@ -90,8 +90,8 @@ impl Store {
     /// None when nothing is pending.
     pub async fn job_next_due_in(&self) -> Result<Option<i64>, StoreError> {
         let ms: Option<i64> = sqlx::query_scalar(
-            "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(3), MIN(schedule_time)) / 1000 AS SIGNED) \
-             FROM jobs WHERE status = 'pending' \
+            "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(3), MIN(live_at)) / 1000 AS SIGNED) \
+             FROM jobs WHERE status = 'pending' AND live_at IS NOT NULL \
              AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused)",
         )
         .fetch_one(&self.pool)
@@ -100,8 +100,9 @@ impl Store {
     }
 
     /// (run time, dispatch time) of the latest `limit` jobs of each of
-    /// `dispatched` and `succeeded` due within `since` before now: a
-    /// bounded sample of recent lateness.
+    /// `dispatched` and `succeeded` due and done with within `since` before
+    /// now (a job awaiting its result counts once it has it): a bounded
+    /// sample of recent lateness, read from `ix_jobs_finished` newest first.
     pub async fn job_lateness_sample(
         &self,
         since: Duration,
@@ -112,11 +113,13 @@ impl Store {
         for status in ["dispatched", "succeeded"] {
             let rows = sqlx::query(
                 "SELECT schedule_time, dispatched_at FROM jobs WHERE status = ? \
+                 AND finished_at >= TIMESTAMPADD(MICROSECOND, -?, UTC_TIMESTAMP(3)) \
                  AND schedule_time >= TIMESTAMPADD(MICROSECOND, -?, UTC_TIMESTAMP(3)) \
                  AND schedule_time <= UTC_TIMESTAMP(3) \
-                 ORDER BY schedule_time DESC LIMIT ?",
+                 ORDER BY finished_at DESC LIMIT ?",
             )
             .bind(status)
+            .bind(since_us)
             .bind(since_us)
             .bind(limit)
             .fetch_all(&self.pool)
@@ -192,10 +195,10 @@ impl Store {
     ) -> Result<Vec<(crate::job::JobId, DateTime<Utc>)>, StoreError> {
         let window_us = i64::try_from(window.as_micros()).unwrap_or(i64::MAX);
         let rows = sqlx::query(
-            "SELECT id, schedule_time FROM jobs WHERE status = 'pending' \
-             AND schedule_time < TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3)) \
+            "SELECT id, live_at AS schedule_time FROM jobs WHERE status = 'pending' \
+             AND live_at < TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3)) \
              AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused) \
-             ORDER BY schedule_time LIMIT ?",
+             ORDER BY live_at LIMIT ?",
         )
         .bind(window_us)
         .bind(limit)
@@ -236,13 +239,14 @@ impl Store {
     }
 
     /// The recorded positions of the `limit` jobs of each of `dispatched`
-    /// and `succeeded` changed last.
+    /// and `succeeded` done with last (by `ix_jobs_finished`).
     pub async fn job_positions_recent(&self, limit: u32) -> Result<Vec<Position>, StoreError> {
         let mut positions = Vec::new();
         for status in ["dispatched", "succeeded"] {
             let rows = sqlx::query(
                 "SELECT id, topic, kafka_partition, kafka_offset FROM jobs WHERE status = ? \
-                 AND kafka_offset IS NOT NULL ORDER BY updated_at DESC LIMIT ?",
+                 AND kafka_offset IS NOT NULL AND finished_at IS NOT NULL \
+                 ORDER BY finished_at DESC LIMIT ?",
             )
             .bind(status)
             .bind(limit)

@@ -76,14 +76,17 @@ impl Db {
             .await
             .unwrap();
         assert_eq!(claim.won.len(), ids.len(), "every job is due and pending");
-        let marks: Vec<Dispatched> = ids
+        let marks: Vec<Dispatched> = claim
+            .won
             .iter()
-            .map(|&id| Dispatched {
-                id,
+            .map(|job| Dispatched {
+                id: job.id,
                 token,
                 partition: 0,
-                offset: id as i64,
+                offset: job.id as i64,
                 dispatched_at: Utc::now(),
+                schedule_time: job.schedule_time,
+                attempt: job.attempt,
             })
             .collect();
         let marked = self.store.job_mark_dispatched_many(&marks).await.unwrap();
