@@ -192,3 +192,115 @@ fn job_with_key(job: &tickler::job::NewJob, key: &str) -> tickler::job::NewJob {
         ..job.clone()
     }
 }
+
+/// `tickler migrate`, with `--to` when given, on the database at `url`.
+fn migrate_to(url: &str, to: Option<u32>) {
+    let mut command = Command::new(tickler_bin());
+    command.arg("migrate").env("TICKLER_MYSQL_URL", url);
+    if let Some(to) = to {
+        command.arg("--to").arg(to.to_string());
+    }
+    let output = command.output().expect("tickler runs");
+    assert!(
+        output.status.success(),
+        "migrate failed: {}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+}
+
+/// The jobs table's definition as a sorted set of lines (the order of its
+/// keys follows the order they were added in, and AUTO_INCREMENT its rows).
+async fn jobs_definition(conn: &mut sqlx::MySqlConnection) -> Vec<String> {
+    let (_, create): (String, String) = sqlx::query_as("SHOW CREATE TABLE jobs")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    let mut lines: Vec<String> = create
+        .lines()
+        .map(|line| {
+            let line = line.trim().trim_end_matches(',');
+            line.split(' ')
+                .filter(|word| !word.starts_with("AUTO_INCREMENT="))
+                .collect::<Vec<_>>()
+                .join(" ")
+        })
+        .collect();
+    lines.sort();
+    lines
+}
+
+async fn schema_version(conn: &mut sqlx::MySqlConnection) -> i32 {
+    sqlx::query_scalar("SELECT MAX(version) FROM refinery_schema_history")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap()
+}
+
+/// Runs the statements of one of docs/sql/*.sql.
+async fn sql_file_run(conn: &mut sqlx::MySqlConnection, path: &str) {
+    let text = std::fs::read_to_string(path).unwrap();
+    let code: String = text
+        .lines()
+        .filter(|line| !line.trim_start().starts_with("--"))
+        .collect::<Vec<_>>()
+        .join("\n");
+    for statement in code.split(';').map(str::trim).filter(|s| !s.is_empty()) {
+        sqlx::Executor::execute(&mut *conn, statement)
+            .await
+            .unwrap_or_else(|e| panic!("{path}: {statement}: {e}"));
+    }
+}
+
+/// docs/operations.md, "Upgrading a live deployment": the rollback of the
+/// hot path's schema leaves the jobs table V26 made, rows and all, and a
+/// later `tickler migrate` brings it forward again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hot_path_schema_rolls_back_to_v26_and_forward_again() {
+    let server = tickler_testkit::mysql_server_url();
+    let mut admin = sqlx::MySqlConnection::connect(&server).await.unwrap();
+    let names = [
+        tickler_testkit::unique("tickler_t_"),
+        tickler_testkit::unique("tickler_t_"),
+    ];
+    for name in &names {
+        sqlx::Executor::execute(&mut admin, format!("CREATE DATABASE {name}").as_str())
+            .await
+            .unwrap();
+    }
+    let [v26_url, url] = names.clone().map(|name| format!("{server}/{name}"));
+    migrate_to(&v26_url, Some(26));
+    let mut v26 = sqlx::MySqlConnection::connect(&v26_url).await.unwrap();
+    assert_eq!(schema_version(&mut v26).await, 26, "--to stops at 26");
+    let v26_definition = jobs_definition(&mut v26).await;
+
+    migrate_to(&url, None);
+    let mut conn = sqlx::MySqlConnection::connect(&url).await.unwrap();
+    let latest = jobs_definition(&mut conn).await;
+    assert_ne!(latest, v26_definition);
+    sqlx::query(
+        "INSERT INTO jobs (topic, payload, schedule_time) VALUES ('t', 'p', UTC_TIMESTAMP(3))",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    let root = env!("CARGO_MANIFEST_DIR");
+    sql_file_run(&mut conn, &format!("{root}/docs/sql/rollback-hot-path-1.sql")).await;
+    sql_file_run(&mut conn, &format!("{root}/docs/sql/rollback-hot-path-2.sql")).await;
+    assert_eq!(jobs_definition(&mut conn).await, v26_definition);
+    assert_eq!(schema_version(&mut conn).await, 26);
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(rows, 1, "the rows stay");
+
+    migrate_to(&url, None);
+    assert_eq!(jobs_definition(&mut conn).await, latest, "forward again");
+    conn.close().await.unwrap();
+    v26.close().await.unwrap();
+    for name in &names {
+        sqlx::Executor::execute(&mut admin, format!("DROP DATABASE {name}").as_str())
+            .await
+            .unwrap();
+    }
+}
