@@ -89,14 +89,17 @@ impl Store {
     /// Milliseconds until the next pending job is due (negative: overdue),
     /// None when nothing is pending.
     pub async fn job_next_due_in(&self) -> Result<Option<i64>, StoreError> {
-        let ms: Option<i64> = sqlx::query_scalar(
-            "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(3), MIN(live_at)) / 1000 AS SIGNED) \
+        // Walks `ix_jobs_live` from its start to the first pending row: a MIN()
+        // with the status filter would read every live row.
+        let ms: Option<Option<i64>> = sqlx::query_scalar(
+            "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(3), live_at) / 1000 AS SIGNED) \
              FROM jobs WHERE status = 'pending' AND live_at IS NOT NULL \
-             AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused)",
+             AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused) \
+             ORDER BY live_at LIMIT 1",
         )
-        .fetch_one(&self.pool)
+        .fetch_optional(&self.pool)
         .await?;
-        Ok(ms)
+        Ok(ms.flatten())
     }
 
     /// (run time, dispatch time) of the latest `limit` jobs of each of
