@@ -284,8 +284,16 @@ async fn the_hot_path_schema_rolls_back_to_v26_and_forward_again() {
     .await
     .unwrap();
     let root = env!("CARGO_MANIFEST_DIR");
-    sql_file_run(&mut conn, &format!("{root}/docs/sql/rollback-hot-path-1.sql")).await;
-    sql_file_run(&mut conn, &format!("{root}/docs/sql/rollback-hot-path-2.sql")).await;
+    sql_file_run(
+        &mut conn,
+        &format!("{root}/docs/sql/rollback-hot-path-1.sql"),
+    )
+    .await;
+    sql_file_run(
+        &mut conn,
+        &format!("{root}/docs/sql/rollback-hot-path-2.sql"),
+    )
+    .await;
     assert_eq!(jobs_definition(&mut conn).await, v26_definition);
     assert_eq!(schema_version(&mut conn).await, 26);
     let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs")

@@ -568,9 +568,7 @@ impl Store {
             query.push(" AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused)");
         }
         if let Some(from) = from {
-            query
-                .push(" AND live_at >= ")
-                .push_bind(from.naive_utc());
+            query.push(" AND live_at >= ").push_bind(from.naive_utc());
         }
         if let Some(after) = after {
             let at = after.schedule_time.naive_utc();

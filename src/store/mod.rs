@@ -231,7 +231,9 @@ impl Store {
         let conn = connect_options(url)?.connect().await?;
         let mut migrator = migrate::Migrator::new(conn);
         let target = match to {
-            Some(version) => refinery_core::Target::Version(i32::try_from(version).unwrap_or(i32::MAX)),
+            Some(version) => {
+                refinery_core::Target::Version(i32::try_from(version).unwrap_or(i32::MAX))
+            }
             None => refinery_core::Target::Latest,
         };
         let report = migrate::migrations::runner()
