@@ -255,21 +255,22 @@ impl World {
         first: DateTime<Utc>,
         span: Duration,
     ) -> Vec<Expected> {
-        let step_ms = span.as_millis() as i64 / n.max(1) as i64;
-        let requests = (0..n).map(|i| {
-            let due = first + chrono::Duration::milliseconds(step_ms * i as i64);
-            let body = serde_json::json!({
-                "topic": self.topic, "payload": {"n": i}, "run_at": due.to_rfc3339(),
-            });
-            async move {
-                let (status, job) = self.post_job(&body).await;
-                assert_eq!(status, 201, "create: {job}");
-                Expected {
-                    id: job["id"].as_u64().unwrap(),
-                    due_ms: due.timestamp_millis(),
+        let requests = due_evenly(n, first, span)
+            .into_iter()
+            .enumerate()
+            .map(|(i, due)| {
+                let body = serde_json::json!({
+                    "topic": self.topic, "payload": {"n": i}, "run_at": due.to_rfc3339(),
+                });
+                async move {
+                    let (status, job) = self.post_job(&body).await;
+                    assert_eq!(status, 201, "create: {job}");
+                    Expected {
+                        id: job["id"].as_u64().unwrap(),
+                        due_ms: due.timestamp_millis(),
+                    }
                 }
-            }
-        });
+            });
         futures::stream::iter(requests)
             .buffer_unordered(16)
             .collect()
@@ -285,10 +286,7 @@ impl World {
         first: DateTime<Utc>,
         span: Duration,
     ) -> Vec<Expected> {
-        let step_ms = span.as_millis() as i64 / n.max(1) as i64;
-        let due: Vec<DateTime<Utc>> = (0..n)
-            .map(|i| first + chrono::Duration::milliseconds(step_ms * i as i64))
-            .collect();
+        let due = due_evenly(n, first, span);
         let mut expected = Vec::with_capacity(n);
         for (c, chunk) in due.chunks(100).enumerate() {
             let items: Vec<serde_json::Value> = chunk
@@ -786,4 +784,12 @@ pub fn check_with(
     verdict.dispatch_p99_ms = pick(&at_dispatch, 0.99);
     verdict.dispatch_max_ms = at_dispatch.last().copied().unwrap_or(0);
     verdict
+}
+
+/// `n` times spread evenly over [first, first + span).
+fn due_evenly(n: usize, first: DateTime<Utc>, span: Duration) -> Vec<DateTime<Utc>> {
+    let step_ms = span.as_millis() as i64 / n.max(1) as i64;
+    (0..n)
+        .map(|i| first + chrono::Duration::milliseconds(step_ms * i as i64))
+        .collect()
 }
