@@ -5,6 +5,7 @@ use std::process::{Child, Command, Stdio};
 use std::time::Duration;
 
 use tickler::kafka;
+use tickler_testkit::procs::free_port;
 use tickler_testkit::{database_create, database_drop, eventually, records_read, unique};
 
 fn tickler() -> Command {
@@ -14,14 +15,6 @@ fn tickler() -> Command {
     command.env("TICKLER_RESULTS_TOPIC", unique("tickler-results-"));
     command.env("TICKLER_RESULTS_GROUP", unique("tickler-t-"));
     command
-}
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
 }
 
 #[test]

@@ -471,11 +471,7 @@ async fn shell_examples_run(file: &str) -> Vec<String> {
             // The example starts tickler itself: a database, a port and
             // a results topic of its own, and nothing running yet.
             let (db, url) = database_create().await;
-            let port = std::net::TcpListener::bind("127.0.0.1:0")
-                .unwrap()
-                .local_addr()
-                .unwrap()
-                .port();
+            let port = tickler_testkit::procs::free_port();
             let base_url = format!("http://127.0.0.1:{port}");
             let env = vec![
                 ("TICKLER_MYSQL_URL".to_owned(), url),

@@ -209,17 +209,22 @@ impl World {
     /// Waits until instance `i` answers /healthz.
     pub async fn healthy_instance(&self, i: usize) {
         let up = eventually(Duration::from_secs(30), || async {
+            // A process that exited (its port taken, say) must not pass for
+            // healthy because something else answers on that port.
+            if !self.instance(i).alive() {
+                return Some(false);
+            }
             let response = self
                 .http
                 .get(format!("http://{}/healthz", self.http_addrs[i]))
                 .send()
                 .await
                 .ok()?;
-            response.status().is_success().then_some(())
+            response.status().is_success().then_some(true)
         })
         .await;
         assert!(
-            up.is_some(),
+            up == Some(true),
             "tickler {i} is healthy; log:\n{}",
             self.instance(i).log_tail()
         );

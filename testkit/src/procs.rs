@@ -5,14 +5,38 @@
 use std::net::TcpListener;
 use std::path::PathBuf;
 use std::process::{Child, Command, Stdio};
+use std::sync::atomic::{AtomicU32, Ordering};
 use std::time::Duration;
 
+/// A port nothing listens on, for a server a test starts.
+///
+/// Not the kernel's pick (`bind(0)`): that comes from the ephemeral range,
+/// where, between the check and the server's own bind, another test's
+/// server may pick it too or an outgoing connection take it — the server
+/// then fails to start while the test talks to someone else's. These come
+/// from below the ephemeral range (32768 on Linux), each handed out once
+/// per test process (the suite's binaries run one after another), from a
+/// random start.
 pub fn free_port() -> u16 {
-    TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    port_from(&NEXT, 22_000, 10_000, |_| true)
+}
+
+/// The next port of the band `first..first + count` that is free, and for
+/// which `also` holds.
+fn port_from(next: &AtomicU32, first: u32, count: u32, also: impl Fn(u16) -> bool) -> u16 {
+    let _ = next.compare_exchange(
+        u32::MAX,
+        rand::random_range(0..count),
+        Ordering::Relaxed,
+        Ordering::Relaxed,
+    );
+    loop {
+        let port = (first + next.fetch_add(1, Ordering::Relaxed) % count) as u16;
+        if TcpListener::bind(("127.0.0.1", port)).is_ok() && also(port) {
+            return port;
+        }
+    }
 }
 
 /// A scratch directory for one test's processes.
@@ -173,6 +197,22 @@ impl Proc {
         }
     }
 
+    /// Whether the process started is still there (not exited, nor a
+    /// zombie waiting to be reaped).
+    pub fn alive(&self) -> bool {
+        let Some(child) = &self.child else {
+            return false;
+        };
+        std::fs::read_to_string(format!("/proc/{}/stat", child.id()))
+            .ok()
+            .and_then(|stat| {
+                // pid (comm) state ...: the state follows the last ')'.
+                let after = &stat[stat.rfind(')')? + 1..];
+                after.split_whitespace().next().map(|state| state != "Z")
+            })
+            .unwrap_or(false)
+    }
+
     /// How many times `needle` occurs in this process's log so far.
     pub fn log_count(&self, needle: &str) -> usize {
         std::fs::read_to_string(&self.log)
@@ -283,14 +323,13 @@ pub struct PrivateRedisCluster {
     pub ports: Vec<u16>,
 }
 
-/// A port free both itself and 10000 above (the cluster bus).
+/// A port free both itself and 10000 above (the cluster bus): from a band
+/// whose bus ports stay below [`free_port`]'s.
 fn cluster_port() -> u16 {
-    loop {
-        let port = free_port();
-        if port < 55_000 && TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok() {
-            return port;
-        }
-    }
+    static NEXT: AtomicU32 = AtomicU32::new(u32::MAX);
+    port_from(&NEXT, 10_000, 2_000, |port| {
+        TcpListener::bind(("127.0.0.1", port + 10_000)).is_ok()
+    })
 }
 
 impl PrivateRedisCluster {
