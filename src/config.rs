@@ -167,6 +167,9 @@ pub struct Config {
     /// result to wait for) unchanged for this many days are deleted, with
     /// their history; 0 keeps them forever.
     pub retention_days: u32,
+    /// The same in milliseconds, for soaks and tests; when above 0 it
+    /// replaces `retention_days`.
+    pub retention_ms: u64,
     /// Topics jobs may be created for, as patterns where `*` matches any
     /// run of characters (`orders.*`); empty allows every topic that is not
     /// reserved.
@@ -314,6 +317,7 @@ impl Default for Config {
             results_batch: 500,
             dead_letter_topic: None,
             retention_days: 30,
+            retention_ms: 0,
             topics_allowed: Vec::new(),
             auth: AuthMode::Tokens,
             allow_anonymous: false,

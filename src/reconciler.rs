@@ -19,7 +19,9 @@
 //!    them, or the write after an INSERT never landed).
 //!
 //! Once a minute it also purges finished jobs past `retention_days`, with
-//! their history, in small batches.
+//! their history, in small batches; while a purge finds more than one
+//! pass's share, it goes on at every pass until it has caught up, so that
+//! the purge keeps pace with any steady rate of jobs.
 //!
 //! Its cost follows the number of overdue and in-flight rows — both range
 //! scans on `(status, schedule_time)` — never the number of far-future jobs.
@@ -77,14 +79,21 @@ pub const PURGE_INTERVAL: Duration = Duration::from_secs(60);
 
 impl ReconcilerConfig {
     pub fn from_config(config: &Config) -> Self {
+        let retention = if config.retention_ms > 0 {
+            Some(Duration::from_millis(config.retention_ms))
+        } else {
+            (config.retention_days > 0)
+                .then(|| Duration::from_secs(u64::from(config.retention_days) * 86_400))
+        };
         ReconcilerConfig {
             interval: Duration::from_millis(config.reconcile_interval_ms),
             grace: Duration::from_millis(config.reconcile_grace_ms),
             batch: BATCH,
             max_per_pass: MAX_PER_PASS,
-            retention: (config.retention_days > 0)
-                .then(|| Duration::from_secs(u64::from(config.retention_days) * 86_400)),
-            purge_interval: PURGE_INTERVAL,
+            retention,
+            // A retention shorter than two minutes (a soak's) is kept to
+            // within half of itself.
+            purge_interval: retention.map_or(PURGE_INTERVAL, |r| PURGE_INTERVAL.min(r / 2)),
             brokers: config.kafka_brokers.clone(),
             kafka_options: config.kafka_options.clone(),
             readback_wait: READBACK_WAIT,
@@ -153,12 +162,19 @@ impl Reconciler {
             "reconciler started"
         );
         let mut purged_at: Option<tokio::time::Instant> = None;
+        // The last purge took its whole share: more is waiting.
+        let mut purge_behind = false;
         loop {
-            if purged_at.is_none_or(|at| at.elapsed() >= self.config.purge_interval) {
+            if purge_behind || purged_at.is_none_or(|at| at.elapsed() >= self.config.purge_interval)
+            {
                 purged_at = Some(tokio::time::Instant::now());
+                purge_behind = false;
                 match self.purge_once().await {
                     Ok(0) => {}
-                    Ok(purged) => tracing::info!(purged, "finished jobs past retention purged"),
+                    Ok(purged) => {
+                        purge_behind = purged >= self.purge_share();
+                        tracing::info!(purged, "finished jobs past retention purged")
+                    }
                     Err(ReconcileError::Store(err)) => metrics::store_failed("purge", &err),
                     Err(ReconcileError::Index(err)) => metrics::index_failed("purge", 0, &err),
                 }
@@ -198,15 +214,21 @@ impl Reconciler {
         tracing::info!("reconciler stopped");
     }
 
+    /// Most rows one purge deletes: small, so that a large backlog (a
+    /// first purge, or a steady rate above this a minute) spreads over
+    /// passes, between which the reconciler's own work goes on.
+    fn purge_share(&self) -> u64 {
+        (self.config.max_per_pass / 10) as u64
+    }
+
     /// Deletes finished jobs past the retention, in batches of `batch`, at
-    /// most `max_per_pass / 10` rows (small, so a first purge of a large
-    /// backlog spreads over passes). Returns how many.
+    /// most [`Reconciler::purge_share`] rows. Returns how many.
     pub async fn purge_once(&self) -> Result<u64, ReconcileError> {
         let Some(retention) = self.config.retention else {
             return Ok(0);
         };
         let mut purged = 0;
-        while purged < (self.config.max_per_pass / 10) as u64 {
+        while purged < self.purge_share() {
             let batch = self
                 .store
                 .job_purge_finished(retention, self.config.batch)

@@ -312,3 +312,58 @@ async fn the_hot_path_schema_rolls_back_to_v26_and_forward_again() {
             .unwrap();
     }
 }
+
+/// A migration on a live table waits for the table's metadata lock behind
+/// every query already running on it, and every query after it waits
+/// behind the migration: one long report would stop dispatch for as long
+/// as it runs. The migrator gives up waiting after a few seconds, lets the
+/// queue through and tries again.
+#[tokio::test]
+async fn a_migration_behind_a_long_query_does_not_hold_up_the_queries_after_it() {
+    let server = tickler_testkit::mysql_server_url();
+    let mut admin = sqlx::MySqlConnection::connect(&server).await.unwrap();
+    let name = tickler_testkit::unique("tickler_t_");
+    sqlx::Executor::execute(&mut admin, format!("CREATE DATABASE {name}").as_str())
+        .await
+        .unwrap();
+    let url = format!("{server}/{name}");
+    migrate_to(&url, Some(26));
+
+    // The long query: a transaction that read the table and stays open
+    // holds its metadata lock as a long SELECT would.
+    let mut report = sqlx::MySqlConnection::connect(&url).await.unwrap();
+    sqlx::Executor::execute(&mut report, "BEGIN").await.unwrap();
+    sqlx::Executor::execute(&mut report, "SELECT COUNT(*) FROM jobs")
+        .await
+        .unwrap();
+    let migration = tokio::task::spawn_blocking({
+        let url = url.clone();
+        move || migrate_to(&url, Some(27))
+    });
+    tokio::time::sleep(std::time::Duration::from_secs(1)).await;
+
+    // A create while the migration waits: it gets through while the long
+    // query is still open, not after it.
+    let mut app = sqlx::MySqlConnection::connect(&url).await.unwrap();
+    let insert = sqlx::query(
+        "INSERT INTO jobs (topic, payload, schedule_time) VALUES ('t', 'p', UTC_TIMESTAMP(3))",
+    )
+    .execute(&mut app);
+    let through = tokio::time::timeout(std::time::Duration::from_secs(30), insert).await;
+    assert!(
+        matches!(through, Ok(Ok(_))),
+        "a create behind a waiting migration runs while the long query is open: {through:?}"
+    );
+    assert!(!migration.is_finished(), "the migration still waits");
+
+    sqlx::Executor::execute(&mut report, "COMMIT")
+        .await
+        .unwrap();
+    migration.await.unwrap();
+    assert_eq!(schema_version(&mut app).await, 27, "then it is applied");
+    app.close().await.unwrap();
+    report.close().await.unwrap();
+    sqlx::Executor::execute(&mut admin, format!("DROP DATABASE {name}").as_str())
+        .await
+        .unwrap();
+}

@@ -12,6 +12,14 @@
 //! fresh install included. V21, V25 and V26 drop them where they were made,
 //! and only there: with binary logging on, even `DROP TRIGGER IF EXISTS`
 //! of a trigger that does not exist takes SUPER.
+//!
+//! On a live table an `ALTER` needs the table's metadata lock for a moment
+//! at its start and at its end, and waits for every query already running
+//! on the table; every query that comes after waits behind it. One long
+//! query (a report's `COUNT(*)` over millions of rows) would so stop
+//! dispatch for as long as it runs. The migrator waits
+//! [`MDL_WAIT_SECS`] at most, then gives up, lets the queue through and
+//! tries again, up to [`MDL_ATTEMPTS`] times.
 
 use futures::future::BoxFuture;
 use refinery_core::traits::r#async::{AsyncMigrate, AsyncQuery, AsyncTransaction};
@@ -22,6 +30,14 @@ use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
 
 refinery::embed_migrations!("migrations");
+
+/// Longest a migration's statement waits for the table's metadata lock
+/// before it gives up and lets the queries queued behind it run.
+pub const MDL_WAIT_SECS: u32 = 5;
+/// How many times a statement is tried while other queries hold the lock.
+pub const MDL_ATTEMPTS: u32 = 60;
+/// Pause between two tries: the queue behind the last one drains.
+const MDL_PAUSE: std::time::Duration = std::time::Duration::from_secs(2);
 
 /// A sqlx connection refinery can drive.
 pub struct Migrator {
@@ -48,6 +64,9 @@ impl Migrator {
                 self.triggers = Some(super::history::triggers_list(&mut self.conn).await?);
             }
             let mut tx = self.conn.begin().await?;
+            (&mut *tx)
+                .execute(format!("SET SESSION lock_wait_timeout = {MDL_WAIT_SECS}").as_str())
+                .await?;
             for query in queries.iter().filter(|query| !creates_trigger(query)) {
                 if let Some(name) = trigger_dropped(query) {
                     let triggers = self.triggers.as_deref().unwrap_or_default();
@@ -55,8 +74,26 @@ impl Migrator {
                         continue;
                     }
                 }
-                // A plain &str runs over the text protocol, as DDL must.
-                (&mut *tx).execute(query.as_str()).await?;
+                let mut attempt = 1;
+                loop {
+                    // A plain &str runs over the text protocol, as DDL must.
+                    match (&mut *tx).execute(query.as_str()).await {
+                        Ok(_) => break,
+                        // One DDL change a file: a statement that gave up
+                        // changed nothing, and is tried again whole.
+                        Err(err) if lock_wait_timed_out(&err) && attempt < MDL_ATTEMPTS => {
+                            tracing::warn!(
+                                attempt,
+                                wait_s = MDL_WAIT_SECS,
+                                "a long query holds the table this migration changes; \
+                                 gave up waiting so the queries behind it run, trying again"
+                            );
+                            attempt += 1;
+                            tokio::time::sleep(MDL_PAUSE).await;
+                        }
+                        Err(err) => return Err(err),
+                    }
+                }
             }
             tx.commit().await?;
             Ok(queries.len())
@@ -69,6 +106,13 @@ impl Migrator {
             rows.iter().map(migration_from_row).collect()
         })
     }
+}
+
+/// ERROR 1205: here, the metadata lock was not had in time.
+fn lock_wait_timed_out(err: &sqlx::Error) -> bool {
+    err.as_database_error()
+        .and_then(|e| e.try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>())
+        .is_some_and(|e| e.number() == 1205)
 }
 
 /// Whether a migration creates a trigger (outside its comments).

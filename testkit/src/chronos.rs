@@ -525,6 +525,13 @@ impl World {
         self.seen.lock().unwrap().clone()
     }
 
+    /// The records seen after the first `from`, and how many were seen in
+    /// all: a long run reads what is new each time instead of everything.
+    pub fn seen_from(&self, from: usize) -> (Vec<Seen>, usize) {
+        let seen = self.seen.lock().unwrap();
+        (seen.get(from..).unwrap_or_default().to_vec(), seen.len())
+    }
+
     /// Waits until every id in `ids` has been seen, or `wait` passes; then a
     /// little longer, so late duplicates are counted too.
     pub async fn await_seen(&self, ids: &HashSet<u64>, wait: Duration) {

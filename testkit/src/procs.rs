@@ -197,6 +197,11 @@ impl Proc {
         }
     }
 
+    /// The running process's id.
+    pub fn pid(&self) -> Option<u32> {
+        self.child.as_ref().map(Child::id)
+    }
+
     /// Whether the process started is still there (not exited, nor a
     /// zombie waiting to be reaped).
     pub fn alive(&self) -> bool {
