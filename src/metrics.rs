@@ -68,6 +68,9 @@ pub const DISPATCH_PACED: &str = "tickler_dispatch_paced_total";
 pub const DISPATCH_HELD: &str = "tickler_dispatch_held_total";
 pub const SCHEDULE_OCCURRENCES: &str = "tickler_schedule_occurrences_total";
 pub const SCHEDULE_MISFIRES_SKIPPED: &str = "tickler_schedule_misfires_skipped_total";
+/// The process's own, under the names Prometheus's client libraries use.
+pub const PROCESS_RSS: &str = "process_resident_memory_bytes";
+pub const PROCESS_FDS: &str = "process_open_fds";
 
 /// Installs the process-wide recorder once and returns the handle that
 /// renders it. Later calls (several servers in one test process) share it.
@@ -89,14 +92,68 @@ pub fn install() -> PrometheusHandle {
             // nothing, which beats refusing to start.
             let _ = metrics::set_global_recorder(recorder);
             describe();
+            upkeep_start(handle.clone());
             handle
         })
         .clone()
 }
 
+/// How often the histograms' samples are folded into their buckets and
+/// summaries.
+const UPKEEP_EVERY: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// A histogram keeps every sample recorded until the recorder folds them
+/// in, which it otherwise does only when `/metrics` is scraped: unscraped,
+/// the per-job samples (lateness, the hold stage) grew tickler's memory
+/// with every job (#28). A thread of its own folds them in every few
+/// seconds, runtime or not, and samples the process's memory and open
+/// files.
+fn upkeep_start(handle: PrometheusHandle) {
+    let started = std::thread::Builder::new()
+        .name("metrics-upkeep".to_owned())
+        .spawn(move || loop {
+            std::thread::sleep(UPKEEP_EVERY);
+            handle.run_upkeep();
+            process_sample();
+        });
+    if let Err(err) = started {
+        tracing::warn!(error = %err, "cannot start the metrics upkeep; histograms grow until /metrics is scraped");
+    }
+}
+
+/// Resident memory and open files, from /proc where there is one.
+fn process_sample() {
+    let rss_kib = std::fs::read_to_string("/proc/self/status")
+        .ok()
+        .and_then(|status| {
+            status
+                .lines()
+                .find_map(|line| line.strip_prefix("VmRSS:"))?
+                .trim()
+                .trim_end_matches("kB")
+                .trim()
+                .parse::<f64>()
+                .ok()
+        });
+    if let Some(kib) = rss_kib {
+        gauge!(PROCESS_RSS).set(kib * 1024.0);
+    }
+    if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
+        gauge!(PROCESS_FDS).set(fds.count() as f64);
+    }
+}
+
 /// Long because it is a table: one description per metric, in the order
 /// of the names above. Split, it would only be scattered.
 fn describe() {
+    describe_gauge!(
+        PROCESS_RSS,
+        "Resident memory of this process, in bytes (Linux)."
+    );
+    describe_gauge!(
+        PROCESS_FDS,
+        "Open file descriptors of this process (Linux)."
+    );
     describe_counter!(JOBS_CREATED, "Jobs accepted by the API.");
     describe_gauge!(
         API_CONNECTIONS,

@@ -33,11 +33,11 @@ refinery::embed_migrations!("migrations");
 
 /// Longest a migration's statement waits for the table's metadata lock
 /// before it gives up and lets the queries queued behind it run.
-pub const MDL_WAIT_SECS: u32 = 5;
+pub const MDL_WAIT_SECS: u32 = 2;
 /// How many times a statement is tried while other queries hold the lock.
-pub const MDL_ATTEMPTS: u32 = 60;
+pub const MDL_ATTEMPTS: u32 = 100;
 /// Pause between two tries: the queue behind the last one drains.
-const MDL_PAUSE: std::time::Duration = std::time::Duration::from_secs(2);
+const MDL_PAUSE: std::time::Duration = std::time::Duration::from_secs(3);
 
 /// A sqlx connection refinery can drive.
 pub struct Migrator {
