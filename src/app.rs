@@ -363,6 +363,7 @@ async fn start_api(shared: &Shared, store: &Store) -> Result<SocketAddr, StartEr
     let limits = ServeLimits {
         max_connections: config.api_max_connections,
         header_timeout: Duration::from_millis(config.api_header_timeout_ms),
+        idle_timeout: Duration::from_millis(config.api_idle_timeout_ms),
     };
     let tls = match (&config.api_tls_cert, &config.api_tls_key) {
         (Some(cert), Some(key)) => Some(api::tls_config(cert, key)?),

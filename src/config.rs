@@ -202,10 +202,15 @@ pub struct Config {
     /// Most connections the API holds at once; more wait in the kernel's
     /// backlog.
     pub api_max_connections: usize,
-    /// A client has this long to send a request's headers (and to finish
-    /// the TLS handshake), and an idle kept-alive connection is closed
-    /// after it.
+    /// A client has this long to finish the TLS handshake, and a request's
+    /// headers from their first byte (from the connection's start for its
+    /// first request).
     pub api_header_timeout_ms: u64,
+    /// A kept-alive connection that sends nothing for this long after an
+    /// answer is closed. Longer than a load balancer's or client pool's
+    /// idle timeout, so the server is never the one that closes a
+    /// connection a client is about to reuse.
+    pub api_idle_timeout_ms: u64,
     /// A client has this long to send a request's body: 408 after it.
     pub api_body_timeout_ms: u64,
     /// With `rediss://`: PEM file of the CA that signed Redis's
@@ -329,6 +334,7 @@ impl Default for Config {
             metrics_addr: None,
             api_max_connections: 1_024,
             api_header_timeout_ms: 5_000,
+            api_idle_timeout_ms: 75_000,
             api_body_timeout_ms: 30_000,
             redis_tls_ca: None,
             redis_tls_cert: None,
@@ -656,6 +662,12 @@ impl Config {
             return Err(invalid(
                 "api_header_timeout_ms/api_body_timeout_ms",
                 "must be at least 100",
+            ));
+        }
+        if self.api_idle_timeout_ms < self.api_header_timeout_ms {
+            return Err(invalid(
+                "api_idle_timeout_ms",
+                "must be at least api_header_timeout_ms",
             ));
         }
         if self.payload_max_bytes == 0 || self.payload_max_bytes > 16 * 1024 * 1024 - 1 {

@@ -394,6 +394,103 @@ async fn idle_and_half_sent_connections_do_not_stop_a_real_client() {
     env.finish().await;
 }
 
+/// One request and its answer on `stream`: the answer's head and body.
+async fn exchange(stream: &mut tokio::net::TcpStream, request: &str) -> String {
+    use tokio::io::AsyncReadExt;
+    stream.write_all(request.as_bytes()).await.unwrap();
+    let mut answer = Vec::new();
+    let mut buf = [0u8; 4096];
+    let read = tokio::time::timeout(Duration::from_secs(10), async {
+        loop {
+            let text = String::from_utf8_lossy(&answer).into_owned();
+            if let Some(end) = text.find("\r\n\r\n") {
+                let length = text[..end]
+                    .lines()
+                    .find_map(|line| {
+                        let (name, value) = line.split_once(':')?;
+                        name.eq_ignore_ascii_case("content-length")
+                            .then(|| value.trim().parse::<usize>().ok())?
+                    })
+                    .unwrap_or(0);
+                if answer.len() >= end + 4 + length {
+                    return text;
+                }
+            }
+            let n = stream.read(&mut buf).await.unwrap();
+            assert!(n > 0, "the connection closed mid-answer: {text}");
+            answer.extend_from_slice(&buf[..n]);
+        }
+    })
+    .await;
+    read.expect("an answer within 10 s")
+}
+
+/// How long until the server closes `stream`, reading for at most `limit`.
+async fn closed_within(stream: &mut tokio::net::TcpStream, limit: Duration) -> Option<Duration> {
+    use tokio::io::AsyncReadExt;
+    let started = std::time::Instant::now();
+    let mut buf = [0u8; 256];
+    tokio::time::timeout(limit, async {
+        loop {
+            match stream.read(&mut buf).await {
+                Ok(0) | Err(_) => return started.elapsed(),
+                Ok(_) => {}
+            }
+        }
+    })
+    .await
+    .ok()
+}
+
+/// A client that keeps a connection for its next request is never the one
+/// racing the server's close: idle time between requests is allowed up to
+/// `api_idle_timeout_ms`, while a request's headers still have only
+/// `api_header_timeout_ms` from their first byte.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_kept_alive_connection_outlives_the_header_timeout_but_not_the_idle_one() {
+    let env = TestEnv::start_with(|c| {
+        c.api_header_timeout_ms = 1_000;
+        c.api_idle_timeout_ms = 5_000;
+    })
+    .await;
+    let addr = env.base_url.trim_start_matches("http://").to_owned();
+    let health = "GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n";
+
+    let mut stream = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let first = exchange(&mut stream, health).await;
+    assert!(first.starts_with("HTTP/1.1 200"), "{first}");
+    tokio::time::sleep(Duration::from_millis(2_500)).await;
+    let second = exchange(&mut stream, health).await;
+    assert!(
+        second.starts_with("HTTP/1.1 200"),
+        "served after idling past the header timeout: {second}"
+    );
+
+    // Headers begun and never finished: closed by the header timeout.
+    stream
+        .write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .await
+        .unwrap();
+    let closed = closed_within(&mut stream, Duration::from_secs(10)).await;
+    let closed = closed.expect("a half-sent request is closed");
+    assert!(
+        closed < Duration::from_millis(4_000),
+        "by the header timeout, not the idle one: {closed:?}"
+    );
+
+    // Idle after an answer: closed by the idle timeout.
+    let mut idle = tokio::net::TcpStream::connect(&addr).await.unwrap();
+    let answer = exchange(&mut idle, health).await;
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    let closed = closed_within(&mut idle, Duration::from_secs(15)).await;
+    let closed = closed.expect("an idle connection is closed");
+    assert!(
+        closed >= Duration::from_millis(4_000),
+        "not before the idle timeout: {closed:?}"
+    );
+    env.finish().await;
+}
+
 /// A token may be called anything up to 100 characters: its name is the
 /// actor of every change it makes, in the history and in bulk operations.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -1,23 +1,29 @@
 //! The HTTP(S) server: accepts connections up to a cap, gives each one a
-//! deadline for its TLS handshake and for every request's headers (an idle
-//! kept-alive connection is closed after it too), and stops taking
+//! deadline for its TLS handshake and for every request's headers (counted
+//! from the connection's start, then from each request's first byte), closes
+//! a kept-alive connection after a longer idle time, and stops taking
 //! connections — letting the ones open finish their request — when
 //! cancelled.
 
 use std::io;
 use std::path::Path;
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::task::{Context, Poll};
 use std::time::Duration;
 
 use axum::Router;
 use hyper::server::conn::http1;
+use hyper::service::Service as _;
 use hyper_util::rt::{TokioIo, TokioTimer};
 use hyper_util::service::TowerToHyperService;
 use rustls::pki_types::pem::PemObject;
 use rustls::pki_types::{CertificateDer, PrivateKeyDer};
-use tokio::io::{AsyncRead, AsyncWrite};
+use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::net::TcpListener;
 use tokio::sync::Semaphore;
+use tokio::time::Instant;
 use tokio_rustls::TlsAcceptor;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -29,8 +35,10 @@ use crate::metrics;
 pub struct ServeLimits {
     /// Connections held at once; more wait in the kernel's backlog.
     pub max_connections: usize,
-    /// For the TLS handshake, each request's headers, and idleness.
+    /// For the TLS handshake and each request's headers.
     pub header_timeout: Duration,
+    /// For a kept-alive connection that sends nothing after an answer.
+    pub idle_timeout: Duration,
 }
 
 /// A certificate or key that cannot serve HTTPS, naming the setting.
@@ -143,25 +151,151 @@ async fn connection_serve<S>(
 ) where
     S: AsyncRead + AsyncWrite + Unpin + Send + 'static,
 {
+    let clock = Arc::new(HeadClock::new());
+    let stream = Watched {
+        inner: stream,
+        clock: clock.clone(),
+    };
+    let inner = TowerToHyperService::new(router);
+    let in_hand = clock.clone();
+    let service = hyper::service::service_fn(move |request| {
+        in_hand.request_in_hand();
+        let answer = inner.call(request);
+        let clock = in_hand.clone();
+        async move {
+            let answer = answer.await;
+            clock.answered();
+            answer
+        }
+    });
     let mut builder = http1::Builder::new();
+    // hyper's own clock runs from the end of an answer to the end of the
+    // next request's headers: the idle time. The header deadline, counted
+    // from the request's first byte, is `clock`'s.
     builder
         .timer(TokioTimer::new())
-        .header_read_timeout(limits.header_timeout)
+        .header_read_timeout(limits.idle_timeout)
         .keep_alive(true);
-    let connection =
-        builder.serve_connection(TokioIo::new(stream), TowerToHyperService::new(router));
+    let connection = builder.serve_connection(TokioIo::new(stream), service);
     tokio::pin!(connection);
-    let served: Result<(), hyper::Error> = tokio::select! {
-        served = connection.as_mut() => served,
-        _ = stop.cancelled() => {
-            connection.as_mut().graceful_shutdown();
-            connection.await
+    let mut stopping = false;
+    let served: Result<(), hyper::Error> = loop {
+        let check = clock
+            .head_deadline(limits.header_timeout)
+            .unwrap_or_else(|| Instant::now() + limits.header_timeout);
+        tokio::select! {
+            served = connection.as_mut() => break served,
+            _ = stop.cancelled(), if !stopping => {
+                stopping = true;
+                connection.as_mut().graceful_shutdown();
+            }
+            _ = tokio::time::sleep_until(check) => {
+                if clock.head_deadline(limits.header_timeout).is_some_and(|d| d <= Instant::now()) {
+                    tracing::debug!("request headers not in within the header timeout: closing");
+                    return;
+                }
+            }
         }
     };
     if let Err(err) = served {
         if !is_routine(&err) {
             tracing::debug!(error = %err, "connection ended with an error");
         }
+    }
+}
+
+/// When the request being read began: the connection's start for its first
+/// request, the first byte after an answer for the next ones.
+struct HeadClock {
+    origin: Instant,
+    /// `IDLE`, `IN_HAND`, or 1 + the milliseconds from `origin` at which
+    /// the request's first byte came.
+    state: AtomicU64,
+}
+
+const IDLE: u64 = 0;
+const IN_HAND: u64 = u64::MAX;
+
+impl HeadClock {
+    fn new() -> Self {
+        Self {
+            origin: Instant::now(),
+            state: AtomicU64::new(1),
+        }
+    }
+
+    fn bytes_arrived(&self) {
+        let now = self.origin.elapsed().as_millis() as u64 + 1;
+        let _ = self
+            .state
+            .compare_exchange(IDLE, now, Ordering::Relaxed, Ordering::Relaxed);
+    }
+
+    fn request_in_hand(&self) {
+        self.state.store(IN_HAND, Ordering::Relaxed);
+    }
+
+    fn answered(&self) {
+        self.state.store(IDLE, Ordering::Relaxed);
+    }
+
+    /// When the headers being read must be in, if some are being read.
+    fn head_deadline(&self, header_timeout: Duration) -> Option<Instant> {
+        match self.state.load(Ordering::Relaxed) {
+            IDLE | IN_HAND => None,
+            started => Some(self.origin + Duration::from_millis(started - 1) + header_timeout),
+        }
+    }
+}
+
+/// A connection's stream that starts its `HeadClock` when bytes come.
+struct Watched<S> {
+    inner: S,
+    clock: Arc<HeadClock>,
+}
+
+impl<S: AsyncRead + Unpin> AsyncRead for Watched<S> {
+    fn poll_read(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &mut ReadBuf<'_>,
+    ) -> Poll<io::Result<()>> {
+        let before = buf.filled().len();
+        let read = Pin::new(&mut self.inner).poll_read(cx, buf);
+        if matches!(read, Poll::Ready(Ok(()))) && buf.filled().len() > before {
+            self.clock.bytes_arrived();
+        }
+        read
+    }
+}
+
+impl<S: AsyncWrite + Unpin> AsyncWrite for Watched<S> {
+    fn poll_write(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        buf: &[u8],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write(cx, buf)
+    }
+
+    fn poll_write_vectored(
+        mut self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+        bufs: &[io::IoSlice<'_>],
+    ) -> Poll<io::Result<usize>> {
+        Pin::new(&mut self.inner).poll_write_vectored(cx, bufs)
+    }
+
+    fn is_write_vectored(&self) -> bool {
+        self.inner.is_write_vectored()
+    }
+
+    fn poll_flush(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_flush(cx)
+    }
+
+    fn poll_shutdown(mut self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<io::Result<()>> {
+        Pin::new(&mut self.inner).poll_shutdown(cx)
     }
 }
 

@@ -165,8 +165,12 @@ pub fn http_with_token(secret: &str) -> reqwest::Client {
         reqwest::header::AUTHORIZATION,
         format!("Bearer {secret}").parse().expect("a header value"),
     );
+    // A pool that lets a connection go before the server's idle timeout
+    // (75 s) does, as a client of tickler should: the server never closes
+    // a connection this client is about to reuse.
     reqwest::Client::builder()
         .default_headers(headers)
+        .pool_idle_timeout(Duration::from_secs(30))
         .build()
         .expect("an HTTP client")
 }
