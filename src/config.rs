@@ -126,6 +126,10 @@ pub struct Config {
     /// migrate`, record them as actor `sql`) or `off`. tickler records its
     /// own changes either way.
     pub history_hand_edits: HandEdits,
+    /// How `tickler migrate` installs the schema in an empty database:
+    /// from `schema/baseline.sql` on TiDB (`auto`), always (`on`) or never
+    /// (`off`: the migrations one by one).
+    pub schema_baseline: SchemaBaseline,
     pub topic_check: TopicCheck,
     /// How often the broker's list of topics is fetched again (the API's
     /// check and the dispatcher both read it; an unknown topic also
@@ -305,6 +309,7 @@ impl Default for Config {
             doubt_margin_ms: 2_000,
             topic_check: TopicCheck::Reject,
             history_hand_edits: HandEdits::Trigger,
+            schema_baseline: SchemaBaseline::Auto,
             topic_refresh_ms: 10_000,
             batch_max: 1_000,
             payload_max_bytes: 1024 * 1024,
@@ -353,6 +358,17 @@ pub enum HandEdits {
     /// 1`) where binary logging is on.
     Trigger,
     /// No trigger: hand edits leave no history rows.
+    Off,
+}
+
+/// The `schema_baseline` setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum SchemaBaseline {
+    /// On TiDB (its `VERSION()` says so), whose server refuses some of the
+    /// migrations' statements; the migrations elsewhere.
+    Auto,
+    On,
     Off,
 }
 

@@ -259,6 +259,11 @@ impl Doctor {
                 .unwrap_or_else(|err| unreachable_store("schedules", err)),
         );
         findings.push(self.check_clocks().await);
+        findings.push(
+            self.check_triggers()
+                .await
+                .unwrap_or_else(|err| unreachable_store("triggers", err)),
+        );
         (
             DoctorReport {
                 findings,
@@ -619,6 +624,52 @@ impl Doctor {
             fix: Some(
                 "run an instance with the loader role (tickler instances); a schedule edited by hand into an unreadable cron or time zone is named in the loader's log".to_owned(),
             ),
+        })
+    }
+
+    /// The triggers on `jobs` (the optional ones that record hand edits, or
+    /// a legacy one): each must be able to run, or every write fails.
+    async fn check_triggers(&self) -> Result<Finding, DoctorError> {
+        const CHECK: &str = "triggers";
+        let (triggers, broken) = self.store.triggers_check().await?;
+        if triggers.is_empty() {
+            return Ok(Finding::ok(
+                CHECK,
+                "no trigger on jobs (hand edits in SQL are not recorded)".to_owned(),
+            ));
+        }
+        if broken.is_empty() {
+            let names: Vec<String> = triggers
+                .iter()
+                .map(|(name, definer)| format!("{name} (definer {definer})"))
+                .collect();
+            return Ok(Finding::ok(
+                CHECK,
+                format!("the triggers on jobs run: {}", names.join(", ")),
+            ));
+        }
+        let names: Vec<String> = broken
+            .iter()
+            .map(|t| format!("{} (definer {})", t.name, t.definer))
+            .collect();
+        Ok(Finding {
+            check: CHECK,
+            verdict: Verdict::Fail,
+            summary: format!(
+                "every write to jobs fails: the account that created these triggers is gone: {} ({})",
+                names.join(", "),
+                broken[0].error
+            ),
+            count: broken.len() as u64,
+            ids: Vec::new(),
+            fix: Some(format!(
+                "drop them ({}) and run tickler migrate with history_hand_edits = trigger from an account that stays, or set history_hand_edits = off (docs/operations.md, \"History\")",
+                broken
+                    .iter()
+                    .map(|t| format!("DROP TRIGGER {};", t.name))
+                    .collect::<Vec<_>>()
+                    .join(" ")
+            )),
         })
     }
 

@@ -348,3 +348,72 @@ async fn the_doctor_names_jobs_set_aside_as_unreadable() {
     assert!(unreadable.fix.as_deref().unwrap().contains("redrive"));
     env.finish().await;
 }
+
+/// A trigger runs as the account that created it. With that account
+/// dropped (a rotated migration user), every write to `jobs` fails with
+/// ERROR 1449, and the doctor says which trigger and what to do.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_trigger_whose_definer_is_gone_is_named_by_the_doctor() {
+    let env = start().await;
+    let report = doctor(&env).run_once().await;
+    let triggers = finding(&report, "triggers");
+    assert_eq!(triggers.verdict, Verdict::Ok, "{triggers:?}");
+    assert!(
+        triggers.summary.contains("jobs_hand_inserted"),
+        "the hand-edit triggers are in place: {triggers:?}"
+    );
+
+    let mut conn = env.sql.acquire().await.unwrap();
+    for statement in [
+        "DROP TRIGGER jobs_hand_inserted".to_owned(),
+        "CREATE DEFINER = 'tickler_gone'@'localhost' TRIGGER jobs_hand_inserted \
+         AFTER INSERT ON jobs FOR EACH ROW SET @edited = 1"
+            .to_owned(),
+    ] {
+        sqlx::Executor::execute(&mut *conn, statement.as_str())
+            .await
+            .unwrap();
+    }
+    drop(conn);
+    let (status, refused) = env
+        .post(
+            "/v1/jobs",
+            json!({"topic": env.topic, "payload": 1, "delay_ms": 60_000}),
+        )
+        .await;
+    assert!(
+        status >= 500,
+        "a write to jobs fails while the trigger cannot run: {status} {refused}"
+    );
+
+    let report = doctor(&env).run_once().await;
+    assert!(!report.healthy());
+    let triggers = finding(&report, "triggers");
+    assert_eq!(triggers.verdict, Verdict::Fail, "{triggers:?}");
+    assert!(
+        triggers.summary.contains("jobs_hand_inserted")
+            && triggers.summary.contains("tickler_gone"),
+        "{triggers:?}"
+    );
+    assert!(
+        !triggers.summary.contains("jobs_hand_edited"),
+        "the trigger whose definer exists is not named: {triggers:?}"
+    );
+    let fix = triggers.fix.as_deref().unwrap();
+    assert!(fix.contains("DROP TRIGGER jobs_hand_inserted;"), "{fix}");
+
+    // The fix as written: then writes go through again.
+    sqlx::Executor::execute(&env.sql, "DROP TRIGGER jobs_hand_inserted")
+        .await
+        .unwrap();
+    let (status, created) = env
+        .post(
+            "/v1/jobs",
+            json!({"topic": env.topic, "payload": 1, "delay_ms": 60_000}),
+        )
+        .await;
+    assert_eq!(status, 201, "{created}");
+    let triggers = finding(&doctor(&env).run_once().await, "triggers").clone();
+    assert_eq!(triggers.verdict, Verdict::Ok, "{triggers:?}");
+    env.finish().await;
+}

@@ -235,7 +235,7 @@ pub async fn shards(config: &Config, command: Option<ShardsCommand>) -> Result<(
 ///
 /// With `to`, stops after that migration (a live upgrade's first step).
 pub async fn migrate(config: &Config, to: Option<u32>) -> Result<(), StoreError> {
-    let applied = Store::migrate_to(&config.mysql_url, to).await?;
+    let applied = Store::migrate_with(&config.mysql_url, to, config.schema_baseline).await?;
     if applied.is_empty() {
         println!("schema is up to date");
     }

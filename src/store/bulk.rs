@@ -10,6 +10,7 @@ use serde::{Deserialize, Serialize};
 use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, QueryBuilder, Row};
 
+use super::db_time;
 use super::history::{event_token, events_record};
 use super::jobs::{job_from_row, run_at_push, topic_patterns_push, JOB_COLUMNS_NO_PAYLOAD};
 use super::{Store, StoreError};
@@ -430,7 +431,7 @@ impl Store {
                         BulkAction::Move { run_at } => {
                             update
                                 .push("event_token = IF(schedule_time <=> ")
-                                .push_bind(run_at.naive_utc())
+                                .push_bind(db_time(*run_at))
                                 .push(", event_token, ")
                                 .push_bind(token)
                                 .push("), ");
@@ -453,7 +454,7 @@ impl Store {
                         BulkAction::Move { run_at } => {
                             update
                                 .push(", schedule_time = ")
-                                .push_bind(run_at.naive_utc())
+                                .push_bind(db_time(*run_at))
                                 .push(", expires_at = NULL");
                         }
                         BulkAction::Policy {
@@ -473,25 +474,27 @@ impl Store {
                                     .push_bind(*v)
                                     .push(")");
                             }
-                            // The cap first: assignments read the values
-                            // already assigned (MySQL, MariaDB), and the
-                            // base never exceeds the cap.
+                            // The base never exceeds the cap. Each
+                            // expression reads the row as it was (TiDB
+                            // evaluates every assignment against the old
+                            // row, MySQL and MariaDB against the values
+                            // already assigned): the new cap is bound,
+                            // never read back from the column.
                             if let Some(v) = backoff_cap_ms {
                                 update.push(", backoff_cap_ms = ").push_bind(*v);
                             }
-                            match backoff_base_ms {
-                                Some(v) => {
-                                    update
-                                        .push(", backoff_base_ms = LEAST(")
-                                        .push_bind(*v)
-                                        .push(", backoff_cap_ms)");
-                                }
-                                None if backoff_cap_ms.is_some() => {
-                                    update.push(
-                                        ", backoff_base_ms = LEAST(backoff_base_ms, backoff_cap_ms)",
-                                    );
-                                }
-                                None => {}
+                            if backoff_base_ms.is_some() || backoff_cap_ms.is_some() {
+                                update.push(", backoff_base_ms = LEAST(");
+                                match backoff_base_ms {
+                                    Some(v) => update.push_bind(*v),
+                                    None => update.push("backoff_base_ms"),
+                                };
+                                update.push(", ");
+                                match backoff_cap_ms {
+                                    Some(v) => update.push_bind(*v),
+                                    None => update.push("backoff_cap_ms"),
+                                };
+                                update.push(")");
                             }
                             if let Some(v) = ack_timeout_ms {
                                 update.push(", ack_timeout_ms = ").push_bind(*v);

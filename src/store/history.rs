@@ -23,6 +23,7 @@
 use chrono::NaiveDateTime;
 use sqlx::{MySql, MySqlConnection, QueryBuilder};
 
+use super::db_time;
 use super::jobs::push_id_list;
 use super::{Store, StoreError};
 use crate::config::HandEdits;
@@ -81,7 +82,7 @@ pub(super) async fn events_record_new(
             (
                 job.id,
                 job.status.as_str().to_owned(),
-                job.schedule_time.naive_utc(),
+                db_time(job.schedule_time),
                 job.attempt,
             )
         })
@@ -224,6 +225,97 @@ impl Store {
             HandEditsState::NotRecorded
         })
     }
+}
+
+/// A trigger on `jobs` whose definer account is gone: every write to the
+/// table fails while it is there (ERROR 1449).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct BrokenTrigger {
+    pub name: String,
+    pub definer: String,
+    pub error: String,
+}
+
+impl Store {
+    /// The triggers on `jobs` (name, definer), and those that cannot run:
+    /// a probe row is inserted and updated in a transaction that is rolled
+    /// back, so each trigger runs once as it would for a real write. A
+    /// trigger runs as its DEFINER, the account that created it: dropped or
+    /// renamed since, the trigger, and so every write to `jobs`, fails.
+    /// Reading `mysql.user` instead would take a privilege tickler's
+    /// account rarely has.
+    pub async fn triggers_check(
+        &self,
+    ) -> Result<(Vec<(String, String)>, Vec<BrokenTrigger>), StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        let triggers: Vec<(String, String)> = sqlx::query_as(
+            "SELECT TRIGGER_NAME, DEFINER FROM information_schema.TRIGGERS \
+             WHERE TRIGGER_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE = 'jobs' \
+             ORDER BY TRIGGER_NAME",
+        )
+        .fetch_all(&mut *conn)
+        .await?;
+        if triggers.is_empty() {
+            return Ok((triggers, Vec::new()));
+        }
+        let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        let probe = async {
+            let inserted = sqlx::query(
+                "INSERT INTO jobs (topic, payload, payload_kind, schedule_time) \
+                 VALUES ('tickler-doctor-probe', '', 'bytes', UTC_TIMESTAMP(3) + INTERVAL 100 YEAR)",
+            )
+            .execute(&mut *tx)
+            .await?;
+            sqlx::query("UPDATE jobs SET attempt = attempt + 1 WHERE id = ?")
+                .bind(inserted.last_insert_id())
+                .execute(&mut *tx)
+                .await?;
+            Ok::<_, sqlx::Error>(())
+        }
+        .await;
+        tx.rollback().await?;
+        let broken = match probe {
+            Ok(()) => Vec::new(),
+            // ER_NO_SUCH_USER: the message names the definer, not the
+            // trigger; each trigger whose definer it names is broken (all
+            // of them, if the message's spelling names none).
+            Err(sqlx::Error::Database(err))
+                if err
+                    .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                    .is_some_and(|e| e.number() == 1449) =>
+            {
+                let named: Vec<_> = triggers
+                    .iter()
+                    .filter(|(_, definer)| definer_named(err.message(), definer))
+                    .collect();
+                let broken = if named.is_empty() {
+                    triggers.iter().collect()
+                } else {
+                    named
+                };
+                broken
+                    .into_iter()
+                    .map(|(name, definer)| BrokenTrigger {
+                        name: name.clone(),
+                        definer: definer.clone(),
+                        error: err.message().to_owned(),
+                    })
+                    .collect()
+            }
+            Err(err) => return Err(err.into()),
+        };
+        Ok((triggers, broken))
+    }
+}
+
+/// Whether ERROR 1449's message names `definer` (`user@host`, which the
+/// message may quote as 'user'@'host').
+fn definer_named(message: &str, definer: &str) -> bool {
+    let unquoted: String = message
+        .chars()
+        .filter(|c| *c != '\'' && *c != '`')
+        .collect();
+    unquoted.contains(definer)
 }
 
 /// The names of the triggers of the connection's database.

@@ -8,6 +8,7 @@ use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, QueryBuilder, Row};
 
 use super::cluster::{push_fence, Fence};
+use super::db_time;
 use super::history::{event_token, events_insert_rows, events_record, events_record_new, EventRow};
 use super::{Store, StoreError};
 use crate::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status};
@@ -211,7 +212,7 @@ impl Store {
             Some(Schedule::At(at)) => {
                 query
                     .push("event_token = IF(schedule_time <=> ")
-                    .push_bind(at.naive_utc())
+                    .push_bind(db_time(at))
                     .push(", event_token, ")
                     .push_bind(token)
                     .push("), ");
@@ -234,7 +235,7 @@ impl Store {
         }
         match changes.schedule {
             Some(Schedule::At(at)) => {
-                query.push(", schedule_time = ").push_bind(at.naive_utc());
+                query.push(", schedule_time = ").push_bind(db_time(at));
             }
             Some(Schedule::After { delay_ms }) => {
                 query
@@ -417,16 +418,14 @@ impl Store {
             "SELECT id, schedule_time, edited_at FROM jobs WHERE status = 'pending' \
              AND edited_at > created_at AND schedule_time < ",
         );
-        query.push_bind(until.naive_utc());
-        query
-            .push(" AND edited_at >= ")
-            .push_bind(since.naive_utc());
+        query.push_bind(db_time(until));
+        query.push(" AND edited_at >= ").push_bind(db_time(since));
         if let Some((at, id)) = after {
             query
                 .push(" AND (edited_at > ")
-                .push_bind(at.naive_utc())
+                .push_bind(db_time(at))
                 .push(" OR (edited_at = ")
-                .push_bind(at.naive_utc())
+                .push_bind(db_time(at))
                 .push(" AND id > ")
                 .push_bind(id)
                 .push("))");
@@ -462,7 +461,7 @@ impl Store {
     async fn job_insert_once(&self, job: &NewJob) -> Result<(Job, DateTime<Utc>), StoreError> {
         let headers = headers_encode(&job.headers);
         let (at, delay_us) = match job.schedule {
-            Schedule::At(at) => (Some(at.naive_utc()), None),
+            Schedule::At(at) => (Some(db_time(at)), None),
             Schedule::After { delay_ms } => (None, Some(delay_ms.saturating_mul(1000))),
         };
         let mut tx = self.begin().await?;
@@ -487,7 +486,7 @@ impl Store {
         .bind(job.policy.ack_timeout_ms)
         .bind(&job.trace_parent)
         .bind(job.schedule_id)
-        .bind(job.expires_at.map(|at| at.naive_utc()))
+        .bind(job.expires_at.map(db_time))
         .execute(&mut *tx)
         .await?;
         let row = sqlx::query(&format!(
@@ -563,15 +562,15 @@ impl Store {
         let mut query = QueryBuilder::<MySql>::new(
             "SELECT id, live_at AS schedule_time FROM jobs WHERE status = 'pending' AND live_at < ",
         );
-        query.push_bind(until.naive_utc());
+        query.push_bind(db_time(until));
         if skip_paused {
             query.push(" AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused)");
         }
         if let Some(from) = from {
-            query.push(" AND live_at >= ").push_bind(from.naive_utc());
+            query.push(" AND live_at >= ").push_bind(db_time(from));
         }
         if let Some(after) = after {
-            let at = after.schedule_time.naive_utc();
+            let at = db_time(after.schedule_time);
             query
                 .push(" AND (live_at > ")
                 .push_bind(at)
@@ -809,7 +808,7 @@ impl Store {
                     .iter()
                     .map(|job| {
                         let status = Status::Dispatched.as_str().to_owned();
-                        (job.id, status, job.schedule_time.naive_utc(), job.attempt)
+                        (job.id, status, db_time(job.schedule_time), job.attempt)
                     })
                     .collect();
                 events_insert_rows(&mut tx, &self.actor, &done).await?;
@@ -1046,7 +1045,7 @@ pub(super) async fn insert_many_on(
     );
     insert.push_values(jobs.iter().enumerate(), |mut row, (index, job)| {
         let (at, delay_us) = match job.schedule {
-            Schedule::At(at) => (Some(at.naive_utc()), None),
+            Schedule::At(at) => (Some(db_time(at)), None),
             Schedule::After { delay_ms } => (None, Some(delay_ms.saturating_mul(1000))),
         };
         row.push_bind(&job.topic)
@@ -1066,7 +1065,7 @@ pub(super) async fn insert_many_on(
             .push_bind(job.policy.ack_timeout_ms)
             .push_bind(&job.trace_parent)
             .push_bind(job.schedule_id)
-            .push_bind(job.expires_at.map(|at| at.naive_utc()))
+            .push_bind(job.expires_at.map(db_time))
             .push_bind(token_base | index as u64);
     });
     insert.push(" ON DUPLICATE KEY UPDATE id = id");
@@ -1141,7 +1140,7 @@ fn positions_join(jobs: &[Dispatched]) -> QueryBuilder<'_, MySql> {
             .push(" AS p, ")
             .push_bind(job.offset)
             .push(" AS o, ")
-            .push_bind(job.dispatched_at.naive_utc())
+            .push_bind(db_time(job.dispatched_at))
             .push(" AS t");
     })
 }
@@ -1164,12 +1163,10 @@ pub(super) fn run_at_push(
     if let Some(from) = from {
         query
             .push(" AND schedule_time >= ")
-            .push_bind(from.naive_utc());
+            .push_bind(db_time(from));
     }
     if let Some(to) = to {
-        query
-            .push(" AND schedule_time < ")
-            .push_bind(to.naive_utc());
+        query.push(" AND schedule_time < ").push_bind(db_time(to));
     }
 }
 

@@ -31,6 +31,12 @@ use time::OffsetDateTime;
 
 refinery::embed_migrations!("migrations");
 
+/// The schema of V1..=[`BASELINE_VERSION`] in one file, for servers that
+/// cannot run those migrations as written (TiDB); see the file's header.
+const BASELINE: &str = include_str!("../../schema/baseline.sql");
+/// The last migration `schema/baseline.sql` stands for.
+pub const BASELINE_VERSION: i32 = 29;
+
 /// Longest a migration's statement waits for the table's metadata lock
 /// before it gives up and lets the queries queued behind it run.
 pub const MDL_WAIT_SECS: u32 = 2;
@@ -108,6 +114,97 @@ impl Migrator {
     }
 }
 
+/// Whether the server is TiDB (its `VERSION()` says so, e.g.
+/// `8.0.11-TiDB-v7.5.1`).
+pub async fn server_is_tidb(conn: &mut MySqlConnection) -> Result<bool, sqlx::Error> {
+    let version: Vec<u8> = sqlx::query_scalar("SELECT VERSION()")
+        .fetch_one(conn)
+        .await?;
+    Ok(String::from_utf8_lossy(&version).contains("TiDB"))
+}
+
+/// Installs `schema/baseline.sql` and records the migrations it stands for
+/// as applied, where no migration is recorded yet; returns what it did.
+/// Every statement may run again, and the record is written last, in one
+/// statement: a baseline cut short is finished by the next run.
+pub async fn baseline_install(conn: &mut MySqlConnection) -> Result<Option<String>, sqlx::Error> {
+    let recorded: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.TABLES \
+         WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'refinery_schema_history'",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    if recorded > 0 {
+        let applied: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM refinery_schema_history")
+            .fetch_one(&mut *conn)
+            .await?;
+        if applied > 0 {
+            return Ok(None);
+        }
+    }
+    // A jobs table of another shape is a migration run cut short before
+    // it recorded anything: the baseline would take it for its own.
+    let (columns, baseline_shaped): (i64, i64) = sqlx::query_as(
+        "SELECT COUNT(*), CAST(COALESCE(SUM(COLUMN_NAME = 'finished_at'), 0) AS SIGNED) \
+         FROM information_schema.COLUMNS WHERE TABLE_SCHEMA = DATABASE() AND TABLE_NAME = 'jobs'",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    if columns > 0 && baseline_shaped == 0 {
+        return Err(sqlx::Error::Protocol(
+            "this database holds a jobs table but no record of the migrations that made it: \
+             drop its tables (it was never in use) or run migrate with schema_baseline = off"
+                .to_owned(),
+        ));
+    }
+    for statement in baseline_statements() {
+        // A plain &str runs over the text protocol, as DDL must.
+        conn.execute(statement.as_str()).await?;
+    }
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS refinery_schema_history(\
+         version INT PRIMARY KEY, name VARCHAR(255), applied_on VARCHAR(255), checksum VARCHAR(255))",
+    )
+    .await?;
+    let applied_on = OffsetDateTime::now_utc()
+        .format(&Rfc3339)
+        .map_err(|err| sqlx::Error::Encode(Box::new(err)))?;
+    let migrations = migrations::runner();
+    let covered: Vec<_> = migrations
+        .get_migrations()
+        .iter()
+        .filter(|m| m.version() as i32 <= BASELINE_VERSION)
+        .collect();
+    let mut insert = sqlx::QueryBuilder::<sqlx::MySql>::new(
+        "INSERT IGNORE INTO refinery_schema_history (version, name, applied_on, checksum) ",
+    );
+    insert.push_values(&covered, |mut row, m| {
+        row.push_bind(m.version() as i32)
+            .push_bind(m.name().to_owned())
+            .push_bind(applied_on.clone())
+            .push_bind(m.checksum().to_string());
+    });
+    insert.build().execute(&mut *conn).await?;
+    Ok(Some(format!(
+        "V1..V{BASELINE_VERSION} from schema/baseline.sql"
+    )))
+}
+
+/// The statements of `schema/baseline.sql`, comments left out.
+fn baseline_statements() -> Vec<String> {
+    BASELINE
+        .split(";\n")
+        .map(|chunk| {
+            chunk
+                .lines()
+                .filter(|line| !line.trim_start().starts_with("--"))
+                .collect::<Vec<_>>()
+                .join("\n")
+        })
+        .filter(|statement| !statement.trim().is_empty())
+        .collect()
+}
+
 /// ERROR 1205: here, the metadata lock was not had in time.
 fn lock_wait_timed_out(err: &sqlx::Error) -> bool {
     err.as_database_error()
@@ -138,15 +235,23 @@ fn trigger_dropped(sql: &str) -> Option<&str> {
 
 fn migration_from_row(row: &MySqlRow) -> Result<Migration, sqlx::Error> {
     let version: i32 = row.try_get(0)?;
-    let name: String = row.try_get(1)?;
-    let applied_on: String = row.try_get(2)?;
-    let checksum: String = row.try_get(3)?;
+    let name = text(row, 1)?;
+    let applied_on = text(row, 2)?;
+    let checksum = text(row, 3)?;
     let applied_on = OffsetDateTime::parse(&applied_on, &Rfc3339)
         .map_err(|err| sqlx::Error::Decode(Box::new(err)))?;
     let checksum = checksum
         .parse::<u64>()
         .map_err(|err| sqlx::Error::Decode(Box::new(err)))?;
     Ok(Migration::applied(version, name, applied_on, checksum))
+}
+
+/// A text column of refinery's table, which refinery creates in the
+/// database's default collation: with a `*_bin` one, MySQL flags the column
+/// BINARY and sqlx will not read it as a `String`. Its bytes always can be.
+fn text(row: &MySqlRow, index: usize) -> Result<String, sqlx::Error> {
+    let bytes: Vec<u8> = row.try_get(index)?;
+    String::from_utf8(bytes).map_err(|err| sqlx::Error::Decode(Box::new(err)))
 }
 
 impl AsyncTransaction for Migrator {

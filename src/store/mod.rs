@@ -23,13 +23,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
+
+use crate::config::SchemaBaseline;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlSslMode};
 use sqlx::pool::PoolConnection;
 use sqlx::{ConnectOptions, Connection, Executor, MySql, Transaction};
 
 pub use bulk::{BulkAction, BulkBatch, BulkFilter, BulkOp, BulkStatus};
 pub use cluster::{Fence, InstanceInfo, InstanceRow, LeaseRow};
-pub use history::HandEditsState;
+pub use history::{BrokenTrigger, HandEditsState};
 pub use jobs::{
     BatchRow, Cancelled, ClaimOutcome, Dispatched, JobChanges, JobEvent, JobFilter, Marked,
     Modified, WindowEntry,
@@ -75,11 +77,16 @@ impl From<sqlx::Error> for StoreError {
             | sqlx::Error::WorkerCrashed => StoreError::Unavailable(err),
             sqlx::Error::Database(ref db) if db.is_unique_violation() => StoreError::DuplicateKey,
             // 1213: deadlock, 1205: lock wait timeout, 1467: the same on a
-            // table's AUTO-INC lock.
+            // table's AUTO-INC lock. TiDB's: 9007 write conflict (at
+            // COMMIT in optimistic mode), 8002 a locking read's conflict,
+            // 8022 the transaction's retry failed, 8028 the table's schema
+            // changed under the transaction.
             sqlx::Error::Database(ref db)
                 if db
                     .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-                    .is_some_and(|e| matches!(e.number(), 1213 | 1205 | 1467)) =>
+                    .is_some_and(|e| {
+                        matches!(e.number(), 1213 | 1205 | 1467 | 9007 | 8002 | 8022 | 8028)
+                    }) =>
             {
                 StoreError::Contention(err)
             }
@@ -228,7 +235,31 @@ impl Store {
     /// upgrade applies what the running version can work beside first
     /// (docs/operations.md, "Upgrading a live deployment").
     pub async fn migrate_to(url: &str, to: Option<u32>) -> Result<Vec<String>, StoreError> {
-        let conn = connect_options(url)?.connect().await?;
+        Store::migrate_with(url, to, SchemaBaseline::Auto).await
+    }
+
+    /// [`Store::migrate_to`], installing an empty database's schema from
+    /// `schema/baseline.sql` as `baseline` says (TiDB's cannot run every
+    /// migration as written).
+    pub async fn migrate_with(
+        url: &str,
+        to: Option<u32>,
+        baseline: SchemaBaseline,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut conn = connect_options(url)?.connect().await?;
+        let mut applied = Vec::new();
+        let wanted = match baseline {
+            SchemaBaseline::On => true,
+            SchemaBaseline::Off => false,
+            SchemaBaseline::Auto => migrate::server_is_tidb(&mut conn).await?,
+        };
+        let short_of_baseline =
+            to.is_some_and(|to| i64::from(to) < i64::from(migrate::BASELINE_VERSION));
+        if wanted && !short_of_baseline {
+            if let Some(done) = migrate::baseline_install(&mut conn).await? {
+                applied.push(done);
+            }
+        }
         let mut migrator = migrate::Migrator::new(conn);
         let target = match to {
             Some(version) => {
@@ -242,11 +273,8 @@ impl Store {
             .run_async(&mut migrator)
             .await?;
         let _ = migrator.conn.close().await;
-        Ok(report
-            .applied_migrations()
-            .iter()
-            .map(|m| m.to_string())
-            .collect())
+        applied.extend(report.applied_migrations().iter().map(|m| m.to_string()));
+        Ok(applied)
     }
 
     /// The database's clock: the one clock that decides due-ness.
@@ -268,6 +296,26 @@ impl Store {
     }
 }
 
+/// What about the server tickler cannot run on, in words. On TiDB, its
+/// optimistic transactions: tickler's compare-and-sets and fences rely on
+/// a statement's locks being taken when it runs, not on a conflict found at
+/// COMMIT (TiDB's default has been pessimistic since v3.0.8).
+async fn server_refusal(conn: &mut sqlx::MySqlConnection) -> Option<String> {
+    if !migrate::server_is_tidb(conn).await.unwrap_or(false) {
+        return None;
+    }
+    let mode: Vec<u8> = sqlx::query_scalar("SELECT @@tidb_txn_mode")
+        .fetch_one(conn)
+        .await
+        .ok()?;
+    (String::from_utf8_lossy(&mode).eq_ignore_ascii_case("optimistic")).then(|| {
+        "mysql_url: this TiDB runs optimistic transactions (tidb_txn_mode = 'optimistic'); \
+         tickler needs pessimistic ones: SET GLOBAL tidb_txn_mode = 'pessimistic' \
+         (docs/scaling.md, \"TiDB\")"
+            .to_owned()
+    })
+}
+
 /// Connects once, at start-up, to tell a TLS failure (a wrong CA, an
 /// expired or mismatched certificate, a server without TLS where the URL
 /// asks for it) from a database that is merely down: the first stops
@@ -277,9 +325,10 @@ pub async fn tls_probe(url: &str) -> Result<(), String> {
     let options = connect_options(url).map_err(|err| err.to_string())?;
     let target = format!("{}:{}", options.get_host(), options.get_port());
     match tokio::time::timeout(Duration::from_secs(10), options.connect()).await {
-        Ok(Ok(conn)) => {
+        Ok(Ok(mut conn)) => {
+            let refused = server_refusal(&mut conn).await;
             let _ = conn.close().await;
-            Ok(())
+            refused.map_or(Ok(()), Err)
         }
         Ok(Err(err)) if is_tls_failure(&err) => Err(format!(
             "mysql_url: TLS to {target} failed: {err} (check ssl-mode, ssl-ca, ssl-cert and ssl-key in mysql_url)"
@@ -339,15 +388,34 @@ fn connect_options(url: &str) -> Result<MySqlConnectOptions, StoreError> {
     }
     // Every DATETIME tickler reads or writes is UTC, whatever the server's
     // default time zone; CURRENT_TIMESTAMP defaults follow the session zone.
+    // sqlx adds PIPES_AS_CONCAT to the session's sql_mode unless told not
+    // to; vtgate (Vitess) refuses that mode, and tickler never uses `||`.
     Ok(options
         .timezone(Some("+00:00".to_owned()))
         .charset("utf8mb4")
+        .pipes_as_concat(false)
         .disable_statement_logging())
+}
+
+/// A time as a `DATETIME(3)` bind: truncated to the millisecond first.
+/// MySQL rounds extra digits into a `DATETIME(3)` (…59.9996 becomes the
+/// next second) where MariaDB truncates them; truncating here makes both
+/// store the same value, and never one later than asked.
+pub(crate) fn db_time(at: DateTime<Utc>) -> NaiveDateTime {
+    crate::job::truncate_to_ms(at).naive_utc()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bound_time_is_truncated_to_the_millisecond_never_rounded_up() {
+        let at = DateTime::parse_from_rfc3339("2026-12-31T23:59:59.9996Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert_eq!(db_time(at).to_string(), "2026-12-31 23:59:59.999");
+    }
 
     #[test]
     fn beyond_loopback_the_certificate_is_verified_unless_the_url_says_otherwise() {

@@ -13,6 +13,7 @@ use std::time::Duration;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, QueryBuilder, Row, Transaction};
 
+use super::db_time;
 use super::history::{event_token, events_record};
 use super::jobs::{
     job_from_row, job_read_back, policy_from_row, push_id_list, update_joined, JOB_COLUMNS,
@@ -206,7 +207,7 @@ impl Store {
         schedule: Option<Schedule>,
     ) -> Result<Redriven, StoreError> {
         let (at, delay_us) = match schedule {
-            Some(Schedule::At(at)) => (Some(at.naive_utc()), 0),
+            Some(Schedule::At(at)) => (Some(db_time(at)), 0),
             Some(Schedule::After { delay_ms }) => (None, delay_ms.saturating_mul(1000)),
             None => (None, 0),
         };

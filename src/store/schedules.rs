@@ -6,6 +6,7 @@ use chrono::{DateTime, Duration, NaiveDateTime, Utc};
 use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, QueryBuilder, Row};
 
+use super::db_time;
 use super::history::{event_token, events_record_schedule};
 use super::jobs::{insert_many_on, policy_from_row, BatchRow};
 use super::{Store, StoreError};
@@ -291,8 +292,8 @@ impl Store {
             .push_bind(&def.cron)
             .push_bind(&def.time_zone)
             .push_bind(def.every_ms)
-            .push_bind(def.start_at.naive_utc())
-            .push_bind(def.end_at.map(|at| at.naive_utc()))
+            .push_bind(db_time(def.start_at))
+            .push_bind(def.end_at.map(db_time))
             .push_bind(def.max_occurrences)
             .push_bind(def.misfire.as_str())
             .push_bind(def.misfire_grace_ms)
@@ -300,9 +301,9 @@ impl Store {
             // Occurrences before the schedule existed were never due: a
             // start_at in the past sets the phase, not a backlog of misfires.
             .push_unseparated(", GREATEST(")
-            .push_bind_unseparated((def.start_at - Duration::milliseconds(1)).naive_utc())
+            .push_bind_unseparated(db_time(def.start_at - Duration::milliseconds(1)))
             .push_unseparated(", UTC_TIMESTAMP(3))")
-            .push_bind(next_at.map(|at| at.naive_utc()))
+            .push_bind(next_at.map(db_time))
             .push_bind(&new.created_by)
             .push_bind(&def.payload)
             .push_bind(def.payload_kind.as_str())
@@ -509,9 +510,9 @@ impl Store {
             "UPDATE schedules SET cursor_at = ?, next_at = ?, last_at = COALESCE(?, last_at), \
              occurrences = occurrences + ?, status = IF(?, 'ended', status) WHERE id = ?",
         )
-        .bind(plan.cursor.naive_utc())
-        .bind(plan.next_at.map(|at| at.naive_utc()))
-        .bind(last_at.map(|at| at.naive_utc()))
+        .bind(db_time(plan.cursor))
+        .bind(plan.next_at.map(db_time))
+        .bind(last_at.map(db_time))
         .bind(done.created.len() as u32)
         .bind(plan.ended)
         .bind(id)
@@ -581,9 +582,9 @@ impl Store {
             .push(", every_ms = ")
             .push_bind(def.every_ms)
             .push(", start_at = ")
-            .push_bind(def.start_at.naive_utc())
+            .push_bind(db_time(def.start_at))
             .push(", end_at = ")
-            .push_bind(def.end_at.map(|at| at.naive_utc()))
+            .push_bind(def.end_at.map(db_time))
             .push(", max_occurrences = ")
             .push_bind(def.max_occurrences)
             .push(", misfire = ")
@@ -598,9 +599,9 @@ impl Store {
             let next_at = def.first_after(cursor);
             query
                 .push(", cursor_at = ")
-                .push_bind(cursor.naive_utc())
+                .push_bind(db_time(cursor))
                 .push(", next_at = ")
-                .push_bind(next_at.map(|at| at.naive_utc()))
+                .push_bind(next_at.map(db_time))
                 .push(", last_at = NULL, occurrences = GREATEST(CAST(occurrences AS SIGNED) - ")
                 .push_bind(replaced as i64)
                 .push(", 0), status = IF(status = 'paused', 'paused', ")
@@ -635,14 +636,14 @@ impl Store {
         let mut deleted = 0;
         match (pause, current.status) {
             (true, ScheduleStatus::Active) => {
-                deleted = occurrences_delete_future(&mut tx, id, now.naive_utc()).await?;
+                deleted = occurrences_delete_future(&mut tx, id, db_time(now)).await?;
                 sqlx::query(
                     "UPDATE schedules SET status = 'paused', version = version + 1, \
                      cursor_at = ?, last_at = NULL, next_at = ?, \
                      occurrences = GREATEST(CAST(occurrences AS SIGNED) - ?, 0) WHERE id = ?",
                 )
-                .bind(now.naive_utc())
-                .bind(current.def.first_after(now).map(|at| at.naive_utc()))
+                .bind(db_time(now))
+                .bind(current.def.first_after(now).map(db_time))
                 .bind(deleted as i64)
                 .bind(id)
                 .execute(&mut *tx)
@@ -656,8 +657,8 @@ impl Store {
                      last_at = NULL, next_at = ? WHERE id = ?",
                 )
                 .bind(if next_at.is_some() { "active" } else { "ended" })
-                .bind(cursor.naive_utc())
-                .bind(next_at.map(|at| at.naive_utc()))
+                .bind(db_time(cursor))
+                .bind(next_at.map(db_time))
                 .bind(id)
                 .execute(&mut *tx)
                 .await?;

@@ -6,6 +6,7 @@ use std::time::Duration;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::Row;
 
+use super::db_time;
 use super::{Store, StoreError};
 
 /// The statuses counted by topic: the live ones (finished jobs are counted
@@ -292,8 +293,8 @@ impl Store {
             "SELECT id, topic, updated_at FROM jobs WHERE status = 'dead' \
              AND updated_at > ? AND updated_at <= ? ORDER BY updated_at LIMIT ?",
         )
-        .bind(since.naive_utc())
-        .bind(until.naive_utc())
+        .bind(db_time(since))
+        .bind(db_time(until))
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;

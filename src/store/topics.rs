@@ -4,6 +4,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::mysql::MySqlRow;
 use sqlx::Row;
 
+use super::db_time;
 use super::jobs::WindowEntry;
 use super::{Store, StoreError};
 use crate::job::JobId;
@@ -112,7 +113,7 @@ impl Store {
              AND schedule_time < ? AND id > ? ORDER BY id LIMIT ?",
         )
         .bind(topic)
-        .bind(until.naive_utc())
+        .bind(db_time(until))
         .bind(after)
         .bind(limit)
         .fetch_all(&self.pool)
