@@ -1109,6 +1109,12 @@ pub(super) async fn insert_many_on(
 /// (binding `… AS id, …`): one statement for many rows with values of
 /// their own, linear in the rows, and plain SQL on both MySQL 8 and MariaDB
 /// (no `VALUES` row constructor). Callers then push `SET … WHERE …`.
+///
+/// Callers bind no NULL in `row`: a derived table's column takes its type
+/// from its values, and from MySQL 8.0.22 a `?` there is typed VARCHAR at
+/// prepare time and the statement prepared again with the bound types; a
+/// NULL would leave the column's type to chance on one engine or another.
+/// "None" is a plain sentinel (-1, '') read as such in the `SET`.
 pub(super) fn update_joined<'a, T>(
     rows: &'a [T],
     alias: &str,

@@ -173,13 +173,13 @@ pub async fn baseline_install(conn: &mut MySqlConnection) -> Result<Option<Strin
     let covered: Vec<_> = migrations
         .get_migrations()
         .iter()
-        .filter(|m| m.version() as i32 <= BASELINE_VERSION)
+        .filter(|m| m.version() <= BASELINE_VERSION)
         .collect();
     let mut insert = sqlx::QueryBuilder::<sqlx::MySql>::new(
         "INSERT IGNORE INTO refinery_schema_history (version, name, applied_on, checksum) ",
     );
     insert.push_values(&covered, |mut row, m| {
-        row.push_bind(m.version() as i32)
+        row.push_bind(m.version())
             .push_bind(m.name().to_owned())
             .push_bind(applied_on.clone())
             .push_bind(m.checksum().to_string());
