@@ -34,6 +34,17 @@ pub const CRON_MAX_CHARS: usize = 255;
 /// Most occurrences created in one pass over one schedule; the rest follow
 /// in the next pass.
 pub const CREATE_MAX_PER_PASS: usize = 500;
+/// Most payload and header bytes one pass writes in its transaction: each
+/// occurrence is a job row carrying the schedule's payload, and TiDB fails
+/// a transaction over 100 MiB (`txn-total-size-limit`), MySQL's binary log
+/// writes one as a whole. A schedule of 1 MiB payloads makes 32 a pass.
+pub const PASS_BYTES_MAX: usize = 32 << 20;
+
+/// How many occurrences one pass may create for a schedule whose payload
+/// and headers take `bytes`: at least one, so a schedule always advances.
+pub fn create_max_per_pass(bytes: usize) -> usize {
+    (PASS_BYTES_MAX / bytes.max(1)).clamp(1, CREATE_MAX_PER_PASS)
+}
 /// Most missed occurrences walked one by one before jumping to the present.
 const MISSED_WALK_MAX: usize = 100_000;
 
@@ -270,6 +281,8 @@ pub struct Bounds {
     pub misfire: Misfire,
     /// How late an occurrence may be created and still count as on time.
     pub misfire_grace: Duration,
+    /// Most occurrences one pass creates ([`create_max_per_pass`]).
+    pub create_max: usize,
 }
 
 /// One occurrence to create as a job.
@@ -332,7 +345,7 @@ pub fn plan(
             plan.ended = true;
             break;
         }
-        if plan.create.len() >= CREATE_MAX_PER_PASS {
+        if plan.create.len() >= bounds.create_max {
             break;
         }
         let Some(next) = timing
@@ -682,6 +695,7 @@ mod tests {
             max_occurrences: None,
             misfire,
             misfire_grace: Duration::seconds(1),
+            create_max: CREATE_MAX_PER_PASS,
         }
     }
 
@@ -728,6 +742,39 @@ mod tests {
                 utc("2027-01-01T00:05:00Z")
             ]
         );
+    }
+
+    #[test]
+    fn a_pass_of_big_payloads_creates_fewer_and_the_next_goes_on() {
+        assert_eq!(super::create_max_per_pass(0), CREATE_MAX_PER_PASS);
+        assert_eq!(super::create_max_per_pass(200), CREATE_MAX_PER_PASS);
+        assert_eq!(super::create_max_per_pass(1 << 20), 32);
+        assert_eq!(super::create_max_per_pass(16 << 20), 2);
+        assert_eq!(super::create_max_per_pass(64 << 20), 1);
+        let small = Bounds {
+            create_max: 2,
+            ..bounds(Misfire::FireOnce)
+        };
+        let first = plan(
+            &every_minute(),
+            &small,
+            progress("2027-01-01T00:01:00Z", true),
+            utc("2027-01-01T00:01:30Z"),
+            Duration::seconds(300),
+        );
+        let at: Vec<_> = first.create.iter().map(|o| o.at).collect();
+        assert_eq!(
+            at,
+            [utc("2027-01-01T00:02:00Z"), utc("2027-01-01T00:03:00Z")]
+        );
+        let second = plan(
+            &every_minute(),
+            &small,
+            progress(&first.cursor.to_rfc3339(), true),
+            utc("2027-01-01T00:01:30Z"),
+            Duration::seconds(300),
+        );
+        assert_eq!(second.create[0].at, utc("2027-01-01T00:04:00Z"));
     }
 
     /// Down from 00:01:30 to 00:04:30: 00:02 was created before the outage

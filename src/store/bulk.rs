@@ -201,6 +201,10 @@ fn ids_push(query: &mut QueryBuilder<'_, MySql>, ids: &[JobId]) {
 impl Store {
     /// The newest job id (0 when there is none).
     pub async fn job_max_id(&self) -> Result<JobId, StoreError> {
+        // id-order: the bound of a bulk change. Ids come from one counter on
+        // InnoDB and from one allocator, in order, on TiDB with the baseline's
+        // AUTO_ID_CACHE=1: a job created after this read gets a higher id. One
+        // being inserted during the read may fall either side, as with any start.
         let max: Option<JobId> = sqlx::query_scalar("SELECT MAX(id) FROM jobs")
             .fetch_one(&self.pool)
             .await?;
@@ -215,6 +219,7 @@ impl Store {
         max_id: JobId,
         status: Status,
     ) -> Result<(u64, u64), StoreError> {
+        // id-order: counts the jobs job_max_id bounded (see there).
         let mut query = QueryBuilder::<MySql>::new("SELECT COUNT(*), CAST(COALESCE(SUM(status = ");
         query
             .push_bind(status.as_str())
@@ -234,6 +239,7 @@ impl Store {
         limit: u32,
     ) -> Result<Vec<Job>, StoreError> {
         let mut query = QueryBuilder::<MySql>::new(format!(
+            // id-order: a stable order for a sample; any total order would do.
             "SELECT {JOB_COLUMNS_NO_PAYLOAD} FROM jobs WHERE TRUE"
         ));
         filter_push(&mut query, filter);
@@ -294,6 +300,8 @@ impl Store {
     /// The newest operations first.
     pub async fn bulk_list(&self, limit: u32) -> Result<Vec<BulkOp>, StoreError> {
         let rows = sqlx::query(&format!(
+            // id-order: newest first, for people: creation order on InnoDB and on
+            // TiDB with the baseline's AUTO_ID_CACHE=1; nothing depends on it.
             "SELECT {BULK_COLUMNS} FROM bulk_ops ORDER BY id DESC LIMIT ?"
         ))
         .bind(limit)
@@ -308,6 +316,8 @@ impl Store {
         op: &BulkOp,
         limit: u32,
     ) -> Result<Vec<(JobId, String)>, StoreError> {
+        // id-order: a cursor over the ids up to max_id: it needs ids to be a
+        // total order, not a time order; the bound is job_max_id's.
         let mut query = QueryBuilder::<MySql>::new("SELECT id, topic FROM jobs WHERE id > ");
         query
             .push_bind(op.cursor_id)
@@ -480,6 +490,8 @@ impl Store {
                             // row, MySQL and MariaDB against the values
                             // already assigned): the new cap is bound,
                             // never read back from the column.
+                            // set-order: backoff_cap_ms is read only in the
+                            // arm where this statement does not assign it.
                             if let Some(v) = backoff_cap_ms {
                                 update.push(", backoff_cap_ms = ").push_bind(*v);
                             }
@@ -585,6 +597,7 @@ impl Store {
     ) -> Result<Option<BulkOp>, StoreError> {
         let stale_us = i64::try_from(stale.as_micros()).unwrap_or(i64::MAX);
         let candidates: Vec<u64> = sqlx::query_scalar(
+            // id-order: oldest operations first is a preference; any order is correct.
             "SELECT id FROM bulk_ops WHERE status = 'running' \
              AND updated_at < TIMESTAMPADD(MICROSECOND, -?, UTC_TIMESTAMP(3)) ORDER BY id LIMIT 10",
         )

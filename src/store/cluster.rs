@@ -178,6 +178,7 @@ impl Store {
             "SELECT id, host, pid, pid_namespace, version, roles, started_at, heartbeat_at, heartbeat_at >= ",
         );
         push_alive_since(&mut query, ttl);
+        // id-order: a stable order for `tickler instances`; nothing depends on it.
         query.push(" AS live FROM instances ORDER BY id");
         let rows = query.build().fetch_all(&self.pool).await?;
         rows.iter()

@@ -352,6 +352,8 @@ impl Store {
         limit: u32,
     ) -> Result<Vec<Job>, StoreError> {
         let mut query = QueryBuilder::<MySql>::new(format!(
+            // id-order: keyset paging: it needs ids to be a total order, not a time
+            // order (a job created meanwhile with a lower id is simply not listed).
             "SELECT {JOB_COLUMNS_NO_PAYLOAD} FROM jobs WHERE id > "
         ));
         query.push_bind(after.unwrap_or(0));
@@ -366,6 +368,7 @@ impl Store {
         }
         run_at_push(&mut query, filter.run_at_from, filter.run_at_to);
         topic_patterns_push(&mut query, filter.topic_patterns.as_deref());
+        // id-order: the keyset paging's order (see above).
         query.push(" ORDER BY id LIMIT ").push_bind(limit);
         let rows = query.build().fetch_all(&self.pool).await?;
         rows.iter().map(job_from_row).collect()
@@ -374,6 +377,10 @@ impl Store {
     /// Every recorded change of a job, oldest first.
     pub async fn job_history(&self, id: JobId) -> Result<Vec<JobEvent>, StoreError> {
         let rows = sqlx::query(
+            // id-order: a job's events in the order they were written. Each is written
+            // in the transaction that changes (and so locks) the job's row, so one
+            // job's events are inserted one after another; ids from one counter on
+            // InnoDB, from one allocator on TiDB (the baseline's AUTO_ID_CACHE=1).
             "SELECT at, actor, status, schedule_time, attempt FROM job_events \
              WHERE job_id = ? ORDER BY id",
         )
@@ -1073,6 +1080,9 @@ pub(super) async fn insert_many_on(
 
     let mut rows: Vec<BatchRow> = jobs.iter().map(|_| BatchRow::Duplicate).collect();
     if first_id > 0 {
+        // id-order: one statement's rows get ids from LAST_INSERT_ID() up, on
+        // InnoDB (a multi-row insert takes its ids together) and on TiDB; rows are
+        // matched to items by create_token, never by their id's position.
         // Our rows have ids from first_id up, in item order; rows of
         // concurrent inserts may sit between them.
         let found = sqlx::query(&format!(

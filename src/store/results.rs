@@ -398,6 +398,8 @@ async fn lock(
          FROM jobs WHERE id IN ",
     );
     push_id_list(&mut query, &ids);
+    // id-order: rows locked in one order so two batches cannot deadlock;
+    // any total order would do.
     query.push(" ORDER BY id FOR UPDATE");
     let rows = query.build().fetch_all(&mut **tx).await?;
     let mut locked = HashMap::with_capacity(rows.len());

@@ -77,6 +77,14 @@ impl ScheduleDef {
             max_occurrences: self.max_occurrences,
             misfire: self.misfire,
             misfire_grace: Duration::milliseconds(i64::from(self.misfire_grace_ms)),
+            create_max: crate::schedule::create_max_per_pass(
+                self.payload.len()
+                    + self
+                        .headers
+                        .iter()
+                        .map(|(k, v)| k.len() + v.len())
+                        .sum::<usize>(),
+            ),
         }
     }
 
@@ -355,6 +363,7 @@ impl Store {
         limit: u32,
     ) -> Result<Vec<ScheduleRow>, StoreError> {
         let mut query = QueryBuilder::<MySql>::new(format!(
+            // id-order: keyset paging: needs ids to be a total order, not a time order.
             "SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id > "
         ));
         query.push_bind(after);

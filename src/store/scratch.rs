@@ -71,7 +71,7 @@ impl Store {
                 .bind(topic)
                 .bind(done)
                 .bind(step_us)
-                .bind(from.naive_utc())
+                .bind(super::db_time(from))
                 .bind(n)
                 .execute(&self.pool)
                 .await?;

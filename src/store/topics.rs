@@ -109,6 +109,8 @@ impl Store {
         limit: u32,
     ) -> Result<Vec<WindowEntry>, StoreError> {
         let rows = sqlx::query(
+            // id-order: keyset paging over the topic's pending jobs: needs ids to be a
+            // total order, not a time order.
             "SELECT id, schedule_time FROM jobs WHERE status = 'pending' AND topic = ? \
              AND schedule_time < ? AND id > ? ORDER BY id LIMIT ?",
         )
