@@ -18,6 +18,7 @@ use crate::bulk::BulkRunner;
 use crate::config::{AuthMode, Config};
 use crate::dispatcher::{DispatchError, Dispatcher, DispatcherConfig};
 use crate::index::{self, Index, IndexError};
+use crate::ingress::{Ingress, IngressConfig};
 use crate::kafka::{self, Topics};
 use crate::loader::{Loader, LoaderConfig};
 use crate::materializer::{Materializer, MaterializerConfig};
@@ -40,6 +41,8 @@ pub enum StartError {
     Index(#[from] IndexError),
     #[error("kafka: {0}")]
     Dispatcher(#[from] DispatchError),
+    #[error("kafka (ingress): {0}")]
+    Ingress(rdkafka::error::KafkaError),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: String,
@@ -136,6 +139,7 @@ struct Pools {
     /// Its own pool: heartbeats must not queue behind the reconciler's scans.
     membership: Store,
     scheduler: Store,
+    ingress: Store,
 }
 
 impl Pools {
@@ -148,6 +152,7 @@ impl Pools {
             results: Store::connect_lazy(url, 2, Actor::Results)?,
             membership: Store::connect_lazy(url, 2, Actor::Membership)?,
             scheduler: Store::connect_lazy(url, 2, Actor::Scheduler)?,
+            ingress: Store::connect_lazy(url, 2, Actor::Ingress)?,
         })
     }
 }
@@ -236,6 +241,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
             pools.results,
             pools.membership,
             pools.scheduler,
+            pools.ingress,
         ],
         cancel: shared.cancel,
         tracker: shared.tracker,
@@ -256,7 +262,8 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
         cancel,
         ..
     } = shared;
-    if config.has_role("api") || config.has_role("dispatcher") {
+    let ingress = config.has_role("ingress") && !config.ingress.topics.is_empty();
+    if config.has_role("api") || config.has_role("dispatcher") || ingress {
         tracker.spawn(shared.topics.clone().run(cancel.child_token()));
     }
     // Paused and paced topics, read every second; the reconciler's role
@@ -344,6 +351,18 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
             shared.dead_letters.clone(),
         );
         tracker.spawn(producer.run(cancel.child_token()));
+    }
+    if ingress {
+        let ingress = Ingress::new(
+            pools.ingress.clone(),
+            index.clone(),
+            wake.clone(),
+            shared.topics.clone(),
+            config.clone(),
+            IngressConfig::from_config(config),
+        )
+        .map_err(StartError::Ingress)?;
+        tracker.spawn(ingress.run(cancel.child_token()));
     }
     Ok(())
 }

@@ -38,7 +38,8 @@ pub struct Config {
     /// Address the HTTP API listens on.
     pub http_addr: String,
     /// Roles this process runs: any of `api`, `loader`, `dispatcher`,
-    /// `reconciler`, `results`.
+    /// `reconciler`, `results`, `ingress` (which does nothing unless
+    /// `ingress.topics` names a request topic).
     pub roles: Vec<String>,
     /// Number of logical shards (one Redis ZSET each) a new deployment
     /// starts with. After the first start the count is the deployment's,
@@ -223,6 +224,51 @@ pub struct Config {
     /// ...and the client certificate and key, when Redis asks for one.
     pub redis_tls_cert: Option<String>,
     pub redis_tls_key: Option<String>,
+    /// Scheduling by producing to Kafka: the request topics tickler
+    /// consumes, and where it answers (docs/api.md, "Scheduling through
+    /// Kafka"). None by default.
+    pub ingress: IngressSettings,
+}
+
+/// The `ingress` settings: request topics, each with the target topics its
+/// records may schedule onto, and the reply topic.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IngressSettings {
+    /// Request topics by name, each with the target-topic patterns its
+    /// records may schedule onto (as a token's topics). Kafka's ACLs say
+    /// who may write to a request topic; this says where its records may
+    /// lead.
+    pub topics: BTreeMap<String, IngressTopic>,
+    /// Where every request's outcome is produced; none by default.
+    pub reply_topic: Option<String>,
+    /// The consumer group reading the request topics.
+    pub group: String,
+    /// Most records written to MySQL in one pass (one multi-row insert).
+    pub batch: usize,
+    /// Partitions of a request or reply topic tickler has to create.
+    pub topic_partitions: i32,
+}
+
+/// One request topic's settings.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct IngressTopic {
+    /// Target-topic patterns (`orders.*`) this topic's records may
+    /// schedule onto; at least one.
+    pub targets: Vec<String>,
+}
+
+impl Default for IngressSettings {
+    fn default() -> Self {
+        IngressSettings {
+            topics: BTreeMap::new(),
+            reply_topic: None,
+            group: "tickler-ingress".to_owned(),
+            batch: 500,
+            topic_partitions: 4,
+        }
+    }
 }
 
 /// The `auth` setting.
@@ -344,6 +390,7 @@ impl Default for Config {
             redis_tls_ca: None,
             redis_tls_cert: None,
             redis_tls_key: None,
+            ingress: IngressSettings::default(),
         }
     }
 }
@@ -401,11 +448,22 @@ fn invalid(field: &'static str, problem: &str) -> ConfigError {
     }
 }
 
+/// Longest name of a request topic: the history's `actor` column (110
+/// characters) holds `ingress:<topic>`.
+pub const INGRESS_TOPIC_MAX: usize = 100;
+
 /// Longest `dispatch_lookahead_ms`: a job claimed ahead can no longer be
 /// cancelled, so the stretch stays short.
 pub const DISPATCH_LOOKAHEAD_MAX_MS: u64 = 1_000;
 
-pub const ROLES: [&str; 5] = ["api", "loader", "dispatcher", "reconciler", "results"];
+pub const ROLES: [&str; 6] = [
+    "api",
+    "loader",
+    "dispatcher",
+    "reconciler",
+    "results",
+    "ingress",
+];
 
 /// `scheme://user:password@host…` with the password (and anything after
 /// `?` that names one) masked.
@@ -452,6 +510,9 @@ const ENV_LISTS: &[&str] = &["roles", "topics_allowed"];
 /// table whose keys may be dotted without quotes, as librdkafka's are:
 /// `{security.protocol="SSL", ssl.ca.location="/etc/ca.pem"}`.
 const ENV_MAPS: &[&str] = &["kafka_options"];
+/// Table settings, given in the environment as an inline TOML table:
+/// `TICKLER_INGRESS='{reply_topic="tickler.replies", topics={"tickler.requests"={targets=["orders.*"]}}}'`.
+const ENV_TABLES: &[&str] = &["ingress"];
 
 /// `api,dispatcher`, `[api, dispatcher]` or `["api","dispatcher"]`: the
 /// items, trimmed, without quotes; empty items dropped.
@@ -549,6 +610,7 @@ impl Config {
                 && !ENV_LISTS
                     .iter()
                     .chain(ENV_MAPS)
+                    .chain(ENV_TABLES)
                     .any(|k| key.as_str().eq_ignore_ascii_case(k))
         });
         let mut figment = figment.merge(env);
@@ -567,6 +629,22 @@ impl Config {
                 figment = figment.merge(Serialized::default(key, map));
             }
         }
+        for key in ENV_TABLES {
+            let var = format!("TICKLER_{}", key.to_ascii_uppercase());
+            if let Ok(text) = std::env::var(&var) {
+                let table = format!("{key} = {}", text.trim());
+                // Checked on its own first, so a mistake names the variable.
+                Figment::from(Toml::string(&table))
+                    .extract_inner::<figment::value::Value>(key)
+                    .map_err(|_| ConfigError::Invalid {
+                        field: key,
+                        problem: format!(
+                            "{var}: not an inline TOML table such as {{topics={{\"tickler.requests\"={{targets=[\"orders.*\"]}}}}}}"
+                        ),
+                    })?;
+                figment = figment.merge(Toml::string(&table));
+            }
+        }
         let config: Config = figment
             .extract()
             .map_err(|err| ConfigError::Load(Box::new(err)))?;
@@ -580,7 +658,65 @@ impl Config {
         self.validate_stores()?;
         self.validate_api()?;
         self.validate_timing()?;
-        self.validate_topics()
+        self.validate_topics()?;
+        self.validate_ingress()
+    }
+
+    /// The request topics, their targets and the reply topic.
+    fn validate_ingress(&self) -> Result<(), ConfigError> {
+        let ingress = &self.ingress;
+        for (topic, settings) in &ingress.topics {
+            let problem = if job::topic_validate(topic).is_err() {
+                Some("is not a valid Kafka topic name".to_owned())
+            } else if topic.len() > INGRESS_TOPIC_MAX {
+                Some(format!("is longer than {INGRESS_TOPIC_MAX} characters (the history names its writes ingress:<topic>, in a column of 110)"))
+            } else if *topic == self.results_topic || topic.starts_with("__") {
+                Some("is tickler's results topic or internal to Kafka".to_owned())
+            } else if settings.targets.is_empty() {
+                Some("names no targets: give the topic patterns its records may schedule onto, e.g. targets = [\"orders.*\"]".to_owned())
+            } else {
+                settings
+                    .targets
+                    .iter()
+                    .find_map(|pattern| topic_pattern::validate(pattern).err())
+            };
+            if let Some(problem) = problem {
+                return Err(ConfigError::Invalid {
+                    field: "ingress.topics",
+                    problem: format!("entry {topic:?}: {problem}"),
+                });
+            }
+        }
+        if let Some(reply) = &ingress.reply_topic {
+            if job::topic_validate(reply).is_err() {
+                return Err(invalid(
+                    "ingress.reply_topic",
+                    "must be a valid Kafka topic name",
+                ));
+            }
+            if ingress.topics.contains_key(reply) || *reply == self.results_topic {
+                return Err(invalid(
+                    "ingress.reply_topic",
+                    "must not be a request topic or the results topic",
+                ));
+            }
+        }
+        if ingress.group.is_empty() {
+            return Err(invalid("ingress.group", "must not be empty"));
+        }
+        if ingress.group == self.results_group {
+            return Err(invalid(
+                "ingress.group",
+                "must differ from results_group (one group would split the two topics' partitions between two consumers)",
+            ));
+        }
+        if !(1..=10_000).contains(&ingress.batch) {
+            return Err(invalid("ingress.batch", "must be between 1 and 10000"));
+        }
+        if ingress.topic_partitions < 1 {
+            return Err(invalid("ingress.topic_partitions", "must be at least 1"));
+        }
+        Ok(())
     }
 
     /// Where the stores are and how to reach them; the roles and shards.
@@ -990,6 +1126,14 @@ impl Config {
         if topic.starts_with("__") {
             return Some(format!("topic {topic:?} is internal to Kafka"));
         }
+        if self.ingress.topics.contains_key(topic) {
+            return Some(format!(
+                "topic {topic:?} is a request topic of tickler's ingress"
+            ));
+        }
+        if self.ingress.reply_topic.as_deref() == Some(topic) {
+            return Some(format!("topic {topic:?} is the ingress's reply topic"));
+        }
         if !self.topics_allowed.is_empty()
             && !self
                 .topics_allowed
@@ -1285,5 +1429,122 @@ mod tests {
             assert!(err.to_string().contains("shard"), "{err}");
             Ok(())
         });
+    }
+
+    #[test]
+    fn ingress_settings_come_from_a_file_or_one_environment_variable() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "tickler.toml",
+                r#"
+                    [ingress]
+                    reply_topic = "tickler.replies"
+                    [ingress.topics."tickler.requests"]
+                    targets = ["orders.*"]
+                "#,
+            )?;
+            let config = Config::load(Some(Path::new("tickler.toml"))).unwrap();
+            assert_eq!(
+                config.ingress.reply_topic.as_deref(),
+                Some("tickler.replies")
+            );
+            assert_eq!(
+                config.ingress.topics["tickler.requests"].targets,
+                vec!["orders.*".to_owned()]
+            );
+            assert_eq!(config.ingress.group, "tickler-ingress", "the default stays");
+            jail.set_env(
+                "TICKLER_INGRESS",
+                r#"{topics={"billing.requests"={targets=["billing.*"]}}, batch=50}"#,
+            );
+            let config = Config::load(Some(Path::new("tickler.toml"))).unwrap();
+            assert_eq!(config.ingress.batch, 50);
+            assert_eq!(
+                config.ingress.topics["billing.requests"].targets,
+                vec!["billing.*".to_owned()]
+            );
+            assert_eq!(
+                config.ingress.reply_topic.as_deref(),
+                Some("tickler.replies")
+            );
+            jail.set_env("TICKLER_INGRESS", "topics=");
+            let err = Config::load(None).unwrap_err().to_string();
+            assert!(err.contains("TICKLER_INGRESS"), "{err}");
+            Ok(())
+        });
+    }
+
+    #[test]
+    fn ingress_topics_are_checked_and_reserved() {
+        let mut config = Config::default();
+        config.ingress.topics.insert(
+            "tickler.requests".to_owned(),
+            IngressTopic {
+                targets: vec!["orders.*".to_owned()],
+            },
+        );
+        config.ingress.reply_topic = Some("tickler.replies".to_owned());
+        config.validate().unwrap();
+        assert!(config.topic_reserved("tickler.requests").is_some());
+        assert!(config.topic_reserved("tickler.replies").is_some());
+        assert!(config.topic_reserved("orders.eu").is_none());
+
+        let refused = |change: &dyn Fn(&mut Config), field: &str| {
+            let mut bad = config.clone();
+            change(&mut bad);
+            let err = bad.validate().expect_err(field).to_string();
+            assert!(err.contains(field), "{field}: {err}");
+        };
+        refused(
+            &|c| {
+                c.ingress
+                    .topics
+                    .get_mut("tickler.requests")
+                    .unwrap()
+                    .targets = Vec::new();
+            },
+            "ingress.topics",
+        );
+        refused(
+            &|c| {
+                c.ingress
+                    .topics
+                    .get_mut("tickler.requests")
+                    .unwrap()
+                    .targets = vec!["a b".to_owned()];
+            },
+            "ingress.topics",
+        );
+        refused(
+            &|c| {
+                c.ingress.topics.insert(
+                    "tickler.results".to_owned(),
+                    IngressTopic {
+                        targets: vec!["*".to_owned()],
+                    },
+                );
+            },
+            "ingress.topics",
+        );
+        refused(
+            &|c| c.ingress.reply_topic = Some("tickler.requests".to_owned()),
+            "ingress.reply_topic",
+        );
+        refused(
+            &|c| c.ingress.group = c.results_group.clone(),
+            "ingress.group",
+        );
+        refused(&|c| c.ingress.batch = 0, "ingress.batch");
+        refused(
+            &|c| {
+                c.ingress.topics.insert(
+                    "r".repeat(INGRESS_TOPIC_MAX + 1),
+                    IngressTopic {
+                        targets: vec!["*".to_owned()],
+                    },
+                );
+            },
+            "ingress.topics",
+        );
     }
 }

@@ -253,6 +253,7 @@ impl Doctor {
         );
         findings.push(self.check_positions().await);
         findings.push(self.check_lag().await);
+        findings.extend(self.check_ingress_lag().await);
         findings.push(
             self.check_schedules()
                 .await
@@ -555,40 +556,71 @@ impl Doctor {
     }
 
     async fn check_lag(&self) -> Finding {
-        const CHECK: &str = "results_lag";
+        self.check_group_lag(
+            "results_lag",
+            "the results consumer",
+            &self.config.results_group,
+            &self.config.results_topic,
+            "is an instance with the results role running and keeping up? (tickler instances, tickler_results_applied_total)",
+        )
+        .await
+    }
+
+    /// The ingress's lag on each request topic, when there are any.
+    async fn check_ingress_lag(&self) -> Vec<Finding> {
+        let mut findings = Vec::new();
+        for topic in self.config.ingress.topics.keys() {
+            findings.push(
+                self.check_group_lag(
+                    "ingress_lag",
+                    "the ingress",
+                    &self.config.ingress.group,
+                    topic,
+                    "is an instance with the ingress role running and keeping up? (tickler instances, tickler_ingress_requests_total)",
+                )
+                .await,
+            );
+        }
+        findings
+    }
+
+    /// How far `group` is behind on `topic`: a warning above `lag_warn`
+    /// or when it cannot be read.
+    async fn check_group_lag(
+        &self,
+        check: &'static str,
+        who: &str,
+        group: &str,
+        topic: &str,
+        fix: &str,
+    ) -> Finding {
+        let summary = |lag: i64| format!("{who} ({group}) is {lag} records behind on {topic}");
         match kafka::group_lag(
             &self.config.kafka_brokers,
             &self.config.kafka_options,
-            &self.config.results_group,
-            &self.config.results_topic,
+            group,
+            topic,
         )
         .await
         {
             Ok(lag) if lag > self.doctor.lag_warn => Finding {
-                check: CHECK,
+                check,
                 verdict: Verdict::Warn,
-                summary: format!(
-                    "the results consumer ({}) is {lag} records behind on {}",
-                    self.config.results_group, self.config.results_topic
-                ),
+                summary: summary(lag),
                 count: lag as u64,
                 ids: Vec::new(),
-                fix: Some("is an instance with the results role running and keeping up? (tickler instances, tickler_results_applied_total)".to_owned()),
+                fix: Some(fix.to_owned()),
             },
-            Ok(lag) => Finding::ok(
-                CHECK,
-                format!(
-                    "the results consumer ({}) is {lag} records behind on {}",
-                    self.config.results_group, self.config.results_topic
-                ),
-            ),
+            Ok(lag) => Finding::ok(check, summary(lag)),
             Err(err) => Finding {
-                check: CHECK,
+                check,
                 verdict: Verdict::Warn,
-                summary: format!("the results consumer's lag could not be read: {err}"),
+                summary: format!("the lag of {who} ({group}) on {topic} could not be read: {err}"),
                 count: 0,
                 ids: Vec::new(),
-                fix: Some("check kafka_brokers, results_topic and results_group".to_owned()),
+                fix: Some(format!(
+                    "check kafka_brokers, {topic} and the group {group}"
+                )),
             },
         }
     }

@@ -164,6 +164,23 @@ pub struct NewJob {
     pub expires_at: Option<DateTime<Utc>>,
 }
 
+impl NewJob {
+    /// Whether `existing`, the job already holding this (topic, key), is
+    /// what this request asks for: a retried create, answered with the
+    /// job as it is rather than refused or changed.
+    pub fn asks_for_same(&self, existing: &Job) -> bool {
+        let same_time = match self.schedule {
+            Schedule::At(at) => at == existing.schedule_time,
+            // A retried delay cannot land on the same instant; the key decides.
+            Schedule::After { .. } => true,
+        };
+        same_time
+            && existing.payload == self.payload
+            && existing.payload_kind == self.payload_kind
+            && existing.headers == self.headers
+    }
+}
+
 /// A job as stored.
 #[derive(Debug, Clone, PartialEq)]
 pub struct Job {
@@ -230,6 +247,22 @@ pub enum InvalidJob {
     PayloadTooDeep,
     #[error("payload null is ambiguous: leave payload out for an empty payload")]
     PayloadNull,
+}
+
+impl InvalidJob {
+    /// The stable code an answer carries for this mistake, on every channel
+    /// (the API's error bodies, the Kafka ingress's replies).
+    pub fn code(&self) -> &'static str {
+        match self {
+            InvalidJob::Topic => "invalid_topic",
+            InvalidJob::Key | InvalidJob::KeyReserved => "invalid_key",
+            InvalidJob::Header(_) | InvalidJob::HeadersTooLarge { .. } => "invalid_headers",
+            InvalidJob::PayloadTooDeep | InvalidJob::PayloadNull => "invalid_payload",
+            InvalidJob::TooEarly => "invalid_run_at",
+            InvalidJob::TooFar { .. } => "schedule_too_far",
+            InvalidJob::PayloadTooLarge { .. } => "payload_too_large",
+        }
+    }
 }
 
 /// Most bytes a job's headers take, encoded as the JSON object stored in

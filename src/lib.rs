@@ -23,6 +23,8 @@
 //! - [`resolver`]   — applies an attempt's outcome, from every channel, and
 //!   makes Redis follow
 //! - [`results`]    — consumes the results topic; produces dead letters
+//! - [`ingress`]    — jobs scheduled by producing to a request topic;
+//!   replies
 //! - [`membership`] — instances know each other; shard leases and fencing;
 //!   a dead instance's claims put in doubt
 //! - [`auth`]       — API tokens: secrets, scopes, topic patterns; the cache
@@ -56,6 +58,7 @@ pub mod demo;
 pub mod dispatcher;
 pub mod doctor;
 pub mod index;
+pub mod ingress;
 pub mod job;
 pub mod kafka;
 pub mod loader;

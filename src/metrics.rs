@@ -46,6 +46,9 @@ pub const DOUBTS_SETTLED: &str = "tickler_doubts_settled_total";
 pub const DOUBTS_UNSETTLED: &str = "tickler_doubts_unsettled_total";
 pub const DISPATCH_WITHHELD: &str = "tickler_dispatch_withheld_total";
 pub const JOBS_UNREADABLE: &str = "tickler_jobs_unreadable_total";
+pub const INGRESS_REQUESTS: &str = "tickler_ingress_requests_total";
+pub const INGRESS_REFUSED: &str = "tickler_ingress_refused_total";
+pub const INGRESS_REPLIES_FAILED: &str = "tickler_ingress_replies_failed_total";
 // Gauges from the truth (src/truth.rs): one instance reports them, every
 // other reports 0.
 pub const TRUTH_JOBS: &str = "tickler_jobs";
@@ -55,6 +58,7 @@ pub const TRUTH_WINDOW_JOBS: &str = "tickler_window_jobs";
 pub const TRUTH_INDEX_JOBS: &str = "tickler_index_jobs";
 pub const TRUTH_INDEX_DRIFT: &str = "tickler_index_drift";
 pub const TRUTH_RESULTS_LAG: &str = "tickler_results_lag";
+pub const TRUTH_INGRESS_LAG: &str = "tickler_ingress_lag";
 pub const TRUTH_NEXT_DUE: &str = "tickler_next_due_seconds";
 pub const TRUTH_SCAN: &str = "tickler_truth_scan_seconds";
 pub const TRUTH_REPORTER: &str = "tickler_truth_reporter";
@@ -259,6 +263,22 @@ fn describe() {
     describe_counter!(
         DISPATCH_WITHHELD,
         "Claimed jobs the dispatcher did not send, by reason: lease (this instance's heartbeat or the claim's send deadline ran out) or paused (the topic was paused since the claim). They go back to pending."
+    );
+    describe_counter!(
+        INGRESS_REQUESTS,
+        "Records of a request topic taken by the ingress, by request topic and outcome (created, existing, moved, cancelled, too_late, in_flight, error)."
+    );
+    describe_counter!(
+        INGRESS_REFUSED,
+        "Requests the ingress answered with an error, by request topic and the error's code."
+    );
+    describe_counter!(
+        INGRESS_REPLIES_FAILED,
+        "Ingress replies the reply topic did not acknowledge; the requests themselves were written."
+    );
+    describe_gauge!(
+        TRUTH_INGRESS_LAG,
+        "Records of a request topic the ingress's consumer group has not yet committed, by request topic (-1: not read)."
     );
     describe_counter!(
         JOBS_UNREADABLE,
@@ -484,6 +504,33 @@ pub fn doubts_unsettled(n: usize) {
 pub fn dispatch_withheld(reason: &'static str, n: usize) {
     if n > 0 {
         counter!(DISPATCH_WITHHELD, "reason" => reason).increment(n as u64);
+    }
+}
+
+/// A request taken by the ingress, by request topic and outcome.
+pub fn ingress_request(topic: &str, outcome: &'static str) {
+    counter!(INGRESS_REQUESTS, "topic" => topic.to_owned(), "outcome" => outcome).increment(1);
+}
+
+/// A request the ingress refused, by request topic and code.
+pub fn ingress_refused(topic: &str, code: &'static str) {
+    counter!(INGRESS_REFUSED, "topic" => topic.to_owned(), "code" => code).increment(1);
+}
+
+pub fn ingress_replies_failed(n: usize) {
+    counter!(INGRESS_REPLIES_FAILED).increment(n as u64);
+}
+
+/// The ingress group's lag on each request topic (-1: not read); 0 on
+/// instances that do not report.
+pub fn truth_ingress_lag(reporter: bool, lags: &[(String, Option<i64>)]) {
+    for (topic, lag) in lags {
+        let value = match (reporter, lag) {
+            (false, _) => 0.0,
+            (true, Some(lag)) => *lag as f64,
+            (true, None) => -1.0,
+        };
+        gauge!(TRUTH_INGRESS_LAG, "topic" => topic.clone()).set(value);
     }
 }
 

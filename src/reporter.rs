@@ -58,6 +58,8 @@ pub struct Reporter {
     ownership: watch::Receiver<Ownership>,
     /// The (status, topic) series last published, to zero those gone.
     published: BTreeSet<(String, String)>,
+    /// The request topics whose lag was last published, to zero them.
+    published_ingress: Vec<(String, Option<i64>)>,
     counts: Counts,
     reporting: bool,
     notifier: Option<Notifier>,
@@ -77,6 +79,7 @@ impl Reporter {
             config,
             ownership,
             published: BTreeSet::new(),
+            published_ingress: Vec::new(),
             counts: Counts::default(),
             reporting: false,
             notifier,
@@ -143,6 +146,12 @@ impl Reporter {
             metrics::truth_jobs(status, topic, *count);
         }
         self.published = now;
+        self.published_ingress = truth
+            .ingress_lag
+            .iter()
+            .map(|lag| (lag.topic.clone(), lag.lag))
+            .collect();
+        metrics::truth_ingress_lag(true, &self.published_ingress);
         metrics::truth_publish(&metrics::TruthGauges {
             reporter: true,
             overdue: truth.overdue.count,
@@ -162,6 +171,7 @@ impl Reporter {
         for (status, topic) in std::mem::take(&mut self.published) {
             metrics::truth_jobs(&status, &topic, 0);
         }
+        metrics::truth_ingress_lag(false, &std::mem::take(&mut self.published_ingress));
         metrics::truth_publish(&metrics::TruthGauges::default());
     }
 }

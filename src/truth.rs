@@ -49,6 +49,9 @@ pub struct Truth {
     /// Records on the results topic tickler's consumer group has not
     /// consumed; null when it could not be read.
     pub results_lag: Option<i64>,
+    /// Records on each request topic the ingress's group has not
+    /// committed; empty without request topics.
+    pub ingress_lag: Vec<IngressLag>,
     /// Schedules by status, those behind, and paused topics.
     pub schedules: ScheduleStats,
     /// How long this computation took.
@@ -68,6 +71,14 @@ pub struct Drift {
     pub mysql: u64,
     pub redis: Option<u64>,
     pub drift: Option<i64>,
+}
+
+/// The ingress group's lag on one request topic.
+#[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
+pub struct IngressLag {
+    pub topic: String,
+    /// Null when it could not be read.
+    pub lag: Option<i64>,
 }
 
 #[derive(Debug, Clone, Copy, Serialize, utoipa::ToSchema)]
@@ -148,6 +159,23 @@ impl Truth {
                 None
             }
         };
+        let mut ingress_lag = Vec::new();
+        for topic in config.ingress.topics.keys() {
+            let lag = kafka::group_lag(
+                &config.kafka_brokers,
+                &config.kafka_options,
+                &config.ingress.group,
+                topic,
+            )
+            .await;
+            if let Err(err) = &lag {
+                tracing::debug!(topic = %topic, error = %err, "truth: the ingress group's lag could not be read");
+            }
+            ingress_lag.push(IngressLag {
+                topic: topic.clone(),
+                lag: lag.ok(),
+            });
+        }
         Ok(Truth {
             at: crate::job::time_format(at),
             jobs,
@@ -170,6 +198,7 @@ impl Truth {
                     .count(),
             },
             results_lag,
+            ingress_lag,
             schedules,
             scan_ms: started.elapsed().as_millis() as u64,
         })

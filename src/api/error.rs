@@ -180,15 +180,7 @@ impl ApiError {
             ApiError::InvalidId(_) => "invalid_id",
             ApiError::InvalidPolicy(_) => "invalid_policy",
             ApiError::InvalidReport(_) => "invalid_report",
-            ApiError::InvalidJob(invalid) => match invalid {
-                InvalidJob::Topic => "invalid_topic",
-                InvalidJob::Key | InvalidJob::KeyReserved => "invalid_key",
-                InvalidJob::Header(_) | InvalidJob::HeadersTooLarge { .. } => "invalid_headers",
-                InvalidJob::PayloadTooDeep | InvalidJob::PayloadNull => "invalid_payload",
-                InvalidJob::TooEarly => "invalid_run_at",
-                InvalidJob::TooFar { .. } => "schedule_too_far",
-                InvalidJob::PayloadTooLarge { .. } => "payload_too_large",
-            },
+            ApiError::InvalidJob(invalid) => invalid.code(),
             ApiError::UnknownTopic(_) => "unknown_topic",
             ApiError::ReservedTopic(_) => "reserved_topic",
             ApiError::NotFound(_) | ApiError::BulkNotFound(_) | ApiError::ScheduleNotFound(_) => {

@@ -19,9 +19,7 @@ use super::error::Conflict;
 use super::view::JobView;
 use super::{ApiError, ApiJson, ApiState, JobIdPath};
 use crate::auth::Scope;
-use crate::config::TopicCheck;
 use crate::job::{self, time_format, InvalidJob, Job, JobId, NewJob, PayloadKind, Schedule};
-use crate::kafka::TopicState;
 use crate::metrics;
 use crate::policy::{Policy, PolicyOverrides};
 use crate::store::{BatchRow, Cancelled, JobChanges, Modified, StoreError};
@@ -341,23 +339,14 @@ pub(super) async fn topic_preflight(state: &ApiState, topic: &str) -> Result<(),
     if let Some(why) = state.config.topic_reserved(topic) {
         return Err(ApiError::ReservedTopic(why));
     }
-    if state.config.topic_check == TopicCheck::Off {
-        return Ok(());
-    }
-    match state.topics.check(topic).await {
-        TopicState::Exists => Ok(()),
-        TopicState::Unknown => {
-            tracing::debug!(topic, "topic not checked: no recent kafka metadata");
-            Ok(())
-        }
-        TopicState::Missing if state.config.topic_check == TopicCheck::Reject => {
-            Err(ApiError::UnknownTopic(topic.to_owned()))
-        }
-        TopicState::Missing => {
-            tracing::warn!(topic, "job accepted for a topic the broker does not have");
-            metrics::job_unknown_topic(topic);
-            Ok(())
-        }
+    if state
+        .topics
+        .preflight(state.config.topic_check, topic)
+        .await
+    {
+        Ok(())
+    } else {
+        Err(ApiError::UnknownTopic(topic.to_owned()))
     }
 }
 
@@ -414,19 +403,6 @@ fn trace_parent_of(headers: &HeaderMap) -> Option<String> {
         .and_then(job::traceparent_parse)
 }
 
-/// Whether a request for an existing (topic, key) asks for the same job.
-fn same_request(existing: &Job, new_job: &NewJob) -> bool {
-    let same_time = match new_job.schedule {
-        Schedule::At(at) => at == existing.schedule_time,
-        // A retried delay cannot land on the same instant; the key decides.
-        Schedule::After { .. } => true,
-    };
-    same_time
-        && existing.payload == new_job.payload
-        && existing.payload_kind == new_job.payload_kind
-        && existing.headers == new_job.headers
-}
-
 /// The job already holding (topic, key), if the request matches it.
 async fn existing_for(state: &ApiState, new_job: &NewJob) -> Result<Job, ApiError> {
     let key = new_job.key.as_deref().unwrap_or_default();
@@ -435,7 +411,7 @@ async fn existing_for(state: &ApiState, new_job: &NewJob) -> Result<Job, ApiErro
         .job_find_by_key(&new_job.topic, key)
         .await?
         .ok_or(ApiError::Internal)?;
-    if same_request(&existing, new_job) {
+    if new_job.asks_for_same(&existing) {
         Ok(existing)
     } else {
         Err(ApiError::KeyConflict {

@@ -28,6 +28,8 @@ pub struct Stats {
     pub lateness: Vec<LatenessMinute>,
     pub instances: Option<Live>,
     pub results_lag: Option<i64>,
+    /// The ingress group's lag on each request topic.
+    pub ingress_lag: Vec<crate::truth::IngressLag>,
     /// Schedules by status, those behind, and paused topics.
     pub schedules: Option<crate::store::ScheduleStats>,
     pub scan_ms: u64,
@@ -49,6 +51,7 @@ impl Stats {
             lateness: if all { truth.lateness } else { Vec::new() },
             instances: all.then_some(truth.instances),
             results_lag: truth.results_lag.filter(|_| all),
+            ingress_lag: if all { truth.ingress_lag } else { Vec::new() },
             schedules: all.then_some(truth.schedules),
             scan_ms: truth.scan_ms,
             partial: !all,

@@ -16,6 +16,9 @@
 //! 3. burst     — many jobs due at one instant; jobs/s until all consumed and marked
 //! 4. results   — reports applied per second from the results topic, each
 //!    job `ok` (jobs expecting a result, reported as their records arrive)
+//!    ingress   — requests/s from a request topic into MySQL (created,
+//!    answered on a reply topic, offsets committed), beside the schedule
+//!    stage's HTTP batch figure
 //! 5. redis     — bytes per job, far-future and inside the window (tickler stopped)
 //! 6. reconcile — overdue probe and full pass among millions of pending rows;
 //!    re-index of a full window after Redis lost it
@@ -61,6 +64,8 @@ pub struct BenchOptions {
     pub lateness_secs: u64,
     pub burst: u64,
     pub results: u64,
+    /// Request records in the ingress stage.
+    pub ingress: u64,
     pub memory_jobs: u64,
     pub far_rows: u64,
     pub window_rows: u64,
@@ -73,13 +78,14 @@ pub struct BenchOptions {
 }
 
 /// The stages, by the names `--stages` takes.
-pub const STAGES: [&str; 9] = [
+pub const STAGES: [&str; 10] = [
     "schedule",
     "floor",
     "lateness",
     "isolation",
     "burst",
     "results",
+    "ingress",
     "redis",
     "reconcile",
     "instances",
@@ -109,6 +115,7 @@ impl BenchOptions {
             lateness_secs: 30,
             burst: 50_000,
             results: 20_000,
+            ingress: 100_000,
             memory_jobs: 100_000,
             far_rows: 10_000_000,
             window_rows: 1_000_000,
@@ -129,6 +136,7 @@ impl BenchOptions {
             lateness_secs: 2,
             burst: 1000,
             results: 500,
+            ingress: 1000,
             memory_jobs: 1000,
             far_rows: 20_000,
             window_rows: 5_000,
@@ -174,7 +182,11 @@ pub async fn run(base: &Config, options: BenchOptions) -> anyhow::Result<()> {
         .map(|(server, _)| server.to_owned())
         .context("mysql_url has no database part")?;
     let suffix = format!("{:08x}", rand::random::<u32>());
-    if !STAGES[..8].iter().any(|stage| options.wants(stage)) {
+    // Every stage but the last (instances) runs in this process.
+    if !STAGES[..STAGES.len() - 1]
+        .iter()
+        .any(|stage| options.wants(stage))
+    {
         return instances::run(base, &options, &server_url, &suffix).await;
     }
     let db_name = format!("tickler_bench_{suffix}");
@@ -260,6 +272,10 @@ async fn run_in(
         if wants("results") {
             bench.stage_topic("results").await?;
             bench.results(&running.store).await?;
+        }
+        if wants("ingress") {
+            bench.stage_topic("ingress").await?;
+            bench.ingress(&running.store, &running.index).await?;
         }
         anyhow::Ok(())
     }
@@ -616,6 +632,139 @@ impl Bench {
         println!("burst: dispatcher stages, mean: {}", stages_since(&stages));
         if seen.len() as u64 != n || marked as u64 != n {
             bail!("burst: {} of {n} jobs arrived, {marked} marked", seen.len());
+        }
+        Ok(())
+    }
+
+    /// Stage: `ingress` request records for far-future jobs, produced to a
+    /// request topic beforehand; then an ingress (as the role runs it:
+    /// batches of `ingress.batch`, replies awaited, offsets committed)
+    /// takes them into MySQL. Figure: requests per second from the first
+    /// pass to the last row written, to compare with the schedule stage's.
+    async fn ingress(&self, store: &Store, index: &Index) -> anyhow::Result<()> {
+        use crate::ingress::{Ingress, IngressConfig};
+        use rdkafka::message::{Header, OwnedHeaders};
+        use rdkafka::producer::FutureRecord;
+
+        let n = self.options.ingress;
+        let target = self.topic();
+        let requests = format!("{target}-requests");
+        let replies = format!("{target}-replies");
+        for topic in [&requests, &replies] {
+            kafka::topic_ensure(&self.config.kafka_brokers, topic, 4).await?;
+        }
+        let producer = kafka::producer_create(
+            &self.config.kafka_brokers,
+            &self.config.kafka_options,
+            5,
+            60_000,
+        )?;
+        let far = crate::job::time_format(Utc::now() + chrono::Duration::days(30));
+        let produced = Instant::now();
+        let mut deliveries = Vec::with_capacity(n as usize);
+        for i in 0..n {
+            let key = format!("request-{i}");
+            let payload = format!("{{\"n\":{i}}}");
+            let headers = OwnedHeaders::new_with_capacity(2)
+                .insert(Header {
+                    key: crate::ingress::HEADER_TARGET_TOPIC,
+                    value: Some(target.as_str()),
+                })
+                .insert(Header {
+                    key: crate::ingress::HEADER_RUN_AT,
+                    value: Some(far.as_str()),
+                });
+            let mut record = FutureRecord::to(&requests)
+                .key(&key)
+                .payload(&payload)
+                .headers(headers);
+            loop {
+                match producer.send_result(record) {
+                    Ok(delivery) => {
+                        deliveries.push(delivery);
+                        break;
+                    }
+                    // The producer's queue is full: let it drain.
+                    Err((_, back)) => {
+                        record = back;
+                        tokio::time::sleep(Duration::from_millis(5)).await;
+                    }
+                }
+            }
+        }
+        for delivery in deliveries {
+            if !matches!(delivery.await, Ok(Ok(_))) {
+                bail!("ingress: a request was not produced");
+            }
+        }
+        println!(
+            "ingress: {n} requests produced to {requests} in {:.1} s (4 partitions)",
+            produced.elapsed().as_secs_f64()
+        );
+
+        let mut config = self.config.clone();
+        config.ingress.topics.insert(
+            requests.clone(),
+            crate::config::IngressTopic {
+                targets: vec![target.clone()],
+            },
+        );
+        config.ingress.reply_topic = Some(replies);
+        config.ingress.group = format!("{requests}-group");
+        let ingress = Ingress::new(
+            store.clone(),
+            index.clone(),
+            Arc::new(Notify::new()),
+            kafka::Topics::new(
+                &config.kafka_brokers,
+                &config.kafka_options,
+                Duration::from_millis(config.topic_refresh_ms),
+            ),
+            Arc::new(config.clone()),
+            IngressConfig::from_config(&config),
+        )?;
+        ingress.subscribe().await?;
+        let cancel = CancellationToken::new();
+        let (mut taken, mut created, mut passes) = (0u64, 0u64, 0u64);
+        let mut started = None;
+        let cpu_before = cpu::by_process();
+        let deadline = Instant::now() + Duration::from_secs(300);
+        while taken < n && Instant::now() < deadline {
+            let Ok(Some(report)) =
+                tokio::time::timeout(Duration::from_secs(30), ingress.run_once(&cancel)).await
+            else {
+                break;
+            };
+            if report.records == 0 {
+                continue;
+            }
+            // From the first pass that took records: joining the group
+            // (seconds on a fresh group) is not the ingress's pace.
+            let first = *started.get_or_insert_with(Instant::now);
+            if passes == 0 {
+                println!(
+                    "ingress: the first pass ({} requests) took {:.0} ms",
+                    report.records,
+                    first.elapsed().as_secs_f64() * 1000.0
+                );
+            }
+            passes += 1;
+            taken += report.records as u64;
+            created += report.outcomes.get("created").copied().unwrap_or(0) as u64;
+        }
+        let spent = started.map_or(Duration::ZERO, |at| at.elapsed());
+        println!(
+            "ingress: {:.0} requests/s into MySQL ({created} jobs created from {taken} requests in {:.2} s, {passes} passes of up to {}; answered on a reply topic, offsets committed)",
+            taken as f64 / spent.as_secs_f64().max(0.001),
+            spent.as_secs_f64(),
+            config.ingress.batch
+        );
+        println!(
+            "ingress: CPU seconds meanwhile: {}",
+            cpu::spent_since(&cpu_before)
+        );
+        if created != n {
+            bail!("ingress: {created} of {n} requests created a job");
         }
         Ok(())
     }

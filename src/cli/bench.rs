@@ -20,6 +20,9 @@ pub struct BenchArgs {
     /// Jobs due at one instant in the burst stage.
     #[arg(long)]
     pub burst: Option<u64>,
+    /// Request records in the ingress stage.
+    #[arg(long)]
+    pub ingress: Option<u64>,
     /// Far-future pending rows for the reconciler stage.
     #[arg(long)]
     pub far_rows: Option<u64>,
@@ -37,7 +40,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub only_instances: bool,
     /// Run only these stages (comma-separated: schedule, floor,
-    /// lateness, isolation, burst, results, redis, reconcile, instances).
+    /// lateness, isolation, burst, results, ingress, redis, reconcile,
+    /// instances).
     #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(STAGES))]
     pub stages: Option<Vec<String>>,
 }
@@ -55,6 +59,7 @@ impl BenchArgs {
             rate: self.rate.unwrap_or(defaults.rate),
             lateness_secs: self.lateness_secs.unwrap_or(defaults.lateness_secs),
             burst: self.burst.unwrap_or(defaults.burst),
+            ingress: self.ingress.unwrap_or(defaults.ingress),
             far_rows: self.far_rows.unwrap_or(defaults.far_rows),
             window_rows: self.window_rows.unwrap_or(defaults.window_rows),
             clients: self.clients.unwrap_or(defaults.clients),

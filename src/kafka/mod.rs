@@ -274,6 +274,33 @@ impl Topics {
         }
     }
 
+    /// The pre-flight check of the `topic_check` setting on a job's topic,
+    /// months before the job is due rather than when it is: false when the
+    /// broker says it has no such topic and `check` is `reject`; with `warn`
+    /// the job is let through, logged and counted. When the broker cannot be
+    /// asked, the job is let through: creating never depends on the broker
+    /// being up, and the dispatcher deals with a topic that turns out
+    /// missing.
+    pub async fn preflight(&self, check: crate::config::TopicCheck, topic: &str) -> bool {
+        use crate::config::TopicCheck;
+        if check == TopicCheck::Off {
+            return true;
+        }
+        match self.check(topic).await {
+            TopicState::Exists => true,
+            TopicState::Unknown => {
+                tracing::debug!(topic, "topic not checked: no recent kafka metadata");
+                true
+            }
+            TopicState::Missing if check == TopicCheck::Reject => false,
+            TopicState::Missing => {
+                tracing::warn!(topic, "job accepted for a topic the broker does not have");
+                crate::metrics::job_unknown_topic(topic);
+                true
+            }
+        }
+    }
+
     /// Forgets `topic` after the broker refused a record for not having it.
     pub fn forget(&self, topic: &str) {
         self.known_mut().topics.remove(topic);

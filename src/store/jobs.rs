@@ -201,6 +201,31 @@ impl Store {
         version: u32,
         changes: &JobChanges,
     ) -> Result<Modified, StoreError> {
+        self.job_modify_with(id, version, changes, None).await
+    }
+
+    /// [`Store::job_modify`] for the Kafka ingress: the change of the
+    /// request read at `position`, kept in `ingress_position`.
+    pub async fn job_modify_at(
+        &self,
+        id: JobId,
+        version: u32,
+        changes: &JobChanges,
+        position: &str,
+    ) -> Result<Modified, StoreError> {
+        self.job_modify_with(id, version, changes, Some(position))
+            .await
+    }
+
+    /// Long because it is one UPDATE built from the changes asked for, and
+    /// the answer read back in its transaction.
+    async fn job_modify_with(
+        &self,
+        id: JobId,
+        version: u32,
+        changes: &JobChanges,
+        position: Option<&str>,
+    ) -> Result<Modified, StoreError> {
         // One transaction, so the answer reads the row as this change left
         // it, not as a dispatcher took it a moment later.
         let mut tx = self.begin().await?;
@@ -256,6 +281,9 @@ impl Store {
             query
                 .push(", headers = ")
                 .push_bind(headers_encode(headers));
+        }
+        if let Some(position) = position {
+            query.push(", ingress_position = ").push_bind(position);
         }
         query
             .push(" WHERE id = ")
@@ -329,12 +357,31 @@ impl Store {
         super::contention_retry(|| self.job_insert_many_once(jobs)).await
     }
 
+    /// [`Store::job_insert_many`] for the Kafka ingress: each job with the
+    /// position (`<partition>/<offset>/<topic>`) of the request that asks
+    /// for it, kept in `ingress_position`.
+    pub async fn job_insert_many_at(
+        &self,
+        jobs: &[NewJob],
+        positions: &[String],
+    ) -> Result<(Vec<BatchRow>, DateTime<Utc>), StoreError> {
+        super::contention_retry(|| self.job_insert_many_once_at(jobs, Some(positions))).await
+    }
+
     async fn job_insert_many_once(
         &self,
         jobs: &[NewJob],
     ) -> Result<(Vec<BatchRow>, DateTime<Utc>), StoreError> {
+        self.job_insert_many_once_at(jobs, None).await
+    }
+
+    async fn job_insert_many_once_at(
+        &self,
+        jobs: &[NewJob],
+        positions: Option<&[String]>,
+    ) -> Result<(Vec<BatchRow>, DateTime<Utc>), StoreError> {
         let mut tx = self.begin().await?;
-        let rows = insert_many_on(&mut tx, &self.actor, jobs).await?;
+        let rows = insert_many_on_at(&mut tx, &self.actor, jobs, positions).await?;
         let now: NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(3)")
             .fetch_one(&mut *tx)
             .await?;
@@ -518,6 +565,28 @@ impl Store {
     }
 
     /// The id and time of a job with this (topic, key), if any.
+    /// The job holding (topic, key), with the ingress position of the last
+    /// request that created or moved it (None: no request did).
+    pub async fn job_find_by_key_at(
+        &self,
+        topic: &str,
+        key: &str,
+    ) -> Result<Option<(Job, Option<String>)>, StoreError> {
+        let row = sqlx::query(&format!(
+            "SELECT {JOB_COLUMNS}, ingress_position FROM jobs WHERE topic = ? AND job_key = ?"
+        ))
+        .bind(topic)
+        .bind(key)
+        .fetch_optional(&self.pool)
+        .await?;
+        let Some(row) = row else {
+            return Ok(None);
+        };
+        let position: Option<Vec<u8>> = row.try_get("ingress_position")?;
+        let position = position.map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
+        Ok(Some((job_from_row(&row)?, position)))
+    }
+
     pub async fn job_find_by_key(&self, topic: &str, key: &str) -> Result<Option<Job>, StoreError> {
         let row = sqlx::query(&format!(
             "SELECT {JOB_COLUMNS} FROM jobs WHERE topic = ? AND job_key = ?"
@@ -1042,14 +1111,32 @@ pub(super) async fn insert_many_on(
     actor: &str,
     jobs: &[NewJob],
 ) -> Result<Vec<BatchRow>, StoreError> {
+    insert_many_on_at(conn, actor, jobs, None).await
+}
+
+/// [`insert_many_on`], each row with the ingress position of the request
+/// that asks for it (one per job) when given.
+///
+/// Long because it is one statement built row by row, then its read-back.
+async fn insert_many_on_at(
+    conn: &mut sqlx::MySqlConnection,
+    actor: &str,
+    jobs: &[NewJob],
+    positions: Option<&[String]>,
+) -> Result<Vec<BatchRow>, StoreError> {
     // Each row carries token_base | item index, so the rows can be read
     // back and matched to their items (MySQL has no RETURNING).
     let token_base: u64 = rand::random::<u64>() & !0xFFFF;
     let mut insert = QueryBuilder::<MySql>::new(
         "INSERT INTO jobs (topic, job_key, payload, payload_kind, headers, schedule_time, \
          max_attempts, expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
-         trace_parent, schedule_id, expires_at, create_token) ",
+         trace_parent, schedule_id, expires_at, create_token",
     );
+    insert.push(if positions.is_some() {
+        ", ingress_position) "
+    } else {
+        ") "
+    });
     insert.push_values(jobs.iter().enumerate(), |mut row, (index, job)| {
         let (at, delay_us) = match job.schedule {
             Schedule::At(at) => (Some(db_time(at)), None),
@@ -1074,6 +1161,9 @@ pub(super) async fn insert_many_on(
             .push_bind(job.schedule_id)
             .push_bind(job.expires_at.map(db_time))
             .push_bind(token_base | index as u64);
+        if let Some(positions) = positions {
+            row.push_bind(positions.get(index).cloned());
+        }
     });
     insert.push(" ON DUPLICATE KEY UPDATE id = id");
     let first_id = insert.build().execute(&mut *conn).await?.last_insert_id();

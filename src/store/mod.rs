@@ -137,6 +137,8 @@ pub enum Actor {
     Cli,
     /// `tickler bench`, seeding and measuring.
     Bench,
+    /// The Kafka ingress (`ingress:<request topic>` in the history).
+    Ingress,
 }
 
 impl Actor {
@@ -151,6 +153,7 @@ impl Actor {
             Actor::Doctor => "doctor",
             Actor::Cli => "cli",
             Actor::Bench => "bench",
+            Actor::Ingress => "ingress",
         }
     }
 }

@@ -1,0 +1,690 @@
+//! Scheduling through Kafka: request records create, move and cancel jobs
+//! with the API's rules; every request is answered on the reply topic; a
+//! bad record is answered and never stalls its partition; a request topic
+//! schedules only onto its targets; a crash between the MySQL write and the
+//! offset commit neither loses nor doubles a request.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::Utc;
+use rdkafka::consumer::StreamConsumer;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{FutureProducer, FutureRecord};
+use serde_json::Value;
+use tickler::config::{Config, IngressTopic};
+use tickler::ingress::{Ingress, IngressConfig};
+use tickler::job::time_format;
+use tickler::kafka;
+use tickler_testkit::chronos::{self, Expected, Services, World};
+use tickler_testkit::{consumer_from_beginning, eventually, records_read, unique, Record, TestEnv};
+use tokio_util::sync::CancellationToken;
+
+/// A test's tickler with a request topic whose records may schedule onto
+/// `targets`, a reply topic, and what reads and writes them.
+struct Setup {
+    env: TestEnv,
+    requests: String,
+    replies: String,
+    producer: FutureProducer,
+    reply_reader: StreamConsumer,
+}
+
+/// Every test topic is `tickler-test-…` (TestEnv's own among them).
+const TEST_TOPICS: &str = "tickler-test-*";
+
+async fn setup(targets: &[&str], run_ingress: bool) -> Setup {
+    let requests = unique("tickler-requests-");
+    let replies = unique("tickler-replies-");
+    let brokers = tickler_testkit::kafka_brokers();
+    for topic in [&requests, &replies] {
+        kafka::topic_ensure_with(&brokers, &BTreeMap::new(), topic, 2)
+            .await
+            .expect("kafka is running (scripts/services)");
+    }
+    let (req, rep) = (requests.clone(), replies.clone());
+    let targets: Vec<String> = targets.iter().map(|t| t.to_string()).collect();
+    let env = TestEnv::start_with(move |c| {
+        c.ingress.topics.insert(req, IngressTopic { targets });
+        c.ingress.reply_topic = Some(rep);
+        c.ingress.group = unique("tickler-t-ingress-");
+        if !run_ingress {
+            c.roles.retain(|role| role != "ingress");
+        }
+    })
+    .await;
+    Setup {
+        producer: kafka::producer_create(&brokers, &BTreeMap::new(), 0, 5_000).expect("producer"),
+        reply_reader: consumer_from_beginning(&brokers, &replies),
+        env,
+        requests,
+        replies,
+    }
+}
+
+/// A request record: `key`, `value` (None: a tombstone), headers.
+struct Req<'a> {
+    key: Option<&'a str>,
+    value: Option<&'a [u8]>,
+    headers: Vec<(&'a str, String)>,
+}
+
+impl Setup {
+    /// Produces a request to partition 0 and waits for the broker's
+    /// acknowledgement, so that each is a batch of its own (tansu cannot
+    /// resume a consumer group inside a multi-record batch).
+    async fn send(&self, request: Req<'_>) {
+        let mut headers = OwnedHeaders::new();
+        for (name, value) in &request.headers {
+            headers = headers.insert(Header {
+                key: name,
+                value: Some(value.as_str()),
+            });
+        }
+        let mut record = FutureRecord::<str, [u8]>::to(&self.requests)
+            .partition(0)
+            .headers(headers);
+        if let Some(key) = request.key {
+            record = record.key(key);
+        }
+        if let Some(value) = request.value {
+            record = record.payload(value);
+        }
+        self.producer
+            .send(record, Duration::from_secs(5))
+            .await
+            .expect("request produced");
+    }
+
+    /// The next `n` replies, in order.
+    async fn replies(&self, n: usize) -> Vec<(Record, Value)> {
+        let records = records_read(&self.reply_reader, n, Duration::from_secs(30)).await;
+        assert_eq!(records.len(), n, "{n} replies arrive");
+        records
+            .into_iter()
+            .map(|record| {
+                let body: Value = serde_json::from_slice(&record.payload).expect("a JSON reply");
+                (record, body)
+            })
+            .collect()
+    }
+
+    async fn reply(&self) -> (Record, Value) {
+        self.replies(1).await.remove(0)
+    }
+
+    async fn finish(self) {
+        self.env.finish().await;
+    }
+}
+
+fn headers_of<'a>(topic: &str, when: (&'a str, String)) -> Vec<(&'a str, String)> {
+    vec![("tickler-target-topic", topic.to_owned()), when]
+}
+
+async fn schedule_time_of(env: &TestEnv, id: u64) -> String {
+    let at: chrono::NaiveDateTime =
+        sqlx::query_scalar("SELECT schedule_time FROM jobs WHERE id = ?")
+            .bind(id)
+            .fetch_one(&env.sql)
+            .await
+            .unwrap();
+    time_format(at.and_utc())
+}
+
+#[tokio::test]
+async fn a_request_record_becomes_a_job_delivered_with_its_bytes_and_headers_and_is_answered() {
+    let s = setup(&[TEST_TOPICS], true).await;
+    let payload: &[u8] = &[0, 1, 2, 255, b'{'];
+    let mut headers = headers_of(&s.env.topic, ("tickler-delay-ms", "300".to_owned()));
+    headers.push(("tickler-correlation-id", "corr-7".to_owned()));
+    headers.push(("tenant", "acme".to_owned()));
+    s.send(Req {
+        key: Some("order-1"),
+        value: Some(payload),
+        headers,
+    })
+    .await;
+
+    let (reply, body) = s.reply().await;
+    assert_eq!(body["outcome"], "created", "{body}");
+    assert_eq!(reply.key.as_deref(), Some("order-1"));
+    assert_eq!(reply.header("tickler-correlation-id"), Some("corr-7"));
+    assert_eq!(reply.header("tickler-outcome"), Some("created"));
+    assert_eq!(
+        reply.header("tickler-request-topic"),
+        Some(s.requests.as_str())
+    );
+    assert_eq!(reply.header("tickler-request-partition"), Some("0"));
+    let id = body["job"]["id"].as_u64().expect("the job's id");
+    assert_eq!(
+        reply.header("tickler-job-id"),
+        Some(id.to_string().as_str())
+    );
+    assert_eq!(body["job"]["key"], "order-1");
+    assert_eq!(
+        body["request"]["offset"],
+        reply
+            .header("tickler-request-offset")
+            .unwrap()
+            .parse::<i64>()
+            .unwrap()
+    );
+
+    let delivered = records_read(&s.env.consumer(), 1, Duration::from_secs(30)).await;
+    assert_eq!(delivered.len(), 1, "the job is produced");
+    let record = &delivered[0];
+    assert_eq!(
+        record.payload, payload,
+        "the value is delivered byte for byte"
+    );
+    assert_eq!(record.key.as_deref(), Some("order-1"));
+    assert_eq!(record.header("tenant"), Some("acme"));
+    assert_eq!(
+        record.header("tickler-job-id"),
+        Some(id.to_string().as_str())
+    );
+    assert_eq!(
+        record.header("tickler-target-topic"),
+        None,
+        "tickler's own headers are not passed on"
+    );
+    assert_eq!(record.header("tickler-correlation-id"), None);
+
+    let actor: String = sqlx::query_scalar(
+        "SELECT CAST(actor AS CHAR) FROM job_events WHERE job_id = ? ORDER BY id LIMIT 1",
+    )
+    .bind(id)
+    .fetch_one(&s.env.sql)
+    .await
+    .unwrap();
+    assert_eq!(actor, format!("ingress:{}", s.requests));
+    let (_, metrics) = s.env.metrics_text().await;
+    assert!(
+        metrics.contains(&format!(
+            "tickler_ingress_requests_total{{topic=\"{}\",outcome=\"created\"}} 1",
+            s.requests
+        )) || metrics.contains(&format!(
+            "tickler_ingress_requests_total{{outcome=\"created\",topic=\"{}\"}} 1",
+            s.requests
+        )),
+        "counted by request topic and outcome"
+    );
+    s.finish().await;
+}
+
+#[tokio::test]
+async fn the_same_key_moves_the_pending_job_and_a_tombstone_cancels_it_for_good() {
+    let s = setup(&[TEST_TOPICS], true).await;
+    let topic = s.env.topic.clone();
+    let first = time_format(Utc::now() + chrono::Duration::hours(1));
+    let later = time_format(Utc::now() + chrono::Duration::hours(2));
+    let put = |at: &str| Req {
+        key: Some("invoice-9"),
+        value: Some(b"remind"),
+        headers: headers_of(&topic, ("tickler-run-at", at.to_owned())),
+    };
+    s.send(put(&first)).await;
+    let (_, created) = s.reply().await;
+    assert_eq!(created["outcome"], "created", "{created}");
+    let id = created["job"]["id"].as_u64().unwrap();
+
+    s.send(put(&first)).await;
+    let (_, again) = s.reply().await;
+    assert_eq!(
+        again["outcome"], "existing",
+        "the same request again: {again}"
+    );
+    assert_eq!(again["job"]["id"], id);
+
+    s.send(put(&later)).await;
+    let (_, moved) = s.reply().await;
+    assert_eq!(moved["outcome"], "moved", "{moved}");
+    assert_eq!(moved["job"]["run_at"], later);
+    assert_eq!(schedule_time_of(&s.env, id).await, later);
+
+    let tombstone = || Req {
+        key: Some("invoice-9"),
+        value: None,
+        headers: vec![("tickler-target-topic", topic.clone())],
+    };
+    s.send(tombstone()).await;
+    let (_, cancelled) = s.reply().await;
+    assert_eq!(cancelled["outcome"], "cancelled", "{cancelled}");
+    assert_eq!(s.env.job_status(id).await, "cancelled");
+    assert!(!s.env.redis_holds(id).await);
+
+    s.send(tombstone()).await;
+    let (_, twice) = s.reply().await;
+    assert_eq!(
+        twice["outcome"], "cancelled",
+        "a second tombstone changes nothing: {twice}"
+    );
+
+    s.send(put(&first)).await;
+    let (_, refused) = s.reply().await;
+    assert_eq!(refused["outcome"], "error");
+    assert_eq!(refused["error"]["code"], "not_pending", "{refused}");
+    assert_eq!(s.env.jobs_count().await, 1, "one job all along");
+
+    let unknown = Req {
+        key: Some("never-scheduled"),
+        value: None,
+        headers: vec![("tickler-target-topic", topic.clone())],
+    };
+    s.send(unknown).await;
+    let (_, missing) = s.reply().await;
+    assert_eq!(missing["error"]["code"], "not_found", "{missing}");
+    s.finish().await;
+}
+
+#[tokio::test]
+async fn a_produced_job_answers_too_late_with_its_position() {
+    let s = setup(&[TEST_TOPICS], true).await;
+    let topic = s.env.topic.clone();
+    s.send(Req {
+        key: Some("now"),
+        value: Some(b"x"),
+        headers: headers_of(&topic, ("tickler-delay-ms", "0".to_owned())),
+    })
+    .await;
+    let (_, created) = s.reply().await;
+    let id = created["job"]["id"].as_u64().unwrap();
+    s.env
+        .status_await(id, "dispatched", Duration::from_secs(30))
+        .await;
+    s.send(Req {
+        key: Some("now"),
+        value: None,
+        headers: vec![("tickler-target-topic", topic.clone())],
+    })
+    .await;
+    let (_, late) = s.reply().await;
+    assert_eq!(late["outcome"], "too_late", "{late}");
+    assert!(
+        late["job"]["kafka"]["offset"].is_i64(),
+        "says where it went: {late}"
+    );
+    assert_eq!(s.env.job_status(id).await, "dispatched");
+    s.finish().await;
+}
+
+#[tokio::test]
+async fn bad_records_are_answered_with_their_error_and_never_stall_the_partition() {
+    let s = setup(&[TEST_TOPICS], true).await;
+    let topic = s.env.topic.clone();
+    let soon = || ("tickler-delay-ms", "100".to_owned());
+    let bad: Vec<(Req, &str)> = vec![
+        (
+            Req {
+                key: None,
+                value: Some(b"x"),
+                headers: headers_of(&topic, soon()),
+            },
+            "invalid_key",
+        ),
+        (
+            Req {
+                key: Some("k1"),
+                value: Some(b"x"),
+                headers: headers_of(&topic, ("tickler-run-at", "next tuesday".to_owned())),
+            },
+            "invalid_run_at",
+        ),
+        (
+            Req {
+                key: Some("k2"),
+                value: Some(b"x"),
+                headers: vec![("tickler-delay-ms", "5".to_owned())],
+            },
+            "invalid_headers",
+        ),
+        (
+            Req {
+                key: Some("k3"),
+                value: Some(b"x"),
+                headers: vec![
+                    ("tickler-target-topic", topic.clone()),
+                    ("tickler-delay-ms", "5".to_owned()),
+                    ("tickler-delay", "5".to_owned()),
+                ],
+            },
+            "invalid_headers",
+        ),
+        (
+            Req {
+                key: Some("k4"),
+                value: Some(b"x"),
+                headers: headers_of(&topic, ("tickler-delay-ms", "999999999999999".to_owned())),
+            },
+            "schedule_too_far",
+        ),
+        (
+            Req {
+                key: Some("k5"),
+                value: Some(b"x"),
+                headers: headers_of("tickler-test-not-on-the-broker", soon()),
+            },
+            "unknown_topic",
+        ),
+    ];
+    let codes: Vec<&str> = bad.iter().map(|(_, code)| *code).collect();
+    for (request, _) in bad {
+        s.send(request).await;
+    }
+    s.send(Req {
+        key: Some("good"),
+        value: Some(b"fine"),
+        headers: headers_of(&topic, soon()),
+    })
+    .await;
+    let mut replies = s.replies(codes.len() + 1).await;
+    // Replies are keyed by their request's key: across the reply topic's
+    // partitions they arrive in any order.
+    replies.sort_by_key(|(_, body)| body["request"]["offset"].as_i64());
+    let mut offsets = Vec::new();
+    for ((reply, body), code) in replies.iter().zip(&codes) {
+        assert_eq!(body["outcome"], "error", "{body}");
+        assert_eq!(body["error"]["code"], *code, "{body}");
+        assert!(body.get("job").is_none());
+        assert_eq!(reply.header("tickler-request-partition"), Some("0"));
+        offsets.push(body["request"]["offset"].as_i64().unwrap());
+    }
+    assert!(
+        offsets.windows(2).all(|w| w[1] == w[0] + 1),
+        "one reply per record, in order: {offsets:?}"
+    );
+    let (_, good) = &replies[codes.len()];
+    assert_eq!(
+        good["outcome"], "created",
+        "the record behind the bad ones is taken: {good}"
+    );
+    assert_eq!(
+        s.env.jobs_count().await,
+        1,
+        "nothing written for a bad record"
+    );
+    s.finish().await;
+}
+
+#[tokio::test]
+async fn a_request_topic_schedules_only_onto_its_targets_and_never_onto_reserved_topics() {
+    let s = setup(&["tickler-test-allowed-*", "tickler-requests-*"], true).await;
+    let allowed = unique("tickler-test-allowed-");
+    kafka::topic_ensure(&s.env.config.kafka_brokers, &allowed, 1)
+        .await
+        .unwrap();
+    let soon = || ("tickler-delay-ms", "60000".to_owned());
+    for (key, target) in [
+        ("a", s.env.topic.clone()),
+        ("b", s.requests.clone()),
+        ("c", allowed.clone()),
+    ] {
+        s.send(Req {
+            key: Some(key),
+            value: Some(b"x"),
+            headers: headers_of(&target, soon()),
+        })
+        .await;
+    }
+    let mut replies = s.replies(3).await;
+    replies.sort_by_key(|(_, body)| body["request"]["offset"].as_i64());
+    assert_eq!(
+        replies[0].1["error"]["code"], "forbidden_topic",
+        "{}",
+        replies[0].1
+    );
+    assert_eq!(
+        replies[1].1["error"]["code"], "reserved_topic",
+        "{}",
+        replies[1].1
+    );
+    assert_eq!(replies[2].1["outcome"], "created", "{}", replies[2].1);
+
+    // The API refuses the request and reply topics too.
+    for topic in [&s.requests, &s.replies] {
+        let (status, body) = s
+            .env
+            .post(
+                "/v1/jobs",
+                serde_json::json!({"topic": topic, "delay_ms": 1000}),
+            )
+            .await;
+        assert_eq!(status, 400, "{body}");
+        assert_eq!(body["error"]["code"], "reserved_topic");
+    }
+    s.finish().await;
+}
+
+#[tokio::test]
+async fn a_request_months_ahead_is_one_row_and_nothing_in_redis() {
+    let s = setup(&[TEST_TOPICS], true).await;
+    let at = time_format(Utc::now() + chrono::Duration::days(120));
+    s.send(Req {
+        key: Some("renewal"),
+        value: Some(b"renew"),
+        headers: headers_of(&s.env.topic, ("tickler-run-at", at.clone())),
+    })
+    .await;
+    let (_, body) = s.reply().await;
+    assert_eq!(body["outcome"], "created", "{body}");
+    let id = body["job"]["id"].as_u64().unwrap();
+    assert_eq!(s.env.jobs_count().await, 1);
+    assert_eq!(schedule_time_of(&s.env, id).await, at);
+    assert!(
+        !s.env.redis_holds(id).await,
+        "a job months away costs nothing in Redis"
+    );
+    s.finish().await;
+}
+
+/// The ingress of `setup`'s configuration, driven by the test.
+fn ingress_of(s: &Setup) -> Ingress {
+    let config: Config = s.env.config.clone();
+    Ingress::new(
+        s.env.store.clone(),
+        s.env.index.clone(),
+        Arc::new(tokio::sync::Notify::new()),
+        kafka::Topics::new(
+            &config.kafka_brokers,
+            &config.kafka_options,
+            Duration::from_secs(10),
+        ),
+        Arc::new(config.clone()),
+        IngressConfig::from_config(&config),
+    )
+    .expect("an ingress")
+}
+
+#[tokio::test]
+async fn a_crash_between_the_write_and_the_offset_commit_reads_the_requests_again_without_doubling_them(
+) {
+    // The process's own ingress role is off: this test is the ingress.
+    let s = setup(&[TEST_TOPICS], false).await;
+    let n = 20;
+    for i in 0..n {
+        s.send(Req {
+            key: Some(&format!("job-{i}")),
+            value: Some(format!("payload {i}").as_bytes()),
+            headers: headers_of(&s.env.topic, ("tickler-delay-ms", "2000".to_owned())),
+        })
+        .await;
+    }
+    // And a move of the first job: read again, its create must not send
+    // it back to the create's time.
+    tokio::time::sleep(Duration::from_millis(50)).await;
+    s.send(Req {
+        key: Some("job-0"),
+        value: Some(b"payload 0"),
+        headers: headers_of(&s.env.topic, ("tickler-delay-ms", "60000".to_owned())),
+    })
+    .await;
+    let n = n + 1;
+    let cancel = CancellationToken::new();
+
+    // The first consumer writes every request, answers, and dies before
+    // it commits.
+    let first = ingress_of(&s);
+    first.subscribe().await.unwrap();
+    let mut taken = 0;
+    while taken < n {
+        let batch = tokio::time::timeout(Duration::from_secs(30), first.take(&cancel))
+            .await
+            .expect("requests arrive")
+            .unwrap();
+        let outcomes = first.apply(&batch, &cancel).await.unwrap();
+        assert!(
+            outcomes
+                .iter()
+                .all(|o| ["created", "moved"].contains(&o.name())),
+            "{outcomes:?}"
+        );
+        first.reply(&batch, &outcomes).await;
+        taken += batch.records.len();
+    }
+    drop(first);
+    assert_eq!(s.env.jobs_count().await, n as i64 - 1);
+    let moved_to: chrono::NaiveDateTime =
+        sqlx::query_scalar("SELECT schedule_time FROM jobs WHERE job_key = 'job-0'")
+            .fetch_one(&s.env.sql)
+            .await
+            .unwrap();
+
+    // The next one reads them again: every one finds its job.
+    let second = ingress_of(&s);
+    second.subscribe().await.unwrap();
+    let mut outcomes: HashMap<&'static str, usize> = HashMap::new();
+    let mut read = 0;
+    while read < n {
+        let report = tokio::time::timeout(Duration::from_secs(60), second.run_once(&cancel))
+            .await
+            .expect("the requests are read again")
+            .unwrap();
+        read += report.records;
+        for (outcome, count) in report.outcomes {
+            *outcomes.entry(outcome).or_default() += count;
+        }
+        assert!(report.records == 0 || report.committed);
+    }
+    assert_eq!(outcomes.get("existing"), Some(&n), "{outcomes:?}");
+    assert_eq!(s.env.jobs_count().await, n as i64 - 1, "nothing doubled");
+    let now_at: chrono::NaiveDateTime =
+        sqlx::query_scalar("SELECT schedule_time FROM jobs WHERE job_key = 'job-0'")
+            .fetch_one(&s.env.sql)
+            .await
+            .unwrap();
+    assert_eq!(
+        now_at, moved_to,
+        "the create read again did not undo the move"
+    );
+    let events: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM job_events e JOIN jobs j ON j.id = e.job_id WHERE j.job_key = 'job-0'",
+    )
+    .fetch_one(&s.env.sql)
+    .await
+    .unwrap();
+    assert_eq!(events, 2, "created and moved, once each");
+    let keys: i64 = sqlx::query_scalar("SELECT COUNT(DISTINCT job_key) FROM jobs")
+        .fetch_one(&s.env.sql)
+        .await
+        .unwrap();
+    assert_eq!(keys, n as i64 - 1);
+    let replies = s.replies(2 * n).await;
+    assert_eq!(
+        replies
+            .iter()
+            .filter(|(_, b)| b["outcome"] == "existing")
+            .count(),
+        n,
+        "the second reading answers again"
+    );
+    s.finish().await;
+}
+
+#[tokio::test]
+async fn kill_9_while_requests_stream_in_loses_and_doubles_none() {
+    let requests = unique("tickler-requests-");
+    let replies = unique("tickler-replies-");
+    let services = Services::shared();
+    for topic in [&requests, &replies] {
+        kafka::topic_ensure(&services.brokers, topic, 2)
+            .await
+            .unwrap();
+    }
+    let ingress = format!(
+        "{{topics={{\"{requests}\"={{targets=[\"tickler-fault-*\"]}}}}, reply_topic=\"{replies}\", group=\"{}\"}}",
+        unique("tickler-t-ingress-")
+    );
+    let mut world = World::start(services, &[("TICKLER_INGRESS", ingress.as_str())]).await;
+    let producer =
+        kafka::producer_create(&world.services.brokers, &BTreeMap::new(), 0, 5_000).unwrap();
+    let n: usize = 300;
+    let started = Utc::now();
+    let mut due: HashMap<String, i64> = HashMap::new();
+    for i in 0..n {
+        if i == n / 2 {
+            world.tickler.kill9();
+        }
+        if i == n / 2 + 50 {
+            world.restart_tickler().await;
+        }
+        let key = format!("r-{i}");
+        let at = started + chrono::Duration::milliseconds(3_000 + (i as i64 % 40) * 50);
+        due.insert(key.clone(), at.timestamp_millis());
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: "tickler-target-topic",
+                value: Some(world.topic.as_str()),
+            })
+            .insert(Header {
+                key: "tickler-run-at",
+                value: Some(time_format(at).as_str()),
+            });
+        // Each acknowledged before the next: one record per batch.
+        producer
+            .send(
+                FutureRecord::<str, [u8]>::to(&requests)
+                    .key(&key)
+                    .payload(key.as_bytes())
+                    .headers(headers),
+                Duration::from_secs(5),
+            )
+            .await
+            .expect("request produced");
+    }
+    // Every request becomes exactly one job.
+    let rows = eventually(Duration::from_secs(60), || async {
+        let rows: Vec<(u64, String)> = sqlx::query_as("SELECT id, CAST(job_key AS CHAR) FROM jobs")
+            .fetch_all(&world.sql)
+            .await
+            .unwrap();
+        (rows.len() >= n).then_some(rows)
+    })
+    .await
+    .expect("every request is written");
+    let keys: HashSet<&String> = rows.iter().map(|(_, key)| key).collect();
+    assert_eq!(rows.len(), n, "no request doubled");
+    assert_eq!(keys.len(), n);
+    let expected: Vec<Expected> = rows
+        .iter()
+        .map(|(id, key)| Expected {
+            id: *id,
+            due_ms: due[key],
+        })
+        .collect();
+    let ids: HashSet<u64> = rows.iter().map(|(id, _)| *id).collect();
+    world.await_seen(&ids, Duration::from_secs(60)).await;
+    let interrupted = world.interrupted().await;
+    let verdict = chronos::check(&expected, &HashSet::new(), &interrupted, &world.seen());
+    verdict.assert_clean("kill -9 of the ingress");
+    let reader = consumer_from_beginning(&world.services.brokers, &replies);
+    let answered = records_read(&reader, n, Duration::from_secs(30)).await;
+    let answered_keys: HashSet<String> = answered.iter().filter_map(|r| r.key.clone()).collect();
+    assert_eq!(
+        answered_keys.len(),
+        n,
+        "every request answered at least once"
+    );
+    world.finish().await;
+}
