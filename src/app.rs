@@ -152,7 +152,8 @@ impl Pools {
             results: Store::connect_lazy(url, 2, Actor::Results)?,
             membership: Store::connect_lazy(url, 2, Actor::Membership)?,
             scheduler: Store::connect_lazy(url, 2, Actor::Scheduler)?,
-            ingress: Store::connect_lazy(url, 2, Actor::Ingress)?,
+            // One write at a time per partition of a pass, a few at once.
+            ingress: Store::connect_lazy(url, 4, Actor::Ingress)?,
         })
     }
 }

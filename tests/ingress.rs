@@ -410,11 +410,12 @@ async fn bad_records_are_answered_with_their_error_and_never_stall_the_partition
 
 #[tokio::test]
 async fn a_request_topic_schedules_only_onto_its_targets_and_never_onto_reserved_topics() {
-    let s = setup(&["tickler-test-allowed-*", "tickler-requests-*"], true).await;
+    // Made before tickler starts, so its first look at the broker finds it.
     let allowed = unique("tickler-test-allowed-");
-    kafka::topic_ensure(&s.env.config.kafka_brokers, &allowed, 1)
+    kafka::topic_ensure(&tickler_testkit::kafka_brokers(), &allowed, 1)
         .await
         .unwrap();
+    let s = setup(&["tickler-test-allowed-*", "tickler-requests-*"], true).await;
     let soon = || ("tickler-delay-ms", "60000".to_owned());
     for (key, target) in [
         ("a", s.env.topic.clone()),
@@ -687,4 +688,40 @@ async fn kill_9_while_requests_stream_in_loses_and_doubles_none() {
         "every request answered at least once"
     );
     world.finish().await;
+}
+
+#[tokio::test]
+async fn the_request_groups_lag_is_in_the_stats_and_the_doctors_findings() {
+    // Nothing consumes the request topic: every request is lag.
+    let s = setup(&[TEST_TOPICS], false).await;
+    for i in 0..3 {
+        s.send(Req {
+            key: Some(&format!("waiting-{i}")),
+            value: Some(b"x"),
+            headers: headers_of(&s.env.topic, ("tickler-delay-ms", "1000".to_owned())),
+        })
+        .await;
+    }
+    let (status, stats) = s.env.get("/v1/stats").await;
+    assert_eq!(status, 200, "{stats}");
+    assert_eq!(
+        stats["ingress_lag"],
+        serde_json::json!([{"topic": s.requests, "lag": 3}]),
+        "{stats}"
+    );
+    let config = tickler::doctor::DoctorConfig::from_config(&s.env.config);
+    let report = tickler::doctor::Doctor::new(s.env.store.clone(), s.env.index.clone(), config)
+        .run_once()
+        .await;
+    let lag = report
+        .findings
+        .iter()
+        .find(|f| f.check == "ingress_lag")
+        .expect("an ingress_lag finding");
+    assert!(
+        lag.summary.contains("3 records behind") && lag.summary.contains(&s.requests),
+        "{}",
+        lag.summary
+    );
+    s.finish().await;
 }

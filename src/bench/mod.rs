@@ -659,12 +659,33 @@ impl Bench {
             5,
             60_000,
         )?;
+        let mut config = self.config.clone();
+        config.ingress.topics.insert(
+            requests.clone(),
+            crate::config::IngressTopic {
+                targets: vec![target.clone()],
+            },
+        );
+        config.ingress.reply_topic = Some(replies);
+        config.ingress.group = format!("{requests}-group");
+        let ingress = Ingress::new(
+            store.clone(),
+            index.clone(),
+            Arc::new(Notify::new()),
+            kafka::Topics::new(
+                &config.kafka_brokers,
+                &config.kafka_options,
+                Duration::from_millis(config.topic_refresh_ms),
+            ),
+            Arc::new(config.clone()),
+            IngressConfig::from_config(&config),
+        )?;
+        ingress.subscribe().await?;
+        let cancel = CancellationToken::new();
+        // One request first, taken before the others are produced: joining
+        // the group (seconds on a fresh group) is not the ingress's pace.
         let far = crate::job::time_format(Utc::now() + chrono::Duration::days(30));
-        let produced = Instant::now();
-        let mut deliveries = Vec::with_capacity(n as usize);
-        for i in 0..n {
-            let key = format!("request-{i}");
-            let payload = format!("{{\"n\":{i}}}");
+        let request = |key: &str| {
             let headers = OwnedHeaders::new_with_capacity(2)
                 .insert(Header {
                     key: crate::ingress::HEADER_TARGET_TOPIC,
@@ -674,6 +695,32 @@ impl Bench {
                     key: crate::ingress::HEADER_RUN_AT,
                     value: Some(far.as_str()),
                 });
+            (key.to_owned(), headers)
+        };
+        let (key, headers) = request("warm-up");
+        producer
+            .send(
+                FutureRecord::to(&requests)
+                    .key(&key)
+                    .payload("{}")
+                    .headers(headers),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(err, _)| anyhow::anyhow!("ingress: the warm-up request: {err}"))?;
+        let joined = Instant::now() + Duration::from_secs(60);
+        loop {
+            match tokio::time::timeout(Duration::from_secs(30), ingress.run_once(&cancel)).await {
+                Ok(Some(report)) if report.records > 0 => break,
+                _ if Instant::now() > joined => bail!("ingress: the warm-up request was not taken"),
+                _ => {}
+            }
+        }
+        let produced = Instant::now();
+        let mut deliveries = Vec::with_capacity(n as usize);
+        for i in 0..n {
+            let (key, headers) = request(&format!("request-{i}"));
+            let payload = format!("{{\"n\":{i}}}");
             let mut record = FutureRecord::to(&requests)
                 .key(&key)
                 .payload(&payload)
@@ -702,31 +749,8 @@ impl Bench {
             produced.elapsed().as_secs_f64()
         );
 
-        let mut config = self.config.clone();
-        config.ingress.topics.insert(
-            requests.clone(),
-            crate::config::IngressTopic {
-                targets: vec![target.clone()],
-            },
-        );
-        config.ingress.reply_topic = Some(replies);
-        config.ingress.group = format!("{requests}-group");
-        let ingress = Ingress::new(
-            store.clone(),
-            index.clone(),
-            Arc::new(Notify::new()),
-            kafka::Topics::new(
-                &config.kafka_brokers,
-                &config.kafka_options,
-                Duration::from_millis(config.topic_refresh_ms),
-            ),
-            Arc::new(config.clone()),
-            IngressConfig::from_config(&config),
-        )?;
-        ingress.subscribe().await?;
-        let cancel = CancellationToken::new();
         let (mut taken, mut created, mut passes) = (0u64, 0u64, 0u64);
-        let mut started = None;
+        let started = Instant::now();
         let cpu_before = cpu::by_process();
         let deadline = Instant::now() + Duration::from_secs(300);
         while taken < n && Instant::now() < deadline {
@@ -735,24 +759,11 @@ impl Bench {
             else {
                 break;
             };
-            if report.records == 0 {
-                continue;
-            }
-            // From the first pass that took records: joining the group
-            // (seconds on a fresh group) is not the ingress's pace.
-            let first = *started.get_or_insert_with(Instant::now);
-            if passes == 0 {
-                println!(
-                    "ingress: the first pass ({} requests) took {:.0} ms",
-                    report.records,
-                    first.elapsed().as_secs_f64() * 1000.0
-                );
-            }
-            passes += 1;
+            passes += u64::from(report.records > 0);
             taken += report.records as u64;
             created += report.outcomes.get("created").copied().unwrap_or(0) as u64;
         }
-        let spent = started.map_or(Duration::ZERO, |at| at.elapsed());
+        let spent = started.elapsed();
         println!(
             "ingress: {:.0} requests/s into MySQL ({created} jobs created from {taken} requests in {:.2} s, {passes} passes of up to {}; answered on a reply topic, offsets committed)",
             taken as f64 / spent.as_secs_f64().max(0.001),

@@ -3,9 +3,10 @@
 //! Kafka").
 //!
 //! Each pass takes the records waiting on the request topics (up to
-//! `batch`), writes what they ask for to MySQL — the creates of a pass in
-//! one multi-row insert — makes Redis follow, answers each on the reply
-//! topic, and only then commits the offsets. Crash anywhere before the
+//! `batch`), writes what they ask for to MySQL — the creates of each
+//! partition in one multi-row insert, the partitions side by side — makes
+//! Redis follow, answers each on the reply topic, and only then commits the
+//! offsets. Crash anywhere before the
 //! commit: the records are read again, and their (topic, key) finds the
 //! jobs they made: answered `existing` (or `cancelled` again), never made
 //! twice. A request that cannot be written is answered with its error and
@@ -433,13 +434,10 @@ impl Ingress {
         Some(batch)
     }
 
-    /// Writes what the batch's requests ask for, in their order; one outcome
-    /// per record. Waits while MySQL is unavailable; None when cancelled
-    /// meanwhile (what was written stays written: read again, it is found).
-    ///
-    /// Consecutive creates go in one multi-row insert; a cancel, a second
-    /// request for the same (topic, key) or another request topic ends the
-    /// run, so every request sees the ones before it applied.
+    /// Writes what the batch's requests ask for; one outcome per record,
+    /// in the batch's order. Waits while MySQL is unavailable; None when
+    /// cancelled meanwhile (what was written stays written: read again, it
+    /// is found).
     pub async fn apply(&self, batch: &Batch, cancel: &CancellationToken) -> Option<Vec<Outcome>> {
         let now = Utc::now();
         let mut requests: Vec<Result<Request, RequestError>> = batch
@@ -449,27 +447,63 @@ impl Ingress {
             .collect();
         self.preflight(&mut requests).await;
 
+        // Each partition's requests in their order; the partitions side by
+        // side, as many writes at once as MySQL's CPUs take (requests of
+        // different partitions have no order to keep).
+        let mut partitions: BTreeMap<(&str, i32), Vec<usize>> = BTreeMap::new();
+        for (at, record) in batch.records.iter().enumerate() {
+            partitions
+                .entry((record.topic.as_str(), record.partition))
+                .or_default()
+                .push(at);
+        }
+        let applied = futures::future::join_all(
+            partitions
+                .values()
+                .map(|ats| self.apply_in_order(batch, &requests, ats, cancel)),
+        )
+        .await;
         let mut outcomes: Vec<Option<Outcome>> = vec![None; requests.len()];
+        for partition in applied {
+            for (at, outcome) in partition? {
+                outcomes[at] = Some(outcome);
+            }
+        }
+        Some(
+            outcomes
+                .into_iter()
+                .map(|outcome| outcome.unwrap_or(Outcome::Refused(RequestError::Internal)))
+                .collect(),
+        )
+    }
+
+    /// The requests at `ats` (of one partition), in order: consecutive
+    /// creates in one multi-row insert; a cancel, or a second request for
+    /// the same (topic, key), ends the run, so that every request sees the
+    /// ones before it applied.
+    async fn apply_in_order(
+        &self,
+        batch: &Batch,
+        requests: &[Result<Request, RequestError>],
+        ats: &[usize],
+        cancel: &CancellationToken,
+    ) -> Option<Vec<(usize, Outcome)>> {
+        let mut outcomes = Vec::with_capacity(ats.len());
         let mut run: Vec<usize> = Vec::new();
-        let mut run_targets: HashSet<(String, String)> = HashSet::new();
-        for at in 0..requests.len() {
-            let request_topic = &batch.records[at].topic;
+        let mut run_targets: HashSet<(&str, &str)> = HashSet::new();
+        for &at in ats {
             let request = match &requests[at] {
                 Err(err) => {
-                    outcomes[at] = Some(Outcome::Refused(err.clone()));
+                    outcomes.push((at, Outcome::Refused(err.clone())));
                     continue;
                 }
                 Ok(request) => request,
             };
-            let (topic, key) = request.target();
-            let target = (topic.to_owned(), key.to_owned());
-            let ends_run = matches!(request, Request::Cancel { .. })
-                || run_targets.contains(&target)
-                || run
-                    .first()
-                    .is_some_and(|first| batch.records[*first].topic != *request_topic);
+            let target = request.target();
+            let ends_run =
+                matches!(request, Request::Cancel { .. }) || run_targets.contains(&target);
             if ends_run && !run.is_empty() {
-                self.run_apply(batch, &requests, &run, &mut outcomes, cancel)
+                self.run_apply(batch, requests, &run, &mut outcomes, cancel)
                     .await?;
                 run.clear();
                 run_targets.clear();
@@ -480,21 +514,17 @@ impl Ingress {
                     run_targets.insert(target);
                 }
                 Request::Cancel { topic, key } => {
-                    outcomes[at] =
-                        Some(self.cancel_apply(request_topic, topic, key, cancel).await?);
+                    let request_topic = &batch.records[at].topic;
+                    let outcome = self.cancel_apply(request_topic, topic, key, cancel).await?;
+                    outcomes.push((at, outcome));
                 }
             }
         }
         if !run.is_empty() {
-            self.run_apply(batch, &requests, &run, &mut outcomes, cancel)
+            self.run_apply(batch, requests, &run, &mut outcomes, cancel)
                 .await?;
         }
-        Some(
-            outcomes
-                .into_iter()
-                .map(|outcome| outcome.unwrap_or(Outcome::Refused(RequestError::Internal)))
-                .collect(),
-        )
+        Some(outcomes)
     }
 
     /// A record read and checked against its request topic's targets and
@@ -553,14 +583,14 @@ impl Ingress {
         self.store.with_actor(&format!("ingress:{request_topic}"))
     }
 
-    /// A run of creates from one request topic: one multi-row insert, then
-    /// the taken (topic, key)s settled one by one.
+    /// A run of creates from one partition: one multi-row insert, then the
+    /// taken (topic, key)s settled one by one.
     async fn run_apply(
         &self,
         batch: &Batch,
         requests: &[Result<Request, RequestError>],
         run: &[usize],
-        outcomes: &mut [Option<Outcome>],
+        outcomes: &mut Vec<(usize, Outcome)>,
         cancel: &CancellationToken,
     ) -> Option<()> {
         let store = self.store_for(&batch.records[run[0]].topic);
@@ -582,21 +612,24 @@ impl Ingress {
                     })
                     .collect();
                 metrics::jobs_created(created.len());
+                // Only those due within the window go to Redis; a new job
+                // is in Redis nowhere else, so the rest need no removal.
+                let horizon = db_now + self.config.window;
+                let near: Vec<&Job> = created
+                    .into_iter()
+                    .filter(|job| job.schedule_time < horizon)
+                    .collect();
                 // Crash here: the jobs are in MySQL; the loader or the
                 // overdue probe indexes them.
-                index::follow(
-                    &self.index,
-                    self.config.window,
-                    &self.wake,
-                    &created,
-                    db_now,
-                )
-                .await;
+                if !near.is_empty() {
+                    index::follow(&self.index, self.config.window, &self.wake, &near, db_now).await;
+                }
                 for (((at, job), record), row) in run.iter().zip(&jobs).zip(&records).zip(rows) {
-                    outcomes[*at] = Some(match row {
+                    let outcome = match row {
                         BatchRow::Created(created) => Outcome::Created(created),
                         BatchRow::Duplicate => self.put_taken(&store, job, record, cancel).await?,
-                    });
+                    };
+                    outcomes.push((*at, outcome));
                 }
             }
             Err(err) => {
@@ -604,7 +637,7 @@ impl Ingress {
                 // hold up the others.
                 tracing::warn!(error = %err, num_jobs = jobs.len(), "ingress insert failed; writing the requests one by one");
                 for ((at, job), record) in run.iter().zip(&jobs).zip(&records) {
-                    outcomes[*at] = Some(self.put_one(&store, job, record, cancel).await?);
+                    outcomes.push((*at, self.put_one(&store, job, record, cancel).await?));
                 }
             }
         }
