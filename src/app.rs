@@ -152,8 +152,12 @@ impl Pools {
             results: Store::connect_lazy(url, 2, Actor::Results)?,
             membership: Store::connect_lazy(url, 2, Actor::Membership)?,
             scheduler: Store::connect_lazy(url, 2, Actor::Scheduler)?,
-            // One write at a time per partition of a pass, a few at once.
-            ingress: Store::connect_lazy(url, 4, Actor::Ingress)?,
+            // A pass writes a few transactions at once.
+            ingress: Store::connect_lazy(
+                url,
+                crate::ingress::WRITES_AT_ONCE as u32,
+                Actor::Ingress,
+            )?,
         })
     }
 }

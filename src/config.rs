@@ -265,7 +265,7 @@ impl Default for IngressSettings {
             topics: BTreeMap::new(),
             reply_topic: None,
             group: "tickler-ingress".to_owned(),
-            batch: 500,
+            batch: 2_000,
             topic_partitions: 4,
         }
     }

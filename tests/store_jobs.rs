@@ -194,6 +194,52 @@ async fn insert_refuses_a_taken_key_and_keys_compare_byte_for_byte() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn insert_many_past_the_servers_placeholder_limit_is_written_in_statements_that_fit() {
+    // 5,000 rows of 15 placeholders each would be one statement of 75,000:
+    // over the 65,535 a prepared statement may hold (ERROR 1390).
+    let db = Db::new().await;
+    let items: Vec<NewJob> = (0..5_000)
+        .map(|i| NewJob {
+            key: Some(format!("k{i}")),
+            ..job_new("t", 60_000)
+        })
+        .collect();
+    let (rows, _) = db.store.job_insert_many(&items).await.unwrap();
+    assert_eq!(rows.len(), 5_000);
+    for (i, row) in rows.iter().enumerate() {
+        assert_eq!(created(row).key.as_deref(), Some(format!("k{i}").as_str()));
+    }
+    let (events, jobs): (i64, i64) =
+        sqlx::query_as("SELECT (SELECT COUNT(*) FROM job_events), (SELECT COUNT(*) FROM jobs)")
+            .fetch_one(&db.sql)
+            .await
+            .unwrap();
+    assert_eq!((events, jobs), (5_000, 5_000));
+    // With ingress positions too, and a key already taken in a later chunk.
+    let positions: Vec<String> = (0..4_001).map(|i| format!("0/{i}/requests")).collect();
+    let mut more: Vec<NewJob> = (0..4_001)
+        .map(|i| NewJob {
+            key: Some(format!("m{i}")),
+            ..job_new("t", 60_000)
+        })
+        .collect();
+    more[4_000].key = Some("k7".to_owned());
+    let (rows, _) = db
+        .store
+        .job_insert_many_at(&more, &positions)
+        .await
+        .unwrap();
+    assert!(matches!(rows[4_000], BatchRow::Duplicate));
+    let (_, position) = db
+        .store
+        .job_find_by_key_at("t", "m3999")
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(position.as_deref(), Some("0/3999/requests"));
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn insert_many_answers_one_row_per_item_in_order_and_takes_a_key_once() {
     let db = Db::new().await;
     let api = db.store_as(Actor::Api).with_actor("api:batch");

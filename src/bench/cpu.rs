@@ -65,3 +65,27 @@ pub(super) fn spent_since(before: &BTreeMap<&'static str, f64>) -> String {
         .collect::<Vec<_>>()
         .join(", ")
 }
+
+/// Waits until the database server is quiet — under a tenth of a core over
+/// half a second — or `most` has passed; returns how long it waited. What a
+/// stage before left behind (InnoDB's purge, flushing dirty pages) then
+/// does not count against the next.
+pub(super) async fn database_quiet(most: std::time::Duration) -> std::time::Duration {
+    const SAMPLE: std::time::Duration = std::time::Duration::from_millis(500);
+    let started = std::time::Instant::now();
+    let database = |spent: &BTreeMap<&'static str, f64>| {
+        spent
+            .get("mariadbd")
+            .or(spent.get("mysqld"))
+            .copied()
+            .unwrap_or(0.0)
+    };
+    while started.elapsed() < most {
+        let before = database(&by_process());
+        tokio::time::sleep(SAMPLE).await;
+        if database(&by_process()) - before < SAMPLE.as_secs_f64() / 10.0 {
+            break;
+        }
+    }
+    started.elapsed()
+}

@@ -749,7 +749,13 @@ impl Bench {
             produced.elapsed().as_secs_f64()
         );
 
+        let waited = cpu::database_quiet(Duration::from_secs(60)).await;
+        println!(
+            "ingress: waited {:.1} s for the database to go quiet (what the stages before left to do)",
+            waited.as_secs_f64()
+        );
         let (mut taken, mut created, mut passes) = (0u64, 0u64, 0u64);
+        let mut took = [Duration::ZERO; 3];
         let started = Instant::now();
         let cpu_before = cpu::by_process();
         let deadline = Instant::now() + Duration::from_secs(300);
@@ -760,9 +766,16 @@ impl Bench {
                 break;
             };
             passes += u64::from(report.records > 0);
+            took[0] += report.took_take;
+            took[1] += report.took_write;
+            took[2] += report.took_reply;
             taken += report.records as u64;
             created += report.outcomes.get("created").copied().unwrap_or(0) as u64;
         }
+        // Until the last pass is answered and committed too.
+        let answered = Instant::now();
+        ingress.settle().await;
+        took[2] += answered.elapsed();
         let spent = started.elapsed();
         println!(
             "ingress: {:.0} requests/s into MySQL ({created} jobs created from {taken} requests in {:.2} s, {passes} passes of up to {}; answered on a reply topic, offsets committed)",
@@ -771,12 +784,40 @@ impl Bench {
             config.ingress.batch
         );
         println!(
+            "ingress: where the passes' time went: reading {:.2} s, writing {:.2} s, waiting for replies and commits {:.2} s (a pass is answered while the next is read and written)",
+            took[0].as_secs_f64(),
+            took[1].as_secs_f64(),
+            took[2].as_secs_f64()
+        );
+        println!(
             "ingress: CPU seconds meanwhile: {}",
             cpu::spent_since(&cpu_before)
         );
         if created != n {
             bail!("ingress: {created} of {n} requests created a job");
         }
+
+        // The API's batch path on the same table, with keys too (the
+        // schedule stage's jobs have none, and a key's unique check costs).
+        cpu::database_quiet(Duration::from_secs(60)).await;
+        let jobs: Vec<Value> = (0..n)
+            .map(|i| {
+                json!({"topic": target, "key": format!("http-{i}"), "payload": {"n": i}, "run_at": far})
+            })
+            .collect();
+        let cpu_before = cpu::by_process();
+        let started = Instant::now();
+        let ids = self.batches_created(jobs).await?;
+        let spent = started.elapsed();
+        println!(
+            "ingress: beside it, the batch API on the same table: {:.0} jobs/s ({} keyed jobs in {:.2} s, {} clients, {} jobs per request); CPU seconds: {}",
+            ids.len() as f64 / spent.as_secs_f64().max(0.001),
+            ids.len(),
+            spent.as_secs_f64(),
+            self.options.clients,
+            self.options.batch,
+            cpu::spent_since(&cpu_before)
+        );
         Ok(())
     }
 

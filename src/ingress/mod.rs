@@ -26,10 +26,11 @@ use chrono::{DateTime, Utc};
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
+use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
 use tokio::sync::Notify;
+use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, TopicCheck};
@@ -61,6 +62,12 @@ pub const INGRESS_FETCH_WAIT_MS: u32 = 50;
 /// Failures other than "database unavailable" before a request is
 /// answered `internal` and skipped.
 const WRITE_FAILURES_MAX: u32 = 3;
+/// A run of creates is written as at most this many transactions at once
+/// (the ingress's pool has as many connections)…
+pub const WRITES_AT_ONCE: usize = 4;
+/// …of at least this many rows each: a smaller insert costs more per row
+/// than waiting does.
+const WRITE_ROWS_MIN: usize = 100;
 
 /// Settings of the ingress.
 #[derive(Debug, Clone)]
@@ -261,11 +268,14 @@ pub struct IngressReport {
     pub records: usize,
     /// Requests by outcome (`created`, `existing`, …, `error`).
     pub outcomes: BTreeMap<&'static str, usize>,
-    /// Replies the reply topic acknowledged, and those it did not.
-    pub replied: usize,
-    pub replies_failed: usize,
-    /// Whether the pass's offsets were committed.
-    pub committed: bool,
+    /// How the pass before this one was answered (None: there was none).
+    pub answered: Option<Answered>,
+    /// Where the pass's time went: waiting for and reading records,
+    /// writing to MySQL (and Redis), waiting for the pass before to be
+    /// answered.
+    pub took_take: Duration,
+    pub took_write: Duration,
+    pub took_reply: Duration,
 }
 
 /// Consumes the request topics until cancelled.
@@ -278,8 +288,11 @@ pub struct Ingress {
     app: Arc<Config>,
     config: IngressConfig,
     /// Made by [`Ingress::subscribe`], after the topics exist.
-    consumer: OnceLock<StreamConsumer>,
+    consumer: OnceLock<Arc<StreamConsumer>>,
     replies: Option<FutureProducer>,
+    /// The last pass, being answered (its replies acknowledged, then its
+    /// offsets committed) while the next one is read and written.
+    answering: tokio::sync::Mutex<Option<JoinHandle<Answered>>>,
 }
 
 impl Ingress {
@@ -310,6 +323,7 @@ impl Ingress {
             config,
             consumer: OnceLock::new(),
             replies,
+            answering: tokio::sync::Mutex::new(None),
         })
     }
 
@@ -321,6 +335,8 @@ impl Ingress {
             return;
         }
         while self.run_once(&cancel).await.is_some() {}
+        // The last pass's offsets, once its replies are out.
+        self.settle().await;
         tracing::info!("ingress stopped");
     }
 
@@ -342,43 +358,41 @@ impl Ingress {
                 tracing::warn!(topic = %topic, error = %err, "cannot create an ingress topic");
             }
         }
-        let mut client = kafka::client_config(&self.config.brokers);
-        client
-            .set("group.id", &self.config.group)
-            // Offsets are committed by hand, after MySQL has the requests.
-            .set("enable.auto.commit", "false")
-            // A group reading the topics for the first time misses nothing.
-            .set("auto.offset.reset", "earliest")
-            .set("fetch.wait.max.ms", INGRESS_FETCH_WAIT_MS.to_string())
-            .set(
-                "session.timeout.ms",
-                crate::results::RESULTS_SESSION_TIMEOUT_MS.to_string(),
-            )
-            .set("heartbeat.interval.ms", "1000");
-        for (key, value) in &self.config.kafka_options {
-            client.set(key, value);
-        }
-        let consumer: StreamConsumer = client.create()?;
+        // Offsets are committed by hand, after MySQL has the requests.
+        let consumer = kafka::group_consumer(
+            &self.config.brokers,
+            &self.config.kafka_options,
+            &self.config.group,
+            INGRESS_FETCH_WAIT_MS,
+        )?;
         let topics: Vec<&str> = self.config.topics.keys().map(String::as_str).collect();
         consumer.subscribe(&topics)?;
         // A second call keeps the first consumer.
-        let _ = self.consumer.set(consumer);
+        let _ = self.consumer.set(Arc::new(consumer));
         Ok(())
     }
 
-    /// One pass: take, write, reply, commit. None when cancelled before the
-    /// pass's writes were done: nothing of it is committed, and its
-    /// requests are read again by whoever consumes next.
+    /// One pass: take and write; then its replies are sent and, once they
+    /// are acknowledged, its offsets committed, while the next pass is
+    /// taken and written (one pass answering at a time, in order: a
+    /// pass's offsets are never committed before the pass before it).
+    /// The report says how the pass before this one was answered. None
+    /// when cancelled before the pass's writes were done: nothing of it is
+    /// committed, and its requests are read again by whoever consumes next.
     pub async fn run_once(&self, cancel: &CancellationToken) -> Option<IngressReport> {
+        let started = std::time::Instant::now();
         let batch = self.take(cancel).await?;
         let mut report = IngressReport {
             records: batch.records.len(),
+            took_take: started.elapsed(),
             ..IngressReport::default()
         };
         if batch.records.is_empty() {
             return Some(report);
         }
+        let started = std::time::Instant::now();
         let outcomes = self.apply(&batch, cancel).await?;
+        report.took_write = started.elapsed();
         for (record, outcome) in batch.records.iter().zip(&outcomes) {
             *report.outcomes.entry(outcome.name()).or_default() += 1;
             metrics::ingress_request(&record.topic, outcome.name());
@@ -396,8 +410,26 @@ impl Ingress {
         }
         // Crash here: MySQL has every request; read again, they change
         // nothing and are answered again.
-        (report.replied, report.replies_failed) = self.reply(&batch, &outcomes).await;
-        report.committed = self.commit(&batch);
+        let started = std::time::Instant::now();
+        let (pending, failed) = self.reply_send(&batch, &outcomes);
+        let mut answering = self.answering.lock().await;
+        if let Some(before) = answering.take() {
+            report.answered = before.await.ok();
+        }
+        let records = batch.records.len();
+        let offsets = offsets_of(&batch);
+        let consumer = self.consumer.get().cloned();
+        *answering = Some(tokio::spawn(async move {
+            let (replied, replies_failed) = deliveries_await(pending, failed).await;
+            let committed = consumer.is_some_and(|consumer| offsets_commit(&consumer, &offsets));
+            Answered {
+                records,
+                replied,
+                replies_failed,
+                committed,
+            }
+        }));
+        report.took_reply = started.elapsed();
         Some(report)
     }
 
@@ -594,6 +626,33 @@ impl Ingress {
         cancel: &CancellationToken,
     ) -> Option<()> {
         let store = self.store_for(&batch.records[run[0]].topic);
+        // A run's (topic, key)s are distinct, so its creates do not depend
+        // on each other: a long run is written as a few transactions at
+        // once, as the API's concurrent batches are, to use more than one
+        // of MySQL's CPUs.
+        let size = run.len().div_ceil(WRITES_AT_ONCE).max(WRITE_ROWS_MIN);
+        let written = futures::future::join_all(
+            run.chunks(size)
+                .map(|chunk| self.creates_apply(&store, batch, requests, chunk, cancel)),
+        )
+        .await;
+        for part in written {
+            outcomes.extend(part?);
+        }
+        Some(())
+    }
+
+    /// Creates in one multi-row insert; for a (topic, key) a job holds
+    /// already, what [`Ingress::put_taken`] says.
+    async fn creates_apply(
+        &self,
+        store: &Store,
+        batch: &Batch,
+        requests: &[Result<Request, RequestError>],
+        run: &[usize],
+        cancel: &CancellationToken,
+    ) -> Option<Vec<(usize, Outcome)>> {
+        let mut outcomes = Vec::with_capacity(run.len());
         let (jobs, records): (Vec<NewJob>, Vec<&Taken>) = run
             .iter()
             .filter_map(|at| match &requests[*at] {
@@ -627,7 +686,7 @@ impl Ingress {
                 for (((at, job), record), row) in run.iter().zip(&jobs).zip(&records).zip(rows) {
                     let outcome = match row {
                         BatchRow::Created(created) => Outcome::Created(created),
-                        BatchRow::Duplicate => self.put_taken(&store, job, record, cancel).await?,
+                        BatchRow::Duplicate => self.put_taken(store, job, record, cancel).await?,
                     };
                     outcomes.push((*at, outcome));
                 }
@@ -637,11 +696,11 @@ impl Ingress {
                 // hold up the others.
                 tracing::warn!(error = %err, num_jobs = jobs.len(), "ingress insert failed; writing the requests one by one");
                 for ((at, job), record) in run.iter().zip(&jobs).zip(&records) {
-                    outcomes.push((*at, self.put_one(&store, job, record, cancel).await?));
+                    outcomes.push((*at, self.put_one(store, job, record, cancel).await?));
                 }
             }
         }
-        Some(())
+        Some(outcomes)
     }
 
     /// One create, alone.
@@ -780,8 +839,15 @@ impl Ingress {
     /// requests are written, and holding their offsets back would only have
     /// them answered again.
     pub async fn reply(&self, batch: &Batch, outcomes: &[Outcome]) -> (usize, usize) {
+        let (pending, failed) = self.reply_send(batch, outcomes);
+        deliveries_await(pending, failed).await
+    }
+
+    /// Hands the replies to the producer; returns their deliveries and how
+    /// many could not even be queued.
+    fn reply_send(&self, batch: &Batch, outcomes: &[Outcome]) -> (Vec<DeliveryFuture>, usize) {
         let (Some(producer), Some(topic)) = (&self.replies, &self.config.reply_topic) else {
-            return (0, 0);
+            return (Vec::new(), 0);
         };
         let mut pending = Vec::with_capacity(outcomes.len());
         let mut failed = 0;
@@ -831,51 +897,83 @@ impl Ingress {
                 }
             }
         }
-        let mut acknowledged = 0;
-        for delivery in pending {
-            match delivery.await {
-                Ok(Ok(_)) => acknowledged += 1,
-                Ok(Err((err, _))) => {
-                    failed += 1;
-                    tracing::warn!(error = %err, "an ingress reply was not delivered");
-                }
-                Err(_) => failed += 1,
-            }
-        }
-        if failed > 0 {
-            metrics::ingress_replies_failed(failed);
-        }
-        (acknowledged, failed)
+        (pending, failed)
     }
 
     /// Commits the batch's offsets (the next record of each partition).
-    /// Async: a lost commit only means reading requests again, which changes
-    /// nothing the second time.
     pub fn commit(&self, batch: &Batch) -> bool {
-        let Some(consumer) = self.consumer.get() else {
-            return false;
-        };
-        let mut positions: HashMap<(&str, i32), i64> = HashMap::new();
-        for record in &batch.records {
-            let last = positions
-                .entry((record.topic.as_str(), record.partition))
-                .or_insert(record.offset);
-            *last = (*last).max(record.offset);
+        match self.consumer.get() {
+            Some(consumer) => offsets_commit(consumer, &offsets_of(batch)),
+            None => false,
         }
-        let mut commit = TopicPartitionList::new();
-        for ((topic, partition), offset) in &positions {
-            if let Err(err) =
-                commit.add_partition_offset(topic, *partition, Offset::Offset(offset + 1))
-            {
-                tracing::warn!(error = %err, "cannot build the offsets to commit");
+    }
+
+    /// Waits until the last pass is answered and its offsets committed.
+    pub async fn settle(&self) -> Option<Answered> {
+        let pending = self.answering.lock().await.take()?;
+        pending.await.ok()
+    }
+}
+
+/// What answering a pass came to.
+#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+pub struct Answered {
+    pub records: usize,
+    /// Replies the reply topic acknowledged, and those it did not.
+    pub replied: usize,
+    pub replies_failed: usize,
+    /// Whether the pass's offsets were committed.
+    pub committed: bool,
+}
+
+/// Waits for the replies' acknowledgements; returns (acknowledged,
+/// failed), with `failed` already failed before.
+async fn deliveries_await(pending: Vec<DeliveryFuture>, mut failed: usize) -> (usize, usize) {
+    let mut acknowledged = 0;
+    for delivery in pending {
+        match delivery.await {
+            Ok(Ok(_)) => acknowledged += 1,
+            Ok(Err((err, _))) => {
+                failed += 1;
+                tracing::warn!(error = %err, "an ingress reply was not delivered");
             }
+            Err(_) => failed += 1,
         }
-        match consumer.commit(&commit, CommitMode::Async) {
-            Ok(()) => true,
-            Err(err) => {
-                tracing::warn!(error = %err, "cannot commit ingress offsets");
-                false
-            }
+    }
+    if failed > 0 {
+        metrics::ingress_replies_failed(failed);
+    }
+    (acknowledged, failed)
+}
+
+/// The offsets that commit a batch: the next record of each partition.
+fn offsets_of(batch: &Batch) -> TopicPartitionList {
+    let mut positions: HashMap<(&str, i32), i64> = HashMap::new();
+    for record in &batch.records {
+        let last = positions
+            .entry((record.topic.as_str(), record.partition))
+            .or_insert(record.offset);
+        *last = (*last).max(record.offset);
+    }
+    let mut offsets = TopicPartitionList::new();
+    for ((topic, partition), offset) in &positions {
+        if let Err(err) =
+            offsets.add_partition_offset(topic, *partition, Offset::Offset(offset + 1))
+        {
+            tracing::warn!(error = %err, "cannot build the offsets to commit");
+        }
+    }
+    offsets
+}
+
+/// Async: a lost commit only means reading requests again, which changes
+/// nothing the second time.
+fn offsets_commit(consumer: &StreamConsumer, offsets: &TopicPartitionList) -> bool {
+    match consumer.commit(offsets, CommitMode::Async) {
+        Ok(()) => true,
+        Err(err) => {
+            tracing::warn!(error = %err, "cannot commit ingress offsets");
+            false
         }
     }
 }

@@ -26,6 +26,35 @@ pub fn client_config(brokers: &str) -> ClientConfig {
     config
 }
 
+/// `session.timeout.ms` of tickler's consumer groups: a member that died
+/// is replaced within seconds, not the default 45 (its partitions wait for
+/// it until then).
+pub const GROUP_SESSION_TIMEOUT_MS: u32 = 6_000;
+
+/// A consumer in `group` that commits by hand (after what it read is in
+/// MySQL) and, on a group's first reading, starts from the earliest record;
+/// `options` (the `kafka_options` setting) are applied last. Subscribe it
+/// once its topics exist.
+pub fn group_consumer(
+    brokers: &str,
+    options: &BTreeMap<String, String>,
+    group: &str,
+    fetch_wait_ms: u32,
+) -> Result<rdkafka::consumer::StreamConsumer, KafkaError> {
+    let mut client = client_config(brokers);
+    client
+        .set("group.id", group)
+        .set("enable.auto.commit", "false")
+        .set("auto.offset.reset", "earliest")
+        .set("fetch.wait.max.ms", fetch_wait_ms.to_string())
+        .set("session.timeout.ms", GROUP_SESSION_TIMEOUT_MS.to_string())
+        .set("heartbeat.interval.ms", "1000");
+    for (key, value) in options {
+        client.set(key, value);
+    }
+    client.create()
+}
+
 /// The idempotent producer (acks=all) tickler produces every record with;
 /// `options` (the `kafka_options` setting) are applied last.
 pub fn producer_create(

@@ -27,9 +27,8 @@ pub const RESULTS_LINGER: Duration = Duration::from_millis(2);
 /// librdkafka `fetch.wait.max.ms`: tansu answers a fetch only then, so it
 /// bounds how soon a report applies.
 pub const RESULTS_FETCH_WAIT_MS: u32 = 50;
-/// librdkafka `session.timeout.ms`: a member that died is replaced within
-/// seconds, not the default 45 (its partitions wait for it until then).
-pub const RESULTS_SESSION_TIMEOUT_MS: u32 = 6_000;
+/// librdkafka `session.timeout.ms` of the results group.
+pub const RESULTS_SESSION_TIMEOUT_MS: u32 = kafka::GROUP_SESSION_TIMEOUT_MS;
 /// Failures other than "database unavailable" before a batch is applied
 /// report by report.
 const APPLY_FAILURES_MAX: u32 = 3;
@@ -124,20 +123,13 @@ impl ResultsConsumer {
         {
             tracing::warn!(topic = %self.config.topic, error = %err, "cannot create the results topic");
         }
-        let mut client = kafka::client_config(&self.config.brokers);
-        client
-            .set("group.id", &self.config.group)
-            // Offsets are committed by hand, after MySQL has the outcomes.
-            .set("enable.auto.commit", "false")
-            // A group reading the topic for the first time misses nothing.
-            .set("auto.offset.reset", "earliest")
-            .set("fetch.wait.max.ms", RESULTS_FETCH_WAIT_MS.to_string())
-            .set("session.timeout.ms", RESULTS_SESSION_TIMEOUT_MS.to_string())
-            .set("heartbeat.interval.ms", "1000");
-        for (key, value) in &self.config.kafka_options {
-            client.set(key, value);
-        }
-        let consumer: StreamConsumer = client.create()?;
+        // Offsets are committed by hand, after MySQL has the outcomes.
+        let consumer = kafka::group_consumer(
+            &self.config.brokers,
+            &self.config.kafka_options,
+            &self.config.group,
+            RESULTS_FETCH_WAIT_MS,
+        )?;
         consumer.subscribe(&[&self.config.topic])?;
         // A second call keeps the first consumer.
         let _ = self.consumer.set(consumer);

@@ -1114,11 +1114,33 @@ pub(super) async fn insert_many_on(
     insert_many_on_at(conn, actor, jobs, None).await
 }
 
+/// Most rows one INSERT statement carries: 16 placeholders a row keeps a
+/// statement below the server's 65,535 (ERROR 1390), with room for the
+/// history rows written after it.
+const INSERT_ROWS_MAX: usize = 2_000;
+
 /// [`insert_many_on`], each row with the ingress position of the request
-/// that asks for it (one per job) when given.
+/// that asks for it when given: in statements of at most
+/// [`INSERT_ROWS_MAX`] rows.
+async fn insert_many_on_at(
+    conn: &mut sqlx::MySqlConnection,
+    actor: &str,
+    jobs: &[NewJob],
+    positions: Option<&[String]>,
+) -> Result<Vec<BatchRow>, StoreError> {
+    let mut rows = Vec::with_capacity(jobs.len());
+    for (n, chunk) in jobs.chunks(INSERT_ROWS_MAX).enumerate() {
+        let at = n * INSERT_ROWS_MAX;
+        let positions = positions.map(|p| &p[at.min(p.len())..(at + chunk.len()).min(p.len())]);
+        rows.extend(insert_chunk_on(conn, actor, chunk, positions).await?);
+    }
+    Ok(rows)
+}
+
+/// One INSERT of at most [`INSERT_ROWS_MAX`] rows, and its read-back.
 ///
 /// Long because it is one statement built row by row, then its read-back.
-async fn insert_many_on_at(
+async fn insert_chunk_on(
     conn: &mut sqlx::MySqlConnection,
     actor: &str,
     jobs: &[NewJob],
