@@ -27,7 +27,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Command {
     /// Run the configured roles (api, loader, dispatcher, reconciler,
-    /// results; all by default) until SIGTERM or Ctrl-C.
+    /// results, ingress; all by default) until SIGTERM or Ctrl-C.
     Serve,
     /// Apply the database schema (idempotent).
     Migrate {

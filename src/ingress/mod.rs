@@ -411,7 +411,6 @@ impl Ingress {
         // Crash here: MySQL has every request; read again, they change
         // nothing and are answered again.
         let started = std::time::Instant::now();
-        let (pending, failed) = self.reply_send(&batch, &outcomes);
         let mut answering = self.answering.lock().await;
         if let Some(before) = answering.take() {
             report.answered = before.await.ok();
@@ -419,7 +418,14 @@ impl Ingress {
         let records = batch.records.len();
         let offsets = offsets_of(&batch);
         let consumer = self.consumer.get().cloned();
+        let replies = self.replies.clone().zip(self.config.reply_topic.clone());
+        // The replies are made in the task too: building them is work the
+        // next pass's writes need not wait for.
         *answering = Some(tokio::spawn(async move {
+            let to = replies
+                .as_ref()
+                .map(|(producer, topic)| (producer, topic.as_str()));
+            let (pending, failed) = replies_send(to, &batch, &outcomes);
             let (replied, replies_failed) = deliveries_await(pending, failed).await;
             let committed = consumer.is_some_and(|consumer| offsets_commit(&consumer, &offsets));
             Answered {
@@ -839,65 +845,12 @@ impl Ingress {
     /// requests are written, and holding their offsets back would only have
     /// them answered again.
     pub async fn reply(&self, batch: &Batch, outcomes: &[Outcome]) -> (usize, usize) {
-        let (pending, failed) = self.reply_send(batch, outcomes);
+        let to = self
+            .replies
+            .as_ref()
+            .zip(self.config.reply_topic.as_deref());
+        let (pending, failed) = replies_send(to, batch, outcomes);
         deliveries_await(pending, failed).await
-    }
-
-    /// Hands the replies to the producer; returns their deliveries and how
-    /// many could not even be queued.
-    fn reply_send(&self, batch: &Batch, outcomes: &[Outcome]) -> (Vec<DeliveryFuture>, usize) {
-        let (Some(producer), Some(topic)) = (&self.replies, &self.config.reply_topic) else {
-            return (Vec::new(), 0);
-        };
-        let mut pending = Vec::with_capacity(outcomes.len());
-        let mut failed = 0;
-        for (record, outcome) in batch.records.iter().zip(outcomes) {
-            let body = reply_body(record, outcome);
-            let partition = record.partition.to_string();
-            let offset = record.offset.to_string();
-            let job_id = outcome.job().map(|job| job.id.to_string());
-            let mut headers = OwnedHeaders::new_with_capacity(6)
-                .insert(Header {
-                    key: HEADER_OUTCOME,
-                    value: Some(outcome.name()),
-                })
-                .insert(Header {
-                    key: HEADER_REQUEST_TOPIC,
-                    value: Some(record.topic.as_str()),
-                })
-                .insert(Header {
-                    key: HEADER_REQUEST_PARTITION,
-                    value: Some(partition.as_str()),
-                })
-                .insert(Header {
-                    key: HEADER_REQUEST_OFFSET,
-                    value: Some(offset.as_str()),
-                });
-            if let Some(correlation) = record.header(HEADER_CORRELATION_ID) {
-                headers = headers.insert(Header {
-                    key: HEADER_CORRELATION_ID,
-                    value: Some(correlation),
-                });
-            }
-            if let Some(id) = &job_id {
-                headers = headers.insert(Header {
-                    key: job::HEADER_JOB_ID,
-                    value: Some(id.as_str()),
-                });
-            }
-            let mut reply = FutureRecord::to(topic).payload(&body).headers(headers);
-            if let Some(key) = &record.key {
-                reply = reply.key(key.as_slice());
-            }
-            match producer.send_result(reply) {
-                Ok(delivery) => pending.push(delivery),
-                Err((err, _)) => {
-                    failed += 1;
-                    tracing::warn!(error = %err, "cannot queue an ingress reply");
-                }
-            }
-        }
-        (pending, failed)
     }
 
     /// Commits the batch's offsets (the next record of each partition).
@@ -924,6 +877,68 @@ pub struct Answered {
     pub replies_failed: usize,
     /// Whether the pass's offsets were committed.
     pub committed: bool,
+}
+
+/// Hands the replies of `batch` to `to` (the producer and the reply topic;
+/// None: no reply topic); returns their deliveries and how many could not
+/// even be queued.
+fn replies_send(
+    to: Option<(&FutureProducer, &str)>,
+    batch: &Batch,
+    outcomes: &[Outcome],
+) -> (Vec<DeliveryFuture>, usize) {
+    let Some((producer, topic)) = to else {
+        return (Vec::new(), 0);
+    };
+    let mut pending = Vec::with_capacity(outcomes.len());
+    let mut failed = 0;
+    for (record, outcome) in batch.records.iter().zip(outcomes) {
+        let body = reply_body(record, outcome);
+        let partition = record.partition.to_string();
+        let offset = record.offset.to_string();
+        let job_id = outcome.job().map(|job| job.id.to_string());
+        let mut headers = OwnedHeaders::new_with_capacity(6)
+            .insert(Header {
+                key: HEADER_OUTCOME,
+                value: Some(outcome.name()),
+            })
+            .insert(Header {
+                key: HEADER_REQUEST_TOPIC,
+                value: Some(record.topic.as_str()),
+            })
+            .insert(Header {
+                key: HEADER_REQUEST_PARTITION,
+                value: Some(partition.as_str()),
+            })
+            .insert(Header {
+                key: HEADER_REQUEST_OFFSET,
+                value: Some(offset.as_str()),
+            });
+        if let Some(correlation) = record.header(HEADER_CORRELATION_ID) {
+            headers = headers.insert(Header {
+                key: HEADER_CORRELATION_ID,
+                value: Some(correlation),
+            });
+        }
+        if let Some(id) = &job_id {
+            headers = headers.insert(Header {
+                key: job::HEADER_JOB_ID,
+                value: Some(id.as_str()),
+            });
+        }
+        let mut reply = FutureRecord::to(topic).payload(&body).headers(headers);
+        if let Some(key) = &record.key {
+            reply = reply.key(key.as_slice());
+        }
+        match producer.send_result(reply) {
+            Ok(delivery) => pending.push(delivery),
+            Err((err, _)) => {
+                failed += 1;
+                tracing::warn!(error = %err, "cannot queue an ingress reply");
+            }
+        }
+    }
+    (pending, failed)
 }
 
 /// Waits for the replies' acknowledgements; returns (acknowledged,
