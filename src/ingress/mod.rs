@@ -63,8 +63,10 @@ pub const INGRESS_FETCH_WAIT_MS: u32 = 50;
 /// answered `internal` and skipped.
 const WRITE_FAILURES_MAX: u32 = 3;
 /// A run of creates is written as at most this many transactions at once
-/// (the ingress's pool has as many connections)…
-pub const WRITES_AT_ONCE: usize = 4;
+/// (the ingress's pool has as many connections): two of 1,000 rows drained
+/// fastest on two cores; four of 500 cost MySQL more per row, eight more
+/// again (docs/benchmarks.md, "Scheduling through Kafka")…
+pub const WRITES_AT_ONCE: usize = 2;
 /// …of at least this many rows each: a smaller insert costs more per row
 /// than waiting does.
 const WRITE_ROWS_MIN: usize = 100;
@@ -633,9 +635,9 @@ impl Ingress {
     ) -> Option<()> {
         let store = self.store_for(&batch.records[run[0]].topic);
         // A run's (topic, key)s are distinct, so its creates do not depend
-        // on each other: a long run is written as a few transactions at
-        // once, as the API's concurrent batches are, to use more than one
-        // of MySQL's CPUs.
+        // on each other: a long run is written as two transactions at once,
+        // as the API's concurrent batches are, to use more than one of
+        // MySQL's CPUs.
         let size = run.len().div_ceil(WRITES_AT_ONCE).max(WRITE_ROWS_MIN);
         let written = futures::future::join_all(
             run.chunks(size)
