@@ -522,13 +522,7 @@ pub async fn create_batch(
         caller.jobs_admit(valid.len())?;
         caller.store(&state).job_insert_many(&valid).await?
     };
-    let created: Vec<&Job> = rows
-        .iter()
-        .filter_map(|row| match row {
-            BatchRow::Created(job) => Some(job),
-            BatchRow::Duplicate => None,
-        })
-        .collect();
+    let created: Vec<&Job> = rows.iter().filter_map(BatchRow::created).collect();
     metrics::jobs_created(created.len());
     index_follow(&state, &created, db_now).await;
 

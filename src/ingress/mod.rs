@@ -671,13 +671,7 @@ impl Ingress {
         let positions: Vec<String> = records.iter().map(|record| record.position()).collect();
         match write_retrying(cancel, || store.job_insert_many_at(&jobs, &positions)).await? {
             Ok((rows, db_now)) => {
-                let created: Vec<&Job> = rows
-                    .iter()
-                    .filter_map(|row| match row {
-                        BatchRow::Created(job) => Some(job),
-                        BatchRow::Duplicate => None,
-                    })
-                    .collect();
+                let created: Vec<&Job> = rows.iter().filter_map(BatchRow::created).collect();
                 metrics::jobs_created(created.len());
                 // Only those due within the window go to Redis; a new job
                 // is in Redis nowhere else, so the rest need no removal.

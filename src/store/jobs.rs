@@ -79,6 +79,16 @@ pub enum BatchRow {
     Duplicate,
 }
 
+impl BatchRow {
+    /// The job this row created, if it created one.
+    pub fn created(&self) -> Option<&Job> {
+        match self {
+            BatchRow::Created(job) => Some(job),
+            BatchRow::Duplicate => None,
+        }
+    }
+}
+
 /// Filters of a listing; None matches everything.
 #[derive(Debug, Clone, Default)]
 pub struct JobFilter {
@@ -1214,13 +1224,7 @@ async fn insert_chunk_on(
                 *slot = BatchRow::Created(job_from_row(row)?);
             }
         }
-        let created: Vec<&Job> = rows
-            .iter()
-            .filter_map(|row| match row {
-                BatchRow::Created(job) => Some(job),
-                _ => None,
-            })
-            .collect();
+        let created: Vec<&Job> = rows.iter().filter_map(BatchRow::created).collect();
         events_record_new(conn, actor, &created).await?;
     }
     Ok(rows)
