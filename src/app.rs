@@ -152,12 +152,8 @@ impl Pools {
             results: Store::connect_lazy(url, 2, Actor::Results)?,
             membership: Store::connect_lazy(url, 2, Actor::Membership)?,
             scheduler: Store::connect_lazy(url, 2, Actor::Scheduler)?,
-            // A pass writes a few transactions at once.
-            ingress: Store::connect_lazy(
-                url,
-                crate::ingress::WRITES_AT_ONCE as u32,
-                Actor::Ingress,
-            )?,
+            // Two passes write at once, each a few transactions at once.
+            ingress: Store::connect_lazy(url, crate::ingress::CONNECTIONS, Actor::Ingress)?,
         })
     }
 }

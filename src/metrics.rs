@@ -508,8 +508,9 @@ pub fn dispatch_withheld(reason: &'static str, n: usize) {
 }
 
 /// A request taken by the ingress, by request topic and outcome.
-pub fn ingress_request(topic: &str, outcome: &'static str) {
-    counter!(INGRESS_REQUESTS, "topic" => topic.to_owned(), "outcome" => outcome).increment(1);
+pub fn ingress_requests(topic: &str, outcome: &'static str, n: usize) {
+    counter!(INGRESS_REQUESTS, "topic" => topic.to_owned(), "outcome" => outcome)
+        .increment(n as u64);
 }
 
 /// A request the ingress refused, by request topic and code.

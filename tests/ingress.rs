@@ -482,7 +482,14 @@ async fn a_request_months_ahead_is_one_row_and_nothing_in_redis() {
 
 /// The ingress of `setup`'s configuration, driven by the test.
 fn ingress_of(s: &Setup) -> Ingress {
+    ingress_with(s, |_| {})
+}
+
+/// [`ingress_of`], its settings changed by `change`.
+fn ingress_with(s: &Setup, change: impl FnOnce(&mut IngressConfig)) -> Ingress {
     let config: Config = s.env.config.clone();
+    let mut settings = IngressConfig::from_config(&config);
+    change(&mut settings);
     Ingress::new(
         s.env.store.clone(),
         s.env.index.clone(),
@@ -493,7 +500,7 @@ fn ingress_of(s: &Setup) -> Ingress {
             Duration::from_secs(10),
         ),
         Arc::new(config.clone()),
-        IngressConfig::from_config(&config),
+        settings,
     )
     .expect("an ingress")
 }
@@ -727,5 +734,84 @@ async fn the_request_groups_lag_is_in_the_stats_and_the_doctors_findings() {
         "{}",
         lag.summary
     );
+    s.finish().await;
+}
+
+#[tokio::test]
+async fn passes_written_side_by_side_still_apply_each_jobs_requests_in_order() {
+    // The process's own ingress role is off: this test is the ingress.
+    let s = setup(&[TEST_TOPICS], false).await;
+    let topic = s.env.topic.clone();
+    let created_at = time_format(Utc::now() + chrono::Duration::hours(1));
+    let moved_to = time_format(Utc::now() + chrono::Duration::hours(2));
+    let keys: usize = 12;
+    // For each key a create, a move, and for every third key a cancel:
+    // with passes of three records, nearly every pass asks about a job the
+    // pass before it asks about too, and is written while that one is.
+    let mut sent = 0;
+    for i in 0..keys {
+        let key = format!("order-{i}");
+        for at in [&created_at, &moved_to] {
+            s.send(Req {
+                key: Some(&key),
+                value: Some(b"remind"),
+                headers: headers_of(&topic, ("tickler-run-at", at.clone())),
+            })
+            .await;
+            sent += 1;
+        }
+        if i % 3 == 0 {
+            s.send(Req {
+                key: Some(&key),
+                value: None,
+                headers: vec![("tickler-target-topic", topic.clone())],
+            })
+            .await;
+            sent += 1;
+        }
+    }
+    let ingress = ingress_with(&s, |settings| settings.batch = 3);
+    ingress.subscribe().await.unwrap();
+    let cancel = CancellationToken::new();
+    let mut outcomes: HashMap<&'static str, usize> = HashMap::new();
+    let mut read = 0;
+    while read < sent {
+        let report = tokio::time::timeout(Duration::from_secs(60), ingress.run_once(&cancel))
+            .await
+            .expect("the requests are read")
+            .unwrap();
+        read += report.records;
+        for (outcome, count) in report.outcomes {
+            *outcomes.entry(outcome).or_default() += count;
+        }
+    }
+    ingress.settle().await.expect("the last pass is answered");
+    let cancelled = keys.div_ceil(3);
+    assert_eq!(
+        (
+            outcomes.get("created"),
+            outcomes.get("moved"),
+            outcomes.get("cancelled")
+        ),
+        (Some(&keys), Some(&keys), Some(&cancelled)),
+        "{outcomes:?}"
+    );
+    for i in 0..keys {
+        let (at, status): (chrono::NaiveDateTime, String) = sqlx::query_as(
+            "SELECT schedule_time, CAST(status AS CHAR) FROM jobs WHERE job_key = ?",
+        )
+        .bind(format!("order-{i}"))
+        .fetch_one(&s.env.sql)
+        .await
+        .unwrap();
+        assert_eq!(
+            (time_format(at.and_utc()), status.as_str()),
+            (
+                moved_to.clone(),
+                if i % 3 == 0 { "cancelled" } else { "pending" }
+            ),
+            "order-{i}: its move came after its create"
+        );
+    }
     s.finish().await;
 }

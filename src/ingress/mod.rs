@@ -6,7 +6,9 @@
 //! `batch`), writes what they ask for to MySQL — the creates of each
 //! partition in one multi-row insert, the partitions side by side — makes
 //! Redis follow, answers each on the reply topic, and only then commits the
-//! offsets. Crash anywhere before the
+//! offsets. Passes overlap: one is read while the one before is written and
+//! the one before that answered (two passes asking about the same job do
+//! not). Crash anywhere before the
 //! commit: the records are read again, and their (topic, key) finds the
 //! jobs they made: answered `existing` (or `cancelled` again), never made
 //! twice. A request that cannot be written is answered with its error and
@@ -16,15 +18,16 @@
 //! with its own consumer (the request topics) and producer (the replies).
 
 mod request;
+mod write;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
-use std::future::Future;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
-use chrono::{DateTime, Utc};
+use futures::FutureExt;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
-use rdkafka::error::KafkaError;
+use rdkafka::error::{KafkaError, KafkaResult};
 use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
@@ -34,11 +37,18 @@ use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::{Config, TopicCheck};
-use crate::index::{self, Index};
-use crate::job::{self, Job, NewJob, Status};
+use crate::index::Index;
+use crate::job::{self, Job, Status};
 use crate::kafka::{self, Topics};
 use crate::metrics;
-use crate::store::{BatchRow, Cancelled, JobChanges, Modified, Store, StoreError};
+use crate::store::Store;
+
+use write::Writer;
+pub use write::WRITES_AT_ONCE;
+/// Connections the ingress writes with: two passes at once (one being
+/// written while the next is checked and started), each of
+/// [`WRITES_AT_ONCE`] transactions.
+pub const CONNECTIONS: u32 = 2 * WRITES_AT_ONCE as u32;
 
 pub use request::{
     request_parse, target_allowed, Limits, Request, RequestError, RequestRecord,
@@ -59,17 +69,6 @@ pub const INGRESS_LINGER: Duration = Duration::from_millis(5);
 /// librdkafka `fetch.wait.max.ms`: tansu answers a fetch only then, so it
 /// bounds how soon a request is taken.
 pub const INGRESS_FETCH_WAIT_MS: u32 = 50;
-/// Failures other than "database unavailable" before a request is
-/// answered `internal` and skipped.
-const WRITE_FAILURES_MAX: u32 = 3;
-/// A run of creates is written as at most this many transactions at once
-/// (the ingress's pool has as many connections): two of 1,000 rows drained
-/// fastest on two cores; four of 500 cost MySQL more per row, eight more
-/// again (docs/benchmarks.md, "Scheduling through Kafka")…
-pub const WRITES_AT_ONCE: usize = 2;
-/// …of at least this many rows each: a smaller insert costs more per row
-/// than waiting does.
-const WRITE_ROWS_MIN: usize = 100;
 
 /// Settings of the ingress.
 #[derive(Debug, Clone)]
@@ -282,19 +281,35 @@ pub struct IngressReport {
 
 /// Consumes the request topics until cancelled.
 pub struct Ingress {
-    store: Store,
-    index: Index,
-    wake: Arc<Notify>,
-    topics: Topics,
-    /// The policies of target topics, and the topics nobody may target.
-    app: Arc<Config>,
-    config: IngressConfig,
+    writer: Writer,
+    config: Arc<IngressConfig>,
     /// Made by [`Ingress::subscribe`], after the topics exist.
     consumer: OnceLock<Arc<StreamConsumer>>,
     replies: Option<FutureProducer>,
+    /// The pass being written while the next one is read and checked.
+    writing: tokio::sync::Mutex<Option<Writing>>,
     /// The last pass, being answered (its replies acknowledged, then its
-    /// offsets committed) while the next one is read and written.
+    /// offsets committed) while the next one is written.
     answering: tokio::sync::Mutex<Option<JoinHandle<Answered>>>,
+    /// A pass was given up (cancelled while MySQL was unavailable, or its
+    /// task failed): no later pass may commit past its records.
+    stopped: AtomicBool,
+}
+
+/// A pass handed to its writing task.
+struct Writing {
+    /// The (topic, key)s its requests ask about.
+    targets: HashSet<(String, String)>,
+    took_take: Duration,
+    started: Instant,
+    task: JoinHandle<(Batch, Option<Vec<Outcome>>)>,
+}
+
+/// What a pass's turn comes to while another is being written.
+enum Next<'a> {
+    Record(KafkaResult<BorrowedMessage<'a>>),
+    Written(Result<(Batch, Option<Vec<Outcome>>), tokio::task::JoinError>),
+    Cancelled,
 }
 
 impl Ingress {
@@ -316,16 +331,22 @@ impl Ingress {
             )?),
             None => None,
         };
+        let config = Arc::new(config);
         Ok(Ingress {
-            store,
-            index,
-            wake,
-            topics,
-            app,
+            writer: Writer {
+                store,
+                index,
+                wake,
+                topics,
+                app,
+                config: config.clone(),
+            },
             config,
             consumer: OnceLock::new(),
             replies,
+            writing: tokio::sync::Mutex::new(None),
             answering: tokio::sync::Mutex::new(None),
+            stopped: AtomicBool::new(false),
         })
     }
 
@@ -337,7 +358,8 @@ impl Ingress {
             return;
         }
         while self.run_once(&cancel).await.is_some() {}
-        // The last pass's offsets, once its replies are out.
+        // The pass being written, and the last offsets once their replies
+        // are out.
         self.settle().await;
         tracing::info!("ingress stopped");
     }
@@ -374,30 +396,128 @@ impl Ingress {
         Ok(())
     }
 
-    /// One pass: take and write; then its replies are sent and, once they
-    /// are acknowledged, its offsets committed, while the next pass is
-    /// taken and written (one pass answering at a time, in order: a
-    /// pass's offsets are never committed before the pass before it).
-    /// The report says how the pass before this one was answered. None
-    /// when cancelled before the pass's writes were done: nothing of it is
-    /// committed, and its requests are read again by whoever consumes next.
+    /// One turn of a three-stage pipeline: the next records are taken and
+    /// checked while the pass before is written to MySQL, and the pass
+    /// before that is answered (its replies acknowledged, then its offsets
+    /// committed — in order: a pass's offsets are never committed before
+    /// the pass before it). The new pass is handed to a writing task, and
+    /// the one before it, once written, to answering. A pass asking about
+    /// a (topic, key) the pass being written asks about waits for it, so
+    /// that each job's requests apply in their order.
+    ///
+    /// The report is of the pass whose writes this turn saw done (empty
+    /// when none was). None when cancelled, or once a pass was given up:
+    /// nothing of it or after it is committed, and its requests are read
+    /// again by whoever consumes next.
     pub async fn run_once(&self, cancel: &CancellationToken) -> Option<IngressReport> {
-        let started = std::time::Instant::now();
-        let batch = self.take(cancel).await?;
-        let mut report = IngressReport {
-            records: batch.records.len(),
-            took_take: started.elapsed(),
-            ..IngressReport::default()
+        if self.stopped.load(Ordering::Acquire) {
+            return None;
+        }
+        let consumer = self.consumer()?;
+        let mut writing = self.writing.lock().await;
+        let started = Instant::now();
+        // The next record, unless the pass being written is done first.
+        let next = match writing.as_mut() {
+            None => tokio::select! {
+                _ = cancel.cancelled() => Next::Cancelled,
+                message = consumer.recv() => Next::Record(message),
+            },
+            Some(pass) => tokio::select! {
+                _ = cancel.cancelled() => Next::Cancelled,
+                message = consumer.recv() => Next::Record(message),
+                written = &mut pass.task => Next::Written(written),
+            },
         };
+        let first = match next {
+            Next::Cancelled => return None,
+            Next::Written(written) => {
+                let pass = writing.take()?;
+                return self.written(pass, written).await;
+            }
+            Next::Record(first) => first,
+        };
+        let batch = self.take_rest(consumer, first).await;
+        let took_take = started.elapsed();
         if batch.records.is_empty() {
+            return Some(IngressReport::default());
+        }
+        let requests = self.writer.requests(&batch).await;
+        let targets: HashSet<(String, String)> = requests
+            .iter()
+            .flatten()
+            .map(|request| {
+                let (topic, key) = request.target();
+                (topic.to_owned(), key.to_owned())
+            })
+            .collect();
+        // A job asked about by both passes: the one before goes first.
+        let mut report = None;
+        if writing
+            .as_ref()
+            .is_some_and(|pass| !pass.targets.is_disjoint(&targets))
+        {
+            let mut pass = writing.take()?;
+            let written = (&mut pass.task).await;
+            report = Some(self.written(pass, written).await?);
+        }
+        let writer = self.writer.clone();
+        let cancel_write = cancel.clone();
+        let before = writing.replace(Writing {
+            targets,
+            took_take,
+            started: Instant::now(),
+            task: tokio::spawn(async move {
+                let outcomes = writer.apply(&batch, &requests, &cancel_write).await;
+                (batch, outcomes)
+            }),
+        });
+        if let Some(report) = report {
             return Some(report);
         }
-        let started = std::time::Instant::now();
-        let outcomes = self.apply(&batch, cancel).await?;
-        report.took_write = started.elapsed();
+        match before {
+            Some(mut pass) => {
+                let written = (&mut pass.task).await;
+                self.written(pass, written).await
+            }
+            None => Some(IngressReport::default()),
+        }
+    }
+
+    /// A pass whose writes are done: counted, then handed to answering
+    /// once the pass before it is answered.
+    async fn written(
+        &self,
+        pass: Writing,
+        written: Result<(Batch, Option<Vec<Outcome>>), tokio::task::JoinError>,
+    ) -> Option<IngressReport> {
+        // A pass before this one was given up: its records are to be read
+        // again, and committing this one's offsets would skip them.
+        if self.stopped.load(Ordering::Acquire) {
+            return None;
+        }
+        let (batch, outcomes) = match written {
+            Ok((batch, Some(outcomes))) => (batch, outcomes),
+            Ok((_, None)) => {
+                self.stopped.store(true, Ordering::Release);
+                return None;
+            }
+            Err(err) => {
+                tracing::error!(error = %err, "an ingress pass failed; its requests will be read again");
+                self.stopped.store(true, Ordering::Release);
+                return None;
+            }
+        };
+        let mut report = IngressReport {
+            records: batch.records.len(),
+            took_take: pass.took_take,
+            took_write: pass.started.elapsed(),
+            ..IngressReport::default()
+        };
+        // Counted once a pass, by request topic and outcome.
+        let mut counts: HashMap<(&str, &'static str), usize> = HashMap::new();
         for (record, outcome) in batch.records.iter().zip(&outcomes) {
             *report.outcomes.entry(outcome.name()).or_default() += 1;
-            metrics::ingress_request(&record.topic, outcome.name());
+            *counts.entry((&record.topic, outcome.name())).or_default() += 1;
             if let Outcome::Refused(err) = outcome {
                 metrics::ingress_refused(&record.topic, err.code());
                 tracing::info!(
@@ -410,9 +530,12 @@ impl Ingress {
                 );
             }
         }
+        for ((topic, outcome), n) in counts {
+            metrics::ingress_requests(topic, outcome, n);
+        }
         // Crash here: MySQL has every request; read again, they change
         // nothing and are answered again.
-        let started = std::time::Instant::now();
+        let started = Instant::now();
         let mut answering = self.answering.lock().await;
         if let Some(before) = answering.take() {
             report.answered = before.await.ok();
@@ -441,28 +564,48 @@ impl Ingress {
         Some(report)
     }
 
+    fn consumer(&self) -> Option<&StreamConsumer> {
+        let consumer = self.consumer.get();
+        if consumer.is_none() {
+            tracing::error!("ingress used before subscribe");
+        }
+        consumer.map(|consumer| &**consumer)
+    }
+
     /// Waits for the next records and takes them with what else has
     /// arrived, up to `batch`. None when cancelled first.
     pub async fn take(&self, cancel: &CancellationToken) -> Option<Batch> {
-        let Some(consumer) = self.consumer.get() else {
-            tracing::error!("ingress used before subscribe");
-            return None;
-        };
-        let mut batch = Batch::default();
+        let consumer = self.consumer()?;
         let first = tokio::select! {
             _ = cancel.cancelled() => return None,
             message = consumer.recv() => message,
         };
+        Some(self.take_rest(consumer, first).await)
+    }
+
+    /// The batch that starts with `first`: what else has arrived, up to
+    /// `batch`. Empty after a consumer error.
+    async fn take_rest(
+        &self,
+        consumer: &StreamConsumer,
+        first: KafkaResult<BorrowedMessage<'_>>,
+    ) -> Batch {
+        let mut batch = Batch::default();
         match first {
             Ok(message) => batch.records.push(Taken::of(&message)),
             Err(err) => {
                 tracing::warn!(error = %err, "ingress consumer error");
                 tokio::time::sleep(Duration::from_millis(200)).await;
-                return Some(batch);
+                return batch;
             }
         }
         while batch.records.len() < self.config.batch {
-            match tokio::time::timeout(self.config.linger, consumer.recv()).await {
+            // A record already queued is taken without arming a timer.
+            let next = match consumer.recv().now_or_never() {
+                Some(next) => Ok(next),
+                None => tokio::time::timeout(self.config.linger, consumer.recv()).await,
+            };
+            match next {
                 Ok(Ok(message)) => batch.records.push(Taken::of(&message)),
                 Ok(Err(err)) => {
                     tracing::warn!(error = %err, "ingress consumer error");
@@ -471,368 +614,15 @@ impl Ingress {
                 Err(_) => break,
             }
         }
-        Some(batch)
+        batch
     }
 
-    /// Writes what the batch's requests ask for; one outcome per record,
-    /// in the batch's order. Waits while MySQL is unavailable; None when
-    /// cancelled meanwhile (what was written stays written: read again, it
-    /// is found).
+    /// Checks and writes the batch's requests, as a pass does; one outcome
+    /// per record, in the batch's order. None when cancelled while MySQL
+    /// was unavailable.
     pub async fn apply(&self, batch: &Batch, cancel: &CancellationToken) -> Option<Vec<Outcome>> {
-        let now = Utc::now();
-        let mut requests: Vec<Result<Request, RequestError>> = batch
-            .records
-            .iter()
-            .map(|record| self.check(record, now))
-            .collect();
-        self.preflight(&mut requests).await;
-
-        // Each partition's requests in their order; the partitions side by
-        // side, as many writes at once as MySQL's CPUs take (requests of
-        // different partitions have no order to keep).
-        let mut partitions: BTreeMap<(&str, i32), Vec<usize>> = BTreeMap::new();
-        for (at, record) in batch.records.iter().enumerate() {
-            partitions
-                .entry((record.topic.as_str(), record.partition))
-                .or_default()
-                .push(at);
-        }
-        let applied = futures::future::join_all(
-            partitions
-                .values()
-                .map(|ats| self.apply_in_order(batch, &requests, ats, cancel)),
-        )
-        .await;
-        let mut outcomes: Vec<Option<Outcome>> = vec![None; requests.len()];
-        for partition in applied {
-            for (at, outcome) in partition? {
-                outcomes[at] = Some(outcome);
-            }
-        }
-        Some(
-            outcomes
-                .into_iter()
-                .map(|outcome| outcome.unwrap_or(Outcome::Refused(RequestError::Internal)))
-                .collect(),
-        )
-    }
-
-    /// The requests at `ats` (of one partition), in order: consecutive
-    /// creates in one multi-row insert; a cancel, or a second request for
-    /// the same (topic, key), ends the run, so that every request sees the
-    /// ones before it applied.
-    async fn apply_in_order(
-        &self,
-        batch: &Batch,
-        requests: &[Result<Request, RequestError>],
-        ats: &[usize],
-        cancel: &CancellationToken,
-    ) -> Option<Vec<(usize, Outcome)>> {
-        let mut outcomes = Vec::with_capacity(ats.len());
-        let mut run: Vec<usize> = Vec::new();
-        let mut run_targets: HashSet<(&str, &str)> = HashSet::new();
-        for &at in ats {
-            let request = match &requests[at] {
-                Err(err) => {
-                    outcomes.push((at, Outcome::Refused(err.clone())));
-                    continue;
-                }
-                Ok(request) => request,
-            };
-            let target = request.target();
-            let ends_run =
-                matches!(request, Request::Cancel { .. }) || run_targets.contains(&target);
-            if ends_run && !run.is_empty() {
-                self.run_apply(batch, requests, &run, &mut outcomes, cancel)
-                    .await?;
-                run.clear();
-                run_targets.clear();
-            }
-            match request {
-                Request::Put(_) => {
-                    run.push(at);
-                    run_targets.insert(target);
-                }
-                Request::Cancel { topic, key } => {
-                    let request_topic = &batch.records[at].topic;
-                    let outcome = self.cancel_apply(request_topic, topic, key, cancel).await?;
-                    outcomes.push((at, outcome));
-                }
-            }
-        }
-        if !run.is_empty() {
-            self.run_apply(batch, requests, &run, &mut outcomes, cancel)
-                .await?;
-        }
-        Some(outcomes)
-    }
-
-    /// A record read and checked against its request topic's targets and
-    /// the reserved topics, as the API checks a token's topics.
-    fn check(&self, record: &Taken, now: DateTime<Utc>) -> Result<Request, RequestError> {
-        let request = request_parse(&record.as_request(), self.config.limits, now, |topic| {
-            self.app.policy_for(topic)
-        })?;
-        let (topic, _) = request.target();
-        let targets = self
-            .config
-            .topics
-            .get(&record.topic)
-            .map(Vec::as_slice)
-            .unwrap_or_default();
-        if !target_allowed(targets, topic) {
-            return Err(RequestError::Forbidden(format!(
-                "request topic {:?} may not schedule onto topic {topic:?} (its targets: {})",
-                record.topic,
-                targets.join(", ")
-            )));
-        }
-        if let Some(why) = self.app.topic_reserved(topic) {
-            return Err(RequestError::Reserved(why));
-        }
-        Ok(request)
-    }
-
-    /// The `topic_check` pre-flight, once per distinct target topic of the
-    /// creates (a cancel needs no topic on the broker).
-    async fn preflight(&self, requests: &mut [Result<Request, RequestError>]) {
-        let mut verdicts: HashMap<String, bool> = HashMap::new();
-        for request in requests.iter_mut() {
-            let Ok(Request::Put(job)) = request else {
-                continue;
-            };
-            let admitted = match verdicts.get(&job.topic) {
-                Some(admitted) => *admitted,
-                None => {
-                    let admitted = self
-                        .topics
-                        .preflight(self.config.topic_check, &job.topic)
-                        .await;
-                    verdicts.insert(job.topic.clone(), admitted);
-                    admitted
-                }
-            };
-            if !admitted {
-                *request = Err(RequestError::UnknownTopic(job.topic.clone()));
-            }
-        }
-    }
-
-    /// The store, writing as `ingress:<request topic>` in the history.
-    fn store_for(&self, request_topic: &str) -> Store {
-        self.store.with_actor(&format!("ingress:{request_topic}"))
-    }
-
-    /// A run of creates from one partition: one multi-row insert, then the
-    /// taken (topic, key)s settled one by one.
-    async fn run_apply(
-        &self,
-        batch: &Batch,
-        requests: &[Result<Request, RequestError>],
-        run: &[usize],
-        outcomes: &mut Vec<(usize, Outcome)>,
-        cancel: &CancellationToken,
-    ) -> Option<()> {
-        let store = self.store_for(&batch.records[run[0]].topic);
-        // A run's (topic, key)s are distinct, so its creates do not depend
-        // on each other: a long run is written as two transactions at once,
-        // as the API's concurrent batches are, to use more than one of
-        // MySQL's CPUs.
-        let size = run.len().div_ceil(WRITES_AT_ONCE).max(WRITE_ROWS_MIN);
-        let written = futures::future::join_all(
-            run.chunks(size)
-                .map(|chunk| self.creates_apply(&store, batch, requests, chunk, cancel)),
-        )
-        .await;
-        for part in written {
-            outcomes.extend(part?);
-        }
-        Some(())
-    }
-
-    /// Creates in one multi-row insert; for a (topic, key) a job holds
-    /// already, what [`Ingress::put_taken`] says.
-    async fn creates_apply(
-        &self,
-        store: &Store,
-        batch: &Batch,
-        requests: &[Result<Request, RequestError>],
-        run: &[usize],
-        cancel: &CancellationToken,
-    ) -> Option<Vec<(usize, Outcome)>> {
-        let mut outcomes = Vec::with_capacity(run.len());
-        let (jobs, records): (Vec<NewJob>, Vec<&Taken>) = run
-            .iter()
-            .filter_map(|at| match &requests[*at] {
-                Ok(Request::Put(job)) => Some((job.clone(), &batch.records[*at])),
-                _ => None,
-            })
-            .unzip();
-        let positions: Vec<String> = records.iter().map(|record| record.position()).collect();
-        match write_retrying(cancel, || store.job_insert_many_at(&jobs, &positions)).await? {
-            Ok((rows, db_now)) => {
-                let created: Vec<&Job> = rows.iter().filter_map(BatchRow::created).collect();
-                metrics::jobs_created(created.len());
-                // Only those due within the window go to Redis; a new job
-                // is in Redis nowhere else, so the rest need no removal.
-                let horizon = db_now + self.config.window;
-                let near: Vec<&Job> = created
-                    .into_iter()
-                    .filter(|job| job.schedule_time < horizon)
-                    .collect();
-                // Crash here: the jobs are in MySQL; the loader or the
-                // overdue probe indexes them.
-                if !near.is_empty() {
-                    index::follow(&self.index, self.config.window, &self.wake, &near, db_now).await;
-                }
-                for (((at, job), record), row) in run.iter().zip(&jobs).zip(&records).zip(rows) {
-                    let outcome = match row {
-                        BatchRow::Created(created) => Outcome::Created(created),
-                        BatchRow::Duplicate => self.put_taken(store, job, record, cancel).await?,
-                    };
-                    outcomes.push((*at, outcome));
-                }
-            }
-            Err(err) => {
-                // Each on its own, so one that cannot be written does not
-                // hold up the others.
-                tracing::warn!(error = %err, num_jobs = jobs.len(), "ingress insert failed; writing the requests one by one");
-                for ((at, job), record) in run.iter().zip(&jobs).zip(&records) {
-                    outcomes.push((*at, self.put_one(store, job, record, cancel).await?));
-                }
-            }
-        }
-        Some(outcomes)
-    }
-
-    /// One create, alone.
-    async fn put_one(
-        &self,
-        store: &Store,
-        job: &NewJob,
-        record: &Taken,
-        cancel: &CancellationToken,
-    ) -> Option<Outcome> {
-        let jobs = std::slice::from_ref(job);
-        let positions = [record.position()];
-        match write_retrying(cancel, || store.job_insert_many_at(jobs, &positions)).await? {
-            Ok((mut rows, db_now)) => match rows.pop() {
-                Some(BatchRow::Created(created)) => {
-                    metrics::job_created();
-                    index::follow(
-                        &self.index,
-                        self.config.window,
-                        &self.wake,
-                        &[&created],
-                        db_now,
-                    )
-                    .await;
-                    Some(Outcome::Created(created))
-                }
-                _ => self.put_taken(store, job, record, cancel).await,
-            },
-            Err(err) => Some(internal(&err)),
-        }
-    }
-
-    /// A create whose (topic, key) a job holds: the same request again
-    /// (`existing`), a move of the pending job, or what the job's state
-    /// says.
-    async fn put_taken(
-        &self,
-        store: &Store,
-        job: &NewJob,
-        record: &Taken,
-        cancel: &CancellationToken,
-    ) -> Option<Outcome> {
-        let key = job.key.as_deref().unwrap_or_default();
-        // A job changed between reading and moving it is read again.
-        for _ in 0..WRITE_FAILURES_MAX {
-            let (existing, position) =
-                match write_retrying(cancel, || store.job_find_by_key_at(&job.topic, key)).await? {
-                    Ok(Some(found)) => found,
-                    // Purged (or deleted by hand) since the insert found it.
-                    Ok(None) => return Box::pin(self.put_one(store, job, record, cancel)).await,
-                    Err(err) => return Some(internal(&err)),
-                };
-            // Read again after a crash: applied already (or a later request
-            // of its partition was), so it changes nothing.
-            let seen = position.as_deref().is_some_and(|at| record.seen_at(at));
-            if seen || job.asks_for_same(&existing) {
-                return Some(Outcome::Existing(existing));
-            }
-            if existing.status != Status::Pending {
-                return Some(Outcome::of_settled(existing));
-            }
-            let position_now = record.position();
-            let changes = JobChanges {
-                schedule: Some(job.schedule),
-                payload: Some((job.payload.clone(), job.payload_kind)),
-                headers: Some(job.headers.clone()),
-            };
-            match write_retrying(cancel, || {
-                store.job_modify_at(existing.id, existing.version, &changes, &position_now)
-            })
-            .await?
-            {
-                Ok(Modified::Applied(moved, db_now)) => {
-                    // Crash here: the row has its new time; an earlier one
-                    // is found by the loader's scan of edited rows.
-                    index::follow(
-                        &self.index,
-                        self.config.window,
-                        &self.wake,
-                        &[&moved],
-                        db_now,
-                    )
-                    .await;
-                    return Some(Outcome::Moved(moved));
-                }
-                Ok(Modified::NotPending(settled)) => return Some(Outcome::of_settled(settled)),
-                Ok(Modified::VersionMismatch(_)) => continue,
-                Err(err) => return Some(internal(&err)),
-            }
-        }
-        Some(Outcome::Refused(RequestError::Internal))
-    }
-
-    /// A tombstone: cancels the job holding (topic, key), with the same
-    /// compare-and-set as the API's cancel — `cancelled` means never.
-    async fn cancel_apply(
-        &self,
-        request_topic: &str,
-        topic: &str,
-        key: &str,
-        cancel: &CancellationToken,
-    ) -> Option<Outcome> {
-        let store = self.store_for(request_topic);
-        let not_found = || {
-            Outcome::Refused(RequestError::NotFound {
-                topic: topic.to_owned(),
-                key: key.to_owned(),
-            })
-        };
-        let job = match write_retrying(cancel, || store.job_find_by_key(topic, key)).await? {
-            Ok(Some(job)) => job,
-            Ok(None) => return Some(not_found()),
-            Err(err) => return Some(internal(&err)),
-        };
-        Some(
-            match write_retrying(cancel, || store.job_cancel(job.id)).await? {
-                Ok(Cancelled::Applied(job)) => {
-                    if let Err(err) = self.index.job_remove_many(&[job.id]).await {
-                        // Harmless: the dispatcher's CAS refuses a cancelled job.
-                        metrics::index_failed("drop a cancelled job", 1, &err);
-                    }
-                    Outcome::Cancelled(job)
-                }
-                Ok(Cancelled::Already(job)) => Outcome::Cancelled(job),
-                Ok(Cancelled::InFlight(job)) => Outcome::InFlight(job),
-                Ok(Cancelled::TooLate(job)) => Outcome::TooLate(job),
-                Err(StoreError::NotFound(_)) => not_found(),
-                Err(err) => internal(&err),
-            },
-        )
+        let requests = self.writer.requests(batch).await;
+        self.writer.apply(batch, &requests, cancel).await
     }
 
     /// Answers every record on the reply topic, when there is one, and
@@ -857,8 +647,14 @@ impl Ingress {
         }
     }
 
-    /// Waits until the last pass is answered and its offsets committed.
+    /// Waits until the pass being written is written and answered, and
+    /// the last offsets committed.
     pub async fn settle(&self) -> Option<Answered> {
+        let pass = self.writing.lock().await.take();
+        if let Some(mut pass) = pass {
+            let written = (&mut pass.task).await;
+            self.written(pass, written).await;
+        }
         let pending = self.answering.lock().await.take()?;
         pending.await.ok()
     }
@@ -987,51 +783,6 @@ fn offsets_commit(consumer: &StreamConsumer, offsets: &TopicPartitionList) -> bo
             false
         }
     }
-}
-
-/// Runs `write` until it is done, waiting while MySQL is unavailable or
-/// rolls it back for contention; gives up after `WRITE_FAILURES_MAX` other
-/// failures. None when cancelled while waiting.
-async fn write_retrying<T, F, Fut>(
-    cancel: &CancellationToken,
-    mut write: F,
-) -> Option<Result<T, StoreError>>
-where
-    F: FnMut() -> Fut,
-    Fut: Future<Output = Result<T, StoreError>>,
-{
-    let mut delay = Duration::from_millis(100);
-    let mut failures = 0;
-    loop {
-        match write().await {
-            Ok(done) => return Some(Ok(done)),
-            // Answers, not failures.
-            Err(err @ (StoreError::DuplicateKey | StoreError::NotFound(_))) => {
-                return Some(Err(err))
-            }
-            Err(err) => {
-                if !matches!(err, StoreError::Unavailable(_) | StoreError::Contention(_)) {
-                    failures += 1;
-                    if failures >= WRITE_FAILURES_MAX {
-                        return Some(Err(err));
-                    }
-                }
-                tracing::warn!(error = %err, "ingress cannot write to mysql; retrying");
-                tokio::select! {
-                    _ = cancel.cancelled() => return None,
-                    _ = tokio::time::sleep(delay) => {}
-                }
-                delay = (delay * 2).min(Duration::from_secs(5));
-            }
-        }
-    }
-}
-
-/// A request the database keeps refusing: logged, answered `internal`.
-fn internal(err: &StoreError) -> Outcome {
-    metrics::store_failed("ingress request", err);
-    tracing::error!(error = %err, "cannot write an ingress request; skipping it");
-    Outcome::Refused(RequestError::Internal)
 }
 
 /// The value of a reply record.

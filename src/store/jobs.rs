@@ -1207,8 +1207,10 @@ async fn insert_chunk_on(
         // matched to items by create_token, never by their id's position.
         // Our rows have ids from first_id up, in item order; rows of
         // concurrent inserts may sit between them.
+        // Without the payloads: they are the items', byte for byte, and
+        // sending them back costs the server and the decode.
         let found = sqlx::query(&format!(
-            "SELECT {JOB_COLUMNS}, create_token FROM jobs WHERE id >= ? \
+            "SELECT {JOB_COLUMNS_NO_PAYLOAD}, create_token FROM jobs WHERE id >= ? \
              AND create_token BETWEEN ? AND ? ORDER BY id LIMIT ?"
         ))
         .bind(first_id)
@@ -1220,8 +1222,10 @@ async fn insert_chunk_on(
         for row in &found {
             let token: u64 = row.try_get("create_token")?;
             let index = (token - token_base) as usize;
-            if let Some(slot) = rows.get_mut(index) {
-                *slot = BatchRow::Created(job_from_row(row)?);
+            if let (Some(slot), Some(item)) = (rows.get_mut(index), jobs.get(index)) {
+                let mut job = job_from_row(row)?;
+                job.payload = item.payload.clone();
+                *slot = BatchRow::Created(job);
             }
         }
         let created: Vec<&Job> = rows.iter().filter_map(BatchRow::created).collect();
