@@ -478,24 +478,26 @@ impl Store {
         until: DateTime<Utc>,
         limit: u32,
     ) -> Result<(Vec<WindowEntry>, Option<(DateTime<Utc>, JobId)>), StoreError> {
+        // `changed_at` (V31) is NULL for a job as it was inserted: the
+        // range holds only rows changed since, however many were created.
         let mut query = QueryBuilder::<MySql>::new(
-            "SELECT id, schedule_time, edited_at FROM jobs WHERE status = 'pending' \
-             AND edited_at > created_at AND schedule_time < ",
+            "SELECT id, schedule_time, changed_at FROM jobs WHERE status = 'pending' \
+             AND schedule_time < ",
         );
         query.push_bind(db_time(until));
-        query.push(" AND edited_at >= ").push_bind(db_time(since));
+        query.push(" AND changed_at >= ").push_bind(db_time(since));
         if let Some((at, id)) = after {
             query
-                .push(" AND (edited_at > ")
+                .push(" AND (changed_at > ")
                 .push_bind(db_time(at))
-                .push(" OR (edited_at = ")
+                .push(" OR (changed_at = ")
                 .push_bind(db_time(at))
                 .push(" AND id > ")
                 .push_bind(id)
                 .push("))");
         }
         query
-            .push(" ORDER BY edited_at, id LIMIT ")
+            .push(" ORDER BY changed_at, id LIMIT ")
             .push_bind(limit);
         let rows = query.build().fetch_all(&self.pool).await?;
         let mut last = None;
@@ -503,7 +505,7 @@ impl Store {
             .iter()
             .map(|row| {
                 let entry = WindowEntry::from_row(row)?;
-                let updated: NaiveDateTime = row.try_get("edited_at")?;
+                let updated: NaiveDateTime = row.try_get("changed_at")?;
                 last = Some((updated.and_utc(), entry.id));
                 Ok(entry)
             })
@@ -719,7 +721,7 @@ impl Store {
         }
         let lease_us = u64::try_from(lease.as_micros()).unwrap_or(u64::MAX);
         let lookahead_us = u64::try_from(lookahead.as_micros()).unwrap_or(u64::MAX);
-        // No index entry moves: `live_at` and `edited_at` (V27) serve
+        // No index entry moves: `live_at` (V27) and `changed_at` (V31) serve
         // pending and dispatching alike, and `updated_at` is kept as it was
         // (`claimed_at` says when), so the claim rewrites the row and the
         // one status-led index left, `ix_jobs_status_topic`.
