@@ -229,7 +229,14 @@ impl Writer {
         // after another rather than all over it.
         let mut run = run.to_vec();
         run.sort_by_key(|at| requests[*at].as_ref().ok().map(Request::target));
-        let size = run.len().div_ceil(WRITES_AT_ONCE).max(WRITE_ROWS_MIN);
+        // Whole hundreds in all but the last: the store writes a batch as
+        // statements of whole hundreds and one of the rest, and each
+        // statement text is prepared once a connection.
+        let size = run
+            .len()
+            .div_ceil(WRITES_AT_ONCE)
+            .next_multiple_of(100)
+            .max(WRITE_ROWS_MIN);
         let written = futures::future::join_all(
             run.chunks(size)
                 .map(|chunk| self.creates_apply(&store, batch, requests, chunk, cancel)),

@@ -1132,8 +1132,7 @@ pub(super) async fn insert_many_on(
 const INSERT_ROWS_MAX: usize = 2_000;
 
 /// [`insert_many_on`], each row with the ingress position of the request
-/// that asks for it when given: in statements of at most
-/// [`INSERT_ROWS_MAX`] rows.
+/// that asks for it when given: in the statements [`statement_rows`] says.
 async fn insert_many_on_at(
     conn: &mut sqlx::MySqlConnection,
     actor: &str,
@@ -1141,12 +1140,35 @@ async fn insert_many_on_at(
     positions: Option<&[String]>,
 ) -> Result<Vec<BatchRow>, StoreError> {
     let mut rows = Vec::with_capacity(jobs.len());
-    for (n, chunk) in jobs.chunks(INSERT_ROWS_MAX).enumerate() {
-        let at = n * INSERT_ROWS_MAX;
-        let positions = positions.map(|p| &p[at.min(p.len())..(at + chunk.len()).min(p.len())]);
+    let mut at = 0;
+    for n in statement_rows(jobs.len()) {
+        let chunk = &jobs[at..at + n];
+        let positions = positions.map(|p| &p[at.min(p.len())..(at + n).min(p.len())]);
         rows.extend(insert_chunk_on(conn, actor, chunk, positions).await?);
+        at += n;
     }
     Ok(rows)
+}
+
+/// The rows of each INSERT a batch of `n` is written with: statements of
+/// [`INSERT_ROWS_MAX`], then one of the whole hundreds left, then one of
+/// the rest. A statement's text depends on its number of rows, and sqlx
+/// prepares each text once a connection (the server describes every one
+/// of its thousands of parameters back); batches of every size then share
+/// a few dozen texts, where a text of their own was prepared again for
+/// nearly every batch of the Kafka ingress, whose runs have any length.
+fn statement_rows(mut n: usize) -> Vec<usize> {
+    let mut sizes = Vec::new();
+    while n >= INSERT_ROWS_MAX {
+        sizes.push(INSERT_ROWS_MAX);
+        n -= INSERT_ROWS_MAX;
+    }
+    sizes.extend(
+        [n / 100 * 100, n % 100]
+            .into_iter()
+            .filter(|rows| *rows > 0),
+    );
+    sizes
 }
 
 /// One INSERT of at most [`INSERT_ROWS_MAX`] rows, and its read-back.
@@ -1436,6 +1458,23 @@ fn pattern_like(pattern: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_batch_is_written_in_statements_of_a_few_sizes() {
+        assert_eq!(statement_rows(0), Vec::<usize>::new());
+        assert_eq!(statement_rows(1), vec![1]);
+        assert_eq!(statement_rows(1000), vec![1000]);
+        assert_eq!(statement_rows(1347), vec![1300, 47]);
+        assert_eq!(statement_rows(4369), vec![2000, 2000, 300, 69]);
+        for n in 0..5000 {
+            let sizes = statement_rows(n);
+            assert_eq!(sizes.iter().sum::<usize>(), n);
+            assert!(sizes
+                .iter()
+                .all(|rows| *rows <= INSERT_ROWS_MAX && *rows > 0));
+            assert!(sizes.len() <= n / INSERT_ROWS_MAX + 2);
+        }
+    }
 
     #[test]
     fn topic_patterns_become_like_patterns_that_match_the_same_topics() {
