@@ -844,7 +844,7 @@ impl Bench {
             self.config.ingress.batch
         );
         println!(
-            "ingress: where the passes' time went: reading {:.2} s, writing {:.2} s, waiting for replies and commits {:.2} s (a pass is read while the one before is written and the one before that answered)",
+            "ingress: where the passes' time went: reading {:.2} s, writing {:.2} s, waiting for replies and commits {:.2} s (a pass is read while the one before is written and the one before that answered: the writes overlap, so they add up to more than the wall time)",
             took[0].as_secs_f64(),
             took[1].as_secs_f64(),
             took[2].as_secs_f64()

@@ -271,8 +271,10 @@ pub struct IngressReport {
     pub outcomes: BTreeMap<&'static str, usize>,
     /// How the pass before this one was answered (None: there was none).
     pub answered: Option<Answered>,
-    /// Where the pass's time went: waiting for and reading records,
-    /// writing to MySQL (and Redis), waiting for the pass before to be
+    /// Where the pass's time went: waiting for and reading records;
+    /// writing to MySQL (and Redis), from its hand-over to its writing
+    /// task until a turn found it done (passes overlap, so these add up to
+    /// more than the time spent); waiting for the pass before to be
     /// answered.
     pub took_take: Duration,
     pub took_write: Duration,
@@ -408,7 +410,9 @@ impl Ingress {
     /// The report is of the pass whose writes this turn saw done (empty
     /// when none was). None when cancelled, or once a pass was given up:
     /// nothing of it or after it is committed, and its requests are read
-    /// again by whoever consumes next.
+    /// again by whoever consumes next. Stop it through `cancel`, not by
+    /// dropping it half-way: a pass it was finishing would then never be
+    /// answered, and the next one's commit would pass over it.
     pub async fn run_once(&self, cancel: &CancellationToken) -> Option<IngressReport> {
         if self.stopped.load(Ordering::Acquire) {
             return None;
