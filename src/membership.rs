@@ -77,7 +77,14 @@ impl MembershipConfig {
                 host: hostname(),
                 pid: std::process::id(),
                 pid_namespace: pid_namespace(),
-                version: env!("CARGO_PKG_VERSION").to_owned(),
+                // Semver build metadata: the schema this binary was built
+                // for, so that `migrate` knows who still reads what a
+                // migration takes away.
+                version: format!(
+                    "{}+schema.{}",
+                    env!("CARGO_PKG_VERSION"),
+                    crate::store::schema_newest()
+                ),
                 roles: config.roles.join(","),
             },
         }

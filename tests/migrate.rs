@@ -511,3 +511,85 @@ async fn a_migration_behind_a_long_query_does_not_hold_up_the_queries_after_it()
         .await
         .unwrap();
 }
+
+/// docs/operations.md, "Upgrading a live deployment": V33 takes away the
+/// column the versions before it read, so `tickler migrate` applies it only
+/// once no instance built before it serves; the rollback of V31–V33 leaves
+/// the jobs table V30 made, and a later `migrate` brings it forward again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_migration_that_takes_away_what_a_serving_version_reads_waits_for_it_to_go() {
+    let server = tickler_testkit::mysql_server_url();
+    let mut admin = sqlx::MySqlConnection::connect(&server).await.unwrap();
+    let name = tickler_testkit::unique("tickler_t_");
+    sqlx::Executor::execute(&mut admin, format!("CREATE DATABASE {name}").as_str())
+        .await
+        .unwrap();
+    let url = format!("{server}/{name}");
+    migrate_to(&url, Some(30));
+    let mut conn = sqlx::MySqlConnection::connect(&url).await.unwrap();
+    let v30_definition = jobs_definition(&mut conn).await;
+    // An instance of a version from before instances said their schema.
+    sqlx::query(
+        "INSERT INTO instances (host, pid, version, roles, started_at, heartbeat_at) \
+         VALUES ('old-host', 4242, '0.1.0', 'api', UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+
+    // What it can run beside is applied; V33 is refused, naming it.
+    migrate_to(&url, Some(32));
+    let refused = Command::new(tickler_bin())
+        .arg("migrate")
+        .env("TICKLER_MYSQL_URL", &url)
+        .output()
+        .expect("tickler runs");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "refused");
+    assert!(
+        stderr.contains("V33") && stderr.contains("old-host") && stderr.contains("--to 32"),
+        "{stderr}"
+    );
+    assert_eq!(
+        schema_version(&mut conn).await,
+        32,
+        "nothing of V33 applied"
+    );
+
+    // Rolled out: the instance says it was built for the newest schema.
+    sqlx::query("UPDATE instances SET version = ? WHERE host = 'old-host'")
+        .bind(format!("0.1.0+schema.{}", tickler::store::schema_newest()))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    migrate_to(&url, None);
+    assert!(schema_version(&mut conn).await >= 33);
+    let latest = jobs_definition(&mut conn).await;
+    assert!(
+        latest.iter().any(|line| line.contains("ix_jobs_changed"))
+            && !latest.iter().any(|line| line.contains("edited_at")),
+        "{latest:?}"
+    );
+
+    // The rollback, with no migration after V33 yet.
+    let root = env!("CARGO_MANIFEST_DIR");
+    sql_file_run(
+        &mut conn,
+        &format!("{root}/docs/sql/rollback-changed-1.sql"),
+    )
+    .await;
+    sql_file_run(
+        &mut conn,
+        &format!("{root}/docs/sql/rollback-changed-2.sql"),
+    )
+    .await;
+    assert_eq!(jobs_definition(&mut conn).await, v30_definition);
+    assert_eq!(schema_version(&mut conn).await, 30);
+    migrate_to(&url, None);
+    assert_eq!(jobs_definition(&mut conn).await, latest, "forward again");
+
+    conn.close().await.unwrap();
+    sqlx::Executor::execute(&mut admin, format!("DROP DATABASE {name}").as_str())
+        .await
+        .unwrap();
+}

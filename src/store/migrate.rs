@@ -20,6 +20,10 @@
 //! dispatch for as long as it runs. The migrator waits
 //! [`MDL_WAIT_SECS`] at most, then gives up, lets the queue through and
 //! tries again, up to [`MDL_ATTEMPTS`] times.
+//!
+//! A migration that takes away what older versions read ([`CONTRACTING`])
+//! is refused while an instance built before it is serving: each instance
+//! says the schema it was built for (`instances.version`).
 
 use futures::future::BoxFuture;
 use refinery_core::traits::r#async::{AsyncMigrate, AsyncQuery, AsyncTransaction};
@@ -44,6 +48,92 @@ pub const MDL_WAIT_SECS: u32 = 2;
 pub const MDL_ATTEMPTS: u32 = 100;
 /// Pause between two tries: the queue behind the last one drains.
 const MDL_PAUSE: std::time::Duration = std::time::Duration::from_secs(3);
+
+/// Migrations that take away what versions built before them read (a
+/// column, an index): applied under such a version, its queries fail. A
+/// live upgrade applies the migrations before one of these first, rolls
+/// the new binary out, then applies it (docs/operations.md, "Upgrading a
+/// live deployment").
+pub const CONTRACTING: [i32; 2] = [29, 33];
+/// An instance whose heartbeat is this recent counts as serving.
+const SERVING_WITHIN_SECS: u32 = 60;
+
+/// The newest migration this binary holds: what an instance says it was
+/// built for (`instances.version`, after `+schema.`).
+pub fn newest() -> i32 {
+    migrations::runner()
+        .get_migrations()
+        .iter()
+        .map(|migration| i32::try_from(i64::from(migration.version())).unwrap_or(i32::MAX))
+        .max()
+        .unwrap_or(0)
+}
+
+/// The schema an instance's `version` says it was built for: 0 for
+/// versions from before it said.
+pub fn built_for(version: &str) -> i32 {
+    version
+        .split_once("+schema.")
+        .and_then(|(_, schema)| schema.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Refuses, naming the instances, to apply a [`CONTRACTING`] migration (up
+/// to `to`) while an instance built before it is serving.
+pub async fn contracting_check(conn: &mut MySqlConnection, to: Option<i32>) -> Result<(), String> {
+    let instances_table: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.tables \
+         WHERE table_schema = DATABASE() AND table_name = 'instances'",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(|err| err.to_string())?;
+    if instances_table == 0 {
+        return Ok(());
+    }
+    let applied: Vec<i32> = sqlx::query_scalar("SELECT version FROM refinery_schema_history")
+        .fetch_all(&mut *conn)
+        .await
+        .unwrap_or_default();
+    let due: Vec<i32> = CONTRACTING
+        .into_iter()
+        .filter(|version| !applied.contains(version))
+        .filter(|version| to.is_none_or(|to| *version <= to))
+        .filter(|version| *version <= newest())
+        .collect();
+    let Some(first) = due.first() else {
+        return Ok(());
+    };
+    let serving: Vec<(u64, Vec<u8>, u32, Vec<u8>)> = sqlx::query_as(
+        "SELECT id, host, pid, version FROM instances WHERE heartbeat_at >= \
+         TIMESTAMPADD(SECOND, -?, UTC_TIMESTAMP(3))",
+    )
+    .bind(SERVING_WITHIN_SECS)
+    .fetch_all(&mut *conn)
+    .await
+    .map_err(|err| err.to_string())?;
+    let older: Vec<String> = serving
+        .iter()
+        .filter(|(_, _, _, version)| built_for(&String::from_utf8_lossy(version)) < *first)
+        .map(|(id, host, pid, version)| {
+            format!(
+                "instance {id} ({} pid {pid}, version {})",
+                String::from_utf8_lossy(host),
+                String::from_utf8_lossy(version)
+            )
+        })
+        .collect();
+    if older.is_empty() {
+        return Ok(());
+    }
+    Err(format!(
+        "V{first} takes away what older versions read, and these serve with one built before it: {}. \
+         Roll the new binary out first (`tickler migrate --to {}` is safe now), then migrate \
+         (docs/operations.md, \"Upgrading a live deployment\")",
+        older.join(", "),
+        first - 1
+    ))
+}
 
 /// A sqlx connection refinery can drive.
 pub struct Migrator {
@@ -276,7 +366,20 @@ impl AsyncMigrate for Migrator {}
 
 #[cfg(test)]
 mod tests {
-    use super::creates_trigger;
+    use super::{built_for, creates_trigger, newest, CONTRACTING};
+
+    #[test]
+    fn an_instance_says_the_schema_it_was_built_for() {
+        assert_eq!(built_for("0.1.0+schema.33"), 33);
+        assert_eq!(
+            built_for("0.1.0"),
+            0,
+            "a version from before instances said"
+        );
+        assert_eq!(built_for("0.1.0+schema.x"), 0);
+        assert!(newest() >= 33);
+        assert!(CONTRACTING.iter().all(|version| *version <= newest()));
+    }
 
     #[test]
     fn only_trigger_creations_are_left_out() {

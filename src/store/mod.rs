@@ -36,6 +36,7 @@ pub use jobs::{
     BatchRow, Cancelled, ClaimOutcome, Dispatched, JobChanges, JobEvent, JobFilter, Marked,
     Modified, WindowEntry,
 };
+pub use migrate::{built_for as schema_built_for, newest as schema_newest, CONTRACTING};
 pub use results::{DeadLetter, Disposition, Redriven, Settled};
 pub use schedules::{
     Materialized, NewSchedule, PendingOccurrences, ScheduleDef, ScheduleRow, ScheduleStats,
@@ -65,6 +66,9 @@ pub enum StoreError {
     Corrupt(String),
     #[error("migration failed: {0}")]
     Migration(#[from] refinery_core::Error),
+    /// A migration not applied, and why.
+    #[error("migration refused: {0}")]
+    MigrationRefused(String),
 }
 
 impl From<sqlx::Error> for StoreError {
@@ -263,6 +267,12 @@ impl Store {
                 applied.push(done);
             }
         }
+        migrate::contracting_check(
+            &mut conn,
+            to.map(|to| i32::try_from(to).unwrap_or(i32::MAX)),
+        )
+        .await
+        .map_err(StoreError::MigrationRefused)?;
         let mut migrator = migrate::Migrator::new(conn);
         let target = match to {
             Some(version) => {
