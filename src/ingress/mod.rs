@@ -17,6 +17,7 @@
 //! Touches MySQL through the store, Redis through the index, and Kafka
 //! with its own consumer (the request topics) and producer (the replies).
 
+mod pass;
 mod request;
 mod write;
 
@@ -28,7 +29,7 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::{KafkaError, KafkaResult};
-use rdkafka::message::{BorrowedMessage, Header, Headers, Message, OwnedHeaders};
+use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
 use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
 use rdkafka::{Offset, TopicPartitionList};
 use serde::Serialize;
@@ -36,13 +37,14 @@ use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::{Config, TopicCheck};
+use crate::config::Config;
 use crate::index::Index;
-use crate::job::{self, Job, Status};
+use crate::job::{self, Status};
 use crate::kafka::{self, Topics};
 use crate::metrics;
 use crate::store::Store;
 
+pub use pass::{Batch, IngressConfig, Outcome, Taken, INGRESS_LINGER};
 use write::Writer;
 pub use write::WRITES_AT_ONCE;
 /// Connections the ingress writes with: two passes at once (one being
@@ -64,203 +66,9 @@ pub const HEADER_REQUEST_TOPIC: &str = "tickler-request-topic";
 pub const HEADER_REQUEST_PARTITION: &str = "tickler-request-partition";
 pub const HEADER_REQUEST_OFFSET: &str = "tickler-request-offset";
 
-/// How long a pass waits for more records already on their way.
-pub const INGRESS_LINGER: Duration = Duration::from_millis(5);
 /// librdkafka `fetch.wait.max.ms`: tansu answers a fetch only then, so it
 /// bounds how soon a request is taken.
 pub const INGRESS_FETCH_WAIT_MS: u32 = 50;
-
-/// Settings of the ingress.
-#[derive(Debug, Clone)]
-pub struct IngressConfig {
-    pub brokers: String,
-    /// Extra librdkafka properties, applied last.
-    pub kafka_options: BTreeMap<String, String>,
-    /// Request topics and the target-topic patterns each may schedule onto.
-    pub topics: BTreeMap<String, Vec<String>>,
-    pub reply_topic: Option<String>,
-    pub group: String,
-    /// Most records taken in one pass.
-    pub batch: usize,
-    pub linger: Duration,
-    /// Partitions of a request or reply topic tickler has to create.
-    pub partitions: i32,
-    pub limits: Limits,
-    pub topic_check: TopicCheck,
-    pub window: Duration,
-    pub linger_ms: u64,
-    pub message_timeout_ms: u64,
-}
-
-impl IngressConfig {
-    pub fn from_config(config: &Config) -> Self {
-        let ingress = &config.ingress;
-        IngressConfig {
-            brokers: config.kafka_brokers.clone(),
-            kafka_options: config.kafka_options.clone(),
-            topics: ingress
-                .topics
-                .iter()
-                .map(|(topic, settings)| (topic.clone(), settings.targets.clone()))
-                .collect(),
-            reply_topic: ingress.reply_topic.clone(),
-            group: ingress.group.clone(),
-            batch: ingress.batch,
-            linger: INGRESS_LINGER,
-            partitions: ingress.topic_partitions,
-            limits: Limits {
-                payload_max_bytes: config.payload_max_bytes,
-                max_schedule_ahead_days: config.max_schedule_ahead_days,
-            },
-            topic_check: config.topic_check,
-            window: config.window(),
-            linger_ms: config.kafka_linger_ms,
-            message_timeout_ms: config.kafka_message_timeout_ms,
-        }
-    }
-}
-
-/// A request record as taken from the broker.
-#[derive(Debug, Clone)]
-pub struct Taken {
-    pub topic: String,
-    pub partition: i32,
-    pub offset: i64,
-    pub key: Option<Vec<u8>>,
-    pub value: Option<Vec<u8>>,
-    pub headers: Vec<(String, Option<Vec<u8>>)>,
-    pub timestamp_ms: Option<i64>,
-}
-
-impl Taken {
-    fn of(message: &BorrowedMessage<'_>) -> Taken {
-        let headers = message
-            .headers()
-            .map(|headers| {
-                headers
-                    .iter()
-                    .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec)))
-                    .collect()
-            })
-            .unwrap_or_default();
-        Taken {
-            topic: message.topic().to_owned(),
-            partition: message.partition(),
-            offset: message.offset(),
-            key: message.key().map(<[u8]>::to_vec),
-            value: message.payload().map(<[u8]>::to_vec),
-            headers,
-            timestamp_ms: message.timestamp().to_millis(),
-        }
-    }
-
-    fn as_request(&self) -> RequestRecord<'_> {
-        RequestRecord {
-            key: self.key.as_deref(),
-            value: self.value.as_deref(),
-            headers: self
-                .headers
-                .iter()
-                .map(|(name, value)| (name.as_str(), value.as_deref()))
-                .collect(),
-            timestamp_ms: self.timestamp_ms,
-        }
-    }
-
-    /// Where it was read, as `jobs.ingress_position` keeps it.
-    pub fn position(&self) -> String {
-        format!("{}/{}/{}", self.partition, self.offset, self.topic)
-    }
-
-    /// Whether a job last created or moved by the request at `stored` has
-    /// seen this one already: the same partition of the same topic, at or
-    /// after this offset. Such a request is being read again (a crash came
-    /// before its offset was committed): applying it again could send the
-    /// job back to an earlier request's time.
-    pub fn seen_at(&self, stored: &str) -> bool {
-        let mut parts = stored.splitn(3, '/');
-        let (Some(partition), Some(offset), Some(topic)) =
-            (parts.next(), parts.next(), parts.next())
-        else {
-            return false;
-        };
-        topic == self.topic
-            && partition.parse() == Ok(self.partition)
-            && offset
-                .parse::<i64>()
-                .is_ok_and(|offset| offset >= self.offset)
-    }
-
-    fn header(&self, name: &str) -> Option<&[u8]> {
-        self.headers
-            .iter()
-            .find(|(n, _)| n == name)
-            .and_then(|(_, v)| v.as_deref())
-    }
-}
-
-/// The records of one pass, in the order they were read.
-#[derive(Debug, Default)]
-pub struct Batch {
-    pub records: Vec<Taken>,
-}
-
-/// What became of one request.
-#[derive(Debug, Clone)]
-pub enum Outcome {
-    Created(Job),
-    /// The job this (topic, key) holds is what the request asks for: a
-    /// request sent or read again.
-    Existing(Job),
-    /// A pending job's time, payload or headers changed to the request's.
-    Moved(Job),
-    /// It will never be produced.
-    Cancelled(Job),
-    /// Produced already: its partition and offset say where.
-    TooLate(Job),
-    /// A dispatcher holds it this instant; send the request again.
-    InFlight(Job),
-    Refused(RequestError),
-}
-
-impl Outcome {
-    pub fn name(&self) -> &'static str {
-        match self {
-            Outcome::Created(_) => "created",
-            Outcome::Existing(_) => "existing",
-            Outcome::Moved(_) => "moved",
-            Outcome::Cancelled(_) => "cancelled",
-            Outcome::TooLate(_) => "too_late",
-            Outcome::InFlight(_) => "in_flight",
-            Outcome::Refused(_) => "error",
-        }
-    }
-
-    pub fn job(&self) -> Option<&Job> {
-        match self {
-            Outcome::Created(job)
-            | Outcome::Existing(job)
-            | Outcome::Moved(job)
-            | Outcome::Cancelled(job)
-            | Outcome::TooLate(job)
-            | Outcome::InFlight(job) => Some(job),
-            Outcome::Refused(_) => None,
-        }
-    }
-
-    /// What a job no longer pending says to a create, move or cancel.
-    fn of_settled(job: Job) -> Outcome {
-        match job.status {
-            Status::Dispatched | Status::Succeeded | Status::Dead => Outcome::TooLate(job),
-            Status::Cancelled => Outcome::Refused(RequestError::NotPending(format!(
-                "job {} is cancelled: its key cannot schedule again",
-                job.id
-            ))),
-            // Pending again a moment after it was not: a claim released.
-            Status::Dispatching | Status::Pending => Outcome::InFlight(job),
-        }
-    }
-}
 
 /// What one pass did.
 #[derive(Debug, Default, Clone, PartialEq, Eq)]

@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::{Batch, IngressConfig, Outcome, Taken};
+use super::pass::{Batch, IngressConfig, Outcome, Taken};
 use crate::config::Config;
 use crate::index::{self, Index};
 use crate::job::{Job, NewJob, Status};
