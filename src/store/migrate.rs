@@ -91,10 +91,22 @@ pub async fn contracting_check(conn: &mut MySqlConnection, to: Option<i32>) -> R
     if instances_table == 0 {
         return Ok(());
     }
+    // An instances table and no history yet: nothing migrated by tickler,
+    // so nothing of its to contract.
+    let history: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.tables \
+         WHERE table_schema = DATABASE() AND table_name = 'refinery_schema_history'",
+    )
+    .fetch_one(&mut *conn)
+    .await
+    .map_err(|err| err.to_string())?;
+    if history == 0 {
+        return Ok(());
+    }
     let applied: Vec<i32> = sqlx::query_scalar("SELECT version FROM refinery_schema_history")
         .fetch_all(&mut *conn)
         .await
-        .unwrap_or_default();
+        .map_err(|err| format!("reading the schema history: {err}"))?;
     let due: Vec<i32> = CONTRACTING
         .into_iter()
         .filter(|version| !applied.contains(version))

@@ -36,7 +36,7 @@ pub use jobs::{
     BatchRow, Cancelled, ClaimOutcome, Dispatched, JobChanges, JobEvent, JobFilter, Marked,
     Modified, WindowEntry,
 };
-pub use migrate::{built_for as schema_built_for, newest as schema_newest, CONTRACTING};
+pub use migrate::newest as schema_newest;
 pub use results::{DeadLetter, Disposition, Redriven, Settled};
 pub use schedules::{
     Materialized, NewSchedule, PendingOccurrences, ScheduleDef, ScheduleRow, ScheduleStats,
