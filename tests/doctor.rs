@@ -224,9 +224,13 @@ async fn the_doctor_sees_a_database_clock_apart_and_a_results_backlog() {
     use tickler_testkit::procs::PrivateMariadb;
 
     let mariadb = PrivateMariadb::start_faketime("+5s").await;
-    let url = scratch::scratch_database_create(&mariadb.server_url(), "doctor")
-        .await
-        .unwrap();
+    let url = scratch::scratch_database_create(
+        &mariadb.server_url(),
+        "doctor",
+        tickler::config::HandEdits::Trigger,
+    )
+    .await
+    .unwrap();
     Store::migrate(&url).await.unwrap();
     let store = Store::connect_lazy(&url, 2, Actor::Reconciler).unwrap();
     let prefix = tickler_testkit::unique("tickler-t-");

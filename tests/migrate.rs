@@ -334,6 +334,19 @@ fn job_with_key(job: &tickler::job::NewJob, key: &str) -> tickler::job::NewJob {
     }
 }
 
+/// An empty database on the shared server: a connection to the server (to
+/// drop it afterwards), its name and its URL.
+async fn database_empty() -> (sqlx::MySqlConnection, String, String) {
+    let server = tickler_testkit::mysql_server_url();
+    let mut admin = sqlx::MySqlConnection::connect(&server).await.unwrap();
+    let name = tickler_testkit::unique("tickler_t_");
+    sqlx::Executor::execute(&mut admin, format!("CREATE DATABASE {name}").as_str())
+        .await
+        .unwrap();
+    let url = format!("{server}/{name}");
+    (admin, name, url)
+}
+
 /// `tickler migrate`, with `--to` when given, on the database at `url`.
 fn migrate_to(url: &str, to: Option<u32>) {
     let mut command = Command::new(tickler_bin());
@@ -464,13 +477,7 @@ async fn the_hot_path_schema_rolls_back_to_v26_and_forward_again() {
 /// queue through and tries again.
 #[tokio::test]
 async fn a_migration_behind_a_long_query_does_not_hold_up_the_queries_after_it() {
-    let server = tickler_testkit::mysql_server_url();
-    let mut admin = sqlx::MySqlConnection::connect(&server).await.unwrap();
-    let name = tickler_testkit::unique("tickler_t_");
-    sqlx::Executor::execute(&mut admin, format!("CREATE DATABASE {name}").as_str())
-        .await
-        .unwrap();
-    let url = format!("{server}/{name}");
+    let (mut admin, name, url) = database_empty().await;
     migrate_to(&url, Some(26));
 
     // The long query: a transaction that read the table and stays open
@@ -518,13 +525,7 @@ async fn a_migration_behind_a_long_query_does_not_hold_up_the_queries_after_it()
 /// the jobs table V30 made, and a later `migrate` brings it forward again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_migration_that_takes_away_what_a_serving_version_reads_waits_for_it_to_go() {
-    let server = tickler_testkit::mysql_server_url();
-    let mut admin = sqlx::MySqlConnection::connect(&server).await.unwrap();
-    let name = tickler_testkit::unique("tickler_t_");
-    sqlx::Executor::execute(&mut admin, format!("CREATE DATABASE {name}").as_str())
-        .await
-        .unwrap();
-    let url = format!("{server}/{name}");
+    let (mut admin, name, url) = database_empty().await;
     migrate_to(&url, Some(30));
     let mut conn = sqlx::MySqlConnection::connect(&url).await.unwrap();
     let v30_definition = jobs_definition(&mut conn).await;
@@ -589,6 +590,58 @@ async fn a_migration_that_takes_away_what_a_serving_version_reads_waits_for_it_t
     assert_eq!(jobs_definition(&mut conn).await, latest, "forward again");
 
     conn.close().await.unwrap();
+    sqlx::Executor::execute(&mut admin, format!("DROP DATABASE {name}").as_str())
+        .await
+        .unwrap();
+}
+
+/// The triggers on the database's `jobs` table, by name.
+async fn jobs_triggers(url: &str) -> Vec<String> {
+    let mut conn = sqlx::MySqlConnection::connect(url).await.unwrap();
+    let names = sqlx::query_scalar(
+        "SELECT CAST(TRIGGER_NAME AS CHAR) FROM information_schema.TRIGGERS \
+         WHERE TRIGGER_SCHEMA = DATABASE() AND EVENT_OBJECT_TABLE = 'jobs' ORDER BY TRIGGER_NAME",
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
+    conn.close().await.unwrap();
+    names
+}
+
+#[tokio::test]
+async fn migrate_installs_no_hand_edit_trigger_by_default_and_keeps_those_it_finds() {
+    let (mut admin, name, url) = database_empty().await;
+    let both = ["jobs_hand_edited", "jobs_hand_inserted"].map(String::from);
+    let default_migrate = || {
+        let output = Command::new(tickler_bin())
+            .arg("migrate")
+            .env("TICKLER_MYSQL_URL", &url)
+            .env_remove("TICKLER_HISTORY_HAND_EDITS")
+            .output()
+            .expect("tickler runs");
+        assert!(output.status.success(), "{output:?}");
+        String::from_utf8_lossy(&output.stdout).into_owned()
+    };
+
+    // A new database: the claims and marks are spared the triggers.
+    let said = default_migrate();
+    assert!(
+        said.contains("hand edits in SQL are not recorded"),
+        "{said}"
+    );
+    assert_eq!(jobs_triggers(&url).await, Vec::<String>::new());
+
+    // Installed on purpose (or by an earlier version's default): kept.
+    migrate(&url, "trigger");
+    assert_eq!(jobs_triggers(&url).await, both);
+    let said = default_migrate();
+    assert!(said.contains("are kept"), "{said}");
+    assert_eq!(jobs_triggers(&url).await, both);
+
+    migrate(&url, "off");
+    assert_eq!(jobs_triggers(&url).await, Vec::<String>::new());
+
     sqlx::Executor::execute(&mut admin, format!("DROP DATABASE {name}").as_str())
         .await
         .unwrap();

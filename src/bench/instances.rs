@@ -48,7 +48,8 @@ impl Deployment {
         suffix: &str,
     ) -> anyhow::Result<(Deployment, Vec<String>)> {
         let db_name = format!("tickler_bench_{suffix}_n{n}");
-        let mysql_url = scratch::scratch_database_create(server_url, &db_name).await?;
+        let mysql_url =
+            scratch::scratch_database_create(server_url, &db_name, base.history_hand_edits).await?;
         let config = Config {
             mysql_url: mysql_url.clone(),
             redis_prefix: format!("tickler-bench-{suffix}-n{n}"),

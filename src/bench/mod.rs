@@ -194,7 +194,8 @@ pub async fn run(base: &Config, options: BenchOptions) -> anyhow::Result<()> {
         return instances::run(base, &options, &server_url, &suffix).await;
     }
     let db_name = format!("tickler_bench_{suffix}");
-    let mysql_url = scratch::scratch_database_create(&server_url, &db_name).await?;
+    let mysql_url =
+        scratch::scratch_database_create(&server_url, &db_name, base.history_hand_edits).await?;
     let result = run_in(base, options.clone(), &mysql_url, &suffix).await;
     scratch::scratch_database_drop(&server_url, &db_name).await?;
     result?;

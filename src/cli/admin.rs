@@ -229,8 +229,8 @@ pub async fn shards(config: &Config, command: Option<ShardsCommand>) -> Result<(
 }
 
 /// `tickler migrate`: applies the schema's migrations not yet applied and
-/// names them, then installs or drops the triggers that record hand edits
-/// (`history_hand_edits`). A trigger the account may not create is a
+/// names them, then installs, drops or keeps the triggers that record hand
+/// edits (`history_hand_edits`). A trigger the account may not create is a
 /// warning, not a failure: tickler's own history does not need it.
 ///
 /// With `to`, stops after that migration (a live upgrade's first step).
@@ -245,7 +245,14 @@ pub async fn migrate(config: &Config, to: Option<u32>) -> Result<(), StoreError>
     let store = Store::connect_lazy(&config.mysql_url, 1, Actor::Cli)?;
     let mode = config.history_hand_edits;
     match store.hand_edits_apply(mode).await {
+        Ok(HandEditsState::Recorded) if mode == HandEdits::Keep => println!(
+            "hand edits in SQL are recorded in the history (the triggers were there and are \
+             kept; history_hand_edits = off drops them)"
+        ),
         Ok(HandEditsState::Recorded) => println!("hand edits in SQL are recorded in the history"),
+        Ok(HandEditsState::NotRecorded) if mode == HandEdits::Keep => println!(
+            "hand edits in SQL are not recorded (history_hand_edits = trigger records them)"
+        ),
         Ok(HandEditsState::NotRecorded) => {
             println!("hand edits in SQL are not recorded (history_hand_edits = off)")
         }

@@ -173,7 +173,8 @@ pub enum HandEditsState {
 
 impl Store {
     /// Installs (`Trigger`) or drops (`Off`) the triggers that record hand
-    /// edits; `tickler migrate` runs it. Creating one that exists already
+    /// edits, or leaves them as they are (`Keep`), and says whether hand
+    /// edits are recorded now; `tickler migrate` runs it. Creating one that exists already
     /// (another instance's migrate) is not an error. Tickler's own history
     /// never depends on them.
     pub async fn hand_edits_apply(&self, mode: HandEdits) -> Result<HandEditsState, StoreError> {
@@ -206,9 +207,12 @@ impl Store {
                 _ => {}
             }
         }
+        let all = HAND_TRIGGERS.iter().all(|(name, _)| exists(name));
         Ok(match mode {
             HandEdits::Trigger => HandEditsState::Recorded,
             HandEdits::Off => HandEditsState::NotRecorded,
+            HandEdits::Keep if all => HandEditsState::Recorded,
+            HandEdits::Keep => HandEditsState::NotRecorded,
         })
     }
 

@@ -8,11 +8,17 @@ use chrono::{DateTime, Utc};
 use sqlx::Connection;
 
 use super::{Store, StoreError};
+use crate::config::HandEdits;
 use crate::job::Status;
 
 /// Creates database `name` on the server at `server_url` (a MySQL URL
-/// without a database) and applies the migrations; returns its URL.
-pub async fn scratch_database_create(server_url: &str, name: &str) -> Result<String, StoreError> {
+/// without a database) and applies the migrations, then `hand_edits` as
+/// `tickler migrate` would; returns its URL.
+pub async fn scratch_database_create(
+    server_url: &str,
+    name: &str,
+    hand_edits: HandEdits,
+) -> Result<String, StoreError> {
     let mut conn = sqlx::MySqlConnection::connect(server_url).await?;
     sqlx::query(&format!("CREATE DATABASE IF NOT EXISTS `{name}`"))
         .execute(&mut conn)
@@ -20,11 +26,8 @@ pub async fn scratch_database_create(server_url: &str, name: &str) -> Result<Str
     conn.close().await?;
     let url = format!("{server_url}/{name}");
     Store::migrate(&url).await?;
-    // As `tickler migrate` with the default `history_hand_edits = trigger`.
     let store = Store::connect_lazy(&url, 1, super::Actor::Cli)?;
-    let hand_edits = store
-        .hand_edits_apply(crate::config::HandEdits::Trigger)
-        .await;
+    let hand_edits = store.hand_edits_apply(hand_edits).await;
     store.close().await;
     hand_edits?;
     Ok(url)

@@ -129,9 +129,13 @@ impl World {
         // A private server just started may take its port a moment before
         // it takes connections (seen under a loaded suite): try for a while.
         let mysql_url = eventually(Duration::from_secs(30), || async {
-            scratch::scratch_database_create(&services.mysql_server_url, &db_name)
-                .await
-                .ok()
+            scratch::scratch_database_create(
+                &services.mysql_server_url,
+                &db_name,
+                tickler::config::HandEdits::Trigger,
+            )
+            .await
+            .ok()
         })
         .await
         .expect("mysql answers");

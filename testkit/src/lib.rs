@@ -20,7 +20,7 @@ use rdkafka::Offset;
 use serde_json::Value;
 use sqlx::mysql::MySqlPool;
 use tickler::app::{self, Running};
-use tickler::config::Config;
+use tickler::config::{Config, HandEdits};
 use tickler::index::Index;
 use tickler::kafka;
 use tickler::store::{scratch, Store};
@@ -72,7 +72,8 @@ pub async fn database_create() -> (String, String) {
     let mut last = String::new();
     for attempt in 1..=3 {
         let name = unique("tickler_t_");
-        match scratch::scratch_database_create(&mysql_server_url(), &name).await {
+        match scratch::scratch_database_create(&mysql_server_url(), &name, HandEdits::Trigger).await
+        {
             Ok(url) => return (name, url),
             Err(err) => {
                 eprintln!("database_create attempt {attempt} ({name}): {err}");
