@@ -409,9 +409,10 @@ pub enum HandEdits {
     Off,
     /// `tickler migrate` installs nothing and drops nothing. The default: a
     /// new database records no hand edits, and every row a claim or a mark
-    /// changes is spared the trigger (about a tenth of MariaDB's work per
-    /// dispatched job, docs/benchmarks.md); one upgraded from a version that
-    /// installed the triggers by default keeps them until `off` is set.
+    /// changes is spared the trigger (about 5 µs of MariaDB's ~68 per
+    /// dispatched job in the burst, docs/benchmarks.md); one upgraded from a
+    /// version that installed the triggers by default keeps them until `off`
+    /// is set.
     Keep,
 }
 

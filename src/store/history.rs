@@ -174,9 +174,10 @@ pub enum HandEditsState {
 impl Store {
     /// Installs (`Trigger`) or drops (`Off`) the triggers that record hand
     /// edits, or leaves them as they are (`Keep`), and says whether hand
-    /// edits are recorded now; `tickler migrate` runs it. Creating one that exists already
-    /// (another instance's migrate) is not an error. Tickler's own history
-    /// never depends on them.
+    /// edits are recorded now (`Keep`: only with both triggers in place);
+    /// `tickler migrate` runs it. Creating one that exists already (another
+    /// instance's migrate) is not an error. Tickler's own history never
+    /// depends on them.
     pub async fn hand_edits_apply(&self, mode: HandEdits) -> Result<HandEditsState, StoreError> {
         let mut conn = self.pool.acquire().await?;
         // One read of the schema's triggers: each look at

@@ -78,29 +78,28 @@ pub fn built_for(version: &str) -> i32 {
         .unwrap_or(0)
 }
 
-/// Refuses, naming the instances, to apply a [`CONTRACTING`] migration (up
-/// to `to`) while an instance built before it is serving.
-pub async fn contracting_check(conn: &mut MySqlConnection, to: Option<i32>) -> Result<(), String> {
-    let instances_table: i64 = sqlx::query_scalar(
+/// Whether the database holds a table called `name`.
+async fn table_exists(conn: &mut MySqlConnection, name: &str) -> Result<bool, String> {
+    let n: i64 = sqlx::query_scalar(
         "SELECT COUNT(*) FROM information_schema.tables \
-         WHERE table_schema = DATABASE() AND table_name = 'instances'",
+         WHERE table_schema = DATABASE() AND table_name = ?",
     )
+    .bind(name)
     .fetch_one(&mut *conn)
     .await
     .map_err(|err| err.to_string())?;
-    if instances_table == 0 {
+    Ok(n > 0)
+}
+
+/// Refuses, naming the instances, to apply a [`CONTRACTING`] migration (up
+/// to `to`) while an instance built before it is serving.
+pub async fn contracting_check(conn: &mut MySqlConnection, to: Option<i32>) -> Result<(), String> {
+    if !table_exists(conn, "instances").await? {
         return Ok(());
     }
     // An instances table and no history yet: nothing migrated by tickler,
     // so nothing of its to contract.
-    let history: i64 = sqlx::query_scalar(
-        "SELECT COUNT(*) FROM information_schema.tables \
-         WHERE table_schema = DATABASE() AND table_name = 'refinery_schema_history'",
-    )
-    .fetch_one(&mut *conn)
-    .await
-    .map_err(|err| err.to_string())?;
-    if history == 0 {
+    if !table_exists(conn, "refinery_schema_history").await? {
         return Ok(());
     }
     let applied: Vec<i32> = sqlx::query_scalar("SELECT version FROM refinery_schema_history")
