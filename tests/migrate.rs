@@ -563,8 +563,8 @@ async fn a_migration_that_takes_away_what_a_serving_version_reads_waits_for_it_t
         .execute(&mut conn)
         .await
         .unwrap();
-    migrate_to(&url, None);
-    assert!(schema_version(&mut conn).await >= 33);
+    migrate_to(&url, Some(33));
+    assert_eq!(schema_version(&mut conn).await, 33);
     let latest = jobs_definition(&mut conn).await;
     assert!(
         latest.iter().any(|line| line.contains("ix_jobs_changed"))
@@ -572,7 +572,8 @@ async fn a_migration_that_takes_away_what_a_serving_version_reads_waits_for_it_t
         "{latest:?}"
     );
 
-    // The rollback, with no migration after V33 yet.
+    // The rollback, with no migration after V33 yet (a later one is
+    // rolled back first: docs/operations.md).
     let root = env!("CARGO_MANIFEST_DIR");
     sql_file_run(
         &mut conn,
@@ -586,7 +587,112 @@ async fn a_migration_that_takes_away_what_a_serving_version_reads_waits_for_it_t
     .await;
     assert_eq!(jobs_definition(&mut conn).await, v30_definition);
     assert_eq!(schema_version(&mut conn).await, 30);
-    migrate_to(&url, None);
+    migrate_to(&url, Some(33));
+    assert_eq!(jobs_definition(&mut conn).await, latest, "forward again");
+
+    conn.close().await.unwrap();
+    sqlx::Executor::execute(&mut admin, format!("DROP DATABASE {name}").as_str())
+        .await
+        .unwrap();
+}
+
+/// docs/operations.md, "Upgrading a live deployment": V36 drops the three
+/// indexes V35's one replaces, so it waits until no instance built before
+/// it serves; the rollback of V34–V36 leaves the jobs table V33 made, rows
+/// and all, and a later `migrate` brings it forward again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_hot_path_index_upgrades_in_two_steps_and_rolls_back() {
+    let (mut admin, name, url) = database_empty().await;
+    migrate_to(&url, Some(33));
+    let mut conn = sqlx::MySqlConnection::connect(&url).await.unwrap();
+    let v33_definition = jobs_definition(&mut conn).await;
+    sqlx::query(
+        "INSERT INTO instances (host, pid, version, roles, started_at, heartbeat_at) \
+         VALUES ('v33-host', 4343, '0.1.0+schema.33', 'api', UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+    sqlx::query(
+        "INSERT INTO jobs (topic, payload, schedule_time) VALUES ('t', 'p', UTC_TIMESTAMP(3))",
+    )
+    .execute(&mut conn)
+    .await
+    .unwrap();
+
+    // V34 and V35 run beside the version built for V33; V36 waits for it.
+    migrate_to(&url, Some(35));
+    let refused = Command::new(tickler_bin())
+        .arg("migrate")
+        .env("TICKLER_MYSQL_URL", &url)
+        .output()
+        .expect("tickler runs");
+    let stderr = String::from_utf8_lossy(&refused.stderr);
+    assert!(!refused.status.success(), "refused");
+    assert!(
+        stderr.contains("V36") && stderr.contains("v33-host") && stderr.contains("--to 35"),
+        "{stderr}"
+    );
+    assert_eq!(
+        schema_version(&mut conn).await,
+        35,
+        "nothing of V36 applied"
+    );
+    let both = jobs_definition(&mut conn).await;
+    for index in [
+        "ix_jobs_status_at",
+        "ix_jobs_status_topic",
+        "ix_jobs_live",
+        "ix_jobs_finished",
+    ] {
+        assert!(
+            both.iter().any(|line| line.contains(index)),
+            "{index}: {both:?}"
+        );
+    }
+
+    sqlx::query("UPDATE instances SET version = ? WHERE host = 'v33-host'")
+        .bind(format!("0.1.0+schema.{}", tickler::store::schema_newest()))
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    migrate_to(&url, Some(36));
+    let latest = jobs_definition(&mut conn).await;
+    assert!(latest.iter().any(|line| line.contains("ix_jobs_status_at")));
+    for gone in ["ix_jobs_status_topic", "ix_jobs_live", "ix_jobs_finished"] {
+        assert!(
+            !latest.iter().any(|line| line.contains(gone)),
+            "{gone}: {latest:?}"
+        );
+    }
+    // The pending job is found in the new index's due range.
+    let due: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM jobs WHERE status = 'pending' AND status_at <= UTC_TIMESTAMP(3)",
+    )
+    .fetch_one(&mut conn)
+    .await
+    .unwrap();
+    assert_eq!(due, 1);
+
+    let root = env!("CARGO_MANIFEST_DIR");
+    sql_file_run(
+        &mut conn,
+        &format!("{root}/docs/sql/rollback-status-at-1.sql"),
+    )
+    .await;
+    sql_file_run(
+        &mut conn,
+        &format!("{root}/docs/sql/rollback-status-at-2.sql"),
+    )
+    .await;
+    assert_eq!(jobs_definition(&mut conn).await, v33_definition);
+    assert_eq!(schema_version(&mut conn).await, 33);
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(rows, 1, "the rows stay");
+    migrate_to(&url, Some(36));
     assert_eq!(jobs_definition(&mut conn).await, latest, "forward again");
 
     conn.close().await.unwrap();

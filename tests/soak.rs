@@ -201,11 +201,12 @@ async fn a_steady_stream_for_a_long_time_keeps_every_promise() {
             .fetch_one(&world.sql)
             .await
             .unwrap();
-        // Marked after they were dispatched: `finished_at` (the mark's
-        // time) narrows the scan to this interval's rows.
+        // Marked after they were dispatched: `status_at` (the mark's time
+        // for a dispatched job) narrows the scan to this interval's rows.
         let mut at_dispatch: Vec<i64> = sqlx::query_scalar(
             "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, schedule_time, dispatched_at) DIV 1000 AS SIGNED) \
-             FROM jobs WHERE finished_at >= ? AND dispatched_at >= ? AND dispatched_at < ?",
+             FROM jobs WHERE status = 'dispatched' AND status_at >= ? \
+             AND dispatched_at >= ? AND dispatched_at < ?",
         )
         .bind(db_from)
         .bind(db_from)

@@ -612,8 +612,8 @@ impl Store {
 
     /// Pending jobs with `from <= schedule_time < until` (no lower bound when
     /// `from` is None), in (schedule_time, id) order, starting after `after`.
-    /// A range scan on `live_at` (`schedule_time` while pending or
-    /// dispatching, V27): far-future rows are never read. Serves the loader (jobs entering the window) and the
+    /// A range scan of `ix_jobs_status_at` (`status_at` is `schedule_time`
+    /// while pending, V34): far-future rows are never read. Serves the loader (jobs entering the window) and the
     /// reconciler's overdue probe.
     pub async fn job_list_pending(
         &self,
@@ -648,27 +648,29 @@ impl Store {
         skip_paused: bool,
     ) -> Result<Vec<WindowEntry>, StoreError> {
         let mut query = QueryBuilder::<MySql>::new(
-            "SELECT id, live_at AS schedule_time FROM jobs WHERE status = 'pending' AND live_at < ",
+            "SELECT id, status_at AS schedule_time FROM jobs WHERE status = 'pending' AND status_at < ",
         );
         query.push_bind(db_time(until));
         if skip_paused {
             query.push(" AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused)");
         }
         if let Some(from) = from {
-            query.push(" AND live_at >= ").push_bind(db_time(from));
+            query.push(" AND status_at >= ").push_bind(db_time(from));
         }
         if let Some(after) = after {
             let at = db_time(after.schedule_time);
             query
-                .push(" AND (live_at > ")
+                .push(" AND (status_at > ")
                 .push_bind(at)
-                .push(" OR (live_at = ")
+                .push(" OR (status_at = ")
                 .push_bind(at)
                 .push(" AND id > ")
                 .push_bind(after.id)
                 .push("))");
         }
-        query.push(" ORDER BY live_at, id LIMIT ").push_bind(limit);
+        query
+            .push(" ORDER BY status_at, id LIMIT ")
+            .push_bind(limit);
         let rows = query.build().fetch_all(&self.pool).await?;
         rows.iter().map(WindowEntry::from_row).collect()
     }
@@ -721,10 +723,10 @@ impl Store {
         }
         let lease_us = u64::try_from(lease.as_micros()).unwrap_or(u64::MAX);
         let lookahead_us = u64::try_from(lookahead.as_micros()).unwrap_or(u64::MAX);
-        // No index entry moves: `live_at` (V27) and `changed_at` (V31) serve
-        // pending and dispatching alike, and `updated_at` is kept as it was
-        // (`claimed_at` says when), so the claim rewrites the row and the
-        // one status-led index left, `ix_jobs_status_topic`.
+        // One index entry moves, the job's in `ix_jobs_status_at` (V35):
+        // `status_at` stays `schedule_time`, and `updated_at` is kept as it
+        // was (`claimed_at` says when), so `changed_at` (V31) stays NULL
+        // for a job as created. The mark moves that entry once more.
         let mut update = QueryBuilder::<MySql>::new(
             "UPDATE jobs SET status = 'dispatching', version = version + 1, \
              updated_at = updated_at, claim_token = ",

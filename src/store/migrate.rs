@@ -54,7 +54,7 @@ const MDL_PAUSE: std::time::Duration = std::time::Duration::from_secs(3);
 /// live upgrade applies the migrations before one of these first, rolls
 /// the new binary out, then applies it (docs/operations.md, "Upgrading a
 /// live deployment").
-pub const CONTRACTING: [i32; 2] = [29, 33];
+pub const CONTRACTING: [i32; 3] = [29, 33, 36];
 /// An instance whose heartbeat is this recent counts as serving.
 const SERVING_WITHIN_SECS: u32 = 60;
 

@@ -260,15 +260,27 @@ impl Store {
                 .bind(retention_us)
                 .fetch_one(&self.pool)
                 .await?;
-        // One range scan on `finished_at` (V27: `updated_at` of the jobs
-        // done with): the cost follows the rows to purge, not the table.
-        let ids: Vec<JobId> = sqlx::query_scalar(
-            "SELECT id FROM jobs WHERE finished_at < ? ORDER BY finished_at LIMIT ?",
-        )
-        .bind(cutoff)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
+        // One range scan of `ix_jobs_status_at` for each status a job is
+        // done with in (`status_at` is then `updated_at`, and NULL for a
+        // dispatched job still awaiting its result): the cost follows the
+        // rows to purge, not the table.
+        let mut ids: Vec<JobId> = Vec::new();
+        for status in ["succeeded", "dead", "cancelled", "dispatched"] {
+            let left = limit.saturating_sub(u32::try_from(ids.len()).unwrap_or(u32::MAX));
+            if left == 0 {
+                break;
+            }
+            let found: Vec<JobId> = sqlx::query_scalar(
+                "SELECT id FROM jobs WHERE status = ? AND status_at < ? \
+                 ORDER BY status_at LIMIT ?",
+            )
+            .bind(status)
+            .bind(cutoff)
+            .bind(left)
+            .fetch_all(&self.pool)
+            .await?;
+            ids.extend(found);
+        }
         if ids.is_empty() {
             return Ok(0);
         }

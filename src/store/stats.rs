@@ -30,7 +30,7 @@ pub struct Overdue {
 
 impl Store {
     /// Jobs by status (the [`COUNTED`] ones) and topic: an index-only scan
-    /// of `(status, topic)`.
+    /// of `ix_jobs_status_at`, which holds `topic`.
     pub async fn job_counts(&self) -> Result<Vec<TopicCount>, StoreError> {
         let rows = sqlx::query(
             "SELECT CAST(status AS CHAR) AS status, topic, COUNT(*) AS n FROM jobs \
@@ -58,8 +58,8 @@ impl Store {
     pub async fn job_overdue(&self) -> Result<Overdue, StoreError> {
         let row = sqlx::query(
             "SELECT COUNT(*) AS n, \
-             CAST(COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(schedule_time), UTC_TIMESTAMP(3)), 0) / 1000 AS SIGNED) AS age \
-             FROM jobs WHERE status = 'pending' AND live_at <= UTC_TIMESTAMP(3) \
+             CAST(COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(status_at), UTC_TIMESTAMP(3)), 0) / 1000 AS SIGNED) AS age \
+             FROM jobs WHERE status = 'pending' AND status_at <= UTC_TIMESTAMP(3) \
              AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused)",
         )
         .fetch_one(&self.pool)
@@ -77,7 +77,7 @@ impl Store {
         let window_us = i64::try_from(window.as_micros()).unwrap_or(i64::MAX);
         let n: i64 = sqlx::query_scalar(
             "SELECT (SELECT COUNT(*) FROM jobs WHERE status = 'pending' \
-               AND live_at < TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3)) \
+               AND status_at < TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3)) \
                AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused)) \
              + (SELECT COUNT(*) FROM jobs WHERE status = 'dispatching')",
         )
@@ -90,13 +90,13 @@ impl Store {
     /// Milliseconds until the next pending job is due (negative: overdue),
     /// None when nothing is pending.
     pub async fn job_next_due_in(&self) -> Result<Option<i64>, StoreError> {
-        // Walks `ix_jobs_live` from its start to the first pending row: a MIN()
-        // with the status filter would read every live row.
+        // Walks `ix_jobs_status_at`'s pending range from its start to the
+        // first row of a topic not paused.
         let ms: Option<Option<i64>> = sqlx::query_scalar(
-            "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(3), live_at) / 1000 AS SIGNED) \
-             FROM jobs WHERE status = 'pending' AND live_at IS NOT NULL \
+            "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(3), status_at) / 1000 AS SIGNED) \
+             FROM jobs WHERE status = 'pending' AND status_at IS NOT NULL \
              AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused) \
-             ORDER BY live_at LIMIT 1",
+             ORDER BY status_at LIMIT 1",
         )
         .fetch_optional(&self.pool)
         .await?;
@@ -106,7 +106,8 @@ impl Store {
     /// (run time, dispatch time) of the latest `limit` jobs of each of
     /// `dispatched` and `succeeded` due and done with within `since` before
     /// now (a job awaiting its result counts once it has it): a bounded
-    /// sample of recent lateness, read from `ix_jobs_finished` newest first.
+    /// sample of recent lateness, read from `ix_jobs_status_at` newest first
+    /// (`status_at` is `updated_at` for a job done with).
     pub async fn job_lateness_sample(
         &self,
         since: Duration,
@@ -117,10 +118,10 @@ impl Store {
         for status in ["dispatched", "succeeded"] {
             let rows = sqlx::query(
                 "SELECT schedule_time, dispatched_at FROM jobs WHERE status = ? \
-                 AND finished_at >= TIMESTAMPADD(MICROSECOND, -?, UTC_TIMESTAMP(3)) \
+                 AND status_at >= TIMESTAMPADD(MICROSECOND, -?, UTC_TIMESTAMP(3)) \
                  AND schedule_time >= TIMESTAMPADD(MICROSECOND, -?, UTC_TIMESTAMP(3)) \
                  AND schedule_time <= UTC_TIMESTAMP(3) \
-                 ORDER BY finished_at DESC LIMIT ?",
+                 ORDER BY status_at DESC LIMIT ?",
             )
             .bind(status)
             .bind(since_us)
@@ -199,10 +200,10 @@ impl Store {
     ) -> Result<Vec<(crate::job::JobId, DateTime<Utc>)>, StoreError> {
         let window_us = i64::try_from(window.as_micros()).unwrap_or(i64::MAX);
         let rows = sqlx::query(
-            "SELECT id, live_at AS schedule_time FROM jobs WHERE status = 'pending' \
-             AND live_at < TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3)) \
+            "SELECT id, status_at AS schedule_time FROM jobs WHERE status = 'pending' \
+             AND status_at < TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3)) \
              AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused) \
-             ORDER BY live_at LIMIT ?",
+             ORDER BY status_at LIMIT ?",
         )
         .bind(window_us)
         .bind(limit)
@@ -243,14 +244,14 @@ impl Store {
     }
 
     /// The recorded positions of the `limit` jobs of each of `dispatched`
-    /// and `succeeded` done with last (by `ix_jobs_finished`).
+    /// and `succeeded` done with last (by `ix_jobs_status_at`).
     pub async fn job_positions_recent(&self, limit: u32) -> Result<Vec<Position>, StoreError> {
         let mut positions = Vec::new();
         for status in ["dispatched", "succeeded"] {
             let rows = sqlx::query(
                 "SELECT id, topic, kafka_partition, kafka_offset FROM jobs WHERE status = ? \
-                 AND kafka_offset IS NOT NULL AND finished_at IS NOT NULL \
-                 ORDER BY finished_at DESC LIMIT ?",
+                 AND kafka_offset IS NOT NULL AND status_at IS NOT NULL \
+                 ORDER BY status_at DESC LIMIT ?",
             )
             .bind(status)
             .bind(limit)
