@@ -727,8 +727,13 @@ impl Store {
         // `status_at` stays `schedule_time`, and `updated_at` is kept as it
         // was (`claimed_at` says when), so `changed_at` (V31) stays NULL
         // for a job as created. The mark moves that entry once more.
+        // By the primary key whatever the statistics say: on a table whose
+        // statistics lag its rows (a fresh one, one just filled) the
+        // optimizer takes a claim of thousands of ids for most of the table
+        // and scans all of it, once per claim (a 50,000-job burst on a new
+        // table read 50,000 rows for every 8,000 claimed).
         let mut update = QueryBuilder::<MySql>::new(
-            "UPDATE jobs SET status = 'dispatching', version = version + 1, \
+            "UPDATE jobs FORCE INDEX (PRIMARY) SET status = 'dispatching', version = version + 1, \
              updated_at = updated_at, claim_token = ",
         );
         update

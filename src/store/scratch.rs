@@ -93,6 +93,20 @@ impl Store {
         Ok(count)
     }
 
+    /// How many jobs on `topic` are still to go out: `pending` or
+    /// `dispatching`. A range of `ix_jobs_status_at` that shrinks as they
+    /// are marked, where counting the `dispatched` ones reads more rows the
+    /// further a drain has come.
+    pub async fn job_count_unsent(&self, topic: &str) -> Result<i64, StoreError> {
+        let count = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM jobs WHERE status IN ('pending', 'dispatching') AND topic = ?",
+        )
+        .bind(topic)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(count)
+    }
+
     /// Jobs a dead instance held that were rescued (their `last_error`
     /// names it).
     pub async fn jobs_rescued_from(&self, instance: u64) -> Result<Vec<u64>, StoreError> {
