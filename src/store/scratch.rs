@@ -93,18 +93,18 @@ impl Store {
         Ok(count)
     }
 
-    /// How many jobs on `topic` are still to go out: `pending` or
-    /// `dispatching`. A range of `ix_jobs_status_at` that shrinks as they
-    /// are marked, where counting the `dispatched` ones reads more rows the
-    /// further a drain has come.
-    pub async fn job_count_unsent(&self, topic: &str) -> Result<i64, StoreError> {
-        let count = sqlx::query_scalar(
-            "SELECT COUNT(*) FROM jobs WHERE status IN ('pending', 'dispatching') AND topic = ?",
+    /// Whether any job on `topic` is still to go out (`pending` or
+    /// `dispatching`): stops at the first such entry of
+    /// `ix_jobs_status_at`, where counting the `dispatched` ones reads more
+    /// rows the further a drain has come.
+    pub async fn job_any_unsent(&self, topic: &str) -> Result<bool, StoreError> {
+        let found: Option<i32> = sqlx::query_scalar(
+            "SELECT 1 FROM jobs WHERE status IN ('pending', 'dispatching') AND topic = ? LIMIT 1",
         )
         .bind(topic)
-        .fetch_one(&self.pool)
+        .fetch_optional(&self.pool)
         .await?;
-        Ok(count)
+        Ok(found.is_some())
     }
 
     /// Jobs a dead instance held that were rescued (their `last_error`
