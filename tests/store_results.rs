@@ -626,6 +626,43 @@ async fn purge_deletes_only_finished_jobs_past_retention() {
     db.finish().await;
 }
 
+/// The oldest finished jobs go first, whatever their status: a backlog of
+/// one kind does not keep an older job of another waiting.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn purge_takes_the_oldest_finished_first_across_statuses() {
+    let db = Db::new().await;
+    let sent = db.job(-1_000, 3).await;
+    let succeeded = expecting(&db, "store-test", 3).await;
+    db.dispatch(&[sent, succeeded], 1).await;
+    db.store
+        .job_report_many(&[report(succeeded, 1, Outcome::Ok)], &never)
+        .await
+        .unwrap();
+    // The dispatched job finished three hours ago, the succeeded one two.
+    for (id, hours) in [(sent, 3), (succeeded, 2)] {
+        sqlx::query("UPDATE jobs SET updated_at = UTC_TIMESTAMP(3) - INTERVAL ? HOUR WHERE id = ?")
+            .bind(hours)
+            .bind(id)
+            .execute(&db.sql)
+            .await
+            .unwrap();
+    }
+
+    let hour = Duration::from_secs(3_600);
+    assert_eq!(db.store.job_purge_finished(hour, 1).await.unwrap(), 1);
+    assert!(
+        matches!(db.store.job_get(sent).await, Err(StoreError::NotFound(_))),
+        "the older one went first"
+    );
+    db.store.job_get(succeeded).await.unwrap();
+    assert_eq!(db.store.job_purge_finished(hour, 1).await.unwrap(), 1);
+    assert!(matches!(
+        db.store.job_get(succeeded).await,
+        Err(StoreError::NotFound(_))
+    ));
+    db.finish().await;
+}
+
 /// Every finished kind goes, with its history, at most `limit` at a time;
 /// a job still waiting for its result, or not finished, stays however old.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

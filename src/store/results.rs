@@ -263,24 +263,27 @@ impl Store {
         // One range scan of `ix_jobs_status_at` for each status a job is
         // done with in (`status_at` is then `updated_at`, and NULL for a
         // dispatched job still awaiting its result): the cost follows the
-        // rows to purge, not the table.
-        let mut ids: Vec<JobId> = Vec::new();
+        // rows to purge, not the table. The oldest `limit` of the four,
+        // so that no status waits behind another's backlog.
+        let mut found: Vec<(NaiveDateTime, JobId)> = Vec::new();
         for status in ["succeeded", "dead", "cancelled", "dispatched"] {
-            let left = limit.saturating_sub(u32::try_from(ids.len()).unwrap_or(u32::MAX));
-            if left == 0 {
-                break;
-            }
-            let found: Vec<JobId> = sqlx::query_scalar(
-                "SELECT id FROM jobs WHERE status = ? AND status_at < ? \
+            let rows: Vec<(NaiveDateTime, JobId)> = sqlx::query_as(
+                "SELECT status_at, id FROM jobs WHERE status = ? AND status_at < ? \
                  ORDER BY status_at LIMIT ?",
             )
             .bind(status)
             .bind(cutoff)
-            .bind(left)
+            .bind(limit)
             .fetch_all(&self.pool)
             .await?;
-            ids.extend(found);
+            found.extend(rows);
         }
+        found.sort_unstable();
+        let ids: Vec<JobId> = found
+            .into_iter()
+            .take(limit as usize)
+            .map(|(_, id)| id)
+            .collect();
         if ids.is_empty() {
             return Ok(0);
         }
