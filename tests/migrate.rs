@@ -519,6 +519,41 @@ async fn a_migration_behind_a_long_query_does_not_hold_up_the_queries_after_it()
         .unwrap();
 }
 
+/// Records an instance serving now, built for the schema its `version`
+/// names (none: a version from before instances said it).
+async fn instance_serving(conn: &mut sqlx::MySqlConnection, host: &str, version: &str) {
+    sqlx::query(
+        "INSERT INTO instances (host, pid, version, roles, started_at, heartbeat_at) \
+         VALUES (?, 4242, ?, 'api', UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))",
+    )
+    .bind(host)
+    .bind(version)
+    .execute(&mut *conn)
+    .await
+    .unwrap();
+}
+
+/// The instance on `host` rolled out: built for the newest schema.
+async fn instance_rolled_out(conn: &mut sqlx::MySqlConnection, host: &str) {
+    sqlx::query("UPDATE instances SET version = ? WHERE host = ?")
+        .bind(format!("0.1.0+schema.{}", tickler::store::schema_newest()))
+        .bind(host)
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+}
+
+/// `tickler migrate` to the newest, expected to be refused: its stderr.
+fn migrate_refused(url: &str) -> String {
+    let refused = Command::new(tickler_bin())
+        .arg("migrate")
+        .env("TICKLER_MYSQL_URL", url)
+        .output()
+        .expect("tickler runs");
+    assert!(!refused.status.success(), "refused");
+    String::from_utf8_lossy(&refused.stderr).into_owned()
+}
+
 /// docs/operations.md, "Upgrading a live deployment": V33 takes away the
 /// column the versions before it read, so `tickler migrate` applies it only
 /// once no instance built before it serves; the rollback of V31–V33 leaves
@@ -530,23 +565,11 @@ async fn a_migration_that_takes_away_what_a_serving_version_reads_waits_for_it_t
     let mut conn = sqlx::MySqlConnection::connect(&url).await.unwrap();
     let v30_definition = jobs_definition(&mut conn).await;
     // An instance of a version from before instances said their schema.
-    sqlx::query(
-        "INSERT INTO instances (host, pid, version, roles, started_at, heartbeat_at) \
-         VALUES ('old-host', 4242, '0.1.0', 'api', UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))",
-    )
-    .execute(&mut conn)
-    .await
-    .unwrap();
+    instance_serving(&mut conn, "old-host", "0.1.0").await;
 
     // What it can run beside is applied; V33 is refused, naming it.
     migrate_to(&url, Some(32));
-    let refused = Command::new(tickler_bin())
-        .arg("migrate")
-        .env("TICKLER_MYSQL_URL", &url)
-        .output()
-        .expect("tickler runs");
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(!refused.status.success(), "refused");
+    let stderr = migrate_refused(&url);
     assert!(
         stderr.contains("V33") && stderr.contains("old-host") && stderr.contains("--to 32"),
         "{stderr}"
@@ -558,11 +581,7 @@ async fn a_migration_that_takes_away_what_a_serving_version_reads_waits_for_it_t
     );
 
     // Rolled out: the instance says it was built for the newest schema.
-    sqlx::query("UPDATE instances SET version = ? WHERE host = 'old-host'")
-        .bind(format!("0.1.0+schema.{}", tickler::store::schema_newest()))
-        .execute(&mut conn)
-        .await
-        .unwrap();
+    instance_rolled_out(&mut conn, "old-host").await;
     migrate_to(&url, Some(33));
     assert_eq!(schema_version(&mut conn).await, 33);
     let latest = jobs_definition(&mut conn).await;
@@ -606,13 +625,7 @@ async fn the_hot_path_index_upgrades_in_two_steps_and_rolls_back() {
     migrate_to(&url, Some(33));
     let mut conn = sqlx::MySqlConnection::connect(&url).await.unwrap();
     let v33_definition = jobs_definition(&mut conn).await;
-    sqlx::query(
-        "INSERT INTO instances (host, pid, version, roles, started_at, heartbeat_at) \
-         VALUES ('v33-host', 4343, '0.1.0+schema.33', 'api', UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))",
-    )
-    .execute(&mut conn)
-    .await
-    .unwrap();
+    instance_serving(&mut conn, "v33-host", "0.1.0+schema.33").await;
     sqlx::query(
         "INSERT INTO jobs (topic, payload, schedule_time) VALUES ('t', 'p', UTC_TIMESTAMP(3))",
     )
@@ -622,13 +635,7 @@ async fn the_hot_path_index_upgrades_in_two_steps_and_rolls_back() {
 
     // V34 and V35 run beside the version built for V33; V36 waits for it.
     migrate_to(&url, Some(35));
-    let refused = Command::new(tickler_bin())
-        .arg("migrate")
-        .env("TICKLER_MYSQL_URL", &url)
-        .output()
-        .expect("tickler runs");
-    let stderr = String::from_utf8_lossy(&refused.stderr);
-    assert!(!refused.status.success(), "refused");
+    let stderr = migrate_refused(&url);
     assert!(
         stderr.contains("V36") && stderr.contains("v33-host") && stderr.contains("--to 35"),
         "{stderr}"
@@ -651,11 +658,7 @@ async fn the_hot_path_index_upgrades_in_two_steps_and_rolls_back() {
         );
     }
 
-    sqlx::query("UPDATE instances SET version = ? WHERE host = 'v33-host'")
-        .bind(format!("0.1.0+schema.{}", tickler::store::schema_newest()))
-        .execute(&mut conn)
-        .await
-        .unwrap();
+    instance_rolled_out(&mut conn, "v33-host").await;
     migrate_to(&url, Some(36));
     let latest = jobs_definition(&mut conn).await;
     assert!(latest.iter().any(|line| line.contains("ix_jobs_status_at")));

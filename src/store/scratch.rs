@@ -98,8 +98,8 @@ impl Store {
     /// `ix_jobs_status_at`, where counting the `dispatched` ones reads more
     /// rows the further a drain has come.
     pub async fn job_any_unsent(&self, topic: &str) -> Result<bool, StoreError> {
-        let found: Option<i32> = sqlx::query_scalar(
-            "SELECT 1 FROM jobs WHERE status IN ('pending', 'dispatching') AND topic = ? LIMIT 1",
+        let found: Option<u64> = sqlx::query_scalar(
+            "SELECT id FROM jobs WHERE status IN ('pending', 'dispatching') AND topic = ? LIMIT 1",
         )
         .bind(topic)
         .fetch_optional(&self.pool)
