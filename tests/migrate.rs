@@ -704,6 +704,55 @@ async fn the_hot_path_index_upgrades_in_two_steps_and_rolls_back() {
         .unwrap();
 }
 
+/// docs/operations.md, "Upgrading a live deployment": V37 adds the room a
+/// claim empties (no rewrite: rows from before it have none, and are
+/// claimed as before); its rollback leaves the table V36 made, rows and
+/// all, and a later `migrate` brings it forward again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claims_room_is_added_without_a_rewrite_and_rolls_back() {
+    let (mut admin, name, url) = database_empty().await;
+    migrate_to(&url, Some(36));
+    let mut conn = sqlx::MySqlConnection::connect(&url).await.unwrap();
+    let v36_definition = jobs_definition(&mut conn).await;
+    let insert =
+        "INSERT INTO jobs (topic, payload, schedule_time) VALUES ('t', 'p', UTC_TIMESTAMP(3))";
+    sqlx::query(insert).execute(&mut conn).await.unwrap();
+
+    migrate_to(&url, Some(37));
+    assert_eq!(schema_version(&mut conn).await, 37);
+    let latest = jobs_definition(&mut conn).await;
+    // A row written by hand after it gets the room, as the one before it
+    // reads it (the column's default, never written to that row).
+    sqlx::query(insert).execute(&mut conn).await.unwrap();
+    let rooms: Vec<(u64, i64)> =
+        sqlx::query_as("SELECT id, LENGTH(claim_room) FROM jobs ORDER BY id")
+            .fetch_all(&mut conn)
+            .await
+            .unwrap();
+    assert!(rooms.iter().all(|(_, room)| *room == 32), "{rooms:?}");
+
+    let root = env!("CARGO_MANIFEST_DIR");
+    sql_file_run(
+        &mut conn,
+        &format!("{root}/docs/sql/rollback-claim-room.sql"),
+    )
+    .await;
+    assert_eq!(jobs_definition(&mut conn).await, v36_definition);
+    assert_eq!(schema_version(&mut conn).await, 36);
+    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs")
+        .fetch_one(&mut conn)
+        .await
+        .unwrap();
+    assert_eq!(rows, 2, "the rows stay");
+    migrate_to(&url, Some(37));
+    assert_eq!(jobs_definition(&mut conn).await, latest, "forward again");
+
+    conn.close().await.unwrap();
+    sqlx::Executor::execute(&mut admin, format!("DROP DATABASE {name}").as_str())
+        .await
+        .unwrap();
+}
+
 /// The triggers on the database's `jobs` table, by name.
 async fn jobs_triggers(url: &str) -> Vec<String> {
     let mut conn = sqlx::MySqlConnection::connect(url).await.unwrap();

@@ -769,6 +769,14 @@ async fn claim_wins_due_pending_jobs_and_sorts_out_the_rest() {
     stale.sort_unstable();
     assert_eq!(stale, [cancelled, 999_999], "not pending, or gone");
     assert!(outcome.db_now.is_some());
+    // The claim empties the room the job was created with (V37), so that
+    // its row does not grow; a job it did not win keeps its room.
+    let room = |id: JobId| {
+        sqlx::query_scalar::<_, i64>("SELECT LENGTH(claim_room) FROM jobs WHERE id = ?")
+            .bind(id)
+            .fetch_one(&db.sql)
+    };
+    assert_eq!((room(due).await.unwrap(), room(later).await.unwrap()), (0, 32));
 
     let again = db
         .store

@@ -734,7 +734,7 @@ impl Store {
         // table read 50,000 rows for every 8,000 claimed).
         let mut update = QueryBuilder::<MySql>::new(
             "UPDATE jobs FORCE INDEX (PRIMARY) SET status = 'dispatching', version = version + 1, \
-             updated_at = updated_at, claim_token = ",
+             updated_at = updated_at, claim_room = '', claim_token = ",
         );
         update
             .push_bind(token)
