@@ -704,12 +704,13 @@ async fn the_hot_path_index_upgrades_in_two_steps_and_rolls_back() {
         .unwrap();
 }
 
-/// docs/operations.md, "Upgrading a live deployment": V37 adds the room a
-/// claim empties (no rewrite: rows from before it have none, and are
-/// claimed as before); its rollback leaves the table V36 made, rows and
-/// all, and a later `migrate` brings it forward again.
+/// docs/operations.md, "Claim columns that never change size": V37 only
+/// sets defaults (instant), so rows from before it keep their NULLs and
+/// rows after it, a hand-written INSERT's too, hold the placeholders; the
+/// rollback leaves the table V36 made, rows and all, and a later `migrate`
+/// brings it forward again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_claims_room_is_added_without_a_rewrite_and_rolls_back() {
+async fn the_claim_placeholders_are_defaults_set_instantly_and_roll_back() {
     let (mut admin, name, url) = database_empty().await;
     migrate_to(&url, Some(36));
     let mut conn = sqlx::MySqlConnection::connect(&url).await.unwrap();
@@ -721,20 +722,28 @@ async fn the_claims_room_is_added_without_a_rewrite_and_rolls_back() {
     migrate_to(&url, Some(37));
     assert_eq!(schema_version(&mut conn).await, 37);
     let latest = jobs_definition(&mut conn).await;
-    // A row written by hand after it gets the room, as the one before it
-    // reads it (the column's default, never written to that row).
     sqlx::query(insert).execute(&mut conn).await.unwrap();
-    let rooms: Vec<(u64, i64)> =
-        sqlx::query_as("SELECT id, LENGTH(claim_room) FROM jobs ORDER BY id")
-            .fetch_all(&mut conn)
-            .await
-            .unwrap();
-    assert!(rooms.iter().all(|(_, room)| *room == 32), "{rooms:?}");
+    let claims: Vec<(Option<u64>, Option<u64>, Option<String>, Option<String>)> =
+        sqlx::query_as(
+            "SELECT claim_token, claimed_by, CAST(claimed_at AS CHAR), \
+             CAST(claim_expires_at AS CHAR) FROM jobs ORDER BY created_at, id",
+        )
+        .fetch_all(&mut conn)
+        .await
+        .unwrap();
+    let epoch = Some("1970-01-01 00:00:00.000".to_owned());
+    assert_eq!(
+        claims,
+        [
+            (None, None, None, None),
+            (Some(0), Some(0), epoch.clone(), epoch)
+        ]
+    );
 
     let root = env!("CARGO_MANIFEST_DIR");
     sql_file_run(
         &mut conn,
-        &format!("{root}/docs/sql/rollback-claim-room.sql"),
+        &format!("{root}/docs/sql/rollback-claim-placeholders.sql"),
     )
     .await;
     assert_eq!(jobs_definition(&mut conn).await, v36_definition);

@@ -769,14 +769,6 @@ async fn claim_wins_due_pending_jobs_and_sorts_out_the_rest() {
     stale.sort_unstable();
     assert_eq!(stale, [cancelled, 999_999], "not pending, or gone");
     assert!(outcome.db_now.is_some());
-    // The claim empties the room the job was created with (V37), so that
-    // its row does not grow; a job it did not win keeps its room.
-    let room = |id: JobId| {
-        sqlx::query_scalar::<_, i64>("SELECT LENGTH(claim_room) FROM jobs WHERE id = ?")
-            .bind(id)
-            .fetch_one(&db.sql)
-    };
-    assert_eq!((room(due).await.unwrap(), room(later).await.unwrap()), (0, 32));
 
     let again = db
         .store
@@ -1886,9 +1878,61 @@ async fn expired_claims_are_counted_with_the_age_of_the_oldest() {
         lapsed,
     )
     .await;
+    // Set `dispatching` by hand: no lease (the placeholder it was created
+    // with, or NULL), not an expired claim.
+    let by_hand = db.job(-1_000, 5).await;
+    let nulls = db.job(-1_000, 5).await;
+    db.edit("UPDATE jobs SET status = 'dispatching' WHERE id = ?", by_hand)
+        .await;
+    db.edit(
+        "UPDATE jobs SET status = 'dispatching', claim_expires_at = NULL WHERE id = ?",
+        nulls,
+    )
+    .await;
     let (count, age_ms) = db.store.job_claims_expired().await.unwrap();
     assert_eq!(count, 1);
     assert!((5_000..65_000).contains(&age_ms), "{age_ms}");
+    db.finish().await;
+}
+
+/// The claim columns keep their size from create to release (V37): a job
+/// is created with placeholders the claim overwrites, a release puts them
+/// back, and the mark sets them NULL as it writes the position.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn claim_columns_hold_placeholders_whenever_no_claim_holds_the_job() {
+    let db = Db::new().await;
+    let id = db.job(-1_000, 5).await;
+    let claim = |id: JobId| {
+        sqlx::query_as::<_, (Option<u64>, Option<u64>, Option<String>, Option<String>)>(
+            "SELECT claim_token, claimed_by, CAST(claimed_at AS CHAR), \
+             CAST(claim_expires_at AS CHAR) FROM jobs WHERE id = ?",
+        )
+        .bind(id)
+        .fetch_one(&db.sql)
+    };
+    let epoch = Some("1970-01-01 00:00:00.000".to_owned());
+    let none = (Some(0), Some(0), epoch.clone(), epoch.clone());
+    assert_eq!(claim(id).await.unwrap(), none, "as created");
+
+    db.store
+        .job_claim_many(&[id], 8, LEASE, &db.fence)
+        .await
+        .unwrap();
+    let (token, by, at, until) = claim(id).await.unwrap();
+    assert_eq!((token, by), (Some(8), Some(db.fence.instance)));
+    assert!(at > epoch && until > at, "{at:?} {until:?}");
+
+    db.store.job_release_many(8, &[id], "broker unavailable").await.unwrap();
+    assert_eq!(claim(id).await.unwrap(), none, "released");
+
+    db.store
+        .job_claim_many(&[id], 9, LEASE, &db.fence)
+        .await
+        .unwrap();
+    let marked = db.store.job_mark_dispatched_many(&[mark(id, 9, 42)]).await.unwrap();
+    assert_eq!(marked.marked, 1);
+    assert_eq!(claim(id).await.unwrap(), (None, None, None, None), "marked");
+    assert_eq!(db.store.job_get(id).await.unwrap().kafka_offset, Some(42));
     db.finish().await;
 }
 

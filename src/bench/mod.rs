@@ -58,6 +58,8 @@ mod instances;
 pub struct BenchOptions {
     pub smoke: bool,
     pub clients: usize,
+    /// About how many bytes each job's payload has (0: `{"n": …}` alone).
+    pub payload_bytes: usize,
     pub batch: usize,
     pub schedule_secs: u64,
     pub rate: u64,
@@ -113,6 +115,7 @@ impl BenchOptions {
         BenchOptions {
             smoke: false,
             clients: 8,
+            payload_bytes: 0,
             batch: 1000,
             schedule_secs: 10,
             rate: 2000,
@@ -134,6 +137,7 @@ impl BenchOptions {
         BenchOptions {
             smoke: true,
             clients: 2,
+            payload_bytes: 0,
             batch: 200,
             schedule_secs: 1,
             rate: 200,
@@ -365,7 +369,12 @@ impl Bench {
     }
 
     fn job(&self, run_at: chrono::DateTime<Utc>, n: u64) -> Value {
-        json!({"topic": self.topic(), "payload": {"n": n}, "run_at": run_at.to_rfc3339()})
+        let payload = match self.options.payload_bytes {
+            0 => json!({"n": n}),
+            // `{"n":…,"pad":"…"}`: the padding makes up the rest.
+            bytes => json!({"n": n, "pad": "x".repeat(bytes.saturating_sub(30))}),
+        };
+        json!({"topic": self.topic(), "payload": payload, "run_at": run_at.to_rfc3339()})
     }
 
     /// Stage 1: clients post batches of far-future jobs for a while.

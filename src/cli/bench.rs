@@ -32,6 +32,10 @@ pub struct BenchArgs {
     /// Concurrent API clients.
     #[arg(long)]
     pub clients: Option<usize>,
+    /// Pad the payload of each job the API creates to about this many
+    /// bytes (default: a few bytes, `{"n": …}`).
+    #[arg(long)]
+    pub payload_bytes: Option<usize>,
     /// Most `tickler serve` processes in the instances stage (1 to N;
     /// 0 skips the stage).
     #[arg(long)]
@@ -63,6 +67,7 @@ impl BenchArgs {
             far_rows: self.far_rows.unwrap_or(defaults.far_rows),
             window_rows: self.window_rows.unwrap_or(defaults.window_rows),
             clients: self.clients.unwrap_or(defaults.clients),
+            payload_bytes: self.payload_bytes.unwrap_or(defaults.payload_bytes),
             instances: self.instances.unwrap_or(defaults.instances),
             only_instances: self.only_instances,
             stages: self.stages,

@@ -600,7 +600,9 @@ impl Dispatcher {
             return (report, None);
         };
 
-        let token: u64 = rand::random();
+        // Never 0: that is the placeholder of a job no claim holds
+        // (`store::jobs::CLAIM_NONE`).
+        let token: u64 = rand::random::<u64>() | 1;
         let cas_started = Instant::now();
         let Some((jobs, clock)) = self
             .cas(&ids, token, &fence, redis_now_ms, &mut report)

@@ -363,8 +363,11 @@ impl Store {
         // UPDATE scanning every `dispatching` row would lock them all (and
         // the gaps between them) each round, on every instance, and
         // deadlock with the marks and claims taking the same rows by id.
+        // `claimed_by > 0`: a row set `dispatching` by hand holds no
+        // instance's claim (NULL, or the placeholder 0 it was created
+        // with: see `CLAIM_NONE`); the doubts take it as it is.
         let mut select = QueryBuilder::<MySql>::new(
-            "SELECT id FROM jobs WHERE status = 'dispatching' AND claimed_by IS NOT NULL \
+            "SELECT id FROM jobs WHERE status = 'dispatching' AND claimed_by > 0 \
              AND claimed_by NOT IN (SELECT id FROM instances WHERE heartbeat_at >= ",
         );
         push_alive_since(&mut select, ttl);
@@ -388,7 +391,7 @@ impl Store {
             ", UTC_TIMESTAMP(3))), \
                  last_error = CONCAT('claimed by instance ', claimed_by, \
                  ', which died; its topic is read back before the job is produced again'), \
-                 claimed_by = NULL WHERE status = 'dispatching' AND claimed_by IS NOT NULL \
+                 claimed_by = NULL WHERE status = 'dispatching' AND claimed_by > 0 \
                  AND claimed_by NOT IN (SELECT id FROM instances WHERE heartbeat_at >= ",
         );
         push_alive_since(&mut update, ttl);

@@ -35,6 +35,16 @@ pub(super) const JOB_COLUMNS: &str = job_columns!("payload");
 /// decode (`tickler doctor` names them by it).
 pub const UNREADABLE_PREFIX: &str = "unreadable row: ";
 
+/// The claim columns of a job no claim holds, as a release puts them back:
+/// the placeholders a job is created with (the columns' defaults since
+/// V37), of the size the claim writes, so that a claim overwrites them in
+/// place and the row keeps its size and its place in its page. They mean
+/// "no claim", as NULL does (no instance has id 0, no claim token 0, and a
+/// lease that ended in 1970 has ended); the mark sets the four to NULL,
+/// which makes room for the position it writes.
+pub(super) const CLAIM_NONE: &str = "claim_token = 0, claimed_by = 0, \
+     claimed_at = '1970-01-01 00:00:00.000', claim_expires_at = '1970-01-01 00:00:00.000'";
+
 /// The claim's condition that the row's topic is not paused.
 const PAUSED_NOT: &str = "topic NOT IN (SELECT topic FROM topic_controls WHERE paused) AND ";
 pub(super) const JOB_COLUMNS_NO_PAYLOAD: &str = job_columns!("CAST('' AS BINARY) AS payload");
@@ -726,7 +736,9 @@ impl Store {
         // One index entry moves, the job's in `ix_jobs_status_at` (V35):
         // `status_at` stays `schedule_time`, and `updated_at` is kept as it
         // was (`claimed_at` says when), so `changed_at` (V31) stays NULL
-        // for a job as created. The mark moves that entry once more.
+        // for a job as created. The mark moves that entry once more. The
+        // claim columns overwrite their placeholders ([`CLAIM_NONE`]), so
+        // the row does not grow.
         // By the primary key whatever the statistics say: on a table whose
         // statistics lag its rows (a fresh one, one just filled) the
         // optimizer takes a claim of thousands of ids for most of the table
@@ -734,7 +746,7 @@ impl Store {
         // table read 50,000 rows for every 8,000 claimed).
         let mut update = QueryBuilder::<MySql>::new(
             "UPDATE jobs FORCE INDEX (PRIMARY) SET status = 'dispatching', version = version + 1, \
-             updated_at = updated_at, claim_room = '', claim_token = ",
+             updated_at = updated_at, claim_token = ",
         );
         update
             .push_bind(token)
@@ -975,7 +987,11 @@ impl Store {
                     id: row.try_get("id")?,
                     topic: text(row, "topic")?.unwrap_or_default(),
                     attempt: row.try_get("attempt")?,
-                    token: row.try_get("claim_token")?,
+                    // A row set `dispatching` by hand holds no claim: a
+                    // NULL token, or the placeholder 0 (`CLAIM_NONE`).
+                    token: row
+                        .try_get::<Option<u64>, _>("claim_token")?
+                        .filter(|token| *token != 0),
                     // A record is stamped no earlier than its claim, nor
                     // than its schedule (claims made before V22 have no
                     // claimed_at).
@@ -1040,15 +1056,16 @@ impl Store {
         for doubt in doubts {
             let token = event_token();
             let mut tx = self.begin().await?;
-            let done = sqlx::query(
+            // `last_error` before the claim columns: a single-table
+            // UPDATE assigns left to right, and it reads `claimed_by`.
+            let done = sqlx::query(&format!(
                 "UPDATE jobs SET event_token = ?, status = 'pending', version = version + 1, \
-                 claim_token = NULL, \
-                 last_error = IF(claimed_by IS NULL, last_error, \
+                 last_error = IF(COALESCE(claimed_by, 0) = 0, last_error, \
                    'claim expired: the dispatcher died, stalled or lost its mark; not found on kafka, produced again'), \
-                 claimed_by = NULL, claimed_at = NULL, claim_expires_at = NULL \
-                 WHERE id = ? AND status = 'dispatching' AND claim_token <=> ? \
+                 {CLAIM_NONE} \
+                 WHERE id = ? AND status = 'dispatching' AND COALESCE(claim_token, 0) = COALESCE(?, 0) \
                  AND (claim_expires_at < UTC_TIMESTAMP(3) OR claim_expires_at IS NULL)",
-            )
+            ))
             .bind(token)
             .bind(doubt.id)
             .bind(doubt.token)
@@ -1104,10 +1121,11 @@ impl Store {
         }
         let event = event_token();
         let mut query = QueryBuilder::<MySql>::new("UPDATE jobs SET event_token = ");
-        query.push_bind(event).push(
-            ", status = 'pending', version = version + 1, claim_token = NULL, \
-             claimed_by = NULL, claimed_at = NULL, claim_expires_at = NULL, last_error = ",
-        );
+        query
+            .push_bind(event)
+            .push(", status = 'pending', version = version + 1, ")
+            .push(CLAIM_NONE)
+            .push(", last_error = ");
         query
             .push_bind(error)
             .push(" WHERE status = 'dispatching' AND claim_token = ")

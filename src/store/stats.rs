@@ -141,12 +141,15 @@ impl Store {
     }
 
     /// `dispatching` rows whose claim lease has expired by the database's
-    /// clock, with how long ago (ms) the oldest expired.
+    /// clock, with how long ago (ms) the oldest expired. A row set
+    /// `dispatching` by hand has no lease (NULL, or the placeholder of 1970
+    /// it was created with) and is not counted.
     pub async fn job_claims_expired(&self) -> Result<(u64, i64), StoreError> {
         let row = sqlx::query(
             "SELECT COUNT(*) AS n, \
              CAST(COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(claim_expires_at), UTC_TIMESTAMP(3)), 0) / 1000 AS SIGNED) AS age \
-             FROM jobs WHERE status = 'dispatching' AND claim_expires_at < UTC_TIMESTAMP(3)",
+             FROM jobs WHERE status = 'dispatching' AND claim_expires_at < UTC_TIMESTAMP(3) \
+             AND claim_expires_at > '1970-01-01 00:00:00.000'",
         )
         .fetch_one(&self.pool)
         .await?;
