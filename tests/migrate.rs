@@ -405,6 +405,29 @@ async fn sql_file_run(conn: &mut sqlx::MySqlConnection, path: &str) {
     }
 }
 
+/// Runs the rollback files (under docs/sql/, in order) and checks that
+/// they leave the jobs table `before` describes, the schema history at
+/// `version`, and the table's `rows` rows.
+async fn rolled_back(
+    conn: &mut sqlx::MySqlConnection,
+    files: &[&str],
+    before: &[String],
+    version: i32,
+    rows: i64,
+) {
+    let root = env!("CARGO_MANIFEST_DIR");
+    for file in files {
+        sql_file_run(conn, &format!("{root}/docs/sql/{file}")).await;
+    }
+    assert_eq!(jobs_definition(conn).await, before);
+    assert_eq!(schema_version(conn).await, version);
+    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs")
+        .fetch_one(&mut *conn)
+        .await
+        .unwrap();
+    assert_eq!(left, rows, "the rows stay");
+}
+
 /// docs/operations.md, "Upgrading a live deployment": the rollback of the
 /// hot path's schema leaves the jobs table V26 made, rows and all, and a
 /// later `tickler migrate` brings it forward again.
@@ -439,24 +462,14 @@ async fn the_hot_path_schema_rolls_back_to_v26_and_forward_again() {
     .execute(&mut conn)
     .await
     .unwrap();
-    let root = env!("CARGO_MANIFEST_DIR");
-    sql_file_run(
+    rolled_back(
         &mut conn,
-        &format!("{root}/docs/sql/rollback-hot-path-1.sql"),
+        &["rollback-hot-path-1.sql", "rollback-hot-path-2.sql"],
+        &v26_definition,
+        26,
+        1,
     )
     .await;
-    sql_file_run(
-        &mut conn,
-        &format!("{root}/docs/sql/rollback-hot-path-2.sql"),
-    )
-    .await;
-    assert_eq!(jobs_definition(&mut conn).await, v26_definition);
-    assert_eq!(schema_version(&mut conn).await, 26);
-    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs")
-        .fetch_one(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(rows, 1, "the rows stay");
 
     migrate_to(&url, Some(29));
     assert_eq!(jobs_definition(&mut conn).await, latest, "forward again");
@@ -593,19 +606,14 @@ async fn a_migration_that_takes_away_what_a_serving_version_reads_waits_for_it_t
 
     // The rollback, with no migration after V33 yet (a later one is
     // rolled back first: docs/operations.md).
-    let root = env!("CARGO_MANIFEST_DIR");
-    sql_file_run(
+    rolled_back(
         &mut conn,
-        &format!("{root}/docs/sql/rollback-changed-1.sql"),
+        &["rollback-changed-1.sql", "rollback-changed-2.sql"],
+        &v30_definition,
+        30,
+        0,
     )
     .await;
-    sql_file_run(
-        &mut conn,
-        &format!("{root}/docs/sql/rollback-changed-2.sql"),
-    )
-    .await;
-    assert_eq!(jobs_definition(&mut conn).await, v30_definition);
-    assert_eq!(schema_version(&mut conn).await, 30);
     migrate_to(&url, Some(33));
     assert_eq!(jobs_definition(&mut conn).await, latest, "forward again");
 
@@ -677,24 +685,14 @@ async fn the_hot_path_index_upgrades_in_two_steps_and_rolls_back() {
     .unwrap();
     assert_eq!(due, 1);
 
-    let root = env!("CARGO_MANIFEST_DIR");
-    sql_file_run(
+    rolled_back(
         &mut conn,
-        &format!("{root}/docs/sql/rollback-status-at-1.sql"),
+        &["rollback-status-at-1.sql", "rollback-status-at-2.sql"],
+        &v33_definition,
+        33,
+        1,
     )
     .await;
-    sql_file_run(
-        &mut conn,
-        &format!("{root}/docs/sql/rollback-status-at-2.sql"),
-    )
-    .await;
-    assert_eq!(jobs_definition(&mut conn).await, v33_definition);
-    assert_eq!(schema_version(&mut conn).await, 33);
-    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs")
-        .fetch_one(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(rows, 1, "the rows stay");
     migrate_to(&url, Some(36));
     assert_eq!(jobs_definition(&mut conn).await, latest, "forward again");
 
@@ -703,6 +701,10 @@ async fn the_hot_path_index_upgrades_in_two_steps_and_rolls_back() {
         .await
         .unwrap();
 }
+
+/// A row's `claim_token`, `claimed_by`, `claimed_at` and
+/// `claim_expires_at` (the times as text).
+type ClaimColumns = (Option<u64>, Option<u64>, Option<String>, Option<String>);
 
 /// docs/operations.md, "Claim columns that never change size": V37 only
 /// sets defaults (instant), so rows from before it keep their NULLs and
@@ -723,14 +725,13 @@ async fn the_claim_placeholders_are_defaults_set_instantly_and_roll_back() {
     assert_eq!(schema_version(&mut conn).await, 37);
     let latest = jobs_definition(&mut conn).await;
     sqlx::query(insert).execute(&mut conn).await.unwrap();
-    let claims: Vec<(Option<u64>, Option<u64>, Option<String>, Option<String>)> =
-        sqlx::query_as(
-            "SELECT claim_token, claimed_by, CAST(claimed_at AS CHAR), \
+    let claims: Vec<ClaimColumns> = sqlx::query_as(
+        "SELECT claim_token, claimed_by, CAST(claimed_at AS CHAR), \
              CAST(claim_expires_at AS CHAR) FROM jobs ORDER BY created_at, id",
-        )
-        .fetch_all(&mut conn)
-        .await
-        .unwrap();
+    )
+    .fetch_all(&mut conn)
+    .await
+    .unwrap();
     let epoch = Some("1970-01-01 00:00:00.000".to_owned());
     assert_eq!(
         claims,
@@ -740,19 +741,14 @@ async fn the_claim_placeholders_are_defaults_set_instantly_and_roll_back() {
         ]
     );
 
-    let root = env!("CARGO_MANIFEST_DIR");
-    sql_file_run(
+    rolled_back(
         &mut conn,
-        &format!("{root}/docs/sql/rollback-claim-placeholders.sql"),
+        &["rollback-claim-placeholders.sql"],
+        &v36_definition,
+        36,
+        2,
     )
     .await;
-    assert_eq!(jobs_definition(&mut conn).await, v36_definition);
-    assert_eq!(schema_version(&mut conn).await, 36);
-    let rows: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs")
-        .fetch_one(&mut conn)
-        .await
-        .unwrap();
-    assert_eq!(rows, 2, "the rows stay");
     migrate_to(&url, Some(37));
     assert_eq!(jobs_definition(&mut conn).await, latest, "forward again");
 

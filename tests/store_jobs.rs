@@ -1882,8 +1882,11 @@ async fn expired_claims_are_counted_with_the_age_of_the_oldest() {
     // with, or NULL), not an expired claim.
     let by_hand = db.job(-1_000, 5).await;
     let nulls = db.job(-1_000, 5).await;
-    db.edit("UPDATE jobs SET status = 'dispatching' WHERE id = ?", by_hand)
-        .await;
+    db.edit(
+        "UPDATE jobs SET status = 'dispatching' WHERE id = ?",
+        by_hand,
+    )
+    .await;
     db.edit(
         "UPDATE jobs SET status = 'dispatching', claim_expires_at = NULL WHERE id = ?",
         nulls,
@@ -1922,14 +1925,21 @@ async fn claim_columns_hold_placeholders_whenever_no_claim_holds_the_job() {
     assert_eq!((token, by), (Some(8), Some(db.fence.instance)));
     assert!(at > epoch && until > at, "{at:?} {until:?}");
 
-    db.store.job_release_many(8, &[id], "broker unavailable").await.unwrap();
+    db.store
+        .job_release_many(8, &[id], "broker unavailable")
+        .await
+        .unwrap();
     assert_eq!(claim(id).await.unwrap(), none, "released");
 
     db.store
         .job_claim_many(&[id], 9, LEASE, &db.fence)
         .await
         .unwrap();
-    let marked = db.store.job_mark_dispatched_many(&[mark(id, 9, 42)]).await.unwrap();
+    let marked = db
+        .store
+        .job_mark_dispatched_many(&[mark(id, 9, 42)])
+        .await
+        .unwrap();
     assert_eq!(marked.marked, 1);
     assert_eq!(claim(id).await.unwrap(), (None, None, None, None), "marked");
     assert_eq!(db.store.job_get(id).await.unwrap().kafka_offset, Some(42));
