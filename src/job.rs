@@ -354,12 +354,18 @@ pub fn key_validate(key: &str) -> Result<(), InvalidJob> {
 
 pub fn headers_validate(headers: &BTreeMap<String, String>) -> Result<(), InvalidJob> {
     for name in headers.keys() {
-        let reserved = name
-            .to_ascii_lowercase()
-            .starts_with(RESERVED_HEADER_PREFIX);
-        if name.is_empty() || name.len() > 255 || reserved {
+        if name.is_empty() || name.len() > 255 || header_reserved(name) {
             return Err(InvalidJob::Header(name.clone()));
         }
+    }
+    // At most `{}` and, a header, `"name":"value",` with every byte escaped
+    // as `\uXXXX`: within the limit, nothing to count.
+    let most = 2 + headers
+        .iter()
+        .map(|(name, value)| 6 * (name.len() + value.len()) + 6)
+        .sum::<usize>();
+    if most <= HEADERS_MAX_BYTES {
+        return Ok(());
     }
     // The size as stored: serde's encoding escapes what JSON must escape.
     let size = serde_json::to_string(headers).map_or(usize::MAX, |text| text.len());
@@ -367,6 +373,15 @@ pub fn headers_validate(headers: &BTreeMap<String, String>) -> Result<(), Invali
         return Err(InvalidJob::HeadersTooLarge { size });
     }
     Ok(())
+}
+
+/// Whether a header's name starts with `tickler-` in any case: such names
+/// are tickler's own.
+pub fn header_reserved(name: &str) -> bool {
+    let prefix = RESERVED_HEADER_PREFIX.as_bytes();
+    name.as_bytes()
+        .get(..prefix.len())
+        .is_some_and(|start| start.eq_ignore_ascii_case(prefix))
 }
 
 /// Earliest and latest instants tickler stores or filters on: the Unix

@@ -18,10 +18,12 @@
 //! with its own consumer (the request topics) and producer (the replies).
 
 mod pass;
+mod reply;
 mod request;
 mod write;
 
 use std::collections::{BTreeMap, HashMap, HashSet};
+use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
@@ -29,17 +31,14 @@ use std::time::{Duration, Instant};
 use futures::FutureExt;
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::{KafkaError, KafkaResult};
-use rdkafka::message::{BorrowedMessage, Header, OwnedHeaders};
-use rdkafka::producer::{DeliveryFuture, FutureProducer, FutureRecord};
+use rdkafka::message::BorrowedMessage;
 use rdkafka::{Offset, TopicPartitionList};
-use serde::Serialize;
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::index::Index;
-use crate::job::{self, Status};
 use crate::kafka::{self, Topics};
 use crate::metrics;
 use crate::store::Store;
@@ -59,12 +58,10 @@ pub use request::{
     HEADER_TARGET_TOPIC,
 };
 
-/// On a reply: what became of the request.
-pub const HEADER_OUTCOME: &str = "tickler-outcome";
-/// On a reply: where the request was read.
-pub const HEADER_REQUEST_TOPIC: &str = "tickler-request-topic";
-pub const HEADER_REQUEST_PARTITION: &str = "tickler-request-partition";
-pub const HEADER_REQUEST_OFFSET: &str = "tickler-request-offset";
+use reply::Replies;
+pub use reply::{
+    HEADER_OUTCOME, HEADER_REQUEST_OFFSET, HEADER_REQUEST_PARTITION, HEADER_REQUEST_TOPIC,
+};
 
 /// librdkafka `fetch.wait.max.ms`: tansu answers a fetch only then, so it
 /// bounds how soon a request is taken.
@@ -95,7 +92,7 @@ pub struct Ingress {
     config: Arc<IngressConfig>,
     /// Made by [`Ingress::subscribe`], after the topics exist.
     consumer: OnceLock<Arc<StreamConsumer>>,
-    replies: Option<FutureProducer>,
+    replies: Option<Arc<Replies>>,
     /// The pass being written while the next one is read and checked.
     writing: tokio::sync::Mutex<Option<Writing>>,
     /// The last pass, being answered (its replies acknowledged, then its
@@ -104,12 +101,15 @@ pub struct Ingress {
     /// A pass was given up (cancelled while MySQL was unavailable, or its
     /// task failed): no later pass may commit past its records.
     stopped: AtomicBool,
+    /// Hashes the (topic, key)s of a pass, the same way for every pass.
+    targets: RandomState,
 }
 
 /// A pass handed to its writing task.
 struct Writing {
-    /// The (topic, key)s its requests ask about.
-    targets: HashSet<(String, String)>,
+    /// The (topic, key)s its requests ask about, hashed by
+    /// [`Ingress::targets`]: two that hash alike only make a pass wait.
+    targets: HashSet<u64>,
     took_take: Duration,
     started: Instant,
     task: JoinHandle<(Batch, Option<Vec<Outcome>>)>,
@@ -133,12 +133,15 @@ impl Ingress {
         config: IngressConfig,
     ) -> Result<Self, KafkaError> {
         let replies = match &config.reply_topic {
-            Some(_) => Some(kafka::producer_create(
-                &config.brokers,
-                &config.kafka_options,
-                config.linger_ms,
-                config.message_timeout_ms,
-            )?),
+            Some(topic) => Some(Arc::new(Replies::new(
+                &kafka::producer_config(
+                    &config.brokers,
+                    &config.kafka_options,
+                    config.linger_ms,
+                    config.message_timeout_ms,
+                ),
+                topic.clone(),
+            )?)),
             None => None,
         };
         let config = Arc::new(config);
@@ -157,6 +160,7 @@ impl Ingress {
             writing: tokio::sync::Mutex::new(None),
             answering: tokio::sync::Mutex::new(None),
             stopped: AtomicBool::new(false),
+            targets: RandomState::new(),
         })
     }
 
@@ -254,13 +258,10 @@ impl Ingress {
             return Some(IngressReport::default());
         }
         let requests = self.writer.requests(&batch).await;
-        let targets: HashSet<(String, String)> = requests
+        let targets: HashSet<u64> = requests
             .iter()
             .flatten()
-            .map(|request| {
-                let (topic, key) = request.target();
-                (topic.to_owned(), key.to_owned())
-            })
+            .map(|request| self.targets.hash_one(request.target()))
             .collect();
         // A job asked about by both passes: the one before goes first.
         let mut report = None;
@@ -355,15 +356,14 @@ impl Ingress {
         let records = batch.records.len();
         let offsets = offsets_of(&batch);
         let consumer = self.consumer.get().cloned();
-        let replies = self.replies.clone().zip(self.config.reply_topic.clone());
+        let replies = self.replies.clone();
         // The replies are made in the task too: building them is work the
         // next pass's writes need not wait for.
         *answering = Some(tokio::spawn(async move {
-            let to = replies
-                .as_ref()
-                .map(|(producer, topic)| (producer, topic.as_str()));
-            let (pending, failed) = replies_send(to, &batch, &outcomes);
-            let (replied, replies_failed) = deliveries_await(pending, failed).await;
+            let (replied, replies_failed) = match &replies {
+                Some(replies) => replies.send(&batch, &outcomes).await,
+                None => (0, 0),
+            };
             let committed = consumer.is_some_and(|consumer| offsets_commit(&consumer, &offsets));
             Answered {
                 records,
@@ -443,12 +443,10 @@ impl Ingress {
     /// requests are written, and holding their offsets back would only have
     /// them answered again.
     pub async fn reply(&self, batch: &Batch, outcomes: &[Outcome]) -> (usize, usize) {
-        let to = self
-            .replies
-            .as_ref()
-            .zip(self.config.reply_topic.as_deref());
-        let (pending, failed) = replies_send(to, batch, outcomes);
-        deliveries_await(pending, failed).await
+        match &self.replies {
+            Some(replies) => replies.send(batch, outcomes).await,
+            None => (0, 0),
+        }
     }
 
     /// Commits the batch's offsets (the next record of each partition).
@@ -483,88 +481,6 @@ pub struct Answered {
     pub committed: bool,
 }
 
-/// Hands the replies of `batch` to `to` (the producer and the reply topic;
-/// None: no reply topic); returns their deliveries and how many could not
-/// even be queued.
-fn replies_send(
-    to: Option<(&FutureProducer, &str)>,
-    batch: &Batch,
-    outcomes: &[Outcome],
-) -> (Vec<DeliveryFuture>, usize) {
-    let Some((producer, topic)) = to else {
-        return (Vec::new(), 0);
-    };
-    let mut pending = Vec::with_capacity(outcomes.len());
-    let mut failed = 0;
-    for (record, outcome) in batch.records.iter().zip(outcomes) {
-        let body = reply_body(record, outcome);
-        let partition = record.partition.to_string();
-        let offset = record.offset.to_string();
-        let job_id = outcome.job().map(|job| job.id.to_string());
-        let mut headers = OwnedHeaders::new_with_capacity(6)
-            .insert(Header {
-                key: HEADER_OUTCOME,
-                value: Some(outcome.name()),
-            })
-            .insert(Header {
-                key: HEADER_REQUEST_TOPIC,
-                value: Some(record.topic.as_str()),
-            })
-            .insert(Header {
-                key: HEADER_REQUEST_PARTITION,
-                value: Some(partition.as_str()),
-            })
-            .insert(Header {
-                key: HEADER_REQUEST_OFFSET,
-                value: Some(offset.as_str()),
-            });
-        if let Some(correlation) = record.header(HEADER_CORRELATION_ID) {
-            headers = headers.insert(Header {
-                key: HEADER_CORRELATION_ID,
-                value: Some(correlation),
-            });
-        }
-        if let Some(id) = &job_id {
-            headers = headers.insert(Header {
-                key: job::HEADER_JOB_ID,
-                value: Some(id.as_str()),
-            });
-        }
-        let mut reply = FutureRecord::to(topic).payload(&body).headers(headers);
-        if let Some(key) = &record.key {
-            reply = reply.key(key.as_slice());
-        }
-        match producer.send_result(reply) {
-            Ok(delivery) => pending.push(delivery),
-            Err((err, _)) => {
-                failed += 1;
-                tracing::warn!(error = %err, "cannot queue an ingress reply");
-            }
-        }
-    }
-    (pending, failed)
-}
-
-/// Waits for the replies' acknowledgements; returns (acknowledged,
-/// failed), with `failed` already failed before.
-async fn deliveries_await(pending: Vec<DeliveryFuture>, mut failed: usize) -> (usize, usize) {
-    let mut acknowledged = 0;
-    for delivery in pending {
-        match delivery.await {
-            Ok(Ok(_)) => acknowledged += 1,
-            Ok(Err((err, _))) => {
-                failed += 1;
-                tracing::warn!(error = %err, "an ingress reply was not delivered");
-            }
-            Err(_) => failed += 1,
-        }
-    }
-    if failed > 0 {
-        metrics::ingress_replies_failed(failed);
-    }
-    (acknowledged, failed)
-}
-
 /// The offsets that commit a batch: the next record of each partition.
 fn offsets_of(batch: &Batch) -> TopicPartitionList {
     let mut positions: HashMap<(&str, i32), i64> = HashMap::new();
@@ -597,80 +513,6 @@ fn offsets_commit(consumer: &StreamConsumer, offsets: &TopicPartitionList) -> bo
     }
 }
 
-/// The value of a reply record.
-#[derive(Debug, Serialize)]
-struct ReplyBody<'a> {
-    outcome: &'static str,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    job: Option<ReplyJob<'a>>,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    error: Option<ReplyError>,
-    request: ReplyRequest<'a>,
-}
-
-#[derive(Debug, Serialize)]
-struct ReplyJob<'a> {
-    id: u64,
-    topic: &'a str,
-    key: Option<&'a str>,
-    status: Status,
-    run_at: String,
-    version: u32,
-    #[serde(skip_serializing_if = "Option::is_none")]
-    kafka: Option<ReplyPosition>,
-}
-
-#[derive(Debug, Serialize)]
-struct ReplyPosition {
-    partition: i32,
-    offset: i64,
-}
-
-#[derive(Debug, Serialize)]
-struct ReplyError {
-    code: &'static str,
-    message: String,
-}
-
-#[derive(Debug, Serialize)]
-struct ReplyRequest<'a> {
-    topic: &'a str,
-    partition: i32,
-    offset: i64,
-}
-
-fn reply_body(record: &Taken, outcome: &Outcome) -> Vec<u8> {
-    let body = ReplyBody {
-        outcome: outcome.name(),
-        job: outcome.job().map(|job| ReplyJob {
-            id: job.id,
-            topic: &job.topic,
-            key: job.key.as_deref(),
-            status: job.status,
-            run_at: job::time_format(job.schedule_time),
-            version: job.version,
-            kafka: match (job.kafka_partition, job.kafka_offset) {
-                (Some(partition), Some(offset)) => Some(ReplyPosition { partition, offset }),
-                _ => None,
-            },
-        }),
-        error: match outcome {
-            Outcome::Refused(err) => Some(ReplyError {
-                code: err.code(),
-                message: err.to_string(),
-            }),
-            _ => None,
-        },
-        request: ReplyRequest {
-            topic: &record.topic,
-            partition: record.partition,
-            offset: record.offset,
-        },
-    };
-    // Serialising plain strings and numbers cannot fail.
-    serde_json::to_vec(&body).unwrap_or_default()
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -700,20 +542,5 @@ mod tests {
         );
         assert!(!taken("req.b", 2, 10).seen_at(&stored), "another topic");
         assert!(!taken("req.a", 2, 10).seen_at("garbage"));
-    }
-
-    #[test]
-    fn a_reply_says_the_outcome_the_job_and_where_the_request_was_read() {
-        let refused = Outcome::Refused(RequestError::NotFound {
-            topic: "orders".to_owned(),
-            key: "k".to_owned(),
-        });
-        let body: serde_json::Value =
-            serde_json::from_slice(&reply_body(&taken("req.a", 1, 7), &refused)).unwrap();
-        assert_eq!(body["outcome"], "error");
-        assert_eq!(body["error"]["code"], "not_found");
-        assert_eq!(body["request"]["partition"], 1);
-        assert_eq!(body["request"]["offset"], 7);
-        assert!(body.get("job").is_none());
     }
 }

@@ -152,7 +152,7 @@ pub fn request_parse(
     now: DateTime<Utc>,
     topic_policy: impl FnOnce(&str) -> Policy,
 ) -> Result<Request, RequestError> {
-    let mut ours: BTreeMap<&str, String> = BTreeMap::new();
+    let mut ours: BTreeMap<&str, &str> = BTreeMap::new();
     let mut passed: BTreeMap<String, String> = BTreeMap::new();
     let mut trace_parent = None;
     for (name, value) in &record.headers {
@@ -161,20 +161,22 @@ pub fn request_parse(
                 .map_err(|_| RequestError::Headers(format!("header {name:?} is not UTF-8 text")))?,
             None => "",
         };
-        let lower = name.to_ascii_lowercase();
-        if lower.starts_with(job::RESERVED_HEADER_PREFIX) {
-            let Some(known) = HEADERS_KNOWN.iter().find(|known| **known == lower) else {
+        if job::header_reserved(name) {
+            let Some(known) = HEADERS_KNOWN
+                .iter()
+                .find(|known| known.eq_ignore_ascii_case(name))
+            else {
                 return Err(RequestError::Headers(format!(
                     "header {name:?} is not one tickler reads (known: {}); names starting with 'tickler-' are reserved",
                     HEADERS_KNOWN.join(", ")
                 )));
             };
-            if ours.insert(known, text.to_owned()).is_some() {
+            if ours.insert(known, text).is_some() {
                 return Err(RequestError::Headers(format!(
                     "header {name:?} is given twice"
                 )));
             }
-        } else if lower == job::HEADER_TRACEPARENT {
+        } else if name.eq_ignore_ascii_case(job::HEADER_TRACEPARENT) {
             // Kept as the job's trace context, put back on its record.
             trace_parent = job::traceparent_parse(text);
         } else if passed.insert((*name).to_owned(), text.to_owned()).is_some() {
@@ -188,9 +190,10 @@ pub fn request_parse(
             "header {HEADER_TARGET_TOPIC} is required: the topic the job is produced to"
         ))
     })?;
-    job::topic_validate(&topic)?;
+    job::topic_validate(topic)?;
+    let topic = topic.to_owned();
     let key = match ours.remove(HEADER_TARGET_KEY) {
-        Some(key) => key,
+        Some(key) => key.to_owned(),
         None => {
             let bytes = record.key.ok_or_else(|| {
                 RequestError::Key(format!(
@@ -248,8 +251,8 @@ pub fn request_parse(
 /// the record's timestamp, so a request read twice (after a crash, before
 /// its offset was committed) asks for the same instant both times.
 fn schedule_parse(
-    run_at: Option<String>,
-    delay_ms: Option<String>,
+    run_at: Option<&str>,
+    delay_ms: Option<&str>,
     timestamp_ms: Option<i64>,
     limits: Limits,
     now: DateTime<Utc>,
@@ -311,7 +314,7 @@ fn schedule_parse(
 }
 
 fn number_parse(
-    headers: &mut BTreeMap<&str, String>,
+    headers: &mut BTreeMap<&str, &str>,
     name: &'static str,
 ) -> Result<Option<u32>, RequestError> {
     headers
@@ -325,7 +328,7 @@ fn number_parse(
 }
 
 fn flag_parse(
-    headers: &mut BTreeMap<&str, String>,
+    headers: &mut BTreeMap<&str, &str>,
     name: &'static str,
 ) -> Result<Option<bool>, RequestError> {
     headers

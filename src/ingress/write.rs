@@ -259,10 +259,10 @@ impl Writer {
         cancel: &CancellationToken,
     ) -> Option<Vec<(usize, Outcome)>> {
         let mut outcomes = Vec::with_capacity(run.len());
-        let (jobs, records): (Vec<NewJob>, Vec<&Taken>) = run
+        let (jobs, records): (Vec<&NewJob>, Vec<&Taken>) = run
             .iter()
             .filter_map(|at| match &requests[*at] {
-                Ok(Request::Put(job)) => Some((job.clone(), &batch.records[*at])),
+                Ok(Request::Put(job)) => Some((job, &batch.records[*at])),
                 _ => None,
             })
             .unzip();
@@ -311,9 +311,9 @@ impl Writer {
         record: &Taken,
         cancel: &CancellationToken,
     ) -> Option<Outcome> {
-        let jobs = std::slice::from_ref(job);
+        let jobs = [job];
         let positions = [record.position()];
-        match write_retrying(cancel, || store.job_insert_many_at(jobs, &positions)).await? {
+        match write_retrying(cancel, || store.job_insert_many_at(&jobs, &positions)).await? {
             Ok((mut rows, db_now)) => match rows.pop() {
                 Some(BatchRow::Created(created)) => {
                     metrics::job_created();

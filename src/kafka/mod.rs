@@ -63,6 +63,17 @@ pub fn producer_create(
     linger_ms: u64,
     message_timeout_ms: u64,
 ) -> Result<FutureProducer, KafkaError> {
+    producer_config(brokers, options, linger_ms, message_timeout_ms).create()
+}
+
+/// The settings of [`producer_create`]'s producer, for a producer of
+/// another kind.
+pub fn producer_config(
+    brokers: &str,
+    options: &BTreeMap<String, String>,
+    linger_ms: u64,
+    message_timeout_ms: u64,
+) -> ClientConfig {
     let mut client = client_config(brokers);
     client
         .set("enable.idempotence", "true")
@@ -72,7 +83,7 @@ pub fn producer_create(
     for (key, value) in options {
         client.set(key, value);
     }
-    client.create()
+    client
 }
 
 /// Creates `topic` with `partitions` partitions unless it exists already.

@@ -374,7 +374,8 @@ impl Store {
         &self,
         jobs: &[NewJob],
     ) -> Result<(Vec<BatchRow>, DateTime<Utc>), StoreError> {
-        super::contention_retry(|| self.job_insert_many_once(jobs)).await
+        let jobs: Vec<&NewJob> = jobs.iter().collect();
+        super::contention_retry(|| self.job_insert_many_once_at(&jobs, None)).await
     }
 
     /// [`Store::job_insert_many`] for the Kafka ingress: each job with the
@@ -382,22 +383,15 @@ impl Store {
     /// for it, kept in `ingress_position`.
     pub async fn job_insert_many_at(
         &self,
-        jobs: &[NewJob],
+        jobs: &[&NewJob],
         positions: &[String],
     ) -> Result<(Vec<BatchRow>, DateTime<Utc>), StoreError> {
         super::contention_retry(|| self.job_insert_many_once_at(jobs, Some(positions))).await
     }
 
-    async fn job_insert_many_once(
-        &self,
-        jobs: &[NewJob],
-    ) -> Result<(Vec<BatchRow>, DateTime<Utc>), StoreError> {
-        self.job_insert_many_once_at(jobs, None).await
-    }
-
     async fn job_insert_many_once_at(
         &self,
-        jobs: &[NewJob],
+        jobs: &[&NewJob],
         positions: Option<&[String]>,
     ) -> Result<(Vec<BatchRow>, DateTime<Utc>), StoreError> {
         let mut tx = self.begin().await?;
@@ -1148,7 +1142,8 @@ pub(super) async fn insert_many_on(
     actor: &str,
     jobs: &[NewJob],
 ) -> Result<Vec<BatchRow>, StoreError> {
-    insert_many_on_at(conn, actor, jobs, None).await
+    let jobs: Vec<&NewJob> = jobs.iter().collect();
+    insert_many_on_at(conn, actor, &jobs, None).await
 }
 
 /// Most rows one INSERT statement carries: 16 placeholders a row keeps a
@@ -1161,7 +1156,7 @@ const INSERT_ROWS_MAX: usize = 2_000;
 async fn insert_many_on_at(
     conn: &mut sqlx::MySqlConnection,
     actor: &str,
-    jobs: &[NewJob],
+    jobs: &[&NewJob],
     positions: Option<&[String]>,
 ) -> Result<Vec<BatchRow>, StoreError> {
     let mut rows = Vec::with_capacity(jobs.len());
@@ -1202,7 +1197,7 @@ fn statement_rows(mut n: usize) -> Vec<usize> {
 async fn insert_chunk_on(
     conn: &mut sqlx::MySqlConnection,
     actor: &str,
-    jobs: &[NewJob],
+    jobs: &[&NewJob],
     positions: Option<&[String]>,
 ) -> Result<Vec<BatchRow>, StoreError> {
     // Each row carries token_base | item index, so the rows can be read
@@ -1243,7 +1238,7 @@ async fn insert_chunk_on(
             .push_bind(job.expires_at.map(db_time))
             .push_bind(token_base | index as u64);
         if let Some(positions) = positions {
-            row.push_bind(positions.get(index).cloned());
+            row.push_bind(positions.get(index).map(String::as_str));
         }
     });
     insert.push(" ON DUPLICATE KEY UPDATE id = id");

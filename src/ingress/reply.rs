@@ -1,0 +1,322 @@
+//! The answers: one record on the reply topic for every request, saying
+//! what became of it, and the wait for the broker to acknowledge them.
+//!
+//! A pass's replies share one counter of their delivery reports, where a
+//! future each (the `FutureProducer`'s) cost a channel, two allocations and
+//! a wake-up per reply: on two cores, per-request CPU is what the ingress
+//! keeps up with the batch API by (docs/benchmarks.md, "Scheduling through
+//! Kafka").
+
+use std::fmt;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::Arc;
+
+use chrono::{DateTime, Datelike, Timelike, Utc};
+use rdkafka::config::FromClientConfigAndContext;
+use rdkafka::error::KafkaError;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
+use rdkafka::{ClientConfig, ClientContext};
+use serde::{Serialize, Serializer};
+use tokio::sync::Notify;
+
+use super::pass::{Batch, Outcome, Taken};
+use super::request::HEADER_CORRELATION_ID;
+use crate::job::{self, Status};
+use crate::metrics;
+
+/// On a reply: what became of the request.
+pub const HEADER_OUTCOME: &str = "tickler-outcome";
+/// On a reply: where the request was read.
+pub const HEADER_REQUEST_TOPIC: &str = "tickler-request-topic";
+pub const HEADER_REQUEST_PARTITION: &str = "tickler-request-partition";
+pub const HEADER_REQUEST_OFFSET: &str = "tickler-request-offset";
+
+/// The reply topic and the producer that answers on it.
+pub struct Replies {
+    producer: ThreadedProducer<Acknowledger>,
+    topic: String,
+}
+
+impl Replies {
+    /// `config`: the producer's settings. Fails on settings librdkafka
+    /// refuses.
+    pub fn new(config: &ClientConfig, topic: String) -> Result<Replies, KafkaError> {
+        Ok(Replies {
+            producer: ThreadedProducer::from_config_and_context(config, Acknowledger)?,
+            topic,
+        })
+    }
+
+    /// Answers every record of `batch` and waits for the broker's
+    /// acknowledgements. Returns (acknowledged, failed). Every reply ends
+    /// acknowledged or failed within `message.timeout.ms`: librdkafka
+    /// reports each record it was given.
+    pub async fn send(&self, batch: &Batch, outcomes: &[Outcome]) -> (usize, usize) {
+        let acks = Arc::new(Acks::default());
+        // Counted before the first is handed over, so that a report cannot
+        // bring it to zero while replies are still being handed over.
+        let n = batch.records.len().min(outcomes.len());
+        acks.outstanding.store(n, Ordering::Release);
+        let mut body = Vec::with_capacity(320);
+        let mut not_queued = 0;
+        for (record, outcome) in batch.records.iter().zip(outcomes) {
+            body.clear();
+            reply_body_write(&mut body, record, outcome);
+            let mut reply = BaseRecord::with_opaque_to(&self.topic, acks.clone())
+                .payload(&body)
+                .headers(reply_headers(record, outcome));
+            if let Some(key) = &record.key {
+                reply = reply.key(key.as_slice());
+            }
+            if let Err((err, _)) = self.producer.send(reply) {
+                not_queued += 1;
+                tracing::warn!(error = %err, "cannot queue an ingress reply");
+                acks.settle_one();
+            }
+        }
+        while acks.outstanding.load(Ordering::Acquire) > 0 {
+            acks.done.notified().await;
+        }
+        let failed = acks.failed.load(Ordering::Acquire) + not_queued;
+        if failed > 0 {
+            metrics::ingress_replies_failed(failed);
+        }
+        (acks.acknowledged.load(Ordering::Acquire), failed)
+    }
+}
+
+/// The delivery reports of one pass's replies.
+#[derive(Default)]
+struct Acks {
+    /// Replies handed over and not yet reported.
+    outstanding: AtomicUsize,
+    acknowledged: AtomicUsize,
+    failed: AtomicUsize,
+    /// Woken when `outstanding` reaches zero (a permit is kept when nobody
+    /// waits yet).
+    done: Notify,
+}
+
+impl Acks {
+    fn settle_one(&self) {
+        if self.outstanding.fetch_sub(1, Ordering::AcqRel) == 1 {
+            self.done.notify_one();
+        }
+    }
+}
+
+/// Counts each reply's delivery report on its pass's [`Acks`].
+struct Acknowledger;
+
+impl ClientContext for Acknowledger {}
+
+impl ProducerContext for Acknowledger {
+    type DeliveryOpaque = Arc<Acks>;
+
+    fn delivery(&self, result: &DeliveryResult<'_>, acks: Arc<Acks>) {
+        match result {
+            Ok(_) => {
+                acks.acknowledged.fetch_add(1, Ordering::AcqRel);
+            }
+            Err((err, _)) => {
+                acks.failed.fetch_add(1, Ordering::AcqRel);
+                tracing::warn!(error = %err, "an ingress reply was not delivered");
+            }
+        }
+        acks.settle_one();
+    }
+}
+
+/// The headers of a reply (librdkafka copies each as it is inserted).
+fn reply_headers(record: &Taken, outcome: &Outcome) -> OwnedHeaders {
+    let (mut partition, mut offset, mut job_id) = (
+        itoa::Buffer::new(),
+        itoa::Buffer::new(),
+        itoa::Buffer::new(),
+    );
+    let mut headers = OwnedHeaders::new_with_capacity(6)
+        .insert(Header {
+            key: HEADER_OUTCOME,
+            value: Some(outcome.name()),
+        })
+        .insert(Header {
+            key: HEADER_REQUEST_TOPIC,
+            value: Some(record.topic.as_str()),
+        })
+        .insert(Header {
+            key: HEADER_REQUEST_PARTITION,
+            value: Some(partition.format(record.partition)),
+        })
+        .insert(Header {
+            key: HEADER_REQUEST_OFFSET,
+            value: Some(offset.format(record.offset)),
+        });
+    if let Some(correlation) = record.header(HEADER_CORRELATION_ID) {
+        headers = headers.insert(Header {
+            key: HEADER_CORRELATION_ID,
+            value: Some(correlation),
+        });
+    }
+    if let Some(job) = outcome.job() {
+        headers = headers.insert(Header {
+            key: job::HEADER_JOB_ID,
+            value: Some(job_id.format(job.id)),
+        });
+    }
+    headers
+}
+
+/// The value of a reply record.
+#[derive(Debug, Serialize)]
+struct ReplyBody<'a> {
+    outcome: &'static str,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    job: Option<ReplyJob<'a>>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    error: Option<ReplyError>,
+    request: ReplyRequest<'a>,
+}
+
+#[derive(Debug, Serialize)]
+struct ReplyJob<'a> {
+    id: u64,
+    topic: &'a str,
+    key: Option<&'a str>,
+    status: Status,
+    run_at: RunAt,
+    version: u32,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    kafka: Option<ReplyPosition>,
+}
+
+#[derive(Debug, Serialize)]
+struct ReplyPosition {
+    partition: i32,
+    offset: i64,
+}
+
+#[derive(Debug, Serialize)]
+struct ReplyError {
+    code: &'static str,
+    message: String,
+}
+
+#[derive(Debug, Serialize)]
+struct ReplyRequest<'a> {
+    topic: &'a str,
+    partition: i32,
+    offset: i64,
+}
+
+/// A job's time as the API writes it ([`job::time_format`]), written
+/// straight into the reply.
+#[derive(Debug)]
+struct RunAt(DateTime<Utc>);
+
+impl fmt::Display for RunAt {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let at = self.0;
+        write!(
+            f,
+            "{:04}-{:02}-{:02}T{:02}:{:02}:{:02}.{:03}Z",
+            at.year(),
+            at.month(),
+            at.day(),
+            at.hour(),
+            at.minute(),
+            at.second(),
+            at.timestamp_subsec_millis() % 1000
+        )
+    }
+}
+
+impl Serialize for RunAt {
+    fn serialize<S: Serializer>(&self, serializer: S) -> Result<S::Ok, S::Error> {
+        serializer.collect_str(self)
+    }
+}
+
+/// Writes the value of the reply to `record` into `out`.
+fn reply_body_write(out: &mut Vec<u8>, record: &Taken, outcome: &Outcome) {
+    let body = ReplyBody {
+        outcome: outcome.name(),
+        job: outcome.job().map(|job| ReplyJob {
+            id: job.id,
+            topic: &job.topic,
+            key: job.key.as_deref(),
+            status: job.status,
+            run_at: RunAt(job.schedule_time),
+            version: job.version,
+            kafka: match (job.kafka_partition, job.kafka_offset) {
+                (Some(partition), Some(offset)) => Some(ReplyPosition { partition, offset }),
+                _ => None,
+            },
+        }),
+        error: match outcome {
+            Outcome::Refused(err) => Some(ReplyError {
+                code: err.code(),
+                message: err.to_string(),
+            }),
+            _ => None,
+        },
+        request: ReplyRequest {
+            topic: &record.topic,
+            partition: record.partition,
+            offset: record.offset,
+        },
+    };
+    // Plain strings and numbers into a Vec: this cannot fail.
+    let _ = serde_json::to_writer(out, &body);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ingress::RequestError;
+
+    fn taken(topic: &str, partition: i32, offset: i64) -> Taken {
+        Taken {
+            topic: topic.to_owned(),
+            partition,
+            offset,
+            key: None,
+            value: None,
+            headers: Vec::new(),
+            timestamp_ms: None,
+        }
+    }
+
+    #[test]
+    fn a_reply_says_the_outcome_the_job_and_where_the_request_was_read() {
+        let refused = Outcome::Refused(RequestError::NotFound {
+            topic: "orders".to_owned(),
+            key: "k".to_owned(),
+        });
+        let mut out = Vec::new();
+        reply_body_write(&mut out, &taken("req.a", 1, 7), &refused);
+        let body: serde_json::Value = serde_json::from_slice(&out).unwrap();
+        assert_eq!(body["outcome"], "error");
+        assert_eq!(body["error"]["code"], "not_found");
+        assert_eq!(body["request"]["partition"], 1);
+        assert_eq!(body["request"]["offset"], 7);
+        assert!(body.get("job").is_none());
+    }
+
+    #[test]
+    fn a_replys_time_is_written_as_the_api_writes_it() {
+        for at in [
+            "2026-11-26T01:02:03.456Z",
+            "1970-01-01T00:00:00.000Z",
+            "2030-12-31T23:59:59.999Z",
+            "9999-12-31T23:59:59.999Z",
+            "2026-02-03T04:05:06.007Z",
+        ] {
+            let time = DateTime::parse_from_rfc3339(at)
+                .unwrap()
+                .with_timezone(&Utc);
+            assert_eq!(RunAt(time).to_string(), job::time_format(time));
+            assert_eq!(RunAt(time).to_string(), at);
+        }
+    }
+}
