@@ -22,7 +22,7 @@ mod reply;
 mod request;
 mod write;
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, HashSet};
 use std::hash::{BuildHasher, RandomState};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, OnceLock};
@@ -326,11 +326,15 @@ impl Ingress {
             took_write: pass.started.elapsed(),
             ..IngressReport::default()
         };
-        // Counted once a pass, by request topic and outcome.
-        let mut counts: HashMap<(&str, &'static str), usize> = HashMap::new();
+        // Counted once a pass, by request topic and outcome: a few of each,
+        // so a list is quicker than hashing every record's topic.
+        let mut counts: Vec<((&str, &'static str), usize)> = Vec::new();
         for (record, outcome) in batch.records.iter().zip(&outcomes) {
-            *report.outcomes.entry(outcome.name()).or_default() += 1;
-            *counts.entry((&record.topic, outcome.name())).or_default() += 1;
+            let counted = (&*record.topic, outcome.name());
+            match counts.iter_mut().find(|(seen, _)| *seen == counted) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((counted, 1)),
+            }
             if let Outcome::Refused(err) = outcome {
                 metrics::ingress_refused(&record.topic, err.code());
                 tracing::info!(
@@ -344,6 +348,7 @@ impl Ingress {
             }
         }
         for ((topic, outcome), n) in counts {
+            *report.outcomes.entry(outcome).or_default() += n;
             metrics::ingress_requests(topic, outcome, n);
         }
         // Crash here: MySQL has every request; read again, they change
@@ -404,7 +409,7 @@ impl Ingress {
     ) -> Batch {
         let mut batch = Batch::default();
         match first {
-            Ok(message) => batch.records.push(Taken::of(&message)),
+            Ok(message) => batch.records.push(Taken::of(&message, None)),
             Err(err) => {
                 tracing::warn!(error = %err, "ingress consumer error");
                 tokio::time::sleep(Duration::from_millis(200)).await;
@@ -418,7 +423,11 @@ impl Ingress {
                 None => tokio::time::timeout(self.config.linger, consumer.recv()).await,
             };
             match next {
-                Ok(Ok(message)) => batch.records.push(Taken::of(&message)),
+                Ok(Ok(message)) => {
+                    let topic = batch.records.last().map(|last| &last.topic);
+                    let taken = Taken::of(&message, topic);
+                    batch.records.push(taken);
+                }
                 Ok(Err(err)) => {
                     tracing::warn!(error = %err, "ingress consumer error");
                     break;
@@ -483,12 +492,14 @@ pub struct Answered {
 
 /// The offsets that commit a batch: the next record of each partition.
 fn offsets_of(batch: &Batch) -> TopicPartitionList {
-    let mut positions: HashMap<(&str, i32), i64> = HashMap::new();
+    // A few partitions a pass: a list is quicker than hashing each record.
+    let mut positions: Vec<((&str, i32), i64)> = Vec::new();
     for record in &batch.records {
-        let last = positions
-            .entry((record.topic.as_str(), record.partition))
-            .or_insert(record.offset);
-        *last = (*last).max(record.offset);
+        let at = (&*record.topic, record.partition);
+        match positions.iter_mut().find(|(seen, _)| *seen == at) {
+            Some((_, last)) => *last = (*last).max(record.offset),
+            None => positions.push((at, record.offset)),
+        }
     }
     let mut offsets = TopicPartitionList::new();
     for ((topic, partition), offset) in &positions {
@@ -519,7 +530,7 @@ mod tests {
 
     fn taken(topic: &str, partition: i32, offset: i64) -> Taken {
         Taken {
-            topic: topic.to_owned(),
+            topic: topic.into(),
             partition,
             offset,
             key: None,

@@ -3,6 +3,7 @@
 //! and the writing side (write.rs).
 
 use std::collections::BTreeMap;
+use std::sync::Arc;
 use std::time::Duration;
 
 use rdkafka::message::{BorrowedMessage, Headers, Message};
@@ -67,7 +68,8 @@ impl IngressConfig {
 /// A request record as taken from the broker.
 #[derive(Debug, Clone)]
 pub struct Taken {
-    pub topic: String,
+    /// Shared by the records of a pass read from the same topic.
+    pub topic: Arc<str>,
     pub partition: i32,
     pub offset: i64,
     pub key: Option<Vec<u8>>,
@@ -77,7 +79,9 @@ pub struct Taken {
 }
 
 impl Taken {
-    pub(super) fn of(message: &BorrowedMessage<'_>) -> Taken {
+    /// `topic`: the topic of the record taken before, reused when this
+    /// one's is the same.
+    pub(super) fn of(message: &BorrowedMessage<'_>, topic: Option<&Arc<str>>) -> Taken {
         let headers = message
             .headers()
             .map(|headers| {
@@ -88,7 +92,10 @@ impl Taken {
             })
             .unwrap_or_default();
         Taken {
-            topic: message.topic().to_owned(),
+            topic: match topic {
+                Some(topic) if **topic == *message.topic() => topic.clone(),
+                _ => message.topic().into(),
+            },
             partition: message.partition(),
             offset: message.offset(),
             key: message.key().map(<[u8]>::to_vec),
@@ -128,7 +135,7 @@ impl Taken {
         else {
             return false;
         };
-        topic == self.topic
+        *topic == *self.topic
             && partition.parse() == Ok(self.partition)
             && offset
                 .parse::<i64>()

@@ -142,7 +142,7 @@ fn reply_headers(record: &Taken, outcome: &Outcome) -> OwnedHeaders {
         })
         .insert(Header {
             key: HEADER_REQUEST_TOPIC,
-            value: Some(record.topic.as_str()),
+            value: Some(&*record.topic),
         })
         .insert(Header {
             key: HEADER_REQUEST_PARTITION,
@@ -277,7 +277,7 @@ mod tests {
 
     fn taken(topic: &str, partition: i32, offset: i64) -> Taken {
         Taken {
-            topic: topic.to_owned(),
+            topic: topic.into(),
             partition,
             offset,
             key: None,

@@ -79,7 +79,7 @@ impl Writer {
         let mut partitions: BTreeMap<(&str, i32), Vec<usize>> = BTreeMap::new();
         for (at, record) in batch.records.iter().enumerate() {
             partitions
-                .entry((record.topic.as_str(), record.partition))
+                .entry((&*record.topic, record.partition))
                 .or_default()
                 .push(at);
         }
@@ -163,7 +163,7 @@ impl Writer {
         let targets = self
             .config
             .topics
-            .get(&record.topic)
+            .get(&*record.topic)
             .map(Vec::as_slice)
             .unwrap_or_default();
         if !target_allowed(targets, topic) {
