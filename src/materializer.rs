@@ -149,6 +149,6 @@ pub async fn follow(index: &Index, window: Duration, wake: &Notify, done: &Mater
     }
     if let Some(now) = done.db_now {
         let jobs: Vec<_> = done.created.iter().collect();
-        index::follow(index, window, wake, &jobs, now).await;
+        index::follow_created(index, window, wake, &jobs, now).await;
     }
 }

@@ -316,6 +316,12 @@ pub(super) async fn index_follow(state: &ApiState, jobs: &[&Job], db_now: DateTi
     index_follow_with(&state.index, &state.config, &state.wake, jobs, db_now).await
 }
 
+/// [`index_follow`] for jobs just created ([`crate::index::follow_created`]).
+async fn index_follow_created(state: &ApiState, jobs: &[&Job], db_now: DateTime<Utc>) {
+    let window = state.config.window();
+    crate::index::follow_created(&state.index, window, &state.wake, jobs, db_now).await
+}
+
 /// [`index_follow`] with the parts it needs.
 pub(super) async fn index_follow_with(
     index: &crate::index::Index,
@@ -390,7 +396,7 @@ pub async fn create(
     };
     metrics::job_created();
     tracing::debug!(job_id = job.id, topic = %job.topic, "job created");
-    index_follow(&state, &[&job], db_now).await;
+    index_follow_created(&state, &[&job], db_now).await;
     Ok((StatusCode::CREATED, Json(JobView::from(job))))
 }
 
@@ -524,7 +530,7 @@ pub async fn create_batch(
     };
     let created: Vec<&Job> = rows.iter().filter_map(BatchRow::created).collect();
     metrics::jobs_created(created.len());
-    index_follow(&state, &created, db_now).await;
+    index_follow_created(&state, &created, db_now).await;
 
     let mut rows = rows.into_iter().zip(valid.iter());
     let mut results = Vec::with_capacity(checked.len());

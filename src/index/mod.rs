@@ -164,6 +164,28 @@ pub async fn follow(
     }
 }
 
+/// [`follow`] for jobs MySQL has just created: those due within `window`
+/// of `db_now` are indexed; the others need nothing, as a job just
+/// created is in Redis nowhere (a removal for each would be a Redis call
+/// for every job due later than the window: most of them).
+pub async fn follow_created(
+    index: &Index,
+    window: Duration,
+    wake: &tokio::sync::Notify,
+    jobs: &[&crate::job::Job],
+    db_now: DateTime<Utc>,
+) {
+    let horizon = db_now + window;
+    let near: Vec<&crate::job::Job> = jobs
+        .iter()
+        .copied()
+        .filter(|job| job.schedule_time < horizon)
+        .collect();
+    if !near.is_empty() {
+        follow(index, window, wake, &near, db_now).await;
+    }
+}
+
 pub fn ms_of(at: DateTime<Utc>) -> i64 {
     at.timestamp_millis()
 }

@@ -271,18 +271,10 @@ impl Writer {
             Ok((rows, db_now)) => {
                 let created: Vec<&Job> = rows.iter().filter_map(BatchRow::created).collect();
                 metrics::jobs_created(created.len());
-                // Only those due within the window go to Redis; a new job
-                // is in Redis nowhere else, so the rest need no removal.
-                let horizon = db_now + self.config.window;
-                let near: Vec<&Job> = created
-                    .into_iter()
-                    .filter(|job| job.schedule_time < horizon)
-                    .collect();
                 // Crash here: the jobs are in MySQL; the loader or the
                 // overdue probe indexes them.
-                if !near.is_empty() {
-                    index::follow(&self.index, self.config.window, &self.wake, &near, db_now).await;
-                }
+                let window = self.config.window;
+                index::follow_created(&self.index, window, &self.wake, &created, db_now).await;
                 for (((at, job), record), row) in run.iter().zip(&jobs).zip(&records).zip(rows) {
                     let outcome = match row {
                         BatchRow::Created(created) => Outcome::Created(created),
@@ -317,14 +309,9 @@ impl Writer {
             Ok((mut rows, db_now)) => match rows.pop() {
                 Some(BatchRow::Created(created)) => {
                     metrics::job_created();
-                    index::follow(
-                        &self.index,
-                        self.config.window,
-                        &self.wake,
-                        &[&created],
-                        db_now,
-                    )
-                    .await;
+                    let window = self.config.window;
+                    index::follow_created(&self.index, window, &self.wake, &[&created], db_now)
+                        .await;
                     Some(Outcome::Created(created))
                 }
                 _ => self.put_taken(store, job, record, cancel).await,
