@@ -224,6 +224,7 @@ async fn insert_many_past_the_servers_placeholder_limit_is_written_in_statements
         })
         .collect();
     more[4_000].key = Some("k7".to_owned());
+    let more: Vec<&NewJob> = more.iter().collect();
     let (rows, _) = db
         .store
         .job_insert_many_at(&more, &positions)
