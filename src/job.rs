@@ -519,6 +519,34 @@ mod tests {
         let mut quoted = BTreeMap::new();
         quoted.insert("q".to_owned(), "\"".repeat(HEADERS_MAX_BYTES / 2));
         assert!(headers_validate(&quoted).is_err());
+        // A control character as six (`\u0001`): 11,000 bytes stored as
+        // 66,000, over the limit, though far under it unescaped.
+        let mut controls = BTreeMap::new();
+        controls.insert("c".to_owned(), "\u{1}".repeat(11_000));
+        assert!(matches!(
+            headers_validate(&controls),
+            Err(InvalidJob::HeadersTooLarge { size }) if size > HEADERS_MAX_BYTES
+        ));
+        controls.insert("c".to_owned(), "\u{1}".repeat(10_000));
+        assert!(headers_validate(&controls).is_ok());
+    }
+
+    #[test]
+    fn a_header_is_reserved_when_it_starts_with_tickler_in_any_case() {
+        for name in ["tickler-run-at", "Tickler-Job-Id", "TICKLER-", "tIcKlEr-x"] {
+            assert!(header_reserved(name), "{name}");
+        }
+        for name in [
+            "tickler",
+            "tick",
+            "",
+            "x-tickler-a",
+            "ticklers-a",
+            "tickler_a",
+            "ü-tickler-",
+        ] {
+            assert!(!header_reserved(name), "{name}");
+        }
     }
 
     #[test]
