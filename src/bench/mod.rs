@@ -17,8 +17,9 @@
 //! 4. results   — reports applied per second from the results topic, each
 //!    job `ok` (jobs expecting a result, reported as their records arrive)
 //!    ingress   — requests/s from a request topic into MySQL (created,
-//!    answered on a reply topic, offsets committed), beside the schedule
-//!    stage's HTTP batch figure
+//!    answered on a reply topic, offsets committed), beside the HTTP batch
+//!    API's keyed jobs/s on the same table, in rounds; a last round
+//!    without a reply topic
 //! 5. redis     — bytes per job, far-future and inside the window (tickler stopped)
 //! 6. reconcile — overdue probe and full pass among millions of pending rows;
 //!    re-index of a full window after Redis lost it
@@ -79,11 +80,11 @@ pub struct BenchOptions {
     pub stages: Option<Vec<String>>,
 }
 
-/// The stages, by the names `--stages` takes.
 /// Rounds of the ingress stage, each the ingress and the batch API on the
-/// same table, in turns first.
+/// same table, in turns first (one more follows, without a reply topic).
 const INGRESS_ROUNDS: usize = 3;
 
+/// The stages, by the names `--stages` takes.
 pub const STAGES: [&str; 10] = [
     "schedule",
     "floor",
