@@ -228,3 +228,58 @@ async fn a_claim_with_a_lookahead_takes_what_is_due_within_it() {
         "next attention: the lease, before the later job"
     );
 }
+
+/// A pending job due at `at`, as MySQL has just created it.
+fn job_created(id: u64, at: chrono::DateTime<Utc>) -> tickler::job::Job {
+    tickler::job::Job {
+        id,
+        topic: "t".to_owned(),
+        key: None,
+        payload: Vec::new(),
+        payload_kind: tickler::job::PayloadKind::Bytes,
+        headers: Default::default(),
+        schedule_time: at,
+        status: tickler::job::Status::Pending,
+        attempt: 0,
+        policy: tickler::policy::Policy::default(),
+        version: 1,
+        created_at: at,
+        updated_at: at,
+        dispatched_at: None,
+        kafka_partition: None,
+        kafka_offset: None,
+        last_error: None,
+        ack_deadline: None,
+        trace_parent: None,
+        schedule_id: None,
+        expires_at: None,
+    }
+}
+
+#[tokio::test]
+async fn jobs_just_created_are_indexed_when_due_within_the_window_and_only_then() {
+    use futures::FutureExt;
+    let index = index_with_one_shard().await;
+    let wake = tokio::sync::Notify::new();
+    let window = Duration::from_secs(60);
+    let now = at_ms(1_000_000);
+    // An entry under the far job's id. None can be there in life (a job
+    // just created has a new id); here it shows that no removal is sent
+    // for a job due after the window: a Redis call per create, for nothing.
+    index.job_add_many(&[(2, at_ms(5_000))]).await.unwrap();
+    let near = job_created(1, at_ms(1_030_000));
+    let far = job_created(2, at_ms(1_000_000 + 61_000));
+    tickler::index::follow_created(&index, window, &wake, &[&near, &far], now).await;
+    let (mut due, inflight) = index.members().await.unwrap();
+    due.sort();
+    assert_eq!(due, vec![(1, 1_030_000), (2, 5_000)]);
+    assert!(inflight.is_empty());
+    // The dispatcher is woken for the job indexed: notify_one left a permit.
+    assert!(wake.notified().now_or_never().is_some());
+
+    // Only jobs due after the window: nothing indexed, nobody woken.
+    let later = job_created(3, at_ms(1_000_000 + 3_600_000));
+    tickler::index::follow_created(&index, window, &wake, &[&later], now).await;
+    assert_eq!(index.members().await.unwrap().0.len(), 2);
+    assert!(wake.notified().now_or_never().is_none());
+}

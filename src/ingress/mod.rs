@@ -528,30 +528,21 @@ fn offsets_commit(consumer: &StreamConsumer, offsets: &TopicPartitionList) -> bo
 mod tests {
     use super::*;
 
-    fn taken(topic: &str, partition: i32, offset: i64) -> Taken {
-        Taken {
-            topic: topic.into(),
-            partition,
-            offset,
-            key: None,
-            value: None,
-            headers: Vec::new(),
-            timestamp_ms: None,
-        }
-    }
-
     #[test]
     fn a_request_at_or_before_the_jobs_last_position_of_its_partition_was_seen() {
-        let stored = taken("req.a", 2, 40).position();
+        let stored = Taken::at("req.a", 2, 40).position();
         assert_eq!(stored, "2/40/req.a");
-        assert!(taken("req.a", 2, 40).seen_at(&stored));
-        assert!(taken("req.a", 2, 39).seen_at(&stored));
-        assert!(!taken("req.a", 2, 41).seen_at(&stored), "a later request");
+        assert!(Taken::at("req.a", 2, 40).seen_at(&stored));
+        assert!(Taken::at("req.a", 2, 39).seen_at(&stored));
         assert!(
-            !taken("req.a", 3, 10).seen_at(&stored),
+            !Taken::at("req.a", 2, 41).seen_at(&stored),
+            "a later request"
+        );
+        assert!(
+            !Taken::at("req.a", 3, 10).seen_at(&stored),
             "another partition: no order"
         );
-        assert!(!taken("req.b", 2, 10).seen_at(&stored), "another topic");
-        assert!(!taken("req.a", 2, 10).seen_at("garbage"));
+        assert!(!Taken::at("req.b", 2, 10).seen_at(&stored), "another topic");
+        assert!(!Taken::at("req.a", 2, 10).seen_at("garbage"));
     }
 }

@@ -150,6 +150,23 @@ impl Taken {
     }
 }
 
+#[cfg(test)]
+impl Taken {
+    /// A record with no key, value or headers, read at `offset` of
+    /// `partition` of `topic`.
+    pub(super) fn at(topic: &str, partition: i32, offset: i64) -> Taken {
+        Taken {
+            topic: topic.into(),
+            partition,
+            offset,
+            key: None,
+            value: None,
+            headers: Vec::new(),
+            timestamp_ms: None,
+        }
+    }
+}
+
 /// The records of one pass, in the order they were read.
 #[derive(Debug, Default)]
 pub struct Batch {

@@ -275,18 +275,6 @@ mod tests {
     use super::*;
     use crate::ingress::RequestError;
 
-    fn taken(topic: &str, partition: i32, offset: i64) -> Taken {
-        Taken {
-            topic: topic.into(),
-            partition,
-            offset,
-            key: None,
-            value: None,
-            headers: Vec::new(),
-            timestamp_ms: None,
-        }
-    }
-
     #[test]
     fn a_reply_says_the_outcome_the_job_and_where_the_request_was_read() {
         let refused = Outcome::Refused(RequestError::NotFound {
@@ -294,7 +282,7 @@ mod tests {
             key: "k".to_owned(),
         });
         let mut out = Vec::new();
-        reply_body_write(&mut out, &taken("req.a", 1, 7), &refused);
+        reply_body_write(&mut out, &Taken::at("req.a", 1, 7), &refused);
         let body: serde_json::Value = serde_json::from_slice(&out).unwrap();
         assert_eq!(body["outcome"], "error");
         assert_eq!(body["error"]["code"], "not_found");
