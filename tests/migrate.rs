@@ -809,3 +809,25 @@ async fn migrate_installs_no_hand_edit_trigger_by_default_and_keeps_those_it_fin
         .await
         .unwrap();
 }
+
+/// A starting MariaDB deletes every `#sql*` file in its tmpdir. The test
+/// servers keep their own, or each start would delete the temporary tables
+/// the shared server is using for other tests at that moment (a migrate in
+/// CI once failed so: "Error on delete of '/tmp/#sql-temptable-…'").
+#[tokio::test]
+async fn a_test_server_starting_leaves_the_shared_tmpdir_alone() {
+    let probe = std::env::temp_dir().join(format!(
+        "#sql-tickler-probe-{}-{}.MAI",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .unwrap()
+            .as_nanos()
+    ));
+    std::fs::write(&probe, b"").unwrap();
+    let mariadb = PrivateMariadb::start().await;
+    let kept = probe.exists();
+    let _ = std::fs::remove_file(&probe);
+    drop(mariadb);
+    assert!(kept, "starting a test server deleted {}", probe.display());
+}

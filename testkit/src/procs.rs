@@ -490,6 +490,11 @@ impl PrivateMariadb {
         let port = free_port();
         let dir = scratch_dir();
         let data = dir.join("data");
+        // Its own temporary directory: a starting server (and the bootstrap)
+        // deletes every `#sql*` file in its tmpdir, which in /tmp would be the
+        // temporary tables other servers are using at that moment.
+        let tmp = dir.join("tmp");
+        std::fs::create_dir_all(&tmp).unwrap();
         // The bootstrap occasionally fails under a loaded machine; its log is
         // kept, and a fresh data directory tried again.
         let install_log = dir.join("install.log");
@@ -501,6 +506,7 @@ impl PrivateMariadb {
                 .args([
                     "--no-defaults",
                     &format!("--datadir={}", data.display()),
+                    &format!("--tmpdir={}", tmp.display()),
                     "--user=root",
                     "--auth-root-authentication-method=normal",
                     "--skip-test-db",
@@ -523,6 +529,7 @@ impl PrivateMariadb {
         let args: Vec<String> = vec![
             "--no-defaults".into(),
             format!("--datadir={}", data.display()),
+            format!("--tmpdir={}", tmp.display()),
             format!("--port={port}"),
             "--bind-address=127.0.0.1".into(),
             format!("--socket={}", dir.join("sock").display()),
