@@ -3,9 +3,13 @@
 //! stops taking requests, the dispatcher finishes the batch in hand, then
 //! the process exits.
 
+use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::Arc;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Arc, OnceLock};
 use std::time::Duration;
+
+use futures::FutureExt;
 
 use tokio::net::TcpListener;
 use tokio::sync::Notify;
@@ -56,6 +60,71 @@ pub enum StartError {
     StoreTls(String),
     #[error("kafka: {0}")]
     KafkaTls(#[from] kafka::ProbeError),
+    /// A role ended on its own while serving (see [`RoleFailure`]); the
+    /// instance stopped in order, and exits non-zero to be restarted.
+    #[error(
+        "the {0} role stopped on its own (its error is logged above); this instance stopped so that the others take over its shards and claims: restart it"
+    )]
+    RoleFailed(&'static str),
+}
+
+/// The first role of this process to end on its own: it panicked, or it
+/// returned before shutdown (its dependency is unusable for good). Only a
+/// bug or a broken setting does that, and a process without one of its
+/// roles would look alive while doing nothing: a dispatcher gone while the
+/// heartbeat goes on would hold its shards, and their jobs, forever. So
+/// the whole instance stops — in order, handing its shards back — and
+/// `tickler serve` exits non-zero for its supervisor to restart it.
+#[derive(Clone, Default)]
+struct RoleFailure {
+    role: Arc<OnceLock<&'static str>>,
+    happened: CancellationToken,
+}
+
+impl RoleFailure {
+    fn record(&self, role: &'static str) {
+        let _ = self.role.set(role);
+        self.happened.cancel();
+    }
+
+    fn role(&self) -> Option<&'static str> {
+        self.role.get().copied()
+    }
+}
+
+/// Runs `role` in `tracker` and watches how it ends: on its own (a panic,
+/// or a return before `cancel` fired), it is recorded in `failure` and
+/// every role told to stop.
+fn spawn_role<F>(
+    tracker: &TaskTracker,
+    cancel: &CancellationToken,
+    failure: &RoleFailure,
+    role: &'static str,
+    run: F,
+) where
+    F: Future<Output = ()> + Send + 'static,
+{
+    let cancel = cancel.clone();
+    let failure = failure.clone();
+    tracker.spawn(async move {
+        // The panic itself is printed by the panic hook where it happened.
+        let ended = AssertUnwindSafe(run).catch_unwind().await;
+        if ended.is_ok() && cancel.is_cancelled() {
+            return;
+        }
+        let how = if ended.is_err() {
+            "panicked"
+        } else {
+            "returned before shutdown"
+        };
+        tracing::error!(
+            role,
+            how,
+            "a role stopped on its own: stopping this instance so that the others take over its shards and claims; restart it"
+        );
+        failure.record(role);
+        cancel.cancel();
+    });
 }
 
 /// A started tickler. Dropping it does not stop it: call `shutdown`.
@@ -68,9 +137,22 @@ pub struct Running {
     stores: Vec<Store>,
     cancel: CancellationToken,
     tracker: TaskTracker,
+    failure: RoleFailure,
 }
 
 impl Running {
+    /// Resolves when a role has stopped on its own, with its name; every
+    /// role has been told to stop by then.
+    pub async fn role_failed(&self) -> &'static str {
+        self.failure.happened.cancelled().await;
+        self.failure.role().unwrap_or("unknown")
+    }
+
+    /// The role that stopped on its own, if one did.
+    pub fn failed_role(&self) -> Option<&'static str> {
+        self.failure.role()
+    }
+
     /// Stops every role and waits for in-flight work to finish.
     pub async fn shutdown(self) {
         self.cancel.cancel();
@@ -102,10 +184,20 @@ async fn listen(addr: &str) -> Result<(TcpListener, SocketAddr), StartError> {
 /// or Ctrl-C, then stops them in order.
 pub async fn serve(config: Config) -> Result<(), StartError> {
     let running = start(config, CancellationToken::new()).await?;
-    shutdown_signal().await;
-    tracing::info!("shutting down: finishing in-flight batches");
+    tokio::select! {
+        _ = shutdown_signal() => {
+            tracing::info!("shutting down: finishing in-flight batches");
+        }
+        role = running.role_failed() => {
+            tracing::error!(role, "shutting down after a role stopped on its own");
+        }
+    }
+    let failed = running.failed_role();
     running.shutdown().await;
-    Ok(())
+    match failed {
+        Some(role) => Err(StartError::RoleFailed(role)),
+        None => Ok(()),
+    }
 }
 
 /// Resolves on SIGTERM or Ctrl-C.
@@ -170,9 +262,18 @@ struct Shared {
     controls: TopicControls,
     tracker: TaskTracker,
     cancel: CancellationToken,
+    failure: RoleFailure,
 }
 
 impl Shared {
+    /// Spawns a role, watched: see [`RoleFailure`].
+    fn spawn_role<F>(&self, role: &'static str, run: F)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        spawn_role(&self.tracker, &self.cancel, &self.failure, role, run);
+    }
+
     /// The resolver, writing through `store` (and so as its actor).
     fn resolver(&self, store: &Store) -> Resolver {
         Resolver::new(
@@ -225,6 +326,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
         dead_letters: Arc::new(Notify::new()),
         tracker: TaskTracker::new(),
         cancel,
+        failure: RoleFailure::default(),
     };
     start_roles(&shared, &pools)?;
     let http_addr = if shared.config.has_role("api") {
@@ -246,6 +348,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
         ],
         cancel: shared.cancel,
         tracker: shared.tracker,
+        failure: shared.failure,
     })
 }
 
@@ -259,13 +362,12 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
         config,
         index,
         wake,
-        tracker,
         cancel,
         ..
     } = shared;
     let ingress = config.has_role("ingress") && !config.ingress.topics.is_empty();
     if config.has_role("api") || config.has_role("dispatcher") || ingress {
-        tracker.spawn(shared.topics.clone().run(cancel.child_token()));
+        shared.spawn_role("topics", shared.topics.clone().run(cancel.child_token()));
     }
     // Paused and paced topics, read every second; the reconciler's role
     // puts a resumed topic's jobs back in the index.
@@ -277,7 +379,7 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
         ControlsRefresherConfig::from_config(config),
         reindex,
     );
-    tracker.spawn(refresher.run(cancel.child_token()));
+    shared.spawn_role("topic controls", refresher.run(cancel.child_token()));
 
     // Every instance registers; a dispatcher also shares the shards.
     let membership = Membership::new(
@@ -300,13 +402,17 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
         )?;
         let stop = cancel.child_token();
         let done = dispatcher_done.clone();
-        tracker.spawn(async move {
+        shared.spawn_role("dispatcher", async move {
+            // Also when the dispatcher panics: membership then leaves.
+            let _done = done.drop_guard();
             dispatcher.run(stop).await;
-            done.cancel();
         });
     }
     let ownership = membership.subscribe();
-    tracker.spawn(membership.run(cancel.child_token(), dispatcher_done));
+    shared.spawn_role(
+        "membership",
+        membership.run(cancel.child_token(), dispatcher_done),
+    );
     if config.has_role("loader") {
         let loader = Loader::new(
             pools.reconciler.clone(),
@@ -314,14 +420,14 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
             LoaderConfig::from_config(config),
             wake.clone(),
         );
-        tracker.spawn(loader.run(cancel.child_token()));
+        shared.spawn_role("loader", loader.run(cancel.child_token()));
         let materializer = Materializer::new(
             pools.scheduler.clone(),
             index.clone(),
             MaterializerConfig::from_config(config),
             wake.clone(),
         );
-        tracker.spawn(materializer.run(cancel.child_token()));
+        shared.spawn_role("materializer", materializer.run(cancel.child_token()));
     }
     if config.has_role("reconciler") {
         let reporter = Reporter::new(
@@ -330,7 +436,7 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
             ReporterConfig::from_config(config.clone()),
             ownership,
         );
-        tracker.spawn(reporter.run(cancel.child_token()));
+        shared.spawn_role("reporter", reporter.run(cancel.child_token()));
         let reconciler = Reconciler::new(
             pools.reconciler.clone(),
             index.clone(),
@@ -338,20 +444,20 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
             wake.clone(),
             shared.resolver(&pools.reconciler),
         );
-        tracker.spawn(reconciler.run(cancel.child_token()));
+        shared.spawn_role("reconciler", reconciler.run(cancel.child_token()));
     }
     if config.has_role("results") {
         let consumer = ResultsConsumer::new(
             shared.resolver(&pools.results),
             ResultsConsumerConfig::from_config(config),
         );
-        tracker.spawn(consumer.run(cancel.child_token()));
+        shared.spawn_role("results", consumer.run(cancel.child_token()));
         let producer = DeadLetterProducer::new(
             pools.results.clone(),
             DeadLetterConfig::from_config(config.clone()),
             shared.dead_letters.clone(),
         );
-        tracker.spawn(producer.run(cancel.child_token()));
+        shared.spawn_role("dead letters", producer.run(cancel.child_token()));
     }
     if ingress {
         let ingress = Ingress::new(
@@ -363,7 +469,7 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
             IngressConfig::from_config(config),
         )
         .map_err(StartError::Ingress)?;
-        tracker.spawn(ingress.run(cancel.child_token()));
+        shared.spawn_role("ingress", ingress.run(cancel.child_token()));
     }
     Ok(())
 }
@@ -393,7 +499,7 @@ async fn start_api(shared: &Shared, store: &Store) -> Result<SocketAddr, StartEr
     let tokens = TokenCache::new(store.clone(), TokenCacheConfig::from_config(config));
     let anonymous = match config.auth {
         AuthMode::Tokens => {
-            tracker.spawn(tokens.clone().run(cancel.child_token()));
+            shared.spawn_role("token cache", tokens.clone().run(cancel.child_token()));
             None
         }
         AuthMode::None => {
@@ -414,7 +520,7 @@ async fn start_api(shared: &Shared, store: &Store) -> Result<SocketAddr, StartEr
         tracker.clone(),
         cancel.child_token(),
     );
-    tracker.spawn(bulk.clone().run());
+    shared.spawn_role("bulk", bulk.clone().run());
     let router = api::router(ApiState {
         store: store.clone(),
         index: index.clone(),
@@ -431,7 +537,7 @@ async fn start_api(shared: &Shared, store: &Store) -> Result<SocketAddr, StartEr
     });
     let stop = cancel.child_token();
     let scheme = if tls.is_some() { "https" } else { "http" };
-    tracker.spawn(async move {
+    shared.spawn_role("api", async move {
         tracing::info!(%addr, scheme, "api listening");
         api::serve(listener, router, limits, tls, stop).await;
         tracing::info!("api stopped");
@@ -440,10 +546,65 @@ async fn start_api(shared: &Shared, store: &Store) -> Result<SocketAddr, StartEr
         let (listener, metrics_at) = listen(metrics_addr).await?;
         let router = api::metrics_router(metrics_handle);
         let stop = cancel.child_token();
-        tracker.spawn(async move {
+        shared.spawn_role("metrics", async move {
             tracing::info!(addr = %metrics_at, "metrics listening (no token needed)");
             api::serve(listener, router, limits, None, stop).await;
         });
     }
     Ok(addr)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// Runs `role` watched, waits for every role to end, and says which
+    /// role failed and whether the others were told to stop.
+    async fn watched<F>(role: F, cancel_first: bool) -> (Option<&'static str>, bool)
+    where
+        F: Future<Output = ()> + Send + 'static,
+    {
+        let tracker = TaskTracker::new();
+        let cancel = CancellationToken::new();
+        let failure = RoleFailure::default();
+        // A role that runs until told to stop, like most.
+        let stop = cancel.clone();
+        spawn_role(&tracker, &cancel, &failure, "steady", async move {
+            stop.cancelled().await
+        });
+        if cancel_first {
+            cancel.cancel();
+        }
+        spawn_role(&tracker, &cancel, &failure, "tested", role);
+        tracker.close();
+        let ended = tokio::time::timeout(Duration::from_secs(10), tracker.wait()).await;
+        assert!(ended.is_ok(), "every role ended");
+        (failure.role(), cancel.is_cancelled())
+    }
+
+    #[tokio::test]
+    async fn a_role_that_panics_stops_every_role_and_is_named() {
+        let (failed, stopped) = watched(async { panic!("a bug") }, false).await;
+        assert_eq!(failed, Some("tested"));
+        assert!(stopped);
+    }
+
+    #[tokio::test]
+    async fn a_role_that_returns_before_shutdown_stops_every_role_and_is_named() {
+        let (failed, stopped) = watched(async {}, false).await;
+        assert_eq!(failed, Some("tested"));
+        assert!(stopped);
+    }
+
+    #[tokio::test]
+    async fn a_role_that_returns_at_shutdown_is_no_failure() {
+        let (failed, _) = watched(async {}, true).await;
+        assert_eq!(failed, None);
+    }
+
+    #[tokio::test]
+    async fn a_role_that_panics_during_shutdown_is_still_named() {
+        let (failed, _) = watched(async { panic!("a bug while stopping") }, true).await;
+        assert_eq!(failed, Some("tested"));
+    }
 }

@@ -47,6 +47,19 @@
 //! - [`cli`]        — the commands: `tickler jobs`, `topics`, `schedules`
 //!   (over the API), `doctor`, `token`, `instances`, `shards`
 
+/// A named fail point for the fault tests: with the `failpoints` feature,
+/// the `FAILPOINTS` environment variable can make it panic (tikv's `fail`
+/// crate, e.g. `FAILPOINTS='dispatcher-claimed=panic'`); without it,
+/// nothing at all. Names in use: `dispatcher-claimed` (a batch claimed,
+/// before it is handed on to be sent), `dispatcher-settle` (records sent,
+/// before their outcome is recorded).
+macro_rules! fail_point {
+    ($name:literal) => {
+        #[cfg(feature = "failpoints")]
+        fail::fail_point!($name);
+    };
+}
+
 pub mod api;
 pub mod app;
 pub mod auth;

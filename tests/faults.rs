@@ -677,6 +677,73 @@ async fn an_instance_paused_past_its_ttl_wins_nothing_when_it_wakes() {
     world.finish().await;
 }
 
+/// A dispatcher that panics stops its whole instance, in order
+/// (`app::RoleFailure`): the instance leaves at once, so the others take
+/// its shards and put its claims in doubt, and `tickler serve` exits
+/// non-zero for its supervisor to restart it — not a live-looking process
+/// holding its shards while it dispatches nothing. Twice, by fail point:
+/// in the dispatcher's own loop with a batch claimed and not yet handed on
+/// to be sent, and in one of its tasks with records sent whose outcome is
+/// not yet recorded. Both times nothing is lost, early or doubled, and no
+/// claim waits for its 30 s lease.
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dispatcher_that_panics_stops_its_instance_and_the_other_delivers_its_jobs() {
+    let mut world = World::start_many(Services::shared(), 2, &instance_env()).await;
+    let mut expected = Vec::new();
+    for failpoint in ["dispatcher-claimed", "dispatcher-settle"] {
+        let victim = world.instance_mut(1);
+        let said_before = victim.log_count("the dispatcher role stopped on its own");
+        victim.stop();
+        victim.env_set("FAILPOINTS", &format!("{failpoint}=panic"));
+        victim.start();
+        world.healthy_instance(1).await;
+        shards_spread(&world, 2).await;
+        let t0 = Utc::now() + secs(2.0);
+        expected.extend(
+            world
+                .jobs_schedule(jobs(400), t0, Duration::from_secs(4))
+                .await,
+        );
+        let mut exited = None;
+        for _ in 0..600 {
+            exited = world.instance_mut(1).exit_status();
+            if exited.is_some() {
+                break;
+            }
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let log = world.instance(1).log_tail();
+        let exited =
+            exited.unwrap_or_else(|| panic!("{failpoint}: the instance stopped; log:\n{log}"));
+        assert!(!exited.success(), "{failpoint}: exits non-zero ({exited})");
+        assert!(
+            world
+                .instance(1)
+                .log_count("the dispatcher role stopped on its own")
+                > said_before,
+            "{failpoint}: says why; log:\n{log}"
+        );
+        // It left: its shards were handed over, not waited out.
+        shards_spread(&world, 1).await;
+        verdict(
+            &world,
+            failpoint,
+            &expected,
+            &HashSet::new(),
+            Duration::from_secs(60),
+        )
+        .await;
+        let by_lease: i64 =
+            sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE last_error LIKE 'claim expired%'")
+                .fetch_one(&world.sql)
+                .await
+                .unwrap();
+        assert_eq!(by_lease, 0, "{failpoint}: no claim waited for its lease");
+    }
+    world.finish().await;
+}
+
 /// What the chaos workload did to the jobs it created.
 #[derive(Default)]
 struct Ledger {

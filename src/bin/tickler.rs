@@ -94,6 +94,10 @@ enum Command {
 
 #[tokio::main]
 async fn main() -> anyhow::Result<ExitCode> {
+    // Fail points for the fault tests (FAILPOINTS), in builds with the
+    // `failpoints` feature only.
+    #[cfg(feature = "failpoints")]
+    let _failpoints = fail::FailScenario::setup();
     tracing_subscriber::fmt()
         .with_env_filter(
             tracing_subscriber::EnvFilter::try_from_env("TICKLER_LOG")
@@ -135,9 +139,7 @@ async fn main() -> anyhow::Result<ExitCode> {
         Command::Migrate { to } => admin::migrate(&config, to)
             .await
             .context("migrating the database")?,
-        Command::Serve => tickler::app::serve(config)
-            .await
-            .context("starting tickler")?,
+        Command::Serve => tickler::app::serve(config).await.context("tickler serve")?,
         Command::Bench(args) => tickler::bench::run(&config, args.options()).await?,
         Command::Token { command } => admin::token(&config, command).await?,
         Command::Instances => admin::instances(&config).await?,

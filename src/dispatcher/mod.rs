@@ -64,7 +64,7 @@ mod settle;
 use release::{Claimed, DbClock, Releaser};
 use settle::Settler;
 use tokio_util::sync::CancellationToken;
-use tokio_util::task::TaskTracker;
+use tokio_util::task::{AbortOnDropHandle, TaskTracker};
 
 use crate::config::Config;
 use crate::index::{Claim, Index};
@@ -325,6 +325,20 @@ impl Acks {
     }
 }
 
+/// Spawns one of the dispatcher's tasks; `ended` fires when it ends, by
+/// returning or by a panic. Dropped unfinished (the dispatcher panicked),
+/// the task is aborted: its claims are recovered as after a crash.
+fn spawn_watched<F>(ended: &CancellationToken, task: F) -> AbortOnDropHandle<()>
+where
+    F: std::future::Future<Output = ()> + Send + 'static,
+{
+    let ended = ended.clone().drop_guard();
+    AbortOnDropHandle::new(tokio::spawn(async move {
+        let _ended = ended;
+        task.await
+    }))
+}
+
 fn producer_create(config: &DispatcherConfig) -> Result<FutureProducer, KafkaError> {
     kafka::producer_create(
         &config.brokers,
@@ -450,16 +464,24 @@ impl Dispatcher {
         let (to_releaser, claimed) = tokio::sync::mpsc::channel::<Claimed>(4);
         let (to_acker, released) = tokio::sync::mpsc::unbounded_channel();
         let (to_settler, settles) = tokio::sync::mpsc::channel(64);
+        // Each task ends only once the drain closes its input: one that
+        // ends before (a panic) ends the dispatcher as well.
+        let broken = CancellationToken::new();
         let holding = {
             let releaser = releaser.clone();
-            tokio::spawn(async move { releaser.hold(claimed, to_acker).await })
+            spawn_watched(
+                &broken,
+                async move { releaser.hold(claimed, to_acker).await },
+            )
         };
         let acknowledging = {
             let releaser = releaser.clone();
-            tokio::spawn(async move { releaser.acknowledge_all(released, to_settler).await })
+            spawn_watched(&broken, async move {
+                releaser.acknowledge_all(released, to_settler).await
+            })
         };
-        let settling = tokio::spawn(async move { settler.settle_all(settles).await });
-        while !cancel.is_cancelled() {
+        let settling = spawn_watched(&broken, async move { settler.settle_all(settles).await });
+        while !cancel.is_cancelled() && !broken.is_cancelled() {
             // Bounded: claim no more while the pipeline is full.
             let owned = self.ownership.borrow().shards.len().max(1);
             let max = (self.config.batch as usize)
@@ -467,11 +489,13 @@ impl Dispatcher {
                 .saturating_mul(2);
             tokio::select! {
                 _ = cancel.cancelled() => break,
+                _ = broken.cancelled() => break,
                 _ = self.pipeline.room(max) => {}
             }
             let started = Instant::now();
             let (report, claimed) = self.pass().await;
             if let Some(claimed) = claimed {
+                fail_point!("dispatcher-claimed");
                 if let Err(unsent) = to_releaser.send(claimed).await {
                     let settle = releaser.release_now(unsent.0).await;
                     self.settler().settle(vec![settle]).await;
@@ -493,9 +517,28 @@ impl Dispatcher {
             }
             tokio::select! {
                 _ = cancel.cancelled() => break,
+                _ = broken.cancelled() => break,
                 _ = self.wake.notified() => {}
                 _ = tokio::time::sleep(pause) => {}
             }
+        }
+        if broken.is_cancelled() && !cancel.is_cancelled() {
+            // No drain: what the tasks hold is recovered as after a crash,
+            // put in doubt once this instance has left (the role's end
+            // stops it). The panic goes on to the role's watcher.
+            let tasks = [holding, acknowledging, settling];
+            for task in &tasks {
+                task.abort();
+            }
+            for task in tasks {
+                if let Err(err) = task.await {
+                    if err.is_panic() {
+                        std::panic::resume_unwind(err.into_panic());
+                    }
+                }
+            }
+            tracing::error!("a dispatcher task ended on its own");
+            return;
         }
         // Drain: every job claimed is sent, and every record produced is
         // recorded, before the process exits.

@@ -75,6 +75,7 @@ impl Settler {
                     Err(_) => break,
                 }
             }
+            fail_point!("dispatcher-settle");
             self.settle(group).await;
         }
     }

@@ -356,7 +356,17 @@ impl Ingress {
         let started = Instant::now();
         let mut answering = self.answering.lock().await;
         if let Some(before) = answering.take() {
-            report.answered = before.await.ok();
+            match before.await {
+                Ok(answered) => report.answered = Some(answered),
+                Err(err) => {
+                    // A bug. Committing this pass's offsets would skip the
+                    // replies of that one's: stop here (the role's end stops
+                    // the instance), and both passes are read again.
+                    tracing::error!(error = %err, "an ingress pass's answering failed; its requests will be read again");
+                    self.stopped.store(true, Ordering::Release);
+                    return None;
+                }
+            }
         }
         let records = batch.records.len();
         let offsets = offsets_of(&batch);

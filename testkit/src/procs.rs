@@ -140,6 +140,20 @@ impl Proc {
         self.child = Some(child);
     }
 
+    /// Sets an environment variable for the next `start`.
+    pub fn env_set(&mut self, key: &str, value: &str) {
+        self.envs.retain(|(k, _)| k != key);
+        self.envs.push((key.to_owned(), value.to_owned()));
+    }
+
+    /// How it exited, once it has (reaped then, so that `start` may run it
+    /// again); None while it runs or when it was not started. Never blocks.
+    pub fn exit_status(&mut self) -> Option<std::process::ExitStatus> {
+        let status = self.child.as_mut()?.try_wait().ok()??;
+        self.child = None;
+        Some(status)
+    }
+
     /// Whether it was started and not killed or stopped since.
     pub fn is_running(&self) -> bool {
         self.child.is_some()
