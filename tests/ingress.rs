@@ -75,12 +75,22 @@ impl Setup {
     /// acknowledgement, so that each is a batch of its own (tansu cannot
     /// resume a consumer group inside a multi-record batch).
     async fn send(&self, request: Req<'_>) {
+        self.send_with_raw_header(request, None).await
+    }
+
+    /// `send`, with one more header whose name is bytes as given: what a
+    /// client that takes names as bytes (librdkafka's C API, Go's sarama)
+    /// may write; rdkafka's Rust API takes only `&str`.
+    async fn send_with_raw_header(&self, request: Req<'_>, raw: Option<(&[u8], &[u8])>) {
         let mut headers = OwnedHeaders::new();
         for (name, value) in &request.headers {
             headers = headers.insert(Header {
                 key: name,
                 value: Some(value.as_str()),
             });
+        }
+        if let Some((name, value)) = raw {
+            headers = tickler_testkit::header_raw_add(headers, name, value);
         }
         let mut record = FutureRecord::<str, [u8]>::to(&self.requests)
             .partition(0)
@@ -369,10 +379,23 @@ async fn bad_records_are_answered_with_their_error_and_never_stall_the_partition
             "unknown_topic",
         ),
     ];
-    let codes: Vec<&str> = bad.iter().map(|(_, code)| *code).collect();
+    let mut codes: Vec<&str> = bad.iter().map(|(_, code)| *code).collect();
     for (request, _) in bad {
         s.send(request).await;
     }
+    // A header name that is not UTF-8: rdkafka's own header reading
+    // panics on it (0.39), which stopped the ingress on every instance
+    // that read it.
+    s.send_with_raw_header(
+        Req {
+            key: Some("k6"),
+            value: Some(b"x"),
+            headers: headers_of(&topic, soon()),
+        },
+        Some((b"h\xff\xfe", b"v")),
+    )
+    .await;
+    codes.push("invalid_headers");
     s.send(Req {
         key: Some("good"),
         value: Some(b"fine"),

@@ -6,11 +6,12 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::message::{BorrowedMessage, Message};
 
 use super::request::{Limits, RequestError, RequestRecord};
 use crate::config::{Config, TopicCheck};
 use crate::job::{Job, Status};
+use crate::kafka;
 
 /// How long a pass waits for more records already on their way.
 pub const INGRESS_LINGER: Duration = Duration::from_millis(5);
@@ -74,7 +75,9 @@ pub struct Taken {
     pub offset: i64,
     pub key: Option<Vec<u8>>,
     pub value: Option<Vec<u8>>,
-    pub headers: Vec<(String, Option<Vec<u8>>)>,
+    /// Names as bytes: one that is not UTF-8 is the request's error, not
+    /// a reason to stop reading.
+    pub headers: Vec<(Vec<u8>, Option<Vec<u8>>)>,
     pub timestamp_ms: Option<i64>,
 }
 
@@ -82,15 +85,9 @@ impl Taken {
     /// `topic`: the topic of the record taken before, reused when this
     /// one's is the same.
     pub(super) fn of(message: &BorrowedMessage<'_>, topic: Option<&Arc<str>>) -> Taken {
-        let headers = message
-            .headers()
-            .map(|headers| {
-                headers
-                    .iter()
-                    .map(|h| (h.key.to_owned(), h.value.map(<[u8]>::to_vec)))
-                    .collect()
-            })
-            .unwrap_or_default();
+        let headers = kafka::headers_of(message)
+            .map(|(name, value)| (name.to_vec(), value.map(<[u8]>::to_vec)))
+            .collect();
         Taken {
             topic: match topic {
                 Some(topic) if **topic == *message.topic() => topic.clone(),
@@ -112,7 +109,7 @@ impl Taken {
             headers: self
                 .headers
                 .iter()
-                .map(|(name, value)| (name.as_str(), value.as_deref()))
+                .map(|(name, value)| (name.as_slice(), value.as_deref()))
                 .collect(),
             timestamp_ms: self.timestamp_ms,
         }
@@ -145,7 +142,7 @@ impl Taken {
     pub(super) fn header(&self, name: &str) -> Option<&[u8]> {
         self.headers
             .iter()
-            .find(|(n, _)| n == name)
+            .find(|(n, _)| n == name.as_bytes())
             .and_then(|(_, v)| v.as_deref())
     }
 }

@@ -54,7 +54,8 @@ pub struct RequestRecord<'a> {
     /// None: a tombstone.
     pub value: Option<&'a [u8]>,
     /// In the record's order; a header may have no value.
-    pub headers: Vec<(&'a str, Option<&'a [u8]>)>,
+    /// Names as read: bytes, which a request must give as UTF-8.
+    pub headers: Vec<(&'a [u8], Option<&'a [u8]>)>,
     /// The record's timestamp (create or log-append time), milliseconds
     /// since the epoch, when it has one.
     pub timestamp_ms: Option<i64>,
@@ -156,6 +157,12 @@ pub fn request_parse(
     let mut passed: BTreeMap<String, String> = BTreeMap::new();
     let mut trace_parent = None;
     for (name, value) in &record.headers {
+        let name = std::str::from_utf8(name).map_err(|_| {
+            RequestError::Headers(format!(
+                "a header's name is not UTF-8 text: {:?}",
+                String::from_utf8_lossy(name)
+            ))
+        })?;
         let text = match value {
             Some(bytes) => std::str::from_utf8(bytes)
                 .map_err(|_| RequestError::Headers(format!("header {name:?} is not UTF-8 text")))?,
@@ -372,7 +379,7 @@ mod tests {
             value,
             headers: headers
                 .iter()
-                .map(|(n, v)| (*n, Some(v.as_bytes())))
+                .map(|(n, v)| (n.as_bytes(), Some(v.as_bytes())))
                 .collect(),
             timestamp_ms: Some(now().timestamp_millis()),
         }
@@ -586,13 +593,27 @@ mod tests {
         assert_eq!(parse(&binary_key).unwrap_err().code(), "invalid_key");
         let binary_header = RequestRecord {
             headers: vec![
-                ("tickler-target-topic", Some(b"t".as_slice())),
-                ("tickler-delay-ms", Some(b"1".as_slice())),
-                ("h", Some([0xff].as_slice())),
+                (b"tickler-target-topic".as_slice(), Some(b"t".as_slice())),
+                (b"tickler-delay-ms", Some(b"1".as_slice())),
+                (b"h", Some([0xff].as_slice())),
             ],
             ..record(Some(b"x"), &[])
         };
         assert_eq!(parse(&binary_header).unwrap_err().code(), "invalid_headers");
+        let binary_name = RequestRecord {
+            headers: vec![
+                (b"tickler-target-topic".as_slice(), Some(b"t".as_slice())),
+                (b"tickler-delay-ms", Some(b"1".as_slice())),
+                (b"h\xff", Some(b"v".as_slice())),
+            ],
+            ..record(Some(b"x"), &[])
+        };
+        let refused = parse(&binary_name).unwrap_err();
+        assert_eq!(refused.code(), "invalid_headers");
+        assert!(
+            refused.to_string().contains("name is not UTF-8"),
+            "{refused}"
+        );
     }
 
     #[test]

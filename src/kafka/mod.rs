@@ -11,6 +11,7 @@ use std::time::Duration;
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::KafkaError;
+use rdkafka::message::BorrowedMessage;
 use rdkafka::producer::{FutureProducer, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
@@ -499,7 +500,7 @@ pub async fn record_at(
     wait: Duration,
 ) -> Result<RecordAt, KafkaError> {
     use rdkafka::consumer::{BaseConsumer, Consumer};
-    use rdkafka::message::{Headers, Message};
+    use rdkafka::message::Message;
     use rdkafka::{Offset, TopicPartitionList};
 
     let consumer: BaseConsumer = reader_config(brokers, options, "tickler-doctor")
@@ -529,13 +530,8 @@ pub async fn record_at(
         while std::time::Instant::now() < deadline {
             match consumer.poll(Duration::from_millis(100)) {
                 Some(Ok(message)) if message.offset() == offset => {
-                    let job_id = message.headers().and_then(|headers| {
-                        headers
-                            .iter()
-                            .find(|h| h.key == crate::job::HEADER_JOB_ID)
-                            .and_then(|h| h.value)
-                            .map(|v| String::from_utf8_lossy(v).into_owned())
-                    });
+                    let job_id = header_value(&message, crate::job::HEADER_JOB_ID)
+                        .map(|v| String::from_utf8_lossy(v).into_owned());
                     return Ok(RecordAt::Found(job_id));
                 }
                 Some(Ok(message)) if message.offset() > offset => {
@@ -550,4 +546,53 @@ pub async fn record_at(
     })
     .await
     .map_err(|_| KafkaError::Canceled)?
+}
+
+/// The headers of a record, name and value as bytes, in order. rdkafka's
+/// own `Headers::iter` panics on a name that is not UTF-8 (0.39 unwraps
+/// it), and Kafka takes any bytes: a producer using another client may
+/// write such a name onto a request topic or a job's topic, and reading it
+/// must not stop a role.
+pub fn headers_of<'a>(
+    message: &'a BorrowedMessage<'_>,
+) -> impl Iterator<Item = (&'a [u8], Option<&'a [u8]>)> + 'a {
+    use rdkafka::bindings as rd;
+    let mut headers: *mut rd::rd_kafka_headers_t = std::ptr::null_mut();
+    // SAFETY: `message.ptr()` is the live message `message` borrows; the
+    // headers it returns belong to the message and live as long as it.
+    let found = unsafe { rd::rd_kafka_message_headers(message.ptr(), &mut headers) };
+    let count =
+        if found == rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR && !headers.is_null() {
+            // SAFETY: `headers` is the message's, checked non-null above.
+            unsafe { rd::rd_kafka_header_cnt(headers) }
+        } else {
+            0
+        };
+    (0..count).filter_map(move |idx| {
+        let mut name = std::ptr::null();
+        let mut value = std::ptr::null();
+        let mut size = 0;
+        // SAFETY: `idx` is below the count; librdkafka points `name` at a
+        // NUL-terminated copy and `value` at `size` bytes (or null), both
+        // owned by the headers, which `message` (borrowed for 'a) owns.
+        unsafe {
+            let got = rd::rd_kafka_header_get_all(headers, idx, &mut name, &mut value, &mut size);
+            if got != rd::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR || name.is_null() {
+                return None;
+            }
+            let name = std::ffi::CStr::from_ptr(name).to_bytes();
+            let value =
+                (!value.is_null()).then(|| std::slice::from_raw_parts(value.cast::<u8>(), size));
+            Some((name, value))
+        }
+    })
+}
+
+/// The value of header `name` of a record (the first, if it repeats);
+/// None when absent or null. Never panics, whatever the other headers'
+/// names are ([`headers_of`]).
+pub fn header_value<'a>(message: &'a BorrowedMessage<'_>, name: &str) -> Option<&'a [u8]> {
+    headers_of(message)
+        .find(|(n, _)| *n == name.as_bytes())
+        .and_then(|(_, value)| value)
 }

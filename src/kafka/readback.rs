@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, TimeZone, Utc};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::Message;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
@@ -208,13 +208,7 @@ fn topic_read(
 }
 
 fn header<'a>(message: &'a rdkafka::message::BorrowedMessage<'_>, name: &str) -> Option<&'a str> {
-    message.headers().and_then(|headers| {
-        headers
-            .iter()
-            .find(|h| h.key == name)
-            .and_then(|h| h.value)
-            .and_then(|v| std::str::from_utf8(v).ok())
-    })
+    super::header_value(message, name).and_then(|v| std::str::from_utf8(v).ok())
 }
 
 /// The (job id, attempt) a record of tickler's carries.

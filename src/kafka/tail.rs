@@ -7,7 +7,7 @@ use std::time::Duration;
 use rdkafka::config::FromClientConfig;
 use rdkafka::consumer::{BaseConsumer, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::{Headers, Message};
+use rdkafka::message::BorrowedMessage;
 use rdkafka::{Offset, TopicPartitionList};
 
 use super::client_config;
@@ -62,11 +62,6 @@ fn assigned<C: Consumer + FromClientConfig>(
 
 /// The value of header `name` of a record, as text (the first, if it
 /// repeats); None when absent.
-pub fn header<M: Message>(message: &M, name: &str) -> Option<String> {
-    message
-        .headers()?
-        .iter()
-        .find(|h| h.key == name)
-        .and_then(|h| h.value)
-        .map(|v| String::from_utf8_lossy(v).into_owned())
+pub fn header(message: &BorrowedMessage<'_>, name: &str) -> Option<String> {
+    super::header_value(message, name).map(|v| String::from_utf8_lossy(v).into_owned())
 }

@@ -15,7 +15,7 @@ use std::time::Duration;
 
 use rand::Rng;
 use rdkafka::consumer::StreamConsumer;
-use rdkafka::message::{BorrowedMessage, Headers, Message};
+use rdkafka::message::{BorrowedMessage, Message, OwnedHeaders};
 use rdkafka::Offset;
 use serde_json::Value;
 use sqlx::mysql::MySqlPool;
@@ -456,19 +456,14 @@ impl Record {
     }
 
     fn from_message(message: &BorrowedMessage<'_>) -> Record {
-        let headers = message
-            .headers()
-            .map(|hs| {
-                hs.iter()
-                    .map(|h| {
-                        (
-                            h.key.to_owned(),
-                            String::from_utf8_lossy(h.value.unwrap_or_default()).into_owned(),
-                        )
-                    })
-                    .collect()
+        let headers = tickler::kafka::headers_of(message)
+            .map(|(name, value)| {
+                (
+                    String::from_utf8_lossy(name).into_owned(),
+                    String::from_utf8_lossy(value.unwrap_or_default()).into_owned(),
+                )
             })
-            .unwrap_or_default();
+            .collect();
         Record {
             partition: message.partition(),
             offset: message.offset(),
@@ -479,6 +474,31 @@ impl Record {
             headers,
         }
     }
+}
+
+/// `headers` with one more header whose name is the bytes given, UTF-8 or
+/// not: what a client that takes names as bytes (librdkafka's C API, Go's
+/// sarama) may write. rdkafka's Rust API takes only `&str` names.
+pub fn header_raw_add(headers: OwnedHeaders, name: &[u8], value: &[u8]) -> OwnedHeaders {
+    // rdkafka's BorrowedHeaders is the native headers' address.
+    let native = headers.as_borrowed() as *const rdkafka::message::BorrowedHeaders
+        as *mut rdkafka::bindings::rd_kafka_headers_t;
+    // SAFETY: `native` is `headers`' own list, alive and not shared here;
+    // librdkafka copies the name and the value.
+    let added = unsafe {
+        rdkafka::bindings::rd_kafka_header_add(
+            native,
+            name.as_ptr().cast(),
+            name.len() as isize,
+            value.as_ptr().cast(),
+            value.len() as isize,
+        )
+    };
+    assert_eq!(
+        added,
+        rdkafka::bindings::rd_kafka_resp_err_t::RD_KAFKA_RESP_ERR_NO_ERROR
+    );
+    headers
 }
 
 /// Reads records until `n` have arrived or `wait` has passed.
