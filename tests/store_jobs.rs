@@ -255,7 +255,8 @@ async fn insert_many_answers_one_row_per_item_in_order_and_takes_a_key_once() {
         .unwrap()
         .0;
     let now = db.store.db_now().await.unwrap();
-    let expires = now + Span::minutes(10);
+    // Below the millisecond: stored, and answered, to the millisecond.
+    let expires = now + Span::minutes(10) + Span::microseconds(123);
     let keyed = |key: Option<&str>| NewJob {
         key: key.map(str::to_owned),
         payload: b"\"batch\"".to_vec(),
@@ -266,10 +267,29 @@ async fn insert_many_answers_one_row_per_item_in_order_and_takes_a_key_once() {
         keyed(None),
         keyed(Some("a")),
         keyed(Some("old")),
+        // Every field a request sets, so that the jobs answered (built from
+        // the items and what the database decided) are compared with what
+        // it stored, field by field.
         NewJob {
             schedule: Schedule::After { delay_ms: 120_000 },
             schedule_id: Some(77),
             expires_at: Some(expires),
+            payload: vec![0, 159, 146, 150],
+            payload_kind: PayloadKind::Bytes,
+            headers: BTreeMap::from([
+                ("source".to_owned(), "batch \u{1} \"é\"".to_owned()),
+                ("x-empty".to_owned(), String::new()),
+            ]),
+            policy: Policy {
+                expects_result: true,
+                max_attempts: 3,
+                backoff_base_ms: 200,
+                backoff_cap_ms: 9_000,
+                ack_timeout_ms: 5_000,
+            },
+            trace_parent: Some(
+                "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01".to_owned(),
+            ),
             ..keyed(Some("b"))
         },
     ];
@@ -288,7 +308,10 @@ async fn insert_many_answers_one_row_per_item_in_order_and_takes_a_key_once() {
     assert_eq!(none.key, None);
     assert_eq!(b.key.as_deref(), Some("b"));
     assert!(a.id < none.id && none.id < b.id, "ids in item order");
-    assert_eq!((b.schedule_id, b.expires_at), (Some(77), Some(expires)));
+    assert_eq!(
+        (b.schedule_id, b.expires_at),
+        (Some(77), Some(tickler::job::truncate_to_ms(expires)))
+    );
     assert_eq!((a.schedule_id, a.expires_at), (None, None));
     assert!(b.schedule_time >= now + Span::seconds(120));
     assert!(b.schedule_time <= db_now + Span::seconds(120));
@@ -325,12 +348,15 @@ async fn insert_keeps_the_schedule_and_the_expiry_it_is_given() {
         .store
         .job_insert(&NewJob {
             schedule_id: Some(77),
-            expires_at: Some(expires),
+            // Below the millisecond: stored, and answered, to the ms.
+            expires_at: Some(expires + Span::microseconds(999)),
+            schedule: Schedule::After { delay_ms: 60_000 },
             ..job_new("t", 60_000)
         })
         .await
         .unwrap();
     assert_eq!((job.schedule_id, job.expires_at), (Some(77), Some(expires)));
+    assert_eq!(db.store.job_get(job.id).await.unwrap(), job);
     db.finish().await;
 }
 
