@@ -443,15 +443,42 @@ pub enum ConfigError {
     Load(#[from] Box<figment::Error>),
     #[error("invalid configuration: {field} {problem}")]
     Invalid {
-        field: &'static str,
+        field: std::borrow::Cow<'static, str>,
         problem: String,
     },
+}
+
+/// The longest duration any `*_ms` setting may have: ten years. A job's
+/// time is bounded by `max_schedule_ahead_days`; no interval, lease or
+/// window needs more, and much more overflows the time arithmetic it is
+/// used in (a panic in a role, not an error at start-up).
+pub const DURATION_MAX_MS: u64 = 10 * 365 * 86_400_000;
+
+/// Every `*_ms` setting in `value` (the configuration as JSON; `prefix`
+/// names the table it is in) is at most [`DURATION_MAX_MS`].
+fn durations_bounded(value: &serde_json::Value, prefix: &str) -> Result<(), ConfigError> {
+    let Some(table) = value.as_object() else {
+        return Ok(());
+    };
+    for (key, value) in table {
+        let name = format!("{prefix}{key}");
+        if key.ends_with("_ms") && value.as_u64().is_some_and(|ms| ms > DURATION_MAX_MS) {
+            return Err(ConfigError::Invalid {
+                field: name.into(),
+                problem: format!("must be at most {DURATION_MAX_MS} (ten years)"),
+            });
+        }
+        if value.is_object() {
+            durations_bounded(value, &format!("{name}."))?;
+        }
+    }
+    Ok(())
 }
 
 /// A setting's problem, as [`ConfigError::Invalid`].
 fn invalid(field: &'static str, problem: &str) -> ConfigError {
     ConfigError::Invalid {
-        field,
+        field: field.into(),
         problem: problem.to_owned(),
     }
 }
@@ -631,7 +658,7 @@ impl Config {
             let var = format!("TICKLER_{}", key.to_ascii_uppercase());
             if let Ok(text) = std::env::var(&var) {
                 let map = env_map(&text).map_err(|problem| ConfigError::Invalid {
-                    field: key,
+                    field: (*key).into(),
                     problem: format!("{var}: {problem}"),
                 })?;
                 figment = figment.merge(Serialized::default(key, map));
@@ -645,7 +672,7 @@ impl Config {
                 Figment::from(Toml::string(&table))
                     .extract_inner::<figment::value::Value>(key)
                     .map_err(|_| ConfigError::Invalid {
-                        field: key,
+                        field: (*key).into(),
                         problem: format!(
                             "{var}: not an inline TOML table such as {{topics={{\"tickler.requests\"={{targets=[\"orders.*\"]}}}}}}"
                         ),
@@ -690,7 +717,7 @@ impl Config {
             };
             if let Some(problem) = problem {
                 return Err(ConfigError::Invalid {
-                    field: "ingress.topics",
+                    field: "ingress.topics".into(),
                     problem: format!("entry {topic:?}: {problem}"),
                 });
             }
@@ -766,7 +793,7 @@ impl Config {
         }
         if let Some(role) = self.roles.iter().find(|r| !ROLES.contains(&r.as_str())) {
             return Err(ConfigError::Invalid {
-                field: "roles",
+                field: "roles".into(),
                 problem: format!("has unknown role {role:?} (known: {})", ROLES.join(", ")),
             });
         }
@@ -790,7 +817,7 @@ impl Config {
             && self.has_role("api")
         {
             return Err(ConfigError::Invalid {
-                field: "auth",
+                field: "auth".into(),
                 problem: format!(
                     "is none and http_addr {http_addr} is not a loopback address: anyone who \
                      reaches it could produce to any topic and cancel any job. Use auth = \
@@ -852,6 +879,7 @@ impl Config {
     ///
     /// Long because it is a list of checks, one per setting.
     fn validate_timing(&self) -> Result<(), ConfigError> {
+        durations_bounded(&serde_json::to_value(self).unwrap_or_default(), "")?;
         if self.schedule_interval_ms < 10 {
             return Err(invalid("schedule_interval_ms", "must be at least 10"));
         }
@@ -947,7 +975,7 @@ impl Config {
             .find(|(_, t)| t.max_per_second == Some(0))
         {
             return Err(ConfigError::Invalid {
-                field: "topics.max_per_second",
+                field: "topics.max_per_second".into(),
                 problem: format!(
                     "is 0 for topic {topic:?}: pause the topic instead (POST /v1/topics/{topic}/pause)"
                 ),
@@ -978,7 +1006,7 @@ impl Config {
         }
         if let Err(problem) = self.policy_default().validate() {
             return Err(ConfigError::Invalid {
-                field: "default_*",
+                field: "default_*".into(),
                 problem: format!("give an invalid result policy: {problem}"),
             });
         }
@@ -997,7 +1025,7 @@ impl Config {
             };
             if let Some(problem) = problem {
                 return Err(ConfigError::Invalid {
-                    field: "topics",
+                    field: "topics".into(),
                     problem: format!("entry {topic:?}: {problem}"),
                 });
             }
@@ -1023,7 +1051,7 @@ impl Config {
         for pattern in &self.topics_allowed {
             if let Err(problem) = topic_pattern::validate(pattern) {
                 return Err(ConfigError::Invalid {
-                    field: "topics_allowed",
+                    field: "topics_allowed".into(),
                     problem,
                 });
             }
@@ -1305,6 +1333,23 @@ mod tests {
         };
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("dispatch_lookahead_ms"), "{err}");
+        // Absurd durations are refused at start-up, not met as an overflow
+        // in a role (a lease added to an instant, a window to a time).
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("TICKLER_CLAIM_LEASE_MS", u64::MAX.to_string());
+            let err = Config::load(None).unwrap_err().to_string();
+            assert!(
+                err.contains("claim_lease_ms must be at most 315360000000"),
+                "{err}"
+            );
+            jail.set_env("TICKLER_CLAIM_LEASE_MS", "30000");
+            jail.set_env("TICKLER_WINDOW_MS", (DURATION_MAX_MS + 1).to_string());
+            let err = Config::load(None).unwrap_err().to_string();
+            assert!(err.contains("window_ms must be at most"), "{err}");
+            jail.set_env("TICKLER_WINDOW_MS", DURATION_MAX_MS.to_string());
+            assert!(Config::load(None).is_ok());
+            Ok(())
+        });
     }
 
     #[test]

@@ -720,6 +720,50 @@ async fn purge_takes_every_finished_kind_with_its_history_and_keeps_what_still_w
 // ---------------------------------------------------------------------------
 // dead_letter_claim, dead_letter_delete
 
+/// A dead job whose row a person garbled (headers the column accepts but
+/// no job has) does not hold up the letters claimed beside it; its own
+/// waits, claimed again after each lease, until the row is repaired.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_letter_whose_job_does_not_decode_holds_up_no_other() {
+    let db = Db::new().await;
+    let garbled = expecting(&db, "with-dlq", 1).await;
+    let fine = expecting(&db, "with-dlq", 1).await;
+    db.dispatch(&[garbled, fine], 1).await;
+    for id in [garbled, fine] {
+        db.store
+            .job_report_many(&[report(id, 1, Outcome::Failed)], &|_| true)
+            .await
+            .unwrap();
+    }
+    db.edit("UPDATE jobs SET headers = '7' WHERE id = ?", garbled)
+        .await;
+    let letters = db.store.dead_letter_claim(1, LEASE, 10).await.unwrap();
+    assert_eq!(letters.iter().map(|l| l.job.id).collect::<Vec<_>>(), [fine]);
+    let waiting: Vec<u64> = sqlx::query_scalar("SELECT job_id FROM dead_letters ORDER BY job_id")
+        .fetch_all(&db.sql)
+        .await
+        .unwrap();
+    assert!(waiting.contains(&garbled), "kept: {waiting:?}");
+
+    // Repaired, it is sent once its lease is over.
+    db.edit("UPDATE jobs SET headers = '{}' WHERE id = ?", garbled)
+        .await;
+    db.edit(
+        "UPDATE dead_letters SET claimed_until = UTC_TIMESTAMP(3) - INTERVAL 1 SECOND WHERE job_id = ?",
+        garbled,
+    )
+    .await;
+    let retry = db.store.dead_letter_claim(2, LEASE, 10).await.unwrap();
+    assert_eq!(
+        retry
+            .iter()
+            .map(|l| (l.job.id, l.tries))
+            .collect::<Vec<_>>(),
+        [(garbled, 2)]
+    );
+    db.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn dead_letters_are_claimed_for_a_lease_tried_again_after_it_and_forgotten_once_sent() {
     let db = Db::new().await;

@@ -7,7 +7,7 @@
 //! commit: nothing happened, the report is read again (the results consumer
 //! commits its offset only after this commit) or the deadline is still past.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
 use std::time::Duration;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
@@ -308,7 +308,10 @@ impl Store {
     /// Claims up to `limit` dead-letter records owed (oldest first) for
     /// `claim` (the caller's token) and `lease`: no other instance takes them
     /// until the lease expires, and a record that failed is tried again when
-    /// it does. Entries whose job is gone are dropped.
+    /// it does. Entries whose job is gone are dropped. An entry whose job's
+    /// row does not decode (a hand edit the column accepts) is left out and
+    /// logged: it is claimed again after its lease, until the row is
+    /// repaired, and the letters claimed beside it go on.
     pub async fn dead_letter_claim(
         &self,
         claim: u64,
@@ -340,18 +343,34 @@ impl Store {
         .await?;
         let ids: Vec<JobId> = owed.iter().map(|(id, ..)| *id).collect();
         let mut jobs: HashMap<JobId, Job> = HashMap::new();
+        let mut unreadable: HashSet<JobId> = HashSet::new();
         if !ids.is_empty() {
             let mut query =
                 QueryBuilder::<MySql>::new(format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id IN "));
             push_id_list(&mut query, &ids);
             for row in query.build().fetch_all(&self.pool).await? {
-                let job = job_from_row(&row)?;
-                jobs.insert(job.id, job);
+                match job_from_row(&row) {
+                    Ok(job) => {
+                        jobs.insert(job.id, job);
+                    }
+                    Err(err) => {
+                        let id: JobId = row.try_get("id")?;
+                        tracing::warn!(
+                            job = id,
+                            error = %err,
+                            "a dead job's row does not decode: its dead letter waits until the row is repaired"
+                        );
+                        unreadable.insert(id);
+                    }
+                }
             }
         }
         let mut letters = Vec::with_capacity(owed.len());
         let mut orphans = Vec::new();
         for (id, attempt, error, tries) in owed {
+            if unreadable.contains(&id) {
+                continue;
+            }
             match jobs.get(&id) {
                 Some(job) => letters.push(DeadLetter {
                     job: job.clone(),
