@@ -66,6 +66,13 @@ pub enum StartError {
         "the {0} role stopped on its own (its error is logged above); this instance stopped so that the others take over its shards and claims: restart it"
     )]
     RoleFailed(&'static str),
+    /// The roles did not all stop within `shutdown_timeout_ms`: one waits
+    /// on a call that does not return. The process exits all the same;
+    /// what it held is taken over once its heartbeat is missed.
+    #[error(
+        "the roles did not stop within shutdown_timeout_ms ({0:?}): a call to a store does not return; exiting all the same, and the others take over this instance's shards after instance_ttl_ms"
+    )]
+    ShutdownTimedOut(Duration),
 }
 
 /// The first role of this process to end on its own: it panicked, or it
@@ -183,6 +190,7 @@ async fn listen(addr: &str) -> Result<(TcpListener, SocketAddr), StartError> {
 /// `tickler serve`: starts the configured roles and runs them until SIGTERM
 /// or Ctrl-C, then stops them in order.
 pub async fn serve(config: Config) -> Result<(), StartError> {
+    let shutdown_timeout = Duration::from_millis(config.shutdown_timeout_ms);
     let running = start(config, CancellationToken::new()).await?;
     tokio::select! {
         _ = shutdown_signal() => {
@@ -193,7 +201,12 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         }
     }
     let failed = running.failed_role();
-    running.shutdown().await;
+    if tokio::time::timeout(shutdown_timeout, running.shutdown())
+        .await
+        .is_err()
+    {
+        return Err(StartError::ShutdownTimedOut(shutdown_timeout));
+    }
     match failed {
         Some(role) => Err(StartError::RoleFailed(role)),
         None => Ok(()),

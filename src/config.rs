@@ -92,6 +92,15 @@ pub struct Config {
     /// Longest the dispatcher sleeps when nothing is due, so that jobs
     /// indexed by another instance are noticed.
     pub dispatch_idle_ms: u64,
+    /// A dispatcher busy this long without finishing a pass (a call to
+    /// MySQL, Redis or Kafka that never returns: a connection a failover
+    /// left half-open) gives up: the instance stops in order, so the others
+    /// take its shards instead of waiting on a process that beats its
+    /// heart and sends nothing.
+    pub dispatch_stall_ms: u64,
+    /// Longest an orderly stop (SIGTERM, or a role that stopped on its own)
+    /// may take; past it `tickler serve` exits all the same, status 1.
+    pub shutdown_timeout_ms: u64,
     /// How long the dispatcher waits for the broker's acknowledgements of
     /// records sent together before it leaves those of a topic the broker
     /// stopped answering for to settle in the background, so one bad topic
@@ -347,6 +356,8 @@ impl Default for Config {
             dispatch_batch: 500,
             claim_lease_ms: 30_000,
             dispatch_idle_ms: 1_000,
+            dispatch_stall_ms: 60_000,
+            shutdown_timeout_ms: 90_000,
             dispatch_ack_wait_ms: 200,
             dispatch_lookahead_ms: 20,
             reconcile_interval_ms: 2_000,
@@ -950,6 +961,17 @@ impl Config {
             return Err(invalid(
                 "dispatch_ack_wait_ms",
                 "must be positive and at most kafka_message_timeout_ms",
+            ));
+        }
+        if self.shutdown_timeout_ms < 1_000 {
+            return Err(invalid("shutdown_timeout_ms", "must be at least 1000"));
+        }
+        // A broker that answers nothing holds the pipeline full until its
+        // records time out: that is no stall.
+        if self.dispatch_stall_ms < self.kafka_message_timeout_ms + 1_000 {
+            return Err(invalid(
+                "dispatch_stall_ms",
+                "must be at least kafka_message_timeout_ms + 1000: a broker that answers nothing holds the dispatcher that long",
             ));
         }
         if self.dispatch_idle_ms == 0 {

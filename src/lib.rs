@@ -52,11 +52,28 @@
 /// crate, e.g. `FAILPOINTS='dispatcher-claimed=panic'`); without it,
 /// nothing at all. Names in use: `dispatcher-claimed` (a batch claimed,
 /// before it is handed on to be sent), `dispatcher-settle` (records sent,
-/// before their outcome is recorded).
+/// before their outcome is recorded), and for [`fail_point_stall`]
+/// `dispatcher-stall` (a batch won in MySQL, before it is handed on),
+/// `membership-leave` (an instance stopping, before it leaves).
 macro_rules! fail_point {
     ($name:literal) => {
         #[cfg(feature = "failpoints")]
         fail::fail_point!($name);
+    };
+}
+
+/// An `async` fail point that, set to `return`
+/// (`FAILPOINTS='dispatcher-stall=return'`), never resolves: a call to a
+/// store that does not return (a half-open connection). Other actions as
+/// for [`fail_point`].
+macro_rules! fail_point_stall {
+    ($name:literal) => {
+        #[cfg(feature = "failpoints")]
+        {
+            if fail::eval($name, |_| ()).is_some() {
+                std::future::pending::<()>().await;
+            }
+        }
     };
 }
 

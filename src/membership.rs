@@ -331,6 +331,7 @@ impl Membership {
             o.shards.clear();
             o.alive_until = None;
         });
+        fail_point_stall!("membership-leave");
         match self.store.instance_leave(id).await {
             Ok(()) => tracing::info!(instance = id, "instance left; its shards are free"),
             Err(err) => {

@@ -677,25 +677,33 @@ async fn an_instance_paused_past_its_ttl_wins_nothing_when_it_wakes() {
     world.finish().await;
 }
 
-/// A dispatcher that panics stops its whole instance, in order
-/// (`app::RoleFailure`): the instance leaves at once, so the others take
-/// its shards and put its claims in doubt, and `tickler serve` exits
+/// A dispatcher that panics, or stalls, stops its whole instance, in order
+/// (`app::RoleFailure`): the instance leaves at once, so the other takes
+/// its shards and puts its claims in doubt, and `tickler serve` exits
 /// non-zero for its supervisor to restart it — not a live-looking process
-/// holding its shards while it dispatches nothing. Twice, by fail point:
-/// in the dispatcher's own loop with a batch claimed and not yet handed on
-/// to be sent, and in one of its tasks with records sent whose outcome is
-/// not yet recorded. Both times nothing is lost, early or doubled, and no
-/// claim waits for its 30 s lease.
+/// holding its shards while it dispatches nothing. By fail point, in turn:
+/// a panic in the dispatcher's own loop with a batch claimed and not yet
+/// handed on to be sent; a panic in one of its tasks with records sent
+/// whose outcome is not yet recorded; a call that never returns (a
+/// half-open connection) with a batch won in MySQL, which the watchdog
+/// gives up on after `dispatch_stall_ms`. Each time nothing is lost, early
+/// or doubled, and no claim waits for its 30 s lease.
 #[cfg(feature = "failpoints")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn a_dispatcher_that_panics_stops_its_instance_and_the_other_delivers_its_jobs() {
+async fn a_dispatcher_that_panics_or_stalls_stops_its_instance_and_the_other_delivers_its_jobs() {
     let mut world = World::start_many(Services::shared(), 2, &instance_env()).await;
     let mut expected = Vec::new();
-    for failpoint in ["dispatcher-claimed", "dispatcher-settle"] {
+    for failpoint in [
+        "dispatcher-claimed=panic",
+        "dispatcher-settle=panic",
+        "dispatcher-stall=return",
+    ] {
+        const SAID: &str = "the dispatcher role stopped on its own";
         let victim = world.instance_mut(1);
-        let said_before = victim.log_count("the dispatcher role stopped on its own");
+        let said_before = victim.log_count(SAID);
         victim.stop();
-        victim.env_set("FAILPOINTS", &format!("{failpoint}=panic"));
+        victim.env_set("FAILPOINTS", failpoint);
+        victim.env_set("TICKLER_DISPATCH_STALL_MS", "3000");
         victim.start();
         world.healthy_instance(1).await;
         shards_spread(&world, 2).await;
@@ -705,23 +713,13 @@ async fn a_dispatcher_that_panics_stops_its_instance_and_the_other_delivers_its_
                 .jobs_schedule(jobs(400), t0, Duration::from_secs(4))
                 .await,
         );
-        let mut exited = None;
-        for _ in 0..600 {
-            exited = world.instance_mut(1).exit_status();
-            if exited.is_some() {
-                break;
-            }
-            tokio::time::sleep(Duration::from_millis(100)).await;
-        }
+        let exited = exit_wait(world.instance_mut(1), Duration::from_secs(60)).await;
         let log = world.instance(1).log_tail();
         let exited =
             exited.unwrap_or_else(|| panic!("{failpoint}: the instance stopped; log:\n{log}"));
         assert!(!exited.success(), "{failpoint}: exits non-zero ({exited})");
         assert!(
-            world
-                .instance(1)
-                .log_count("the dispatcher role stopped on its own")
-                > said_before,
+            world.instance(1).log_count(SAID) > said_before,
             "{failpoint}: says why; log:\n{log}"
         );
         // It left: its shards were handed over, not waited out.
@@ -742,6 +740,65 @@ async fn a_dispatcher_that_panics_stops_its_instance_and_the_other_delivers_its_
         assert_eq!(by_lease, 0, "{failpoint}: no claim waited for its lease");
     }
     world.finish().await;
+}
+
+/// A stop that cannot finish — here the instance's last call to MySQL, to
+/// leave, never returns — is cut short after `shutdown_timeout_ms`: the
+/// process exits, status 1, saying so, and the other instance takes its
+/// shards once its heartbeat is missed.
+#[cfg(feature = "failpoints")]
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_stop_that_hangs_is_cut_short_and_the_other_takes_over() {
+    let mut world = World::start_many(Services::shared(), 2, &instance_env()).await;
+    let victim = world.instance_mut(1);
+    victim.stop();
+    victim.env_set("FAILPOINTS", "membership-leave=return");
+    victim.env_set("TICKLER_SHUTDOWN_TIMEOUT_MS", "2000");
+    victim.start();
+    world.healthy_instance(1).await;
+    shards_spread(&world, 2).await;
+    world.instance(1).terminate();
+    let exited = exit_wait(world.instance_mut(1), Duration::from_secs(30)).await;
+    let log = world.instance(1).log_tail();
+    let exited = exited.unwrap_or_else(|| panic!("the instance exited; log:\n{log}"));
+    assert!(!exited.success(), "exits non-zero ({exited})");
+    assert!(
+        world
+            .instance(1)
+            .log_count("did not stop within shutdown_timeout_ms")
+            > 0,
+        "says why; log:\n{log}"
+    );
+    shards_spread(&world, 1).await;
+    let t0 = Utc::now() + secs(1.0);
+    let expected = world
+        .jobs_schedule(jobs(200), t0, Duration::from_secs(2))
+        .await;
+    verdict(
+        &world,
+        "a stop that hangs",
+        &expected,
+        &HashSet::new(),
+        Duration::from_secs(60),
+    )
+    .await;
+    world.finish().await;
+}
+
+/// Waits up to `wait` for `proc` to exit; how it exited.
+#[cfg(feature = "failpoints")]
+async fn exit_wait(
+    proc: &mut tickler_testkit::procs::Proc,
+    wait: Duration,
+) -> Option<std::process::ExitStatus> {
+    let deadline = tokio::time::Instant::now() + wait;
+    while tokio::time::Instant::now() < deadline {
+        if let Some(status) = proc.exit_status() {
+            return Some(status);
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    None
 }
 
 /// What the chaos workload did to the jobs it created.

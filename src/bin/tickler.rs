@@ -139,7 +139,17 @@ async fn main() -> anyhow::Result<ExitCode> {
         Command::Migrate { to } => admin::migrate(&config, to)
             .await
             .context("migrating the database")?,
-        Command::Serve => tickler::app::serve(config).await.context("tickler serve")?,
+        Command::Serve => {
+            if let Err(err) = tickler::app::serve(config).await {
+                // At once: a task stuck in a blocking call would hold up
+                // the runtime's orderly end.
+                eprintln!(
+                    "Error: {:#}",
+                    anyhow::Error::new(err).context("tickler serve")
+                );
+                std::process::exit(1);
+            }
+        }
         Command::Bench(args) => tickler::bench::run(&config, args.options()).await?,
         Command::Token { command } => admin::token(&config, command).await?,
         Command::Instances => admin::instances(&config).await?,

@@ -45,7 +45,7 @@
 //!   when their lease expires and the CAS finds the row not pending.
 
 use std::collections::{BTreeMap, HashMap};
-use std::sync::atomic::{AtomicU32, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU32, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -111,6 +111,9 @@ pub struct DispatcherConfig {
     /// `doubt_margin_ms`: how long after the producer gave up on a record
     /// the broker may still make it visible.
     pub doubt_margin: Duration,
+    /// `dispatch_stall_ms`: busy this long without finishing a pass, the
+    /// dispatcher gives up ([`Watchdog`]).
+    pub stall: Duration,
 }
 
 /// Delay before a job whose send failed for the broker's sake is tried
@@ -136,6 +139,57 @@ impl DispatcherConfig {
             stragglers_max: (config.dispatch_batch as usize).saturating_mul(STRAGGLER_BATCHES),
             lookahead: Duration::from_millis(config.dispatch_lookahead_ms),
             doubt_margin: Duration::from_millis(config.doubt_margin_ms),
+            stall: Duration::from_millis(config.dispatch_stall_ms),
+        }
+    }
+}
+
+/// Watches the dispatcher's loop for a stall: a pass (or the wait for room
+/// in the pipeline) that does not end, because a call to MySQL, Redis or
+/// Kafka never returns. Membership beats on its own connections, so such
+/// a dispatcher would keep its shards, and their jobs, for good.
+///
+/// It counts its own ticks, a second apart, while the loop is busy and
+/// has not moved: a process stopped and resumed (SIGSTOP, a VM paused)
+/// sees one late tick on waking, not a stall.
+#[derive(Clone, Default)]
+struct Watchdog {
+    /// Passes finished.
+    moved: Arc<AtomicU64>,
+    /// Inside a pass or waiting for room, not sleeping between passes.
+    busy: Arc<std::sync::atomic::AtomicBool>,
+}
+
+impl Watchdog {
+    const TICK: Duration = Duration::from_secs(1);
+
+    fn busy(&self, busy: bool) {
+        self.busy.store(busy, Ordering::Relaxed);
+        if !busy {
+            self.moved.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Resolves once the loop has been busy without moving for `stall`.
+    async fn stalled(self, stall: Duration) {
+        let ticks = stall.as_millis().div_ceil(Self::TICK.as_millis()).max(1);
+        let mut tick =
+            tokio::time::interval_at(tokio::time::Instant::now() + Self::TICK, Self::TICK);
+        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Skip);
+        let mut seen = self.moved.load(Ordering::Relaxed);
+        let mut still = 0u128;
+        loop {
+            tick.tick().await;
+            let moved = self.moved.load(Ordering::Relaxed);
+            if moved != seen || !self.busy.load(Ordering::Relaxed) {
+                seen = moved;
+                still = 0;
+                continue;
+            }
+            still += 1;
+            if still >= ticks {
+                return;
+            }
         }
     }
 }
@@ -481,19 +535,35 @@ impl Dispatcher {
             })
         };
         let settling = spawn_watched(&broken, async move { settler.settle_all(settles).await });
+        // A stall ends the dispatcher as a broken task does.
+        let watchdog = Watchdog::default();
+        let _watching = spawn_watched(&broken, {
+            let (watchdog, stall) = (watchdog.clone(), self.config.stall);
+            async move {
+                watchdog.stalled(stall).await;
+                tracing::error!(
+                    stall_ms = stall.as_millis() as u64,
+                    "the dispatcher made no progress for dispatch_stall_ms: a call to MySQL, Redis or Kafka does not return; giving up"
+                );
+            }
+        });
         while !cancel.is_cancelled() && !broken.is_cancelled() {
             // Bounded: claim no more while the pipeline is full.
             let owned = self.ownership.borrow().shards.len().max(1);
             let max = (self.config.batch as usize)
                 .saturating_mul(owned)
                 .saturating_mul(2);
+            watchdog.busy(true);
             tokio::select! {
                 _ = cancel.cancelled() => break,
                 _ = broken.cancelled() => break,
                 _ = self.pipeline.room(max) => {}
             }
             let started = Instant::now();
-            let (report, claimed) = self.pass().await;
+            let (report, claimed) = tokio::select! {
+                passed = self.pass() => passed,
+                _ = broken.cancelled() => break,
+            };
             if let Some(claimed) = claimed {
                 fail_point!("dispatcher-claimed");
                 if let Err(unsent) = to_releaser.send(claimed).await {
@@ -501,6 +571,7 @@ impl Dispatcher {
                     self.settler().settle(vec![settle]).await;
                 }
             }
+            watchdog.busy(false);
             let pause = if report.more {
                 failures = 0;
                 Duration::ZERO
@@ -537,7 +608,9 @@ impl Dispatcher {
                     }
                 }
             }
-            tracing::error!("a dispatcher task ended on its own");
+            tracing::error!(
+                "the dispatcher stopped: one of its tasks ended on its own, or it stalled"
+            );
             return;
         }
         // Drain: every job claimed is sent, and every record produced is
@@ -654,6 +727,7 @@ impl Dispatcher {
             return (report, None);
         };
         metrics::dispatch_stage("cas", cas_started.elapsed());
+        fail_point_stall!("dispatcher-stall");
         report.dispatched = jobs.len();
         self.pipeline.claimed(jobs.len());
         let retry_ms =
@@ -1012,6 +1086,58 @@ fn enqueue(
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Whether the watchdog calls a stall of `stall` within `within`,
+    /// while `drive` works the loop's side.
+    async fn stalls<F>(stall: Duration, within: Duration, drive: impl FnOnce(Watchdog) -> F) -> bool
+    where
+        F: std::future::Future<Output = ()>,
+    {
+        let watchdog = Watchdog::default();
+        let watching = watchdog.clone().stalled(stall);
+        tokio::select! {
+            _ = watching => true,
+            _ = async { drive(watchdog).await; std::future::pending::<()>().await } => false,
+            _ = tokio::time::sleep(within) => false,
+        }
+    }
+
+    #[tokio::test]
+    async fn the_watchdog_calls_a_pass_that_does_not_end_a_stall() {
+        let stalled = stalls(
+            Duration::from_secs(2),
+            Duration::from_secs(5),
+            |w| async move {
+                w.busy(true);
+            },
+        )
+        .await;
+        assert!(stalled);
+    }
+
+    #[tokio::test]
+    async fn the_watchdog_leaves_a_loop_that_moves_or_sleeps_alone() {
+        let moving = stalls(
+            Duration::from_secs(1),
+            Duration::from_secs(3),
+            |w| async move {
+                loop {
+                    w.busy(true);
+                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    w.busy(false);
+                }
+            },
+        );
+        let sleeping = stalls(
+            Duration::from_secs(1),
+            Duration::from_secs(3),
+            |w| async move {
+                w.busy(false);
+            },
+        );
+        let (moving, sleeping) = tokio::join!(moving, sleeping);
+        assert!(!moving && !sleeping);
+    }
 
     #[test]
     fn only_a_topic_silent_while_others_are_answered_is_left_behind() {
