@@ -69,13 +69,6 @@ async fn reconcile(env: &TestEnv) -> ReconcileReport {
 /// `attempt`), as a dispatcher that handed it to the broker and then died
 /// or paused; returns its (partition, offset).
 async fn record_as_a_dispatcher_sent_it(env: &TestEnv, id: u64, attempt: u32) -> (i32, i64) {
-    let producer = tickler::kafka::producer_create(
-        &env.config.kafka_brokers,
-        &env.config.kafka_options,
-        1,
-        10_000,
-    )
-    .unwrap();
     let now_ms = chrono::Utc::now().timestamp_millis().to_string();
     let (id, attempt) = (id.to_string(), attempt.to_string());
     let mut headers = OwnedHeaders::new();
@@ -90,11 +83,23 @@ async fn record_as_a_dispatcher_sent_it(env: &TestEnv, id: u64, attempt: u32) ->
             value: Some(value.as_bytes()),
         });
     }
+    produce(env, &id, "zombie", headers).await
+}
+
+/// Produces a record onto the test's topic; returns its (partition, offset).
+async fn produce(env: &TestEnv, key: &str, payload: &str, headers: OwnedHeaders) -> (i32, i64) {
+    let producer = tickler::kafka::producer_create(
+        &env.config.kafka_brokers,
+        &env.config.kafka_options,
+        1,
+        10_000,
+    )
+    .unwrap();
     let delivered = producer
         .send(
             FutureRecord::to(&env.topic)
-                .key(&id)
-                .payload("zombie")
+                .key(key)
+                .payload(payload)
                 .headers(headers),
             Duration::from_secs(10),
         )
@@ -205,25 +210,8 @@ async fn a_record_a_dead_instance_handed_to_the_broker_is_found_and_no_cancel_sa
 }
 
 async fn foreign_record_with_a_binary_header_name(env: &TestEnv) {
-    let producer = tickler::kafka::producer_create(
-        &env.config.kafka_brokers,
-        &env.config.kafka_options,
-        1,
-        10_000,
-    )
-    .unwrap();
     let headers = tickler_testkit::header_raw_add(OwnedHeaders::new(), b"h\xff\xfe", b"v");
-    producer
-        .send(
-            FutureRecord::to(&env.topic)
-                .key("someone-else")
-                .payload("not tickler's")
-                .headers(headers),
-            Duration::from_secs(10),
-        )
-        .await
-        .map_err(|(err, _)| err)
-        .unwrap();
+    produce(env, "someone-else", "not tickler's", headers).await;
 }
 
 /// Path 1, the other way: the dead instance's record never reached the

@@ -537,7 +537,7 @@ impl Dispatcher {
         let settling = spawn_watched(&broken, async move { settler.settle_all(settles).await });
         // A stall ends the dispatcher as a broken task does.
         let watchdog = Watchdog::default();
-        let _watching = spawn_watched(&broken, {
+        let watching = spawn_watched(&broken, {
             let (watchdog, stall) = (watchdog.clone(), self.config.stall);
             async move {
                 watchdog.stalled(stall).await;
@@ -613,6 +613,9 @@ impl Dispatcher {
             );
             return;
         }
+        // The drain is bounded by shutdown_timeout_ms, not the watchdog: a
+        // long one (into a broker that answers nothing) is no stall.
+        drop(watching);
         // Drain: every job claimed is sent, and every record produced is
         // recorded, before the process exits.
         drop(to_releaser);
@@ -1123,7 +1126,7 @@ mod tests {
             |w| async move {
                 loop {
                     w.busy(true);
-                    tokio::time::sleep(Duration::from_millis(300)).await;
+                    tokio::time::sleep(Duration::from_millis(100)).await;
                     w.busy(false);
                 }
             },
