@@ -556,6 +556,47 @@ const ENV_LISTS: &[&str] = &["roles", "topics_allowed"];
 /// table whose keys may be dotted without quotes, as librdkafka's are:
 /// `{security.protocol="SSL", ssl.ca.location="/etc/ca.pem"}`.
 const ENV_MAPS: &[&str] = &["kafka_options"];
+
+/// librdkafka settings tickler's promises rest on, with why: `kafka_options`
+/// (applied after tickler's own) may not change them.
+const KAFKA_OPTIONS_RESERVED: &[(&str, &str)] = &[
+    (
+        "message.timeout.ms",
+        "use kafka_message_timeout_ms (claims in doubt are timed by it)",
+    ),
+    (
+        "delivery.timeout.ms",
+        "use kafka_message_timeout_ms (claims in doubt are timed by it)",
+    ),
+    (
+        "transactional.id",
+        "tickler's producers are idempotent, not transactional",
+    ),
+    (
+        "acks",
+        "tickler produces with acks=all: a record acknowledged by the leader alone can be lost with it",
+    ),
+    (
+        "enable.idempotence",
+        "tickler's producers are idempotent: without it a retried send can duplicate or reorder records",
+    ),
+    (
+        "enable.auto.commit",
+        "the ingress and the results consumer commit an offset only after MySQL has what it read",
+    ),
+    (
+        "enable.auto.offset.store",
+        "the ingress and the results consumer commit an offset only after MySQL has what it read",
+    ),
+    (
+        "isolation.level",
+        "reading a topic back must see every record a producer may have written",
+    ),
+    (
+        "group.id",
+        "set the group of each consumer by its own setting (results_group, ingress group)",
+    ),
+];
 /// Table settings, given in the environment as an inline TOML table:
 /// `TICKLER_INGRESS='{reply_topic="tickler.replies", topics={"tickler.requests"={targets=["orders.*"]}}}'`.
 const ENV_TABLES: &[&str] = &["ingress"];
@@ -935,19 +976,14 @@ impl Config {
                 "must be at least kafka_message_timeout_ms + doubt_margin_ms + 1000, or a claim leaves no time to send its records",
             ));
         }
-        // The doubt's quiet times are counted from these: tickler's own
-        // settings set them.
-        for key in [
-            "message.timeout.ms",
-            "delivery.timeout.ms",
-            "transactional.id",
-        ] {
-            if self.kafka_options.contains_key(key) {
-                return Err(invalid(
-                    "kafka_options",
-                    "may not set message.timeout.ms or delivery.timeout.ms (use kafka_message_timeout_ms: claims in doubt are timed by it), nor transactional.id",
-                ));
-            }
+        if let Some((key, why)) = KAFKA_OPTIONS_RESERVED
+            .iter()
+            .find(|(key, _)| self.kafka_options.contains_key(*key))
+        {
+            return Err(invalid(
+                "kafka_options",
+                &format!("may not set {key}: {why}"),
+            ));
         }
         if self.reconcile_interval_ms == 0 {
             return Err(invalid("reconcile_interval_ms", "must be positive"));
@@ -1239,6 +1275,36 @@ mod tests {
             ..Config::default()
         };
         assert!(config.validate().is_ok());
+    }
+
+    #[test]
+    fn kafka_options_may_not_change_a_safety_setting_and_the_refusal_names_it() {
+        for key in [
+            "acks",
+            "enable.idempotence",
+            "enable.auto.commit",
+            "enable.auto.offset.store",
+            "isolation.level",
+            "group.id",
+            "transactional.id",
+            "delivery.timeout.ms",
+        ] {
+            let mut config = Config::default();
+            config.kafka_options.insert(key.to_owned(), "1".to_owned());
+            let err = config.validate().unwrap_err().to_string();
+            assert!(
+                err.contains("kafka_options") && err.contains(&format!("may not set {key}:")),
+                "{key}: {err}"
+            );
+        }
+        let mut config = Config::default();
+        config
+            .kafka_options
+            .insert("security.protocol".to_owned(), "SSL".to_owned());
+        config
+            .kafka_options
+            .insert("compression.type".to_owned(), "zstd".to_owned());
+        assert!(config.validate().is_ok(), "others pass through");
     }
 
     #[test]

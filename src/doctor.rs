@@ -217,15 +217,31 @@ impl Doctor {
         };
         let mut total = 0;
         loop {
-            let settled =
-                crate::reconciler::doubts_settle(&self.store, &self.index, &read_back, 1_000)
-                    .await
-                    .map_err(|e| e.to_string())?;
+            let settled = crate::reconciler::doubts_settle(
+                &self.store,
+                &self.index,
+                &read_back,
+                1_000,
+                &std::collections::HashSet::new(),
+            )
+            .await
+            .map_err(|e| e.to_string())?;
             if settled.unsettled > 0 {
-                return Err("kafka could not be read back to settle the claims in doubt".to_owned());
+                let why: Vec<String> = settled
+                    .failed
+                    .iter()
+                    .map(|(topic, why)| format!("{topic}: {why}"))
+                    .collect();
+                return Err(format!(
+                    "kafka could not be read back to settle {} claims in doubt ({})",
+                    settled.unsettled,
+                    why.join("; ")
+                ));
             }
             total += settled.absent;
-            if settled.absent + settled.produced < 1_000 {
+            // Each pass takes a few topics' doubts: on until one settles
+            // nothing more.
+            if settled.absent + settled.produced == 0 {
                 return Ok(total);
             }
         }

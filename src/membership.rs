@@ -36,7 +36,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::index::Index;
 use crate::metrics;
-use crate::store::{Fence, InstanceInfo, LeaseRow, Store, StoreError};
+use crate::store::{Beat, Fence, InstanceInfo, LeaseRow, Store, StoreError};
 
 /// Rows of instances silent for this long are deleted.
 const INSTANCE_FORGET_AFTER: Duration = Duration::from_secs(86_400);
@@ -130,12 +130,24 @@ pub struct Ownership {
     /// declared it dead and put its claims in doubt). None before the
     /// first heartbeat.
     pub alive_until: Option<tokio::time::Instant>,
+    /// How many lapses this instance has come back from: a heartbeat that
+    /// found its last one older than the TTL (or its row gone) starts a new
+    /// incarnation. The others may have put every claim of an earlier one
+    /// in doubt and settled it (returned it to pending, cancelled it), so
+    /// nothing claimed in an earlier incarnation is ever sent.
+    pub incarnation: u64,
 }
 
 impl Ownership {
     /// Whether this instance may still send records at `now`.
     pub fn alive_at(&self, now: tokio::time::Instant) -> bool {
         self.alive_until.is_some_and(|until| now < until)
+    }
+
+    /// Whether a claim made in `incarnation` may be sent at `now`: this
+    /// instance is still trusted alive, and has not lapsed since.
+    pub fn may_send(&self, incarnation: u64, now: tokio::time::Instant) -> bool {
+        self.incarnation == incarnation && self.alive_at(now)
     }
 
     /// The fence for a claim on `shards` (those of them this instance
@@ -348,8 +360,12 @@ impl Membership {
         let deadline = tokio::time::Instant::now() + DRAIN_MAX;
         loop {
             let beat_sent = tokio::time::Instant::now();
-            match self.store.instance_heartbeat(id, &self.config.info).await {
-                Ok(was_gone) => self.beat_recorded(beat_sent, was_gone),
+            match self
+                .store
+                .instance_heartbeat(id, &self.config.info, self.config.ttl)
+                .await
+            {
+                Ok(beat) => self.beat_recorded(beat_sent, beat),
                 Err(err) => crate::metrics::store_failed("drain heartbeat", &err),
             }
             tokio::select! {
@@ -363,17 +379,24 @@ impl Membership {
         }
     }
 
-    /// A heartbeat sent at `beat_sent` succeeded. If this instance's row
-    /// was gone, the others took it for dead until now and may have put
-    /// its claims in doubt: it sends nothing until its next beat finds the
-    /// row in place.
-    fn beat_recorded(&self, beat_sent: tokio::time::Instant, was_gone: bool) {
-        if was_gone {
-            tracing::warn!("this instance's row was gone (taken for dead): sending nothing until the next heartbeat");
-            self.ownership.send_modify(|o| o.alive_until = None);
-        } else {
-            self.alive_from(beat_sent);
+    /// A heartbeat sent at `beat_sent` succeeded. If it ended a lapse (the
+    /// last beat older than the TTL, or the row gone), the others may have
+    /// taken this instance for dead and settled its claims: it becomes a
+    /// new incarnation, and sends nothing claimed before.
+    fn beat_recorded(&self, beat_sent: tokio::time::Instant, beat: Beat) {
+        if beat.ended_a_lapse() {
+            let incarnation = self.ownership.borrow().incarnation + 1;
+            tracing::warn!(
+                ?beat,
+                incarnation,
+                "this instance was taken for dead (heartbeat older than instance_ttl_ms): nothing it claimed before is sent"
+            );
+            metrics::instance_lapsed();
+            // In one change, before the beat makes it alive again: a
+            // claim of the old incarnation is never sendable in between.
+            self.ownership.send_modify(|o| o.incarnation = incarnation);
         }
+        self.alive_from(beat_sent);
     }
 
     /// A heartbeat sent at `beat_sent` succeeded: this instance is alive
@@ -457,8 +480,11 @@ impl Membership {
     pub async fn run_once(&self, id: u64, judge_nobody: bool) -> Result<RoundReport, StoreError> {
         let mut report = RoundReport::default();
         let beat_sent = tokio::time::Instant::now();
-        let was_gone = self.store.instance_heartbeat(id, &self.config.info).await?;
-        self.beat_recorded(beat_sent, was_gone);
+        let beat = self
+            .store
+            .instance_heartbeat(id, &self.config.info, self.config.ttl)
+            .await?;
+        self.beat_recorded(beat_sent, beat);
         let mut instances = self.store.instances_list(self.config.ttl).await?;
         if self.predecessors_forget(id, &instances).await? > 0 {
             instances = self.store.instances_list(self.config.ttl).await?;
@@ -729,6 +755,7 @@ mod tests {
             shards: [(1, 4), (3, 9)].into(),
             ttl: Duration::from_secs(5),
             alive_until: None,
+            incarnation: 0,
         };
         let fence = ownership.fence([1, 2, 3]).unwrap();
         assert_eq!(fence.leases, vec![(1, 4), (3, 9)]);
@@ -744,5 +771,20 @@ mod tests {
         ownership.alive_until = Some(now + Duration::from_millis(10));
         assert!(ownership.alive_at(now));
         assert!(!ownership.alive_at(now + Duration::from_millis(10)));
+    }
+
+    #[test]
+    fn a_claim_of_an_earlier_incarnation_is_never_sendable() {
+        let now = tokio::time::Instant::now();
+        let mut ownership = Ownership {
+            alive_until: Some(now + Duration::from_secs(1)),
+            ..Ownership::default()
+        };
+        assert!(ownership.may_send(0, now));
+        // A lapse ended: alive again, but the claim is of the old one.
+        ownership.incarnation = 1;
+        assert!(!ownership.may_send(0, now));
+        assert!(ownership.may_send(1, now));
+        assert!(!ownership.may_send(1, now + Duration::from_secs(1)));
     }
 }

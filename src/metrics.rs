@@ -42,6 +42,7 @@ pub const SHARD_TAKEOVERS: &str = "tickler_shard_takeovers_total";
 pub const DISPATCH_FENCED: &str = "tickler_dispatch_fenced_total";
 pub const MEMBERSHIP_FAILURES: &str = "tickler_membership_failures_total";
 pub const DEAD_INSTANCE_RESCUED: &str = "tickler_dead_instance_rescued_total";
+pub const INSTANCE_LAPSES: &str = "tickler_instance_lapses_total";
 pub const DOUBTS_SETTLED: &str = "tickler_doubts_settled_total";
 pub const DOUBTS_UNSETTLED: &str = "tickler_doubts_unsettled_total";
 pub const DISPATCH_WITHHELD: &str = "tickler_dispatch_withheld_total";
@@ -306,6 +307,10 @@ fn describe() {
         "Membership rounds (heartbeat, balance, rescue) that failed, mostly for MySQL."
     );
     describe_counter!(
+        INSTANCE_LAPSES,
+        "Heartbeats of this instance that found its last one older than instance_ttl_ms (or its row gone): the others may have taken it for dead, so it sends nothing it claimed before (a paused process, a stalled runtime, a partition)."
+    );
+    describe_counter!(
         DEAD_INSTANCE_RESCUED,
         "Jobs a dead instance held in dispatching, put in doubt without waiting for the claim lease: read back after kafka_message_timeout_ms, then produced again if not found."
     );
@@ -479,6 +484,10 @@ pub fn dispatch_fenced(n: usize) {
 
 pub fn membership_failed() {
     counter!(MEMBERSHIP_FAILURES).increment(1);
+}
+
+pub fn instance_lapsed() {
+    counter!(INSTANCE_LAPSES).increment(1);
 }
 
 pub fn dead_instance_rescued(n: usize) {

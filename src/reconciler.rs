@@ -29,7 +29,7 @@
 //! once. (Expired Redis leases are returned by the claim script itself, and
 //! stale Redis members are dropped by the dispatcher's compare-and-set.)
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
@@ -135,7 +135,14 @@ pub struct Reconciler {
     /// Wakes the local dispatcher when jobs were put back.
     wake: Arc<Notify>,
     resolver: Resolver,
+    /// Topics whose read-back failed lately: until when each waits, and
+    /// its current wait (doubling up to [`READBACK_BACKOFF_MAX`]), so that
+    /// the others are read in the meantime.
+    readback_backoff: std::sync::Mutex<HashMap<String, (tokio::time::Instant, Duration)>>,
 }
+
+/// Longest a topic whose read-back keeps failing waits between tries.
+pub const READBACK_BACKOFF_MAX: Duration = Duration::from_secs(60);
 
 impl Reconciler {
     pub fn new(
@@ -151,6 +158,7 @@ impl Reconciler {
             config,
             wake,
             resolver,
+            readback_backoff: std::sync::Mutex::new(HashMap::new()),
         }
     }
 
@@ -214,6 +222,14 @@ impl Reconciler {
         tracing::info!("reconciler stopped");
     }
 
+    fn readback_backoff_lock(
+        &self,
+    ) -> std::sync::MutexGuard<'_, HashMap<String, (tokio::time::Instant, Duration)>> {
+        self.readback_backoff
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// Most rows one purge deletes: small, so that a large backlog (a
     /// first purge, or a steady rate above this a minute) spreads over
     /// passes, between which the reconciler's own work goes on.
@@ -245,6 +261,13 @@ impl Reconciler {
     /// Settles the claims in doubt whose quiet time is over
     /// ([`doubts_settle`]).
     async fn doubts_settle(&self, report: &mut ReconcileReport) -> Result<(), ReconcileError> {
+        let now = tokio::time::Instant::now();
+        let skip: HashSet<String> = self
+            .readback_backoff_lock()
+            .iter()
+            .filter(|(_, (until, _))| *until > now)
+            .map(|(topic, _)| topic.clone())
+            .collect();
         let settled = doubts_settle(
             &self.store,
             &self.index,
@@ -254,8 +277,22 @@ impl Reconciler {
                 wait: self.config.readback_wait,
             },
             self.config.batch,
+            &skip,
         )
         .await?;
+        {
+            let mut backoff = self.readback_backoff_lock();
+            for topic in &settled.concluded {
+                backoff.remove(topic);
+            }
+            for topic in settled.failed.keys() {
+                let wait = backoff
+                    .get(topic)
+                    .map_or(self.config.interval, |(_, wait)| *wait * 2)
+                    .clamp(self.config.interval, READBACK_BACKOFF_MAX);
+                backoff.insert(topic.clone(), (now + wait, wait));
+            }
+        }
         report.rescued = settled.absent;
         report.found = settled.produced;
         report.unsettled = settled.unsettled;
@@ -274,7 +311,16 @@ impl Reconciler {
                 .job_list_overdue(before, after, self.config.batch)
                 .await?;
             let entries: Vec<_> = page.iter().map(|e| (e.id, e.schedule_time)).collect();
-            report.refed += self.index.job_refeed_many(&entries).await?;
+            match self.index.job_refeed_many(&entries).await {
+                Ok(refed) => report.refed += refed,
+                // Redis down: the probe waits for the next pass, but the
+                // ack deadlines and the doubts below, which need only MySQL
+                // and Kafka, go on.
+                Err(err) => {
+                    metrics::index_failed("overdue probe", entries.len(), &err);
+                    break;
+                }
+            }
             report.overdue += page.len();
             after = page.last().copied();
             if page.len() < self.config.batch as usize {
@@ -318,7 +364,7 @@ pub struct ReadBack<'a> {
 }
 
 /// What settling claims in doubt did.
-#[derive(Debug, Default, Clone, Copy, PartialEq, Eq)]
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
 pub struct DoubtsSettled {
     /// Found on Kafka: marked dispatched at the record's position.
     pub produced: usize,
@@ -326,11 +372,22 @@ pub struct DoubtsSettled {
     pub absent: usize,
     /// Kafka could not be read in time: still in doubt.
     pub unsettled: usize,
+    /// Topics whose read failed, with why: their claims stay in doubt.
+    pub failed: BTreeMap<String, String>,
+    /// Topics whose doubts this pass concluded (found or absent).
+    pub concluded: Vec<String>,
 }
 
-/// Reads back the topics of up to `limit` claims in doubt whose quiet time
-/// is over, and settles each: found, `dispatched` at its position; not
-/// found, `pending` and indexed again. The reconciler runs it every pass;
+/// Most topics one pass reads back: the pass reads for at most three
+/// topics' `wait`, and a topic read quickly leaves time for the next.
+pub const READBACK_TOPICS_MAX: usize = 8;
+
+/// Reads back the topics of claims in doubt whose quiet time is over, up to
+/// `limit` claims of each of the [`READBACK_TOPICS_MAX`] topics with the
+/// oldest doubts (but those in `skip`, whose reads failed lately), and
+/// settles each: found, `dispatched` at its position; not found,
+/// `pending` and indexed again. A row set `dispatching` by hand (no claim
+/// token) is settled the same way. The reconciler runs it every pass;
 /// `tickler doctor --repair` until none is left.
 ///
 /// Long because it is one pass: read the doubts due, read their topics
@@ -340,9 +397,18 @@ pub async fn doubts_settle(
     index: &Index,
     read_back: &ReadBack<'_>,
     limit: u32,
+    skip: &HashSet<String>,
 ) -> Result<DoubtsSettled, ReconcileError> {
     let mut settled = DoubtsSettled::default();
-    let doubts = store.job_doubts_due(limit).await?;
+    let topics = store.job_doubt_topics().await?;
+    let mut doubts = Vec::new();
+    for (topic, _) in topics
+        .iter()
+        .filter(|(topic, _)| !skip.contains(topic))
+        .take(READBACK_TOPICS_MAX)
+    {
+        doubts.extend(store.job_doubts_due_on(topic, limit).await?);
+    }
     if doubts.is_empty() {
         return Ok(settled);
     }
@@ -367,7 +433,11 @@ pub async fn doubts_settle(
         Err(err) => {
             tracing::warn!(error = %err, "cannot make a kafka reader to settle claims in doubt");
             readback::ReadBack {
-                unread: doubts.iter().map(|d| d.topic.clone()).collect(),
+                unread: doubts.iter().map(|d| (d.id, d.attempt)).collect(),
+                failed: doubts
+                    .iter()
+                    .map(|d| (d.topic.clone(), format!("no kafka reader: {err}")))
+                    .collect(),
                 ..readback::ReadBack::default()
             }
         }
@@ -376,11 +446,19 @@ pub async fn doubts_settle(
     // answers in_flight) until a later pass reads them.
     let (doubts, unsettled): (Vec<_>, Vec<_>) = doubts
         .into_iter()
-        .partition(|d| !read.unread.contains(&d.topic));
+        .partition(|d| !read.unread.contains(&(d.id, d.attempt)));
     if !unsettled.is_empty() {
         metrics::doubts_unsettled(unsettled.len());
         settled.unsettled = unsettled.len();
     }
+    for (topic, why) in &read.failed {
+        tracing::warn!(topic, reason = %why, "claims in doubt stay dispatching: their topic could not be read back");
+    }
+    settled.failed = read.failed;
+    let mut concluded: Vec<String> = doubts.iter().map(|d| d.topic.clone()).collect();
+    concluded.sort_unstable();
+    concluded.dedup();
+    settled.concluded = concluded;
     let found = read.found;
     let now = store.db_now().await?;
     let (landed, absent): (Vec<_>, Vec<_>) = doubts
@@ -392,9 +470,9 @@ pub async fn doubts_settle(
             let at = found.get(&(d.id, d.attempt))?;
             Some(Dispatched {
                 id: d.id,
-                // A row set dispatching by hand has no token: no mark
-                // matches it, and it is left for the operator.
-                token: d.token?,
+                // A row set dispatching by hand has no token: marked as
+                // the claim 0 ([`Store::job_mark_dispatched_many`]).
+                token: d.token.unwrap_or(0),
                 partition: at.partition,
                 offset: at.offset,
                 dispatched_at: at.dispatched_at.unwrap_or(now),

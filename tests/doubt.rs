@@ -401,6 +401,90 @@ async fn an_instance_whose_heartbeat_ran_out_sends_nothing_it_holds() {
     env.finish().await;
 }
 
+/// A dead instance comes back to life: paused past its TTL with a claim in
+/// hand, it was taken for dead, its claim put in doubt, read back (not
+/// there), returned to pending and cancelled — answered `cancelled`. When
+/// it beats again it is alive, but a new incarnation: the claim it made
+/// before the lapse is never sent, however much of its send window is
+/// left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_instance_revived_after_its_ttl_sends_nothing_it_claimed_before() {
+    let env = api_only(|c| {
+        c.instance_ttl_ms = 1_000;
+        c.dispatch_lookahead_ms = 12_000;
+        c.kafka_message_timeout_ms = 1_000;
+        c.doubt_margin_ms = 500;
+        c.claim_lease_ms = 20_000;
+    })
+    .await;
+    let consumer = env.consumer();
+    let (dispatcher, _, membership) = dispatcher_with(&env, &env.config).await;
+    let instance = membership.subscribe().borrow().instance.unwrap();
+    // Claimed ahead at once, held until its time, well inside the claim's
+    // send window (20 s less the timeout and the margin).
+    let id = env
+        .job_create(json!({"payload": 1, "delay_ms": 8_000}))
+        .await["id"]
+        .as_u64()
+        .unwrap();
+    let pass = tokio::spawn(async move { dispatcher.run_once().await });
+    let held = eventually(Duration::from_secs(5), || async {
+        (env.job_status(id).await == "dispatching").then_some(())
+    })
+    .await;
+    assert!(held.is_some(), "claimed ahead");
+
+    // The heartbeat lapses (a pause): the others put the claim in doubt,
+    // read the topic back, find nothing, and the job is pending again.
+    sqlx::query(
+        "UPDATE instances SET heartbeat_at = TIMESTAMPADD(SECOND, -5, UTC_TIMESTAMP(3)) WHERE id = ?",
+    )
+    .bind(instance)
+    .execute(&env.sql)
+    .await
+    .unwrap();
+    let in_doubt = env
+        .store
+        .job_rescue_dead(env.config.instance_ttl(), Duration::from_millis(1_500), 100)
+        .await
+        .unwrap();
+    assert_eq!(in_doubt, 1);
+    let settled = eventually(Duration::from_secs(10), || async {
+        (reconcile(&env).await.rescued == 1).then_some(())
+    })
+    .await;
+    assert!(settled.is_some(), "read back and settled");
+    assert_eq!(
+        outcome_of_cancel(&env, id).await,
+        (200, "cancelled".to_owned())
+    );
+
+    // It wakes and beats again, and keeps beating: alive for everyone.
+    let revived = membership.run_once(instance, false).await.unwrap();
+    assert!(revived.live >= 1);
+    let beating = tokio::spawn(async move {
+        loop {
+            let _ = membership.run_once(instance, false).await;
+            tokio::time::sleep(Duration::from_millis(150)).await;
+        }
+    });
+    let report = pass.await.unwrap();
+    beating.abort();
+    assert_eq!(
+        (report.claimed, report.failed),
+        (1, 1),
+        "withheld: {report:?}"
+    );
+    assert!(
+        records_read(&consumer, 1, Duration::from_secs(2))
+            .await
+            .is_empty(),
+        "a cancel answered `cancelled` is never produced"
+    );
+    assert_eq!(env.job_status(id).await, "cancelled");
+    env.finish().await;
+}
+
 /// A job claimed before its topic was paused, and held until its time, is
 /// not sent once the pause is known: nothing of a paused topic leaves after
 /// the pause has answered, however long a job was held.

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use tickler::job::{JobId, Status};
-use tickler::store::{Cancelled, Dispatched, Fence, InstanceInfo, LeaseRow, Store};
+use tickler::store::{Beat, Cancelled, Dispatched, Fence, InstanceInfo, LeaseRow, Store};
 use tickler_testkit::store::{Db, LEASE, SHARDS};
 
 fn info(host: &str, pid: u32) -> InstanceInfo {
@@ -76,9 +76,15 @@ async fn an_instance_registers_beats_its_heart_and_is_listed_alive_by_the_databa
             .unwrap()[1]
             .live
     );
-    assert!(
-        !db.store.instance_heartbeat(id, &me).await.unwrap(),
-        "its row was there"
+    assert_eq!(
+        db.store.instance_heartbeat(id, &me, MINUTE).await.unwrap(),
+        Beat::Lapsed,
+        "its row was there, ten minutes old: the others took it for dead"
+    );
+    assert_eq!(
+        db.store.instance_heartbeat(id, &me, MINUTE).await.unwrap(),
+        Beat::Kept,
+        "alive until this beat"
     );
     let row = db
         .store
@@ -93,8 +99,9 @@ async fn an_instance_registers_beats_its_heart_and_is_listed_alive_by_the_databa
     // says so.
     assert!(db.store.instance_forget(id, "host-a", 11).await.unwrap());
     assert_eq!(db.store.instances_list(MINUTE).await.unwrap().len(), 1);
-    assert!(
-        db.store.instance_heartbeat(id, &me).await.unwrap(),
+    assert_eq!(
+        db.store.instance_heartbeat(id, &me, MINUTE).await.unwrap(),
+        Beat::Gone,
         "it was gone"
     );
     let row = db

@@ -168,6 +168,7 @@ async fn only_the_live_reconciler_with_the_lowest_id_reports() {
             shards: BTreeMap::new(),
             ttl: env.config.instance_ttl(),
             alive_until: None,
+            incarnation: 0,
         };
         Reporter::new(
             env.store.clone(),

@@ -260,6 +260,9 @@ impl ApiError {
     }
 }
 
+/// The `Retry-After` of a 503 `unavailable`, in seconds.
+pub const UNAVAILABLE_RETRY_AFTER_S: u64 = 1;
+
 impl IntoResponse for ApiError {
     fn into_response(self) -> Response {
         let status = self.status();
@@ -279,6 +282,15 @@ impl IntoResponse for ApiError {
             }
             ApiError::RateLimited { retry_after_s, .. } => {
                 headers.insert(header::RETRY_AFTER, HeaderValue::from(*retry_after_s));
+            }
+            // A store failing over answers again within seconds: a client
+            // that follows HTTP retries after one (nothing was written, or
+            // a retry of a keyed create finds its job).
+            ApiError::Unavailable => {
+                headers.insert(
+                    header::RETRY_AFTER,
+                    HeaderValue::from(UNAVAILABLE_RETRY_AFTER_S),
+                );
             }
             _ => {}
         }

@@ -744,6 +744,7 @@ impl Dispatcher {
                 // waits included, comes out of the window, not the margin.
                 send_by: cas_started + self.send_window(),
                 claim_started: cas_started,
+                incarnation: ownership.incarnation,
                 clock,
                 retry_ms,
                 jobs,

@@ -74,6 +74,9 @@ pub(super) struct Claimed {
     pub send_by: Instant,
     /// When its compare-and-set was sent (the claim was decided after).
     pub claim_started: Instant,
+    /// The instance's incarnation when it claimed: none of its records is
+    /// sent once a lapse has started another ([`Ownership::may_send`]).
+    pub incarnation: u64,
     pub clock: DbClock,
     /// When a job whose send failed for the broker's sake is tried again
     /// (Redis's clock, ms).
@@ -87,6 +90,7 @@ struct Batch {
     producer: FutureProducer,
     send_by: Instant,
     claim_started: Instant,
+    incarnation: u64,
     clock: DbClock,
     retry_ms: i64,
 }
@@ -98,6 +102,7 @@ impl Batch {
             producer: claim.producer.clone(),
             send_by: claim.send_by,
             claim_started: claim.claim_started,
+            incarnation: claim.incarnation,
             clock: claim.clock,
             retry_ms: claim.retry_ms,
         }
@@ -254,7 +259,7 @@ impl Releaser {
             let alive = self
                 .ownership
                 .borrow()
-                .alive_at(tokio::time::Instant::from_std(now));
+                .may_send(batch.incarnation, tokio::time::Instant::from_std(now));
             let in_time = now < batch.send_by;
             let sent = |job: &Job, result| Sent {
                 id: job.id,
@@ -274,7 +279,7 @@ impl Releaser {
                 let why = if alive {
                     "the claim is too old to send safely"
                 } else {
-                    "this instance's heartbeat is older than it may trust"
+                    "this instance's heartbeat is older than it may trust, or lapsed since the claim"
                 };
                 outcomes.push(sent(&job, Err(Failure::Unsent(format!("not sent: {why}")))));
                 continue;

@@ -104,6 +104,26 @@ pub(super) fn push_fence(query: &mut QueryBuilder<'_, MySql>, fence: &Fence) {
         .push(")");
 }
 
+/// What a heartbeat found.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Beat {
+    /// The instance was alive for the others until this beat.
+    Kept,
+    /// Its last beat was older than the TTL: the others may have taken it
+    /// for dead meanwhile.
+    Lapsed,
+    /// Its row was gone (it left, or was forgotten): taken for dead.
+    Gone,
+}
+
+impl Beat {
+    /// Whether the others may have taken the instance for dead before
+    /// this beat.
+    pub fn ended_a_lapse(self) -> bool {
+        self != Beat::Kept
+    }
+}
+
 impl Store {
     /// Registers this process; returns its instance id.
     pub async fn instance_register(&self, info: &InstanceInfo) -> Result<u64, StoreError> {
@@ -111,25 +131,36 @@ impl Store {
     }
 
     /// Beats this instance's heart; puts its row back (same id) if someone
-    /// purged it while it was away.
+    /// purged it while it was away. Says whether the instance was alive for
+    /// the others until this beat, by the database's clock: a beat that
+    /// finds the last one older than `ttl` (or the row gone) ends a lapse,
+    /// during which the others may have put its claims in doubt and settled
+    /// them.
     ///
-    /// Returns whether the row was gone: the others then took this instance
-    /// for dead (and may have put its claims in doubt) until this beat.
+    /// The check and the beat are one statement: a rescue judges with the
+    /// same clock and row, so no rescue can have found this instance dead
+    /// before a beat that answers [`Beat::Kept`].
     pub async fn instance_heartbeat(
         &self,
         id: u64,
         info: &InstanceInfo,
-    ) -> Result<bool, StoreError> {
-        let beat = sqlx::query("UPDATE instances SET heartbeat_at = UTC_TIMESTAMP(3) WHERE id = ?")
-            .bind(id)
-            .execute(&self.pool)
-            .await?;
-        if beat.rows_affected() == 0 {
-            // (0 also when the time did not change within the millisecond:
-            // the insert then updates, and says so.)
-            return self.instance_reinsert(id, info).await;
+        ttl: Duration,
+    ) -> Result<Beat, StoreError> {
+        let mut beat = QueryBuilder::<MySql>::new(
+            "UPDATE instances SET heartbeat_at = UTC_TIMESTAMP(3) WHERE id = ",
+        );
+        beat.push_bind(id).push(" AND heartbeat_at >= ");
+        push_alive_since(&mut beat, ttl);
+        // Rows matched, not changed (the driver asks for found rows): 0
+        // only when the row is gone or its last beat is too old.
+        if beat.build().execute(&self.pool).await?.rows_affected() > 0 {
+            return Ok(Beat::Kept);
         }
-        Ok(false)
+        Ok(if self.instance_reinsert(id, info).await? {
+            Beat::Gone
+        } else {
+            Beat::Lapsed
+        })
     }
 
     /// Puts back the row of `id`; returns whether it was gone.

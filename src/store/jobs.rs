@@ -897,7 +897,7 @@ impl Store {
                      j.kafka_partition = d.p, j.kafka_offset = d.o, \
                      j.ack_deadline = IF(j.expects_result, \
                        TIMESTAMPADD(MICROSECOND, j.ack_timeout_ms * 1000, UTC_TIMESTAMP(3)), NULL) \
-                     WHERE j.status = 'dispatching' AND j.claim_token = d.k",
+                     WHERE j.status = 'dispatching' AND COALESCE(j.claim_token, 0) = d.k",
             );
             let ids: Vec<JobId> = chunk.iter().map(|job| job.id).collect();
             let mut tx = self.begin().await?;
@@ -933,6 +933,13 @@ impl Store {
         jobs: &[Dispatched],
         marked: &mut Marked,
     ) -> Result<(), StoreError> {
+        // A row set `dispatching` by hand ([`CLAIM_NONE`]) was no claim of
+        // tickler's: no report holds its token.
+        let jobs: Vec<Dispatched> = jobs.iter().filter(|job| job.token != 0).copied().collect();
+        if jobs.is_empty() {
+            return Ok(());
+        }
+        let jobs = jobs.as_slice();
         let ids: Vec<JobId> = jobs.iter().map(|job| job.id).collect();
         let mut retried = QueryBuilder::<MySql>::new(
             "SELECT id, claim_token FROM jobs WHERE status = 'pending' AND id IN ",
@@ -964,38 +971,58 @@ impl Store {
     /// Kafka; the reconciler reads their topics back to tell, and until it
     /// has, a cancel answers `in_flight`. Oldest first.
     pub async fn job_doubts_due(&self, limit: u32) -> Result<Vec<Doubt>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT id, topic, attempt, claim_token, claimed_at, schedule_time FROM jobs \
-             WHERE status = 'dispatching' \
+        let rows = sqlx::query(&format!(
+            "SELECT {DOUBT_COLUMNS} FROM jobs WHERE status = 'dispatching' \
              AND (claim_expires_at < UTC_TIMESTAMP(3) OR claim_expires_at IS NULL) \
-             ORDER BY claim_expires_at LIMIT ?",
-        )
+             ORDER BY claim_expires_at LIMIT ?"
+        ))
         .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(doubt_from_row).collect()
+    }
+
+    /// The topics that have claims to be found out now (as
+    /// [`Store::job_doubts_due`] means it), each with how many, the topic
+    /// with the oldest first (rows set `dispatching` by hand, which have no
+    /// quiet time, before all). A reader takes topics in this order, so
+    /// that one topic's many doubts never keep another's from being read.
+    pub async fn job_doubt_topics(&self) -> Result<Vec<(String, u64)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT topic, COUNT(*) AS n, MIN(COALESCE(claim_expires_at, '1000-01-01')) AS oldest \
+             FROM jobs WHERE status = 'dispatching' \
+             AND (claim_expires_at < UTC_TIMESTAMP(3) OR claim_expires_at IS NULL) \
+             GROUP BY topic ORDER BY oldest, topic",
+        )
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
             .map(|row| {
-                let claimed_at: Option<NaiveDateTime> = row.try_get("claimed_at")?;
-                let scheduled: NaiveDateTime = row.try_get("schedule_time")?;
-                Ok(Doubt {
-                    id: row.try_get("id")?,
-                    topic: text(row, "topic")?.unwrap_or_default(),
-                    attempt: row.try_get("attempt")?,
-                    // A row set `dispatching` by hand holds no claim: a
-                    // NULL token, or the placeholder 0 (`CLAIM_NONE`).
-                    token: row
-                        .try_get::<Option<u64>, _>("claim_token")?
-                        .filter(|token| *token != 0),
-                    // A record is stamped no earlier than its claim, nor
-                    // than its schedule (claims made before V22 have no
-                    // claimed_at).
-                    since: claimed_at
-                        .map_or(scheduled, |at| at.max(scheduled))
-                        .and_utc(),
-                    schedule_time: scheduled.and_utc(),
-                })
+                let n: i64 = row.try_get("n")?;
+                Ok((
+                    text(row, "topic")?.unwrap_or_default(),
+                    u64::try_from(n).unwrap_or_default(),
+                ))
             })
             .collect()
+    }
+
+    /// [`Store::job_doubts_due`] of one topic.
+    pub async fn job_doubts_due_on(
+        &self,
+        topic: &str,
+        limit: u32,
+    ) -> Result<Vec<Doubt>, StoreError> {
+        let rows = sqlx::query(&format!(
+            "SELECT {DOUBT_COLUMNS} FROM jobs WHERE status = 'dispatching' AND topic = ? \
+             AND (claim_expires_at < UTC_TIMESTAMP(3) OR claim_expires_at IS NULL) \
+             ORDER BY claim_expires_at LIMIT ?"
+        ))
+        .bind(topic)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter().map(doubt_from_row).collect()
     }
 
     /// Puts claims in doubt: their records were handed to the broker and
@@ -1490,6 +1517,29 @@ pub(super) fn job_from_row(row: &MySqlRow) -> Result<Job, StoreError> {
 
 /// A text column. The schema uses binary collations (case-sensitive keys),
 /// which sqlx reports as binary, so text is read as bytes and checked UTF-8.
+const DOUBT_COLUMNS: &str = "id, topic, attempt, claim_token, claimed_at, schedule_time";
+
+fn doubt_from_row(row: &MySqlRow) -> Result<Doubt, StoreError> {
+    let claimed_at: Option<NaiveDateTime> = row.try_get("claimed_at")?;
+    let scheduled: NaiveDateTime = row.try_get("schedule_time")?;
+    Ok(Doubt {
+        id: row.try_get("id")?,
+        topic: text(row, "topic")?.unwrap_or_default(),
+        attempt: row.try_get("attempt")?,
+        // A row set `dispatching` by hand holds no claim: a NULL token, or
+        // the placeholder 0 (`CLAIM_NONE`).
+        token: row
+            .try_get::<Option<u64>, _>("claim_token")?
+            .filter(|token| *token != 0),
+        // A record is stamped no earlier than its claim, nor than its
+        // schedule (claims made before V22 have no claimed_at).
+        since: claimed_at
+            .map_or(scheduled, |at| at.max(scheduled))
+            .and_utc(),
+        schedule_time: scheduled.and_utc(),
+    })
+}
+
 fn text(row: &MySqlRow, column: &str) -> Result<Option<String>, StoreError> {
     let bytes: Option<Vec<u8>> = row.try_get(column)?;
     bytes

@@ -19,8 +19,9 @@ mod tokens;
 mod topics;
 
 use std::str::FromStr;
-use std::sync::Arc;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
+use std::time::{Duration, Instant};
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 
@@ -30,7 +31,7 @@ use sqlx::pool::PoolConnection;
 use sqlx::{ConnectOptions, Connection, Executor, MySql, Transaction};
 
 pub use bulk::{BulkAction, BulkBatch, BulkFilter, BulkOp, BulkStatus};
-pub use cluster::{Fence, InstanceInfo, InstanceRow, LeaseRow};
+pub use cluster::{Beat, Fence, InstanceInfo, InstanceRow, LeaseRow};
 pub use history::{BrokenTrigger, HandEditsState};
 pub use jobs::{
     BatchRow, Cancelled, ClaimOutcome, Dispatched, JobChanges, JobEvent, JobFilter, Marked,
@@ -80,23 +81,126 @@ impl From<sqlx::Error> for StoreError {
             | sqlx::Error::Tls(_)
             | sqlx::Error::WorkerCrashed => StoreError::Unavailable(err),
             sqlx::Error::Database(ref db) if db.is_unique_violation() => StoreError::DuplicateKey,
-            // 1213: deadlock, 1205: lock wait timeout, 1467: the same on a
-            // table's AUTO-INC lock. TiDB's: 9007 write conflict (at
-            // COMMIT in optimistic mode), 8002 a locking read's conflict,
-            // 8022 the transaction's retry failed, 8028 the table's schema
-            // changed under the transaction.
-            sqlx::Error::Database(ref db)
-                if db
+            sqlx::Error::Database(ref db) => {
+                let number = db
                     .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-                    .is_some_and(|e| {
-                        matches!(e.number(), 1213 | 1205 | 1467 | 9007 | 8002 | 8022 | 8028)
-                    }) =>
-            {
-                StoreError::Contention(err)
+                    .map(|e| e.number());
+                match number.map(server_refusal_kind) {
+                    Some(Some(Refusal::Contention)) => StoreError::Contention(err),
+                    Some(Some(Refusal::NotNow)) => StoreError::Unavailable(err),
+                    Some(Some(Refusal::NotPrimary)) => {
+                        connections_demote();
+                        StoreError::Unavailable(err)
+                    }
+                    _ => StoreError::Query(err),
+                }
             }
             other => StoreError::Query(other),
         }
     }
+}
+
+/// Why a server refused a statement, when the refusal is the server's
+/// state and not the statement's fault.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Refusal {
+    /// The statement was rolled back for a conflict with another one:
+    /// nothing was written, and trying again at once is safe.
+    Contention,
+    /// The server cannot take it now (going away, full, killed, not
+    /// ready): nothing the caller can fix, tried again later.
+    NotNow,
+    /// The server takes no writes: a demoted primary (read-only during a
+    /// switchover), or a Galera node out of its cluster. Every connection
+    /// made before this answer may point at it; they are not reused.
+    NotPrimary,
+}
+
+/// The server-side error numbers (MySQL 8, MariaDB, Galera, TiDB) that say
+/// "not now" rather than "this request is wrong". Everything else is a
+/// failure of the statement.
+fn server_refusal_kind(number: u16) -> Option<Refusal> {
+    match number {
+        // 1213: deadlock (and Galera's certification failure), 1205: lock
+        // wait timeout, 1467: the same on a table's AUTO-INC lock, 3100:
+        // group replication rolled the commit back. TiDB's: 9007 write
+        // conflict (at COMMIT in optimistic mode), 8002 a locking read's
+        // conflict, 8022 the transaction's retry failed, 8028 the table's
+        // schema changed under the transaction.
+        1213 | 1205 | 1467 | 3100 | 9007 | 8002 | 8022 | 8028 => Some(Refusal::Contention),
+        // 1290: running with --read-only / --super-read-only, 1836: in
+        // read-only mode, 1047: Galera's "WSREP has not yet prepared node
+        // for application use" (a node that left its cluster's primary
+        // component).
+        1290 | 1836 | 1047 => Some(Refusal::NotPrimary),
+        // 1040: too many connections, 1203: the account's
+        // max_user_connections, 1226: an account resource limit, 1053:
+        // server shutdown in progress, 1927 (MariaDB) and 3169 (MySQL): the
+        // connection was killed, 1317: the query was interrupted (KILL
+        // QUERY), 4031: disconnected for inactivity, 1158-1161: network
+        // read or write errors, 2006 and 2013: gone away or lost (as a
+        // proxy relays them), 1969 (MariaDB max_statement_time) and 3024
+        // (MySQL max_execution_time): the statement ran out of time, 1637:
+        // too many active transactions, 1041: out of memory. TiDB's 9001
+        // (PD timeout), 9002 (TiKV timeout), 9003 (TiKV busy), 9004
+        // (resolve-lock timeout), 9005 (region unavailable), 8027 (schema
+        // out of date).
+        1040
+        | 1203
+        | 1226
+        | 1053
+        | 1927
+        | 3169
+        | 1317
+        | 4031
+        | 1158..=1161
+        | 2006
+        | 2013
+        | 1969
+        | 3024
+        | 1637
+        | 1041
+        | 9001..=9005
+        | 8027 => Some(Refusal::NotNow),
+        _ => None,
+    }
+}
+
+/// When a server last answered "not the primary", as nanoseconds after
+/// [`demotions_epoch`]; 0 when never. Process-wide rather than per pool:
+/// every pool of a process points at the same database address, and a
+/// connection opened before a switchover may still be held by the old
+/// primary (a TCP proxy keeps established sessions on the server it chose).
+static DEMOTED_AT_NS: AtomicU64 = AtomicU64::new(0);
+
+fn demotions_epoch() -> Instant {
+    static EPOCH: OnceLock<Instant> = OnceLock::new();
+    *EPOCH.get_or_init(Instant::now)
+}
+
+/// Marks every connection opened until now as pointing at a server that
+/// takes no writes: the pools close them rather than reuse them.
+fn connections_demote() {
+    let since = demotions_epoch().elapsed().as_nanos();
+    DEMOTED_AT_NS.fetch_max(
+        u64::try_from(since).unwrap_or(u64::MAX).max(1),
+        Ordering::Relaxed,
+    );
+}
+
+/// Whether a connection of `age` was opened before the last "not the
+/// primary" answer: then it is closed, and the pool opens a new one to
+/// whatever the address names now.
+fn connection_demoted(age: Duration) -> bool {
+    let demoted_ns = DEMOTED_AT_NS.load(Ordering::Relaxed);
+    if demoted_ns == 0 {
+        return false;
+    }
+    let demoted_at = demotions_epoch() + Duration::from_nanos(demoted_ns);
+    // Opened at now - age: before the demotion if that is earlier.
+    Instant::now()
+        .checked_sub(age)
+        .is_none_or(|opened_at| opened_at <= demoted_at)
 }
 
 /// Runs `write` again, after a short jittered pause, while the database
@@ -201,6 +305,13 @@ impl Store {
                     Ok(())
                 })
             })
+            // A connection opened before a server answered "not the
+            // primary" is closed rather than used again, whether idle or
+            // just returned.
+            .before_acquire(|_conn, meta| {
+                Box::pin(async move { Ok(!connection_demoted(meta.age)) })
+            })
+            .after_release(|_conn, meta| Box::pin(async move { Ok(!connection_demoted(meta.age)) }))
             .connect_lazy_with(options);
         Ok(Store {
             pool,
@@ -448,6 +559,54 @@ mod tests {
         for host in ["db.internal", "10.0.0.5", "0.0.0.0"] {
             assert!(!host_is_local(host), "{host}");
         }
+    }
+
+    #[test]
+    fn a_servers_not_now_is_told_from_a_statements_fault() {
+        // A switchover's read-only primary, a Galera node out of its
+        // cluster: not the primary.
+        for number in [1290, 1836, 1047] {
+            assert_eq!(
+                server_refusal_kind(number),
+                Some(Refusal::NotPrimary),
+                "{number}"
+            );
+        }
+        // Full, going away, killed, out of time, TiDB busy.
+        for number in [
+            1040, 1203, 1053, 1927, 3169, 1317, 4031, 2006, 2013, 1969, 3024, 9003,
+        ] {
+            assert_eq!(
+                server_refusal_kind(number),
+                Some(Refusal::NotNow),
+                "{number}"
+            );
+        }
+        // Rolled back for a conflict (Galera's certification failure is a
+        // deadlock).
+        for number in [1213, 1205, 1467, 3100, 9007] {
+            assert_eq!(
+                server_refusal_kind(number),
+                Some(Refusal::Contention),
+                "{number}"
+            );
+        }
+        // The statement's own fault: a syntax error, a missing table, a
+        // bad value, access denied.
+        for number in [1064, 1146, 1366, 1045, 1142] {
+            assert_eq!(server_refusal_kind(number), None, "{number}");
+        }
+    }
+
+    #[test]
+    fn connections_opened_before_a_not_the_primary_answer_are_not_reused() {
+        // Opened an hour ago: before any demotion this process can note.
+        let old = Duration::from_secs(3_600);
+        connections_demote();
+        assert!(connection_demoted(old));
+        // Opened after it: kept.
+        std::thread::sleep(Duration::from_millis(5));
+        assert!(!connection_demoted(Duration::from_millis(1)));
     }
 
     fn contention() -> StoreError {

@@ -28,6 +28,11 @@ pub struct Services {
     pub mysql_server_url: String,
     pub redis_url: String,
     pub brokers: String,
+    /// `user:password` tickler connects as, when not the server URL's
+    /// (e.g. an account with privileges on its databases only, as on a
+    /// managed MySQL); the world's own setup and checks use the server
+    /// URL's.
+    pub tickler_account: Option<String>,
 }
 
 impl Services {
@@ -36,6 +41,18 @@ impl Services {
             mysql_server_url: super::mysql_server_url(),
             redis_url: super::redis_url(),
             brokers: super::kafka_brokers(),
+            tickler_account: None,
+        }
+    }
+
+    /// `mysql_url` with tickler's account in place of the one it names.
+    pub fn tickler_mysql_url(&self, mysql_url: &str) -> String {
+        match (&self.tickler_account, mysql_url.split_once("://")) {
+            (Some(account), Some((scheme, rest))) => {
+                let host = rest.split_once('@').map_or(rest, |(_, host)| host);
+                format!("{scheme}://{account}@{host}")
+            }
+            _ => mysql_url.to_owned(),
         }
     }
 }
@@ -157,7 +174,10 @@ impl World {
         let redis_prefix = unique("tickler-t-");
         let mut env = fast_settings();
         env.extend([
-            ("TICKLER_MYSQL_URL".to_owned(), mysql_url.clone()),
+            (
+                "TICKLER_MYSQL_URL".to_owned(),
+                services.tickler_mysql_url(&mysql_url),
+            ),
             ("TICKLER_REDIS_URL".to_owned(), services.redis_url.clone()),
             ("TICKLER_KAFKA_BROKERS".to_owned(), services.brokers.clone()),
             ("TICKLER_REDIS_PREFIX".to_owned(), redis_prefix.clone()),

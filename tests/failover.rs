@@ -1,0 +1,394 @@
+//! The stores' own failovers: a MySQL server that turns read-only (a
+//! primary during a switchover), kills its connections or is full answers
+//! "not now" — the API with 503 `unavailable` and `Retry-After`, the
+//! ingress by waiting — and never fails a request for it.
+//!
+//! tickler runs here as an account with privileges on its databases only,
+//! as on a managed MySQL (no SUPER, no READ_ONLY ADMIN): `read_only` holds
+//! for it. Each test has a MariaDB of its own, since it flips global
+//! settings.
+
+use std::collections::{BTreeMap, HashMap, HashSet};
+use std::time::Duration;
+
+use chrono::Utc;
+use rdkafka::message::{Header, OwnedHeaders};
+use rdkafka::producer::FutureRecord;
+use serde_json::json;
+use sqlx::MySqlPool;
+
+use tickler::config::HandEdits;
+use tickler::kafka;
+use tickler::store::{scratch, Actor, Store, StoreError, TopicChange};
+use tickler_testkit::chronos::{self, Expected, Services, World};
+use tickler_testkit::procs::PrivateMariadb;
+use tickler_testkit::{consumer_from_beginning, eventually, records_read, unique};
+
+/// tickler's account: every privilege on the test databases, nothing
+/// global.
+const ACCOUNT: &str = "app:app-secret";
+
+async fn root_pool(mariadb: &PrivateMariadb) -> MySqlPool {
+    eventually(Duration::from_secs(30), || async {
+        MySqlPool::connect(&mariadb.server_url()).await.ok()
+    })
+    .await
+    .expect("the private mariadb takes connections")
+}
+
+async fn account_create(root: &MySqlPool) {
+    for statement in [
+        "CREATE USER 'app'@'127.0.0.1' IDENTIFIED BY 'app-secret'",
+        "GRANT ALL PRIVILEGES ON `tickler\\_t\\_%`.* TO 'app'@'127.0.0.1'",
+    ] {
+        sqlx::query(statement).execute(root).await.unwrap();
+    }
+}
+
+/// A migrated database on `mariadb`; tickler's account's URL to it.
+async fn database_for_account(mariadb: &PrivateMariadb) -> String {
+    let name = unique("tickler_t_");
+    scratch::scratch_database_create(&mariadb.server_url(), &name, HandEdits::Off)
+        .await
+        .expect("database created");
+    format!("mysql://{ACCOUNT}@127.0.0.1:{}/{name}", mariadb.port)
+}
+
+/// The server's ids of the account's connections.
+async fn account_connections(root: &MySqlPool) -> HashSet<i64> {
+    sqlx::query_scalar::<_, i64>("SELECT ID FROM information_schema.PROCESSLIST WHERE USER = 'app'")
+        .fetch_all(root)
+        .await
+        .unwrap()
+        .into_iter()
+        .collect()
+}
+
+async fn global_set(root: &MySqlPool, setting: &str) {
+    sqlx::query(&format!("SET GLOBAL {setting}"))
+        .execute(root)
+        .await
+        .unwrap();
+}
+
+fn pause_change() -> TopicChange {
+    TopicChange {
+        paused: Some(true),
+        max_per_second: None,
+    }
+}
+
+#[tokio::test]
+async fn a_read_only_server_is_unavailable_and_its_connections_are_not_used_again() {
+    tickler_testkit::init_logging();
+    let mariadb = PrivateMariadb::start().await;
+    let root = root_pool(&mariadb).await;
+    account_create(&root).await;
+    let url = database_for_account(&mariadb).await;
+    let store = Store::connect_lazy(&url, 4, Actor::Cli).unwrap();
+    store
+        .topic_control_set("t", &pause_change(), "test")
+        .await
+        .expect("a write before the switchover");
+    let before = account_connections(&root).await;
+    assert!(!before.is_empty());
+
+    global_set(&root, "read_only = ON").await;
+    let refused = store
+        .topic_control_set("t", &pause_change(), "test")
+        .await
+        .expect_err("a read-only server takes no write");
+    assert!(
+        matches!(refused, StoreError::Unavailable(_)),
+        "read-only is the server's state, not the request's fault: {refused:?}"
+    );
+    // Reads go on meanwhile (on fresh connections).
+    store
+        .ping()
+        .await
+        .expect("reads answer on a read-only server");
+
+    global_set(&root, "read_only = OFF").await;
+    store
+        .topic_control_set("t", &pause_change(), "test")
+        .await
+        .expect("a write after the switchover");
+    // No connection that met the read-only server is used again: behind a
+    // switched address, it would still point at the demoted primary.
+    let replaced = eventually(Duration::from_secs(5), || async {
+        let now = account_connections(&root).await;
+        now.is_disjoint(&before).then_some(now)
+    })
+    .await;
+    assert!(
+        replaced.is_some(),
+        "connections opened before the read-only answer are closed: before {before:?}, now {:?}",
+        account_connections(&root).await
+    );
+    store.close().await;
+}
+
+#[tokio::test]
+async fn killed_connections_and_a_full_server_are_unavailable_not_failures() {
+    tickler_testkit::init_logging();
+    let mariadb = PrivateMariadb::start().await;
+    let root = root_pool(&mariadb).await;
+    account_create(&root).await;
+    let url = database_for_account(&mariadb).await;
+
+    // KILL CONNECTION, as a failover tool does to a demoted primary's
+    // sessions: the next statement on each is unavailable at worst.
+    let store = Store::connect_lazy(&url, 2, Actor::Cli).unwrap();
+    store
+        .topic_control_set("t", &pause_change(), "test")
+        .await
+        .unwrap();
+    for id in account_connections(&root).await {
+        sqlx::query(&format!("KILL CONNECTION {id}"))
+            .execute(&root)
+            .await
+            .unwrap();
+    }
+    let mut written = false;
+    for _ in 0..5 {
+        match store.topic_control_set("t", &pause_change(), "test").await {
+            Ok(_) => {
+                written = true;
+                break;
+            }
+            Err(StoreError::Unavailable(_)) => {}
+            Err(other) => panic!("a killed connection is not the request's fault: {other:?}"),
+        }
+    }
+    assert!(
+        written,
+        "the pool reconnects after its connections are killed"
+    );
+    store.close().await;
+
+    // The account's max_user_connections.
+    sqlx::query("ALTER USER 'app'@'127.0.0.1' WITH MAX_USER_CONNECTIONS 1")
+        .execute(&root)
+        .await
+        .unwrap();
+    let holder = Store::connect_lazy(&url, 1, Actor::Cli).unwrap();
+    holder.ping().await.unwrap();
+    let store = Store::connect_lazy(&url, 1, Actor::Cli).unwrap();
+    let full = store.ping().await.expect_err("the account is at its limit");
+    assert!(
+        matches!(full, StoreError::Unavailable(_)),
+        "max_user_connections: {full:?}"
+    );
+    store.close().await;
+    holder.close().await;
+    sqlx::query("ALTER USER 'app'@'127.0.0.1' WITH MAX_USER_CONNECTIONS 0")
+        .execute(&root)
+        .await
+        .unwrap();
+
+    // The server's max_connections (at least 10 on MariaDB): filled with
+    // root's connections.
+    global_set(&root, "max_connections = 10").await;
+    let mut fill = Vec::new();
+    loop {
+        let (_, connected): (String, String) =
+            sqlx::query_as("SHOW GLOBAL STATUS LIKE 'Threads_connected'")
+                .fetch_one(&root)
+                .await
+                .unwrap();
+        if connected.parse::<u32>().unwrap() >= 10 {
+            break;
+        }
+        fill.push(
+            <sqlx::MySqlConnection as sqlx::Connection>::connect(&mariadb.server_url())
+                .await
+                .unwrap(),
+        );
+    }
+    let store = Store::connect_lazy(&url, 1, Actor::Cli).unwrap();
+    let full = store.ping().await.expect_err("the server is full");
+    drop(fill);
+    global_set(&root, "max_connections = 500").await;
+    assert!(
+        matches!(full, StoreError::Unavailable(_)),
+        "max_connections: {full:?}"
+    );
+    store.ping().await.expect("room again");
+    store.close().await;
+}
+
+/// The switchover measured from outside: MySQL read-only for 3 s while
+/// requests arrive on the request topic and on the API.
+#[tokio::test]
+async fn three_seconds_read_only_loses_no_request_and_answers_503_with_retry_after() {
+    let mariadb = PrivateMariadb::start().await;
+    let root = root_pool(&mariadb).await;
+    account_create(&root).await;
+    let requests = unique("tickler-requests-");
+    let replies = unique("tickler-replies-");
+    let services = Services {
+        mysql_server_url: mariadb.server_url(),
+        tickler_account: Some(ACCOUNT.to_owned()),
+        ..Services::shared()
+    };
+    for topic in [&requests, &replies] {
+        kafka::topic_ensure(&services.brokers, topic, 2)
+            .await
+            .unwrap();
+    }
+    let ingress = format!(
+        "{{topics={{\"{requests}\"={{targets=[\"tickler-fault-*\"]}}}}, reply_topic=\"{replies}\", group=\"{}\"}}",
+        unique("tickler-t-ingress-")
+    );
+    let world = World::start(
+        services,
+        &[
+            ("TICKLER_INGRESS", ingress.as_str()),
+            ("TICKLER_KAFKA_MESSAGE_TIMEOUT_MS", "10000"),
+            ("TICKLER_CLAIM_LEASE_MS", "13000"),
+        ],
+    )
+    .await;
+
+    // The API's creates, side by side with the ingress's requests.
+    let api = {
+        let http = world.http.clone();
+        let url = format!("http://{}/v1/jobs", world.http_addr);
+        let topic = world.topic.clone();
+        tokio::spawn(async move {
+            let mut answers = Vec::new();
+            for i in 0..150 {
+                let key = format!("api-{i}");
+                let sent = http
+                    .post(&url)
+                    .json(&json!({"topic": topic, "key": key, "payload": i, "delay_ms": 2_000}))
+                    .send()
+                    .await
+                    .expect("the API answers");
+                let status = sent.status().as_u16();
+                let retry_after = sent
+                    .headers()
+                    .get("retry-after")
+                    .and_then(|v| v.to_str().ok())
+                    .map(str::to_owned);
+                let body: serde_json::Value = sent.json().await.unwrap_or_default();
+                answers.push((key, status, retry_after, body));
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+            answers
+        })
+    };
+
+    let producer =
+        kafka::producer_create(&world.services.brokers, &BTreeMap::new(), 0, 5_000).unwrap();
+    let n: usize = 300;
+    let started = Utc::now();
+    let mut due: HashMap<String, i64> = HashMap::new();
+    let mut flip = None;
+    for i in 0..n {
+        if i == 50 {
+            let root = root.clone();
+            flip = Some(tokio::spawn(async move {
+                global_set(&root, "read_only = ON").await;
+                tokio::time::sleep(Duration::from_secs(3)).await;
+                global_set(&root, "read_only = OFF").await;
+            }));
+        }
+        let key = format!("r-{i}");
+        let at = Utc::now().max(started) + chrono::Duration::milliseconds(2_000);
+        due.insert(key.clone(), at.timestamp_millis());
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: "tickler-target-topic",
+                value: Some(world.topic.as_str()),
+            })
+            .insert(Header {
+                key: "tickler-run-at",
+                value: Some(tickler::job::time_format(at).as_str()),
+            });
+        // Each acknowledged before the next: one record per batch.
+        producer
+            .send(
+                FutureRecord::<str, [u8]>::to(&requests)
+                    .key(&key)
+                    .payload(key.as_bytes())
+                    .headers(headers),
+                Duration::from_secs(5),
+            )
+            .await
+            .expect("request produced");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    flip.expect("flipped").await.unwrap();
+    let answers = api.await.unwrap();
+
+    // The API: a 2xx, or 503 `unavailable` with Retry-After; never a 500.
+    let mut unavailable = 0;
+    let mut created_keys: HashSet<String> = HashSet::new();
+    for (key, status, retry_after, body) in &answers {
+        match status {
+            201 => {
+                created_keys.insert(key.clone());
+            }
+            503 => {
+                unavailable += 1;
+                assert_eq!(body["error"]["code"], "unavailable", "{body}");
+                assert!(retry_after.is_some(), "a 503 says when to try again");
+            }
+            other => panic!("create {key} answered {other}: {body}"),
+        }
+    }
+    assert!(
+        unavailable > 0,
+        "the read-only server was met (else this test shows nothing)"
+    );
+
+    // Every ingress request is a job; the API's 503s wrote nothing.
+    let rows = eventually(Duration::from_secs(60), || async {
+        let rows: Vec<(u64, String)> = sqlx::query_as("SELECT id, CAST(job_key AS CHAR) FROM jobs")
+            .fetch_all(&world.sql)
+            .await
+            .unwrap();
+        let requested = rows.iter().filter(|(_, key)| key.starts_with("r-")).count();
+        (requested >= n).then_some(rows)
+    })
+    .await
+    .expect("every ingress request is written");
+    let api_keys: HashSet<String> = rows
+        .iter()
+        .filter(|(_, key)| key.starts_with("api-"))
+        .map(|(_, key)| key.clone())
+        .collect();
+    assert_eq!(
+        api_keys, created_keys,
+        "a 503 wrote nothing, a 201 wrote its job"
+    );
+    let reader = consumer_from_beginning(&world.services.brokers, &replies);
+    let answered = records_read(&reader, n, Duration::from_secs(30)).await;
+    for reply in &answered {
+        assert_ne!(
+            reply.header("tickler-outcome"),
+            Some("error"),
+            "request {:?} refused: {:?}",
+            reply.key,
+            String::from_utf8_lossy(&reply.payload)
+        );
+    }
+    let answered_keys: HashSet<String> = answered.iter().filter_map(|r| r.key.clone()).collect();
+    assert_eq!(answered_keys.len(), n, "every request answered");
+
+    // And every job arrives, none early.
+    let expected: Vec<Expected> = rows
+        .iter()
+        .filter_map(|(id, key)| {
+            let due_ms = due.get(key).copied()?;
+            Some(Expected { id: *id, due_ms })
+        })
+        .collect();
+    let ids: HashSet<u64> = expected.iter().map(|e| e.id).collect();
+    world.await_seen(&ids, Duration::from_secs(60)).await;
+    let interrupted = world.interrupted().await;
+    let verdict = chronos::check(&expected, &HashSet::new(), &interrupted, &world.seen());
+    verdict.assert_clean("three seconds read-only");
+    world.finish().await;
+}
