@@ -247,6 +247,128 @@ async fn a_dead_instances_claim_not_on_the_broker_is_pending_again_after_the_rea
     env.finish().await;
 }
 
+/// Path 4: settling can starve. 1,100 rows set back to `dispatching` by
+/// hand (no claim token, no lease: oldest of all) whose records are on
+/// their topic, and one real doubt on another topic, due last. Every pass
+/// takes its topics oldest first, a few at a time with a share each, so
+/// the other topic is read at once; and the hand-set rows found on their
+/// topic are marked `dispatched` there rather than read again forever.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn doubts_settle_across_topics_and_rows_set_dispatching_by_hand_are_resolved() {
+    // The second topic is made after tickler started (its metadata cache
+    // does not know it yet).
+    let env = api_only(|c| c.topic_check = tickler::config::TopicCheck::Off).await;
+    // The hand-set rows, each with its record on the topic.
+    let n = 1_100u64;
+    env.store
+        .job_seed(
+            &env.topic,
+            n,
+            chrono::Utc::now() - chrono::Duration::seconds(30),
+            Duration::from_secs(10),
+        )
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE jobs SET status = 'dispatching', attempt = 1, claim_token = NULL, \
+         claimed_by = NULL, claim_expires_at = NULL WHERE topic = ?",
+    )
+    .bind(&env.topic)
+    .execute(&env.sql)
+    .await
+    .unwrap();
+    let ids: Vec<u64> = sqlx::query_scalar("SELECT id FROM jobs WHERE topic = ?")
+        .bind(&env.topic)
+        .fetch_all(&env.sql)
+        .await
+        .unwrap();
+    let producer = tickler::kafka::producer_create(
+        &env.config.kafka_brokers,
+        &env.config.kafka_options,
+        5,
+        10_000,
+    )
+    .unwrap();
+    let now_ms = chrono::Utc::now().timestamp_millis().to_string();
+    let sends = ids.iter().map(|id| {
+        let id = id.to_string();
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: "tickler-job-id",
+                value: Some(id.as_bytes()),
+            })
+            .insert(Header {
+                key: "tickler-attempt",
+                value: Some("1"),
+            })
+            .insert(Header {
+                key: "tickler-dispatched-at",
+                value: Some(now_ms.as_bytes()),
+            });
+        let producer = producer.clone();
+        let topic = env.topic.clone();
+        async move {
+            producer
+                .send(
+                    FutureRecord::to(&topic)
+                        .key(&id)
+                        .payload("by hand")
+                        .headers(headers),
+                    Duration::from_secs(10),
+                )
+                .await
+                .map_err(|(err, _)| err)
+                .unwrap();
+        }
+    });
+    futures::future::join_all(sends).await;
+
+    // The real doubt, on another topic: a dead instance's claim, never sent.
+    let other = tickler_testkit::unique("tickler-test-");
+    tickler::kafka::topic_ensure(&env.config.kafka_brokers, &other, 1)
+        .await
+        .unwrap();
+    let id = env
+        .job_create(json!({"topic": other, "payload": 1, "delay_ms": 0}))
+        .await["id"]
+        .as_u64()
+        .unwrap();
+    let zombie = fence_all(&env.store, env.config.shards).await;
+    claim(&env, id, 81, Duration::from_secs(30), &zombie).await;
+    instance_dies(&env, &zombie).await;
+    env.store
+        .job_rescue_dead(env.config.instance_ttl(), Duration::ZERO, 100)
+        .await
+        .unwrap();
+    tokio::time::sleep(Duration::from_millis(20)).await;
+
+    let first = reconcile(&env).await;
+    assert_eq!(
+        env.job_status(id).await,
+        "pending",
+        "the other topic's doubt is read in the first pass: {first:?}"
+    );
+    let second = reconcile(&env).await;
+    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs WHERE status = 'dispatching'")
+        .fetch_one(&env.sql)
+        .await
+        .unwrap();
+    assert_eq!(
+        left, 0,
+        "every hand-set row is settled: {first:?} {second:?}"
+    );
+    let dispatched: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM jobs WHERE topic = ? AND status = 'dispatched' \
+         AND kafka_offset IS NOT NULL",
+    )
+    .bind(&env.topic)
+    .fetch_one(&env.sql)
+    .await
+    .unwrap();
+    assert_eq!(dispatched as u64, n, "found on the topic: dispatched there");
+    env.finish().await;
+}
+
 /// Path 3: the record is on the topic but the mark was lost (the database
 /// was unreachable for longer than the settler retries); the claim lease
 /// expires. Reading back finds the record: `dispatched` at its position,
@@ -418,7 +540,7 @@ async fn an_instance_revived_after_its_ttl_sends_nothing_it_claimed_before() {
     })
     .await;
     let consumer = env.consumer();
-    let (dispatcher, _, membership) = dispatcher_with(&env, &env.config).await;
+    let (dispatcher, controls, membership) = dispatcher_with(&env, &env.config).await;
     let instance = membership.subscribe().borrow().instance.unwrap();
     // Claimed ahead at once, held until its time, well inside the claim's
     // send window (20 s less the timeout and the margin).
@@ -460,11 +582,13 @@ async fn an_instance_revived_after_its_ttl_sends_nothing_it_claimed_before() {
     );
 
     // It wakes and beats again, and keeps beating: alive for everyone.
+    // (Its topic controls are read on, as its own loop reads them.)
     let revived = membership.run_once(instance, false).await.unwrap();
     assert!(revived.live >= 1);
     let beating = tokio::spawn(async move {
         loop {
             let _ = membership.run_once(instance, false).await;
+            let _ = controls.refresh().await;
             tokio::time::sleep(Duration::from_millis(150)).await;
         }
     });
