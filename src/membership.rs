@@ -86,6 +86,9 @@ impl MembershipConfig {
                     crate::store::schema_newest()
                 ),
                 roles: config.roles.join(","),
+                // Set by `Membership::new` from `ttl` and `doubt_quiet`.
+                ttl: None,
+                quiet: None,
             },
         }
     }
@@ -114,6 +117,14 @@ fn pid_namespace() -> Option<String> {
 /// Whether a process `pid` runs in this pid namespace.
 fn pid_running(pid: u32) -> bool {
     std::path::Path::new(&format!("/proc/{pid}")).exists()
+}
+
+/// Whether `/proc` shows this namespace's other processes: with `hidepid`
+/// or systemd's `ProtectProc`, processes of other users are hidden, and a
+/// live predecessor would look gone. Init (pid 1 of the namespace) is shown
+/// wherever they are not hidden.
+fn pids_visible() -> bool {
+    std::process::id() == 1 || pid_running(1)
 }
 
 /// What this instance holds: its id, and each shard it owns with the epoch
@@ -259,7 +270,16 @@ pub struct Membership {
 }
 
 impl Membership {
-    pub fn new(store: Store, index: Index, config: MembershipConfig, wake: Arc<Notify>) -> Self {
+    pub fn new(
+        store: Store,
+        index: Index,
+        mut config: MembershipConfig,
+        wake: Arc<Notify>,
+    ) -> Self {
+        // The others judge this instance, and time its claims in doubt, by
+        // its own settings, which its row carries.
+        config.info.ttl = Some(config.ttl);
+        config.info.quiet = Some(config.doubt_quiet);
         let (ownership, _) = watch::channel(Ownership {
             ttl: config.ttl,
             ..Ownership::default()
@@ -315,7 +335,10 @@ impl Membership {
         let mut purged_at: Option<tokio::time::Instant> = None;
         while !cancel.is_cancelled() {
             let cut_off = last_beat.is_none_or(|at| at.elapsed() > self.config.ttl);
-            match self.run_once(id, cut_off && last_beat.is_some()).await {
+            match self
+                .run_once_beating(id, cut_off && last_beat.is_some())
+                .await
+            {
                 Ok(_) => last_beat = Some(tokio::time::Instant::now()),
                 Err(err) => {
                     crate::metrics::store_failed("membership round", &err);
@@ -359,14 +382,8 @@ impl Membership {
     async fn beat_until(&self, id: u64, dispatcher_done: CancellationToken) {
         let deadline = tokio::time::Instant::now() + DRAIN_MAX;
         loop {
-            let beat_sent = tokio::time::Instant::now();
-            match self
-                .store
-                .instance_heartbeat(id, &self.config.info, self.config.ttl)
-                .await
-            {
-                Ok(beat) => self.beat_recorded(beat_sent, beat),
-                Err(err) => crate::metrics::store_failed("drain heartbeat", &err),
+            if let Err(err) = self.beat(id).await {
+                crate::metrics::store_failed("drain heartbeat", &err);
             }
             tokio::select! {
                 _ = dispatcher_done.cancelled() => return,
@@ -474,17 +491,52 @@ impl Membership {
         }
     }
 
+    /// [`Membership::run_once`], beating again every heartbeat while the
+    /// round's work after its beat goes on: a slow Redis (adopting shards,
+    /// draining a layout) or a slow rescue must not age this instance's
+    /// heartbeat into a false death.
+    async fn run_once_beating(
+        &self,
+        id: u64,
+        judge_nobody: bool,
+    ) -> Result<RoundReport, StoreError> {
+        self.beat(id).await?;
+        let round = self.round(id, judge_nobody);
+        tokio::pin!(round);
+        loop {
+            tokio::select! {
+                report = &mut round => return report,
+                _ = tokio::time::sleep(self.config.heartbeat) => {
+                    if let Err(err) = self.beat(id).await {
+                        crate::metrics::store_failed("heartbeat", &err);
+                    }
+                }
+            }
+        }
+    }
+
     /// One round as instance `id`: beat, balance, rescue, drain.
     /// `judge_nobody` after this instance was itself cut off: it then takes
     /// only free shards and rescues nobody's claims.
     pub async fn run_once(&self, id: u64, judge_nobody: bool) -> Result<RoundReport, StoreError> {
-        let mut report = RoundReport::default();
+        self.beat(id).await?;
+        self.round(id, judge_nobody).await
+    }
+
+    /// Beats this instance's heart, and records what the beat found.
+    async fn beat(&self, id: u64) -> Result<(), StoreError> {
         let beat_sent = tokio::time::Instant::now();
         let beat = self
             .store
             .instance_heartbeat(id, &self.config.info, self.config.ttl)
             .await?;
         self.beat_recorded(beat_sent, beat);
+        Ok(())
+    }
+
+    /// A round's work after its beat: balance, rescue, drain.
+    async fn round(&self, id: u64, judge_nobody: bool) -> Result<RoundReport, StoreError> {
+        let mut report = RoundReport::default();
         let mut instances = self.store.instances_list(self.config.ttl).await?;
         if self.predecessors_forget(id, &instances).await? > 0 {
             instances = self.store.instances_list(self.config.ttl).await?;
@@ -533,7 +585,7 @@ impl Membership {
         instances: &[crate::store::InstanceRow],
     ) -> Result<usize, StoreError> {
         let me = &self.config.info;
-        if me.pid_namespace.is_none() {
+        if me.pid_namespace.is_none() || !pids_visible() {
             return Ok(0);
         }
         let mut forgotten = 0;

@@ -435,9 +435,33 @@ pub fn truth_publish(g: &TruthGauges) {
     gauge!(TRUTH_SCAN).set(g.scan_s);
 }
 
+/// Distinct topics a counter labelled by topic names at most, in a process:
+/// with `topic_check = warn` or `off` a caller may name any topic, and each
+/// name would be a series of its own for good. Past it, topics are counted
+/// under `_other`, as the truth's gauges sum the topics past theirs.
+pub const TOPIC_LABELS_MAX: usize = 200;
+
+/// `topic` as a label: itself while fewer than [`TOPIC_LABELS_MAX`] topics
+/// have been, else `_other`.
+fn topic_label(topic: &str) -> String {
+    static SEEN: OnceLock<std::sync::Mutex<std::collections::HashSet<String>>> = OnceLock::new();
+    let mut seen = SEEN
+        .get_or_init(Default::default)
+        .lock()
+        .unwrap_or_else(std::sync::PoisonError::into_inner);
+    if seen.contains(topic) {
+        return topic.to_owned();
+    }
+    if seen.len() < TOPIC_LABELS_MAX {
+        seen.insert(topic.to_owned());
+        return topic.to_owned();
+    }
+    "_other".to_owned()
+}
+
 /// Jobs of a paced topic held back for later, by topic.
 pub fn dispatch_paced(topic: &str, n: usize) {
-    counter!(DISPATCH_PACED, "topic" => topic.to_owned()).increment(n as u64);
+    counter!(DISPATCH_PACED, "topic" => topic_label(topic)).increment(n as u64);
 }
 
 /// Due jobs the compare-and-set refused to produce: `paused` (their topic
@@ -587,12 +611,12 @@ pub fn loader_indexed(n: usize) {
 
 /// A job accepted for, or found due on, a topic the broker does not have.
 pub fn job_unknown_topic(topic: &str) {
-    counter!(JOBS_UNKNOWN_TOPIC, "topic" => topic.to_owned()).increment(1);
+    counter!(JOBS_UNKNOWN_TOPIC, "topic" => topic_label(topic)).increment(1);
 }
 
 /// A send refused because of the job (not the broker's health).
 pub fn produce_refused(topic: &str, reason: &'static str) {
-    counter!(PRODUCE_REFUSED, "topic" => topic.to_owned(), "reason" => reason).increment(1);
+    counter!(PRODUCE_REFUSED, "topic" => topic_label(topic), "reason" => reason).increment(1);
 }
 
 /// A Redis operation failed: counted and logged here, alike at every site.
@@ -681,4 +705,22 @@ pub fn api_connection_closed() {
 /// A request refused for who sent it or how often (`code`: the error's).
 pub fn api_refused(code: &'static str) {
     counter!(API_REFUSED, "code" => code).increment(1);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_labels_are_bounded_and_a_topic_keeps_its_own() {
+        let first = "label-test-first";
+        assert_eq!(topic_label(first), first);
+        let labels: Vec<String> = (0..TOPIC_LABELS_MAX + 5)
+            .map(|i| topic_label(&format!("label-test-{i}")))
+            .collect();
+        assert!(labels.iter().any(|label| label == "_other"));
+        let own = labels.iter().filter(|label| *label != "_other").count();
+        assert!(own < TOPIC_LABELS_MAX, "{own}");
+        assert_eq!(topic_label(first), first, "seen before the cap: kept");
+    }
 }

@@ -22,6 +22,7 @@ use tickler::kafka;
 use tickler::store::{scratch, Actor, Store, StoreError, TopicChange};
 use tickler_testkit::chronos::{self, Expected, Services, World};
 use tickler_testkit::procs::PrivateMariadb;
+use tickler_testkit::replication::{replica_promote, PrivateProxy, ReplicatedMariadb};
 use tickler_testkit::{consumer_from_beginning, eventually, records_read, unique};
 
 /// tickler's account: every privilege on the test databases, nothing
@@ -390,5 +391,205 @@ async fn three_seconds_read_only_loses_no_request_and_answers_503_with_retry_aft
     let interrupted = world.interrupted().await;
     let verdict = chronos::check(&expected, &HashSet::new(), &interrupted, &world.seen());
     verdict.assert_clean("three seconds read-only");
+    world.finish().await;
+}
+
+/// A MySQL primary switch, as a managed MySQL fails over: a primary and a
+/// semi-synchronous replica behind one address (HAProxy), two tickler
+/// instances under API and ingress load. The primary is killed with -9,
+/// the replica promoted once it has applied what it received, the address
+/// switched to it. Every create answered 201 and every request answered
+/// exists afterwards, the API answered only 201 or 503 with `Retry-After`,
+/// no request was answered `error`, every job arrived, none early, no
+/// unexplained duplicate. How soon dispatch resumed after the promotion is
+/// printed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_primary_switch_loses_no_acknowledged_job_and_answers_503_meanwhile() {
+    let ReplicatedMariadb {
+        mut primary,
+        replica,
+    } = ReplicatedMariadb::start().await;
+    let proxy = PrivateProxy::start(primary.port).await;
+    let root = root_pool(&primary).await;
+    account_create(&root).await;
+    root.close().await;
+    let requests = unique("tickler-requests-");
+    let replies = unique("tickler-replies-");
+    let services = Services {
+        mysql_server_url: proxy.server_url(),
+        tickler_account: Some(ACCOUNT.to_owned()),
+        ..Services::shared()
+    };
+    for topic in [&requests, &replies] {
+        kafka::topic_ensure(&services.brokers, topic, 2)
+            .await
+            .unwrap();
+    }
+    let ingress = format!(
+        "{{topics={{\"{requests}\"={{targets=[\"tickler-fault-*\"]}}}}, reply_topic=\"{replies}\", group=\"{}\"}}",
+        unique("tickler-t-ingress-")
+    );
+    let world = World::start_many(
+        services,
+        2,
+        &[
+            ("TICKLER_INGRESS", ingress.as_str()),
+            ("TICKLER_INSTANCE_TTL_MS", "2000"),
+            ("TICKLER_KAFKA_MESSAGE_TIMEOUT_MS", "10000"),
+            ("TICKLER_CLAIM_LEASE_MS", "13000"),
+        ],
+    )
+    .await;
+
+    // The API's creates on both instances, side by side with the requests.
+    let api = {
+        let http = world.http.clone();
+        let urls: Vec<String> = world
+            .http_addrs
+            .iter()
+            .map(|addr| format!("http://{addr}/v1/jobs"))
+            .collect();
+        let topic = world.topic.clone();
+        tokio::spawn(async move {
+            let mut answers = Vec::new();
+            for i in 0..200 {
+                let key = format!("api-{i}");
+                let asked_at = Utc::now();
+                let sent = http
+                    .post(&urls[i % urls.len()])
+                    .json(&json!({"topic": topic, "key": key, "payload": i, "delay_ms": 3_000}))
+                    .send()
+                    .await
+                    .expect("the API answers");
+                let status = sent.status().as_u16();
+                let retry_after = sent.headers().get("retry-after").is_some();
+                let body: serde_json::Value = sent.json().await.unwrap_or_default();
+                answers.push((key, status, retry_after, body, asked_at));
+                tokio::time::sleep(Duration::from_millis(30)).await;
+            }
+            answers
+        })
+    };
+
+    let producer =
+        kafka::producer_create(&world.services.brokers, &BTreeMap::new(), 0, 5_000).unwrap();
+    let n: usize = 300;
+    let mut due: HashMap<String, i64> = HashMap::new();
+    let mut promoted_at = None;
+    for i in 0..n {
+        if i == 60 {
+            // The switchover: the primary dies, the replica is promoted
+            // once it has applied all it received, the address follows.
+            primary.proc.kill9();
+            tokio::time::sleep(Duration::from_secs(1)).await;
+            replica_promote(&replica).await;
+            proxy.switch(replica.port).await;
+            promoted_at = Some(Utc::now());
+        }
+        let key = format!("r-{i}");
+        let at = Utc::now() + chrono::Duration::milliseconds(3_000);
+        due.insert(key.clone(), at.timestamp_millis());
+        let headers = OwnedHeaders::new()
+            .insert(Header {
+                key: "tickler-target-topic",
+                value: Some(world.topic.as_str()),
+            })
+            .insert(Header {
+                key: "tickler-run-at",
+                value: Some(tickler::job::time_format(at).as_str()),
+            });
+        producer
+            .send(
+                FutureRecord::<str, [u8]>::to(&requests)
+                    .key(&key)
+                    .payload(key.as_bytes())
+                    .headers(headers),
+                Duration::from_secs(5),
+            )
+            .await
+            .expect("request produced");
+        tokio::time::sleep(Duration::from_millis(10)).await;
+    }
+    let promoted_at = promoted_at.expect("switched over");
+    let answers = api.await.unwrap();
+
+    let mut tally: BTreeMap<u16, usize> = BTreeMap::new();
+    let mut acknowledged: HashSet<String> = HashSet::new();
+    for (key, status, retry_after, body, asked_at) in &answers {
+        *tally.entry(*status).or_default() += 1;
+        match status {
+            201 => {
+                acknowledged.insert(key.clone());
+                due.insert(
+                    key.clone(),
+                    (*asked_at + chrono::Duration::milliseconds(3_000)).timestamp_millis(),
+                );
+            }
+            503 => {
+                assert_eq!(body["error"]["code"], "unavailable", "{body}");
+                assert!(retry_after, "a 503 says when to try again");
+            }
+            other => panic!("create {key} answered {other}: {body}"),
+        }
+    }
+    println!("primary switch: API answers {tally:?}");
+
+    // Everything acknowledged is on the promoted replica.
+    let sql = MySqlPool::connect(&format!("{}/{}", proxy.server_url(), world.db_name))
+        .await
+        .unwrap();
+    let rows = eventually(Duration::from_secs(90), || async {
+        let rows: Vec<(u64, String)> = sqlx::query_as("SELECT id, CAST(job_key AS CHAR) FROM jobs")
+            .fetch_all(&sql)
+            .await
+            .ok()?;
+        let requested = rows.iter().filter(|(_, key)| key.starts_with("r-")).count();
+        (requested >= n).then_some(rows)
+    })
+    .await
+    .expect("every ingress request is written");
+    let keys: HashSet<&String> = rows.iter().map(|(_, key)| key).collect();
+    let missing: Vec<&String> = acknowledged.iter().filter(|k| !keys.contains(k)).collect();
+    assert!(
+        missing.is_empty(),
+        "creates answered 201 and gone: {missing:?}"
+    );
+    let reader = consumer_from_beginning(&world.services.brokers, &replies);
+    let answered = records_read(&reader, n, Duration::from_secs(60)).await;
+    for reply in &answered {
+        assert_ne!(
+            reply.header("tickler-outcome"),
+            Some("error"),
+            "request {:?} refused: {:?}",
+            reply.key,
+            String::from_utf8_lossy(&reply.payload)
+        );
+    }
+    let answered_keys: HashSet<String> = answered.iter().filter_map(|r| r.key.clone()).collect();
+    assert_eq!(answered_keys.len(), n, "every request answered");
+
+    // Every job arrives, none early; dispatch resumed after the promotion.
+    let expected: Vec<Expected> = rows
+        .iter()
+        .filter(|(_, key)| key.starts_with("r-") || acknowledged.contains(key))
+        .map(|(id, key)| Expected {
+            id: *id,
+            due_ms: due[key],
+        })
+        .collect();
+    let ids: HashSet<u64> = expected.iter().map(|e| e.id).collect();
+    world.await_seen(&ids, Duration::from_secs(90)).await;
+    let seen = world.seen();
+    let resumed_ms = seen
+        .iter()
+        .map(|s| s.dispatched_ms)
+        .filter(|ms| *ms >= promoted_at.timestamp_millis())
+        .min()
+        .map(|ms| ms - promoted_at.timestamp_millis());
+    println!("primary switch: first record dispatched {resumed_ms:?} ms after the promotion");
+    let interrupted = world.interrupted().await;
+    let verdict = chronos::check(&expected, &HashSet::new(), &interrupted, &seen);
+    verdict.assert_clean("a primary switch");
+    sql.close().await;
     world.finish().await;
 }

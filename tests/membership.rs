@@ -261,16 +261,18 @@ async fn a_restart_on_the_same_host_takes_over_its_dead_predecessor_at_once() {
 }
 
 /// An instance whose row was deleted (taken for dead: its claims may be in
-/// doubt) sends nothing until a heartbeat finds its row back in place.
+/// doubt) becomes a new incarnation when a heartbeat puts the row back: it
+/// sends nothing it claimed before, and what it claims from then on.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn an_instance_whose_row_was_gone_sends_nothing_until_its_next_heartbeat() {
+async fn an_instance_whose_row_was_gone_sends_nothing_it_claimed_before() {
     let deployment = Deployment::new(4).await;
     let member = deployment.member();
     let ownership = member.subscribe();
     let id = member.join().await.unwrap();
     member.run_once(id, false).await.unwrap();
     let now = || tokio::time::Instant::now();
-    assert!(ownership.borrow().alive_at(now()));
+    let before = ownership.borrow().incarnation;
+    assert!(ownership.borrow().may_send(before, now()));
     // Someone took it for dead and deleted its row.
     deployment
         .store
@@ -282,14 +284,74 @@ async fn an_instance_whose_row_was_gone_sends_nothing_until_its_next_heartbeat()
         .await
         .unwrap();
     member.run_once(id, false).await.unwrap();
+    let after = ownership.borrow().incarnation;
+    assert_ne!(after, before, "a new incarnation");
     assert!(
-        !ownership.borrow().alive_at(now()),
-        "withholds: its claims may be in doubt"
+        !ownership.borrow().may_send(before, now()),
+        "withholds what it claimed before: those claims may be in doubt"
+    );
+    assert!(
+        ownership.borrow().may_send(after, now()),
+        "its row is back: it sends what it claims now"
     );
     member.run_once(id, false).await.unwrap();
-    assert!(
-        ownership.borrow().alive_at(now()),
-        "its row is back: it sends again"
+    assert_eq!(
+        ownership.borrow().incarnation,
+        after,
+        "one lapse, one incarnation"
     );
     deployment.finish().await;
+}
+
+/// A round's Redis work (adopting the shards it takes) against a Redis that
+/// hangs takes the response timeout per call, many seconds in all: the
+/// instance beats on all the while, so the others never take it for dead.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_round_slowed_by_redis_does_not_age_the_heartbeat() {
+    let redis = tickler_testkit::procs::PrivateRedis::start().await;
+    let (db_name, url) = database_create().await;
+    let mut config = test_config(&url, &unique("tickler-t-"));
+    config.shards = 8;
+    config.instance_ttl_ms = 1_000;
+    let store = Store::connect_lazy(&url, 4, Actor::Reconciler).unwrap();
+    let index = Index::connect(&redis.url(), &config.redis_prefix, 8)
+        .await
+        .unwrap();
+    let member = Membership::new(
+        store.clone(),
+        index,
+        MembershipConfig {
+            dispatcher: true,
+            ..MembershipConfig::from_config(&config)
+        },
+        Arc::new(tokio::sync::Notify::new()),
+    );
+    // Redis stops answering before the first round, which takes all eight
+    // shards and adopts each (a 2 s response timeout apiece).
+    redis.proc.pause();
+    let cancel = tokio_util::sync::CancellationToken::new();
+    let done = tokio_util::sync::CancellationToken::new();
+    done.cancel();
+    let running = tokio::spawn(member.run(cancel.clone(), done));
+    let sql = sqlx::MySqlPool::connect(&url).await.unwrap();
+    let mut ages = Vec::new();
+    for _ in 0..12 {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        let age: Option<i64> = sqlx::query_scalar(
+            "SELECT TIMESTAMPDIFF(MICROSECOND, MAX(heartbeat_at), UTC_TIMESTAMP(3)) DIV 1000 FROM instances",
+        )
+        .fetch_one(&sql)
+        .await
+        .unwrap();
+        ages.push(age);
+    }
+    redis.proc.resume();
+    cancel.cancel();
+    let _ = running.await;
+    assert!(
+        ages[1..].iter().all(|age| age.is_some_and(|ms| ms < 1_000)),
+        "the heartbeat stays within the TTL while the round waits on Redis (ms): {ages:?}"
+    );
+    store.close().await;
+    database_drop(&db_name).await;
 }

@@ -17,6 +17,8 @@ fn info(host: &str, pid: u32) -> InstanceInfo {
         pid_namespace: Some("pid:[4026531836]".to_owned()),
         version: "1.2.3".to_owned(),
         roles: "dispatcher,api".to_owned(),
+        ttl: None,
+        quiet: None,
     }
 }
 
@@ -380,6 +382,8 @@ async fn a_claim_under_a_lost_lease_or_by_a_dead_instance_wins_nothing() {
             pid_namespace: None,
             version: "test".to_owned(),
             roles: "dispatcher".to_owned(),
+            ttl: None,
+            quiet: None,
         })
         .await
         .unwrap();
@@ -540,6 +544,108 @@ async fn claims_of_a_dead_instance_are_put_in_doubt_and_a_live_ones_are_not() {
         .await
         .unwrap();
     assert_eq!(marked.marked, 0);
+    db.finish().await;
+}
+
+/// A dead instance is judged, and its claims timed in doubt, by its own
+/// settings (its row's `ttl_ms` and `quiet_ms`), not the rescuer's: during
+/// a rolling change of them an instance still trusting its heartbeat is
+/// never taken for dead, and its claims are not read back before its own
+/// producer has given up on their records.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dead_instance_is_judged_and_its_doubts_timed_by_its_own_settings() {
+    let db = Db::new().await;
+    let slow = db
+        .store
+        .instance_register(&InstanceInfo {
+            ttl: Some(Duration::from_secs(30)),
+            quiet: Some(Duration::from_secs(20)),
+            ..info("host-slow", 31)
+        })
+        .await
+        .unwrap();
+    let fence = Fence {
+        instance: slow,
+        ..db.fence.clone()
+    };
+    for (shard, epoch) in &db.fence.leases {
+        assert!(db
+            .store
+            .shard_acquire(*shard, *epoch, slow)
+            .await
+            .unwrap()
+            .is_some());
+    }
+    let fence = Fence {
+        leases: db
+            .fence
+            .leases
+            .iter()
+            .map(|(shard, epoch)| (*shard, epoch + 1))
+            .collect(),
+        ..fence
+    };
+    let held = db.job(-1_000, 5).await;
+    let won = db
+        .store
+        .job_claim_many(&[held], 9, LEASE, &fence)
+        .await
+        .unwrap();
+    assert_eq!(won.won.len(), 1);
+    // Silent for 10 s: dead by a rescuer's 1 s, alive by its own 30 s.
+    db.edit(
+        "UPDATE instances SET heartbeat_at = UTC_TIMESTAMP(3) - INTERVAL 10 SECOND WHERE id = ?",
+        slow,
+    )
+    .await;
+    let rescuer_ttl = Duration::from_secs(1);
+    let rescuer_quiet = Duration::from_millis(100);
+    assert_eq!(
+        db.store
+            .job_rescue_dead(rescuer_ttl, rescuer_quiet, 100)
+            .await
+            .unwrap(),
+        0,
+        "alive by its own TTL"
+    );
+    assert!(
+        db.store
+            .instances_list(rescuer_ttl)
+            .await
+            .unwrap()
+            .iter()
+            .any(|i| i.id == slow && i.live),
+        "listed alive by its own TTL"
+    );
+    // Silent for a minute: dead; in doubt for its own 20 s, not 100 ms.
+    db.edit(
+        "UPDATE instances SET heartbeat_at = UTC_TIMESTAMP(3) - INTERVAL 1 MINUTE WHERE id = ?",
+        slow,
+    )
+    .await;
+    assert_eq!(
+        db.store
+            .job_rescue_dead(rescuer_ttl, rescuer_quiet, 100)
+            .await
+            .unwrap(),
+        1
+    );
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert!(
+        db.store.job_doubts_due(100).await.unwrap().is_empty(),
+        "not read back before its own producer gave up"
+    );
+    let quiet_left_ms: i64 = sqlx::query_scalar(
+        "SELECT TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(3), claim_expires_at) DIV 1000 FROM jobs WHERE id = ?",
+    )
+    .bind(held)
+    .fetch_one(&db.sql)
+    .await
+    .unwrap();
+    assert!(
+        (18_000..=20_000).contains(&quiet_left_ms),
+        "{quiet_left_ms}"
+    );
     db.finish().await;
 }
 

@@ -25,6 +25,11 @@ pub struct InstanceInfo {
     pub version: String,
     /// Comma-separated roles.
     pub roles: String,
+    /// Its `instance_ttl_ms`: the others take it for dead by this.
+    pub ttl: Option<Duration>,
+    /// Its `kafka_message_timeout_ms` + `doubt_margin_ms`: how long its
+    /// claims stay in doubt once it is dead.
+    pub quiet: Option<Duration>,
 }
 
 /// A row of `instances`, with whether it is alive by the database's clock.
@@ -78,6 +83,21 @@ fn push_alive_since(query: &mut QueryBuilder<'_, MySql>, ttl: Duration) {
         .push("TIMESTAMPADD(MICROSECOND, -")
         .push_bind(micros(ttl))
         .push(", UTC_TIMESTAMP(3))");
+}
+
+/// As [`push_alive_since`], by each `instances` row's own TTL (`ttl` for
+/// rows that name none): the instant since which its heartbeat must have
+/// beaten for it to be alive.
+fn push_alive_since_own(query: &mut QueryBuilder<'_, MySql>, ttl: Duration) {
+    query
+        .push("TIMESTAMPADD(MICROSECOND, -COALESCE(ttl_ms * 1000, ")
+        .push_bind(micros(ttl))
+        .push("), UTC_TIMESTAMP(3))");
+}
+
+/// A duration as whole milliseconds for an `INT UNSIGNED` column.
+fn duration_ms(d: Duration) -> u32 {
+    u32::try_from(d.as_millis()).unwrap_or(u32::MAX)
 }
 
 /// A boolean SQL expression true while `fence` holds: its instance alive and
@@ -185,8 +205,9 @@ impl Store {
         info: &InstanceInfo,
     ) -> Result<(u64, bool), StoreError> {
         let result = sqlx::query(
-            "INSERT INTO instances (id, host, pid, pid_namespace, version, roles, started_at, heartbeat_at) \
-             VALUES (?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3)) \
+            "INSERT INTO instances (id, host, pid, pid_namespace, version, roles, ttl_ms, quiet_ms, \
+             started_at, heartbeat_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3)) \
              ON DUPLICATE KEY UPDATE heartbeat_at = UTC_TIMESTAMP(3)",
         )
         .bind(id)
@@ -195,6 +216,8 @@ impl Store {
         .bind(&info.pid_namespace)
         .bind(&info.version)
         .bind(&info.roles)
+        .bind(info.ttl.map(duration_ms))
+        .bind(info.quiet.map(duration_ms))
         .execute(&self.pool)
         .await?;
         // 1: inserted; 2 (or 0, the same millisecond): updated.
@@ -208,7 +231,7 @@ impl Store {
         let mut query = QueryBuilder::<MySql>::new(
             "SELECT id, host, pid, pid_namespace, version, roles, started_at, heartbeat_at, heartbeat_at >= ",
         );
-        push_alive_since(&mut query, ttl);
+        push_alive_since_own(&mut query, ttl);
         // id-order: a stable order for `tickler instances`; nothing depends on it.
         query.push(" AS live FROM instances ORDER BY id");
         let rows = query.build().fetch_all(&self.pool).await?;
@@ -401,22 +424,31 @@ impl Store {
             "SELECT id FROM jobs WHERE status = 'dispatching' AND claimed_by > 0 \
              AND claimed_by NOT IN (SELECT id FROM instances WHERE heartbeat_at >= ",
         );
-        push_alive_since(&mut select, ttl);
+        push_alive_since_own(&mut select, ttl);
         select.push(") LIMIT ").push_bind(limit);
         let ids: Vec<u64> = select.build_query_scalar().fetch_all(&self.pool).await?;
         if ids.is_empty() {
             return Ok(0);
         }
-        let mut update = QueryBuilder::<MySql>::new(
-            "UPDATE jobs SET claim_expires_at = LEAST(COALESCE(claim_expires_at, \
-             TIMESTAMPADD(MICROSECOND, ",
+        // Recorded in the jobs' history as the rescuer's (`membership`): the
+        // moment the claim went in doubt.
+        let token = super::history::event_token();
+        let mut update = QueryBuilder::<MySql>::new("UPDATE jobs SET event_token = ");
+        // The quiet time is the dead instance's own, where its row says
+        // (`quiet` where not): its producer's timeout bounds what it can
+        // still make visible. Assigned before `claimed_by` is cleared (a
+        // single-table UPDATE assigns left to right).
+        let own_quiet = format!(
+            "COALESCE((SELECT i.quiet_ms * 1000 FROM instances i WHERE i.id = jobs.claimed_by), {})",
+            micros(quiet)
         );
+        update.push_bind(token).push(format!(
+            ", claim_expires_at = LEAST(COALESCE(claim_expires_at, \
+             TIMESTAMPADD(MICROSECOND, {own_quiet}, UTC_TIMESTAMP(3))), \
+             TIMESTAMPADD(MICROSECOND, {own_quiet}"
+        ));
         // (LEAST of a NULL is NULL: a row without a lease gets the quiet
         // time itself.)
-        update
-            .push_bind(micros(quiet))
-            .push(", UTC_TIMESTAMP(3))), TIMESTAMPADD(MICROSECOND, ")
-            .push_bind(micros(quiet));
         // The candidates by primary key, checked again on the locked rows.
         update.push(
             ", UTC_TIMESTAMP(3))), \
@@ -425,9 +457,13 @@ impl Store {
                  claimed_by = NULL WHERE status = 'dispatching' AND claimed_by > 0 \
                  AND claimed_by NOT IN (SELECT id FROM instances WHERE heartbeat_at >= ",
         );
-        push_alive_since(&mut update, ttl);
+        push_alive_since_own(&mut update, ttl);
         update.push(") AND id IN ");
         super::jobs::push_id_list(&mut update, &ids);
-        Ok(update.build().execute(&self.pool).await?.rows_affected())
+        let mut tx = self.begin().await?;
+        let rescued = update.build().execute(&mut *tx).await?.rows_affected();
+        super::history::events_record(&mut tx, &self.actor, &ids, token).await?;
+        tx.commit().await?;
+        Ok(rescued)
     }
 }

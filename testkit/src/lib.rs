@@ -6,6 +6,7 @@
 
 pub mod chronos;
 pub mod procs;
+pub mod replication;
 pub mod store;
 pub mod tls;
 pub mod webdriver;
@@ -155,6 +156,8 @@ pub async fn fence_all(store: &tickler::store::Store, shards: u32) -> tickler::s
         pid_namespace: None,
         version: "test".to_owned(),
         roles: "dispatcher".to_owned(),
+        ttl: None,
+        quiet: None,
     };
     store.shard_leases_ensure(shards).await.unwrap();
     let instance = store.instance_register(&info).await.unwrap();
