@@ -19,7 +19,7 @@ use tokio::sync::mpsc;
 use super::{Failure, Pipeline, Sent};
 use crate::index::Index;
 use crate::job::JobId;
-use crate::kafka::{TopicState, Topics, TOPICS_REFRESH_MIN};
+use crate::kafka::{Topics, TOPICS_REFRESH_MIN};
 use crate::metrics;
 use crate::resolver::Resolver;
 use crate::store::{Dispatched, Marked, Store};
@@ -132,17 +132,14 @@ impl Settler {
                     });
                     continue;
                 }
-                Err(Failure::TimedOut(message))
-                    if self.topics.state(&sent.topic) == TopicState::Missing =>
-                {
-                    Failure::Refused {
-                        reason: "unknown_topic",
-                        message: format!(
-                            "topic {:?} does not exist on the broker ({message})",
-                            sent.topic
-                        ),
-                    }
-                }
+                // A send that timed out is in doubt even when the metadata
+                // now says its topic is missing: the metadata may be late
+                // (the topic made, or made again, meanwhile) and the record
+                // on the broker, and counting it a refusal would send the
+                // next attempt beside it. The read-back settles it (a topic
+                // still missing a while later proves absence), and the
+                // next send of a job whose topic is missing is refused
+                // before it leaves.
                 Err(failure) => failure,
             };
             match failure {
