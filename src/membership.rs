@@ -58,6 +58,10 @@ pub struct MembershipConfig {
     /// them can still become visible: `kafka_message_timeout_ms` and
     /// `doubt_margin_ms`.
     pub doubt_quiet: Duration,
+    /// `doubt_margin_ms`: how long the claims of an instance whose process
+    /// is known to have exited stay in doubt (nothing of them is left in a
+    /// producer; only what was on the wire can still become visible).
+    pub doubt_margin: Duration,
     /// The shard count a brand-new deployment starts with.
     pub shards_initial: u32,
     pub info: InstanceInfo,
@@ -70,6 +74,7 @@ impl MembershipConfig {
             ttl,
             heartbeat: (ttl / 5).max(Duration::from_millis(100)),
             dispatcher: config.has_role("dispatcher"),
+            doubt_margin: Duration::from_millis(config.doubt_margin_ms),
             doubt_quiet: Duration::from_millis(config.kafka_message_timeout_ms)
                 + Duration::from_millis(config.doubt_margin_ms),
             shards_initial: config.shards,
@@ -602,11 +607,18 @@ impl Membership {
                 .instance_forget(gone.id, &gone.host, gone.pid)
                 .await?
             {
+                // Its process exited: its claims need only the margin.
+                let rescued = self
+                    .store
+                    .job_rescue_exited(gone.id, self.config.doubt_margin, RESCUE_BATCH)
+                    .await?;
                 tracing::warn!(
                     instance = gone.id,
                     pid = gone.pid,
+                    num_jobs = rescued,
                     "an instance of this host whose process is gone is dead: taking over at once"
                 );
+                metrics::dead_instance_rescued(rescued as usize);
                 forgotten += 1;
             }
         }

@@ -548,7 +548,9 @@ async fn claims_of_a_dead_instance_are_put_in_doubt_and_a_live_ones_are_not() {
 }
 
 /// A dead instance is judged, and its claims timed in doubt, by its own
-/// settings (its row's `ttl_ms` and `quiet_ms`), not the rescuer's: during
+/// settings and last heartbeat (its row's `ttl_ms`, `quiet_ms` and
+/// `heartbeat_at`), not the rescuer's settings nor the moment it is found
+/// dead: during
 /// a rolling change of them an instance still trusting its heartbeat is
 /// never taken for dead, and its claims are not read back before its own
 /// producer has given up on their records.
@@ -617,9 +619,11 @@ async fn a_dead_instance_is_judged_and_its_doubts_timed_by_its_own_settings() {
             .any(|i| i.id == slow && i.live),
         "listed alive by its own TTL"
     );
-    // Silent for a minute: dead; in doubt for its own 20 s, not 100 ms.
+    // Silent for 35 s: dead. It handed nothing to its producer after three
+    // quarters of its TTL past its last beat (22.5 s), and its producer
+    // gave up 20 s after that: in doubt until 7.5 s from now, not 100 ms.
     db.edit(
-        "UPDATE instances SET heartbeat_at = UTC_TIMESTAMP(3) - INTERVAL 1 MINUTE WHERE id = ?",
+        "UPDATE instances SET heartbeat_at = UTC_TIMESTAMP(3) - INTERVAL 35 SECOND WHERE id = ?",
         slow,
     )
     .await;
@@ -642,9 +646,54 @@ async fn a_dead_instance_is_judged_and_its_doubts_timed_by_its_own_settings() {
     .fetch_one(&db.sql)
     .await
     .unwrap();
-    assert!(
-        (18_000..=20_000).contains(&quiet_left_ms),
-        "{quiet_left_ms}"
+    assert!((6_500..=7_500).contains(&quiet_left_ms), "{quiet_left_ms}");
+    db.finish().await;
+}
+
+/// An instance whose process is known to have exited (its pid gone from
+/// its host) holds nothing in a producer any more: its claims are in doubt
+/// only for the margin given, and another instance's claims are left alone.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_claims_of_an_instance_whose_process_exited_wait_only_the_margin() {
+    let db = Db::new().await;
+    let held = db.job(-1_000, 5).await;
+    let other = db.job(-1_000, 5).await;
+    let won = db
+        .store
+        .job_claim_many(&[held, other], 11, LEASE, &db.fence)
+        .await
+        .unwrap();
+    assert_eq!(won.won.len(), 2);
+    db.edit(
+        "UPDATE jobs SET claimed_by = claimed_by + 1000 WHERE id = ?",
+        other,
+    )
+    .await;
+    let margin = Duration::from_millis(400);
+    assert_eq!(
+        db.store
+            .job_rescue_exited(db.fence.instance, margin, 100)
+            .await
+            .unwrap(),
+        1
+    );
+    let job = db.store.job_get(held).await.unwrap();
+    assert_eq!(job.status, Status::Dispatching, "in doubt");
+    assert!(job.last_error.unwrap().contains("process exited"));
+    assert!(db.store.job_doubts_due(100).await.unwrap().is_empty());
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let due: Vec<u64> = db
+        .store
+        .job_doubts_due(100)
+        .await
+        .unwrap()
+        .iter()
+        .map(|d| d.id)
+        .collect();
+    assert_eq!(
+        due,
+        [held],
+        "read back after the margin; the other claim untouched"
     );
     db.finish().await;
 }

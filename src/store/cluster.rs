@@ -394,15 +394,69 @@ impl Store {
         Ok(query.build().execute(&self.pool).await?.rows_affected())
     }
 
+    /// Puts the claims of instance `id`, whose process is known to have
+    /// exited (its pid gone from its host), in doubt for `quiet` from now:
+    /// a process that exited hands nothing more to a producer, so only what
+    /// was already on the wire can still become visible — the margin, not
+    /// the message timeout. Returns how many rows it put in doubt.
+    ///
+    /// Crash after this commits: the rows are in doubt; any reconciler
+    /// settles them.
+    pub async fn job_rescue_exited(
+        &self,
+        id: u64,
+        quiet: Duration,
+        limit: u32,
+    ) -> Result<u64, StoreError> {
+        let ids: Vec<u64> = sqlx::query_scalar(
+            "SELECT id FROM jobs WHERE status = 'dispatching' AND claimed_by = ? LIMIT ?",
+        )
+        .bind(id)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        if ids.is_empty() {
+            return Ok(0);
+        }
+        let token = super::history::event_token();
+        let mut update = QueryBuilder::<MySql>::new("UPDATE jobs SET event_token = ");
+        update
+            .push_bind(token)
+            .push(
+                ", claim_expires_at = LEAST(COALESCE(claim_expires_at, \
+                 TIMESTAMPADD(MICROSECOND, ",
+            )
+            .push_bind(micros(quiet))
+            .push(", UTC_TIMESTAMP(3))), TIMESTAMPADD(MICROSECOND, ")
+            .push_bind(micros(quiet))
+            .push(
+                ", UTC_TIMESTAMP(3))), \
+                 last_error = CONCAT('claimed by instance ', claimed_by, \
+                 ', which died (its process exited); its topic is read back before the job is produced again'), \
+                 claimed_by = NULL WHERE status = 'dispatching' AND claimed_by = ",
+            )
+            .push_bind(id)
+            .push(" AND id IN ");
+        super::jobs::push_id_list(&mut update, &ids);
+        let mut tx = self.begin().await?;
+        let rescued = update.build().execute(&mut *tx).await?.rows_affected();
+        super::history::events_record(&mut tx, &self.actor, &ids, token).await?;
+        tx.commit().await?;
+        Ok(rescued)
+    }
+
     /// Puts the claims of instances dead by the database's clock
-    /// (heartbeat older than `ttl`, or no row at all) in doubt, at once
-    /// rather than after the claim lease: a dead instance may have handed
-    /// their records to the broker, or (paused, not dead) may still. It
-    /// sends nothing once its own heartbeat is older than the TTL
-    /// (`Releaser`), and its producer gives up on a record after
-    /// `kafka_message_timeout_ms`; so after `quiet` (that timeout and a
-    /// margin) nothing of these claims can still arrive, and the reconciler
-    /// reads their topics back to tell produced from not. Returns how many
+    /// (heartbeat older than their own TTL — `ttl` for rows that name none
+    /// — or no row at all) in doubt, at once rather than after the claim
+    /// lease: a dead instance may have handed their records to the broker,
+    /// or (paused, not dead) may still. It hands nothing to its producer
+    /// once three quarters of its TTL have passed since its last heartbeat
+    /// (`Releaser`), nor ever again a claim from before a lapse, and its
+    /// producer gives up on a record `kafka_message_timeout_ms` after it
+    /// was handed over; so after that and a margin (its quiet time,
+    /// `quiet` from now for a row that names none) nothing of these claims
+    /// can still arrive, and the reconciler reads their topics back to
+    /// tell produced from not. Returns how many
     /// rows it put in doubt. Safe on several instances at once.
     ///
     /// Crash after this commits: the rows are in doubt; any reconciler
@@ -434,24 +488,28 @@ impl Store {
         // moment the claim went in doubt.
         let token = super::history::event_token();
         let mut update = QueryBuilder::<MySql>::new("UPDATE jobs SET event_token = ");
-        // The quiet time is the dead instance's own, where its row says
-        // (`quiet` where not): its producer's timeout bounds what it can
-        // still make visible. Assigned before `claimed_by` is cleared (a
+        // When nothing of the dead instance's claims can still become
+        // visible, by its own row: it handed nothing to its producer after
+        // three quarters of its TTL past its last heartbeat (`Releaser`),
+        // and its producer gives up on a record its quiet time (message
+        // timeout and margin) after it was handed over. A row from before
+        // V39 (no settings), or none at all (it left, or was forgotten):
+        // `quiet` from now. Assigned before `claimed_by` is cleared (a
         // single-table UPDATE assigns left to right).
-        let own_quiet = format!(
-            "COALESCE((SELECT i.quiet_ms * 1000 FROM instances i WHERE i.id = jobs.claimed_by), {})",
+        let quiet_end = format!(
+            "COALESCE((SELECT TIMESTAMPADD(MICROSECOND, i.ttl_ms * 750 + i.quiet_ms * 1000, i.heartbeat_at) \
+             FROM instances i WHERE i.id = jobs.claimed_by AND i.ttl_ms IS NOT NULL AND i.quiet_ms IS NOT NULL), \
+             TIMESTAMPADD(MICROSECOND, {}, UTC_TIMESTAMP(3)))",
             micros(quiet)
         );
-        update.push_bind(token).push(format!(
-            ", claim_expires_at = LEAST(COALESCE(claim_expires_at, \
-             TIMESTAMPADD(MICROSECOND, {own_quiet}, UTC_TIMESTAMP(3))), \
-             TIMESTAMPADD(MICROSECOND, {own_quiet}"
-        ));
         // (LEAST of a NULL is NULL: a row without a lease gets the quiet
-        // time itself.)
+        // end itself.)
+        update.push_bind(token).push(format!(
+            ", claim_expires_at = LEAST(COALESCE(claim_expires_at, {quiet_end}), {quiet_end}"
+        ));
         // The candidates by primary key, checked again on the locked rows.
         update.push(
-            ", UTC_TIMESTAMP(3))), \
+            "), \
                  last_error = CONCAT('claimed by instance ', claimed_by, \
                  ', which died; its topic is read back before the job is produced again'), \
                  claimed_by = NULL WHERE status = 'dispatching' AND claimed_by > 0 \
