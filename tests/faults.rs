@@ -569,6 +569,10 @@ fn the_checker_flags_every_broken_promise() {
 /// claim lease far longer, so that what rescues a dead instance's jobs is
 /// its death being noticed, not the lease.
 const INSTANCE_TTL_MS: i64 = 2_000;
+/// How long the claims of an instance found dead stay in doubt under
+/// `instance_env` and the fault settings: `kafka_message_timeout_ms` 2000 +
+/// `doubt_margin_ms` 2000.
+const REVIVE_QUIET_MS: u64 = 4_000;
 
 fn instance_env() -> Vec<(&'static str, &'static str)> {
     vec![
@@ -1130,8 +1134,12 @@ async fn cancels_and_patches_aimed_at_in_flight_jobs_never_break_a_promise() {
         brokers: tansu.brokers(),
         ..Services::shared()
     };
+    // Jobs are claimed up to 2 s ahead and held until their time, so an
+    // instance paused at any moment holds claims.
+    let mut env = instance_env();
+    env.push(("TICKLER_DISPATCH_LOOKAHEAD_MS", "2000"));
     let world = Arc::new(tokio::sync::RwLock::new(
-        World::start_many(services, 2, &instance_env()).await,
+        World::start_many(services, 2, &env).await,
     ));
     shards_spread(&*world.read().await, 2).await;
     // Which instances answer (not paused, not draining): the workload calls
@@ -1291,7 +1299,24 @@ async fn cancels_and_patches_aimed_at_in_flight_jobs_never_break_a_promise() {
     while tokio::time::Instant::now() + Duration::from_secs(8) < deadline {
         tokio::time::sleep(Duration::from_millis(rng.random_range(1_000..3_000))).await;
         let victim = rng.random_range(0..2);
-        match rng.random_range(0..4) {
+        match rng.random_range(0..5) {
+            4 => {
+                // A dead instance comes back to life: paused with claims in
+                // hand until the other has put them in doubt, read their
+                // topic back (nothing) and returned them to pending, where
+                // the workload's cancels and PATCHes find them; then it
+                // wakes and beats again. It must send none of them.
+                let out_ms = ttl_ms + REVIVE_QUIET_MS + rng.random_range(1_000..3_000);
+                up.lock().unwrap()[victim] = false;
+                world.read().await.instance(victim).pause();
+                tokio::time::sleep(Duration::from_millis(out_ms)).await;
+                world.read().await.instance(victim).resume();
+                world.read().await.healthy_instance(victim).await;
+                up.lock().unwrap()[victim] = true;
+                faults.push(format!(
+                    "SIGSTOP {victim} {out_ms} ms, past its claims' read-back"
+                ));
+            }
             0 => {
                 let out_ms = rng.random_range(1_000..4_000);
                 tansu.proc.pause();

@@ -302,6 +302,9 @@ impl Store {
                     // deadlocked creates, claims and marks under load.
                     conn.execute("SET SESSION TRANSACTION ISOLATION LEVEL READ COMMITTED")
                         .await?;
+                    if actor == Actor::Membership {
+                        causal_reads(conn).await?;
+                    }
                     Ok(())
                 })
             })
@@ -417,6 +420,28 @@ impl Store {
 
     pub async fn close(&self) {
         self.pool.close().await;
+    }
+}
+
+/// On Galera, makes this session's reads and writes wait until its node
+/// has applied every transaction the cluster committed before them
+/// (`wsrep_sync_wait`: reads, updates and deletes). Membership judges
+/// other instances dead by their heartbeat rows, which other nodes write:
+/// on a node applying late, a live instance's heartbeat would look old,
+/// and its claims be settled while it still sends them. Elsewhere the
+/// setting is harmless (MariaDB without Galera) or unknown (MySQL, TiDB:
+/// error 1193, ignored).
+async fn causal_reads(conn: &mut sqlx::MySqlConnection) -> Result<(), sqlx::Error> {
+    match conn.execute("SET SESSION wsrep_sync_wait = 3").await {
+        Ok(_) => Ok(()),
+        Err(sqlx::Error::Database(db))
+            if db
+                .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
+                .is_some_and(|e| e.number() == 1193) =>
+        {
+            Ok(())
+        }
+        Err(err) => Err(err),
     }
 }
 

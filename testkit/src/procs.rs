@@ -501,6 +501,16 @@ impl PrivateMariadb {
 
     /// Starts the server with extra environment and arguments.
     pub async fn start_with(env: &[(String, String)], extra: &[String]) -> PrivateMariadb {
+        PrivateMariadb::start_as("root", env, extra).await
+    }
+
+    /// Starts the server running as the system `user` (its files that
+    /// user's): a Galera node's state transfer writes them as it.
+    pub async fn start_as(
+        user: &str,
+        env: &[(String, String)],
+        extra: &[String],
+    ) -> PrivateMariadb {
         let port = free_port();
         let dir = scratch_dir();
         let data = dir.join("data");
@@ -509,6 +519,13 @@ impl PrivateMariadb {
         // temporary tables other servers are using at that moment.
         let tmp = dir.join("tmp");
         std::fs::create_dir_all(&tmp).unwrap();
+        if user != "root" {
+            let owned = Command::new("chown")
+                .args(["-R", &format!("{user}:{user}"), &dir.display().to_string()])
+                .status()
+                .expect("chown");
+            assert!(owned.success(), "{} given to {user}", dir.display());
+        }
         // The bootstrap occasionally fails under a loaded machine; its log is
         // kept, and a fresh data directory tried again.
         let install_log = dir.join("install.log");
@@ -521,7 +538,7 @@ impl PrivateMariadb {
                     "--no-defaults",
                     &format!("--datadir={}", data.display()),
                     &format!("--tmpdir={}", tmp.display()),
-                    "--user=root",
+                    &format!("--user={user}"),
                     "--auth-root-authentication-method=normal",
                     "--skip-test-db",
                 ])
@@ -548,7 +565,7 @@ impl PrivateMariadb {
             "--bind-address=127.0.0.1".into(),
             format!("--socket={}", dir.join("sock").display()),
             format!("--pid-file={}", dir.join("pid").display()),
-            "--user=root".into(),
+            format!("--user={user}"),
             "--skip-log-bin".into(),
             "--innodb-buffer-pool-size=64M".into(),
             "--max-connections=500".into(),

@@ -193,3 +193,73 @@ async fn connect(url: &str) -> MySqlConnection {
     .await
     .unwrap_or_else(|| panic!("{url} takes connections"))
 }
+
+/// A three-node MariaDB Galera cluster on loopback (Debian's `galera-4`),
+/// its state transfers by rsync. The first node bootstraps the cluster;
+/// the others join it.
+pub struct GaleraCluster {
+    pub nodes: Vec<PrivateMariadb>,
+}
+
+/// Where Debian's `galera-4` puts the provider.
+const GALERA_PROVIDER: &str = "/usr/lib/galera/libgalera_smm.so";
+
+impl GaleraCluster {
+    pub async fn start() -> GaleraCluster {
+        assert!(
+            std::path::Path::new(GALERA_PROVIDER).exists(),
+            "galera-4 is installed (scripts/services tools installs it)"
+        );
+        let group: Vec<u16> = (0..3).map(|_| free_port()).collect();
+        let address = group
+            .iter()
+            .map(|port| format!("127.0.0.1:{port}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let name = format!("tickler-{}", super::unique(""));
+        let mut nodes = Vec::new();
+        for (i, port) in group.iter().enumerate() {
+            let mut args = vec![
+                "--binlog-format=ROW".to_owned(),
+                "--innodb-autoinc-lock-mode=2".to_owned(),
+                "--wsrep-on=ON".to_owned(),
+                format!("--wsrep-provider={GALERA_PROVIDER}"),
+                format!("--wsrep-cluster-name={name}"),
+                format!("--wsrep-cluster-address=gcomm://{address}"),
+                format!("--wsrep-node-address=127.0.0.1:{port}"),
+                format!("--wsrep-node-name=node{i}"),
+                format!(
+                    "--wsrep-provider-options=gmcast.listen_addr=tcp://127.0.0.1:{port};ist.recv_addr=127.0.0.1:{}",
+                    free_port()
+                ),
+                "--wsrep-sst-method=rsync".to_owned(),
+                format!("--wsrep-sst-receive-address=127.0.0.1:{}", free_port()),
+            ];
+            if i == 0 {
+                args.push("--wsrep-new-cluster".to_owned());
+            }
+            let node = PrivateMariadb::start_as("mysql", &[], &args).await;
+            let size = i + 1;
+            let joined = eventually(Duration::from_secs(60), || async {
+                let mut conn = MySqlConnection::connect(&node.server_url()).await.ok()?;
+                let ready: String = sqlx::query("SHOW STATUS LIKE 'wsrep_ready'")
+                    .fetch_one(&mut conn)
+                    .await
+                    .ok()?
+                    .try_get(1)
+                    .ok()?;
+                let members: String = sqlx::query("SHOW STATUS LIKE 'wsrep_cluster_size'")
+                    .fetch_one(&mut conn)
+                    .await
+                    .ok()?
+                    .try_get(1)
+                    .ok()?;
+                (ready == "ON" && members == size.to_string()).then_some(())
+            })
+            .await;
+            assert!(joined.is_some(), "galera node {i} joins the cluster");
+            nodes.push(node);
+        }
+        GaleraCluster { nodes }
+    }
+}
