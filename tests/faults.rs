@@ -1134,10 +1134,11 @@ async fn cancels_and_patches_aimed_at_in_flight_jobs_never_break_a_promise() {
         brokers: tansu.brokers(),
         ..Services::shared()
     };
-    // Jobs are claimed up to 2 s ahead and held until their time, so an
+    // Jobs are claimed up to 1 s ahead (the most allowed) and held until
+    // their time, so an
     // instance paused at any moment holds claims.
     let mut env = instance_env();
-    env.push(("TICKLER_DISPATCH_LOOKAHEAD_MS", "2000"));
+    env.push(("TICKLER_DISPATCH_LOOKAHEAD_MS", "1000"));
     let world = Arc::new(tokio::sync::RwLock::new(
         World::start_many(services, 2, &env).await,
     ));
