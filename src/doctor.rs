@@ -421,12 +421,23 @@ impl Doctor {
             return Ok(Finding::ok(CHECK, "no claim is past its lease".to_owned()));
         }
         candidates.expired_claims = count;
+        // By topic, the longest waiting first: a topic that cannot be read
+        // back holds its own claims only.
+        let topics: Vec<String> = self
+            .store
+            .job_doubt_topics()
+            .await?
+            .iter()
+            .take(10)
+            .map(|(topic, n)| format!("{topic} ({n})"))
+            .collect();
         Ok(Finding {
             check: CHECK,
             verdict: Verdict::Fail,
             summary: format!(
-                "{count} dispatching jobs are past their claim lease (or their doubt's quiet time) and not yet settled, the oldest by {} s",
-                oldest_ms / 1000
+                "{count} dispatching jobs are past their claim lease (or their doubt's quiet time) and not yet settled, the oldest by {} s; by topic: {}",
+                oldest_ms / 1000,
+                topics.join(", ")
             ),
             count,
             ids: Vec::new(),

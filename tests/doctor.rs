@@ -110,6 +110,12 @@ async fn the_doctor_finds_each_injected_inconsistency_and_repairs_the_safe_ones(
     );
     let claims = finding(&report, "claims");
     assert_eq!((claims.verdict, claims.count), (Verdict::Fail, 1));
+    assert!(
+        claims
+            .summary
+            .contains(&format!("by topic: {} (1)", env.topic)),
+        "the claims that wait are named by topic: {claims:?}"
+    );
     assert_eq!(
         finding(&report, "clocks").verdict,
         Verdict::Ok,

@@ -543,7 +543,10 @@ async fn an_instance_revived_after_its_ttl_sends_nothing_it_claimed_before() {
     let (dispatcher, controls, membership) = dispatcher_with(&env, &env.config).await;
     let instance = membership.subscribe().borrow().instance.unwrap();
     // Claimed ahead at once, held until its time, well inside the claim's
-    // send window (20 s less the timeout and the margin).
+    // send window (20 s less the timeout and the margin). The lookahead
+    // (12 s, past the 1 s a configuration may set) is the fixture that
+    // holds a won claim across the lapse, as a paused process's frozen
+    // pass would, without pausing this test's own process.
     let id = env
         .job_create(json!({"payload": 1, "delay_ms": 8_000}))
         .await["id"]

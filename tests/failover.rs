@@ -341,6 +341,10 @@ async fn three_seconds_read_only_loses_no_request_and_answers_503_with_retry_aft
             other => panic!("create {key} answered {other}: {body}"),
         }
     }
+    println!(
+        "three seconds read-only: API {} × 201, {unavailable} × 503",
+        created_keys.len()
+    );
     assert!(
         unavailable > 0,
         "the read-only server was met (else this test shows nothing)"
