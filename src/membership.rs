@@ -340,15 +340,13 @@ impl Membership {
         let mut purged_at: Option<tokio::time::Instant> = None;
         while !cancel.is_cancelled() {
             let cut_off = last_beat.is_none_or(|at| at.elapsed() > self.config.ttl);
-            match self
-                .run_once_beating(id, cut_off && last_beat.is_some())
+            let judge_nobody = cut_off && last_beat.is_some();
+            if let Err(err) = self
+                .run_once_beating(id, judge_nobody, &mut last_beat)
                 .await
             {
-                Ok(_) => last_beat = Some(tokio::time::Instant::now()),
-                Err(err) => {
-                    crate::metrics::store_failed("membership round", &err);
-                    metrics::membership_failed();
-                }
+                crate::metrics::store_failed("membership round", &err);
+                metrics::membership_failed();
             }
             if purged_at.is_none_or(|at| at.elapsed() >= INSTANCE_PURGE_EVERY) {
                 purged_at = Some(tokio::time::Instant::now());
@@ -500,20 +498,24 @@ impl Membership {
     /// round's work after its beat goes on: a slow Redis (adopting shards,
     /// draining a layout) or a slow rescue must not age this instance's
     /// heartbeat into a false death.
+    /// `last_beat` is set at every beat that succeeds.
     async fn run_once_beating(
         &self,
         id: u64,
         judge_nobody: bool,
+        last_beat: &mut Option<tokio::time::Instant>,
     ) -> Result<RoundReport, StoreError> {
         self.beat(id).await?;
+        *last_beat = Some(tokio::time::Instant::now());
         let round = self.round(id, judge_nobody);
         tokio::pin!(round);
         loop {
             tokio::select! {
                 report = &mut round => return report,
                 _ = tokio::time::sleep(self.config.heartbeat) => {
-                    if let Err(err) = self.beat(id).await {
-                        crate::metrics::store_failed("heartbeat", &err);
+                    match self.beat(id).await {
+                        Ok(()) => *last_beat = Some(tokio::time::Instant::now()),
+                        Err(err) => crate::metrics::store_failed("heartbeat", &err),
                     }
                 }
             }
