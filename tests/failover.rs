@@ -74,6 +74,74 @@ async fn global_set(root: &MySqlPool, setting: &str) {
         .unwrap();
 }
 
+/// A request topic and a reply topic of this test's own, and the `ingress`
+/// setting that reads the one and answers on the other, scheduling onto
+/// the fault worlds' topics.
+async fn ingress_topics(brokers: &str) -> (String, String, String) {
+    let requests = unique("tickler-requests-");
+    let replies = unique("tickler-replies-");
+    for topic in [&requests, &replies] {
+        kafka::topic_ensure(brokers, topic, 2).await.unwrap();
+    }
+    let ingress = format!(
+        "{{topics={{\"{requests}\"={{targets=[\"tickler-fault-*\"]}}}}, reply_topic=\"{replies}\", group=\"{}\"}}",
+        unique("tickler-t-ingress-")
+    );
+    (requests, replies, ingress)
+}
+
+/// Produces a request for a job on `target` keyed `key` at `at`, and waits
+/// for the broker's acknowledgement: one record per batch.
+async fn request_send(
+    producer: &rdkafka::producer::FutureProducer,
+    requests: &str,
+    target: &str,
+    key: &str,
+    at: chrono::DateTime<Utc>,
+) {
+    let headers = OwnedHeaders::new()
+        .insert(Header {
+            key: "tickler-target-topic",
+            value: Some(target),
+        })
+        .insert(Header {
+            key: "tickler-run-at",
+            value: Some(tickler::job::time_format(at).as_str()),
+        });
+    producer
+        .send(
+            FutureRecord::<str, [u8]>::to(requests)
+                .key(key)
+                .payload(key.as_bytes())
+                .headers(headers),
+            Duration::from_secs(5),
+        )
+        .await
+        .expect("request produced");
+}
+
+/// The keys of the requests answered on `replies` (read from its start, up
+/// to `n` or `wait`); none of the answers may be `error`.
+async fn replies_none_refused(
+    brokers: &str,
+    replies: &str,
+    n: usize,
+    wait: Duration,
+) -> HashSet<String> {
+    let reader = consumer_from_beginning(brokers, replies);
+    let answered = records_read(&reader, n, wait).await;
+    for reply in &answered {
+        assert_ne!(
+            reply.header("tickler-outcome"),
+            Some("error"),
+            "request {:?} refused: {:?}",
+            reply.key,
+            String::from_utf8_lossy(&reply.payload)
+        );
+    }
+    answered.iter().filter_map(|r| r.key.clone()).collect()
+}
+
 fn pause_change() -> TopicChange {
     TopicChange {
         paused: Some(true),
@@ -227,22 +295,12 @@ async fn three_seconds_read_only_loses_no_request_and_answers_503_with_retry_aft
     let mariadb = PrivateMariadb::start().await;
     let root = root_pool(&mariadb).await;
     account_create(&root).await;
-    let requests = unique("tickler-requests-");
-    let replies = unique("tickler-replies-");
     let services = Services {
         mysql_server_url: mariadb.server_url(),
         tickler_account: Some(ACCOUNT.to_owned()),
         ..Services::shared()
     };
-    for topic in [&requests, &replies] {
-        kafka::topic_ensure(&services.brokers, topic, 2)
-            .await
-            .unwrap();
-    }
-    let ingress = format!(
-        "{{topics={{\"{requests}\"={{targets=[\"tickler-fault-*\"]}}}}, reply_topic=\"{replies}\", group=\"{}\"}}",
-        unique("tickler-t-ingress-")
-    );
+    let (requests, replies, ingress) = ingress_topics(&services.brokers).await;
     let world = World::start(
         services,
         &[
@@ -300,26 +358,7 @@ async fn three_seconds_read_only_loses_no_request_and_answers_503_with_retry_aft
         let key = format!("r-{i}");
         let at = Utc::now().max(started) + chrono::Duration::milliseconds(2_000);
         due.insert(key.clone(), at.timestamp_millis());
-        let headers = OwnedHeaders::new()
-            .insert(Header {
-                key: "tickler-target-topic",
-                value: Some(world.topic.as_str()),
-            })
-            .insert(Header {
-                key: "tickler-run-at",
-                value: Some(tickler::job::time_format(at).as_str()),
-            });
-        // Each acknowledged before the next: one record per batch.
-        producer
-            .send(
-                FutureRecord::<str, [u8]>::to(&requests)
-                    .key(&key)
-                    .payload(key.as_bytes())
-                    .headers(headers),
-                Duration::from_secs(5),
-            )
-            .await
-            .expect("request produced");
+        request_send(&producer, &requests, &world.topic, &key, at).await;
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     flip.expect("flipped").await.unwrap();
@@ -370,19 +409,14 @@ async fn three_seconds_read_only_loses_no_request_and_answers_503_with_retry_aft
         api_keys, created_keys,
         "a 503 wrote nothing, a 201 wrote its job"
     );
-    let reader = consumer_from_beginning(&world.services.brokers, &replies);
-    let answered = records_read(&reader, n, Duration::from_secs(30)).await;
-    for reply in &answered {
-        assert_ne!(
-            reply.header("tickler-outcome"),
-            Some("error"),
-            "request {:?} refused: {:?}",
-            reply.key,
-            String::from_utf8_lossy(&reply.payload)
-        );
-    }
-    let answered_keys: HashSet<String> = answered.iter().filter_map(|r| r.key.clone()).collect();
-    assert_eq!(answered_keys.len(), n, "every request answered");
+    let answered = replies_none_refused(
+        &world.services.brokers,
+        &replies,
+        n,
+        Duration::from_secs(30),
+    )
+    .await;
+    assert_eq!(answered.len(), n, "every request answered");
 
     // And every job arrives, none early.
     let expected: Vec<Expected> = rows
@@ -419,22 +453,12 @@ async fn a_primary_switch_loses_no_acknowledged_job_and_answers_503_meanwhile() 
     let root = root_pool(&primary).await;
     account_create(&root).await;
     root.close().await;
-    let requests = unique("tickler-requests-");
-    let replies = unique("tickler-replies-");
     let services = Services {
         mysql_server_url: proxy.server_url(),
         tickler_account: Some(ACCOUNT.to_owned()),
         ..Services::shared()
     };
-    for topic in [&requests, &replies] {
-        kafka::topic_ensure(&services.brokers, topic, 2)
-            .await
-            .unwrap();
-    }
-    let ingress = format!(
-        "{{topics={{\"{requests}\"={{targets=[\"tickler-fault-*\"]}}}}, reply_topic=\"{replies}\", group=\"{}\"}}",
-        unique("tickler-t-ingress-")
-    );
+    let (requests, replies, ingress) = ingress_topics(&services.brokers).await;
     let world = World::start_many(
         services,
         2,
@@ -495,25 +519,7 @@ async fn a_primary_switch_loses_no_acknowledged_job_and_answers_503_meanwhile() 
         let key = format!("r-{i}");
         let at = Utc::now() + chrono::Duration::milliseconds(3_000);
         due.insert(key.clone(), at.timestamp_millis());
-        let headers = OwnedHeaders::new()
-            .insert(Header {
-                key: "tickler-target-topic",
-                value: Some(world.topic.as_str()),
-            })
-            .insert(Header {
-                key: "tickler-run-at",
-                value: Some(tickler::job::time_format(at).as_str()),
-            });
-        producer
-            .send(
-                FutureRecord::<str, [u8]>::to(&requests)
-                    .key(&key)
-                    .payload(key.as_bytes())
-                    .headers(headers),
-                Duration::from_secs(5),
-            )
-            .await
-            .expect("request produced");
+        request_send(&producer, &requests, &world.topic, &key, at).await;
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let promoted_at = promoted_at.expect("switched over");
@@ -560,25 +566,20 @@ async fn a_primary_switch_loses_no_acknowledged_job_and_answers_503_meanwhile() 
         missing.is_empty(),
         "creates answered 201 and gone: {missing:?}"
     );
-    let reader = consumer_from_beginning(&world.services.brokers, &replies);
-    let answered = records_read(&reader, n, Duration::from_secs(60)).await;
-    for reply in &answered {
-        assert_ne!(
-            reply.header("tickler-outcome"),
-            Some("error"),
-            "request {:?} refused: {:?}",
-            reply.key,
-            String::from_utf8_lossy(&reply.payload)
-        );
-    }
+    let answered = replies_none_refused(
+        &world.services.brokers,
+        &replies,
+        n,
+        Duration::from_secs(60),
+    )
+    .await;
     // Every request is a job (above), and no reply says `error`. How many
     // replies a fresh reader finds is printed, not held to: replies are not
     // sent again (docs/api.md), and tansu hands a reader that starts inside
     // a multi-record batch nothing of it (one of four runs read 298 of 300).
-    let answered_keys: HashSet<String> = answered.iter().filter_map(|r| r.key.clone()).collect();
     println!(
         "primary switch: {} of {n} requests' replies read back",
-        answered_keys.len()
+        answered.len()
     );
 
     // Every job arrives, none early; dispatch resumed after the promotion.

@@ -1301,23 +1301,6 @@ async fn cancels_and_patches_aimed_at_in_flight_jobs_never_break_a_promise() {
         tokio::time::sleep(Duration::from_millis(rng.random_range(1_000..3_000))).await;
         let victim = rng.random_range(0..2);
         match rng.random_range(0..5) {
-            4 => {
-                // A dead instance comes back to life: paused with claims in
-                // hand until the other has put them in doubt, read their
-                // topic back (nothing) and returned them to pending, where
-                // the workload's cancels and PATCHes find them; then it
-                // wakes and beats again. It must send none of them.
-                let out_ms = ttl_ms + REVIVE_QUIET_MS + rng.random_range(1_000..3_000);
-                up.lock().unwrap()[victim] = false;
-                world.read().await.instance(victim).pause();
-                tokio::time::sleep(Duration::from_millis(out_ms)).await;
-                world.read().await.instance(victim).resume();
-                world.read().await.healthy_instance(victim).await;
-                up.lock().unwrap()[victim] = true;
-                faults.push(format!(
-                    "SIGSTOP {victim} {out_ms} ms, past its claims' read-back"
-                ));
-            }
             0 => {
                 let out_ms = rng.random_range(1_000..4_000);
                 tansu.proc.pause();
@@ -1325,15 +1308,27 @@ async fn cancels_and_patches_aimed_at_in_flight_jobs_never_break_a_promise() {
                 tansu.proc.resume();
                 faults.push(format!("broker SIGSTOP {out_ms} ms"));
             }
-            1 => {
-                let out_ms = ttl_ms + rng.random_range(1_000..3_000);
+            strike @ (1 | 4) => {
+                // 1: past its TTL. 4: a dead instance comes back to life —
+                // paused with claims in hand until the other has put them in
+                // doubt, read their topic back (nothing) and returned them
+                // to pending, where the workload's cancels and PATCHes find
+                // them; then it wakes and beats again, and must send none.
+                let revived = strike == 4;
+                let past_ms = if revived { REVIVE_QUIET_MS } else { 0 };
+                let out_ms = ttl_ms + past_ms + rng.random_range(1_000..3_000);
                 up.lock().unwrap()[victim] = false;
                 world.read().await.instance(victim).pause();
                 tokio::time::sleep(Duration::from_millis(out_ms)).await;
                 world.read().await.instance(victim).resume();
                 world.read().await.healthy_instance(victim).await;
                 up.lock().unwrap()[victim] = true;
-                faults.push(format!("SIGSTOP {victim} {out_ms} ms"));
+                let past = if revived {
+                    ", past its claims' read-back"
+                } else {
+                    ""
+                };
+                faults.push(format!("SIGSTOP {victim} {out_ms} ms{past}"));
             }
             2 => {
                 // SIGTERM while the broker does not answer: the instance

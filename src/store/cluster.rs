@@ -438,11 +438,7 @@ impl Store {
             .push_bind(id)
             .push(" AND id IN ");
         super::jobs::push_id_list(&mut update, &ids);
-        let mut tx = self.begin().await?;
-        let rescued = update.build().execute(&mut *tx).await?.rows_affected();
-        super::history::events_record(&mut tx, &self.actor, &ids, token).await?;
-        tx.commit().await?;
-        Ok(rescued)
+        self.rescue_apply(update, &ids, token).await
     }
 
     /// Puts the claims of instances dead by the database's clock
@@ -518,9 +514,21 @@ impl Store {
         push_alive_since_own(&mut update, ttl);
         update.push(") AND id IN ");
         super::jobs::push_id_list(&mut update, &ids);
+        self.rescue_apply(update, &ids, token).await
+    }
+
+    /// Runs a rescue's UPDATE of `ids` (stamped with the history `token`)
+    /// and records the rows it put in doubt, as this handle's actor, in one
+    /// transaction. Returns how many it changed.
+    async fn rescue_apply(
+        &self,
+        mut update: QueryBuilder<'_, MySql>,
+        ids: &[u64],
+        token: u64,
+    ) -> Result<u64, StoreError> {
         let mut tx = self.begin().await?;
         let rescued = update.build().execute(&mut *tx).await?.rows_affected();
-        super::history::events_record(&mut tx, &self.actor, &ids, token).await?;
+        super::history::events_record(&mut tx, &self.actor, ids, token).await?;
         tx.commit().await?;
         Ok(rescued)
     }
