@@ -24,7 +24,10 @@ pub struct Config {
     pub mysql_url: String,
     /// Connections in the MySQL pool.
     pub mysql_pool_size: u32,
-    /// `redis://host:port/db` — the near-term index.
+    /// `redis://host:port/db` — the near-term index (`rediss://` for TLS;
+    /// several comma-separated URLs for a Redis Cluster;
+    /// `redis+sentinel://sentinel1:26379,sentinel2:26379/master-name` for
+    /// the master a Redis Sentinel names).
     pub redis_url: String,
     /// Prefix of every Redis key, so several deployments can share a Redis.
     pub redis_prefix: String,
@@ -811,12 +814,20 @@ impl Config {
         if !self.mysql_url.starts_with("mysql://") && !self.mysql_url.starts_with("mariadb://") {
             return Err(invalid("mysql_url", "must start with mysql://"));
         }
-        if !self.redis_url.starts_with("redis://") && !self.redis_url.starts_with("rediss://") {
+        let redis_schemes = [
+            "redis://",
+            "rediss://",
+            "redis+sentinel://",
+            "rediss+sentinel://",
+        ];
+        if !redis_schemes.iter().any(|s| self.redis_url.starts_with(s)) {
             return Err(invalid(
                 "redis_url",
-                "must start with redis:// or rediss://",
+                "must start with redis://, rediss://, redis+sentinel:// or rediss+sentinel://",
             ));
         }
+        let redis_tls = self.redis_url.starts_with("rediss://")
+            || self.redis_url.starts_with("rediss+sentinel://");
         if self.redis_prefix.is_empty() || self.redis_prefix.contains(['{', '}']) {
             return Err(invalid(
                 "redis_prefix",
@@ -826,15 +837,15 @@ impl Config {
         if self.kafka_brokers.trim().is_empty() {
             return Err(invalid("kafka_brokers", "must name at least one broker"));
         }
-        let redis_tls = [
+        let redis_tls_files = [
             &self.redis_tls_ca,
             &self.redis_tls_cert,
             &self.redis_tls_key,
         ];
-        if redis_tls.iter().any(|s| s.is_some()) && !self.redis_url.starts_with("rediss://") {
+        if redis_tls_files.iter().any(|s| s.is_some()) && !redis_tls {
             return Err(invalid(
                 "redis_tls_ca/redis_tls_cert/redis_tls_key",
-                "need a rediss:// redis_url (TLS)",
+                "need a rediss:// or rediss+sentinel:// redis_url (TLS)",
             ));
         }
         if self.redis_tls_cert.is_some() != self.redis_tls_key.is_some() {
@@ -1140,12 +1151,17 @@ impl Config {
     pub fn masked(&self) -> serde_json::Value {
         let mut shown = self.clone();
         shown.mysql_url = url_masked(&shown.mysql_url);
-        shown.redis_url = shown
-            .redis_url
-            .split(',')
-            .map(url_masked)
-            .collect::<Vec<_>>()
-            .join(",");
+        // A Sentinel URL's commas separate sentinels within one URL.
+        shown.redis_url = if shown.redis_url.contains("+sentinel://") {
+            url_masked(&shown.redis_url)
+        } else {
+            shown
+                .redis_url
+                .split(',')
+                .map(url_masked)
+                .collect::<Vec<_>>()
+                .join(",")
+        };
         shown.notify_webhook_url = shown.notify_webhook_url.as_deref().map(url_masked);
         for (key, value) in shown.kafka_options.iter_mut() {
             let key = key.to_ascii_lowercase();
@@ -1331,6 +1347,47 @@ mod tests {
         );
         assert!(shown.contains("SASL_SSL"));
         assert!(shown.contains("token=***&x=1"), "{shown}");
+
+        let sentinel = Config {
+            redis_url: "redis+sentinel://app:pw1@s1:26379,s2:26379/m?sentinel_password=pw2"
+                .to_owned(),
+            ..Config::default()
+        };
+        let shown = sentinel.masked().to_string();
+        for secret in ["pw1", "pw2"] {
+            assert!(!shown.contains(secret), "{secret} in {shown}");
+        }
+        assert!(
+            shown.contains("redis+sentinel://app:***@s1:26379,s2:26379/m?sentinel_password=***"),
+            "{shown}"
+        );
+    }
+
+    #[test]
+    fn a_sentinel_redis_url_is_taken_and_tls_files_need_a_tls_scheme() {
+        let sentinel = |url: &str| Config {
+            redis_url: url.to_owned(),
+            ..Config::default()
+        };
+        sentinel("redis+sentinel://s1:26379,s2:26379/m")
+            .validate()
+            .unwrap();
+        let tls = Config {
+            redis_tls_ca: Some("/ca.pem".to_owned()),
+            ..sentinel("rediss+sentinel://s1/m")
+        };
+        tls.validate().unwrap();
+        let plain = Config {
+            redis_tls_ca: Some("/ca.pem".to_owned()),
+            ..sentinel("redis+sentinel://s1/m")
+        };
+        let err = plain.validate().unwrap_err().to_string();
+        assert!(err.contains("rediss+sentinel://"), "{err}");
+        let err = sentinel("sentinel://s1/m")
+            .validate()
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("redis+sentinel://"), "{err}");
     }
 
     #[test]

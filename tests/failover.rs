@@ -6,7 +6,7 @@
 //! tickler runs here as an account with privileges on its databases only,
 //! as on a managed MySQL (no SUPER, no READ_ONLY ADMIN): `read_only` holds
 //! for it. Each test has a MariaDB of its own, since it flips global
-//! settings.
+//! settings. Redis with Sentinel: a master replaced by its replica.
 
 use std::collections::{BTreeMap, HashMap, HashSet};
 use std::time::Duration;
@@ -25,6 +25,7 @@ use tickler_testkit::procs::PrivateMariadb;
 use tickler_testkit::replication::{
     replica_promote, GaleraCluster, PrivateProxy, ReplicatedMariadb,
 };
+use tickler_testkit::sentinel::{redis_cli, RedisWithSentinels};
 use tickler_testkit::{consumer_from_beginning, eventually, records_read, unique};
 
 /// tickler's account: every privilege on the test databases, nothing
@@ -682,5 +683,59 @@ async fn galera_losing_a_node_under_load_loses_nothing() {
     let interrupted = world.interrupted().await;
     let verdict = chronos::check(&expected, &HashSet::new(), &interrupted, &world.seen());
     verdict.assert_clean("a galera node killed under load");
+    world.finish().await;
+}
+
+/// Redis with Sentinel: two instances following the master three
+/// sentinels name, 2,000 jobs due over 8 s, and the master killed with -9
+/// half-way. The sentinels promote the replica (the writes it had not
+/// received are gone); tickler asks them for the new master on its next
+/// command and repairs what the index lost from MySQL. The old master then
+/// comes back, empty, and is made a replica. Nothing lost, nothing early.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_redis_master_replaced_through_sentinel_loses_nothing() {
+    let mut redis = RedisWithSentinels::start().await;
+    let services = Services {
+        redis_url: redis.url(),
+        ..Services::shared()
+    };
+    let world = World::start_many(
+        services,
+        2,
+        &[("TICKLER_INSTANCE_TTL_MS", "2000"), ("TICKLER_SHARDS", "8")],
+    )
+    .await;
+    let t0 = Utc::now() + chrono::Duration::seconds(3);
+    let expected = world
+        .jobs_schedule_batched(2_000, t0, Duration::from_secs(8))
+        .await;
+    tokio::time::sleep_until(
+        tokio::time::Instant::now()
+            + (t0 + chrono::Duration::seconds(4) - Utc::now())
+                .to_std()
+                .unwrap_or_default(),
+    )
+    .await;
+    let old = redis.master.port;
+    redis.master.proc.kill9();
+    let killed_at = std::time::Instant::now();
+    let promoted = redis.failover_wait(old, Duration::from_secs(30)).await;
+    println!(
+        "sentinel: the replica on {promoted} promoted {} ms after the kill",
+        killed_at.elapsed().as_millis()
+    );
+    // The old master comes back empty and is made a replica of the new one.
+    redis.master.proc.start();
+    let ids: HashSet<u64> = expected.iter().map(|e| e.id).collect();
+    world.await_seen(&ids, Duration::from_secs(90)).await;
+    let demoted = eventually(Duration::from_secs(30), || async {
+        let role = redis_cli(old, &["ROLE"])?;
+        role.starts_with("slave").then_some(())
+    })
+    .await;
+    assert!(demoted.is_some(), "the old master rejoins as a replica");
+    let interrupted = world.interrupted().await;
+    let verdict = chronos::check(&expected, &HashSet::new(), &interrupted, &world.seen());
+    verdict.assert_clean("a redis master replaced through sentinel");
     world.finish().await;
 }

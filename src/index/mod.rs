@@ -26,6 +26,7 @@ use crate::config::Config;
 use crate::job::{shard_of, JobId};
 
 pub mod scratch;
+pub mod sentinel;
 
 /// Index failures. Redis is never the truth, so callers log these and carry
 /// on: a lost write costs latency (the reconciler repairs it), not a job.
@@ -69,12 +70,14 @@ struct Scripts {
     pace: Script,
 }
 
-/// One Redis server (a multiplexed connection that reconnects by itself)
-/// or a Redis Cluster (the cluster client, which follows the slots).
+/// One Redis server (a multiplexed connection that reconnects by itself),
+/// a Redis Cluster (the cluster client, which follows the slots), or the
+/// master a Redis Sentinel names (followed through its failovers).
 #[derive(Clone)]
 enum Conn {
     Single(ConnectionManager),
     Cluster(ClusterConnection),
+    Sentinel(sentinel::SentinelConn),
 }
 
 impl ConnectionLike for Conn {
@@ -82,6 +85,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(conn) => conn.req_packed_command(cmd),
             Conn::Cluster(conn) => conn.req_packed_command(cmd),
+            Conn::Sentinel(conn) => conn.req_packed_command(cmd),
         }
     }
 
@@ -94,6 +98,7 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(conn) => conn.req_packed_commands(pipeline, offset, count),
             Conn::Cluster(conn) => conn.req_packed_commands(pipeline, offset, count),
+            Conn::Sentinel(conn) => conn.req_packed_commands(pipeline, offset, count),
         }
     }
 
@@ -101,16 +106,19 @@ impl ConnectionLike for Conn {
         match self {
             Conn::Single(conn) => conn.get_db(),
             Conn::Cluster(conn) => conn.get_db(),
+            Conn::Sentinel(conn) => conn.get_db(),
         }
     }
 }
 
-/// How to reach Redis: one server, or the seed nodes of a cluster.
+/// How to reach Redis: one server, the seed nodes of a cluster, or the
+/// sentinels that name the master (and the database to select on it).
 // Made once at start-up: the size of its variants does not matter.
 #[allow(clippy::large_enum_variant)]
 pub enum RedisClient {
     Single(redis::Client),
     Cluster(redis::cluster::ClusterClient),
+    Sentinel(redis::sentinel::SentinelClient, i64),
 }
 
 /// Handle to the Redis index. Cheap to clone.
@@ -222,6 +230,12 @@ impl Index {
                     .set_connection_timeout(Duration::from_secs(1))
                     .set_response_timeout(Duration::from_secs(2));
                 Conn::Cluster(client.get_pending_async_connection_with_config(config))
+            }
+            RedisClient::Sentinel(client, db) => {
+                let config = redis::AsyncConnectionConfig::new()
+                    .set_connection_timeout(Some(Duration::from_secs(1)))
+                    .set_response_timeout(Some(Duration::from_secs(2)));
+                Conn::Sentinel(sentinel::SentinelConn::new(client, db, config))
             }
         };
         Ok(Index {
@@ -585,8 +599,12 @@ fn group_by_shard(
     groups
 }
 
-/// The seed URLs in `redis_url`: one, or several comma-separated.
+/// The seed URLs in `redis_url`: one, or several comma-separated (a
+/// Sentinel URL, whose commas separate sentinels, is one).
 pub fn redis_urls(config: &Config) -> Vec<&str> {
+    if sentinel::is_sentinel_url(&config.redis_url) {
+        return vec![config.redis_url.trim()];
+    }
     config
         .redis_url
         .split(',')
@@ -596,13 +614,20 @@ pub fn redis_urls(config: &Config) -> Vec<&str> {
 }
 
 /// The Redis client the settings ask for: `redis_url` (with several
-/// comma-separated seed URLs, or `redis_cluster = true`, a Redis Cluster),
-/// and for `rediss://` the CA (`redis_tls_ca`; the system's roots
-/// otherwise) and the client certificate and key (`redis_tls_cert`,
-/// `redis_tls_key`).
+/// comma-separated seed URLs, or `redis_cluster = true`, a Redis Cluster;
+/// `redis+sentinel://`, the master a Sentinel names), and for TLS the CA
+/// (`redis_tls_ca`; the system's roots otherwise) and the client
+/// certificate and key (`redis_tls_cert`, `redis_tls_key`).
 pub fn client_open(config: &Config) -> Result<RedisClient, String> {
     let urls = redis_urls(config);
     let certificates = tls_certificates(config)?;
+    if sentinel::is_sentinel_url(&config.redis_url) {
+        let url = sentinel::SentinelUrl::parse(config.redis_url.trim())
+            .map_err(|problem| format!("redis_url (sentinel): {problem}"))?;
+        return sentinel::client_build(&url, certificates)
+            .map(|client| RedisClient::Sentinel(client, url.db))
+            .map_err(|err| format!("redis_url (sentinel): {err}"));
+    }
     if config.redis_cluster || urls.len() > 1 {
         let mut builder = redis::cluster::ClusterClient::builder(urls);
         if let Some(certificates) = certificates {
@@ -665,6 +690,7 @@ pub async fn tls_probe(config: &Config) -> Result<(), String> {
     let Some(url) = redis_urls(config).first().copied() else {
         return Err("redis_url: empty".to_owned());
     };
+    // A Sentinel URL's TLS is tried on first use, through the sentinels.
     if !url.starts_with("rediss://") {
         return Ok(());
     }
@@ -698,8 +724,10 @@ fn is_tls_failure(message: &str) -> bool {
         .any(|word| message.contains(word))
 }
 
-/// `url` without its password, for messages.
+/// `url` without its password (nor its query, where a sentinel's password
+/// may be), for messages.
 pub fn url_redacted(url: &str) -> String {
+    let url = url.split_once('?').map_or(url, |(url, _)| url);
     match (url.split_once("://"), url.rsplit_once('@')) {
         (Some((scheme, _)), Some((_, host))) => format!("{scheme}://{host}"),
         _ => url.to_owned(),

@@ -7,6 +7,7 @@
 pub mod chronos;
 pub mod procs;
 pub mod replication;
+pub mod sentinel;
 pub mod store;
 pub mod tls;
 pub mod webdriver;
