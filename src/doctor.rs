@@ -577,7 +577,7 @@ impl Doctor {
             count: wrong.len() as u64,
             ids: wrong,
             fix: Some(
-                "not repaired automatically (producing again could double a delivery): check the topic (recreated? truncated?) and the broker's acks; to produce a job again, use the requeue recipe in docs/operations.md".to_owned(),
+                "not repaired automatically (producing again could double a delivery): check the topic (recreated? truncated?) and the broker's acks; to produce a job again, use the requeue recipe in docs/schema.md".to_owned(),
             ),
         }
     }
@@ -722,7 +722,7 @@ impl Doctor {
             count: broken.len() as u64,
             ids: Vec::new(),
             fix: Some(format!(
-                "drop them ({}) and run tickler migrate with history_hand_edits = trigger from an account that stays, or set history_hand_edits = off (docs/operations.md, \"History\")",
+                "drop them ({}) and run tickler migrate with history_hand_edits = trigger from an account that stays, or set history_hand_edits = off (docs/schema.md, \"History\")",
                 broken
                     .iter()
                     .map(|t| format!("DROP TRIGGER {};", t.name))

@@ -130,7 +130,7 @@ impl TopicControls {
 
     /// Whether the claim must check paused topics in MySQL: some topic is
     /// paused, or this copy is too old to say that none is. Left out, the
-    /// compare-and-set is about a third faster on MariaDB (docs/benchmarks.md).
+    /// compare-and-set is about a third faster on MariaDB (docs/benchmarks-history.md).
     pub fn claim_checks_pauses(&self) -> bool {
         let snapshot = self.read();
         !snapshot.paused.is_empty()

@@ -464,7 +464,7 @@ async fn a_batch_applied_again_after_its_commit_changes_nothing() {
     let row = env.store.bulk_get(op_id).await.unwrap().unwrap();
     assert_eq!((row.done, row.changed, row.cursor_id), (3, 3, ids[2]));
 
-    // An operation stopped by hand (operations.md) writes nothing more.
+    // An operation stopped by hand (schema.md) writes nothing more.
     let stopped = env
         .store
         .bulk_create(

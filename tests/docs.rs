@@ -161,10 +161,11 @@ fn kind_known(kind: &str) -> bool {
 const FILES_RUN: &[&str] = &[
     "README.md",
     "docs/api.md",
+    "docs/cli.md",
     "docs/configuration.md",
-    "docs/operations.md",
     "docs/results.md",
     "docs/schedules.md",
+    "docs/schema.md",
     "docs/security.md",
 ];
 
@@ -678,10 +679,14 @@ fn configuration_examples_are_taken_as_written() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn operations_examples_run_as_written() {
-    let printed = shell_examples_run("docs/operations.md").await;
+async fn cli_examples_run_as_written() {
+    let printed = shell_examples_run("docs/cli.md").await;
     assert_eq!(printed.len(), 2);
-    assert!(sql_examples_run("docs/operations.md").await >= 1);
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn schema_examples_run_as_written() {
+    assert!(sql_examples_run("docs/schema.md").await >= 1);
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

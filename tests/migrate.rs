@@ -428,7 +428,7 @@ async fn rolled_back(
     assert_eq!(left, rows, "the rows stay");
 }
 
-/// docs/operations.md, "Upgrading a live deployment": the rollback of the
+/// docs/upgrades.md, "Upgrading a live deployment": the rollback of the
 /// hot path's schema leaves the jobs table V26 made, rows and all, and a
 /// later `tickler migrate` brings it forward again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -451,7 +451,7 @@ async fn the_hot_path_schema_rolls_back_to_v26_and_forward_again() {
     let v26_definition = jobs_definition(&mut v26).await;
 
     // The hot path's upgrade, V26 to V29, is what the rollback undoes (a
-    // later migration is rolled back first: docs/operations.md).
+    // later migration is rolled back first: docs/upgrades.md).
     migrate_to(&url, Some(29));
     let mut conn = sqlx::MySqlConnection::connect(&url).await.unwrap();
     let latest = jobs_definition(&mut conn).await;
@@ -567,7 +567,7 @@ fn migrate_refused(url: &str) -> String {
     String::from_utf8_lossy(&refused.stderr).into_owned()
 }
 
-/// docs/operations.md, "Upgrading a live deployment": V33 takes away the
+/// docs/upgrades.md, "Upgrading a live deployment": V33 takes away the
 /// column the versions before it read, so `tickler migrate` applies it only
 /// once no instance built before it serves; the rollback of V31–V33 leaves
 /// the jobs table V30 made, and a later `migrate` brings it forward again.
@@ -605,7 +605,7 @@ async fn a_migration_that_takes_away_what_a_serving_version_reads_waits_for_it_t
     );
 
     // The rollback, with no migration after V33 yet (a later one is
-    // rolled back first: docs/operations.md).
+    // rolled back first: docs/upgrades.md).
     rolled_back(
         &mut conn,
         &["rollback-changed-1.sql", "rollback-changed-2.sql"],
@@ -623,7 +623,7 @@ async fn a_migration_that_takes_away_what_a_serving_version_reads_waits_for_it_t
         .unwrap();
 }
 
-/// docs/operations.md, "Upgrading a live deployment": V36 drops the three
+/// docs/upgrades.md, "Upgrading a live deployment": V36 drops the three
 /// indexes V35's one replaces, so it waits until no instance built before
 /// it serves; the rollback of V34–V36 leaves the jobs table V33 made, rows
 /// and all, and a later `migrate` brings it forward again.
@@ -706,7 +706,7 @@ async fn the_hot_path_index_upgrades_in_two_steps_and_rolls_back() {
 /// `claim_expires_at` (the times as text).
 type ClaimColumns = (Option<u64>, Option<u64>, Option<String>, Option<String>);
 
-/// docs/operations.md, "Claim columns that never change size": V37 only
+/// docs/upgrades.md, "Claim columns that never change size": V37 only
 /// sets defaults (instant), so rows from before it keep their NULLs and
 /// rows after it, a hand-written INSERT's too, hold the placeholders; the
 /// rollback leaves the table V36 made, rows and all, and a later `migrate`

@@ -1,4 +1,4 @@
-//! The SQL repair recipes of docs/operations.md, run exactly as written
+//! The SQL repair recipes of docs/schema.md, run exactly as written
 //! there (with the example job id and time replaced), against a running
 //! tickler: each must be honoured without a restart.
 
@@ -8,10 +8,10 @@ use chrono::Utc;
 use serde_json::json;
 use tickler_testkit::{records_read, TestEnv};
 
-/// The SQL block following `<!-- recipe: NAME -->` in docs/operations.md.
+/// The SQL block following `<!-- recipe: NAME -->` in docs/schema.md.
 fn recipe(name: &str) -> String {
-    let doc = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/operations.md"))
-        .unwrap();
+    let doc =
+        std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/schema.md")).unwrap();
     let marker = format!("<!-- recipe: {name} -->");
     let after = &doc[doc
         .find(&marker)

@@ -3,7 +3,7 @@
 -- the versions before V31 read. The index is built online (reads and
 -- writes go on; the statement fails rather than lock the table where the
 -- server cannot). Then roll the old binary out, and run
--- rollback-changed-2.sql (docs/operations.md, "Upgrading a live
+-- rollback-changed-2.sql (docs/upgrades.md, "Upgrading a live
 -- deployment").
 ALTER TABLE jobs
     ADD COLUMN edited_at DATETIME(3)

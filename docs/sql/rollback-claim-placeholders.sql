@@ -2,7 +2,7 @@
 -- defaults back to NULL, and the schema history forgets V37 (a later
 -- `tickler migrate` applies it again). Instant, at any time: a version
 -- built before V37 claims, marks and releases rows holding placeholders
--- as it does rows holding NULL (docs/operations.md, "Claim columns that
+-- as it does rows holding NULL (docs/upgrades.md, "Claim columns that
 -- never change size"). Rows keep the placeholders they hold.
 ALTER TABLE jobs
     ALTER COLUMN claim_token SET DEFAULT NULL,

@@ -2,7 +2,7 @@
 -- new version still serves, rebuild the three indexes the versions before
 -- V34 read. Built online (reads and writes go on; the statement fails
 -- rather than lock the table where the server cannot). Then roll the old
--- binary out, and run rollback-status-at-2.sql (docs/operations.md,
+-- binary out, and run rollback-status-at-2.sql (docs/upgrades.md,
 -- "Upgrading a live deployment").
 ALTER TABLE jobs
     ADD KEY ix_jobs_status_topic (status, topic),

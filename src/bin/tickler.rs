@@ -32,7 +32,7 @@ enum Command {
     /// Apply the database schema (idempotent).
     Migrate {
         /// Stop after this migration (e.g. 28): the first step of upgrading
-        /// a live deployment (docs/operations.md).
+        /// a live deployment (docs/upgrades.md).
         #[arg(long)]
         to: Option<u32>,
     },

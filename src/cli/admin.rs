@@ -261,7 +261,7 @@ pub async fn migrate(config: &Config, to: Option<u32>) -> Result<(), StoreError>
              cannot be created: {err}. tickler records its own changes regardless. Grant \
              TRIGGER, and where binary logging is on SUPER or log_bin_trust_function_creators \
              = 1 (a parameter group on RDS and Aurora), then run migrate again; or set \
-             history_hand_edits = off (docs/operations.md, \"History\")."
+             history_hand_edits = off (docs/schema.md, \"History\")."
         ),
         Err(err) => return Err(err),
     }

@@ -27,7 +27,7 @@ use super::request::{request_parse, target_allowed, Request, RequestError};
 const WRITE_FAILURES_MAX: u32 = 3;
 /// A run of creates is written as at most this many transactions at once:
 /// two of 1,000 rows drained fastest on two cores; four of 500 cost MySQL
-/// more per row, eight more again (docs/benchmarks.md, "Scheduling through
+/// more per row, eight more again (docs/benchmarks-history.md, "Scheduling through
 /// Kafka")…
 pub const WRITES_AT_ONCE: usize = 2;
 /// …of at least this many rows each: a smaller insert costs more per row

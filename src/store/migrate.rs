@@ -52,7 +52,7 @@ const MDL_PAUSE: std::time::Duration = std::time::Duration::from_secs(3);
 /// Migrations that take away what versions built before them read (a
 /// column, an index): applied under such a version, its queries fail. A
 /// live upgrade applies the migrations before one of these first, rolls
-/// the new binary out, then applies it (docs/operations.md, "Upgrading a
+/// the new binary out, then applies it (docs/upgrades.md, "Upgrading a
 /// live deployment").
 pub const CONTRACTING: [i32; 3] = [29, 33, 36];
 /// An instance whose heartbeat is this recent counts as serving.
@@ -140,7 +140,7 @@ pub async fn contracting_check(conn: &mut MySqlConnection, to: Option<i32>) -> R
     Err(format!(
         "V{first} takes away what older versions read, and these serve with one built before it: {}. \
          Roll the new binary out first (`tickler migrate --to {}` is safe now), then migrate \
-         (docs/operations.md, \"Upgrading a live deployment\")",
+         (docs/upgrades.md, \"Upgrading a live deployment\")",
         older.join(", "),
         first - 1
     ))

@@ -354,7 +354,7 @@ impl Store {
 
     /// [`Store::migrate`], stopping after migration `to` when given: a live
     /// upgrade applies what the running version can work beside first
-    /// (docs/operations.md, "Upgrading a live deployment").
+    /// (docs/upgrades.md, "Upgrading a live deployment").
     pub async fn migrate_to(url: &str, to: Option<u32>) -> Result<Vec<String>, StoreError> {
         Store::migrate_with(url, to, SchemaBaseline::Auto).await
     }
