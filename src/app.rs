@@ -303,7 +303,7 @@ impl Shared {
 /// TLS settings and credentials. A TLS or credentials failure stops
 /// start-up, naming the setting and the host; a store that is merely down
 /// does not.
-async fn probe(config: &Config) -> Result<index::RedisClient, StartError> {
+async fn probe(config: &mut Config) -> Result<index::RedisClient, StartError> {
     // One TLS implementation for every client that uses rustls (MySQL,
     // Redis, the HTTPS API); librdkafka brings OpenSSL for Kafka. Fails
     // only when already installed, which is as good.
@@ -315,15 +315,49 @@ async fn probe(config: &Config) -> Result<index::RedisClient, StartError> {
     index::tls_probe(config)
         .await
         .map_err(StartError::StoreTls)?;
-    kafka::probe(&config.kafka_brokers, &config.kafka_options).await?;
+    let brokers = kafka::probe(&config.kafka_brokers, &config.kafka_options).await?;
+    let lag = kafka::replica_lag(&config.kafka_brokers, &config.kafka_options, &brokers).await;
+    doubt_margin_check(config, &lag);
     Ok(redis_client)
+}
+
+/// Raises `doubt_margin_ms` to the brokers' `replica.lag.time.max.ms` when
+/// they answer a longer one (a record given up by its producer may become
+/// visible that long after, when a lagging follower leaves the in-sync
+/// replicas: reading its topic back sooner could conclude "absent" and
+/// produce the job twice), and `claim_lease_ms` with it where the lease
+/// would no longer leave time to send. Says so; says too when the brokers
+/// could not be asked.
+fn doubt_margin_check(config: &mut Config, lag: &kafka::ReplicaLag) {
+    match lag {
+        kafka::ReplicaLag::SingleBroker => {}
+        kafka::ReplicaLag::Unanswered(why) => tracing::info!(
+            doubt_margin_ms = config.doubt_margin_ms,
+            reason = %why,
+            "the brokers did not say their replica.lag.time.max.ms; on a replicated cluster doubt_margin_ms must be at least it"
+        ),
+        kafka::ReplicaLag::Answered { brokers, lag_ms } if *lag_ms > config.doubt_margin_ms => {
+            let lease_least = config.claim_lease_least(*lag_ms);
+            tracing::warn!(
+                brokers,
+                replica_lag_time_max_ms = lag_ms,
+                doubt_margin_ms = config.doubt_margin_ms,
+                claim_lease_ms = config.claim_lease_ms.max(lease_least),
+                "doubt_margin_ms raised to the brokers' replica.lag.time.max.ms (set it so to keep this quiet)"
+            );
+            config.doubt_margin_ms = *lag_ms;
+            config.claim_lease_ms = config.claim_lease_ms.max(lease_least);
+        }
+        kafka::ReplicaLag::Answered { .. } => {}
+    }
 }
 
 /// Connects to the stores and starts the configured roles. Returns once
 /// every role is running; they stop when `cancel` fires.
 pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running, StartError> {
+    let mut config = config;
+    let redis_client = probe(&mut config).await?;
     let config = Arc::new(config);
-    let redis_client = probe(&config).await?;
     let pools = Pools::connect(&config)?;
     let index = Index::connect_with(redis_client, &config.redis_prefix, config.shards)?;
     let shared = Shared {
@@ -570,6 +604,50 @@ async fn start_api(shared: &Shared, store: &Store) -> Result<SocketAddr, StartEr
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn the_doubt_margin_is_raised_to_the_brokers_replica_lag_and_the_lease_with_it() {
+        let mut config = Config::default();
+        let before = config.clone();
+        doubt_margin_check(&mut config, &kafka::ReplicaLag::SingleBroker);
+        doubt_margin_check(&mut config, &kafka::ReplicaLag::Unanswered("no".into()));
+        doubt_margin_check(
+            &mut config,
+            &kafka::ReplicaLag::Answered {
+                brokers: 3,
+                lag_ms: before.doubt_margin_ms,
+            },
+        );
+        assert_eq!(config, before, "nothing longer answered: nothing changes");
+
+        doubt_margin_check(
+            &mut config,
+            &kafka::ReplicaLag::Answered {
+                brokers: 3,
+                lag_ms: 30_000,
+            },
+        );
+        assert_eq!(config.doubt_margin_ms, 30_000);
+        assert_eq!(
+            config.claim_lease_ms,
+            before.dispatch_lookahead_ms + before.kafka_message_timeout_ms + 30_000 + 500
+        );
+        config.validate().expect("what it raised is valid");
+
+        // A lease already long enough stays.
+        let mut long = Config {
+            claim_lease_ms: 120_000,
+            ..Config::default()
+        };
+        doubt_margin_check(
+            &mut long,
+            &kafka::ReplicaLag::Answered {
+                brokers: 3,
+                lag_ms: 30_000,
+            },
+        );
+        assert_eq!(long.claim_lease_ms, 120_000);
+    }
 
     /// Runs `role` watched, waits for every role to end, and says which
     /// role failed and whether the others were told to stop.

@@ -89,8 +89,11 @@ pub struct Config {
     pub loader_batch: u32,
     /// Most jobs one dispatcher claims per shard per pass.
     pub dispatch_batch: u32,
-    /// A claim (in Redis and in MySQL) expires after this long; a dispatcher
-    /// that died mid-batch has its jobs retried after it.
+    /// A claim (in Redis and in MySQL) expires after this long. Its records
+    /// are handed to the producer only while they can land or be given up
+    /// before it ends, so past it the claim is read back and, if nothing of
+    /// it landed, produced again: a dispatcher that died or paused
+    /// mid-batch costs its jobs this much, a pass and the read back.
     pub claim_lease_ms: u64,
     /// Longest the dispatcher sleeps when nothing is due, so that jobs
     /// indexed by another instance are noticed.
@@ -123,7 +126,8 @@ pub struct Config {
     /// Kafka producer: how long librdkafka may wait to fill a batch.
     pub kafka_linger_ms: u64,
     /// Kafka producer: how long a record may take to be acknowledged before
-    /// the send fails (and the job is retried).
+    /// the send fails (its claim is then read back after `doubt_margin_ms`,
+    /// and produced again if nothing of it landed).
     pub kafka_message_timeout_ms: u64,
     /// How long after its producer gave up on a record the broker may still
     /// make it visible (what was on the wire; a follower lagging in the
@@ -357,16 +361,16 @@ impl Default for Config {
             schedule_interval_ms: 1_000,
             loader_batch: 5_000,
             dispatch_batch: 500,
-            claim_lease_ms: 30_000,
+            claim_lease_ms: 5_600,
             dispatch_idle_ms: 1_000,
             dispatch_stall_ms: 60_000,
             shutdown_timeout_ms: 90_000,
             dispatch_ack_wait_ms: 200,
             dispatch_lookahead_ms: 20,
-            reconcile_interval_ms: 2_000,
+            reconcile_interval_ms: 1_000,
             reconcile_grace_ms: 1_000,
             kafka_linger_ms: 1,
-            kafka_message_timeout_ms: 10_000,
+            kafka_message_timeout_ms: 3_000,
             doubt_margin_ms: 2_000,
             topic_check: TopicCheck::Reject,
             history_hand_edits: HandEdits::Keep,
@@ -981,10 +985,10 @@ impl Config {
         // A claim's records are handed over only while they can land or be
         // given up (message timeout, then the margin) before its lease ends:
         // at least a second to send in.
-        if self.claim_lease_ms < self.kafka_message_timeout_ms + self.doubt_margin_ms + 1_000 {
+        if self.claim_lease_ms < self.claim_lease_least(self.doubt_margin_ms) {
             return Err(invalid(
                 "claim_lease_ms",
-                "must be at least kafka_message_timeout_ms + doubt_margin_ms + 1000, or a claim leaves no time to send its records",
+                "must be at least dispatch_lookahead_ms + kafka_message_timeout_ms + doubt_margin_ms + 500, or a claim leaves no time to send its records",
             ));
         }
         if let Some((key, why)) = KAFKA_OPTIONS_RESERVED
@@ -1256,6 +1260,14 @@ impl Config {
             ));
         }
         None
+    }
+
+    /// The shortest `claim_lease_ms` that leaves a claim time to be held
+    /// until its job is due (`dispatch_lookahead_ms`), then half a second
+    /// to be handed to the producer, whose record then lands or is given up
+    /// (`kafka_message_timeout_ms`) `doubt_margin_ms` before the lease ends.
+    pub fn claim_lease_least(&self, doubt_margin_ms: u64) -> u64 {
+        self.dispatch_lookahead_ms + self.kafka_message_timeout_ms + doubt_margin_ms + 500
     }
 
     pub fn claim_lease(&self) -> Duration {

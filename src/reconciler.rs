@@ -421,6 +421,7 @@ pub async fn doubts_settle(
             since: d.since,
         })
         .collect();
+    let reading = std::time::Instant::now();
     let read = match readback::records_find(
         read_back.brokers,
         read_back.options,
@@ -442,6 +443,17 @@ pub async fn doubts_settle(
             }
         }
     };
+    tracing::info!(
+        num_jobs = doubts.len(),
+        found = read.found.len(),
+        read_ms = reading.elapsed().as_millis() as u64,
+        oldest_claim_age_ms = doubts
+            .iter()
+            .map(|d| (Utc::now() - d.since).num_milliseconds())
+            .max()
+            .unwrap_or(0),
+        "claims in doubt read back"
+    );
     // Claims of topics that could not be read stay in doubt (a cancel
     // answers in_flight) until a later pass reads them.
     let (doubts, unsettled): (Vec<_>, Vec<_>) = doubts

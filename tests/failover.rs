@@ -25,7 +25,7 @@ use tickler_testkit::procs::PrivateMariadb;
 use tickler_testkit::replication::{
     replica_promote, GaleraCluster, PrivateProxy, ReplicatedMariadb,
 };
-use tickler_testkit::sentinel::{redis_cli, RedisWithSentinels};
+use tickler_testkit::sentinel::{redis_cli, sentinel_master_port, RedisWithSentinels};
 use tickler_testkit::{consumer_from_beginning, eventually, records_read, unique};
 
 /// tickler's account: every privilege on the test databases, nothing
@@ -290,9 +290,12 @@ async fn killed_connections_and_a_full_server_are_unavailable_not_failures() {
 }
 
 /// The switchover measured from outside: MySQL read-only for 3 s while
-/// requests arrive on the request topic and on the API.
+/// requests arrive on the request topic and on the API. A long run
+/// (`TICKLER_STORES_ROUNDS`) flips it that many times, 300 requests and
+/// 150 creates each.
 #[tokio::test]
 async fn three_seconds_read_only_loses_no_request_and_answers_503_with_retry_after() {
+    let rounds = rounds();
     let mariadb = PrivateMariadb::start().await;
     let root = root_pool(&mariadb).await;
     account_create(&root).await;
@@ -319,7 +322,7 @@ async fn three_seconds_read_only_loses_no_request_and_answers_503_with_retry_aft
         let topic = world.topic.clone();
         tokio::spawn(async move {
             let mut answers = Vec::new();
-            for i in 0..150 {
+            for i in 0..150 * rounds {
                 let key = format!("api-{i}");
                 let sent = http
                     .post(&url)
@@ -343,12 +346,15 @@ async fn three_seconds_read_only_loses_no_request_and_answers_503_with_retry_aft
 
     let producer =
         kafka::producer_create(&world.services.brokers, &BTreeMap::new(), 0, 5_000).unwrap();
-    let n: usize = 300;
+    let n: usize = 300 * rounds;
     let started = Utc::now();
     let mut due: HashMap<String, i64> = HashMap::new();
-    let mut flip = None;
+    let mut flip: Option<tokio::task::JoinHandle<()>> = None;
     for i in 0..n {
-        if i == 50 {
+        if i % 300 == 50 {
+            if let Some(flip) = flip.take() {
+                flip.await.unwrap();
+            }
             let root = root.clone();
             flip = Some(tokio::spawn(async move {
                 global_set(&root, "read_only = ON").await;
@@ -686,15 +692,29 @@ async fn galera_losing_a_node_under_load_loses_nothing() {
     world.finish().await;
 }
 
+/// How many times a long run repeats each store's fault
+/// (`TICKLER_STORES_ROUNDS`, from `scripts/chaos --stores`); once in the
+/// suite.
+fn rounds() -> usize {
+    std::env::var("TICKLER_STORES_ROUNDS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(1)
+        .max(1)
+}
+
 /// Redis with Sentinel: two instances following the master three
 /// sentinels name, 2,000 jobs due over 8 s, and the master killed with -9
 /// half-way. The sentinels promote the replica (the writes it had not
 /// received are gone); tickler asks them for the new master on its next
 /// command and repairs what the index lost from MySQL. The old master then
 /// comes back, empty, and is made a replica. Nothing lost, nothing early.
+/// A long run repeats it: 2,000 jobs and one kill of whichever server is
+/// master every 8 s.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_redis_master_replaced_through_sentinel_loses_nothing() {
-    let mut redis = RedisWithSentinels::start().await;
+    let rounds = rounds();
+    let redis = RedisWithSentinels::start().await;
     let services = Services {
         redis_url: redis.url(),
         ..Services::shared()
@@ -707,35 +727,57 @@ async fn a_redis_master_replaced_through_sentinel_loses_nothing() {
     .await;
     let t0 = Utc::now() + chrono::Duration::seconds(3);
     let expected = world
-        .jobs_schedule_batched(2_000, t0, Duration::from_secs(8))
+        .jobs_schedule_batched(2_000 * rounds, t0, Duration::from_secs(8 * rounds as u64))
         .await;
-    tokio::time::sleep_until(
-        tokio::time::Instant::now()
-            + (t0 + chrono::Duration::seconds(4) - Utc::now())
-                .to_std()
-                .unwrap_or_default(),
-    )
-    .await;
-    let old = redis.master.port;
-    redis.master.proc.kill9();
-    let killed_at = std::time::Instant::now();
-    let promoted = redis.failover_wait(old, Duration::from_secs(30)).await;
-    println!(
-        "sentinel: the replica on {promoted} promoted {} ms after the kill",
-        killed_at.elapsed().as_millis()
-    );
-    // The old master comes back empty and is made a replica of the new one.
-    redis.master.proc.start();
+    let RedisWithSentinels {
+        master,
+        replica,
+        sentinels,
+    } = redis;
+    let mut servers = [master, replica];
+    for round in 0..rounds {
+        let kill_at = t0 + chrono::Duration::seconds(4 + 8 * round as i64);
+        tokio::time::sleep_until(
+            tokio::time::Instant::now() + (kill_at - Utc::now()).to_std().unwrap_or_default(),
+        )
+        .await;
+        let old = sentinel_master_port(&sentinels).expect("the sentinels name a master");
+        let victim = servers
+            .iter_mut()
+            .find(|server| server.port == old)
+            .expect("the master is one of the two servers");
+        victim.proc.kill9();
+        let killed_at = std::time::Instant::now();
+        let promoted = eventually(Duration::from_secs(30), || async {
+            let port = sentinel_master_port(&sentinels).filter(|port| *port != old)?;
+            redis_cli(port, &["ROLE"])?
+                .starts_with("master")
+                .then_some(port)
+        })
+        .await
+        .expect("the sentinels promote the replica");
+        println!(
+            "sentinel round {round}: the replica on {promoted} promoted {} ms after the kill",
+            killed_at.elapsed().as_millis()
+        );
+        // The old master comes back empty and is made a replica of the
+        // new one, to be promoted in its turn.
+        victim.proc.start();
+        let demoted = eventually(Duration::from_secs(30), || async {
+            let info = redis_cli(old, &["INFO", "replication"])?;
+            (info.contains("role:slave") && info.contains("master_link_status:up")).then_some(())
+        })
+        .await;
+        assert!(
+            demoted.is_some(),
+            "the old master rejoins as a synced replica"
+        );
+    }
     let ids: HashSet<u64> = expected.iter().map(|e| e.id).collect();
     world.await_seen(&ids, Duration::from_secs(90)).await;
-    let demoted = eventually(Duration::from_secs(30), || async {
-        let role = redis_cli(old, &["ROLE"])?;
-        role.starts_with("slave").then_some(())
-    })
-    .await;
-    assert!(demoted.is_some(), "the old master rejoins as a replica");
     let interrupted = world.interrupted().await;
     let verdict = chronos::check(&expected, &HashSet::new(), &interrupted, &world.seen());
     verdict.assert_clean("a redis master replaced through sentinel");
     world.finish().await;
+    drop(sentinels);
 }

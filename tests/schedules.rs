@@ -384,6 +384,16 @@ async fn change_pause_resume_and_delete_a_schedule() {
     assert_ne!(new_job, job_id);
     let (status, _) = env.get(&format!("/v1/jobs/{job_id}")).await;
     assert_eq!(status, 404, "a replaced occurrence that never ran is gone");
+    // Its history says where it went: withdrawn by the caller's change.
+    let last: (String, String) = sqlx::query_as(
+        "SELECT CAST(status AS CHAR), CAST(actor AS CHAR) FROM job_events WHERE job_id = ? ORDER BY id DESC LIMIT 1",
+    )
+    .bind(job_id)
+    .fetch_one(&env.sql)
+    .await
+    .unwrap();
+    assert_eq!(last.0, "cancelled", "{last:?}");
+    assert!(last.1.starts_with("api"), "by the caller: {last:?}");
     let (_, job) = env.get(&format!("/v1/jobs/{new_job}")).await;
     let local = at(job["run_at"].as_str().unwrap()).with_timezone(&chrono_tz::America::New_York);
     assert_eq!(local.format("%H:%M").to_string(), "06:30");

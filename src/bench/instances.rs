@@ -80,9 +80,19 @@ impl Deployment {
                     "TICKLER_INSTANCE_TTL_MS",
                     config.instance_ttl_ms.to_string(),
                 )
-                .env("TICKLER_LOG", "warn")
+                .env(
+                    "TICKLER_LOG",
+                    std::env::var("TICKLER_BENCH_CHILD_LOG").unwrap_or_else(|_| "warn".to_owned()),
+                )
                 .stdin(Stdio::null())
-                .stdout(Stdio::null())
+                // Their logs to `TICKLER_BENCH_LOGS/instance-<port>.log` when
+                // that is set (to see where a failover's time goes).
+                .stdout(match std::env::var_os("TICKLER_BENCH_LOGS") {
+                    Some(dir) => Stdio::from(std::fs::File::create(
+                        std::path::Path::new(&dir).join(format!("instance-{port}.log")),
+                    )?),
+                    None => Stdio::null(),
+                })
                 .spawn()
                 .context("starting tickler serve")?;
             children.push(child);
@@ -265,6 +275,8 @@ async fn failover(bench: &Bench, deployment: &Deployment) -> anyhow::Result<()> 
     let seen = survivors
         .await_records(&ids, Duration::from_secs(secs + 60))
         .await;
+    // Missing records fail the stage, after its figures are printed.
+    let mut missing_said = None;
     if seen.len() != ids.len() {
         // Say where the missing ones are, so a failure can be read.
         let arrived: HashSet<u64> = {
@@ -283,27 +295,90 @@ async fn failover(bench: &Bench, deployment: &Deployment) -> anyhow::Result<()> 
             .store
             .job_get_many(&missing[..missing.len().min(10)])
             .await?;
-        let rows: Vec<String> = rows
-            .iter()
-            .map(|job| {
-                format!(
-                    "job {} {} attempt {} updated_at {} kafka {:?}/{:?} last_error {:?}",
-                    job.id,
-                    job.status,
-                    job.attempt,
-                    job.updated_at,
-                    job.kafka_partition,
-                    job.kafka_offset,
-                    job.last_error
-                )
-            })
-            .collect();
-        bail!(
-            "failover: {} of {} jobs arrived (victim instance {victim_id}); missing: {}",
+        // A fresh reader from the beginning: is each missing record on the
+        // topic after all (the bench's reader missed it), or not?
+        let reread: Records = Arc::new(Mutex::new(HashMap::new()));
+        let stop = CancellationToken::new();
+        record(
+            kafka::tail::base_consumer_assigned(
+                &deployment.config.kafka_brokers,
+                &bench.topic(),
+                Offset::Beginning,
+            )?,
+            reread.clone(),
+            stop.clone(),
+        );
+        let reread_by = Instant::now() + Duration::from_secs(30);
+        while Instant::now() < reread_by
+            && !reread
+                .lock()
+                .map(|r| missing.iter().all(|id| r.contains_key(id)))
+                .unwrap_or(false)
+        {
+            tokio::time::sleep(Duration::from_millis(200)).await;
+        }
+        stop.cancel();
+        let reread = reread.lock().map(|r| r.clone()).unwrap_or_default();
+        println!(
+            "failover: a fresh reader from the beginning finds {} of the {} missing on the topic",
+            missing.iter().filter(|id| reread.contains_key(*id)).count(),
+            missing.len()
+        );
+        let mut described = Vec::new();
+        for job in &rows {
+            // What the topic holds where the row says its record is: the
+            // bench's reader missing it, or the record not there.
+            let at = match (job.kafka_partition, job.kafka_offset) {
+                (Some(partition), Some(offset)) => format!(
+                    " (there: {:?})",
+                    kafka::record_at(
+                        &deployment.config.kafka_brokers,
+                        &deployment.config.kafka_options,
+                        &bench.topic(),
+                        partition,
+                        offset,
+                        Duration::from_secs(5),
+                    )
+                    .await
+                ),
+                _ => String::new(),
+            };
+            let history: Vec<String> = deployment
+                .store
+                .job_history(job.id)
+                .await?
+                .iter()
+                .map(|e| {
+                    format!(
+                        "{} {} by {}",
+                        e.at.format("%H:%M:%S%.3f"),
+                        e.status,
+                        e.actor
+                    )
+                })
+                .collect();
+            let shard = shard_of(job.id, deployment.config.shards);
+            described.push(format!(
+                "job {} (shard {shard}, the victim's: {}) {} attempt {} due {} updated_at {} kafka {:?}/{:?}{at} last_error {:?} history [{}]",
+                job.id,
+                victim_shards.contains(&shard),
+                job.status,
+                job.attempt,
+                job.schedule_time,
+                job.updated_at,
+                job.kafka_partition,
+                job.kafka_offset,
+                job.last_error,
+                history.join("; ")
+            ));
+        }
+        let rows = described;
+        missing_said = Some(format!(
+            "failover: {} of {} jobs arrived (victim instance {victim_id}, killed at {kill_ms}); missing: {}",
             seen.len(),
             ids.len(),
             rows.join("; ")
-        );
+        ));
     }
     let records = survivors
         .records
@@ -363,7 +438,38 @@ async fn failover(bench: &Bench, deployment: &Deployment) -> anyhow::Result<()> 
         percentiles(&mut after),
         percentiles(&mut theirs)
     );
-    Ok(())
+    // The latest job due after the kill, and what happened to it: where a
+    // failover's time goes.
+    let latest = due
+        .iter()
+        .filter(|(_, at)| **at >= kill_ms && **at < kill_ms + window_ms)
+        .filter_map(|(id, at)| received(id).map(|r| (r - at, *id, *at)))
+        .max();
+    if let Some((late, id, at)) = latest {
+        let history: Vec<String> = deployment
+            .store
+            .job_history(id)
+            .await?
+            .iter()
+            .map(|e| {
+                format!(
+                    "{:+} ms {} by {}",
+                    e.at.timestamp_millis() - kill_ms,
+                    e.status,
+                    e.actor
+                )
+            })
+            .collect();
+        println!(
+            "failover: the latest, job {id} (due {:+} ms after the kill, {late} ms late): {}",
+            at - kill_ms,
+            history.join("; ")
+        );
+    }
+    match missing_said {
+        Some(said) => bail!(said),
+        None => Ok(()),
+    }
 }
 
 /// kill -9 of instance `victim`; returns when (ms since the epoch), its

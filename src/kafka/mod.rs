@@ -8,7 +8,7 @@ pub mod tail;
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, TopicReplication};
+use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
 use rdkafka::error::KafkaError;
 use rdkafka::message::BorrowedMessage;
@@ -147,10 +147,15 @@ impl rdkafka::producer::ProducerContext for ProbeContext {
     fn delivery(&self, _: &rdkafka::producer::DeliveryResult<'_>, _: ()) {}
 }
 
-/// Asks the brokers for metadata once, through a client with `options`.
-/// A TLS or authentication failure is an error; a broker that does not
-/// answer only a warning — tickler starts, and keeps jobs, without Kafka.
-pub async fn probe(brokers: &str, options: &BTreeMap<String, String>) -> Result<(), ProbeError> {
+/// Asks the brokers for metadata once, through a client with `options`,
+/// and returns the ids of the brokers it names (none when they did not
+/// answer). A TLS or authentication failure is an error; a broker that
+/// does not answer only a warning — tickler starts, and keeps jobs,
+/// without Kafka.
+pub async fn probe(
+    brokers: &str,
+    options: &BTreeMap<String, String>,
+) -> Result<Vec<i32>, ProbeError> {
     let mut config = client_config(brokers);
     for (key, value) in options {
         config.set(key, value);
@@ -163,7 +168,16 @@ pub async fn probe(brokers: &str, options: &BTreeMap<String, String>) -> Result<
         .create_with_context(ProbeContext::default())
         .map_err(|err| failed(err.to_string()))?;
     let fetched = tokio::task::spawn_blocking(move || {
-        let fetched = client.client().fetch_metadata(None, Duration::from_secs(5));
+        let fetched = client
+            .client()
+            .fetch_metadata(None, Duration::from_secs(5))
+            .map(|metadata| {
+                metadata
+                    .brokers()
+                    .iter()
+                    .map(|b| b.id())
+                    .collect::<Vec<i32>>()
+            });
         // Serves the queued error callbacks into the context.
         client.poll(Duration::from_millis(200));
         let errors = client
@@ -172,25 +186,27 @@ pub async fn probe(brokers: &str, options: &BTreeMap<String, String>) -> Result<
             .lock()
             .map(|e| e.clone())
             .unwrap_or_default();
-        (fetched.map(|_| ()), errors)
+        (fetched, errors)
     })
     .await;
     let Ok((fetched, errors)) = fetched else {
-        return Ok(());
+        return Ok(Vec::new());
     };
-    if let Err(err) = fetched {
-        let refused = errors.iter().find(|e| {
-            let e = e.to_ascii_lowercase();
-            ["ssl", "tls", "certificate", "sasl", "authenticat"]
-                .iter()
-                .any(|word| e.contains(word))
-        });
-        if let Some(reason) = refused {
-            return Err(failed(reason.clone()));
-        }
-        tracing::warn!(brokers, error = %err, "kafka does not answer yet; starting all the same");
+    let err = match fetched {
+        Ok(ids) => return Ok(ids),
+        Err(err) => err,
+    };
+    let refused = errors.iter().find(|e| {
+        let e = e.to_ascii_lowercase();
+        ["ssl", "tls", "certificate", "sasl", "authenticat"]
+            .iter()
+            .any(|word| e.contains(word))
+    });
+    if let Some(reason) = refused {
+        return Err(failed(reason.clone()));
     }
-    Ok(())
+    tracing::warn!(brokers, error = %err, "kafka does not answer yet; starting all the same");
+    Ok(Vec::new())
 }
 
 /// The settings of a client that reads partitions it assigns itself,
@@ -595,4 +611,75 @@ pub fn header_value<'a>(message: &'a BorrowedMessage<'_>, name: &str) -> Option<
     headers_of(message)
         .find(|(n, _)| *n == name.as_bytes())
         .and_then(|(_, value)| value)
+}
+
+/// What the brokers say of `replica.lag.time.max.ms`: how long a follower
+/// may lag and stay in sync, and so how long after its producer gave it up
+/// a record held at the leader may still become visible (when the lagging
+/// follower is dropped from the in-sync replicas and the high watermark
+/// moves on).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ReplicaLag {
+    /// The longest value any broker answered.
+    Answered { brokers: usize, lag_ms: u64 },
+    /// One broker: no follower can lag, and nothing needs checking.
+    SingleBroker,
+    /// The brokers did not answer (not every Kafka-API broker implements
+    /// DescribeConfigs), with why.
+    Unanswered(String),
+}
+
+/// Asks the brokers `ids` (as [`probe`] found them) for their
+/// `replica.lag.time.max.ms` (DescribeConfigs), within a few seconds.
+pub async fn replica_lag(
+    brokers: &str,
+    options: &BTreeMap<String, String>,
+    ids: &[i32],
+) -> ReplicaLag {
+    if ids.len() <= 1 {
+        return ReplicaLag::SingleBroker;
+    }
+    let mut config = client_config(brokers);
+    for (key, value) in options {
+        config.set(key, value);
+    }
+    let admin: AdminClient<DefaultClientContext> = match config.create() {
+        Ok(admin) => admin,
+        Err(err) => return ReplicaLag::Unanswered(err.to_string()),
+    };
+    let specifiers: Vec<ResourceSpecifier<'_>> = ids
+        .iter()
+        .map(|id| ResourceSpecifier::Broker(*id))
+        .collect();
+    let options = AdminOptions::new().request_timeout(Some(Duration::from_secs(5)));
+    let answers = match admin.describe_configs(&specifiers, &options).await {
+        Ok(answers) => answers,
+        Err(err) => return ReplicaLag::Unanswered(err.to_string()),
+    };
+    let mut lag_ms: Option<u64> = None;
+    for answer in answers {
+        let resource = match answer {
+            Ok(resource) => resource,
+            Err(code) => return ReplicaLag::Unanswered(code.to_string()),
+        };
+        let value = resource
+            .get("replica.lag.time.max.ms")
+            .and_then(|entry| entry.value.as_deref())
+            .and_then(|value| value.parse::<u64>().ok());
+        match value {
+            Some(value) => lag_ms = Some(lag_ms.unwrap_or(0).max(value)),
+            None => {
+                return ReplicaLag::Unanswered(
+                    "a broker did not name replica.lag.time.max.ms".to_owned(),
+                )
+            }
+        }
+    }
+    match lag_ms {
+        Some(lag_ms) => ReplicaLag::Answered {
+            brokers: ids.len(),
+            lag_ms,
+        },
+        None => ReplicaLag::Unanswered("no broker answered".to_owned()),
+    }
 }

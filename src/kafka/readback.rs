@@ -16,16 +16,22 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, TimeZone, Utc};
 use rdkafka::consumer::{BaseConsumer, Consumer};
 use rdkafka::error::KafkaError;
-use rdkafka::message::Message;
+use rdkafka::message::{Message, Timestamp};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
 use crate::job::{self, JobId};
 
-/// How much earlier than its claim a record's timestamp may read: records
-/// carry the database's time as their timestamp, but a broker that stamps
-/// them itself (tansu; `LogAppendTime` topics) uses its own clock.
+/// How much earlier than its claim a record's timestamp may read when
+/// nothing better is known: records carry the database's time as their
+/// timestamp, but a broker that stamps them itself (`LogAppendTime` topics)
+/// uses its own clock.
 pub const READBACK_SKEW: Duration = Duration::from_secs(60);
+
+/// The margin kept on top of what the topic's newest record says of its
+/// clock (see [`skew_of`]): the dispatcher's reading of the database's
+/// clock, and a broker clock that drifted since.
+pub const READBACK_SKEW_KNOWN: Duration = Duration::from_secs(2);
 
 /// How long after a sought record's claim a topic the broker says it does
 /// not have is taken to hold none of it. Sooner, the answer may be the
@@ -128,15 +134,17 @@ pub async fn records_find(
     wait: Duration,
 ) -> Result<ReadBack, KafkaError> {
     let groups = read_groups(sought, Utc::now());
-    let consumer: BaseConsumer = super::reader_config(brokers, options, "tickler-readback")
+    let mut config = super::reader_config(brokers, options, "tickler-readback");
+    config
         .set("enable.partition.eof", "true")
         // tickler's records are never transactional: read_committed would
         // stop at the last stable offset of someone else's open
         // transaction, before records of ours that are already visible.
         .set("isolation.level", "read_uncommitted")
         // tansu answers a fetch only when this expires.
-        .set("fetch.wait.max.ms", "20")
-        .create()?;
+        .set("fetch.wait.max.ms", "5");
+    // Fails here, not per topic, when no reader can be made at all.
+    drop(config.create::<BaseConsumer>()?);
     tokio::task::spawn_blocking(move || {
         let mut read = ReadBack::default();
         // A pass reads for at most three topics' time; the rest wait for
@@ -153,7 +161,27 @@ pub async fn records_find(
                 continue;
             }
             let deadline = (Instant::now() + wait).min(pass_deadline);
-            match topic_read(&consumer, &topic, since, &wanted, deadline, &mut read.found) {
+            // Readers of their own for each topic: an event of another
+            // assignment (an end of partition above all, which names only
+            // the partition) must never reach this reading, where an end
+            // of partition closes the partition; nor the newest record's
+            // look (see `newest_record`).
+            let readers = match (
+                config.create::<BaseConsumer>(),
+                config.create::<BaseConsumer>(),
+            ) {
+                (Ok(consumer), Ok(prober)) => (consumer, prober),
+                (Err(err), _) | (_, Err(err)) => {
+                    read.unread.extend(wanted);
+                    read.failed.insert(topic, err.to_string());
+                    continue;
+                }
+            };
+            let readers = Readers {
+                consumer: &readers.0,
+                prober: &readers.1,
+            };
+            match topic_read(readers, &topic, since, &wanted, deadline, &mut read.found) {
                 Ok(TopicRead::Read) => {}
                 Ok(TopicRead::Missing) if missing_is_conclusive(since, Utc::now()) => {
                     tracing::info!(topic, "a topic read back is missing: none of its claims in doubt was produced there");
@@ -204,14 +232,22 @@ fn left(deadline: Instant) -> Duration {
 
 /// Long because it is one consumer's life: assign, seek, read to the
 /// deadline or the end, match, close.
+/// The reader of a topic's records, and the one that looks at its newest.
+#[derive(Clone, Copy)]
+struct Readers<'a> {
+    consumer: &'a BaseConsumer,
+    prober: &'a BaseConsumer,
+}
+
 fn topic_read(
-    consumer: &BaseConsumer,
+    readers: Readers<'_>,
     topic: &str,
     since: DateTime<Utc>,
     wanted: &HashSet<(JobId, u32)>,
     deadline: Instant,
     found: &mut HashMap<(JobId, u32), Landed>,
 ) -> Result<TopicRead, KafkaError> {
+    let consumer = readers.consumer;
     let metadata = consumer.fetch_metadata(Some(topic), left(deadline))?;
     let Some(meta) = metadata.topics().iter().find(|t| t.name() == topic) else {
         return Ok(TopicRead::Missing);
@@ -229,7 +265,10 @@ fn topic_read(
     if partitions.is_empty() {
         return Ok(TopicRead::Missing);
     }
-    let from_ms = (since - chrono::Duration::from_std(READBACK_SKEW).unwrap_or_default())
+    let began = Instant::now();
+    let skew = skew_of(newest_record(readers.prober, topic, &partitions, deadline)?);
+    let probed_ms = began.elapsed().as_millis() as u64;
+    let from_ms = (since - chrono::Duration::from_std(skew).unwrap_or_default())
         .timestamp_millis()
         .max(0);
     let mut by_time = TopicPartitionList::new();
@@ -239,14 +278,20 @@ fn topic_read(
     let starts = consumer.offsets_for_times(by_time, left(deadline))?;
     let mut assignment = TopicPartitionList::new();
     let mut open: HashSet<i32> = HashSet::new();
+    // Where each partition ended when the reading began: no record of a
+    // claim whose quiet time is over lands after it, so the reading stops
+    // there rather than chase what others produce meanwhile.
+    let mut ends: HashMap<i32, i64> = HashMap::new();
     for partition in &partitions {
         let (low, high) = consumer.fetch_watermarks(topic, *partition, left(deadline))?;
+        ends.insert(*partition, high);
         let start = match starts.find_partition(topic, *partition).map(|p| p.offset()) {
             Some(Offset::Offset(at)) => at.max(low),
             // No record as recent: nothing to read.
             Some(Offset::End) => high,
             _ => low,
         };
+        tracing::debug!(topic, partition, low, high, start, "partition to read back");
         if start < high {
             assignment.add_partition_offset(topic, *partition, Offset::Offset(start))?;
             open.insert(*partition);
@@ -255,6 +300,8 @@ fn topic_read(
     if open.is_empty() {
         return Ok(TopicRead::Read);
     }
+    let positioned_ms = began.elapsed().as_millis() as u64;
+    let mut records = 0u64;
     consumer.assign(&assignment)?;
     while !open.is_empty() {
         if Instant::now() >= deadline {
@@ -264,22 +311,17 @@ fn topic_read(
             ));
         }
         match consumer.poll(Duration::from_millis(100)) {
-            Some(Ok(message)) => {
-                if let Some(key) = record_identity(&message) {
-                    if wanted.contains(&key) {
-                        found.insert(
-                            key,
-                            Landed {
-                                partition: message.partition(),
-                                offset: message.offset(),
-                                dispatched_at: header(&message, job::HEADER_DISPATCHED_AT)
-                                    .and_then(|ms| ms.parse::<i64>().ok())
-                                    .and_then(|ms| Utc.timestamp_millis_opt(ms).single()),
-                            },
-                        );
-                    }
+            Some(Ok(message)) if message.topic() == topic => {
+                records += 1;
+                if ends
+                    .get(&message.partition())
+                    .is_some_and(|end| message.offset() >= end - 1)
+                {
+                    open.remove(&message.partition());
                 }
+                landed_note(&message, wanted, found);
             }
+            Some(Ok(_)) => {}
             Some(Err(KafkaError::PartitionEOF(partition))) => {
                 open.remove(&partition);
             }
@@ -290,8 +332,147 @@ fn topic_read(
             None => {}
         }
     }
+    // What was fetched with the last records is read too: a broker whose
+    // high watermark falls short of its last batch (tansu's ends at that
+    // batch's first record) delivers the rest of the batch in the same
+    // answer, maybe behind another partition's end.
+    let drain_until = Instant::now() + Duration::from_millis(50);
+    while Instant::now() < drain_until {
+        match consumer.poll(Duration::ZERO) {
+            Some(Ok(message)) if message.topic() == topic => {
+                records += 1;
+                landed_note(&message, wanted, found);
+            }
+            Some(_) => {}
+            None => break,
+        }
+    }
     let _ = consumer.unassign();
+    tracing::debug!(
+        topic,
+        skew_ms = skew.as_millis() as u64,
+        probed_ms,
+        positioned_ms,
+        read_ms = began.elapsed().as_millis() as u64,
+        records,
+        "topic read back"
+    );
     Ok(TopicRead::Read)
+}
+
+/// Notes where `message` landed when it is one of the records sought.
+fn landed_note(
+    message: &rdkafka::message::BorrowedMessage<'_>,
+    wanted: &HashSet<(JobId, u32)>,
+    found: &mut HashMap<(JobId, u32), Landed>,
+) {
+    if let Some(key) = record_identity(message) {
+        if wanted.contains(&key) {
+            found.insert(
+                key,
+                Landed {
+                    partition: message.partition(),
+                    offset: message.offset(),
+                    dispatched_at: header(message, job::HEADER_DISPATCHED_AT)
+                        .and_then(|ms| ms.parse::<i64>().ok())
+                        .and_then(|ms| Utc.timestamp_millis_opt(ms).single()),
+                },
+            );
+        }
+    }
+}
+
+/// What the newest record of a topic says of its timestamps: the
+/// timestamp, and its `tickler-dispatched-at` (the database's time when it
+/// was produced) when it is one of tickler's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct Newest {
+    timestamp: Timestamp,
+    dispatched_ms: Option<i64>,
+}
+
+/// How many records back from a partition's end [`newest_record`] looks.
+const PROBE_BACK: i64 = 1_000;
+
+/// One of the newest records of the fullest partition of `topic` (at most
+/// [`PROBE_BACK`] from its end), or None when every partition is empty (or
+/// none came in time: the caller then reads as if nothing were known).
+fn newest_record(
+    consumer: &BaseConsumer,
+    topic: &str,
+    partitions: &[i32],
+    deadline: Instant,
+) -> Result<Option<Newest>, KafkaError> {
+    let mut fullest: Option<(i32, i64, i64)> = None;
+    for partition in partitions {
+        let (low, high) = consumer.fetch_watermarks(topic, *partition, left(deadline))?;
+        if high > low && fullest.is_none_or(|(_, l, h)| high - low > h - l) {
+            fullest = Some((*partition, low, high));
+        }
+    }
+    let Some((partition, low, high)) = fullest else {
+        return Ok(None);
+    };
+    // Not at `high - 1` itself: tansu answers a fetch that starts inside a
+    // multi-record batch with the batch after it (none, for the last), so
+    // the look starts some records back and takes the first that comes.
+    let from = (high - PROBE_BACK).max(low);
+    let mut assignment = TopicPartitionList::new();
+    assignment.add_partition_offset(topic, partition, Offset::Offset(from))?;
+    consumer.assign(&assignment)?;
+    // A second at most: this only spares reading a minute of the topic.
+    let until = deadline.min(Instant::now() + Duration::from_secs(1));
+    let mut newest = None;
+    while newest.is_none() && Instant::now() < until {
+        match consumer.poll(Duration::from_millis(100)) {
+            // Only the record asked for: not one of an earlier topic's
+            // assignment still queued.
+            Some(Ok(message))
+                if message.topic() == topic
+                    && message.partition() == partition
+                    && message.offset() >= from =>
+            {
+                newest = Some(Newest {
+                    timestamp: message.timestamp(),
+                    dispatched_ms: header(&message, job::HEADER_DISPATCHED_AT)
+                        .and_then(|ms| ms.parse::<i64>().ok()),
+                })
+            }
+            Some(Ok(_)) => {}
+            Some(Err(KafkaError::PartitionEOF(_))) | None => {}
+            Some(Err(err)) => {
+                let _ = consumer.unassign();
+                return Err(err);
+            }
+        }
+    }
+    let _ = consumer.unassign();
+    Ok(newest)
+}
+
+/// How far before a claim its records' timestamps may read. A topic whose
+/// records keep the producer's timestamp (`CreateTime`, Kafka's default)
+/// has the database's time on tickler's records: [`READBACK_SKEW_KNOWN`].
+/// A broker that stamps records itself (`LogAppendTime`) shows its clock
+/// against the database's on one of tickler's records; the reading starts
+/// that much earlier as well. Without either, [`READBACK_SKEW`].
+fn skew_of(newest: Option<Newest>) -> Duration {
+    match newest {
+        // An empty topic: nothing to read whatever the start.
+        None => READBACK_SKEW_KNOWN,
+        Some(Newest {
+            timestamp: Timestamp::CreateTime(_),
+            ..
+        }) => READBACK_SKEW_KNOWN,
+        Some(Newest {
+            timestamp: Timestamp::LogAppendTime(stamped_ms),
+            dispatched_ms: Some(dispatched_ms),
+        }) => {
+            let behind_ms = u64::try_from(dispatched_ms - stamped_ms).unwrap_or(0);
+            Duration::from_millis(behind_ms) + READBACK_SKEW_KNOWN
+        }
+        Some(_) => READBACK_SKEW,
+    }
 }
 
 fn header<'a>(message: &'a rdkafka::message::BorrowedMessage<'_>, name: &str) -> Option<&'a str> {
@@ -345,6 +526,42 @@ mod tests {
                 ("a", old, 1),
             ]
         );
+    }
+
+    #[test]
+    fn the_reading_starts_as_early_as_the_topics_clock_needs() {
+        let create = |ms| Newest {
+            timestamp: Timestamp::CreateTime(ms),
+            dispatched_ms: None,
+        };
+        assert_eq!(skew_of(None), READBACK_SKEW_KNOWN);
+        assert_eq!(skew_of(Some(create(5))), READBACK_SKEW_KNOWN);
+        // A broker stamping 90 s behind the database: 90 s earlier.
+        let behind = Newest {
+            timestamp: Timestamp::LogAppendTime(1_000_000),
+            dispatched_ms: Some(1_090_000),
+        };
+        assert_eq!(
+            skew_of(Some(behind)),
+            Duration::from_secs(90) + READBACK_SKEW_KNOWN
+        );
+        // Ahead of it: no later than the claim.
+        let ahead = Newest {
+            timestamp: Timestamp::LogAppendTime(1_090_000),
+            dispatched_ms: Some(1_000_000),
+        };
+        assert_eq!(skew_of(Some(ahead)), READBACK_SKEW_KNOWN);
+        // Stamped by the broker, not one of tickler's: the minute.
+        let foreign = Newest {
+            timestamp: Timestamp::LogAppendTime(1_000_000),
+            dispatched_ms: None,
+        };
+        assert_eq!(skew_of(Some(foreign)), READBACK_SKEW);
+        let unknown = Newest {
+            timestamp: Timestamp::NotAvailable,
+            dispatched_ms: Some(1),
+        };
+        assert_eq!(skew_of(Some(unknown)), READBACK_SKEW);
     }
 
     #[test]

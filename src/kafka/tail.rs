@@ -48,6 +48,14 @@ fn assigned<C: Consumer + FromClientConfig>(
         )
         .set("enable.auto.commit", "false")
         .set("fetch.wait.max.ms", "5")
+        // Fetches large enough that tansu never ends one inside a
+        // multi-record batch: it answers the next fetch, which then starts
+        // inside that batch, with the batch after it, and the records in
+        // between are never read (a reader catching up after a burst
+        // lost two records in 40,000 so).
+        .set("fetch.max.bytes", "104857600")
+        .set("max.partition.fetch.bytes", "104857600")
+        .set("receive.message.max.bytes", "209715200")
         .create()?;
     let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
     let mut assignment = TopicPartitionList::new();

@@ -7,10 +7,10 @@ use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, QueryBuilder, Row};
 
 use super::db_time;
-use super::history::{event_token, events_record_schedule};
-use super::jobs::{insert_many_on, policy_from_row, BatchRow};
+use super::history::{event_token, events_insert_rows, events_record_schedule, EventRow};
+use super::jobs::{insert_many_on, policy_from_row, push_id_list, BatchRow};
 use super::{Store, StoreError};
-use crate::job::{Job, NewJob, PayloadKind, Schedule};
+use crate::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status};
 use crate::policy::Policy;
 use crate::schedule::{self, Bounds, InvalidTiming, Misfire, Progress, Timing};
 
@@ -558,7 +558,7 @@ impl Store {
         let retime = current.def.retimes(def);
         let mut replaced = 0;
         if retime {
-            replaced = occurrences_delete_future(&mut tx, id, now).await?;
+            replaced = occurrences_delete_future(&mut tx, &self.actor, id, now).await?;
         }
         let mut update = QueryBuilder::<MySql>::new("UPDATE jobs SET");
         def_set(&mut update, def);
@@ -645,7 +645,7 @@ impl Store {
         let mut deleted = 0;
         match (pause, current.status) {
             (true, ScheduleStatus::Active) => {
-                deleted = occurrences_delete_future(&mut tx, id, db_time(now)).await?;
+                deleted = occurrences_delete_future(&mut tx, &self.actor, id, db_time(now)).await?;
                 sqlx::query(
                     "UPDATE schedules SET status = 'paused', version = version + 1, \
                      cursor_at = ?, last_at = NULL, next_at = ?, \
@@ -701,7 +701,7 @@ impl Store {
             let now: NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(3)")
                 .fetch_one(&mut *tx)
                 .await?;
-            gone += occurrences_delete_future(&mut tx, id, now).await?;
+            gone += occurrences_delete_future(&mut tx, &self.actor, id, now).await?;
             let token = event_token();
             gone += sqlx::query(
                 "UPDATE jobs SET event_token = ?, status = 'cancelled', version = version + 1, \
@@ -813,19 +813,33 @@ async fn schedule_lock(
 /// ran (first attempt, never dispatched): their keys are free again for
 /// the occurrences that replace them. One that a dispatcher claims is no
 /// longer pending, one due is claimable, and a retry of one already
-/// produced is a job with a past: none of them is touched.
+/// produced is a job with a past: none of them is touched. Each deleted
+/// occurrence's history ends with a `cancelled` row by `actor` (one a
+/// PATCH had moved too), so that its history says where it went.
 async fn occurrences_delete_future(
     conn: &mut sqlx::MySqlConnection,
+    actor: &str,
     id: u64,
     now: NaiveDateTime,
 ) -> Result<u64, StoreError> {
-    Ok(sqlx::query(
-        "DELETE FROM jobs WHERE schedule_id = ? AND status = 'pending' \
-         AND schedule_time > ? AND attempt = 1 AND dispatched_at IS NULL",
+    let doomed: Vec<(JobId, NaiveDateTime, u32)> = sqlx::query_as(
+        "SELECT id, schedule_time, attempt FROM jobs WHERE schedule_id = ? AND status = 'pending' \
+         AND schedule_time > ? AND attempt = 1 AND dispatched_at IS NULL FOR UPDATE",
     )
     .bind(id)
     .bind(now)
-    .execute(conn)
-    .await?
-    .rows_affected())
+    .fetch_all(&mut *conn)
+    .await?;
+    if doomed.is_empty() {
+        return Ok(0);
+    }
+    let rows: Vec<EventRow> = doomed
+        .iter()
+        .map(|(id, at, attempt)| (*id, Status::Cancelled.as_str().to_owned(), *at, *attempt))
+        .collect();
+    events_insert_rows(&mut *conn, actor, &rows).await?;
+    let ids: Vec<JobId> = doomed.iter().map(|(id, _, _)| *id).collect();
+    let mut delete = QueryBuilder::<MySql>::new("DELETE FROM jobs WHERE id IN ");
+    push_id_list(&mut delete, &ids);
+    Ok(delete.build().execute(&mut *conn).await?.rows_affected())
 }

@@ -93,18 +93,21 @@ impl Store {
         Ok(count)
     }
 
-    /// Whether any job on `topic` is still to go out (`pending` or
-    /// `dispatching`): stops at the first such entry of
-    /// `ix_jobs_status_at`, where counting the `dispatched` ones reads more
-    /// rows the further a drain has come.
-    pub async fn job_any_unsent(&self, topic: &str) -> Result<bool, StoreError> {
-        let found: Option<u64> = sqlx::query_scalar(
-            "SELECT id FROM jobs WHERE status IN ('pending', 'dispatching') AND topic = ? LIMIT 1",
-        )
-        .bind(topic)
-        .fetch_optional(&self.pool)
-        .await?;
-        Ok(found.is_some())
+    /// Whether any of `ids` is still to go out (`pending` or
+    /// `dispatching`).
+    pub async fn jobs_any_unsent_of(&self, ids: &[u64]) -> Result<bool, StoreError> {
+        if ids.is_empty() {
+            return Ok(false);
+        }
+        let marks = vec!["?"; ids.len()].join(",");
+        let sql = format!(
+            "SELECT id FROM jobs WHERE id IN ({marks}) AND status IN ('pending', 'dispatching') LIMIT 1"
+        );
+        let mut query = sqlx::query_scalar::<_, u64>(&sql);
+        for id in ids {
+            query = query.bind(*id);
+        }
+        Ok(query.fetch_optional(&self.pool).await?.is_some())
     }
 
     /// Jobs a dead instance held that were rescued (their `last_error`

@@ -78,25 +78,13 @@ impl RedisWithSentinels {
             .collect();
         format!("redis+sentinel://{}/{MASTER_NAME}/0", hosts.join(","))
     }
+}
 
-    /// The port of the server the sentinels name master now.
-    pub fn master_port(&self) -> Option<u16> {
-        let (_, port) = self.sentinels.first()?;
-        let addr = redis_cli(*port, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME])?;
-        addr.lines().nth(1)?.trim().parse().ok()
-    }
-
-    /// Waits until the sentinels name another master than `old`, and it
-    /// answers as one.
-    pub async fn failover_wait(&self, old: u16, wait: Duration) -> u16 {
-        eventually(wait, || async {
-            let port = self.master_port().filter(|port| *port != old)?;
-            let role = redis_cli(port, &["ROLE"])?;
-            role.starts_with("master").then_some(port)
-        })
-        .await
-        .expect("the sentinels promote the replica")
-    }
+/// The port of the server the first of `sentinels` names master now.
+pub fn sentinel_master_port(sentinels: &[(Proc, u16)]) -> Option<u16> {
+    let (_, port) = sentinels.first()?;
+    let addr = redis_cli(*port, &["SENTINEL", "GET-MASTER-ADDR-BY-NAME", MASTER_NAME])?;
+    addr.lines().nth(1)?.trim().parse().ok()
 }
 
 async fn replica_start(master: u16) -> PrivateRedis {
