@@ -136,8 +136,6 @@ pub struct Config {
     /// or be given up this long before its lease ends. On a replicated
     /// cluster: the brokers' `replica.lag.time.max.ms`.
     pub doubt_margin_ms: u64,
-    /// What create does with a topic the broker does not have: `reject`
-    /// (400 `unknown_topic`), `warn` (accept, log and count), `off`.
     /// Whether changes made by hand in SQL are recorded in the jobs'
     /// history: `trigger` (triggers on `jobs`, installed by `tickler
     /// migrate`, record them as actor `sql`), `off` (`migrate` drops them)
@@ -148,6 +146,8 @@ pub struct Config {
     /// from `schema/baseline.sql` on TiDB (`auto`), always (`on`) or never
     /// (`off`: the migrations one by one).
     pub schema_baseline: SchemaBaseline,
+    /// What create does with a topic the broker does not have: `reject`
+    /// (400 `unknown_topic`), `warn` (accept, log and count), `off`.
     pub topic_check: TopicCheck,
     /// How often the broker's list of topics is fetched again (the API's
     /// check and the dispatcher both read it; an unknown topic also

@@ -210,12 +210,18 @@ impl Doctor {
     /// its topic back (as the reconciler does each pass). Returns how many
     /// went back to pending.
     async fn rescue_claims(&self) -> Result<usize, String> {
+        let resume = std::sync::Mutex::new(crate::kafka::readback::Resume::default());
         let read_back = crate::reconciler::ReadBack {
             brokers: &self.config.kafka_brokers,
             options: &self.config.kafka_options,
             wait: crate::reconciler::READBACK_WAIT,
+            resume: &resume,
         };
         let mut total = 0;
+        // Rounds in a row that only went on with a long reading: bounded,
+        // so a broker that stops answering mid-read does not hold the
+        // doctor for ever.
+        let mut reading_on = 0;
         loop {
             let settled = crate::reconciler::doubts_settle(
                 &self.store,
@@ -226,7 +232,9 @@ impl Doctor {
             )
             .await
             .map_err(|e| e.to_string())?;
-            if settled.unsettled > 0 {
+            // A reading that ran out of time goes on in the next round.
+            let resuming = settled.failed.keys().all(|t| settled.resuming.contains(t));
+            if settled.unsettled > 0 && !resuming {
                 let why: Vec<String> = settled
                     .failed
                     .iter()
@@ -238,10 +246,26 @@ impl Doctor {
                     why.join("; ")
                 ));
             }
+            if settled.absent + settled.produced == 0 && !settled.resuming.is_empty() {
+                reading_on += 1;
+                if reading_on > 100 {
+                    return Err(format!(
+                        "kafka read back for 100 rounds without settling a claim in doubt ({})",
+                        settled
+                            .resuming
+                            .iter()
+                            .cloned()
+                            .collect::<Vec<_>>()
+                            .join(", ")
+                    ));
+                }
+            } else {
+                reading_on = 0;
+            }
             total += settled.absent;
             // Each pass takes a few topics' doubts: on until one settles
-            // nothing more.
-            if settled.absent + settled.produced == 0 {
+            // nothing more (and stopped nowhere).
+            if settled.absent + settled.produced == 0 && settled.resuming.is_empty() {
                 return Ok(total);
             }
         }

@@ -148,8 +148,9 @@ fn process_sample() {
     }
 }
 
-/// Long because it is a table: one description per metric, in the order
-/// of the names above. Split, it would only be scattered.
+/// Long because it is a table: one description per metric (grouped by
+/// what they watch, not in the order of the names above). Split, it would
+/// only be scattered.
 fn describe() {
     describe_gauge!(
         PROCESS_RSS,

@@ -139,6 +139,8 @@ pub struct Reconciler {
     /// its current wait (doubling up to [`READBACK_BACKOFF_MAX`]), so that
     /// the others are read in the meantime.
     readback_backoff: std::sync::Mutex<HashMap<String, (tokio::time::Instant, Duration)>>,
+    /// Where readings that ran out of time stopped: the next pass goes on.
+    readback_resume: std::sync::Mutex<readback::Resume>,
 }
 
 /// Longest a topic whose read-back keeps failing waits between tries.
@@ -159,6 +161,7 @@ impl Reconciler {
             wake,
             resolver,
             readback_backoff: std::sync::Mutex::new(HashMap::new()),
+            readback_resume: std::sync::Mutex::new(readback::Resume::default()),
         }
     }
 
@@ -275,6 +278,7 @@ impl Reconciler {
                 brokers: &self.config.brokers,
                 options: &self.config.kafka_options,
                 wait: self.config.readback_wait,
+                resume: &self.readback_resume,
             },
             self.config.batch,
             &skip,
@@ -285,7 +289,12 @@ impl Reconciler {
             for topic in &settled.concluded {
                 backoff.remove(topic);
             }
-            for topic in settled.failed.keys() {
+            // A reading that ran out of time goes on next pass: no backoff.
+            for topic in settled
+                .failed
+                .keys()
+                .filter(|t| !settled.resuming.contains(*t))
+            {
                 let wait = backoff
                     .get(topic)
                     .map_or(self.config.interval, |(_, wait)| *wait * 2)
@@ -329,7 +338,7 @@ impl Reconciler {
         }
         metrics::reconciler_refed(report.refed);
 
-        // Last, so that a failure here never keeps the probe above from
+        // After the probe, so that a failure here never keeps it from
         // running; bounded per pass like the probe.
         while report.ack_retried + report.ack_dead < self.config.max_per_pass {
             match self.resolver.acks_expire(self.config.batch).await {
@@ -361,6 +370,9 @@ pub struct ReadBack<'a> {
     pub brokers: &'a str,
     pub options: &'a BTreeMap<String, String>,
     pub wait: Duration,
+    /// Where earlier readings that ran out of time stopped, kept between
+    /// passes.
+    pub resume: &'a std::sync::Mutex<readback::Resume>,
 }
 
 /// What settling claims in doubt did.
@@ -376,6 +388,9 @@ pub struct DoubtsSettled {
     pub failed: BTreeMap<String, String>,
     /// Topics whose doubts this pass concluded (found or absent).
     pub concluded: Vec<String>,
+    /// Of the failed topics, those whose reading ran out of time and goes
+    /// on where it stopped next pass.
+    pub resuming: std::collections::BTreeSet<String>,
 }
 
 /// Most topics one pass reads back: the pass reads for at most three
@@ -422,15 +437,28 @@ pub async fn doubts_settle(
         })
         .collect();
     let reading = std::time::Instant::now();
+    let resume = std::mem::take(
+        &mut *read_back
+            .resume
+            .lock()
+            .unwrap_or_else(|poisoned| poisoned.into_inner()),
+    );
     let read = match readback::records_find(
         read_back.brokers,
         read_back.options,
         &sought,
         read_back.wait,
+        resume,
     )
     .await
     {
-        Ok(read) => read,
+        Ok((read, resume)) => {
+            *read_back
+                .resume
+                .lock()
+                .unwrap_or_else(|poisoned| poisoned.into_inner()) = resume;
+            read
+        }
         Err(err) => {
             tracing::warn!(error = %err, "cannot make a kafka reader to settle claims in doubt");
             readback::ReadBack {
@@ -467,6 +495,7 @@ pub async fn doubts_settle(
         tracing::warn!(topic, reason = %why, "claims in doubt stay dispatching: their topic could not be read back");
     }
     settled.failed = read.failed;
+    settled.resuming = read.resuming;
     let mut concluded: Vec<String> = doubts.iter().map(|d| d.topic.clone()).collect();
     concluded.sort_unstable();
     concluded.dedup();

@@ -692,3 +692,114 @@ async fn a_draining_instance_keeps_beating_until_its_dispatcher_is_done() {
     assert_eq!(left, 0, "left once drained");
     env.finish().await;
 }
+
+/// A topic too long to read in one pass's share: each pass goes on from
+/// where the last one stopped, so the claim in doubt behind 20,000 records
+/// is found in the end. Read over from its start each pass, as before, it
+/// never would be: the control below gives five passes a fresh start each,
+/// and the claim is still in doubt after them.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_long_read_back_goes_on_where_the_last_pass_stopped() {
+    let env = api_only(|c| c.topic_check = tickler::config::TopicCheck::Off).await;
+    // The row in doubt: set dispatching by hand, its record last on the
+    // topic, behind everything else.
+    env.store
+        .job_seed(
+            &env.topic,
+            1,
+            chrono::Utc::now() - chrono::Duration::seconds(30),
+            Duration::from_secs(1),
+        )
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE jobs SET status = 'dispatching', attempt = 1, claim_token = NULL, \
+         claimed_by = NULL, claim_expires_at = NULL WHERE topic = ?",
+    )
+    .bind(&env.topic)
+    .execute(&env.sql)
+    .await
+    .unwrap();
+    let id: u64 = sqlx::query_scalar("SELECT id FROM jobs WHERE topic = ?")
+        .bind(&env.topic)
+        .fetch_one(&env.sql)
+        .await
+        .unwrap();
+    let producer = tickler::kafka::producer_create(
+        &env.config.kafka_brokers,
+        &env.config.kafka_options,
+        5,
+        10_000,
+    )
+    .unwrap();
+    let filler = (0..20_000).map(|i| {
+        let producer = producer.clone();
+        let topic = env.topic.clone();
+        async move {
+            let key = format!("filler-{i}");
+            producer
+                .send(
+                    FutureRecord::to(&topic).key(&key).payload("not a job"),
+                    Duration::from_secs(10),
+                )
+                .await
+                .map_err(|(err, _)| err)
+                .unwrap();
+        }
+    });
+    futures::future::join_all(filler).await;
+    record_as_a_dispatcher_sent_it(&env, id, 1).await;
+
+    // Started over each pass: never to the end.
+    for _ in 0..5 {
+        let fresh = std::sync::Mutex::new(tickler::kafka::readback::Resume::default());
+        let settled = settle_reading_for(&env, &fresh, Duration::from_millis(5)).await;
+        assert_eq!(settled.produced + settled.absent, 0, "{settled:?}");
+    }
+    assert_eq!(env.job_status(id).await, "dispatching");
+    // Going on each pass: found.
+    let resume = std::sync::Mutex::new(tickler::kafka::readback::Resume::default());
+    let mut passes = 0;
+    while env.job_status(id).await == "dispatching" && passes < 200 {
+        let settled = settle_reading_for(&env, &resume, Duration::from_millis(5)).await;
+        passes += 1;
+        assert_eq!(settled.absent, 0, "nothing concluded absent: {settled:?}");
+    }
+    println!("read back across {passes} passes");
+    assert_eq!(
+        env.job_status(id).await,
+        "dispatched",
+        "found behind the filler"
+    );
+    let position: (Option<i32>, Option<i64>) =
+        sqlx::query_as("SELECT kafka_partition, kafka_offset FROM jobs WHERE id = ?")
+            .bind(id)
+            .fetch_one(&env.sql)
+            .await
+            .unwrap();
+    assert!(position.1.is_some(), "marked where it landed: {position:?}");
+    env.finish().await;
+}
+
+/// One pass of settling claims in doubt, each topic read for `wait` at
+/// most, going on from `resume`.
+async fn settle_reading_for(
+    env: &TestEnv,
+    resume: &std::sync::Mutex<tickler::kafka::readback::Resume>,
+    wait: Duration,
+) -> tickler::reconciler::DoubtsSettled {
+    tickler::reconciler::doubts_settle(
+        &env.store,
+        &env.index,
+        &tickler::reconciler::ReadBack {
+            brokers: &env.config.kafka_brokers,
+            options: &env.config.kafka_options,
+            wait,
+            resume,
+        },
+        1_000,
+        &std::collections::HashSet::new(),
+    )
+    .await
+    .unwrap()
+}

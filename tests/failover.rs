@@ -530,6 +530,10 @@ async fn a_primary_switch_loses_no_acknowledged_job_and_answers_503_meanwhile() 
         tokio::time::sleep(Duration::from_millis(10)).await;
     }
     let promoted_at = promoted_at.expect("switched over");
+    // The old primary comes back, read-only as a demoted one does.
+    primary.proc.start();
+    let old_root = root_pool(&primary).await;
+    global_set(&old_root, "read_only = ON").await;
     let answers = api.await.unwrap();
 
     let mut tally: BTreeMap<u16, usize> = BTreeMap::new();
@@ -611,6 +615,18 @@ async fn a_primary_switch_loses_no_acknowledged_job_and_answers_503_meanwhile() 
     let interrupted = world.interrupted().await;
     let verdict = chronos::check(&expected, &HashSet::new(), &interrupted, &seen);
     verdict.assert_clean("a primary switch");
+    // Nothing of tickler's reached the old primary once it was back.
+    let tickler_there: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM information_schema.PROCESSLIST WHERE USER = ?")
+            .bind(ACCOUNT.split(':').next().unwrap())
+            .fetch_one(&old_root)
+            .await
+            .unwrap();
+    assert_eq!(
+        tickler_there, 0,
+        "no connection of tickler's to the old primary"
+    );
+    old_root.close().await;
     sql.close().await;
     world.finish().await;
 }

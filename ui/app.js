@@ -12,6 +12,8 @@
 //   #/jobs/{id}     one job and its history
 //   #/bulk          bulk changes: preview (dry run), apply, progress
 //   #/bulk/{id}     the progress of one bulk operation
+//   #/schedules     every schedule, with pause and resume
+//   #/topics        paused and paced topics; pause a topic by name
 // Elements tests look for carry ids or data-* attributes (data-action,
 // data-job, data-topic, data-status); keep them stable.
 

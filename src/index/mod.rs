@@ -552,7 +552,8 @@ impl Index {
     }
 
     /// Ids in the due set of every shard, and in-flight ones. For operators
-    /// and tests; one pipelined round trip.
+    /// and tests; two `ZCARD`s a shard, every shard's at once (no pipeline:
+    /// on a Redis Cluster the shards' keys live on different nodes).
     pub async fn len(&self) -> Result<(u64, u64), IndexError> {
         self.len_of(self.shards()).await
     }

@@ -10,7 +10,7 @@
 //! and it is not held back at the last stable offset by another producer's
 //! open transaction on the same topic.
 
-use std::collections::{BTreeMap, HashMap, HashSet};
+use std::collections::{BTreeMap, BTreeSet, HashMap, HashSet};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, TimeZone, Utc};
@@ -78,6 +78,40 @@ pub struct ReadBack {
     /// Topics whose read failed, with why (not those the pass had no time
     /// left for).
     pub failed: BTreeMap<String, String>,
+    /// Of those, the topics whose reading ran out of time and goes on
+    /// where it stopped next pass: not failures to back off from.
+    pub resuming: BTreeSet<String>,
+}
+
+/// Where readings that ran out of time stopped, so that the next pass goes
+/// on from there rather than start over (a topic too long to read in one
+/// pass's share is then read in several). Kept by the reconciler between
+/// passes; a reading resumes only for the same topic and start, seeking
+/// no record it did not seek then (one it had passed would be missed).
+#[derive(Debug, Default)]
+pub struct Resume {
+    stopped: HashMap<(String, i64), Stopped>,
+}
+
+#[derive(Debug)]
+struct Stopped {
+    /// The next offset to read in each partition still open.
+    next: HashMap<i32, i64>,
+    /// Where each partition ended when the reading began.
+    ends: HashMap<i32, i64>,
+    wanted: HashSet<(JobId, u32)>,
+    found: HashMap<(JobId, u32), Landed>,
+}
+
+impl Resume {
+    /// How many readings wait to go on.
+    pub fn len(&self) -> usize {
+        self.stopped.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.stopped.is_empty()
+    }
 }
 
 /// The records sought on one topic since one instant.
@@ -132,7 +166,8 @@ pub async fn records_find(
     options: &BTreeMap<String, String>,
     sought: &[Sought],
     wait: Duration,
-) -> Result<ReadBack, KafkaError> {
+    resume: Resume,
+) -> Result<(ReadBack, Resume), KafkaError> {
     let groups = read_groups(sought, Utc::now());
     let mut config = super::reader_config(brokers, options, "tickler-readback");
     config
@@ -147,6 +182,8 @@ pub async fn records_find(
     drop(config.create::<BaseConsumer>()?);
     tokio::task::spawn_blocking(move || {
         let mut read = ReadBack::default();
+        let mut resume = resume;
+        let mut resumed = Resume::default();
         // A pass reads for at most three topics' time; the rest wait for
         // the next pass.
         let pass_deadline = Instant::now() + wait * 3;
@@ -157,6 +194,11 @@ pub async fn records_find(
                 wanted,
             } = group;
             if Instant::now() >= pass_deadline || read.failed.contains_key(&topic) {
+                // Where an earlier reading of it stopped is kept.
+                let key = (topic, since.timestamp_millis());
+                if let Some(stopped) = resume.stopped.remove(&key) {
+                    resumed.stopped.insert(key, stopped);
+                }
                 read.unread.extend(wanted);
                 continue;
             }
@@ -181,12 +223,30 @@ pub async fn records_find(
                 consumer: &readers.0,
                 prober: &readers.1,
             };
-            match topic_read(readers, &topic, since, &wanted, deadline, &mut read.found) {
-                Ok(TopicRead::Read) => {}
-                Ok(TopicRead::Missing) if missing_is_conclusive(since, Utc::now()) => {
+            let key = (topic.clone(), since.timestamp_millis());
+            let earlier = resume
+                .stopped
+                .remove(&key)
+                .filter(|stopped| wanted.is_subset(&stopped.wanted));
+            let reading = topic_read(readers, &topic, since, &wanted, deadline, earlier);
+            match reading {
+                Ok((TopicRead::Read, found)) => read.found.extend(found),
+                Ok((TopicRead::Stopped(stopped), _)) => {
+                    read.unread.extend(wanted);
+                    read.failed.insert(
+                        topic,
+                        format!(
+                            "too much to read in {} ms: the next pass goes on from where this one stopped",
+                            wait.as_millis()
+                        ),
+                    );
+                    read.resuming.insert(key.0.clone());
+                    resumed.stopped.insert(key, stopped);
+                }
+                Ok((TopicRead::Missing, _)) if missing_is_conclusive(since, Utc::now()) => {
                     tracing::info!(topic, "a topic read back is missing: none of its claims in doubt was produced there");
                 }
-                Ok(TopicRead::Missing) => {
+                Ok((TopicRead::Missing, _)) => {
                     read.unread.extend(wanted);
                     read.failed.insert(
                         topic,
@@ -202,7 +262,7 @@ pub async fn records_find(
                 }
             }
         }
-        read
+        (read, resumed)
     })
     .await
     .map_err(|_| KafkaError::Canceled)
@@ -216,12 +276,14 @@ fn missing_is_conclusive(since: DateTime<Utc>, now: DateTime<Utc>) -> bool {
 }
 
 /// What reading a topic found.
-#[derive(Debug, PartialEq, Eq)]
+#[derive(Debug)]
 enum TopicRead {
-    /// Read to its end: what was sought there is in `found`.
+    /// Read to its end.
     Read,
     /// The broker says it has no such topic, or no partition of it.
     Missing,
+    /// Out of time, stopped here: the next pass goes on.
+    Stopped(Stopped),
 }
 
 fn left(deadline: Instant) -> Duration {
@@ -230,8 +292,6 @@ fn left(deadline: Instant) -> Duration {
         .max(Duration::from_millis(1))
 }
 
-/// Long because it is one consumer's life: assign, seek, read to the
-/// deadline or the end, match, close.
 /// The reader of a topic's records, and the one that looks at its newest.
 #[derive(Clone, Copy)]
 struct Readers<'a> {
@@ -239,87 +299,77 @@ struct Readers<'a> {
     prober: &'a BaseConsumer,
 }
 
+/// Long because it is one consumer's life: assign (where the last pass
+/// stopped, or by time), read to where each partition ended, match, close.
 fn topic_read(
     readers: Readers<'_>,
     topic: &str,
     since: DateTime<Utc>,
     wanted: &HashSet<(JobId, u32)>,
     deadline: Instant,
-    found: &mut HashMap<(JobId, u32), Landed>,
-) -> Result<TopicRead, KafkaError> {
+    earlier: Option<Stopped>,
+) -> Result<(TopicRead, HashMap<(JobId, u32), Landed>), KafkaError> {
     let consumer = readers.consumer;
-    let metadata = consumer.fetch_metadata(Some(topic), left(deadline))?;
-    let Some(meta) = metadata.topics().iter().find(|t| t.name() == topic) else {
-        return Ok(TopicRead::Missing);
-    };
-    match meta.error().map(RDKafkaErrorCode::from) {
-        None => {}
-        // Never created, or deleted — or a passing answer: the caller
-        // decides.
-        Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
-            return Ok(TopicRead::Missing)
-        }
-        Some(code) => return Err(KafkaError::MetadataFetch(code)),
-    }
-    let partitions: Vec<i32> = meta.partitions().iter().map(|p| p.id()).collect();
-    if partitions.is_empty() {
-        return Ok(TopicRead::Missing);
-    }
     let began = Instant::now();
-    let skew = skew_of(newest_record(readers.prober, topic, &partitions, deadline)?);
-    let probed_ms = began.elapsed().as_millis() as u64;
-    let from_ms = (since - chrono::Duration::from_std(skew).unwrap_or_default())
-        .timestamp_millis()
-        .max(0);
-    let mut by_time = TopicPartitionList::new();
-    for partition in &partitions {
-        by_time.add_partition_offset(topic, *partition, Offset::Offset(from_ms))?;
-    }
-    let starts = consumer.offsets_for_times(by_time, left(deadline))?;
-    let mut assignment = TopicPartitionList::new();
-    let mut open: HashSet<i32> = HashSet::new();
-    // Where each partition ended when the reading began: no record of a
-    // claim whose quiet time is over lands after it, so the reading stops
-    // there rather than chase what others produce meanwhile.
-    let mut ends: HashMap<i32, i64> = HashMap::new();
-    for partition in &partitions {
-        let (low, high) = consumer.fetch_watermarks(topic, *partition, left(deadline))?;
-        ends.insert(*partition, high);
-        let start = match starts.find_partition(topic, *partition).map(|p| p.offset()) {
-            Some(Offset::Offset(at)) => at.max(low),
-            // No record as recent: nothing to read.
-            Some(Offset::End) => high,
-            _ => low,
-        };
-        tracing::debug!(topic, partition, low, high, start, "partition to read back");
-        if start < high {
-            assignment.add_partition_offset(topic, *partition, Offset::Offset(start))?;
-            open.insert(*partition);
+    let (mut found, ends, next) = match earlier {
+        // Goes on where the last pass stopped, with what it had found.
+        Some(stopped) => {
+            let mut found = stopped.found;
+            found.retain(|key, _| wanted.contains(key));
+            (found, stopped.ends, stopped.next)
         }
+        // Finding where to start gets a second at least, whatever is left
+        // of `deadline`: a reading that could never start could never go
+        // on either.
+        None => match topic_start(
+            readers,
+            topic,
+            since,
+            deadline.max(Instant::now() + Duration::from_secs(1)),
+        )? {
+            Some((ends, next)) => (HashMap::new(), ends, next),
+            None => return Ok((TopicRead::Missing, HashMap::new())),
+        },
+    };
+    let mut next: HashMap<i32, i64> = next
+        .into_iter()
+        .filter(|(partition, at)| ends.get(partition).is_some_and(|end| at < end))
+        .collect();
+    if next.is_empty() {
+        return Ok((TopicRead::Read, found));
     }
-    if open.is_empty() {
-        return Ok(TopicRead::Read);
+    let mut assignment = TopicPartitionList::new();
+    for (partition, at) in &next {
+        assignment.add_partition_offset(topic, *partition, Offset::Offset(*at))?;
     }
     let positioned_ms = began.elapsed().as_millis() as u64;
+    let mut open: HashSet<i32> = next.keys().copied().collect();
     let mut records = 0u64;
     consumer.assign(&assignment)?;
     while !open.is_empty() {
         if Instant::now() >= deadline {
             let _ = consumer.unassign();
-            return Err(KafkaError::MessageConsumption(
-                RDKafkaErrorCode::OperationTimedOut,
-            ));
+            next.retain(|partition, _| open.contains(partition));
+            let stopped = Stopped {
+                next,
+                ends,
+                wanted: wanted.clone(),
+                found,
+            };
+            return Ok((TopicRead::Stopped(stopped), HashMap::new()));
         }
         match consumer.poll(Duration::from_millis(100)) {
             Some(Ok(message)) if message.topic() == topic => {
                 records += 1;
+                let partition = message.partition();
+                next.insert(partition, message.offset() + 1);
                 if ends
-                    .get(&message.partition())
+                    .get(&partition)
                     .is_some_and(|end| message.offset() >= end - 1)
                 {
-                    open.remove(&message.partition());
+                    open.remove(&partition);
                 }
-                landed_note(&message, wanted, found);
+                landed_note(&message, wanted, &mut found);
             }
             Some(Ok(_)) => {}
             Some(Err(KafkaError::PartitionEOF(partition))) => {
@@ -341,7 +391,7 @@ fn topic_read(
         match consumer.poll(Duration::ZERO) {
             Some(Ok(message)) if message.topic() == topic => {
                 records += 1;
-                landed_note(&message, wanted, found);
+                landed_note(&message, wanted, &mut found);
             }
             Some(_) => {}
             None => break,
@@ -350,14 +400,77 @@ fn topic_read(
     let _ = consumer.unassign();
     tracing::debug!(
         topic,
-        skew_ms = skew.as_millis() as u64,
-        probed_ms,
         positioned_ms,
         read_ms = began.elapsed().as_millis() as u64,
         records,
         "topic read back"
     );
-    Ok(TopicRead::Read)
+    Ok((TopicRead::Read, found))
+}
+
+/// Where a reading of `topic` for records claimed at or after `since`
+/// starts in each partition, and where each partition ends now; None when
+/// the broker says it has no such topic (or no partition of it).
+#[allow(clippy::type_complexity)]
+fn topic_start(
+    readers: Readers<'_>,
+    topic: &str,
+    since: DateTime<Utc>,
+    deadline: Instant,
+) -> Result<Option<(HashMap<i32, i64>, HashMap<i32, i64>)>, KafkaError> {
+    let consumer = readers.consumer;
+    let metadata = consumer.fetch_metadata(Some(topic), left(deadline))?;
+    let Some(meta) = metadata.topics().iter().find(|t| t.name() == topic) else {
+        return Ok(None);
+    };
+    match meta.error().map(RDKafkaErrorCode::from) {
+        None => {}
+        // Never created, or deleted — or a passing answer: the caller
+        // decides.
+        Some(RDKafkaErrorCode::UnknownTopicOrPartition | RDKafkaErrorCode::UnknownTopic) => {
+            return Ok(None)
+        }
+        Some(code) => return Err(KafkaError::MetadataFetch(code)),
+    }
+    let partitions: Vec<i32> = meta.partitions().iter().map(|p| p.id()).collect();
+    if partitions.is_empty() {
+        return Ok(None);
+    }
+    let skew = skew_of(newest_record(readers.prober, topic, &partitions, deadline)?);
+    let from_ms = (since - chrono::Duration::from_std(skew).unwrap_or_default())
+        .timestamp_millis()
+        .max(0);
+    let mut by_time = TopicPartitionList::new();
+    for partition in &partitions {
+        by_time.add_partition_offset(topic, *partition, Offset::Offset(from_ms))?;
+    }
+    let starts = consumer.offsets_for_times(by_time, left(deadline))?;
+    // Where each partition ended when the reading began: no record of a
+    // claim whose quiet time is over lands after it, so the reading stops
+    // there rather than chase what others produce meanwhile.
+    let mut ends: HashMap<i32, i64> = HashMap::new();
+    let mut next: HashMap<i32, i64> = HashMap::new();
+    for partition in &partitions {
+        let (low, high) = consumer.fetch_watermarks(topic, *partition, left(deadline))?;
+        let start = match starts.find_partition(topic, *partition).map(|p| p.offset()) {
+            Some(Offset::Offset(at)) => at.max(low),
+            // No record as recent: nothing to read.
+            Some(Offset::End) => high,
+            _ => low,
+        };
+        tracing::debug!(
+            topic,
+            partition,
+            low,
+            high,
+            start,
+            skew_ms = skew.as_millis() as u64,
+            "partition to read back"
+        );
+        ends.insert(*partition, high);
+        next.insert(*partition, start);
+    }
+    Ok(Some((ends, next)))
 }
 
 /// Notes where `message` landed when it is one of the records sought.
