@@ -153,13 +153,15 @@ fn read_groups(sought: &[Sought], now: DateTime<Utc>) -> Vec<ReadGroup> {
 }
 
 /// Reads every partition of each sought record's topic from the offset of
-/// its earliest `since` (less [`READBACK_SKEW`]) to the partition's end, and
-/// says where each sought (id, attempt) was found. A topic the broker says
-/// it does not have holds none of them once [`MISSING_TOPIC_GRACE`] has
-/// passed since their claim; before, it is unread. Each topic has `wait` to
-/// be read; one that
-/// cannot be (the broker down, no READ permission, too much to read) is
-/// named in `unread`, and the others are concluded all the same. Fails only
+/// its earliest `since` (less the topic's skew, see [`skew_of`]) to where
+/// the partition ended when the reading began, and says where each sought
+/// (id, attempt) was found. A topic the broker says it does not have holds
+/// none of them once [`MISSING_TOPIC_GRACE`] has passed since their claim;
+/// before, it is unread. Each topic has `wait` to be read; one that cannot
+/// be (the broker down, no READ permission) is named in `unread` and
+/// `failed`, and the others are concluded all the same. One with too much
+/// to read stops where `wait` ran out, and the returned [`Resume`] says
+/// where: given back next pass, the reading goes on from there. Fails only
 /// when no reader can be made.
 pub async fn records_find(
     brokers: &str,
