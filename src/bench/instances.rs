@@ -234,8 +234,21 @@ async fn failover(bench: &Bench, deployment: &Deployment) -> anyhow::Result<()> 
         Offset::Beginning,
     )?;
     record(consumer, records.clone(), bench.stop_consumers.clone());
+    // `TICKLER_BENCH_PAUSE_MS`: also pause (SIGSTOP) the first survivor
+    // that long, 2 s after the kill (#42's scenario); the stream then goes
+    // through the other survivor's API only.
+    let pause = std::env::var("TICKLER_BENCH_PAUSE_MS")
+        .ok()
+        .and_then(|ms| ms.parse::<u64>().ok())
+        .filter(|ms| *ms > 0 && victim >= 2)
+        .map(Duration::from_millis);
+    let streamed_through = if pause.is_some() {
+        1..victim
+    } else {
+        0..victim
+    };
     let survivors = Bench {
-        base_urls: bench.base_urls[..victim].to_vec(),
+        base_urls: bench.base_urls[streamed_through].to_vec(),
         options: bench.options.clone(),
         config: bench.config.clone(),
         topic: Mutex::new(topic),
@@ -254,6 +267,18 @@ async fn failover(bench: &Bench, deployment: &Deployment) -> anyhow::Result<()> 
         until(at).await;
         if second == kill_after + 2 {
             killed = Some(kill(deployment, victim).await?);
+        }
+        if let Some(pause) = pause.filter(|_| second == kill_after + 4) {
+            let pid = deployment.children[0].id().to_string();
+            Command::new("kill").args(["-STOP", &pid]).status()?;
+            println!(
+                "failover: instance pid {pid} paused for {} ms, 2 s after the kill",
+                pause.as_millis()
+            );
+            tokio::spawn(async move {
+                tokio::time::sleep(pause).await;
+                let _ = Command::new("kill").args(["-CONT", &pid]).status();
+            });
         }
         let jobs: Vec<(Value, i64)> = (0..rate)
             .map(|i| {
