@@ -437,7 +437,7 @@ impl Store {
             )
             .push_bind(id)
             .push(" AND id IN ");
-        super::jobs::push_id_list(&mut update, &ids);
+        super::sql::push_id_list(&mut update, &ids);
         self.rescue_apply(update, &ids, token).await
     }
 
@@ -513,7 +513,7 @@ impl Store {
         );
         push_alive_since_own(&mut update, ttl);
         update.push(") AND id IN ");
-        super::jobs::push_id_list(&mut update, &ids);
+        super::sql::push_id_list(&mut update, &ids);
         self.rescue_apply(update, &ids, token).await
     }
 

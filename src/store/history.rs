@@ -24,7 +24,7 @@ use chrono::NaiveDateTime;
 use sqlx::{MySql, MySqlConnection, QueryBuilder};
 
 use super::db_time;
-use super::jobs::push_id_list;
+use super::sql::push_id_list;
 use super::{Store, StoreError};
 use crate::config::HandEdits;
 use crate::job::{Job, JobId};

@@ -10,6 +10,7 @@ use sqlx::{MySql, QueryBuilder, Row};
 use super::cluster::{push_fence, Fence};
 use super::db_time;
 use super::history::{event_token, events_insert_rows, events_record, events_record_new, EventRow};
+use super::sql::push_id_list;
 use super::{Store, StoreError};
 use crate::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status};
 use crate::policy::Policy;
@@ -1348,15 +1349,6 @@ fn positions_join(jobs: &[Dispatched]) -> QueryBuilder<'_, MySql> {
             .push_bind(db_time(job.dispatched_at))
             .push(" AS t");
     })
-}
-
-pub(super) fn push_id_list(query: &mut QueryBuilder<'_, MySql>, ids: &[JobId]) {
-    query.push("(");
-    let mut list = query.separated(", ");
-    for id in ids {
-        list.push_bind(*id);
-    }
-    query.push(")");
 }
 
 /// ` AND` due at or after `from` and before `to`.

@@ -14,6 +14,7 @@ mod migrate;
 mod results;
 mod schedules;
 pub mod scratch;
+mod sql;
 mod stats;
 mod tokens;
 mod topics;

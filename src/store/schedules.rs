@@ -8,7 +8,8 @@ use sqlx::{MySql, QueryBuilder, Row};
 
 use super::db_time;
 use super::history::{event_token, events_insert_rows, events_record_schedule, EventRow};
-use super::jobs::{insert_many_on, policy_from_row, push_id_list, BatchRow};
+use super::jobs::{insert_many_on, policy_from_row, BatchRow};
+use super::sql::push_id_list;
 use super::{Store, StoreError};
 use crate::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status};
 use crate::policy::Policy;

@@ -130,7 +130,7 @@ impl Store {
         }
         let mut query =
             sqlx::QueryBuilder::<sqlx::MySql>::new("SELECT id, topic FROM jobs WHERE id IN ");
-        super::jobs::push_id_list(&mut query, ids);
+        super::sql::push_id_list(&mut query, ids);
         let rows = query.build().fetch_all(&self.pool).await?;
         rows.iter()
             .map(|row| {
