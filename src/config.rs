@@ -739,9 +739,19 @@ impl Config {
                 figment = figment.merge(Toml::string(&table));
             }
         }
-        let config: Config = figment
+        let mut config: Config = figment
             .extract()
             .map_err(|err| ConfigError::Load(Box::new(err)))?;
+        // A lease left at its default follows the timeouts it must cover: a
+        // deployment that raised `kafka_message_timeout_ms` or
+        // `doubt_margin_ms` (or the lookahead) gets the least lease that
+        // leaves a claim time to send, rather than a refusal to start. A
+        // lease set by hand is checked as set.
+        if config.claim_lease_ms == Config::default().claim_lease_ms {
+            config.claim_lease_ms = config
+                .claim_lease_ms
+                .max(config.claim_lease_least(config.doubt_margin_ms));
+        }
         config.validate()?;
         Ok(config)
     }
@@ -1373,6 +1383,19 @@ mod tests {
             shown.contains("redis+sentinel://app:***@s1:26379,s2:26379/m?sentinel_password=***"),
             "{shown}"
         );
+    }
+
+    #[test]
+    fn a_default_lease_follows_a_raised_message_timeout_and_a_set_one_is_checked() {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("TICKLER_KAFKA_MESSAGE_TIMEOUT_MS", "10000");
+            let config = Config::load(None).map_err(|e| e.to_string())?;
+            assert_eq!(config.claim_lease_ms, 20 + 10_000 + 2_000 + 500);
+            jail.set_env("TICKLER_CLAIM_LEASE_MS", "6000");
+            let err = Config::load(None).unwrap_err().to_string();
+            assert!(err.contains("claim_lease_ms"), "{err}");
+            Ok(())
+        });
     }
 
     #[test]

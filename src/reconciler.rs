@@ -471,7 +471,7 @@ pub async fn doubts_settle(
             }
         }
     };
-    tracing::info!(
+    tracing::debug!(
         num_jobs = doubts.len(),
         found = read.found.len(),
         read_ms = reading.elapsed().as_millis() as u64,

@@ -260,28 +260,7 @@ async fn doubts_settle_across_topics_and_rows_set_dispatching_by_hand_are_resolv
     let env = api_only(|c| c.topic_check = tickler::config::TopicCheck::Off).await;
     // The hand-set rows, each with its record on the topic.
     let n = 1_100u64;
-    env.store
-        .job_seed(
-            &env.topic,
-            n,
-            chrono::Utc::now() - chrono::Duration::seconds(30),
-            Duration::from_secs(10),
-        )
-        .await
-        .unwrap();
-    sqlx::query(
-        "UPDATE jobs SET status = 'dispatching', attempt = 1, claim_token = NULL, \
-         claimed_by = NULL, claim_expires_at = NULL WHERE topic = ?",
-    )
-    .bind(&env.topic)
-    .execute(&env.sql)
-    .await
-    .unwrap();
-    let ids: Vec<u64> = sqlx::query_scalar("SELECT id FROM jobs WHERE topic = ?")
-        .bind(&env.topic)
-        .fetch_all(&env.sql)
-        .await
-        .unwrap();
+    let ids = rows_set_dispatching_by_hand(&env, n, Duration::from_secs(10)).await;
     let producer = tickler::kafka::producer_create(
         &env.config.kafka_brokers,
         &env.config.kafka_options,
@@ -703,28 +682,7 @@ async fn a_long_read_back_goes_on_where_the_last_pass_stopped() {
     let env = api_only(|c| c.topic_check = tickler::config::TopicCheck::Off).await;
     // The row in doubt: set dispatching by hand, its record last on the
     // topic, behind everything else.
-    env.store
-        .job_seed(
-            &env.topic,
-            1,
-            chrono::Utc::now() - chrono::Duration::seconds(30),
-            Duration::from_secs(1),
-        )
-        .await
-        .unwrap();
-    sqlx::query(
-        "UPDATE jobs SET status = 'dispatching', attempt = 1, claim_token = NULL, \
-         claimed_by = NULL, claim_expires_at = NULL WHERE topic = ?",
-    )
-    .bind(&env.topic)
-    .execute(&env.sql)
-    .await
-    .unwrap();
-    let id: u64 = sqlx::query_scalar("SELECT id FROM jobs WHERE topic = ?")
-        .bind(&env.topic)
-        .fetch_one(&env.sql)
-        .await
-        .unwrap();
+    let id = rows_set_dispatching_by_hand(&env, 1, Duration::from_secs(1)).await[0];
     let producer = tickler::kafka::producer_create(
         &env.config.kafka_brokers,
         &env.config.kafka_options,
@@ -802,4 +760,32 @@ async fn settle_reading_for(
     )
     .await
     .unwrap()
+}
+
+/// `n` jobs on the test's topic, due 30 s ago spread over `spread`, set
+/// back to `dispatching` by hand as an operator would (no claim token, no
+/// owner, no lease); their ids.
+async fn rows_set_dispatching_by_hand(env: &TestEnv, n: u64, spread: Duration) -> Vec<u64> {
+    env.store
+        .job_seed(
+            &env.topic,
+            n,
+            chrono::Utc::now() - chrono::Duration::seconds(30),
+            spread,
+        )
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE jobs SET status = 'dispatching', attempt = 1, claim_token = NULL, \
+         claimed_by = NULL, claim_expires_at = NULL WHERE topic = ?",
+    )
+    .bind(&env.topic)
+    .execute(&env.sql)
+    .await
+    .unwrap();
+    sqlx::query_scalar("SELECT id FROM jobs WHERE topic = ?")
+        .bind(&env.topic)
+        .fetch_all(&env.sql)
+        .await
+        .unwrap()
 }

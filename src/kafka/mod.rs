@@ -636,8 +636,10 @@ pub async fn replica_lag(
     options: &BTreeMap<String, String>,
     ids: &[i32],
 ) -> ReplicaLag {
-    if ids.len() <= 1 {
-        return ReplicaLag::SingleBroker;
+    match ids.len() {
+        0 => return ReplicaLag::Unanswered("kafka did not answer at start-up".to_owned()),
+        1 => return ReplicaLag::SingleBroker,
+        _ => {}
     }
     let mut config = client_config(brokers);
     for (key, value) in options {

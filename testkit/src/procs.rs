@@ -263,6 +263,12 @@ pub struct PrivateRedis {
 
 impl PrivateRedis {
     pub async fn start() -> PrivateRedis {
+        PrivateRedis::start_with("redis", &[]).await
+    }
+
+    /// A Redis named `name` (in its log's directory and `Proc`), with
+    /// `extra` arguments (e.g. `--replicaof 127.0.0.1 PORT`).
+    pub async fn start_with(name: &str, extra: &[&str]) -> PrivateRedis {
         let port = free_port();
         let dir = scratch_dir();
         let args: Vec<String> = [
@@ -278,9 +284,10 @@ impl PrivateRedis {
             dir.to_str().unwrap(),
         ]
         .iter()
+        .chain(extra)
         .map(|s| s.to_string())
         .collect();
-        let proc = Proc::spawn("redis", "redis-server", &args, &[], dir.join("redis.log"));
+        let proc = Proc::spawn(name, "redis-server", &args, &[], dir.join("redis.log"));
         port_wait(port, Duration::from_secs(10)).await;
         PrivateRedis { proc, port }
     }

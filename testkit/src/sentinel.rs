@@ -88,35 +88,8 @@ pub fn sentinel_master_port(sentinels: &[(Proc, u16)]) -> Option<u16> {
 }
 
 async fn replica_start(master: u16) -> PrivateRedis {
-    let port = free_port();
-    let dir = scratch_dir();
-    let args: Vec<String> = [
-        "--port",
-        &port.to_string(),
-        "--bind",
-        "127.0.0.1",
-        "--save",
-        "",
-        "--appendonly",
-        "no",
-        "--replicaof",
-        "127.0.0.1",
-        &master.to_string(),
-        "--dir",
-        dir.to_str().unwrap(),
-    ]
-    .iter()
-    .map(|s| s.to_string())
-    .collect();
-    let proc = Proc::spawn(
-        "redis-replica",
-        "redis-server",
-        &args,
-        &[],
-        dir.join("redis.log"),
-    );
-    port_wait(port, Duration::from_secs(10)).await;
-    PrivateRedis { proc, port }
+    let master = master.to_string();
+    PrivateRedis::start_with("redis-replica", &["--replicaof", "127.0.0.1", &master]).await
 }
 
 async fn sentinel_start(master: u16) -> (Proc, u16) {
