@@ -28,12 +28,14 @@ use crate::loader::{Loader, LoaderConfig};
 use crate::materializer::{Materializer, MaterializerConfig};
 use crate::membership::{Membership, MembershipConfig};
 use crate::metrics;
+use crate::purger::{Purger, PurgerConfig};
 use crate::reconciler::{Reconciler, ReconcilerConfig};
 use crate::reporter::{Reporter, ReporterConfig};
 use crate::resolver::Resolver;
 use crate::results::{
     DeadLetterConfig, DeadLetterProducer, ResultsConsumer, ResultsConsumerConfig,
 };
+use crate::service;
 use crate::store::{self, Actor, Store, StoreError};
 use crate::topic_controls::{ControlsRefresher, ControlsRefresherConfig, TopicControls};
 
@@ -414,7 +416,10 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
     } = shared;
     let ingress = config.has_role("ingress") && !config.ingress.topics.is_empty();
     if config.has_role("api") || config.has_role("dispatcher") || ingress {
-        shared.spawn_role("topics", shared.topics.clone().run(cancel.child_token()));
+        shared.spawn_role(
+            "topics",
+            service::run(shared.topics.clone(), cancel.child_token()),
+        );
     }
     // Paused and paced topics, read every second; the reconciler's role
     // puts a resumed topic's jobs back in the index.
@@ -426,7 +431,10 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
         ControlsRefresherConfig::from_config(config),
         reindex,
     );
-    shared.spawn_role("topic controls", refresher.run(cancel.child_token()));
+    shared.spawn_role(
+        "topic controls",
+        service::run(refresher, cancel.child_token()),
+    );
 
     // Every instance registers; a dispatcher also shares the shards.
     let membership = Membership::new(
@@ -467,14 +475,17 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
             LoaderConfig::from_config(config),
             wake.clone(),
         );
-        shared.spawn_role("loader", loader.run(cancel.child_token()));
+        shared.spawn_role("loader", service::run(loader, cancel.child_token()));
         let materializer = Materializer::new(
             pools.scheduler.clone(),
             index.clone(),
             MaterializerConfig::from_config(config),
             wake.clone(),
         );
-        shared.spawn_role("materializer", materializer.run(cancel.child_token()));
+        shared.spawn_role(
+            "materializer",
+            service::run(materializer, cancel.child_token()),
+        );
     }
     if config.has_role("reconciler") {
         let reporter = Reporter::new(
@@ -483,7 +494,7 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
             ReporterConfig::from_config(config.clone()),
             ownership,
         );
-        shared.spawn_role("reporter", reporter.run(cancel.child_token()));
+        shared.spawn_role("reporter", service::run(reporter, cancel.child_token()));
         let reconciler = Reconciler::new(
             pools.reconciler.clone(),
             index.clone(),
@@ -491,7 +502,12 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
             wake.clone(),
             shared.resolver(&pools.reconciler),
         );
-        shared.spawn_role("reconciler", reconciler.run(cancel.child_token()));
+        shared.spawn_role("reconciler", service::run(reconciler, cancel.child_token()));
+        let purger = PurgerConfig::from_config(config);
+        if purger.retention.is_some() {
+            let purger = Purger::new(pools.reconciler.clone(), purger);
+            shared.spawn_role("purger", service::run(purger, cancel.child_token()));
+        }
     }
     if config.has_role("results") {
         let consumer = ResultsConsumer::new(
@@ -504,7 +520,7 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
             DeadLetterConfig::from_config(config.clone()),
             shared.dead_letters.clone(),
         );
-        shared.spawn_role("dead letters", producer.run(cancel.child_token()));
+        shared.spawn_role("dead letters", service::run(producer, cancel.child_token()));
     }
     if ingress {
         let ingress = Ingress::new(
@@ -546,7 +562,10 @@ async fn start_api(shared: &Shared, store: &Store) -> Result<SocketAddr, StartEr
     let tokens = TokenCache::new(store.clone(), TokenCacheConfig::from_config(config));
     let anonymous = match config.auth {
         AuthMode::Tokens => {
-            shared.spawn_role("token cache", tokens.clone().run(cancel.child_token()));
+            shared.spawn_role(
+                "token cache",
+                service::run(tokens.clone(), cancel.child_token()),
+            );
             None
         }
         AuthMode::None => {
@@ -567,7 +586,7 @@ async fn start_api(shared: &Shared, store: &Store) -> Result<SocketAddr, StartEr
         tracker.clone(),
         cancel.child_token(),
     );
-    shared.spawn_role("bulk", bulk.clone().run());
+    shared.spawn_role("bulk", service::run(bulk.clone(), cancel.child_token()));
     let router = api::router(ApiState {
         store: store.clone(),
         index: index.clone(),

@@ -17,14 +17,15 @@ use std::time::Duration;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
+use chrono::{DateTime, Utc};
 use governor::clock::{Clock, DefaultClock};
 use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
+use crate::service::Service;
 use crate::store::{Store, StoreError, TokenRow};
 use crate::topic_pattern;
 
@@ -235,6 +236,12 @@ pub struct TokenCacheConfig {
     pub default_jobs: u32,
 }
 
+impl Default for TokenCacheConfig {
+    fn default() -> Self {
+        TokenCacheConfig::from_config(&Config::default())
+    }
+}
+
 impl TokenCacheConfig {
     pub fn from_config(config: &Config) -> Self {
         TokenCacheConfig {
@@ -252,6 +259,28 @@ pub struct TokensReport {
     pub active: usize,
 }
 
+/// Reads the table again every `refresh`. A failed read keeps the tokens
+/// known.
+impl Service for TokenCache {
+    type Report = TokensReport;
+    type Error = StoreError;
+    const NAME: &'static str = "token cache";
+    const PASS: &'static str = "tokens";
+
+    fn interval(&self) -> Duration {
+        self.refresh
+    }
+
+    /// Reads the table once.
+    async fn run_once(&mut self, _now: DateTime<Utc>) -> Result<TokensReport, StoreError> {
+        self.reload(None).await?;
+        let known = self.known.read().unwrap_or_else(|e| e.into_inner());
+        Ok(TokensReport {
+            active: known.rows.len(),
+        })
+    }
+}
+
 impl TokenCache {
     pub fn new(store: Store, config: TokenCacheConfig) -> TokenCache {
         TokenCache {
@@ -262,29 +291,6 @@ impl TokenCache {
             known: Arc::default(),
             reload: Arc::default(),
         }
-    }
-
-    /// Reads the table again every `refresh` until cancelled. A failed read
-    /// keeps the tokens known.
-    pub async fn run(self, cancel: CancellationToken) {
-        loop {
-            if let Err(err) = self.run_once().await {
-                crate::metrics::store_failed("tokens", &err);
-            }
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(self.refresh) => {}
-            }
-        }
-    }
-
-    /// Reads the table once.
-    pub async fn run_once(&self) -> Result<TokensReport, StoreError> {
-        self.reload(None).await?;
-        let known = self.known.read().unwrap_or_else(|e| e.into_inner());
-        Ok(TokensReport {
-            active: known.rows.len(),
-        })
     }
 
     /// The caller `secret` belongs to.

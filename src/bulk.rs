@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -14,6 +15,7 @@ use crate::config::Config;
 use crate::index::Index;
 use crate::job::{Job, JobId};
 use crate::metrics;
+use crate::service::Service;
 use crate::store::{BulkAction, BulkOp, BulkStatus, Store, StoreError};
 
 /// Works through bulk operations: those this instance started, and those
@@ -84,25 +86,23 @@ impl BulkRunner {
     pub fn spawn(&self, op: BulkOp) {
         self.tracker.spawn(self.clone().work(op));
     }
+}
 
-    /// Every `adopt_every`, takes over one operation nobody has moved for
-    /// `stale`; stops when the runner's token is cancelled.
-    pub async fn run(self) {
-        let mut tick = tokio::time::interval(self.runner.adopt_every);
-        loop {
-            tokio::select! {
-                _ = self.cancel.cancelled() => return,
-                _ = tick.tick() => {}
-            }
-            if let Err(err) = self.run_once().await {
-                metrics::store_failed("bulk stalled", &err);
-            }
-        }
+/// Every `adopt_every`, takes over one operation nobody has moved for
+/// `stale`.
+impl Service for BulkRunner {
+    type Report = BulkRunnerReport;
+    type Error = StoreError;
+    const NAME: &'static str = "bulk runner";
+    const PASS: &'static str = "bulk stalled";
+
+    fn interval(&self) -> Duration {
+        self.runner.adopt_every
     }
 
     /// Takes over one stalled operation, if there is one, and works
     /// through it in the background.
-    pub async fn run_once(&self) -> Result<BulkRunnerReport, StoreError> {
+    async fn run_once(&mut self, _now: DateTime<Utc>) -> Result<BulkRunnerReport, StoreError> {
         let owner_token = rand::random::<u64>() >> 1;
         let Some(op) = self
             .store
@@ -121,7 +121,9 @@ impl BulkRunner {
         self.spawn(op);
         Ok(BulkRunnerReport { adopted })
     }
+}
 
+impl BulkRunner {
     /// Long because it is one loop with its three exits (done, cancelled,
     /// failed) and the back-off between batches.
     async fn work(self, mut op: BulkOp) {

@@ -13,11 +13,13 @@
 //!   `topics_allowed`
 //! - [`store`]      — MySQL: the only code that speaks SQL; migrations
 //! - [`index`]      — Redis: the only code that speaks Redis; scripts in `lua/`
+//! - [`service`]    — the one loop of every role that works in passes
 //! - [`loader`]     — moves jobs entering the window from MySQL to Redis
 //! - [`dispatcher`] — claims due jobs, wins the MySQL CAS, produces to Kafka
 //! - [`reconciler`] — repairs from MySQL: claims in doubt (settled by
 //!   reading their topic back), jobs Redis lost, ack deadlines passed in
 //!   silence
+//! - [`purger`]     — deletes finished jobs past their retention
 //! - [`outcome`]    — what becomes of a job after an attempt: reports, and
 //!   the decision each leads to (pure logic)
 //! - [`resolver`]   — applies an attempt's outcome, from every channel, and
@@ -98,11 +100,13 @@ pub mod metrics;
 pub mod notify;
 pub mod outcome;
 pub mod policy;
+pub mod purger;
 pub mod reconciler;
 pub mod reporter;
 pub mod resolver;
 pub mod results;
 pub mod schedule;
+pub mod service;
 pub mod store;
 pub mod topic_controls;
 pub mod topic_pattern;

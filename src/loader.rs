@@ -25,11 +25,11 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::index::{Index, IndexError};
 use crate::metrics;
+use crate::service::{PassError, Service};
 use crate::store::{Store, StoreError, WindowEntry};
 
 #[derive(Debug, Clone)]
@@ -46,14 +46,24 @@ pub struct LoaderConfig {
     pub overlap: Duration,
 }
 
+/// How far below the watermark each pass re-reads: longer than a
+/// transaction that inserts jobs stays open.
+pub const OVERLAP: Duration = Duration::from_secs(10);
+
 impl LoaderConfig {
     pub fn from_config(config: &Config) -> Self {
         LoaderConfig {
             window: config.window(),
             interval: Duration::from_millis(config.loader_interval_ms),
             batch: config.loader_batch,
-            overlap: Duration::from_secs(10),
+            overlap: OVERLAP,
         }
+    }
+}
+
+impl Default for LoaderConfig {
+    fn default() -> Self {
+        LoaderConfig::from_config(&Config::default())
     }
 }
 
@@ -98,34 +108,6 @@ impl Loader {
         }
     }
 
-    /// Loads every interval until `cancel` fires. A failed pass is logged
-    /// and retried from the same watermark.
-    pub async fn run(mut self, cancel: CancellationToken) {
-        tracing::info!(
-            window_ms = self.config.window.as_millis() as u64,
-            "loader started"
-        );
-        loop {
-            let pass = async {
-                let now = self.store.db_now().await?;
-                self.run_once(now).await
-            };
-            match pass.await {
-                Ok(report) if report.indexed > 0 => {
-                    tracing::debug!(num_jobs = report.indexed, watermark = %report.watermark, "loader pass");
-                }
-                Ok(_) => {}
-                Err(LoadError::Index(err)) => metrics::index_failed("loader pass", 0, &err),
-                Err(LoadError::Store(err)) => metrics::store_failed("loader pass", &err),
-            }
-            tokio::select! {
-                _ = cancel.cancelled() => break,
-                _ = tokio::time::sleep(self.config.interval) => {}
-            }
-        }
-        tracing::info!("loader stopped");
-    }
-
     /// Indexes pending rows changed since the last scan and due before
     /// `until`. The first scan looks back one overlap; the full first pass
     /// has indexed everything older.
@@ -153,10 +135,27 @@ impl Loader {
         self.edits_scanned_at = Some(now);
         Ok(indexed)
     }
+}
+
+/// A failed pass is retried from the same watermark.
+impl Service for Loader {
+    type Report = LoadReport;
+    type Error = LoadError;
+    const NAME: &'static str = "loader";
+    const PASS: &'static str = "loader pass";
+
+    fn interval(&self) -> Duration {
+        self.config.interval
+    }
+
+    /// Database time: the rows' times are compared with it.
+    async fn now(&self) -> Result<DateTime<Utc>, LoadError> {
+        Ok(self.store.db_now().await?)
+    }
 
     /// One pass at database time `now`: indexes pending jobs due before
     /// `now + window` that entered since the last pass.
-    pub async fn run_once(&mut self, now: DateTime<Utc>) -> Result<LoadReport, LoadError> {
+    async fn run_once(&mut self, now: DateTime<Utc>) -> Result<LoadReport, LoadError> {
         // Redis lost its data (FLUSHALL, restart without persistence): start
         // over without a watermark, re-indexing the whole window now rather
         // than waiting for the reconciler to find jobs overdue.
@@ -200,5 +199,21 @@ impl Loader {
             watermark: until,
             rebuilt,
         })
+    }
+
+    fn passed(&self, report: &LoadReport) -> bool {
+        if report.indexed > 0 {
+            tracing::debug!(num_jobs = report.indexed, watermark = %report.watermark, "loader pass");
+        }
+        false
+    }
+}
+
+impl PassError for LoadError {
+    fn record(&self, pass: &'static str) {
+        match self {
+            LoadError::Index(err) => metrics::index_failed(pass, 0, err),
+            LoadError::Store(err) => metrics::store_failed(pass, err),
+        }
     }
 }

@@ -12,12 +12,13 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::index::{self, Index};
 use crate::metrics;
+use crate::service::Service;
 use crate::store::{Materialized, Store, StoreError};
 
 /// Schedules looked at per query.
@@ -34,6 +35,12 @@ pub struct MaterializerConfig {
     pub window: Duration,
     /// Schedules looked at per query.
     pub batch: u32,
+}
+
+impl Default for MaterializerConfig {
+    fn default() -> Self {
+        MaterializerConfig::from_config(&Config::default())
+    }
 }
 
 impl MaterializerConfig {
@@ -76,32 +83,22 @@ impl Materializer {
             wake,
         }
     }
+}
 
-    /// Creates occurrences every `interval` until `cancel` fires. A failed
-    /// pass is logged and tried again next time.
-    pub async fn run(self, cancel: CancellationToken) {
-        tracing::info!(
-            lookahead_ms = self.config.lookahead.as_millis() as u64,
-            "schedule materializer started"
-        );
-        loop {
-            match self.run_once().await {
-                Ok(report) if report.created > 0 => {
-                    tracing::debug!(num_jobs = report.created, "occurrences created")
-                }
-                Ok(_) => {}
-                Err(err) => metrics::store_failed("schedule pass", &err),
-            }
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(self.config.interval) => {}
-            }
-        }
+/// A failed pass is logged and tried again next time.
+impl Service for Materializer {
+    type Report = MaterializeReport;
+    type Error = StoreError;
+    const NAME: &'static str = "schedule materializer";
+    const PASS: &'static str = "schedule pass";
+
+    fn interval(&self) -> Duration {
+        self.config.interval
     }
 
     /// One pass: every schedule whose latest occurrence is within the
-    /// lookahead gets its next ones.
-    pub async fn run_once(&self) -> Result<MaterializeReport, StoreError> {
+    /// lookahead (by the database's clock) gets its next ones.
+    async fn run_once(&mut self, _now: DateTime<Utc>) -> Result<MaterializeReport, StoreError> {
         let mut report = MaterializeReport::default();
         let lookahead = self.config.lookahead;
         loop {
@@ -137,6 +134,13 @@ impl Materializer {
                 return Ok(report);
             }
         }
+    }
+
+    fn passed(&self, report: &MaterializeReport) -> bool {
+        if report.created > 0 {
+            tracing::debug!(num_jobs = report.created, "occurrences created");
+        }
+        false
     }
 }
 

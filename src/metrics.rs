@@ -18,6 +18,7 @@ pub const PRODUCE_FAILED: &str = "tickler_produce_failed_total";
 pub const LOADER_INDEXED: &str = "tickler_loader_indexed_total";
 pub const INDEX_ERRORS: &str = "tickler_index_errors_total";
 pub const STORE_ERRORS: &str = "tickler_store_errors_total";
+pub const PASS_FAILURES: &str = "tickler_pass_failures_total";
 pub const PRODUCER_RESTARTS: &str = "tickler_producer_restarts_total";
 pub const INDEX_REBUILDS: &str = "tickler_index_rebuilds_total";
 pub const RECONCILER_REFED: &str = "tickler_reconciler_refed_total";
@@ -237,6 +238,10 @@ fn describe() {
     describe_counter!(
         STORE_ERRORS,
         "MySQL operations of a background role that failed, by what was being done (tried again on its next pass)."
+    );
+    describe_counter!(
+        PASS_FAILURES,
+        "Passes of a background role that failed for another reason than MySQL or Redis (a Kafka producer that cannot be made, say), by pass (tried again on the next)."
     );
     describe_counter!(
         PRODUCER_RESTARTS,
@@ -633,6 +638,14 @@ pub fn index_failed(what: &'static str, num_jobs: usize, error: &dyn std::fmt::D
 pub fn store_failed(what: &'static str, error: &dyn std::fmt::Display) {
     counter!(STORE_ERRORS, "what" => what).increment(1);
     tracing::warn!(what, error = %error, "mysql operation failed");
+}
+
+/// A background role's pass failed for another reason than MySQL or
+/// Redis: counted by `what` (the pass's fixed name) and logged; the role
+/// tries again on its next pass.
+pub fn pass_failed(what: &'static str, error: &dyn std::fmt::Display) {
+    counter!(PASS_FAILURES, "what" => what).increment(1);
+    tracing::warn!(what, error = %error, "pass failed");
 }
 
 pub fn index_rebuilt() {

@@ -18,10 +18,8 @@
 //!    back in Redis unless already due or in flight there (the index lost
 //!    them, or the write after an INSERT never landed).
 //!
-//! Once a minute it also purges finished jobs past `retention_days`, with
-//! their history, in small batches; while a purge finds more than one
-//! pass's share, it goes on at every pass until it has caught up, so that
-//! the purge keeps pace with any steady rate of jobs.
+//! Beside it in the same role, the [`crate::purger`] deletes finished jobs
+//! past `retention_days`.
 //!
 //! Its cost follows the number of overdue and in-flight rows — both range
 //! scans on `(status, schedule_time)` — never the number of far-future jobs.
@@ -35,13 +33,13 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::index::{Index, IndexError};
 use crate::kafka::readback::{self, Sought};
 use crate::metrics;
 use crate::resolver::Resolver;
+use crate::service::{PassError, Service};
 use crate::store::{Dispatched, Store, StoreError, WindowEntry};
 
 #[derive(Debug, Clone)]
@@ -55,10 +53,6 @@ pub struct ReconcilerConfig {
     pub batch: u32,
     /// Most overdue rows one pass examines; the rest wait for the next pass.
     pub max_per_pass: usize,
-    /// Finished jobs older than this are purged; None keeps them.
-    pub retention: Option<Duration>,
-    /// Time between purges.
-    pub purge_interval: Duration,
     /// Brokers and client settings to read topics back with.
     pub brokers: String,
     pub kafka_options: BTreeMap<String, String>,
@@ -74,26 +68,20 @@ pub const BATCH: u32 = 1_000;
 /// Most overdue rows one pass examines: a backlog of millions is worked
 /// through over several passes, each short enough to keep the others going.
 pub const MAX_PER_PASS: usize = 100_000;
-/// Time between purges of finished jobs past their retention.
-pub const PURGE_INTERVAL: Duration = Duration::from_secs(60);
+
+impl Default for ReconcilerConfig {
+    fn default() -> Self {
+        ReconcilerConfig::from_config(&Config::default())
+    }
+}
 
 impl ReconcilerConfig {
     pub fn from_config(config: &Config) -> Self {
-        let retention = if config.retention_ms > 0 {
-            Some(Duration::from_millis(config.retention_ms))
-        } else {
-            (config.retention_days > 0)
-                .then(|| Duration::from_secs(u64::from(config.retention_days) * 86_400))
-        };
         ReconcilerConfig {
             interval: Duration::from_millis(config.reconcile_interval_ms),
             grace: Duration::from_millis(config.reconcile_grace_ms),
             batch: BATCH,
             max_per_pass: MAX_PER_PASS,
-            retention,
-            // A retention shorter than two minutes (a soak's) is kept to
-            // within half of itself.
-            purge_interval: retention.map_or(PURGE_INTERVAL, |r| PURGE_INTERVAL.min(r / 2)),
             brokers: config.kafka_brokers.clone(),
             kafka_options: config.kafka_options.clone(),
             readback_wait: READBACK_WAIT,
@@ -165,100 +153,12 @@ impl Reconciler {
         }
     }
 
-    /// Reconciles every interval until `cancel` fires; a failed pass is
-    /// logged and the next one tries again.
-    pub async fn run(self, cancel: CancellationToken) {
-        tracing::info!(
-            interval_ms = self.config.interval.as_millis() as u64,
-            "reconciler started"
-        );
-        let mut purged_at: Option<tokio::time::Instant> = None;
-        // The last purge took its whole share: more is waiting.
-        let mut purge_behind = false;
-        loop {
-            if purge_behind || purged_at.is_none_or(|at| at.elapsed() >= self.config.purge_interval)
-            {
-                purged_at = Some(tokio::time::Instant::now());
-                purge_behind = false;
-                match self.purge_once().await {
-                    Ok(0) => {}
-                    Ok(purged) => {
-                        purge_behind = purged >= self.purge_share();
-                        tracing::info!(purged, "finished jobs past retention purged")
-                    }
-                    Err(ReconcileError::Store(err)) => metrics::store_failed("purge", &err),
-                    Err(ReconcileError::Index(err)) => metrics::index_failed("purge", 0, &err),
-                }
-            }
-            let pass = async {
-                let now = self.store.db_now().await?;
-                self.run_once(now).await
-            };
-            match pass.await {
-                Ok(report) if report.rescued > 0 || report.refed > 0 || report.found > 0 => {
-                    tracing::warn!(
-                        rescued = report.rescued,
-                        found = report.found,
-                        refed = report.refed,
-                        overdue = report.overdue,
-                        "reconciler repaired jobs"
-                    );
-                }
-                Ok(report) if report.ack_retried > 0 || report.ack_dead > 0 => {
-                    tracing::info!(
-                        retried = report.ack_retried,
-                        dead = report.ack_dead,
-                        "ack deadlines passed without a result"
-                    );
-                }
-                Ok(_) => {}
-                Err(ReconcileError::Index(err)) => {
-                    metrics::index_failed("reconciler pass", 0, &err)
-                }
-                Err(ReconcileError::Store(err)) => metrics::store_failed("reconciler pass", &err),
-            }
-            tokio::select! {
-                _ = cancel.cancelled() => break,
-                _ = tokio::time::sleep(self.config.interval) => {}
-            }
-        }
-        tracing::info!("reconciler stopped");
-    }
-
     fn readback_backoff_lock(
         &self,
     ) -> std::sync::MutexGuard<'_, HashMap<String, (tokio::time::Instant, Duration)>> {
         self.readback_backoff
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner)
-    }
-
-    /// Most rows one purge deletes: small, so that a large backlog (a
-    /// first purge, or a steady rate above this a minute) spreads over
-    /// passes, between which the reconciler's own work goes on.
-    fn purge_share(&self) -> u64 {
-        (self.config.max_per_pass / 10) as u64
-    }
-
-    /// Deletes finished jobs past the retention, in batches of `batch`, at
-    /// most [`Reconciler::purge_share`] rows. Returns how many.
-    pub async fn purge_once(&self) -> Result<u64, ReconcileError> {
-        let Some(retention) = self.config.retention else {
-            return Ok(0);
-        };
-        let mut purged = 0;
-        while purged < self.purge_share() {
-            let batch = self
-                .store
-                .job_purge_finished(retention, self.config.batch)
-                .await?;
-            purged += batch;
-            if batch < u64::from(self.config.batch) {
-                break;
-            }
-        }
-        metrics::jobs_purged(purged);
-        Ok(purged)
     }
 
     /// Settles the claims in doubt whose quiet time is over
@@ -307,9 +207,26 @@ impl Reconciler {
         report.unsettled = settled.unsettled;
         Ok(())
     }
+}
+
+/// A failed pass is logged and the next one tries again.
+impl Service for Reconciler {
+    type Report = ReconcileReport;
+    type Error = ReconcileError;
+    const NAME: &'static str = "reconciler";
+    const PASS: &'static str = "reconciler pass";
+
+    fn interval(&self) -> Duration {
+        self.config.interval
+    }
+
+    /// Database time: the rows' times are compared with it.
+    async fn now(&self) -> Result<DateTime<Utc>, ReconcileError> {
+        Ok(self.store.db_now().await?)
+    }
 
     /// One pass at database time `now`.
-    pub async fn run_once(&self, now: DateTime<Utc>) -> Result<ReconcileReport, ReconcileError> {
+    async fn run_once(&mut self, now: DateTime<Utc>) -> Result<ReconcileReport, ReconcileError> {
         let mut report = ReconcileReport::default();
 
         let before = now - self.config.grace;
@@ -362,6 +279,34 @@ impl Reconciler {
             self.wake.notify_one();
         }
         Ok(report)
+    }
+
+    fn passed(&self, report: &ReconcileReport) -> bool {
+        if report.rescued > 0 || report.refed > 0 || report.found > 0 {
+            tracing::warn!(
+                rescued = report.rescued,
+                found = report.found,
+                refed = report.refed,
+                overdue = report.overdue,
+                "reconciler repaired jobs"
+            );
+        } else if report.ack_retried > 0 || report.ack_dead > 0 {
+            tracing::info!(
+                retried = report.ack_retried,
+                dead = report.ack_dead,
+                "ack deadlines passed without a result"
+            );
+        }
+        false
+    }
+}
+
+impl PassError for ReconcileError {
+    fn record(&self, pass: &'static str) {
+        match self {
+            ReconcileError::Index(err) => metrics::index_failed(pass, 0, err),
+            ReconcileError::Store(err) => metrics::store_failed(pass, err),
+        }
     }
 }
 

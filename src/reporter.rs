@@ -7,14 +7,15 @@ use std::collections::BTreeSet;
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use tokio::sync::watch;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::index::Index;
 use crate::membership::Ownership;
 use crate::metrics;
 use crate::notify::Notifier;
+use crate::service::Service;
 use crate::store::{Store, StoreError};
 use crate::truth::{topics_capped, Counts, Truth};
 
@@ -30,6 +31,12 @@ pub struct ReporterConfig {
     /// The deployment's settings, which the truth is computed against (the
     /// window, Kafka, the results topic) and the notifier built from.
     pub settings: Arc<Config>,
+}
+
+impl Default for ReporterConfig {
+    fn default() -> Self {
+        ReporterConfig::from_config(Arc::new(Config::default()))
+    }
 }
 
 impl ReporterConfig {
@@ -85,24 +92,25 @@ impl Reporter {
             notifier,
         }
     }
+}
 
-    pub async fn run(mut self, cancel: CancellationToken) {
-        let mut tick = tokio::time::interval(self.config.interval);
-        tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+impl Service for Reporter {
+    type Report = ReporterReport;
+    type Error = StoreError;
+    const NAME: &'static str = "reporter";
+    const PASS: &'static str = "gauges";
+
+    fn interval(&self) -> Duration {
+        self.config.interval
+    }
+
+    /// Every gauge zero until this instance is found to be the reporter.
+    async fn start(&mut self) {
         self.zero();
-        loop {
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tick.tick() => {}
-            }
-            if let Err(err) = self.run_once().await {
-                metrics::store_failed("gauges", &err);
-            }
-        }
     }
 
     /// Reports once if this instance is the reporter.
-    pub async fn run_once(&mut self) -> Result<ReporterReport, StoreError> {
+    async fn run_once(&mut self, _now: DateTime<Utc>) -> Result<ReporterReport, StoreError> {
         let me = self.ownership.borrow().instance;
         let live = self.store.instances_list(self.config.instance_ttl).await?;
         let reporter = live
@@ -135,7 +143,9 @@ impl Reporter {
         }
         Ok(ReporterReport { reporting: true })
     }
+}
 
+impl Reporter {
     fn publish(&mut self, truth: &Truth) {
         let capped = topics_capped(&truth.jobs, self.config.topics_max);
         let now: BTreeSet<(String, String)> = capped.keys().cloned().collect();

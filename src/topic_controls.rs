@@ -21,11 +21,11 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::index::{Index, IndexError};
 use crate::metrics;
+use crate::service::Service;
 use crate::store::{Store, StoreError};
 
 /// How often every instance reads the controls again.
@@ -180,6 +180,12 @@ pub struct ControlsRefresherConfig {
     pub window: Duration,
 }
 
+impl Default for ControlsRefresherConfig {
+    fn default() -> Self {
+        ControlsRefresherConfig::from_config(&Config::default())
+    }
+}
+
 impl ControlsRefresherConfig {
     pub fn from_config(config: &Config) -> Self {
         ControlsRefresherConfig {
@@ -222,24 +228,22 @@ impl ControlsRefresher {
             reindex,
         }
     }
+}
 
-    /// Reads the controls every `every` until `cancel` fires.
-    pub async fn run(self, cancel: CancellationToken) {
-        loop {
-            if let Err(err) = self.run_once().await {
-                metrics::store_failed("topic controls", &err);
-            }
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(self.config.every) => {}
-            }
-        }
+impl Service for ControlsRefresher {
+    type Report = ControlsReport;
+    type Error = StoreError;
+    const NAME: &'static str = "topic controls";
+    const PASS: &'static str = "topic controls";
+
+    fn interval(&self) -> Duration {
+        self.config.every
     }
 
     /// Reads the controls once and re-indexes the topics that resumed. A
     /// topic that cannot be re-indexed is named in the log and left to the
     /// reconciler's overdue probe.
-    pub async fn run_once(&self) -> Result<ControlsReport, StoreError> {
+    async fn run_once(&mut self, _now: DateTime<Utc>) -> Result<ControlsReport, StoreError> {
         let resumed = self.controls.refresh().await?;
         let mut report = ControlsReport {
             paused: self.controls.read().paused.len(),

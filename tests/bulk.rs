@@ -7,6 +7,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tickler::service::Service;
 use tickler::store::{BulkAction, BulkFilter};
 use tickler_testkit::{eventually, TestEnv};
 
@@ -534,7 +535,7 @@ async fn the_runner_takes_over_a_stalled_operation_in_one_pass() {
     .await
     .unwrap();
     let tracker = tokio_util::task::TaskTracker::new();
-    let runner = tickler::bulk::BulkRunner::new(
+    let mut runner = tickler::bulk::BulkRunner::new(
         store.clone(),
         env.index.clone(),
         Arc::new(env.config.clone()),
@@ -542,7 +543,7 @@ async fn the_runner_takes_over_a_stalled_operation_in_one_pass() {
         tracker.clone(),
         tokio_util::sync::CancellationToken::new(),
     );
-    let report = runner.run_once().await.unwrap();
+    let report = runner.run_once(chrono::Utc::now()).await.unwrap();
     assert_eq!(report.adopted, Some(op_id));
     let done = eventually(Duration::from_secs(20), || async {
         let op = store.bulk_get(op_id).await.unwrap().unwrap();
@@ -555,7 +556,7 @@ async fn the_runner_takes_over_a_stalled_operation_in_one_pass() {
         assert_eq!(env.job_status(*id).await, "cancelled");
     }
     assert_eq!(
-        runner.run_once().await.unwrap().adopted,
+        runner.run_once(chrono::Utc::now()).await.unwrap().adopted,
         None,
         "nothing else stalled"
     );

@@ -5,6 +5,7 @@ use std::time::Duration;
 
 use serde_json::json;
 use tickler::index::Location;
+use tickler::service::Service;
 use tickler_testkit::{eventually, records_read, TestEnv};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

@@ -17,6 +17,7 @@ use tickler::kafka::Topics;
 use tickler::membership::{Membership, MembershipConfig};
 use tickler::reconciler::{ReconcileReport, Reconciler, ReconcilerConfig};
 use tickler::resolver::Resolver;
+use tickler::service::Service;
 use tickler::store::Fence;
 use tickler::topic_controls::TopicControls;
 use tickler_testkit::{eventually, fence_all, records_read, TestEnv};
@@ -54,7 +55,7 @@ fn resolver(env: &TestEnv) -> Resolver {
 }
 
 async fn reconcile(env: &TestEnv) -> ReconcileReport {
-    let reconciler = Reconciler::new(
+    let mut reconciler = Reconciler::new(
         env.store.clone(),
         env.index.clone(),
         ReconcilerConfig::from_config(&env.config),

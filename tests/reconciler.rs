@@ -6,9 +6,12 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use chrono::Utc;
 use serde_json::json;
+use tickler::purger::{PurgeReport, Purger, PurgerConfig};
 use tickler::reconciler::{Reconciler, ReconcilerConfig};
 use tickler::resolver::Resolver;
+use tickler::service::Service;
 use tickler_testkit::{records_read, TestEnv};
 use tokio::sync::Notify;
 
@@ -30,6 +33,10 @@ fn reconciler_with(env: &TestEnv, config: ReconcilerConfig) -> Reconciler {
             Arc::new(Notify::new()),
         ),
     )
+}
+
+fn purger(env: &TestEnv) -> Purger {
+    Purger::new(env.store.clone(), PurgerConfig::from_config(&env.config))
 }
 
 /// A tickler whose own reconciler is off, so the test drives repairs.
@@ -201,7 +208,7 @@ async fn finished_jobs_past_retention_are_purged_with_their_history() {
         .await
         .unwrap();
 
-    let purged = reconciler(&env).purge_once().await.unwrap();
+    let purged = purger(&env).run_once(Utc::now()).await.unwrap().purged;
     assert_eq!(purged, 4);
     let left: Vec<u64> = sqlx::query_scalar("SELECT id FROM jobs ORDER BY id")
         .fetch_all(&env.sql)
@@ -215,13 +222,16 @@ async fn finished_jobs_past_retention_are_purged_with_their_history() {
     .await
     .unwrap();
     assert_eq!(orphans, 0, "history goes with its job");
-    assert_eq!(reconciler(&env).purge_once().await.unwrap(), 0);
+    assert_eq!(
+        purger(&env).run_once(Utc::now()).await.unwrap(),
+        PurgeReport::default()
+    );
 
-    let keep_forever = reconciler_with(
-        &env,
-        ReconcilerConfig {
+    let mut keep_forever = Purger::new(
+        env.store.clone(),
+        PurgerConfig {
             retention: None,
-            ..ReconcilerConfig::from_config(&env.config)
+            ..PurgerConfig::from_config(&env.config)
         },
     );
     sqlx::query("UPDATE jobs SET updated_at = UTC_TIMESTAMP(3) - INTERVAL 400 DAY WHERE id = ?")
@@ -230,7 +240,7 @@ async fn finished_jobs_past_retention_are_purged_with_their_history() {
         .await
         .unwrap();
     assert_eq!(
-        keep_forever.purge_once().await.unwrap(),
+        keep_forever.run_once(Utc::now()).await.unwrap().purged,
         0,
         "retention_days = 0"
     );

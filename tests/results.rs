@@ -10,6 +10,7 @@ use std::time::Duration;
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::{json, Value};
 use tickler::kafka;
+use tickler::service::Service;
 use tickler::store::Dispatched;
 use tickler_testkit::chronos::{Services, World};
 use tickler_testkit::procs::PrivateMariadb;
@@ -942,8 +943,8 @@ async fn the_dead_letter_producer_produces_each_owed_record_once() {
             Arc::new(tokio::sync::Notify::new()),
         )
     };
-    let producer = producer_with(&env.config);
-    let first = producer.run_once().await.unwrap();
+    let mut producer = producer_with(&env.config);
+    let first = producer.run_once(chrono::Utc::now()).await.unwrap();
     assert_eq!(
         first,
         DeadLettersReport {
@@ -952,7 +953,7 @@ async fn the_dead_letter_producer_produces_each_owed_record_once() {
         }
     );
     assert_eq!(
-        producer.run_once().await.unwrap(),
+        producer.run_once(chrono::Utc::now()).await.unwrap(),
         DeadLettersReport::default()
     );
     let consumer = consumer_from_beginning(&env.config.kafka_brokers, &dead);
@@ -976,7 +977,10 @@ async fn the_dead_letter_producer_produces_each_owed_record_once() {
     let mut off = env.config.clone();
     off.dead_letter_topic = None;
     assert_eq!(
-        producer_with(&off).run_once().await.unwrap(),
+        producer_with(&off)
+            .run_once(chrono::Utc::now())
+            .await
+            .unwrap(),
         DeadLettersReport {
             dropped: 1,
             ..DeadLettersReport::default()

@@ -10,6 +10,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
+use tickler::service::Service;
 use tickler_testkit::{eventually, records_read, Record, TestEnv};
 
 fn at(text: &str) -> DateTime<Utc> {
@@ -271,7 +272,7 @@ async fn a_monthly_schedule_for_years_holds_one_row_and_nothing_in_redis() {
     .await;
     let id = schedule["id"].as_u64().unwrap();
     // A few passes of the materializer, then one of the loader.
-    let materializer = tickler::materializer::Materializer::new(
+    let mut materializer = tickler::materializer::Materializer::new(
         env.store.clone(),
         env.index.clone(),
         tickler::materializer::MaterializerConfig::from_config(&env.config),
@@ -279,7 +280,13 @@ async fn a_monthly_schedule_for_years_holds_one_row_and_nothing_in_redis() {
     );
     let mut created = Vec::new();
     for _ in 0..3 {
-        created.push(materializer.run_once().await.unwrap().created);
+        created.push(
+            materializer
+                .run_once(chrono::Utc::now())
+                .await
+                .unwrap()
+                .created,
+        );
     }
     // The API's create made the first occurrence; passes make no more
     // while the next one is a month away.

@@ -7,6 +7,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tickler::kafka;
+use tickler::service::Service;
 use tickler_testkit::{http_with_token, token_create, token_create_limited, unique, TestEnv};
 use tokio::io::AsyncWriteExt;
 
@@ -537,19 +538,28 @@ async fn a_token_with_the_longest_name_writes_and_is_named_in_full() {
 async fn the_token_cache_learns_created_tokens_and_forgets_revoked_ones() {
     use tickler::auth::{AuthError, TokenCache, TokenCacheConfig, TokensReport};
     let env = TestEnv::start().await;
-    let cache = TokenCache::new(
+    let mut cache = TokenCache::new(
         env.store.clone(),
         TokenCacheConfig::from_config(&env.config),
     );
     // The test's admin token.
-    assert_eq!(cache.run_once().await.unwrap(), TokensReport { active: 1 });
+    assert_eq!(
+        cache.run_once(chrono::Utc::now()).await.unwrap(),
+        TokensReport { active: 1 }
+    );
     let name = unique("svc-");
     let secret = token_create(&env.config.mysql_url, &name, &["orders.*"], &["write"]).await;
-    assert_eq!(cache.run_once().await.unwrap(), TokensReport { active: 2 });
+    assert_eq!(
+        cache.run_once(chrono::Utc::now()).await.unwrap(),
+        TokensReport { active: 2 }
+    );
     assert!(cache.authenticate(&secret).await.is_ok());
 
     assert!(env.store.token_revoke(&name).await.unwrap());
-    assert_eq!(cache.run_once().await.unwrap(), TokensReport { active: 1 });
+    assert_eq!(
+        cache.run_once(chrono::Utc::now()).await.unwrap(),
+        TokensReport { active: 1 }
+    );
     assert!(matches!(
         cache.authenticate(&secret).await,
         Err(AuthError::Unknown)

@@ -12,6 +12,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tickler::service::Service;
 use tickler_testkit::{consumer_from_beginning, eventually, records_read, unique, TestEnv};
 
 /// A tickler that does not refuse a topic created after it read the
@@ -359,13 +360,13 @@ async fn the_controls_refresher_reports_a_pause_and_reindexes_the_resumed_topic(
     let topic = env.topic.clone();
     let ids = jobs_create(&env, &topic, 3, |_| 60_000).await;
     let wake = std::sync::Arc::new(tokio::sync::Notify::new());
-    let refresher = ControlsRefresher::new(
+    let mut refresher = ControlsRefresher::new(
         TopicControls::new(env.store.clone(), std::sync::Arc::new(env.config.clone())),
         ControlsRefresherConfig::from_config(&env.config),
         Some((env.index.clone(), wake)),
     );
     assert_eq!(
-        refresher.run_once().await.unwrap(),
+        refresher.run_once(chrono::Utc::now()).await.unwrap(),
         ControlsReport::default()
     );
 
@@ -374,7 +375,7 @@ async fn the_controls_refresher_reports_a_pause_and_reindexes_the_resumed_topic(
         .execute(&env.sql)
         .await
         .unwrap();
-    let report = refresher.run_once().await.unwrap();
+    let report = refresher.run_once(chrono::Utc::now()).await.unwrap();
     assert_eq!((report.paused, report.resumed.len()), (1, 0), "{report:?}");
     // As the dispatcher does with a paused topic's jobs.
     assert_eq!(env.index.job_remove_many(&ids).await.unwrap(), 3);
@@ -384,7 +385,7 @@ async fn the_controls_refresher_reports_a_pause_and_reindexes_the_resumed_topic(
         .execute(&env.sql)
         .await
         .unwrap();
-    let report = refresher.run_once().await.unwrap();
+    let report = refresher.run_once(chrono::Utc::now()).await.unwrap();
     assert_eq!(
         report,
         ControlsReport {
@@ -401,7 +402,7 @@ async fn the_controls_refresher_reports_a_pause_and_reindexes_the_resumed_topic(
     }
     // Resumed once: the next read finds nothing new.
     assert_eq!(
-        refresher.run_once().await.unwrap(),
+        refresher.run_once(chrono::Utc::now()).await.unwrap(),
         ControlsReport::default()
     );
     env.finish().await;

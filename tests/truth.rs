@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tickler::service::Service;
 use tickler_testkit::{eventually, records_read, TestEnv};
 
 /// A tickler without a dispatcher, so due jobs stay due.
@@ -179,12 +180,12 @@ async fn only_the_live_reconciler_with_the_lowest_id_reports() {
     };
     let mut reporter = reporter_as(running);
     assert_eq!(
-        reporter.run_once().await.unwrap(),
+        reporter.run_once(chrono::Utc::now()).await.unwrap(),
         ReporterReport { reporting: true }
     );
     let mut other = reporter_as(running + 1_000);
     assert_eq!(
-        other.run_once().await.unwrap(),
+        other.run_once(chrono::Utc::now()).await.unwrap(),
         ReporterReport { reporting: false }
     );
     env.finish().await;

@@ -49,6 +49,7 @@ use crate::kafka::tail::header;
 use crate::loader::{Loader, LoaderConfig};
 use crate::reconciler::{Reconciler, ReconcilerConfig};
 use crate::resolver::Resolver;
+use crate::service::Service;
 use crate::store::{scratch, Actor, Store};
 
 mod cpu;
@@ -1090,7 +1091,7 @@ impl Bench {
             "reconcile: seeded {far} far-future and {window_rows} window rows in {:.1} s",
             seeding.elapsed().as_secs_f64()
         );
-        let reconciler = Reconciler::new(
+        let mut reconciler = Reconciler::new(
             store.clone(),
             index.clone(),
             ReconcilerConfig::from_config(&self.config),

@@ -16,6 +16,8 @@ use rdkafka::producer::{FutureProducer, Producer};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 
+use crate::service::Service;
+
 /// The settings every tickler Kafka client shares.
 pub fn client_config(brokers: &str) -> ClientConfig {
     let mut config = ClientConfig::new();
@@ -402,16 +404,23 @@ impl Topics {
             Err(err) => tracing::warn!(error = %err, "kafka metadata task failed"),
         }
     }
+}
 
-    /// Refreshes every `refresh` until cancelled.
-    pub async fn run(self, cancel: tokio_util::sync::CancellationToken) {
-        loop {
-            self.refresh_if_older(self.inner.refresh / 2).await;
-            tokio::select! {
-                _ = cancel.cancelled() => return,
-                _ = tokio::time::sleep(self.inner.refresh) => {}
-            }
-        }
+/// Refreshes the topic metadata every `refresh`; a failed fetch is logged
+/// and the topics known are kept.
+impl Service for Topics {
+    type Report = ();
+    type Error = std::convert::Infallible;
+    const NAME: &'static str = "kafka topics";
+    const PASS: &'static str = "kafka topics";
+
+    fn interval(&self) -> Duration {
+        self.inner.refresh
+    }
+
+    async fn run_once(&mut self, _now: chrono::DateTime<chrono::Utc>) -> Result<(), Self::Error> {
+        self.refresh_if_older(self.inner.refresh / 2).await;
+        Ok(())
     }
 }
 

@@ -6,16 +6,17 @@ use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
+use chrono::{DateTime, Utc};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio::sync::Notify;
-use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::job;
 use crate::kafka;
 use crate::metrics;
+use crate::service::{PassError, Service};
 use crate::store::{DeadLetter, Store, StoreError};
 
 /// Headers of a dead-letter record, besides the job's own.
@@ -37,6 +38,12 @@ pub struct DeadLetterConfig {
     pub interval: Duration,
     pub lease: Duration,
     pub batch: u32,
+}
+
+impl Default for DeadLetterConfig {
+    fn default() -> Self {
+        DeadLetterConfig::from_config(Arc::new(Config::default()))
+    }
 }
 
 impl DeadLetterConfig {
@@ -89,8 +96,25 @@ impl DeadLetterProducer {
             producer: Mutex::new(None),
         }
     }
+}
 
-    pub async fn run(self, cancel: CancellationToken) {
+impl Service for DeadLetterProducer {
+    type Report = DeadLettersReport;
+    type Error = DeadLetterError;
+    const NAME: &'static str = "dead-letter producer";
+    const PASS: &'static str = "dead letters";
+
+    fn interval(&self) -> Duration {
+        self.config.interval
+    }
+
+    fn woken(&self) -> Option<Arc<Notify>> {
+        Some(self.notify.clone())
+    }
+
+    /// Creates the dead-letter topics the settings name, where the broker
+    /// lets it.
+    async fn start(&mut self) {
         let settings = &self.config.settings;
         let mut topics: Vec<&str> = settings
             .topics
@@ -109,29 +133,15 @@ impl DeadLetterProducer {
                 tracing::warn!(topic, error = %err, "cannot create the dead-letter topic");
             }
         }
-        loop {
-            match self.run_once().await {
-                Ok(report) if report.produced > 0 => {
-                    tracing::info!(
-                        num_records = report.produced,
-                        "dead-letter records produced"
-                    )
-                }
-                Ok(_) => {}
-                Err(err) => tracing::warn!(error = %err, "cannot produce dead-letter records"),
-            }
-            tokio::select! {
-                _ = cancel.cancelled() => break,
-                _ = self.notify.notified() => {}
-                _ = tokio::time::sleep(self.config.interval) => {}
-            }
-        }
     }
 
     /// Produces everything owed and not claimed by another instance. A
     /// record that fails stays claimed for `lease` and is tried again after
     /// it; the others go on.
-    pub async fn run_once(&self) -> Result<DeadLettersReport, DeadLetterError> {
+    async fn run_once(
+        &mut self,
+        _now: DateTime<Utc>,
+    ) -> Result<DeadLettersReport, DeadLetterError> {
         let mut report = DeadLettersReport::default();
         let claim: u64 = rand::random();
         loop {
@@ -192,6 +202,27 @@ impl DeadLetterProducer {
         Ok(report)
     }
 
+    fn passed(&self, report: &DeadLettersReport) -> bool {
+        if report.produced > 0 {
+            tracing::info!(
+                num_records = report.produced,
+                "dead-letter records produced"
+            );
+        }
+        false
+    }
+}
+
+impl PassError for DeadLetterError {
+    fn record(&self, pass: &'static str) {
+        match self {
+            DeadLetterError::Store(err) => metrics::store_failed(pass, err),
+            DeadLetterError::Producer(err) => metrics::pass_failed(pass, err),
+        }
+    }
+}
+
+impl DeadLetterProducer {
     fn producer(&self) -> Result<FutureProducer, KafkaError> {
         let mut producer = self.producer.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(producer) = producer.as_ref() {
