@@ -33,10 +33,10 @@ use rdkafka::producer::FutureProducer;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio_util::task::TaskTracker;
 
+use super::pipeline::{Acks, TOPIC_SILENT_AFTER};
+use super::send::{enqueue, kafka_failure, Delivery, Failure, Sent};
 use super::settle::{Settle, Settler};
-use super::{
-    enqueue, kafka_failure, Acks, Delivery, Failure, Sent, TOPIC_MISSING_TRUST, TOPIC_SILENT_AFTER,
-};
+use super::TOPIC_MISSING_TRUST;
 use crate::job::Job;
 use crate::kafka::{TopicState, Topics, TOPICS_REFRESH_MIN};
 use crate::membership::Ownership;

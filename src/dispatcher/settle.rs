@@ -16,7 +16,8 @@ use std::time::{Duration, Instant};
 use rdkafka::producer::FutureProducer;
 use tokio::sync::mpsc;
 
-use super::{Failure, Pipeline, Sent};
+use super::pipeline::Pipeline;
+use super::send::{Failure, Sent};
 use crate::index::Index;
 use crate::job::JobId;
 use crate::kafka::{Topics, TOPICS_REFRESH_MIN};

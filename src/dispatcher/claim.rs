@@ -1,0 +1,311 @@
+//! The claiming half of a dispatcher's pass: ids due within the lookahead
+//! claimed in Redis from the shards held, topics' paces applied, and the
+//! MySQL compare-and-set, whose every outcome Redis follows at once.
+
+use std::collections::{BTreeMap, HashMap};
+use std::time::{Duration, Instant};
+
+use futures::future::join_all;
+
+use super::release::{Claimed, DbClock};
+use super::{DispatchReport, Dispatcher, PACE_TICK};
+use crate::index::Claim;
+use crate::job::{Job, JobId};
+use crate::membership::Ownership;
+use crate::metrics;
+
+impl Dispatcher {
+    /// Claims in Redis the ids due within the lookahead and wins the
+    /// compare-and-set on them; returns what was won, to be sent at each
+    /// job's time.
+    pub(super) async fn pass(&self) -> (DispatchReport, Option<Claimed>) {
+        self.producer_check();
+        let mut report = DispatchReport::default();
+        let claim_started = Instant::now();
+        let ownership = self.ownership.borrow().clone();
+        let claims = self.claim_all(&ownership).await;
+        let Some(redis_now_ms) = claims.iter().map(|c| c.now_ms).max() else {
+            return (report, None);
+        };
+        metrics::dispatch_stage("claim", claim_started.elapsed());
+        report.more = claims
+            .iter()
+            .any(|c| c.ids.len() >= self.config.batch as usize);
+        report.next_in = claims
+            .iter()
+            .filter_map(|c| c.next_ms)
+            .min()
+            .map(|next| Duration::from_millis(next.saturating_sub(redis_now_ms).max(0) as u64));
+        let fence = ownership.fence(claims.iter().filter(|c| !c.ids.is_empty()).map(|c| c.shard));
+        let ids: Vec<JobId> = claims.into_iter().flat_map(|c| c.ids).collect();
+        report.claimed = ids.len();
+        let ids = self.pace(ids, redis_now_ms).await;
+        let Some(fence) = fence else {
+            return (report, None);
+        };
+
+        // Never 0: that is the placeholder of a job no claim holds
+        // (`store::jobs::CLAIM_NONE`).
+        let token: u64 = rand::random::<u64>() | 1;
+        let cas_started = Instant::now();
+        let Some((jobs, clock)) = self
+            .cas(&ids, token, &fence, redis_now_ms, &mut report)
+            .await
+        else {
+            return (report, None);
+        };
+        metrics::dispatch_stage("cas", cas_started.elapsed());
+        fail_point_stall!("dispatcher-stall");
+        report.dispatched = jobs.len();
+        self.pipeline.claimed(jobs.len());
+        let retry_ms =
+            redis_now_ms + (self.config.retry_delay + claim_started.elapsed()).as_millis() as i64;
+        (
+            report,
+            Some(Claimed {
+                token,
+                producer: self.producer_current(),
+                // From before the compare-and-set: its own time, lock
+                // waits included, comes out of the window, not the margin.
+                send_by: cas_started + self.send_window(),
+                claim_started: cas_started,
+                incarnation: ownership.incarnation,
+                clock,
+                retry_ms,
+                jobs,
+            }),
+        )
+    }
+
+    /// Holds back the jobs of paced topics beyond what each topic's shared
+    /// pace lets through now: they go back to the index, spread at the
+    /// topic's rate after the ones held back before them. Returns the ids
+    /// that go on to the compare-and-set. Costs nothing while no topic has
+    /// a pace.
+    async fn pace(&self, ids: Vec<JobId>, redis_now_ms: i64) -> Vec<JobId> {
+        if ids.is_empty() || !self.controls.any_paced() {
+            return ids;
+        }
+        let topics = match self.store.job_topics(&ids).await {
+            Ok(topics) => topics,
+            Err(err) => {
+                tracing::warn!(error = %err, "cannot read the topics of claimed jobs to pace them; trying again shortly");
+                let retry_ms = redis_now_ms + self.config.retry_delay.as_millis() as i64;
+                let back: Vec<(JobId, i64)> = ids.iter().map(|id| (*id, retry_ms)).collect();
+                self.index_requeue(&back).await;
+                return Vec::new();
+            }
+        };
+        let topic_of: HashMap<JobId, &str> =
+            topics.iter().map(|(id, t)| (*id, t.as_str())).collect();
+        let mut paced: BTreeMap<&str, Vec<JobId>> = BTreeMap::new();
+        let mut free = Vec::with_capacity(ids.len());
+        for id in ids {
+            match topic_of.get(&id) {
+                Some(topic) if self.controls.rate(topic).is_some() => {
+                    paced.entry(topic).or_default().push(id)
+                }
+                _ => free.push(id),
+            }
+        }
+        let tick_ms = PACE_TICK.as_millis() as i64;
+        for (topic, ids) in paced {
+            let Some(rate) = self.controls.rate(topic) else {
+                continue;
+            };
+            let (granted, slot) = match self.index.pace(topic, ids.len(), rate, PACE_TICK).await {
+                Ok(answer) => answer,
+                Err(err) => {
+                    metrics::index_failed("pace", ids.len(), &err);
+                    (0, redis_now_ms + self.config.retry_delay.as_millis() as i64)
+                }
+            };
+            free.extend_from_slice(&ids[..granted]);
+            let held = &ids[granted..];
+            if held.is_empty() {
+                continue;
+            }
+            // Job i of those held goes at slot + i / rate, rounded up to a
+            // tick.
+            let back: Vec<(JobId, i64)> = held
+                .iter()
+                .enumerate()
+                .map(|(i, id)| {
+                    let at = slot + (i as i64 * 1000) / i64::from(rate);
+                    (*id, (at + tick_ms - 1) / tick_ms * tick_ms)
+                })
+                .collect();
+            metrics::dispatch_paced(topic, held.len());
+            self.index_requeue(&back).await;
+        }
+        free
+    }
+
+    async fn claim_all(&self, ownership: &Ownership) -> Vec<Claim> {
+        let claims = ownership.shards.keys().map(|shard| {
+            self.index.job_claim(
+                *shard,
+                self.config.batch,
+                self.config.lease,
+                self.config.lookahead,
+            )
+        });
+        let mut out = Vec::with_capacity(ownership.shards.len());
+        for result in join_all(claims).await {
+            match result {
+                Ok(claim) => out.push(claim),
+                Err(err) => metrics::index_failed("claim", 0, &err),
+            }
+        }
+        out
+    }
+
+    /// The MySQL compare-and-set on the claimed ids; returns the jobs won
+    /// (due within the lookahead by the database's clock) and where that
+    /// clock stood. Ids not due by then go back to Redis (or out of it,
+    /// beyond the window); stale ones are dropped from it.
+    ///
+    /// Long because it is one step of the hot path with its three outcomes
+    /// (won, not due yet, stale), each followed in Redis at once.
+    async fn cas(
+        &self,
+        ids: &[JobId],
+        token: u64,
+        fence: &crate::store::Fence,
+        redis_now_ms: i64,
+        report: &mut DispatchReport,
+    ) -> Option<(Vec<Job>, DbClock)> {
+        let outcome = match self
+            .store
+            .job_claim_many_with(
+                ids,
+                token,
+                self.config.lease,
+                fence,
+                self.controls.claim_checks_pauses(),
+                self.config.lookahead,
+            )
+            .await
+        {
+            Ok(outcome) => outcome,
+            Err(err) => {
+                tracing::warn!(error = %err, num_jobs = ids.len(), "claim compare-and-set failed");
+                let retry_ms = redis_now_ms + self.config.retry_delay.as_millis() as i64;
+                let back: Vec<(JobId, i64)> = ids.iter().map(|id| (*id, retry_ms)).collect();
+                self.index_requeue(&back).await;
+                report.failed = ids.len();
+                return None;
+            }
+        };
+        let answered = Instant::now();
+        if !outcome.fenced.is_empty() {
+            // This instance lost a shard (paused past its TTL, or handed it
+            // back): the ids are the new owner's, due now.
+            tracing::warn!(
+                num_jobs = outcome.fenced.len(),
+                "claim fenced off: a shard has a new owner"
+            );
+            metrics::dispatch_fenced(outcome.fenced.len());
+            let back: Vec<(JobId, i64)> = outcome
+                .fenced
+                .iter()
+                .map(|id| (*id, redis_now_ms))
+                .collect();
+            self.index_requeue(&back).await;
+            self.refresh.notify_one();
+        }
+        if !outcome.paused.is_empty() {
+            // Out of the index while the topic is paused; a resume puts
+            // them back.
+            metrics::dispatch_held("paused", outcome.paused.len());
+            if let Err(err) = self.index.job_remove_many(&outcome.paused).await {
+                metrics::index_failed("drop jobs of paused topics", outcome.paused.len(), &err);
+            }
+        }
+        if !outcome.expired.is_empty() {
+            metrics::dispatch_held("expired", outcome.expired.len());
+            match self.store.job_expire_many(&outcome.expired).await {
+                Ok(n) => tracing::info!(
+                    num_jobs = n,
+                    "occurrences past their misfire grace cancelled"
+                ),
+                // They stay pending and expired: the next claim tries again.
+                Err(err) => tracing::warn!(error = %err, "cannot cancel expired jobs"),
+            }
+            if let Err(err) = self.index.job_remove_many(&outcome.expired).await {
+                metrics::index_failed("drop expired jobs", outcome.expired.len(), &err);
+            }
+        }
+        if !outcome.unreadable.is_empty() {
+            // Set aside as dead by the compare-and-set itself; the others
+            // of the pass go on.
+            for (id, reason) in &outcome.unreadable {
+                tracing::error!(job_id = id, error = %reason, "claimed row does not decode; set aside as dead");
+            }
+            metrics::jobs_unreadable(outcome.unreadable.len());
+            let ids: Vec<JobId> = outcome.unreadable.iter().map(|(id, _)| *id).collect();
+            if let Err(err) = self.index.job_remove_many(&ids).await {
+                metrics::index_failed("drop unreadable jobs", ids.len(), &err);
+            }
+        }
+        report.stale = outcome.stale.len();
+        report.not_due = outcome.not_due.len();
+        metrics::dispatch_cas_lost(outcome.stale.len() + outcome.not_due.len());
+        if !outcome.stale.is_empty() {
+            if let Err(err) = self.index.job_remove_many(&outcome.stale).await {
+                metrics::index_failed("drop stale entries", outcome.stale.len(), &err);
+            }
+        }
+        if !outcome.not_due.is_empty() {
+            // Moved later (by hand), or Redis's clock runs ahead of MySQL's:
+            // back at the time MySQL will agree it is due — the schedule plus
+            // how far Redis is ahead — if that is inside the window, else out
+            // of Redis until the loader brings it back.
+            let skew_ms = outcome.db_now.map_or(0, |db_now| {
+                (redis_now_ms - db_now.timestamp_millis()).max(0)
+            });
+            let horizon_ms = redis_now_ms + self.config.window.as_millis() as i64;
+            let (back, beyond): (Vec<(JobId, i64)>, Vec<(JobId, i64)>) = outcome
+                .not_due
+                .iter()
+                .map(|e| (e.id, e.schedule_time.timestamp_millis() + skew_ms))
+                .partition(|(_, ms)| *ms < horizon_ms);
+            if skew_ms > 1_000 {
+                tracing::warn!(skew_ms, "redis's clock runs ahead of mysql's");
+            }
+            self.index_requeue(&back).await;
+            let beyond: Vec<JobId> = beyond.into_iter().map(|(id, _)| id).collect();
+            if let Err(err) = self.index.job_remove_many(&beyond).await {
+                metrics::index_failed("drop jobs moved beyond the window", beyond.len(), &err);
+            }
+        }
+        let db_now = outcome.db_now?;
+        if outcome.won.is_empty() {
+            return None;
+        }
+        let clock = DbClock {
+            db_ms: db_now.timestamp_millis(),
+            at: answered,
+        };
+        Some((outcome.won, clock))
+    }
+
+    /// How long after its claim a job may still be handed to the producer:
+    /// its record then reaches the broker or is given up by the producer
+    /// (`message.timeout.ms`) before the claim's lease expires, with a
+    /// margin for what is on the wire. Past the lease the reconciler reads
+    /// the topic back, and that reading must be final.
+    pub(super) fn send_window(&self) -> Duration {
+        self.config
+            .lease
+            .saturating_sub(Duration::from_millis(self.config.message_timeout_ms))
+            .saturating_sub(self.config.doubt_margin)
+    }
+
+    pub(super) async fn index_requeue(&self, jobs: &[(JobId, i64)]) {
+        if let Err(err) = self.index.job_requeue_many(jobs).await {
+            // The in-flight lease returns them to the due set anyway.
+            metrics::index_failed("requeue", jobs.len(), &err);
+        }
+    }
+}
