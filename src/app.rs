@@ -19,7 +19,7 @@ use tokio_util::task::TaskTracker;
 use crate::api::{self, ApiState, ServeLimits};
 use crate::auth::{Principal, TokenCache, TokenCacheConfig};
 use crate::bulk::BulkRunner;
-use crate::config::{AuthMode, Config};
+use crate::config::{AuthMode, Config, Role};
 use crate::dispatcher::{DispatchError, Dispatcher, DispatcherConfig};
 use crate::index::{self, Index, IndexError};
 use crate::ingress::{Ingress, IngressConfig};
@@ -378,7 +378,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
         failure: RoleFailure::default(),
     };
     start_roles(&shared, &pools)?;
-    let http_addr = if shared.config.has_role("api") {
+    let http_addr = if shared.config.has_role(Role::Api) {
         Some(start_api(&shared, &pools.api).await?)
     } else {
         None
@@ -414,8 +414,8 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
         cancel,
         ..
     } = shared;
-    let ingress = config.has_role("ingress") && !config.ingress.topics.is_empty();
-    if config.has_role("api") || config.has_role("dispatcher") || ingress {
+    let ingress = config.has_role(Role::Ingress) && !config.ingress.topics.is_empty();
+    if config.has_role(Role::Api) || config.has_role(Role::Dispatcher) || ingress {
         shared.spawn_role(
             "topics",
             service::run(shared.topics.clone(), cancel.child_token()),
@@ -424,7 +424,7 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
     // Paused and paced topics, read every second; the reconciler's role
     // puts a resumed topic's jobs back in the index.
     let reindex = config
-        .has_role("reconciler")
+        .has_role(Role::Reconciler)
         .then(|| (index.clone(), wake.clone()));
     let refresher = ControlsRefresher::new(
         shared.controls.clone(),
@@ -444,7 +444,7 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
         wake.clone(),
     );
     let dispatcher_done = CancellationToken::new();
-    if config.has_role("dispatcher") {
+    if config.has_role(Role::Dispatcher) {
         let dispatcher = Dispatcher::new(
             pools.dispatcher.clone(),
             index.clone(),
@@ -468,7 +468,7 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
         "membership",
         membership.run(cancel.child_token(), dispatcher_done),
     );
-    if config.has_role("loader") {
+    if config.has_role(Role::Loader) {
         let loader = Loader::new(
             pools.reconciler.clone(),
             index.clone(),
@@ -487,7 +487,7 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
             service::run(materializer, cancel.child_token()),
         );
     }
-    if config.has_role("reconciler") {
+    if config.has_role(Role::Reconciler) {
         let reporter = Reporter::new(
             pools.reconciler.clone(),
             index.clone(),
@@ -509,7 +509,7 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
             shared.spawn_role("purger", service::run(purger, cancel.child_token()));
         }
     }
-    if config.has_role("results") {
+    if config.has_role(Role::Results) {
         let consumer = ResultsConsumer::new(
             shared.resolver(&pools.results),
             ResultsConsumerConfig::from_config(config),

@@ -43,7 +43,7 @@ pub struct Config {
     /// Roles this process runs: any of `api`, `loader`, `dispatcher`,
     /// `reconciler`, `results`, `ingress` (which does nothing unless
     /// `ingress.topics` names a request topic).
-    pub roles: Vec<String>,
+    pub roles: Vec<Role>,
     /// Number of logical shards (one Redis ZSET each) a new deployment
     /// starts with. After the first start the count is the deployment's,
     /// kept in MySQL (`shard_leases`); raise it with `tickler shards resize`.
@@ -345,7 +345,7 @@ impl Default for Config {
             kafka_brokers: "127.0.0.1:9092".to_owned(),
             kafka_options: BTreeMap::new(),
             http_addr: "127.0.0.1:8080".to_owned(),
-            roles: ROLES.iter().map(|role| role.to_string()).collect(),
+            roles: Role::ALL.to_vec(),
             shards: 16,
             instance_ttl_ms: 5_000,
             truth_interval_ms: 15_000,
@@ -509,14 +509,54 @@ pub const INGRESS_TOPIC_MAX: usize = 100;
 /// cancelled, so the stretch stays short.
 pub const DISPATCH_LOOKAHEAD_MAX_MS: u64 = 1_000;
 
-pub const ROLES: [&str; 6] = [
-    "api",
-    "loader",
-    "dispatcher",
-    "reconciler",
-    "results",
-    "ingress",
-];
+/// What an instance does (`roles`); every instance also keeps its
+/// membership and its copy of the topic controls.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Role {
+    /// The HTTP API (and the token cache, the bulk runner).
+    Api,
+    /// The loader and the schedule materializer.
+    Loader,
+    /// Claims due jobs and produces them.
+    Dispatcher,
+    /// Repairs from MySQL, the retention purge, the gauges.
+    Reconciler,
+    /// Consumes the results topic; produces dead letters.
+    Results,
+    /// Jobs scheduled by producing to a request topic.
+    Ingress,
+}
+
+impl Role {
+    /// Every role, in the order `tickler config` prints them.
+    pub const ALL: [Role; 6] = [
+        Role::Api,
+        Role::Loader,
+        Role::Dispatcher,
+        Role::Reconciler,
+        Role::Results,
+        Role::Ingress,
+    ];
+
+    /// The role's name in the configuration and in `instances.roles`.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Role::Api => "api",
+            Role::Loader => "loader",
+            Role::Dispatcher => "dispatcher",
+            Role::Reconciler => "reconciler",
+            Role::Results => "results",
+            Role::Ingress => "ingress",
+        }
+    }
+}
+
+impl std::fmt::Display for Role {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
 
 /// `scheme://user:password@host…` with the password (and anything after
 /// `?` that names one) masked.
@@ -868,12 +908,6 @@ impl Config {
                 "must be given together",
             ));
         }
-        if let Some(role) = self.roles.iter().find(|r| !ROLES.contains(&r.as_str())) {
-            return Err(ConfigError::Invalid {
-                field: "roles".into(),
-                problem: format!("has unknown role {role:?} (known: {})", ROLES.join(", ")),
-            });
-        }
         if !(1..=16_384).contains(&self.shards) {
             return Err(invalid("shards", "must be between 1 and 16384"));
         }
@@ -891,7 +925,7 @@ impl Config {
         if self.auth == AuthMode::None
             && !http_addr.ip().is_loopback()
             && !self.allow_anonymous
-            && self.has_role("api")
+            && self.has_role(Role::Api)
         {
             return Err(ConfigError::Invalid {
                 field: "auth".into(),
@@ -1186,8 +1220,8 @@ impl Config {
         serde_json::to_value(&shown).unwrap_or_default()
     }
 
-    pub fn has_role(&self, role: &str) -> bool {
-        self.roles.iter().any(|r| r == role)
+    pub fn has_role(&self, role: Role) -> bool {
+        self.roles.contains(&role)
     }
 
     pub fn window(&self) -> Duration {
@@ -1462,7 +1496,7 @@ mod tests {
         assert_eq!(config.kafka_brokers, "127.0.0.1:9092");
         assert_eq!(config.shards, 16);
         assert_eq!(config.window(), Duration::from_secs(600));
-        for role in ["api", "loader", "dispatcher", "reconciler", "results"] {
+        for role in Role::ALL {
             assert!(config.has_role(role), "{role} runs by default");
         }
     }
@@ -1476,7 +1510,7 @@ mod tests {
             let config = Config::load(Some(Path::new("tickler.toml"))).unwrap();
             assert_eq!(config.shards, 8);
             assert_eq!(config.redis_prefix, "from-env");
-            assert_eq!(config.roles, vec!["api".to_owned()]);
+            assert_eq!(config.roles, vec![Role::Api]);
             Ok(())
         });
     }
@@ -1493,14 +1527,12 @@ mod tests {
                 err.contains("\"SHARDS\"") && err.contains("TICKLER_"),
                 "{err}"
             );
+            jail.set_env("TICKLER_SHARDS", "8");
+            jail.set_env("TICKLER_ROLES", "[api, reaper]");
+            let err = Config::load(None).unwrap_err().to_string();
+            assert!(err.contains("reaper") && err.contains("ROLES"), "{err}");
             Ok(())
         });
-        let config = Config {
-            roles: vec!["api".into(), "reaper".into()],
-            ..Config::default()
-        };
-        let err = config.validate().unwrap_err().to_string();
-        assert!(err.contains("\"reaper\""), "{err}");
         let config = Config {
             retention_days: 40_000,
             ..Config::default()
@@ -1621,7 +1653,7 @@ mod tests {
         config.http_addr = "0.0.0.0:8080".to_owned();
         config.auth = AuthMode::Tokens;
         config.validate().unwrap();
-        config.roles = vec!["dispatcher".to_owned()];
+        config.roles = vec![Role::Dispatcher];
         config.auth = AuthMode::None;
         config.validate().unwrap();
     }

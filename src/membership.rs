@@ -33,7 +33,7 @@ use std::time::Duration;
 use tokio::sync::{watch, Notify};
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
+use crate::config::{Config, Role};
 use crate::index::Index;
 use crate::metrics;
 use crate::store::{Beat, Fence, InstanceInfo, LeaseRow, Store, StoreError};
@@ -73,7 +73,7 @@ impl MembershipConfig {
         MembershipConfig {
             ttl,
             heartbeat: (ttl / 5).max(Duration::from_millis(100)),
-            dispatcher: config.has_role("dispatcher"),
+            dispatcher: config.has_role(Role::Dispatcher),
             doubt_margin: Duration::from_millis(config.doubt_margin_ms),
             doubt_quiet: Duration::from_millis(config.kafka_message_timeout_ms)
                 + Duration::from_millis(config.doubt_margin_ms),
@@ -90,7 +90,12 @@ impl MembershipConfig {
                     env!("CARGO_PKG_VERSION"),
                     crate::store::schema_newest()
                 ),
-                roles: config.roles.join(","),
+                roles: config
+                    .roles
+                    .iter()
+                    .map(|role| role.as_str())
+                    .collect::<Vec<_>>()
+                    .join(","),
                 // Set by `Membership::new` from `ttl` and `doubt_quiet`.
                 ttl: None,
                 quiet: None,
@@ -552,7 +557,7 @@ impl Membership {
         self.count_follow(leases.len() as u32);
         let live: Vec<u64> = instances
             .iter()
-            .filter(|i| i.live && i.has_role("dispatcher"))
+            .filter(|i| i.live && i.has_role(Role::Dispatcher))
             .map(|i| i.id)
             .collect();
         report.live = instances.iter().filter(|i| i.live).count();

@@ -10,7 +10,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio::sync::watch;
 
-use crate::config::Config;
+use crate::config::{Config, Role};
 use crate::index::Index;
 use crate::membership::Ownership;
 use crate::metrics;
@@ -115,7 +115,7 @@ impl Service for Reporter {
         let live = self.store.instances_list(self.config.instance_ttl).await?;
         let reporter = live
             .iter()
-            .filter(|i| i.live && i.has_role("reconciler"))
+            .filter(|i| i.live && i.has_role(Role::Reconciler))
             .map(|i| i.id)
             .min();
         if me.is_none() || reporter != me {

@@ -16,7 +16,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, DurationRound, Utc};
 use serde::Serialize;
 
-use crate::config::Config;
+use crate::config::{Config, Role};
 use crate::index::Index;
 use crate::kafka;
 use crate::store::{Overdue, ScheduleStats, Store, StoreError, TopicCount};
@@ -194,7 +194,7 @@ impl Truth {
                 live: instances.iter().filter(|i| i.live).count(),
                 dispatchers: instances
                     .iter()
-                    .filter(|i| i.live && i.has_role("dispatcher"))
+                    .filter(|i| i.live && i.has_role(Role::Dispatcher))
                     .count(),
             },
             results_lag,

@@ -4,6 +4,7 @@
 use std::time::Duration;
 
 use serde_json::json;
+use tickler::config::Role;
 use tickler::index::Location;
 use tickler::service::Service;
 use tickler_testkit::{eventually, records_read, TestEnv};
@@ -311,7 +312,7 @@ async fn one_dispatcher_pass_reports_what_became_of_each_claimed_id() {
 
     // The API alone: the pass below is the only dispatcher.
     let env = TestEnv::start_with(|c| {
-        c.roles = vec!["api".to_owned()];
+        c.roles = vec![Role::Api];
         c.topic_check = tickler::config::TopicCheck::Off;
     })
     .await;

@@ -11,12 +11,13 @@ use chrono::Utc;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
 use serde_json::json;
+use tickler::config::Role;
 use tickler::doctor::{Doctor, DoctorConfig, DoctorReport as Report, Finding, Verdict};
 use tickler_testkit::TestEnv;
 
 /// A tickler serving only the API: nothing repairs what the test breaks.
 async fn start() -> TestEnv {
-    TestEnv::start_with(|c| c.roles = vec!["api".to_owned()]).await
+    TestEnv::start_with(|c| c.roles = vec![Role::Api]).await
 }
 
 fn doctor(env: &TestEnv) -> Doctor {
@@ -289,9 +290,7 @@ async fn schedules_left_behind_by_a_stopped_materializer_are_found_and_counted()
     // No instance runs the loader role, so nothing creates occurrences
     // after the API's first ones.
     let env = TestEnv::start_with(|c| {
-        c.roles = ["api", "dispatcher", "reconciler", "results"]
-            .map(String::from)
-            .to_vec()
+        c.roles = vec![Role::Api, Role::Dispatcher, Role::Reconciler, Role::Results]
     })
     .await;
     let (status, schedule) = env

@@ -12,6 +12,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
 use serde_json::{json, Value};
 use tickler::config::Config;
+use tickler::config::Role;
 use tickler::dispatcher::{Dispatcher, DispatcherConfig};
 use tickler::kafka::Topics;
 use tickler::membership::{Membership, MembershipConfig};
@@ -26,7 +27,7 @@ use tokio::sync::Notify;
 /// The API alone: the test drives every other role.
 async fn api_only(adjust: impl FnOnce(&mut Config)) -> TestEnv {
     TestEnv::start_with(|c| {
-        c.roles = vec!["api".to_owned()];
+        c.roles = vec![Role::Api];
         adjust(c);
     })
     .await

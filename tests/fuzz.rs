@@ -12,6 +12,7 @@ use std::time::{Duration, Instant};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Map, Value};
+use tickler::config::Role;
 use tickler_testkit::TestEnv;
 
 const FIELDS: &[&str] = &[
@@ -311,7 +312,7 @@ async fn random_requests_get_answers_never_a_5xx_and_refusals_write_nothing() {
         .unwrap_or_else(rand::random);
     println!("fuzz seed {seed} (TICKLER_FUZZ_SEED={seed} replays), {seconds} s");
     // The API alone: no other role writes rows behind the checks' back.
-    let env = TestEnv::start_with(|c| c.roles = vec!["api".to_owned()]).await;
+    let env = TestEnv::start_with(|c| c.roles = vec![Role::Api]).await;
     let mut ids = Vec::new();
     for n in 0..3 {
         let job = env

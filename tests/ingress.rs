@@ -13,6 +13,7 @@ use rdkafka::consumer::StreamConsumer;
 use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::Value;
+use tickler::config::Role;
 use tickler::config::{Config, IngressTopic};
 use tickler::ingress::{Ingress, IngressConfig};
 use tickler::job::time_format;
@@ -50,7 +51,7 @@ async fn setup(targets: &[&str], run_ingress: bool) -> Setup {
         c.ingress.reply_topic = Some(rep);
         c.ingress.group = unique("tickler-t-ingress-");
         if !run_ingress {
-            c.roles.retain(|role| role != "ingress");
+            c.roles.retain(|role| *role != Role::Ingress);
         }
     })
     .await;

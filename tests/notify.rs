@@ -9,6 +9,7 @@ use axum::http::StatusCode;
 use axum::routing::post;
 use axum::{Json, Router};
 use serde_json::{json, Value};
+use tickler::config::Role;
 use tickler_testkit::{eventually, TestEnv};
 
 /// A webhook receiver that refuses its first `refuse` posts (503), then
@@ -57,7 +58,7 @@ async fn dead_jobs_and_a_backlog_reach_the_webhook_even_after_it_failed() {
     let (url, bodies) = receiver(2).await;
     // No dispatcher: a due job stays overdue.
     let env = TestEnv::start_with(|c| {
-        c.roles = ["api", "loader", "reconciler"].map(String::from).to_vec();
+        c.roles = vec![Role::Api, Role::Loader, Role::Reconciler];
         c.truth_interval_ms = 1_000;
         c.truth_counts_interval_ms = 1_000;
         c.notify_webhook_url = Some(url);

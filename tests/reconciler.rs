@@ -8,6 +8,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::json;
+use tickler::config::Role;
 use tickler::purger::{PurgeReport, Purger, PurgerConfig};
 use tickler::reconciler::{Reconciler, ReconcilerConfig};
 use tickler::resolver::Resolver;
@@ -42,7 +43,7 @@ fn purger(env: &TestEnv) -> Purger {
 /// A tickler whose own reconciler is off, so the test drives repairs.
 async fn env_without_reconciler() -> TestEnv {
     TestEnv::start_with(|c| {
-        c.roles = vec!["api".into(), "loader".into(), "dispatcher".into()];
+        c.roles = vec![Role::Api, Role::Loader, Role::Dispatcher];
     })
     .await
 }

@@ -9,6 +9,7 @@ use std::time::Duration;
 
 use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::{json, Value};
+use tickler::config::Role;
 use tickler::kafka;
 use tickler::service::Service;
 use tickler::store::Dispatched;
@@ -798,7 +799,7 @@ async fn reports_read_while_mysql_is_down_survive_a_kill() {
 /// turn it back into `dispatched`.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_report_that_beats_the_mark_wins_and_the_mark_records_the_position() {
-    let env = TestEnv::start_with(|c| c.roles = vec!["api".into()]).await;
+    let env = TestEnv::start_with(|c| c.roles = vec![Role::Api]).await;
     let job = env
         .job_create(json!({"payload": 1, "delay_ms": 0, "expects_result": true}))
         .await;
@@ -855,9 +856,7 @@ async fn a_far_retry_reported_before_the_mark_leaves_no_claim_in_redis() {
     // No dispatcher: the test plays it, up to the claim, and stops there —
     // as when a consumer's report beats the dispatcher's mark.
     let env = TestEnv::start_with(|c| {
-        c.roles = ["api", "loader", "reconciler", "results"]
-            .map(String::from)
-            .to_vec()
+        c.roles = vec![Role::Api, Role::Loader, Role::Reconciler, Role::Results]
     })
     .await;
     let job = env
@@ -906,7 +905,7 @@ async fn the_dead_letter_producer_produces_each_owed_record_once() {
     let dead = unique("tickler-dead-");
     // The API only: no other producer empties the outbox.
     let env = TestEnv::start_with(|c| {
-        c.roles = vec!["api".to_owned()];
+        c.roles = vec![Role::Api];
         c.dead_letter_topic = Some(dead.clone());
     })
     .await;
@@ -997,7 +996,7 @@ async fn the_results_consumer_applies_a_batch_and_commits_it() {
     use tickler::results::{ResultsConsumer, ResultsConsumerConfig};
     // No results role: this test's consumer is the group's only member.
     let env = TestEnv::start_with(|c| {
-        c.roles = ["api", "loader", "dispatcher"].map(String::from).to_vec();
+        c.roles = vec![Role::Api, Role::Loader, Role::Dispatcher];
     })
     .await;
     let consumer = env.consumer();

@@ -6,6 +6,7 @@
 use std::time::Duration;
 
 use chrono::Utc;
+use tickler::config::Role;
 use tickler::job::{JobId, Status};
 use tickler::store::{Beat, Cancelled, Dispatched, Fence, InstanceInfo, LeaseRow, Store};
 use tickler_testkit::store::{Db, LEASE, SHARDS};
@@ -54,7 +55,7 @@ async fn an_instance_registers_beats_its_heart_and_is_listed_alive_by_the_databa
         ("host-a", 11, Some("pid:[4026531836]"), "1.2.3")
     );
     assert_eq!(row.roles, ["dispatcher", "api"]);
-    assert!(row.has_role("api") && !row.has_role("results"));
+    assert!(row.has_role(Role::Api) && !row.has_role(Role::Results));
     assert!(row.live && row.started_at >= before && row.heartbeat_at == row.started_at);
 
     // Silent past the TTL: dead for everyone, until it beats again.

@@ -13,6 +13,7 @@ use sqlx::mysql::MySqlPool;
 use sqlx::Connection;
 use tickler::app::{self, StartError};
 use tickler::config::Config;
+use tickler::config::Role;
 use tickler::kafka;
 use tickler::store::Store;
 use tickler_testkit::procs::{PrivateMariadb, PrivateRedis, PrivateTansu};
@@ -52,7 +53,7 @@ async fn mysql_over_tls_with_verified_identity_and_a_wrong_ca_stops_start_up() {
     Store::migrate(&url).await.expect("migrates over TLS");
 
     let mut config = test_config(&url, &unique("tickler-t-"));
-    config.roles = vec!["api".to_owned()];
+    config.roles = vec![Role::Api];
     let topic = unique("tickler-test-");
     kafka::topic_ensure(&config.kafka_brokers, &topic, 1)
         .await
@@ -264,7 +265,7 @@ async fn a_database_that_is_down_does_not_stop_start_up_but_a_bad_certificate_do
     let (db, url) = database_create().await;
     let mut config = test_config(&url, &unique("tickler-t-"));
     config.mysql_url = "mysql://tickler:tickler@127.0.0.1:1/nothing".to_owned();
-    config.roles = vec!["api".to_owned()];
+    config.roles = vec![Role::Api];
     let running = app::start(config, CancellationToken::new())
         .await
         .expect("starts while MySQL is down");

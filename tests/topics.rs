@@ -12,6 +12,7 @@ use std::collections::BTreeSet;
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tickler::config::Role;
 use tickler::service::Service;
 use tickler_testkit::{consumer_from_beginning, eventually, records_read, unique, TestEnv};
 
@@ -356,7 +357,7 @@ async fn the_controls_refresher_reports_a_pause_and_reindexes_the_resumed_topic(
     };
     // The API only: no dispatcher takes the jobs, no other refresher
     // re-indexes them.
-    let env = TestEnv::start_with(|c| c.roles = vec!["api".to_owned()]).await;
+    let env = TestEnv::start_with(|c| c.roles = vec![Role::Api]).await;
     let topic = env.topic.clone();
     let ids = jobs_create(&env, &topic, 3, |_| 60_000).await;
     let wake = std::sync::Arc::new(tokio::sync::Notify::new());

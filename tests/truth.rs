@@ -6,13 +6,14 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
+use tickler::config::Role;
 use tickler::service::Service;
 use tickler_testkit::{eventually, records_read, TestEnv};
 
 /// A tickler without a dispatcher, so due jobs stay due.
 async fn start_without_dispatcher() -> TestEnv {
     TestEnv::start_with(|c| {
-        c.roles = ["api", "loader", "reconciler"].map(String::from).to_vec();
+        c.roles = vec![Role::Api, Role::Loader, Role::Reconciler];
         c.truth_interval_ms = 1_000;
         c.truth_counts_interval_ms = 1_000;
     })

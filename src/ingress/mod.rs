@@ -43,7 +43,7 @@ use crate::kafka::{self, Topics};
 use crate::metrics;
 use crate::store::Store;
 
-pub use pass::{Batch, IngressConfig, Outcome, Taken, INGRESS_LINGER};
+pub use pass::{Batch, IngressConfig, RequestOutcome, Taken, INGRESS_LINGER};
 use write::Writer;
 pub use write::WRITES_AT_ONCE;
 /// Connections the ingress writes with: two passes at once (one being
@@ -112,13 +112,13 @@ struct Writing {
     targets: HashSet<u64>,
     took_take: Duration,
     started: Instant,
-    task: JoinHandle<(Batch, Option<Vec<Outcome>>)>,
+    task: JoinHandle<(Batch, Option<Vec<RequestOutcome>>)>,
 }
 
 /// What a pass's turn comes to while another is being written.
 enum Next<'a> {
     Record(KafkaResult<BorrowedMessage<'a>>),
-    Written(Result<(Batch, Option<Vec<Outcome>>), tokio::task::JoinError>),
+    Written(Result<(Batch, Option<Vec<RequestOutcome>>), tokio::task::JoinError>),
     Cancelled,
 }
 
@@ -301,7 +301,7 @@ impl Ingress {
     async fn written(
         &self,
         pass: Writing,
-        written: Result<(Batch, Option<Vec<Outcome>>), tokio::task::JoinError>,
+        written: Result<(Batch, Option<Vec<RequestOutcome>>), tokio::task::JoinError>,
     ) -> Option<IngressReport> {
         // A pass before this one was given up: its records are to be read
         // again, and committing this one's offsets would skip them.
@@ -335,7 +335,7 @@ impl Ingress {
                 Some((_, n)) => *n += 1,
                 None => counts.push((counted, 1)),
             }
-            if let Outcome::Refused(err) = outcome {
+            if let RequestOutcome::Refused(err) = outcome {
                 metrics::ingress_refused(&record.topic, err.code());
                 tracing::info!(
                     topic = %record.topic,
@@ -451,7 +451,11 @@ impl Ingress {
     /// Checks and writes the batch's requests, as a pass does; one outcome
     /// per record, in the batch's order. None when cancelled while MySQL
     /// was unavailable.
-    pub async fn apply(&self, batch: &Batch, cancel: &CancellationToken) -> Option<Vec<Outcome>> {
+    pub async fn apply(
+        &self,
+        batch: &Batch,
+        cancel: &CancellationToken,
+    ) -> Option<Vec<RequestOutcome>> {
         let requests = self.writer.requests(batch).await;
         self.writer.apply(batch, &requests, cancel).await
     }
@@ -461,7 +465,7 @@ impl Ingress {
     /// failed). A reply that fails is logged and counted, not retried: the
     /// requests are written, and holding their offsets back would only have
     /// them answered again.
-    pub async fn reply(&self, batch: &Batch, outcomes: &[Outcome]) -> (usize, usize) {
+    pub async fn reply(&self, batch: &Batch, outcomes: &[RequestOutcome]) -> (usize, usize) {
         match &self.replies {
             Some(replies) => replies.send(batch, outcomes).await,
             None => (0, 0),

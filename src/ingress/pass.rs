@@ -172,7 +172,7 @@ pub struct Batch {
 
 /// What became of one request.
 #[derive(Debug, Clone)]
-pub enum Outcome {
+pub enum RequestOutcome {
     Created(Job),
     /// The job this (topic, key) holds is what the request asks for: a
     /// request sent or read again.
@@ -188,41 +188,41 @@ pub enum Outcome {
     Refused(RequestError),
 }
 
-impl Outcome {
+impl RequestOutcome {
     pub fn name(&self) -> &'static str {
         match self {
-            Outcome::Created(_) => "created",
-            Outcome::Existing(_) => "existing",
-            Outcome::Moved(_) => "moved",
-            Outcome::Cancelled(_) => "cancelled",
-            Outcome::TooLate(_) => "too_late",
-            Outcome::InFlight(_) => "in_flight",
-            Outcome::Refused(_) => "error",
+            RequestOutcome::Created(_) => "created",
+            RequestOutcome::Existing(_) => "existing",
+            RequestOutcome::Moved(_) => "moved",
+            RequestOutcome::Cancelled(_) => "cancelled",
+            RequestOutcome::TooLate(_) => "too_late",
+            RequestOutcome::InFlight(_) => "in_flight",
+            RequestOutcome::Refused(_) => "error",
         }
     }
 
     pub fn job(&self) -> Option<&Job> {
         match self {
-            Outcome::Created(job)
-            | Outcome::Existing(job)
-            | Outcome::Moved(job)
-            | Outcome::Cancelled(job)
-            | Outcome::TooLate(job)
-            | Outcome::InFlight(job) => Some(job),
-            Outcome::Refused(_) => None,
+            RequestOutcome::Created(job)
+            | RequestOutcome::Existing(job)
+            | RequestOutcome::Moved(job)
+            | RequestOutcome::Cancelled(job)
+            | RequestOutcome::TooLate(job)
+            | RequestOutcome::InFlight(job) => Some(job),
+            RequestOutcome::Refused(_) => None,
         }
     }
 
     /// What a job no longer pending says to a create, move or cancel.
-    pub(super) fn of_settled(job: Job) -> Outcome {
+    pub(super) fn of_settled(job: Job) -> RequestOutcome {
         match job.status {
-            Status::Dispatched | Status::Succeeded | Status::Dead => Outcome::TooLate(job),
-            Status::Cancelled => Outcome::Refused(RequestError::NotPending(format!(
+            Status::Dispatched | Status::Succeeded | Status::Dead => RequestOutcome::TooLate(job),
+            Status::Cancelled => RequestOutcome::Refused(RequestError::NotPending(format!(
                 "job {} is cancelled: its key cannot schedule again",
                 job.id
             ))),
             // Pending again a moment after it was not: a claim released.
-            Status::Dispatching | Status::Pending => Outcome::InFlight(job),
+            Status::Dispatching | Status::Pending => RequestOutcome::InFlight(job),
         }
     }
 }

@@ -20,7 +20,7 @@ use rdkafka::{ClientConfig, ClientContext};
 use serde::{Serialize, Serializer};
 use tokio::sync::Notify;
 
-use super::pass::{Batch, Outcome, Taken};
+use super::pass::{Batch, RequestOutcome, Taken};
 use super::request::HEADER_CORRELATION_ID;
 use crate::job::{self, Status};
 use crate::metrics;
@@ -52,7 +52,7 @@ impl Replies {
     /// acknowledgements. Returns (acknowledged, failed). Every reply ends
     /// acknowledged or failed within `message.timeout.ms`: librdkafka
     /// reports each record it was given.
-    pub async fn send(&self, batch: &Batch, outcomes: &[Outcome]) -> (usize, usize) {
+    pub async fn send(&self, batch: &Batch, outcomes: &[RequestOutcome]) -> (usize, usize) {
         let acks = Arc::new(Acks::default());
         // Counted before the first is handed over, so that a report cannot
         // bring it to zero while replies are still being handed over.
@@ -129,7 +129,7 @@ impl ProducerContext for Acknowledger {
 }
 
 /// The headers of a reply (librdkafka copies each as it is inserted).
-fn reply_headers(record: &Taken, outcome: &Outcome) -> OwnedHeaders {
+fn reply_headers(record: &Taken, outcome: &RequestOutcome) -> OwnedHeaders {
     let (mut partition, mut offset, mut job_id) = (
         itoa::Buffer::new(),
         itoa::Buffer::new(),
@@ -238,7 +238,7 @@ impl Serialize for RunAt {
 }
 
 /// Writes the value of the reply to `record` into `out`.
-fn reply_body_write(out: &mut Vec<u8>, record: &Taken, outcome: &Outcome) {
+fn reply_body_write(out: &mut Vec<u8>, record: &Taken, outcome: &RequestOutcome) {
     let body = ReplyBody {
         outcome: outcome.name(),
         job: outcome.job().map(|job| ReplyJob {
@@ -254,7 +254,7 @@ fn reply_body_write(out: &mut Vec<u8>, record: &Taken, outcome: &Outcome) {
             },
         }),
         error: match outcome {
-            Outcome::Refused(err) => Some(ReplyError {
+            RequestOutcome::Refused(err) => Some(ReplyError {
                 code: err.code(),
                 message: err.to_string(),
             }),
@@ -277,7 +277,7 @@ mod tests {
 
     #[test]
     fn a_reply_says_the_outcome_the_job_and_where_the_request_was_read() {
-        let refused = Outcome::Refused(RequestError::NotFound {
+        let refused = RequestOutcome::Refused(RequestError::NotFound {
             topic: "orders".to_owned(),
             key: "k".to_owned(),
         });

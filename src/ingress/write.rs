@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use super::pass::{Batch, IngressConfig, Outcome, Taken};
+use super::pass::{Batch, IngressConfig, RequestOutcome, Taken};
 use crate::config::Config;
 use crate::index::{self, Index};
 use crate::job::{Job, NewJob, Status};
@@ -72,7 +72,7 @@ impl Writer {
         batch: &Batch,
         requests: &[Result<Request, RequestError>],
         cancel: &CancellationToken,
-    ) -> Option<Vec<Outcome>> {
+    ) -> Option<Vec<RequestOutcome>> {
         // Each partition's requests in their order; the partitions side by
         // side, as many writes at once as MySQL's CPUs take (requests of
         // different partitions have no order to keep).
@@ -89,7 +89,7 @@ impl Writer {
                 .map(|ats| self.apply_in_order(batch, requests, ats, cancel)),
         )
         .await;
-        let mut outcomes: Vec<Option<Outcome>> = vec![None; requests.len()];
+        let mut outcomes: Vec<Option<RequestOutcome>> = vec![None; requests.len()];
         for partition in applied {
             for (at, outcome) in partition? {
                 outcomes[at] = Some(outcome);
@@ -98,7 +98,7 @@ impl Writer {
         Some(
             outcomes
                 .into_iter()
-                .map(|outcome| outcome.unwrap_or(Outcome::Refused(RequestError::Internal)))
+                .map(|outcome| outcome.unwrap_or(RequestOutcome::Refused(RequestError::Internal)))
                 .collect(),
         )
     }
@@ -113,14 +113,14 @@ impl Writer {
         requests: &[Result<Request, RequestError>],
         ats: &[usize],
         cancel: &CancellationToken,
-    ) -> Option<Vec<(usize, Outcome)>> {
+    ) -> Option<Vec<(usize, RequestOutcome)>> {
         let mut outcomes = Vec::with_capacity(ats.len());
         let mut run: Vec<usize> = Vec::new();
         let mut run_targets: HashSet<(&str, &str)> = HashSet::new();
         for &at in ats {
             let request = match &requests[at] {
                 Err(err) => {
-                    outcomes.push((at, Outcome::Refused(err.clone())));
+                    outcomes.push((at, RequestOutcome::Refused(err.clone())));
                     continue;
                 }
                 Ok(request) => request,
@@ -216,7 +216,7 @@ impl Writer {
         batch: &Batch,
         requests: &[Result<Request, RequestError>],
         run: &[usize],
-        outcomes: &mut Vec<(usize, Outcome)>,
+        outcomes: &mut Vec<(usize, RequestOutcome)>,
         cancel: &CancellationToken,
     ) -> Option<()> {
         let store = self.store_for(&batch.records[run[0]].topic);
@@ -257,7 +257,7 @@ impl Writer {
         requests: &[Result<Request, RequestError>],
         run: &[usize],
         cancel: &CancellationToken,
-    ) -> Option<Vec<(usize, Outcome)>> {
+    ) -> Option<Vec<(usize, RequestOutcome)>> {
         let mut outcomes = Vec::with_capacity(run.len());
         let (jobs, records): (Vec<&NewJob>, Vec<&Taken>) = run
             .iter()
@@ -277,7 +277,7 @@ impl Writer {
                 index::follow_created(&self.index, window, &self.wake, &created, db_now).await;
                 for (((at, job), record), row) in run.iter().zip(&jobs).zip(&records).zip(rows) {
                     let outcome = match row {
-                        BatchRow::Created(created) => Outcome::Created(created),
+                        BatchRow::Created(created) => RequestOutcome::Created(created),
                         BatchRow::Duplicate => self.put_taken(store, job, record, cancel).await?,
                     };
                     outcomes.push((*at, outcome));
@@ -302,7 +302,7 @@ impl Writer {
         job: &NewJob,
         record: &Taken,
         cancel: &CancellationToken,
-    ) -> Option<Outcome> {
+    ) -> Option<RequestOutcome> {
         let jobs = [job];
         let positions = [record.position()];
         match write_retrying(cancel, || store.job_insert_many_at(&jobs, &positions)).await? {
@@ -312,7 +312,7 @@ impl Writer {
                     let window = self.config.window;
                     index::follow_created(&self.index, window, &self.wake, &[&created], db_now)
                         .await;
-                    Some(Outcome::Created(created))
+                    Some(RequestOutcome::Created(created))
                 }
                 _ => self.put_taken(store, job, record, cancel).await,
             },
@@ -329,7 +329,7 @@ impl Writer {
         job: &NewJob,
         record: &Taken,
         cancel: &CancellationToken,
-    ) -> Option<Outcome> {
+    ) -> Option<RequestOutcome> {
         let key = job.key.as_deref().unwrap_or_default();
         // A job changed between reading and moving it is read again.
         for _ in 0..WRITE_FAILURES_MAX {
@@ -344,10 +344,10 @@ impl Writer {
             // of its partition was), so it changes nothing.
             let seen = position.as_deref().is_some_and(|at| record.seen_at(at));
             if seen || job.asks_for_same(&existing) {
-                return Some(Outcome::Existing(existing));
+                return Some(RequestOutcome::Existing(existing));
             }
             if existing.status != Status::Pending {
-                return Some(Outcome::of_settled(existing));
+                return Some(RequestOutcome::of_settled(existing));
             }
             let position_now = record.position();
             let changes = JobChanges {
@@ -371,14 +371,16 @@ impl Writer {
                         db_now,
                     )
                     .await;
-                    return Some(Outcome::Moved(moved));
+                    return Some(RequestOutcome::Moved(moved));
                 }
-                Ok(Modified::NotPending(settled)) => return Some(Outcome::of_settled(settled)),
+                Ok(Modified::NotPending(settled)) => {
+                    return Some(RequestOutcome::of_settled(settled))
+                }
                 Ok(Modified::VersionMismatch(_)) => continue,
                 Err(err) => return Some(internal(&err)),
             }
         }
-        Some(Outcome::Refused(RequestError::Internal))
+        Some(RequestOutcome::Refused(RequestError::Internal))
     }
 
     /// A tombstone: cancels the job holding (topic, key), with the same
@@ -389,10 +391,10 @@ impl Writer {
         topic: &str,
         key: &str,
         cancel: &CancellationToken,
-    ) -> Option<Outcome> {
+    ) -> Option<RequestOutcome> {
         let store = self.store_for(request_topic);
         let not_found = || {
-            Outcome::Refused(RequestError::NotFound {
+            RequestOutcome::Refused(RequestError::NotFound {
                 topic: topic.to_owned(),
                 key: key.to_owned(),
             })
@@ -409,11 +411,11 @@ impl Writer {
                         // Harmless: the dispatcher's CAS refuses a cancelled job.
                         metrics::index_failed("drop a cancelled job", 1, &err);
                     }
-                    Outcome::Cancelled(job)
+                    RequestOutcome::Cancelled(job)
                 }
-                Ok(Cancelled::Already(job)) => Outcome::Cancelled(job),
-                Ok(Cancelled::InFlight(job)) => Outcome::InFlight(job),
-                Ok(Cancelled::TooLate(job)) => Outcome::TooLate(job),
+                Ok(Cancelled::Already(job)) => RequestOutcome::Cancelled(job),
+                Ok(Cancelled::InFlight(job)) => RequestOutcome::InFlight(job),
+                Ok(Cancelled::TooLate(job)) => RequestOutcome::TooLate(job),
                 Err(StoreError::NotFound(_)) => not_found(),
                 Err(err) => internal(&err),
             },
@@ -460,8 +462,8 @@ where
 }
 
 /// A request the database keeps refusing: logged, answered `internal`.
-fn internal(err: &StoreError) -> Outcome {
+fn internal(err: &StoreError) -> RequestOutcome {
     metrics::store_failed("ingress request", err);
     tracing::error!(error = %err, "cannot write an ingress request; skipping it");
-    Outcome::Refused(RequestError::Internal)
+    RequestOutcome::Refused(RequestError::Internal)
 }

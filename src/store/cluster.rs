@@ -13,6 +13,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, QueryBuilder, Row};
 
 use super::{Store, StoreError};
+use crate::config::Role;
 
 /// Who an instance is, as its row says.
 #[derive(Debug, Clone)]
@@ -48,8 +49,8 @@ pub struct InstanceRow {
 }
 
 impl InstanceRow {
-    pub fn has_role(&self, role: &str) -> bool {
-        self.roles.iter().any(|r| r == role)
+    pub fn has_role(&self, role: Role) -> bool {
+        self.roles.iter().any(|r| r == role.as_str())
     }
 }
 
