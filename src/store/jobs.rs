@@ -10,7 +10,7 @@ use sqlx::{MySql, QueryBuilder, Row};
 use super::cluster::{push_fence, Fence};
 use super::db_time;
 use super::history::{event_token, events_insert_rows, events_record, events_record_new, EventRow};
-use super::sql::push_id_list;
+use super::sql::{push_id_list, run_at_push, topic_patterns_push, update_joined};
 use super::{Store, StoreError};
 use crate::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status};
 use crate::policy::Policy;
@@ -1304,35 +1304,6 @@ async fn insert_chunk_on(
     Ok(rows)
 }
 
-/// `UPDATE jobs j JOIN (<rows>) <alias> ON j.id = <alias>.id `, the rows a
-/// derived table of `SELECT … UNION ALL SELECT …`, each written by `row`
-/// (binding `… AS id, …`): one statement for many rows with values of
-/// their own, linear in the rows, and plain SQL on both MySQL 8 and MariaDB
-/// (no `VALUES` row constructor). Callers then push `SET … WHERE …`.
-///
-/// Callers bind no NULL in `row`: a derived table's column takes its type
-/// from its values, and from MySQL 8.0.22 a `?` there is typed VARCHAR at
-/// prepare time and the statement prepared again with the bound types; a
-/// NULL would leave the column's type to chance on one engine or another.
-/// "None" is a plain sentinel (-1, '') read as such in the `SET`.
-pub(super) fn update_joined<'a, T>(
-    rows: &'a [T],
-    alias: &str,
-    mut row: impl FnMut(&mut QueryBuilder<'a, MySql>, &'a T),
-) -> QueryBuilder<'a, MySql> {
-    let mut query = QueryBuilder::<MySql>::new("UPDATE jobs j JOIN (");
-    for (n, item) in rows.iter().enumerate() {
-        query.push(if n == 0 {
-            "SELECT "
-        } else {
-            " UNION ALL SELECT "
-        });
-        row(&mut query, item);
-    }
-    query.push(format!(") {alias} ON j.id = {alias}.id "));
-    query
-}
-
 /// The positions where records landed, as the derived table `d` (id, k
 /// the claim token, p, o, t).
 fn positions_join(jobs: &[Dispatched]) -> QueryBuilder<'_, MySql> {
@@ -1349,39 +1320,6 @@ fn positions_join(jobs: &[Dispatched]) -> QueryBuilder<'_, MySql> {
             .push_bind(db_time(job.dispatched_at))
             .push(" AS t");
     })
-}
-
-/// ` AND` due at or after `from` and before `to`.
-pub(super) fn run_at_push(
-    query: &mut QueryBuilder<'_, MySql>,
-    from: Option<DateTime<Utc>>,
-    to: Option<DateTime<Utc>>,
-) {
-    if let Some(from) = from {
-        query
-            .push(" AND schedule_time >= ")
-            .push_bind(db_time(from));
-    }
-    if let Some(to) = to {
-        query.push(" AND schedule_time < ").push_bind(db_time(to));
-    }
-}
-
-/// ` AND` the topic matches one of `patterns` (None: any topic).
-pub(super) fn topic_patterns_push(
-    query: &mut QueryBuilder<'_, MySql>,
-    patterns: Option<&[String]>,
-) {
-    if let Some(patterns) = patterns {
-        query.push(" AND (FALSE");
-        for pattern in patterns {
-            query
-                .push(" OR topic LIKE ")
-                .push_bind(pattern_like(pattern))
-                .push(" ESCAPE '!'");
-        }
-        query.push(")");
-    }
 }
 
 fn headers_encode(headers: &BTreeMap<String, String>) -> Option<String> {
@@ -1541,24 +1479,6 @@ fn text(row: &MySqlRow, column: &str) -> Result<Option<String>, StoreError> {
         .transpose()
 }
 
-/// The SQL `LIKE` pattern (escape character `!`) matching the topics a
-/// topic pattern (`crate::topic_pattern`) matches; topic names have no `%`
-/// or `!`, only `_` to escape.
-fn pattern_like(pattern: &str) -> String {
-    let mut like = String::with_capacity(pattern.len() + 4);
-    for c in pattern.chars() {
-        match c {
-            '*' => like.push('%'),
-            '_' | '%' | '!' => {
-                like.push('!');
-                like.push(c);
-            }
-            c => like.push(c),
-        }
-    }
-    like
-}
-
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -1578,12 +1498,5 @@ mod tests {
                 .all(|rows| *rows <= INSERT_ROWS_MAX && *rows > 0));
             assert!(sizes.len() <= n / INSERT_ROWS_MAX + 2);
         }
-    }
-
-    #[test]
-    fn topic_patterns_become_like_patterns_that_match_the_same_topics() {
-        assert_eq!(pattern_like("orders.*"), "orders.%");
-        assert_eq!(pattern_like("a_b*c"), "a!_b%c");
-        assert_eq!(pattern_like("*"), "%");
     }
 }

@@ -374,7 +374,7 @@ impl Store {
         if let Some(status) = status {
             query.push(" AND status = ").push_bind(status.as_str());
         }
-        super::jobs::topic_patterns_push(&mut query, topic_patterns);
+        super::sql::topic_patterns_push(&mut query, topic_patterns);
         query.push(" ORDER BY id LIMIT ").push_bind(limit);
         let rows = query.build().fetch_all(&self.pool).await?;
         rows.iter().map(schedule_from_row).collect()
