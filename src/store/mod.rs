@@ -9,6 +9,7 @@
 mod bulk;
 mod cluster;
 mod history;
+mod job_row;
 mod jobs;
 mod migrate;
 mod results;
@@ -34,9 +35,10 @@ use sqlx::{ConnectOptions, Connection, Executor, MySql, Transaction};
 pub use bulk::{BulkAction, BulkBatch, BulkFilter, BulkOp, BulkStatus};
 pub use cluster::{Beat, Fence, InstanceInfo, InstanceRow, LeaseRow};
 pub use history::{BrokenTrigger, HandEditsState};
+pub use job_row::WindowEntry;
 pub use jobs::{
     BatchRow, Cancelled, ClaimOutcome, Dispatched, JobChanges, JobEvent, JobFilter, Marked,
-    Modified, WindowEntry,
+    Modified,
 };
 pub use migrate::newest as schema_newest;
 pub use results::{DeadLetter, Disposition, Redriven, Settled};
