@@ -1,6 +1,8 @@
 //! SQL fragments the store's files share: below every one of them, so that
 //! none has to import another for a piece of a statement.
 
+use std::time::Duration;
+
 use chrono::{DateTime, Utc};
 use sqlx::{MySql, QueryBuilder};
 
@@ -15,6 +17,12 @@ pub(super) fn push_id_list(query: &mut QueryBuilder<'_, MySql>, ids: &[JobId]) {
         list.push_bind(*id);
     }
     query.push(")");
+}
+
+/// A duration as whole microseconds, as `TIMESTAMPADD(MICROSECOND, ?, …)`
+/// takes it bound (the longest past `u64` as `u64::MAX`).
+pub(super) fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
 /// `UPDATE jobs j JOIN (<rows>) <alias> ON j.id = <alias>.id `, the rows a
