@@ -227,13 +227,13 @@ async fn insert_many_past_the_servers_placeholder_limit_is_written_in_statements
     let more: Vec<&NewJob> = more.iter().collect();
     let (rows, _) = db
         .store
-        .job_insert_many_at(&more, &positions)
+        .job_insert_many_with_positions(&more, &positions)
         .await
         .unwrap();
     assert!(matches!(rows[4_000], BatchRow::Duplicate));
     let (_, position) = db
         .store
-        .job_find_by_key_at("t", "m3999")
+        .job_find_by_key_with_position("t", "m3999")
         .await
         .unwrap()
         .unwrap();

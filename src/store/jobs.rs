@@ -110,7 +110,7 @@ impl Store {
 
     /// [`Store::job_modify`] for the Kafka ingress: the change of the
     /// request read at `position`, kept in `ingress_position`.
-    pub async fn job_modify_at(
+    pub async fn job_modify_with_position(
         &self,
         id: JobId,
         version: u32,
@@ -259,27 +259,27 @@ impl Store {
         jobs: &[NewJob],
     ) -> Result<(Vec<BatchRow>, DateTime<Utc>), StoreError> {
         let jobs: Vec<&NewJob> = jobs.iter().collect();
-        super::contention_retry(|| self.job_insert_many_once_at(&jobs, None)).await
+        super::contention_retry(|| self.job_insert_many_once(&jobs, None)).await
     }
 
     /// [`Store::job_insert_many`] for the Kafka ingress: each job with the
     /// position (`<partition>/<offset>/<topic>`) of the request that asks
     /// for it, kept in `ingress_position`.
-    pub async fn job_insert_many_at(
+    pub async fn job_insert_many_with_positions(
         &self,
         jobs: &[&NewJob],
         positions: &[String],
     ) -> Result<(Vec<BatchRow>, DateTime<Utc>), StoreError> {
-        super::contention_retry(|| self.job_insert_many_once_at(jobs, Some(positions))).await
+        super::contention_retry(|| self.job_insert_many_once(jobs, Some(positions))).await
     }
 
-    async fn job_insert_many_once_at(
+    async fn job_insert_many_once(
         &self,
         jobs: &[&NewJob],
         positions: Option<&[String]>,
     ) -> Result<(Vec<BatchRow>, DateTime<Utc>), StoreError> {
         let mut tx = self.begin().await?;
-        let rows = insert_many_on_at(&mut tx, &self.actor, jobs, positions).await?;
+        let rows = insert_many_with_positions_on(&mut tx, &self.actor, jobs, positions).await?;
         let now: NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(3)")
             .fetch_one(&mut *tx)
             .await?;
@@ -417,10 +417,9 @@ impl Store {
         job_from_row(&row)
     }
 
-    /// The id and time of a job with this (topic, key), if any.
     /// The job holding (topic, key), with the ingress position of the last
     /// request that created or moved it (None: no request did).
-    pub async fn job_find_by_key_at(
+    pub async fn job_find_by_key_with_position(
         &self,
         topic: &str,
         key: &str,
@@ -440,6 +439,7 @@ impl Store {
         Ok(Some((job_from_row(&row)?, position)))
     }
 
+    /// The job holding (topic, key), if any.
     pub async fn job_find_by_key(&self, topic: &str, key: &str) -> Result<Option<Job>, StoreError> {
         let row = sqlx::query(&format!(
             "SELECT {JOB_COLUMNS} FROM jobs WHERE topic = ? AND job_key = ?"
@@ -461,7 +461,7 @@ pub(super) async fn insert_many_on(
     jobs: &[NewJob],
 ) -> Result<Vec<BatchRow>, StoreError> {
     let jobs: Vec<&NewJob> = jobs.iter().collect();
-    insert_many_on_at(conn, actor, &jobs, None).await
+    insert_many_with_positions_on(conn, actor, &jobs, None).await
 }
 
 /// Most rows one INSERT statement carries: 16 placeholders a row keeps a
@@ -471,7 +471,7 @@ const INSERT_ROWS_MAX: usize = 2_000;
 
 /// [`insert_many_on`], each row with the ingress position of the request
 /// that asks for it when given: in the statements [`statement_rows`] says.
-async fn insert_many_on_at(
+async fn insert_many_with_positions_on(
     conn: &mut sqlx::MySqlConnection,
     actor: &str,
     jobs: &[&NewJob],
