@@ -10,7 +10,7 @@ use super::db_time;
 use super::history::{event_token, events_insert_rows, events_record_schedule, EventRow};
 use super::job_row::{job_from_row, policy_from_row, JOB_COLUMNS_NO_PAYLOAD};
 use super::jobs::{insert_many_on, BatchRow};
-use super::sql::push_id_list;
+use super::sql::{push_id_list, topic_patterns_push};
 use super::{Store, StoreError};
 use crate::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status};
 use crate::policy::Policy;
@@ -375,7 +375,7 @@ impl Store {
         if let Some(status) = status {
             query.push(" AND status = ").push_bind(status.as_str());
         }
-        super::sql::topic_patterns_push(&mut query, topic_patterns);
+        topic_patterns_push(&mut query, topic_patterns);
         query.push(" ORDER BY id LIMIT ").push_bind(limit);
         let rows = query.build().fetch_all(&self.pool).await?;
         rows.iter().map(schedule_from_row).collect()
