@@ -1,7 +1,8 @@
 //! The store's methods on `instances` and `shard_leases`
 //! (src/store/cluster.rs): who is alive by the database's clock, who owns
 //! each shard at which epoch, the fence a claim must pass, and the rescue of
-//! a dead instance's claims — what each answers and what it leaves alone.
+//! a dead instance's claims (src/store/dispatch.rs) — what each answers and
+//! what it leaves alone.
 
 use std::time::Duration;
 

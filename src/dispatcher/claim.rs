@@ -45,7 +45,7 @@ impl Dispatcher {
         };
 
         // Never 0: that is the placeholder of a job no claim holds
-        // (`store::jobs::CLAIM_NONE`).
+        // (`store::dispatch::CLAIM_NONE`).
         let token: u64 = rand::random::<u64>() | 1;
         let cas_started = Instant::now();
         let Some((jobs, clock)) = self

@@ -267,7 +267,11 @@ impl Writer {
             })
             .unzip();
         let positions: Vec<String> = records.iter().map(|record| record.position()).collect();
-        match write_retrying(cancel, || store.job_insert_many_at(&jobs, &positions)).await? {
+        match write_retrying(cancel, || {
+            store.job_insert_many_with_positions(&jobs, &positions)
+        })
+        .await?
+        {
             Ok((rows, db_now)) => {
                 let created: Vec<&Job> = rows.iter().filter_map(BatchRow::created).collect();
                 metrics::jobs_created(created.len());
@@ -305,7 +309,11 @@ impl Writer {
     ) -> Option<RequestOutcome> {
         let jobs = [job];
         let positions = [record.position()];
-        match write_retrying(cancel, || store.job_insert_many_at(&jobs, &positions)).await? {
+        match write_retrying(cancel, || {
+            store.job_insert_many_with_positions(&jobs, &positions)
+        })
+        .await?
+        {
             Ok((mut rows, db_now)) => match rows.pop() {
                 Some(BatchRow::Created(created)) => {
                     metrics::job_created();
@@ -333,13 +341,16 @@ impl Writer {
         let key = job.key.as_deref().unwrap_or_default();
         // A job changed between reading and moving it is read again.
         for _ in 0..WRITE_FAILURES_MAX {
-            let (existing, position) =
-                match write_retrying(cancel, || store.job_find_by_key_at(&job.topic, key)).await? {
-                    Ok(Some(found)) => found,
-                    // Purged (or deleted by hand) since the insert found it.
-                    Ok(None) => return Box::pin(self.put_one(store, job, record, cancel)).await,
-                    Err(err) => return Some(internal(&err)),
-                };
+            let (existing, position) = match write_retrying(cancel, || {
+                store.job_find_by_key_with_position(&job.topic, key)
+            })
+            .await?
+            {
+                Ok(Some(found)) => found,
+                // Purged (or deleted by hand) since the insert found it.
+                Ok(None) => return Box::pin(self.put_one(store, job, record, cancel)).await,
+                Err(err) => return Some(internal(&err)),
+            };
             // Read again after a crash: applied already (or a later request
             // of its partition was), so it changes nothing.
             let seen = position.as_deref().is_some_and(|at| record.seen_at(at));
@@ -356,7 +367,12 @@ impl Writer {
                 headers: Some(job.headers.clone()),
             };
             match write_retrying(cancel, || {
-                store.job_modify_at(existing.id, existing.version, &changes, &position_now)
+                store.job_modify_with_position(
+                    existing.id,
+                    existing.version,
+                    &changes,
+                    &position_now,
+                )
             })
             .await?
             {

@@ -12,7 +12,8 @@ use sqlx::{MySql, QueryBuilder, Row};
 
 use super::db_time;
 use super::history::{event_token, events_record};
-use super::jobs::{job_from_row, run_at_push, topic_patterns_push, JOB_COLUMNS_NO_PAYLOAD};
+use super::job_row::{job_from_row, JOB_COLUMNS_NO_PAYLOAD};
+use super::sql::{run_at_push, topic_patterns_push};
 use super::{Store, StoreError};
 use crate::job::{Job, JobId, Status};
 

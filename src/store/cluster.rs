@@ -5,13 +5,15 @@
 //! What a crash leaves behind: an instance killed mid-round keeps its row
 //! and its leases; its heartbeat ages past the TTL, after which everyone
 //! treats it as dead: its shards are taken over (epoch + 1) and its
-//! `dispatching` rows rescued.
+//! `dispatching` rows rescued (`job_rescue_dead`, with the other writes of
+//! the dispatch path in dispatch.rs).
 
 use std::time::Duration;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, QueryBuilder, Row};
 
+use super::sql::micros;
 use super::{Store, StoreError};
 use crate::config::Role;
 
@@ -73,10 +75,6 @@ pub struct Fence {
     pub ttl: Duration,
 }
 
-fn micros(d: Duration) -> u64 {
-    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
-}
-
 /// `TIMESTAMPADD(MICROSECOND, -ttl, UTC_TIMESTAMP(3))` pushed with `ttl`
 /// bound: heartbeats at or after it are alive.
 fn push_alive_since(query: &mut QueryBuilder<'_, MySql>, ttl: Duration) {
@@ -89,7 +87,7 @@ fn push_alive_since(query: &mut QueryBuilder<'_, MySql>, ttl: Duration) {
 /// As [`push_alive_since`], by each `instances` row's own TTL (`ttl` for
 /// rows that name none): the instant since which its heartbeat must have
 /// beaten for it to be alive.
-fn push_alive_since_own(query: &mut QueryBuilder<'_, MySql>, ttl: Duration) {
+pub(super) fn push_alive_since_own(query: &mut QueryBuilder<'_, MySql>, ttl: Duration) {
     query
         .push("TIMESTAMPADD(MICROSECOND, -COALESCE(ttl_ms * 1000, ")
         .push_bind(micros(ttl))
@@ -393,144 +391,5 @@ impl Store {
         }
         query.push(")");
         Ok(query.build().execute(&self.pool).await?.rows_affected())
-    }
-
-    /// Puts the claims of instance `id`, whose process is known to have
-    /// exited (its pid gone from its host), in doubt for `quiet` from now:
-    /// a process that exited hands nothing more to a producer, so only what
-    /// was already on the wire can still become visible — the margin, not
-    /// the message timeout. Returns how many rows it put in doubt.
-    ///
-    /// Crash after this commits: the rows are in doubt; any reconciler
-    /// settles them.
-    pub async fn job_rescue_exited(
-        &self,
-        id: u64,
-        quiet: Duration,
-        limit: u32,
-    ) -> Result<u64, StoreError> {
-        let ids: Vec<u64> = sqlx::query_scalar(
-            "SELECT id FROM jobs WHERE status = 'dispatching' AND claimed_by = ? LIMIT ?",
-        )
-        .bind(id)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        let token = super::history::event_token();
-        let mut update = QueryBuilder::<MySql>::new("UPDATE jobs SET event_token = ");
-        update
-            .push_bind(token)
-            .push(
-                ", claim_expires_at = LEAST(COALESCE(claim_expires_at, \
-                 TIMESTAMPADD(MICROSECOND, ",
-            )
-            .push_bind(micros(quiet))
-            .push(", UTC_TIMESTAMP(3))), TIMESTAMPADD(MICROSECOND, ")
-            .push_bind(micros(quiet))
-            .push(
-                ", UTC_TIMESTAMP(3))), \
-                 last_error = CONCAT('claimed by instance ', claimed_by, \
-                 ', which died (its process exited); its topic is read back before the job is produced again'), \
-                 claimed_by = NULL WHERE status = 'dispatching' AND claimed_by = ",
-            )
-            .push_bind(id)
-            .push(" AND id IN ");
-        super::sql::push_id_list(&mut update, &ids);
-        self.rescue_apply(update, &ids, token).await
-    }
-
-    /// Puts the claims of instances dead by the database's clock
-    /// (heartbeat older than their own TTL — `ttl` for rows that name none
-    /// — or no row at all) in doubt, at once rather than after the claim
-    /// lease: a dead instance may have handed their records to the broker,
-    /// or (paused, not dead) may still. It hands nothing to its producer
-    /// once three quarters of its TTL have passed since its last heartbeat
-    /// (`Releaser`), nor ever again a claim from before a lapse, and its
-    /// producer gives up on a record `kafka_message_timeout_ms` after it
-    /// was handed over; so after that and a margin (its quiet time,
-    /// `quiet` from now for a row that names none) nothing of these claims
-    /// can still arrive, and the reconciler reads their topics back to
-    /// tell produced from not. Returns how many
-    /// rows it put in doubt. Safe on several instances at once.
-    ///
-    /// Crash after this commits: the rows are in doubt; any reconciler
-    /// settles them.
-    pub async fn job_rescue_dead(
-        &self,
-        ttl: Duration,
-        quiet: Duration,
-        limit: u32,
-    ) -> Result<u64, StoreError> {
-        // The candidates first, by a plain read that locks nothing: an
-        // UPDATE scanning every `dispatching` row would lock them all (and
-        // the gaps between them) each round, on every instance, and
-        // deadlock with the marks and claims taking the same rows by id.
-        // `claimed_by > 0`: a row set `dispatching` by hand holds no
-        // instance's claim (NULL, or the placeholder 0 it was created
-        // with: see `CLAIM_NONE`); the doubts take it as it is.
-        let mut select = QueryBuilder::<MySql>::new(
-            "SELECT id FROM jobs WHERE status = 'dispatching' AND claimed_by > 0 \
-             AND claimed_by NOT IN (SELECT id FROM instances WHERE heartbeat_at >= ",
-        );
-        push_alive_since_own(&mut select, ttl);
-        select.push(") LIMIT ").push_bind(limit);
-        let ids: Vec<u64> = select.build_query_scalar().fetch_all(&self.pool).await?;
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        // Recorded in the jobs' history as the rescuer's (`membership`): the
-        // moment the claim went in doubt.
-        let token = super::history::event_token();
-        let mut update = QueryBuilder::<MySql>::new("UPDATE jobs SET event_token = ");
-        // When nothing of the dead instance's claims can still become
-        // visible, by its own row: it handed nothing to its producer after
-        // three quarters of its TTL past its last heartbeat (`Releaser`),
-        // and its producer gives up on a record its quiet time (message
-        // timeout and margin) after it was handed over. A row from before
-        // V39 (no settings), or none at all (it left, or was forgotten):
-        // `quiet` from now. Assigned before `claimed_by` is cleared (a
-        // single-table UPDATE assigns left to right).
-        let quiet_end = format!(
-            "COALESCE((SELECT TIMESTAMPADD(MICROSECOND, i.ttl_ms * 750 + i.quiet_ms * 1000, i.heartbeat_at) \
-             FROM instances i WHERE i.id = jobs.claimed_by AND i.ttl_ms IS NOT NULL AND i.quiet_ms IS NOT NULL), \
-             TIMESTAMPADD(MICROSECOND, {}, UTC_TIMESTAMP(3)))",
-            micros(quiet)
-        );
-        // (LEAST of a NULL is NULL: a row without a lease gets the quiet
-        // end itself.)
-        update.push_bind(token).push(format!(
-            ", claim_expires_at = LEAST(COALESCE(claim_expires_at, {quiet_end}), {quiet_end}"
-        ));
-        // The candidates by primary key, checked again on the locked rows.
-        update.push(
-            "), \
-                 last_error = CONCAT('claimed by instance ', claimed_by, \
-                 ', which died; its topic is read back before the job is produced again'), \
-                 claimed_by = NULL WHERE status = 'dispatching' AND claimed_by > 0 \
-                 AND claimed_by NOT IN (SELECT id FROM instances WHERE heartbeat_at >= ",
-        );
-        push_alive_since_own(&mut update, ttl);
-        update.push(") AND id IN ");
-        super::sql::push_id_list(&mut update, &ids);
-        self.rescue_apply(update, &ids, token).await
-    }
-
-    /// Runs a rescue's UPDATE of `ids` (stamped with the history `token`)
-    /// and records the rows it put in doubt, as this handle's actor, in one
-    /// transaction. Returns how many it changed.
-    async fn rescue_apply(
-        &self,
-        mut update: QueryBuilder<'_, MySql>,
-        ids: &[u64],
-        token: u64,
-    ) -> Result<u64, StoreError> {
-        let mut tx = self.begin().await?;
-        let rescued = update.build().execute(&mut *tx).await?.rows_affected();
-        super::history::events_record(&mut tx, &self.actor, ids, token).await?;
-        tx.commit().await?;
-        Ok(rescued)
     }
 }

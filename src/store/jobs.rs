@@ -1,54 +1,23 @@
-//! Queries on the `jobs` table, named noun-then-verb so they sort together.
+//! The API's reads and writes of jobs: insert (one, or many in a few
+//! statements, as the schedules and the Kafka ingress do too), get, find
+//! by key, list, history, modify and cancel. Named noun-then-verb, so they
+//! sort together with the dispatch path's (dispatch.rs); how a row is read
+//! is job_row.rs's.
 
 use std::collections::BTreeMap;
-use std::time::Duration;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
-use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, QueryBuilder, Row};
 
-use super::cluster::{push_fence, Fence};
 use super::db_time;
-use super::history::{event_token, events_insert_rows, events_record, events_record_new, EventRow};
-use super::sql::push_id_list;
+use super::history::{event_token, events_record, events_record_new};
+use super::job_row::{
+    job_created, job_from_row, job_read_back, text, CREATED_COLUMNS, JOB_COLUMNS,
+    JOB_COLUMNS_NO_PAYLOAD,
+};
+use super::sql::{run_at_push, topic_patterns_push};
 use super::{Store, StoreError};
 use crate::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status};
-use crate::policy::Policy;
-
-/// The columns a [`Job`] is read from, with `$payload` in the payload's
-/// place (listings read everything but the payload, which may be large).
-macro_rules! job_columns {
-    ($payload:literal) => {
-        concat!(
-            "id, topic, job_key, ",
-            $payload,
-            ", payload_kind, headers, schedule_time, status, attempt, max_attempts, version, \
-             created_at, updated_at, dispatched_at, kafka_partition, kafka_offset, last_error, \
-             expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, ack_deadline, \
-             trace_parent, schedule_id, expires_at"
-        )
-    };
-}
-
-pub(super) const JOB_COLUMNS: &str = job_columns!("payload");
-
-/// How `last_error` starts on a job set aside because its row does not
-/// decode (`tickler doctor` names them by it).
-pub const UNREADABLE_PREFIX: &str = "unreadable row: ";
-
-/// The claim columns of a job no claim holds, as a release puts them back:
-/// the placeholders a job is created with (the columns' defaults since
-/// V37), of the size the claim writes, so that a claim overwrites them in
-/// place and the row keeps its size and its place in its page. They mean
-/// "no claim", as NULL does (no instance has id 0, no claim token 0, and a
-/// lease that ended in 1970 has ended); the mark sets the four to NULL,
-/// which makes room for the position it writes.
-pub(super) const CLAIM_NONE: &str = "claim_token = 0, claimed_by = 0, \
-     claimed_at = '1970-01-01 00:00:00.000', claim_expires_at = '1970-01-01 00:00:00.000'";
-
-/// The claim's condition that the row's topic is not paused.
-const PAUSED_NOT: &str = "topic NOT IN (SELECT topic FROM topic_controls WHERE paused) AND ";
-pub(super) const JOB_COLUMNS_NO_PAYLOAD: &str = job_columns!("CAST('' AS BINARY) AS payload");
 
 /// What a modification of a pending job changes; None leaves it as is.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -123,92 +92,6 @@ pub struct JobEvent {
     pub attempt: u32,
 }
 
-/// A pending job the loader found entering the window.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct WindowEntry {
-    pub id: JobId,
-    pub schedule_time: DateTime<Utc>,
-}
-
-impl WindowEntry {
-    /// From a row with `id` and `schedule_time`.
-    pub(super) fn from_row(row: &MySqlRow) -> Result<WindowEntry, StoreError> {
-        let at: NaiveDateTime = row.try_get("schedule_time")?;
-        Ok(WindowEntry {
-            id: row.try_get("id")?,
-            schedule_time: at.and_utc(),
-        })
-    }
-}
-
-/// What the claim compare-and-set made of the ids the index suggested.
-#[derive(Debug, Default)]
-pub struct ClaimOutcome {
-    /// Jobs this claim won: now `dispatching` under its token.
-    pub won: Vec<Job>,
-    /// Ids still `pending` but not yet due by the database's clock (moved
-    /// later by hand, or clocks apart): they go back to the index.
-    pub not_due: Vec<WindowEntry>,
-    /// Ids whose row is gone or no longer `pending` (cancelled, already
-    /// dispatched, claimed elsewhere): stale index entries.
-    pub stale: Vec<JobId>,
-    /// Ids still `pending` that this claim could not take because its
-    /// fence failed: the instance lost a shard's lease (or was declared
-    /// dead) since it claimed them in Redis. They belong to the shard's
-    /// new owner.
-    pub fenced: Vec<JobId>,
-    /// Ids still `pending` and due, but past their `expires_at`: to be
-    /// cancelled, never produced.
-    pub expired: Vec<JobId>,
-    /// Ids still `pending` whose topic is paused: out of the index until
-    /// the topic resumes.
-    pub paused: Vec<JobId>,
-    /// Ids this claim won whose row does not decode (a hand edit such as
-    /// `headers = '7'`), with why: set aside as `dead`, never sent.
-    pub unreadable: Vec<(JobId, String)>,
-    /// The database's clock when the claim was decided.
-    pub db_now: Option<DateTime<Utc>>,
-}
-
-/// What marking a claim's jobs did.
-#[derive(Debug, Default)]
-pub struct Marked {
-    /// Rows marked (or, when a report came first, whose position was
-    /// recorded).
-    pub marked: u64,
-    /// Jobs a report sent back to `pending` before the mark: Redis already
-    /// holds them at their retry time, so their entries must stay.
-    pub retried_early: Vec<JobId>,
-}
-
-/// A claim whose outcome is unknown, to be read back from Kafka.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Doubt {
-    pub id: JobId,
-    pub topic: String,
-    pub attempt: u32,
-    /// The claim's token (None only for rows set `dispatching` by hand).
-    pub token: Option<u64>,
-    /// No record of this claim can be older than this (database clock).
-    pub since: DateTime<Utc>,
-    pub schedule_time: DateTime<Utc>,
-}
-
-/// A job produced to Kafka, ready to be marked.
-#[derive(Debug, Clone, Copy)]
-pub struct Dispatched {
-    pub id: JobId,
-    /// The claim that produced it.
-    pub token: u64,
-    pub partition: i32,
-    pub offset: i64,
-    pub dispatched_at: DateTime<Utc>,
-    /// The row's time and attempt as claimed: what its history row says
-    /// when every row of a mark matched.
-    pub schedule_time: DateTime<Utc>,
-    pub attempt: u32,
-}
-
 impl Store {
     /// Changes a pending job whose version is still `version`.
     ///
@@ -227,7 +110,7 @@ impl Store {
 
     /// [`Store::job_modify`] for the Kafka ingress: the change of the
     /// request read at `position`, kept in `ingress_position`.
-    pub async fn job_modify_at(
+    pub async fn job_modify_with_position(
         &self,
         id: JobId,
         version: u32,
@@ -376,27 +259,27 @@ impl Store {
         jobs: &[NewJob],
     ) -> Result<(Vec<BatchRow>, DateTime<Utc>), StoreError> {
         let jobs: Vec<&NewJob> = jobs.iter().collect();
-        super::contention_retry(|| self.job_insert_many_once_at(&jobs, None)).await
+        super::contention_retry(|| self.job_insert_many_once(&jobs, None)).await
     }
 
     /// [`Store::job_insert_many`] for the Kafka ingress: each job with the
     /// position (`<partition>/<offset>/<topic>`) of the request that asks
     /// for it, kept in `ingress_position`.
-    pub async fn job_insert_many_at(
+    pub async fn job_insert_many_with_positions(
         &self,
         jobs: &[&NewJob],
         positions: &[String],
     ) -> Result<(Vec<BatchRow>, DateTime<Utc>), StoreError> {
-        super::contention_retry(|| self.job_insert_many_once_at(jobs, Some(positions))).await
+        super::contention_retry(|| self.job_insert_many_once(jobs, Some(positions))).await
     }
 
-    async fn job_insert_many_once_at(
+    async fn job_insert_many_once(
         &self,
         jobs: &[&NewJob],
         positions: Option<&[String]>,
     ) -> Result<(Vec<BatchRow>, DateTime<Utc>), StoreError> {
         let mut tx = self.begin().await?;
-        let rows = insert_many_on_at(&mut tx, &self.actor, jobs, positions).await?;
+        let rows = insert_many_with_positions_on(&mut tx, &self.actor, jobs, positions).await?;
         let now: NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(3)")
             .fetch_one(&mut *tx)
             .await?;
@@ -471,53 +354,6 @@ impl Store {
             .collect()
     }
 
-    /// Pending jobs changed at or after `since` (by hand, rescheduled,
-    /// requeued, released) — not freshly inserted ones — due before
-    /// `until`, in (`updated_at`, id) order after `after`. Returns them with
-    /// the position of the last one, for paging (one bulk UPDATE gives many
-    /// rows the same `updated_at`).
-    pub async fn job_list_edited(
-        &self,
-        since: DateTime<Utc>,
-        after: Option<(DateTime<Utc>, JobId)>,
-        until: DateTime<Utc>,
-        limit: u32,
-    ) -> Result<(Vec<WindowEntry>, Option<(DateTime<Utc>, JobId)>), StoreError> {
-        // `changed_at` (V31) is NULL for a job as it was inserted: the
-        // range holds only rows changed since, however many were created.
-        let mut query = QueryBuilder::<MySql>::new(
-            "SELECT id, schedule_time, changed_at FROM jobs WHERE status = 'pending' \
-             AND schedule_time < ",
-        );
-        query.push_bind(db_time(until));
-        query.push(" AND changed_at >= ").push_bind(db_time(since));
-        if let Some((at, id)) = after {
-            query
-                .push(" AND (changed_at > ")
-                .push_bind(db_time(at))
-                .push(" OR (changed_at = ")
-                .push_bind(db_time(at))
-                .push(" AND id > ")
-                .push_bind(id)
-                .push("))");
-        }
-        query
-            .push(" ORDER BY changed_at, id LIMIT ")
-            .push_bind(limit);
-        let rows = query.build().fetch_all(&self.pool).await?;
-        let mut last = None;
-        let entries = rows
-            .iter()
-            .map(|row| {
-                let entry = WindowEntry::from_row(row)?;
-                let updated: NaiveDateTime = row.try_get("changed_at")?;
-                last = Some((updated.and_utc(), entry.id));
-                Ok(entry)
-            })
-            .collect::<Result<Vec<_>, StoreError>>()?;
-        Ok((entries, last))
-    }
-
     /// Inserts a job; returns it as stored with the database's clock at that
     /// moment. The schedule of a `delay_ms` job is computed from the
     /// database's clock inside the INSERT.
@@ -581,10 +417,9 @@ impl Store {
         job_from_row(&row)
     }
 
-    /// The id and time of a job with this (topic, key), if any.
     /// The job holding (topic, key), with the ingress position of the last
     /// request that created or moved it (None: no request did).
-    pub async fn job_find_by_key_at(
+    pub async fn job_find_by_key_with_position(
         &self,
         topic: &str,
         key: &str,
@@ -604,6 +439,7 @@ impl Store {
         Ok(Some((job_from_row(&row)?, position)))
     }
 
+    /// The job holding (topic, key), if any.
     pub async fn job_find_by_key(&self, topic: &str, key: &str) -> Result<Option<Job>, StoreError> {
         let row = sqlx::query(&format!(
             "SELECT {JOB_COLUMNS} FROM jobs WHERE topic = ? AND job_key = ?"
@@ -613,552 +449,6 @@ impl Store {
         .fetch_optional(&self.pool)
         .await?;
         row.as_ref().map(job_from_row).transpose()
-    }
-
-    /// Pending jobs with `from <= schedule_time < until` (no lower bound when
-    /// `from` is None), in (schedule_time, id) order, starting after `after`.
-    /// A range scan of `ix_jobs_status_at` (`status_at` is `schedule_time`
-    /// while pending, V34): far-future rows are never read. Serves the loader (jobs entering the window) and the
-    /// reconciler's overdue probe.
-    pub async fn job_list_pending(
-        &self,
-        from: Option<DateTime<Utc>>,
-        until: DateTime<Utc>,
-        after: Option<WindowEntry>,
-        limit: u32,
-    ) -> Result<Vec<WindowEntry>, StoreError> {
-        self.job_list_pending_where(from, until, after, limit, false)
-            .await
-    }
-
-    /// [`Store::job_list_pending`] without the jobs of paused topics (they
-    /// are kept out of the index until their topic resumes): the overdue
-    /// probe's.
-    pub async fn job_list_overdue(
-        &self,
-        until: DateTime<Utc>,
-        after: Option<WindowEntry>,
-        limit: u32,
-    ) -> Result<Vec<WindowEntry>, StoreError> {
-        self.job_list_pending_where(None, until, after, limit, true)
-            .await
-    }
-
-    async fn job_list_pending_where(
-        &self,
-        from: Option<DateTime<Utc>>,
-        until: DateTime<Utc>,
-        after: Option<WindowEntry>,
-        limit: u32,
-        skip_paused: bool,
-    ) -> Result<Vec<WindowEntry>, StoreError> {
-        let mut query = QueryBuilder::<MySql>::new(
-            "SELECT id, status_at AS schedule_time FROM jobs WHERE status = 'pending' AND status_at < ",
-        );
-        query.push_bind(db_time(until));
-        if skip_paused {
-            query.push(" AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused)");
-        }
-        if let Some(from) = from {
-            query.push(" AND status_at >= ").push_bind(db_time(from));
-        }
-        if let Some(after) = after {
-            let at = db_time(after.schedule_time);
-            query
-                .push(" AND (status_at > ")
-                .push_bind(at)
-                .push(" OR (status_at = ")
-                .push_bind(at)
-                .push(" AND id > ")
-                .push_bind(after.id)
-                .push("))");
-        }
-        query
-            .push(" ORDER BY status_at, id LIMIT ")
-            .push_bind(limit);
-        let rows = query.build().fetch_all(&self.pool).await?;
-        rows.iter().map(WindowEntry::from_row).collect()
-    }
-
-    /// The claim compare-and-set: `pending → dispatching` for those of `ids`
-    /// that are pending and due by the database's clock, under `token`, with
-    /// a lease of `lease` — provided `fence` holds (the instance is alive and
-    /// owns the ids' shards at the epochs it acquired them with), so an
-    /// instance that lost its shards while paused wins nothing. Returns what
-    /// became of every id.
-    ///
-    /// Crash after the UPDATE commits: the rows stay `dispatching` under the
-    /// instance; once it is dead (heartbeat past the TTL) they are put in
-    /// doubt and read back (the claim lease is the backstop), found absent,
-    /// and produced.
-    pub async fn job_claim_many(
-        &self,
-        ids: &[JobId],
-        token: u64,
-        lease: Duration,
-        fence: &Fence,
-    ) -> Result<ClaimOutcome, StoreError> {
-        self.job_claim_many_with(ids, token, lease, fence, true, Duration::ZERO)
-            .await
-    }
-
-    /// [`Store::job_claim_many`], checking paused topics only when
-    /// `paused_check`, and taking jobs due within `lookahead` of the
-    /// database's clock (the dispatcher holds them until their time; the
-    /// outcome's `db_now` tells it where the database's clock stood).
-    ///
-    /// The pause check costs the compare-and-set about a quarter of its
-    /// speed (a subquery per statement on MariaDB), so the dispatcher leaves
-    /// it out while its copy of the controls is fresh and names no paused
-    /// topic (see `topic_controls::TopicControls::claim_checks_pauses`).
-    ///
-    /// Long because it is one compare-and-set transaction with its read-back:
-    /// the UPDATE and the rows it won share the connection and the locks.
-    pub async fn job_claim_many_with(
-        &self,
-        ids: &[JobId],
-        token: u64,
-        lease: Duration,
-        fence: &Fence,
-        paused_check: bool,
-        lookahead: Duration,
-    ) -> Result<ClaimOutcome, StoreError> {
-        if ids.is_empty() {
-            return Ok(ClaimOutcome::default());
-        }
-        let lease_us = u64::try_from(lease.as_micros()).unwrap_or(u64::MAX);
-        let lookahead_us = u64::try_from(lookahead.as_micros()).unwrap_or(u64::MAX);
-        // One index entry moves, the job's in `ix_jobs_status_at` (V35):
-        // `status_at` stays `schedule_time`, and `updated_at` is kept as it
-        // was (`claimed_at` says when), so `changed_at` (V31) stays NULL
-        // for a job as created. The mark moves that entry once more. The
-        // claim columns overwrite their placeholders ([`CLAIM_NONE`]), so
-        // the row does not grow.
-        // By the primary key whatever the statistics say: on a table whose
-        // statistics lag its rows (a fresh one, one just filled) the
-        // optimizer takes a claim of thousands of ids for most of the table
-        // and scans all of it, once per claim (a 50,000-job burst on a new
-        // table read 50,000 rows for every 8,000 claimed).
-        let mut update = QueryBuilder::<MySql>::new(
-            "UPDATE jobs FORCE INDEX (PRIMARY) SET status = 'dispatching', version = version + 1, \
-             updated_at = updated_at, claim_token = ",
-        );
-        update
-            .push_bind(token)
-            .push(", claimed_by = ")
-            .push_bind(fence.instance)
-            .push(", claimed_at = UTC_TIMESTAMP(3), claim_expires_at = TIMESTAMPADD(MICROSECOND, ")
-            .push_bind(lease_us)
-            .push(
-                ", UTC_TIMESTAMP(3)) WHERE status = 'pending' \
-                 AND schedule_time <= TIMESTAMPADD(MICROSECOND, ",
-            )
-            .push_bind(lookahead_us)
-            .push(
-                ", UTC_TIMESTAMP(3)) \
-                 AND (expires_at IS NULL OR expires_at > UTC_TIMESTAMP(3) OR attempt > 1) AND ",
-            );
-        if paused_check {
-            update.push(PAUSED_NOT);
-        }
-        push_fence(&mut update, fence);
-        update.push(" AND id IN ");
-        push_id_list(&mut update, ids);
-
-        let mut select = QueryBuilder::<MySql>::new(format!(
-            "SELECT {JOB_COLUMNS}, claim_token, UTC_TIMESTAMP(3) AS db_now, "
-        ));
-        push_fence(&mut select, fence);
-        select.push(
-            " AS fence_holds, COALESCE(expires_at <= UTC_TIMESTAMP(3) AND attempt = 1, FALSE) AS expired, ",
-        );
-        select.push(if paused_check {
-            "topic IN (SELECT topic FROM topic_controls WHERE paused)"
-        } else {
-            "FALSE"
-        });
-        select.push(" AS paused FROM jobs WHERE id IN ");
-        push_id_list(&mut select, ids);
-
-        // The UPDATE commits on its own: a transaction around it and the
-        // SELECT would hold the locks its fence takes on `shard_leases` and
-        // `instances` for as long as this process is paused between the
-        // two, and stop every other instance's heartbeat and takeover (the
-        // fault suite's pause test hung on it). Both run on one connection;
-        // if the SELECT fails, what this claim won was never seen, so
-        // nothing was sent: released at once by its token, not left for
-        // the lease.
-        let mut conn = self.pool.acquire().await?;
-        update.build().execute(&mut *conn).await?;
-        let rows = match select.build().fetch_all(&mut *conn).await {
-            Ok(rows) => rows,
-            Err(err) => {
-                drop(conn);
-                if let Err(release) = self
-                    .job_release_many(token, ids, "claim not read back; released unsent")
-                    .await
-                {
-                    tracing::warn!(error = %release, "cannot release a claim whose read failed; its lease will");
-                }
-                return Err(err.into());
-            }
-        };
-
-        let mut outcome = ClaimOutcome::default();
-        let mut seen = Vec::with_capacity(rows.len());
-        for row in &rows {
-            let id: JobId = row.try_get("id")?;
-            let status = text(row, "status")?.unwrap_or_default();
-            let schedule_time: NaiveDateTime = row.try_get("schedule_time")?;
-            let schedule_time = schedule_time.and_utc();
-            let claimed_by: Option<u64> = row.try_get("claim_token")?;
-            let db_now: NaiveDateTime = row.try_get("db_now")?;
-            let fence_holds: i64 = row.try_get("fence_holds")?;
-            let expired: i64 = row.try_get("expired")?;
-            let paused: i64 = row.try_get("paused")?;
-            outcome.db_now = Some(db_now.and_utc());
-            seen.push(id);
-            match status.as_str() {
-                // Decoded one by one: a row this claim won that does not
-                // decode (a hand edit the column accepted) is set aside
-                // below, and never holds up the others.
-                "dispatching" if claimed_by == Some(token) => match job_from_row(row) {
-                    Ok(job) => outcome.won.push(job),
-                    Err(err) => outcome.unreadable.push((id, err.to_string())),
-                },
-                "pending" if fence_holds == 0 => outcome.fenced.push(id),
-                "pending" if paused != 0 => outcome.paused.push(id),
-                "pending" if expired != 0 && schedule_time <= db_now.and_utc() => {
-                    outcome.expired.push(id)
-                }
-                "pending" => outcome.not_due.push(WindowEntry { id, schedule_time }),
-                _ => outcome.stale.push(id),
-            }
-        }
-        for (id, reason) in &outcome.unreadable {
-            // Crash before this: the row is dispatching under this claim,
-            // never sent; after the lease it is read back, found absent,
-            // claimed again, and set aside then.
-            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
-            let event = event_token();
-            sqlx::query(
-                "UPDATE jobs SET event_token = ?, status = 'dead', version = version + 1, \
-                 claim_token = NULL, claimed_by = NULL, claimed_at = NULL, \
-                 claim_expires_at = NULL, last_error = ? \
-                 WHERE id = ? AND status = 'dispatching' AND claim_token = ?",
-            )
-            .bind(event)
-            .bind(format!(
-                "{UNREADABLE_PREFIX}{reason}; repair the row by hand, then redrive it"
-            ))
-            .bind(*id)
-            .bind(token)
-            .execute(&mut *tx)
-            .await?;
-            events_record(&mut tx, &self.actor, &[*id], event).await?;
-            tx.commit().await?;
-        }
-        outcome
-            .stale
-            .extend(ids.iter().filter(|id| !seen.contains(id)));
-        Ok(outcome)
-    }
-
-    /// `dispatching → dispatched` for jobs their claims produced, recording
-    /// where each record landed. Returns how many rows were marked (a row
-    /// not marked lost its claim meanwhile: lease expired and settled by
-    /// reading back), and
-    /// which a consumer's report already sent back to `pending` for a retry.
-    ///
-    /// Crash before this commits: the records are on Kafka but the rows are
-    /// `dispatching`; after the lease (or the instance's death) the
-    /// reconciler reads the topic back, finds them, and marks them here.
-    pub async fn job_mark_dispatched_many(
-        &self,
-        jobs: &[Dispatched],
-    ) -> Result<Marked, StoreError> {
-        // In id order, the order reports lock rows in, so the two do not
-        // deadlock.
-        let mut jobs = jobs.to_vec();
-        jobs.sort_unstable_by_key(|job| job.id);
-        // One UPDATE per chunk, joined to the positions as a derived table:
-        // linear in the rows (a CASE list per column would be quadratic), and
-        // plain SQL on both MySQL 8 and MariaDB (no VALUES constructor).
-        const CHUNK: usize = 1000;
-        let mut marked = Marked::default();
-        for chunk in jobs.chunks(CHUNK) {
-            let token = event_token();
-            let mut query = positions_join(chunk);
-            // A job expecting a result waits for it until the ack
-            // deadline, counted on the database's clock.
-            query.push("SET j.event_token = ").push_bind(token).push(
-                ", j.status = 'dispatched', j.version = j.version + 1, \
-                     j.claim_token = NULL, j.claimed_by = NULL, j.claim_expires_at = NULL, \
-                     j.claimed_at = NULL, j.dispatched_at = d.t, \
-                     j.kafka_partition = d.p, j.kafka_offset = d.o, \
-                     j.ack_deadline = IF(j.expects_result, \
-                       TIMESTAMPADD(MICROSECOND, j.ack_timeout_ms * 1000, UTC_TIMESTAMP(3)), NULL) \
-                     WHERE j.status = 'dispatching' AND COALESCE(j.claim_token, 0) = d.k",
-            );
-            let ids: Vec<JobId> = chunk.iter().map(|job| job.id).collect();
-            let mut tx = self.begin().await?;
-            let chunk_marked = query.build().execute(&mut *tx).await?.rows_affected();
-            if chunk_marked == chunk.len() as u64 {
-                // Every row matched its claim: their history rows are known
-                // without reading them again.
-                let done: Vec<EventRow> = chunk
-                    .iter()
-                    .map(|job| {
-                        let status = Status::Dispatched.as_str().to_owned();
-                        (job.id, status, db_time(job.schedule_time), job.attempt)
-                    })
-                    .collect();
-                events_insert_rows(&mut tx, &self.actor, &done).await?;
-            } else {
-                events_record(&mut tx, &self.actor, &ids, token).await?;
-            }
-            tx.commit().await?;
-            marked.marked += chunk_marked;
-            if chunk_marked < chunk.len() as u64 {
-                self.job_mark_settled_early(chunk, &mut marked).await?;
-            }
-        }
-        Ok(marked)
-    }
-
-    /// Records where the records of these claims landed for jobs a
-    /// consumer's report settled before the dispatcher marked them (the
-    /// report keeps the claim token for this). Their status is the report's.
-    async fn job_mark_settled_early(
-        &self,
-        jobs: &[Dispatched],
-        marked: &mut Marked,
-    ) -> Result<(), StoreError> {
-        // A row set `dispatching` by hand ([`CLAIM_NONE`]) was no claim of
-        // tickler's: no report holds its token.
-        let jobs: Vec<Dispatched> = jobs.iter().filter(|job| job.token != 0).copied().collect();
-        if jobs.is_empty() {
-            return Ok(());
-        }
-        let jobs = jobs.as_slice();
-        let ids: Vec<JobId> = jobs.iter().map(|job| job.id).collect();
-        let mut retried = QueryBuilder::<MySql>::new(
-            "SELECT id, claim_token FROM jobs WHERE status = 'pending' AND id IN ",
-        );
-        push_id_list(&mut retried, &ids);
-        let retried: Vec<(JobId, Option<u64>)> =
-            retried.build_query_as().fetch_all(&self.pool).await?;
-        marked
-            .retried_early
-            .extend(retried.into_iter().filter_map(|(id, token)| {
-                jobs.iter()
-                    .any(|job| job.id == id && Some(job.token) == token)
-                    .then_some(id)
-            }));
-        let mut query = positions_join(jobs);
-        query.push(
-            "SET j.claim_token = NULL, j.claimed_by = NULL, j.claim_expires_at = NULL, \
-             j.dispatched_at = d.t, j.kafka_partition = d.p, j.kafka_offset = d.o \
-             WHERE j.status <> 'dispatching' AND j.claim_token = d.k",
-        );
-        marked.marked += query.build().execute(&self.pool).await?.rows_affected();
-        Ok(())
-    }
-
-    /// Claims whose outcome is to be found out now: rows `dispatching`
-    /// whose lease (or, for a claim already in doubt, its quiet time)
-    /// expired by the database's clock, or which have none (set
-    /// `dispatching` by hand). Their record may or may not be on
-    /// Kafka; the reconciler reads their topics back to tell, and until it
-    /// has, a cancel answers `in_flight`. Oldest first.
-    pub async fn job_doubts_due(&self, limit: u32) -> Result<Vec<Doubt>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {DOUBT_COLUMNS} FROM jobs WHERE status = 'dispatching' \
-             AND (claim_expires_at < UTC_TIMESTAMP(3) OR claim_expires_at IS NULL) \
-             ORDER BY claim_expires_at LIMIT ?"
-        ))
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(doubt_from_row).collect()
-    }
-
-    /// The topics that have claims to be found out now (as
-    /// [`Store::job_doubts_due`] means it), each with how many, the topic
-    /// with the oldest first (rows set `dispatching` by hand, which have no
-    /// quiet time, before all). A reader takes topics in this order, so
-    /// that one topic's many doubts never keep another's from being read.
-    pub async fn job_doubt_topics(&self) -> Result<Vec<(String, u64)>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT topic, COUNT(*) AS n, MIN(COALESCE(claim_expires_at, '1000-01-01')) AS oldest \
-             FROM jobs WHERE status = 'dispatching' \
-             AND (claim_expires_at < UTC_TIMESTAMP(3) OR claim_expires_at IS NULL) \
-             GROUP BY topic ORDER BY oldest, topic",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                let n: i64 = row.try_get("n")?;
-                Ok((
-                    text(row, "topic")?.unwrap_or_default(),
-                    u64::try_from(n).unwrap_or_default(),
-                ))
-            })
-            .collect()
-    }
-
-    /// [`Store::job_doubts_due`] of one topic.
-    pub async fn job_doubts_due_on(
-        &self,
-        topic: &str,
-        limit: u32,
-    ) -> Result<Vec<Doubt>, StoreError> {
-        let rows = sqlx::query(&format!(
-            "SELECT {DOUBT_COLUMNS} FROM jobs WHERE status = 'dispatching' AND topic = ? \
-             AND (claim_expires_at < UTC_TIMESTAMP(3) OR claim_expires_at IS NULL) \
-             ORDER BY claim_expires_at LIMIT ?"
-        ))
-        .bind(topic)
-        .bind(limit)
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter().map(doubt_from_row).collect()
-    }
-
-    /// Puts claims in doubt: their records were handed to the broker and
-    /// their fate is unknown (the send timed out, the broker connection
-    /// failed mid-request). The rows stay `dispatching` — a cancel answers
-    /// `in_flight`, a PATCH is refused — until the reconciler has read the
-    /// topic back, no sooner than `quiet` from now (by when the producer has
-    /// given up on them and the broker has taken what was on the wire).
-    /// The claim keeps its token: a late acknowledgement still marks it.
-    ///
-    /// Crash after this commits: the reconciler settles them as for a dead
-    /// instance's claims.
-    pub async fn job_doubt_many(
-        &self,
-        token: u64,
-        ids: &[JobId],
-        error: &str,
-        quiet: Duration,
-    ) -> Result<u64, StoreError> {
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        let quiet_us = u64::try_from(quiet.as_micros()).unwrap_or(u64::MAX);
-        let mut query = QueryBuilder::<MySql>::new(
-            "UPDATE jobs SET claimed_by = NULL, claim_expires_at = LEAST(COALESCE(claim_expires_at, \
-             TIMESTAMPADD(MICROSECOND, ",
-        );
-        // (LEAST of a NULL is NULL: a row without a lease gets the quiet
-        // time itself.)
-        query
-            .push_bind(quiet_us)
-            .push(", UTC_TIMESTAMP(3))), TIMESTAMPADD(MICROSECOND, ")
-            .push_bind(quiet_us)
-            .push(", UTC_TIMESTAMP(3))), last_error = ")
-            .push_bind(error)
-            .push(" WHERE status = 'dispatching' AND claim_token = ")
-            .push_bind(token)
-            .push(" AND id IN ");
-        push_id_list(&mut query, ids);
-        Ok(query.build().execute(&self.pool).await?.rows_affected())
-    }
-
-    /// `dispatching → pending` for claims in doubt whose record the
-    /// reconciler did not find on Kafka once nothing more of them could
-    /// arrive: they are produced again (same attempt; `last_error` keeps
-    /// why). Returns those it moved, to be indexed.
-    ///
-    /// Crash after this commits: the rows are pending and overdue; the
-    /// overdue probe indexes them.
-    pub async fn job_doubt_absent(&self, doubts: &[Doubt]) -> Result<Vec<WindowEntry>, StoreError> {
-        let mut moved = Vec::new();
-        for doubt in doubts {
-            let token = event_token();
-            let mut tx = self.begin().await?;
-            // `last_error` before the claim columns: a single-table
-            // UPDATE assigns left to right, and it reads `claimed_by`.
-            let done = sqlx::query(&format!(
-                "UPDATE jobs SET event_token = ?, status = 'pending', version = version + 1, \
-                 last_error = IF(COALESCE(claimed_by, 0) = 0, last_error, \
-                   'claim expired: the dispatcher died, stalled or lost its mark; not found on kafka, produced again'), \
-                 {CLAIM_NONE} \
-                 WHERE id = ? AND status = 'dispatching' AND COALESCE(claim_token, 0) = COALESCE(?, 0) \
-                 AND (claim_expires_at < UTC_TIMESTAMP(3) OR claim_expires_at IS NULL)",
-            ))
-            .bind(token)
-            .bind(doubt.id)
-            .bind(doubt.token)
-            .execute(&mut *tx)
-            .await?
-            .rows_affected();
-            events_record(&mut tx, &self.actor, &[doubt.id], token).await?;
-            tx.commit().await?;
-            if done == 1 {
-                moved.push(WindowEntry {
-                    id: doubt.id,
-                    schedule_time: doubt.schedule_time,
-                });
-            }
-        }
-        Ok(moved)
-    }
-
-    /// `pending → cancelled` for jobs past their `expires_at` (a `skip`
-    /// schedule's occurrences that could not be produced in time). Only a
-    /// first attempt expires: a retry the consumer asked for runs late.
-    /// Returns how many were cancelled.
-    pub async fn job_expire_many(&self, ids: &[JobId]) -> Result<u64, StoreError> {
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        let token = event_token();
-        let mut query = QueryBuilder::<MySql>::new("UPDATE jobs SET event_token = ");
-        query.push_bind(token).push(
-            ", status = 'cancelled', version = version + 1, \
-             last_error = 'expired: not produced within its schedule''s misfire grace (misfire = skip)' \
-             WHERE status = 'pending' AND expires_at <= UTC_TIMESTAMP(3) AND attempt = 1 AND id IN ",
-        );
-        push_id_list(&mut query, ids);
-        let mut tx = self.begin().await?;
-        let expired = query.build().execute(&mut *tx).await?.rows_affected();
-        events_record(&mut tx, &self.actor, ids, token).await?;
-        tx.commit().await?;
-        Ok(expired)
-    }
-
-    /// `dispatching → pending` for jobs this claim could not produce (the
-    /// broker refused or timed out), so they are tried again. The attempt is
-    /// not counted: nothing was delivered.
-    pub async fn job_release_many(
-        &self,
-        token: u64,
-        ids: &[JobId],
-        error: &str,
-    ) -> Result<u64, StoreError> {
-        if ids.is_empty() {
-            return Ok(0);
-        }
-        let event = event_token();
-        let mut query = QueryBuilder::<MySql>::new("UPDATE jobs SET event_token = ");
-        query
-            .push_bind(event)
-            .push(", status = 'pending', version = version + 1, ")
-            .push(CLAIM_NONE)
-            .push(", last_error = ");
-        query
-            .push_bind(error)
-            .push(" WHERE status = 'dispatching' AND claim_token = ")
-            .push_bind(token)
-            .push(" AND id IN ");
-        push_id_list(&mut query, ids);
-        let mut tx = self.begin().await?;
-        let released = query.build().execute(&mut *tx).await?.rows_affected();
-        events_record(&mut tx, &self.actor, ids, event).await?;
-        tx.commit().await?;
-        Ok(released)
     }
 }
 
@@ -1171,7 +461,7 @@ pub(super) async fn insert_many_on(
     jobs: &[NewJob],
 ) -> Result<Vec<BatchRow>, StoreError> {
     let jobs: Vec<&NewJob> = jobs.iter().collect();
-    insert_many_on_at(conn, actor, &jobs, None).await
+    insert_many_with_positions_on(conn, actor, &jobs, None).await
 }
 
 /// Most rows one INSERT statement carries: 16 placeholders a row keeps a
@@ -1181,7 +471,7 @@ const INSERT_ROWS_MAX: usize = 2_000;
 
 /// [`insert_many_on`], each row with the ingress position of the request
 /// that asks for it when given: in the statements [`statement_rows`] says.
-async fn insert_many_on_at(
+async fn insert_many_with_positions_on(
     conn: &mut sqlx::MySqlConnection,
     actor: &str,
     jobs: &[&NewJob],
@@ -1304,259 +594,12 @@ async fn insert_chunk_on(
     Ok(rows)
 }
 
-/// `UPDATE jobs j JOIN (<rows>) <alias> ON j.id = <alias>.id `, the rows a
-/// derived table of `SELECT … UNION ALL SELECT …`, each written by `row`
-/// (binding `… AS id, …`): one statement for many rows with values of
-/// their own, linear in the rows, and plain SQL on both MySQL 8 and MariaDB
-/// (no `VALUES` row constructor). Callers then push `SET … WHERE …`.
-///
-/// Callers bind no NULL in `row`: a derived table's column takes its type
-/// from its values, and from MySQL 8.0.22 a `?` there is typed VARCHAR at
-/// prepare time and the statement prepared again with the bound types; a
-/// NULL would leave the column's type to chance on one engine or another.
-/// "None" is a plain sentinel (-1, '') read as such in the `SET`.
-pub(super) fn update_joined<'a, T>(
-    rows: &'a [T],
-    alias: &str,
-    mut row: impl FnMut(&mut QueryBuilder<'a, MySql>, &'a T),
-) -> QueryBuilder<'a, MySql> {
-    let mut query = QueryBuilder::<MySql>::new("UPDATE jobs j JOIN (");
-    for (n, item) in rows.iter().enumerate() {
-        query.push(if n == 0 {
-            "SELECT "
-        } else {
-            " UNION ALL SELECT "
-        });
-        row(&mut query, item);
-    }
-    query.push(format!(") {alias} ON j.id = {alias}.id "));
-    query
-}
-
-/// The positions where records landed, as the derived table `d` (id, k
-/// the claim token, p, o, t).
-fn positions_join(jobs: &[Dispatched]) -> QueryBuilder<'_, MySql> {
-    update_joined(jobs, "d", |query, job| {
-        query
-            .push_bind(job.id)
-            .push(" AS id, ")
-            .push_bind(job.token)
-            .push(" AS k, ")
-            .push_bind(job.partition)
-            .push(" AS p, ")
-            .push_bind(job.offset)
-            .push(" AS o, ")
-            .push_bind(db_time(job.dispatched_at))
-            .push(" AS t");
-    })
-}
-
-/// ` AND` due at or after `from` and before `to`.
-pub(super) fn run_at_push(
-    query: &mut QueryBuilder<'_, MySql>,
-    from: Option<DateTime<Utc>>,
-    to: Option<DateTime<Utc>>,
-) {
-    if let Some(from) = from {
-        query
-            .push(" AND schedule_time >= ")
-            .push_bind(db_time(from));
-    }
-    if let Some(to) = to {
-        query.push(" AND schedule_time < ").push_bind(db_time(to));
-    }
-}
-
-/// ` AND` the topic matches one of `patterns` (None: any topic).
-pub(super) fn topic_patterns_push(
-    query: &mut QueryBuilder<'_, MySql>,
-    patterns: Option<&[String]>,
-) {
-    if let Some(patterns) = patterns {
-        query.push(" AND (FALSE");
-        for pattern in patterns {
-            query
-                .push(" OR topic LIKE ")
-                .push_bind(pattern_like(pattern))
-                .push(" ESCAPE '!'");
-        }
-        query.push(")");
-    }
-}
-
 fn headers_encode(headers: &BTreeMap<String, String>) -> Option<String> {
     if headers.is_empty() {
         None
     } else {
         serde_json::to_string(headers).ok()
     }
-}
-
-/// The result policy columns of a row.
-pub(super) fn policy_from_row(row: &MySqlRow) -> Result<Policy, StoreError> {
-    Ok(Policy {
-        expects_result: row.try_get("expects_result")?,
-        max_attempts: row.try_get("max_attempts")?,
-        backoff_base_ms: row.try_get("backoff_base_ms")?,
-        backoff_cap_ms: row.try_get("backoff_cap_ms")?,
-        ack_timeout_ms: row.try_get("ack_timeout_ms")?,
-    })
-}
-
-/// Reads a job back after a compare-and-set on it, with the database's
-/// clock at that moment.
-pub(super) async fn job_read_back(
-    conn: &mut sqlx::MySqlConnection,
-    id: JobId,
-) -> Result<(Job, DateTime<Utc>), StoreError> {
-    let row = sqlx::query(&format!(
-        "SELECT {JOB_COLUMNS}, UTC_TIMESTAMP(3) AS db_now FROM jobs WHERE id = ?"
-    ))
-    .bind(id)
-    .fetch_optional(conn)
-    .await?
-    .ok_or(StoreError::NotFound(id))?;
-    let now: NaiveDateTime = row.try_get("db_now")?;
-    Ok((job_from_row(&row)?, now.and_utc()))
-}
-
-/// The columns a job just inserted is read back with: what the database
-/// decided (its id, the time a `delay_ms` comes to, the defaults). The
-/// rest is the request's ([`job_created`]).
-const CREATED_COLUMNS: &str = "id, schedule_time, status, attempt, version, created_at, updated_at";
-
-/// A job just inserted from `new`, as stored: [`CREATED_COLUMNS`] from
-/// `row`, the rest from `new` as it was bound (times to the millisecond),
-/// and nothing yet of a dispatch. What `job_get` reads of it, without
-/// sending back and decoding what the request already says
-/// (tests/store_jobs.rs compares the two for every kind of field).
-fn job_created(new: &NewJob, row: &MySqlRow) -> Result<Job, StoreError> {
-    let id: JobId = row.try_get("id")?;
-    let status = text(row, "status")?.unwrap_or_default();
-    let at = |column: &str| -> Result<DateTime<Utc>, StoreError> {
-        let value: NaiveDateTime = row.try_get(column)?;
-        Ok(value.and_utc())
-    };
-    Ok(Job {
-        id,
-        topic: new.topic.clone(),
-        key: new.key.clone(),
-        payload: new.payload.clone(),
-        payload_kind: new.payload_kind,
-        headers: new.headers.clone(),
-        schedule_time: at("schedule_time")?,
-        status: status
-            .parse()
-            .map_err(|_| StoreError::Corrupt(format!("job {id}: unknown status")))?,
-        attempt: row.try_get("attempt")?,
-        policy: new.policy,
-        version: row.try_get("version")?,
-        created_at: at("created_at")?,
-        updated_at: at("updated_at")?,
-        dispatched_at: None,
-        kafka_partition: None,
-        kafka_offset: None,
-        last_error: None,
-        ack_deadline: None,
-        trace_parent: new.trace_parent.clone(),
-        schedule_id: new.schedule_id,
-        expires_at: new.expires_at.map(crate::job::truncate_to_ms),
-    })
-}
-
-pub(super) fn job_from_row(row: &MySqlRow) -> Result<Job, StoreError> {
-    let id: JobId = row.try_get("id")?;
-    let corrupt = |what: &str| StoreError::Corrupt(format!("job {id}: {what}"));
-    let status = text(row, "status")?.unwrap_or_default();
-    let kind = text(row, "payload_kind")?.unwrap_or_default();
-    let headers = text(row, "headers")?;
-    let headers = match headers.as_deref() {
-        None | Some("") => BTreeMap::new(),
-        Some(text) => serde_json::from_str(text)
-            .map_err(|_| corrupt("headers is not a JSON object of strings"))?,
-    };
-    let at = |column: &str| -> Result<DateTime<Utc>, StoreError> {
-        let value: NaiveDateTime = row.try_get(column)?;
-        Ok(value.and_utc())
-    };
-    let dispatched_at: Option<NaiveDateTime> = row.try_get("dispatched_at")?;
-    let ack_deadline: Option<NaiveDateTime> = row.try_get("ack_deadline")?;
-    let expires_at: Option<NaiveDateTime> = row.try_get("expires_at")?;
-    Ok(Job {
-        id,
-        topic: text(row, "topic")?.unwrap_or_default(),
-        key: text(row, "job_key")?,
-        payload: row.try_get("payload")?,
-        payload_kind: kind.parse().map_err(|_| corrupt("unknown payload_kind"))?,
-        headers,
-        schedule_time: at("schedule_time")?,
-        status: status.parse().map_err(|_| corrupt("unknown status"))?,
-        attempt: row.try_get("attempt")?,
-        policy: policy_from_row(row)?,
-        version: row.try_get("version")?,
-        created_at: at("created_at")?,
-        updated_at: at("updated_at")?,
-        dispatched_at: dispatched_at.map(|at| at.and_utc()),
-        kafka_partition: row.try_get("kafka_partition")?,
-        kafka_offset: row.try_get("kafka_offset")?,
-        last_error: text(row, "last_error")?,
-        ack_deadline: ack_deadline.map(|at| at.and_utc()),
-        trace_parent: text(row, "trace_parent")?,
-        schedule_id: row.try_get("schedule_id")?,
-        expires_at: expires_at.map(|at| at.and_utc()),
-    })
-}
-
-/// A text column. The schema uses binary collations (case-sensitive keys),
-/// which sqlx reports as binary, so text is read as bytes and checked UTF-8.
-const DOUBT_COLUMNS: &str = "id, topic, attempt, claim_token, claimed_at, schedule_time";
-
-fn doubt_from_row(row: &MySqlRow) -> Result<Doubt, StoreError> {
-    let claimed_at: Option<NaiveDateTime> = row.try_get("claimed_at")?;
-    let scheduled: NaiveDateTime = row.try_get("schedule_time")?;
-    Ok(Doubt {
-        id: row.try_get("id")?,
-        topic: text(row, "topic")?.unwrap_or_default(),
-        attempt: row.try_get("attempt")?,
-        // A row set `dispatching` by hand holds no claim: a NULL token, or
-        // the placeholder 0 (`CLAIM_NONE`).
-        token: row
-            .try_get::<Option<u64>, _>("claim_token")?
-            .filter(|token| *token != 0),
-        // A record is stamped no earlier than its claim, nor than its
-        // schedule (claims made before V22 have no claimed_at).
-        since: claimed_at
-            .map_or(scheduled, |at| at.max(scheduled))
-            .and_utc(),
-        schedule_time: scheduled.and_utc(),
-    })
-}
-
-fn text(row: &MySqlRow, column: &str) -> Result<Option<String>, StoreError> {
-    let bytes: Option<Vec<u8>> = row.try_get(column)?;
-    bytes
-        .map(|b| {
-            String::from_utf8(b).map_err(|_| StoreError::Corrupt(format!("{column} is not UTF-8")))
-        })
-        .transpose()
-}
-
-/// The SQL `LIKE` pattern (escape character `!`) matching the topics a
-/// topic pattern (`crate::topic_pattern`) matches; topic names have no `%`
-/// or `!`, only `_` to escape.
-fn pattern_like(pattern: &str) -> String {
-    let mut like = String::with_capacity(pattern.len() + 4);
-    for c in pattern.chars() {
-        match c {
-            '*' => like.push('%'),
-            '_' | '%' | '!' => {
-                like.push('!');
-                like.push(c);
-            }
-            c => like.push(c),
-        }
-    }
-    like
 }
 
 #[cfg(test)]
@@ -1578,12 +621,5 @@ mod tests {
                 .all(|rows| *rows <= INSERT_ROWS_MAX && *rows > 0));
             assert!(sizes.len() <= n / INSERT_ROWS_MAX + 2);
         }
-    }
-
-    #[test]
-    fn topic_patterns_become_like_patterns_that_match_the_same_topics() {
-        assert_eq!(pattern_like("orders.*"), "orders.%");
-        assert_eq!(pattern_like("a_b*c"), "a!_b%c");
-        assert_eq!(pattern_like("*"), "%");
     }
 }

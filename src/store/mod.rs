@@ -8,7 +8,9 @@
 
 mod bulk;
 mod cluster;
+mod dispatch;
 mod history;
+mod job_row;
 mod jobs;
 mod migrate;
 mod results;
@@ -33,11 +35,10 @@ use sqlx::{ConnectOptions, Connection, Executor, MySql, Transaction};
 
 pub use bulk::{BulkAction, BulkBatch, BulkFilter, BulkOp, BulkStatus};
 pub use cluster::{Beat, Fence, InstanceInfo, InstanceRow, LeaseRow};
+pub use dispatch::{ClaimOutcome, Dispatched, Marked};
 pub use history::{BrokenTrigger, HandEditsState};
-pub use jobs::{
-    BatchRow, Cancelled, ClaimOutcome, Dispatched, JobChanges, JobEvent, JobFilter, Marked,
-    Modified, WindowEntry,
-};
+pub use job_row::WindowEntry;
+pub use jobs::{BatchRow, Cancelled, JobChanges, JobEvent, JobFilter, Modified};
 pub use migrate::newest as schema_newest;
 pub use results::{DeadLetter, Disposition, Redriven, Settled};
 pub use schedules::{

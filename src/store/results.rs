@@ -15,8 +15,8 @@ use sqlx::{MySql, QueryBuilder, Row, Transaction};
 
 use super::db_time;
 use super::history::{event_token, events_record};
-use super::jobs::{job_from_row, job_read_back, policy_from_row, update_joined, JOB_COLUMNS};
-use super::sql::push_id_list;
+use super::job_row::{job_from_row, job_read_back, policy_from_row, JOB_COLUMNS};
+use super::sql::{push_id_list, update_joined};
 use super::{Store, StoreError, WindowEntry};
 use crate::job::{Job, JobId, Schedule, Status};
 use crate::outcome::{self, Decision, Ignored, JobState, Report};

@@ -8,8 +8,9 @@ use sqlx::{MySql, QueryBuilder, Row};
 
 use super::db_time;
 use super::history::{event_token, events_insert_rows, events_record_schedule, EventRow};
-use super::jobs::{insert_many_on, policy_from_row, BatchRow};
-use super::sql::push_id_list;
+use super::job_row::{job_from_row, policy_from_row, JOB_COLUMNS_NO_PAYLOAD};
+use super::jobs::{insert_many_on, BatchRow};
+use super::sql::{push_id_list, topic_patterns_push};
 use super::{Store, StoreError};
 use crate::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status};
 use crate::policy::Policy;
@@ -374,7 +375,7 @@ impl Store {
         if let Some(status) = status {
             query.push(" AND status = ").push_bind(status.as_str());
         }
-        super::jobs::topic_patterns_push(&mut query, topic_patterns);
+        topic_patterns_push(&mut query, topic_patterns);
         query.push(" ORDER BY id LIMIT ").push_bind(limit);
         let rows = query.build().fetch_all(&self.pool).await?;
         rows.iter().map(schedule_from_row).collect()
@@ -785,13 +786,13 @@ impl Store {
         let rows = sqlx::query(&format!(
             "SELECT {} FROM jobs WHERE schedule_id = ? AND status = 'pending' \
              ORDER BY schedule_time, id LIMIT ?",
-            super::jobs::JOB_COLUMNS_NO_PAYLOAD
+            JOB_COLUMNS_NO_PAYLOAD
         ))
         .bind(id)
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(super::jobs::job_from_row).collect()
+        rows.iter().map(job_from_row).collect()
     }
 }
 

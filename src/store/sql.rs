@@ -1,8 +1,12 @@
 //! SQL fragments the store's files share: below every one of them, so that
 //! none has to import another for a piece of a statement.
 
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
 use sqlx::{MySql, QueryBuilder};
 
+use super::db_time;
 use crate::job::JobId;
 
 /// `(?, ?, …)`: `ids` bound, for an `IN`.
@@ -13,4 +17,102 @@ pub(super) fn push_id_list(query: &mut QueryBuilder<'_, MySql>, ids: &[JobId]) {
         list.push_bind(*id);
     }
     query.push(")");
+}
+
+/// A duration as whole microseconds, as `TIMESTAMPADD(MICROSECOND, ?, …)`
+/// takes it bound (the longest past `u64` as `u64::MAX`).
+pub(super) fn micros(d: Duration) -> u64 {
+    u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
+}
+
+/// `UPDATE jobs j JOIN (<rows>) <alias> ON j.id = <alias>.id `, the rows a
+/// derived table of `SELECT … UNION ALL SELECT …`, each written by `row`
+/// (binding `… AS id, …`): one statement for many rows with values of
+/// their own, linear in the rows, and plain SQL on both MySQL 8 and MariaDB
+/// (no `VALUES` row constructor). Callers then push `SET … WHERE …`.
+///
+/// Callers bind no NULL in `row`: a derived table's column takes its type
+/// from its values, and from MySQL 8.0.22 a `?` there is typed VARCHAR at
+/// prepare time and the statement prepared again with the bound types; a
+/// NULL would leave the column's type to chance on one engine or another.
+/// "None" is a plain sentinel (-1, '') read as such in the `SET`.
+pub(super) fn update_joined<'a, T>(
+    rows: &'a [T],
+    alias: &str,
+    mut row: impl FnMut(&mut QueryBuilder<'a, MySql>, &'a T),
+) -> QueryBuilder<'a, MySql> {
+    let mut query = QueryBuilder::<MySql>::new("UPDATE jobs j JOIN (");
+    for (n, item) in rows.iter().enumerate() {
+        query.push(if n == 0 {
+            "SELECT "
+        } else {
+            " UNION ALL SELECT "
+        });
+        row(&mut query, item);
+    }
+    query.push(format!(") {alias} ON j.id = {alias}.id "));
+    query
+}
+
+/// ` AND` due at or after `from` and before `to`.
+pub(super) fn run_at_push(
+    query: &mut QueryBuilder<'_, MySql>,
+    from: Option<DateTime<Utc>>,
+    to: Option<DateTime<Utc>>,
+) {
+    if let Some(from) = from {
+        query
+            .push(" AND schedule_time >= ")
+            .push_bind(db_time(from));
+    }
+    if let Some(to) = to {
+        query.push(" AND schedule_time < ").push_bind(db_time(to));
+    }
+}
+
+/// ` AND` the topic matches one of `patterns` (None: any topic).
+pub(super) fn topic_patterns_push(
+    query: &mut QueryBuilder<'_, MySql>,
+    patterns: Option<&[String]>,
+) {
+    if let Some(patterns) = patterns {
+        query.push(" AND (FALSE");
+        for pattern in patterns {
+            query
+                .push(" OR topic LIKE ")
+                .push_bind(pattern_like(pattern))
+                .push(" ESCAPE '!'");
+        }
+        query.push(")");
+    }
+}
+
+/// The SQL `LIKE` pattern (escape character `!`) matching the topics a
+/// topic pattern (`crate::topic_pattern`) matches; topic names have no `%`
+/// or `!`, only `_` to escape.
+fn pattern_like(pattern: &str) -> String {
+    let mut like = String::with_capacity(pattern.len() + 4);
+    for c in pattern.chars() {
+        match c {
+            '*' => like.push('%'),
+            '_' | '%' | '!' => {
+                like.push('!');
+                like.push(c);
+            }
+            c => like.push(c),
+        }
+    }
+    like
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn topic_patterns_become_like_patterns_that_match_the_same_topics() {
+        assert_eq!(pattern_like("orders.*"), "orders.%");
+        assert_eq!(pattern_like("a_b*c"), "a!_b%c");
+        assert_eq!(pattern_like("*"), "%");
+    }
 }

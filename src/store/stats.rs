@@ -165,7 +165,7 @@ impl Store {
         &self,
         limit: u32,
     ) -> Result<(u64, Vec<crate::job::JobId>), StoreError> {
-        let pattern = format!("{}%", super::jobs::UNREADABLE_PREFIX);
+        let pattern = format!("{}%", super::job_row::UNREADABLE_PREFIX);
         let count: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM jobs WHERE status = 'dead' AND last_error LIKE ?",
         )

@@ -5,7 +5,7 @@ use sqlx::mysql::MySqlRow;
 use sqlx::Row;
 
 use super::db_time;
-use super::jobs::WindowEntry;
+use super::job_row::WindowEntry;
 use super::{Store, StoreError};
 use crate::job::JobId;
 

@@ -1,0 +1,183 @@
+//! How a row of `jobs` is read: the columns a [`Job`] is selected with and
+//! their decoding (a row that does not decode is an error, never a panic), a job read back after a compare-and-set, a job just
+//! inserted, and the window's (id, time) entries. The statements that
+//! change rows are the others' (jobs.rs, dispatch.rs, results.rs, …); this
+//! file only reads.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, NaiveDateTime, Utc};
+use sqlx::mysql::MySqlRow;
+use sqlx::Row;
+
+use super::StoreError;
+use crate::job::{Job, JobId, NewJob};
+use crate::policy::Policy;
+
+/// The columns a [`Job`] is read from, with `$payload` in the payload's
+/// place (listings read everything but the payload, which may be large).
+macro_rules! job_columns {
+    ($payload:literal) => {
+        concat!(
+            "id, topic, job_key, ",
+            $payload,
+            ", payload_kind, headers, schedule_time, status, attempt, max_attempts, version, \
+             created_at, updated_at, dispatched_at, kafka_partition, kafka_offset, last_error, \
+             expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, ack_deadline, \
+             trace_parent, schedule_id, expires_at"
+        )
+    };
+}
+
+pub(super) const JOB_COLUMNS: &str = job_columns!("payload");
+
+pub(super) const JOB_COLUMNS_NO_PAYLOAD: &str = job_columns!("CAST('' AS BINARY) AS payload");
+
+/// How `last_error` starts on a job set aside because its row does not
+/// decode (`tickler doctor` names them by it).
+pub const UNREADABLE_PREFIX: &str = "unreadable row: ";
+
+/// A pending job the loader found entering the window.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct WindowEntry {
+    pub id: JobId,
+    pub schedule_time: DateTime<Utc>,
+}
+
+impl WindowEntry {
+    /// From a row with `id` and `schedule_time`.
+    pub(super) fn from_row(row: &MySqlRow) -> Result<WindowEntry, StoreError> {
+        let at: NaiveDateTime = row.try_get("schedule_time")?;
+        Ok(WindowEntry {
+            id: row.try_get("id")?,
+            schedule_time: at.and_utc(),
+        })
+    }
+}
+
+/// Reads a job back after a compare-and-set on it, with the database's
+/// clock at that moment.
+pub(super) async fn job_read_back(
+    conn: &mut sqlx::MySqlConnection,
+    id: JobId,
+) -> Result<(Job, DateTime<Utc>), StoreError> {
+    let row = sqlx::query(&format!(
+        "SELECT {JOB_COLUMNS}, UTC_TIMESTAMP(3) AS db_now FROM jobs WHERE id = ?"
+    ))
+    .bind(id)
+    .fetch_optional(conn)
+    .await?
+    .ok_or(StoreError::NotFound(id))?;
+    let now: NaiveDateTime = row.try_get("db_now")?;
+    Ok((job_from_row(&row)?, now.and_utc()))
+}
+
+/// The columns a job just inserted is read back with: what the database
+/// decided (its id, the time a `delay_ms` comes to, the defaults). The
+/// rest is the request's ([`job_created`]).
+pub(super) const CREATED_COLUMNS: &str =
+    "id, schedule_time, status, attempt, version, created_at, updated_at";
+
+/// A job just inserted from `new`, as stored: [`CREATED_COLUMNS`] from
+/// `row`, the rest from `new` as it was bound (times to the millisecond),
+/// and nothing yet of a dispatch. What `job_get` reads of it, without
+/// sending back and decoding what the request already says
+/// (tests/store_jobs.rs compares the two for every kind of field).
+pub(super) fn job_created(new: &NewJob, row: &MySqlRow) -> Result<Job, StoreError> {
+    let id: JobId = row.try_get("id")?;
+    let status = text(row, "status")?.unwrap_or_default();
+    let at = |column: &str| -> Result<DateTime<Utc>, StoreError> {
+        let value: NaiveDateTime = row.try_get(column)?;
+        Ok(value.and_utc())
+    };
+    Ok(Job {
+        id,
+        topic: new.topic.clone(),
+        key: new.key.clone(),
+        payload: new.payload.clone(),
+        payload_kind: new.payload_kind,
+        headers: new.headers.clone(),
+        schedule_time: at("schedule_time")?,
+        status: status
+            .parse()
+            .map_err(|_| StoreError::Corrupt(format!("job {id}: unknown status")))?,
+        attempt: row.try_get("attempt")?,
+        policy: new.policy,
+        version: row.try_get("version")?,
+        created_at: at("created_at")?,
+        updated_at: at("updated_at")?,
+        dispatched_at: None,
+        kafka_partition: None,
+        kafka_offset: None,
+        last_error: None,
+        ack_deadline: None,
+        trace_parent: new.trace_parent.clone(),
+        schedule_id: new.schedule_id,
+        expires_at: new.expires_at.map(crate::job::truncate_to_ms),
+    })
+}
+
+pub(super) fn job_from_row(row: &MySqlRow) -> Result<Job, StoreError> {
+    let id: JobId = row.try_get("id")?;
+    let corrupt = |what: &str| StoreError::Corrupt(format!("job {id}: {what}"));
+    let status = text(row, "status")?.unwrap_or_default();
+    let kind = text(row, "payload_kind")?.unwrap_or_default();
+    let headers = text(row, "headers")?;
+    let headers = match headers.as_deref() {
+        None | Some("") => BTreeMap::new(),
+        Some(text) => serde_json::from_str(text)
+            .map_err(|_| corrupt("headers is not a JSON object of strings"))?,
+    };
+    let at = |column: &str| -> Result<DateTime<Utc>, StoreError> {
+        let value: NaiveDateTime = row.try_get(column)?;
+        Ok(value.and_utc())
+    };
+    let dispatched_at: Option<NaiveDateTime> = row.try_get("dispatched_at")?;
+    let ack_deadline: Option<NaiveDateTime> = row.try_get("ack_deadline")?;
+    let expires_at: Option<NaiveDateTime> = row.try_get("expires_at")?;
+    Ok(Job {
+        id,
+        topic: text(row, "topic")?.unwrap_or_default(),
+        key: text(row, "job_key")?,
+        payload: row.try_get("payload")?,
+        payload_kind: kind.parse().map_err(|_| corrupt("unknown payload_kind"))?,
+        headers,
+        schedule_time: at("schedule_time")?,
+        status: status.parse().map_err(|_| corrupt("unknown status"))?,
+        attempt: row.try_get("attempt")?,
+        policy: policy_from_row(row)?,
+        version: row.try_get("version")?,
+        created_at: at("created_at")?,
+        updated_at: at("updated_at")?,
+        dispatched_at: dispatched_at.map(|at| at.and_utc()),
+        kafka_partition: row.try_get("kafka_partition")?,
+        kafka_offset: row.try_get("kafka_offset")?,
+        last_error: text(row, "last_error")?,
+        ack_deadline: ack_deadline.map(|at| at.and_utc()),
+        trace_parent: text(row, "trace_parent")?,
+        schedule_id: row.try_get("schedule_id")?,
+        expires_at: expires_at.map(|at| at.and_utc()),
+    })
+}
+
+/// The result policy columns of a row.
+pub(super) fn policy_from_row(row: &MySqlRow) -> Result<Policy, StoreError> {
+    Ok(Policy {
+        expects_result: row.try_get("expects_result")?,
+        max_attempts: row.try_get("max_attempts")?,
+        backoff_base_ms: row.try_get("backoff_base_ms")?,
+        backoff_cap_ms: row.try_get("backoff_cap_ms")?,
+        ack_timeout_ms: row.try_get("ack_timeout_ms")?,
+    })
+}
+
+/// A text column. The schema uses binary collations (case-sensitive keys),
+/// which sqlx reports as binary, so text is read as bytes and checked UTF-8.
+pub(super) fn text(row: &MySqlRow, column: &str) -> Result<Option<String>, StoreError> {
+    let bytes: Option<Vec<u8>> = row.try_get(column)?;
+    bytes
+        .map(|b| {
+            String::from_utf8(b).map_err(|_| StoreError::Corrupt(format!("{column} is not UTF-8")))
+        })
+        .transpose()
+}
