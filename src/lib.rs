@@ -43,11 +43,13 @@
 //! - [`kafka`]      — Kafka client settings, topic administration, reading
 //!   records back
 //! - [`metrics`]    — every metric name, and the Prometheus recorder
-//! - [`demo`]       — the README's demonstration client
-//! - [`bench`]      — the benchmark harness behind `tickler bench`
 //! - [`doctor`]     — checks the stores against each other; the safe repairs
 //! - [`cli`]        — the commands: `tickler jobs`, `topics`, `schedules`
 //!   (over the API), `doctor`, `token`, `instances`, `shards`
+//!
+//! `tickler bench` (the benchmark harness) and `tickler demo` (the README's
+//! demonstration client) are the binary's own modules, in src/bin/tickler/:
+//! no serving role uses them, and they use only the library's public API.
 
 /// A named fail point for the fault tests: with the `failpoints` feature,
 /// the `FAILPOINTS` environment variable can make it panic (tikv's `fail`
@@ -82,11 +84,9 @@ macro_rules! fail_point_stall {
 pub mod api;
 pub mod app;
 pub mod auth;
-pub mod bench;
 pub mod bulk;
 pub mod cli;
 pub mod config;
-pub mod demo;
 pub mod dispatcher;
 pub mod doctor;
 pub mod index;

@@ -3,7 +3,6 @@
 //! `instances`, `shards`).
 
 pub mod admin;
-pub mod bench;
 pub mod client;
 pub mod control;
 pub mod doctor;
@@ -59,18 +58,4 @@ where
             ExitCode::from(err.exit_code())
         }
     }
-}
-
-/// `tickler demo`'s arguments.
-#[derive(Debug, Args)]
-pub struct DemoArgs {
-    /// How many jobs to schedule.
-    #[arg(long, default_value_t = 5)]
-    pub jobs: u32,
-    /// Topic to schedule them on (created if missing).
-    #[arg(long, default_value = "tickler.demo")]
-    pub topic: String,
-    /// API token secret (tickler token create ... --scope write).
-    #[arg(long, env = "TICKLER_TOKEN", hide_env_values = true)]
-    pub token: Option<String>,
 }

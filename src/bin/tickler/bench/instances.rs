@@ -27,10 +27,10 @@ use serde_json::Value;
 use tokio_util::sync::CancellationToken;
 
 use super::{percentiles, record, until, Bench, BenchOptions, Records};
-use crate::config::Config;
-use crate::job::shard_of;
-use crate::kafka;
-use crate::store::{scratch, Actor, Store};
+use tickler::config::Config;
+use tickler::job::shard_of;
+use tickler::kafka;
+use tickler::store::{scratch, Actor, Store};
 
 /// `n` tickler processes sharing one database, prefix and topic.
 struct Deployment {
@@ -163,7 +163,7 @@ pub(super) async fn run(
         return Ok(());
     }
     let base = Config {
-        topic_check: crate::config::TopicCheck::Warn,
+        topic_check: tickler::config::TopicCheck::Warn,
         ..base.clone()
     };
     for n in 1..=options.instances {

@@ -41,19 +41,22 @@ use serde_json::{json, Value};
 use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
-use crate::config::Config;
-use crate::index::Index;
-use crate::job::Status;
-use crate::kafka;
-use crate::kafka::tail::header;
-use crate::loader::{Loader, LoaderConfig};
-use crate::reconciler::{Reconciler, ReconcilerConfig};
-use crate::resolver::Resolver;
-use crate::service::Service;
-use crate::store::{scratch, Actor, Store};
+use tickler::config::Config;
+use tickler::index::Index;
+use tickler::job::Status;
+use tickler::kafka;
+use tickler::kafka::tail::header;
+use tickler::loader::{Loader, LoaderConfig};
+use tickler::reconciler::{Reconciler, ReconcilerConfig};
+use tickler::resolver::Resolver;
+use tickler::service::Service;
+use tickler::store::{scratch, Actor, Store};
 
+mod args;
 mod cpu;
 mod instances;
+
+pub use args::BenchArgs;
 
 /// What to run, and how big.
 #[derive(Debug, Clone)]
@@ -223,10 +226,10 @@ async fn run_in(
         results_topic: format!("tickler-bench-results-{suffix}"),
         results_group: format!("tickler-bench-{suffix}"),
         // The isolation stage schedules jobs on a topic the broker lacks.
-        topic_check: crate::config::TopicCheck::Warn,
+        topic_check: tickler::config::TopicCheck::Warn,
         // Its own tickler on loopback, measured without the per-token
         // limits (a token check costs a hash and a map lookup).
-        auth: crate::config::AuthMode::None,
+        auth: tickler::config::AuthMode::None,
         api_rate_requests: 0,
         api_rate_jobs: 0,
         ..base.clone()
@@ -237,13 +240,13 @@ async fn run_in(
         "bench: {} mode; mysql {}, redis prefix {}, topic {topic} (4 partitions), shards {}",
         if options.smoke { "smoke" } else { "full" },
         // Never the password.
-        crate::index::url_redacted(mysql_url),
+        tickler::index::url_redacted(mysql_url),
         config.redis_prefix,
         config.shards
     );
 
     let cancel = CancellationToken::new();
-    let running = crate::app::start(config.clone(), cancel.clone()).await?;
+    let running = tickler::app::start(config.clone(), cancel.clone()).await?;
     let addr = running.http_addr.context("the bench runs the api role")?;
     let records: Records = Arc::new(Mutex::new(HashMap::new()));
     let stop_consumer = CancellationToken::new();
@@ -299,7 +302,7 @@ async fn run_in(
     // so nothing else touches the rows and keys they measure.
     let store = Store::connect_lazy(
         &config.mysql_url,
-        crate::ingress::CONNECTIONS.max(4),
+        tickler::ingress::CONNECTIONS.max(4),
         Actor::Bench,
     )?;
     let index = Index::connect(&config.redis_url, &config.redis_prefix, config.shards).await?;
@@ -537,15 +540,15 @@ impl Bench {
             let scheduled = due.timestamp_millis().to_string();
             let headers = rdkafka::message::OwnedHeaders::new()
                 .insert(rdkafka::message::Header {
-                    key: crate::job::HEADER_JOB_ID,
+                    key: tickler::job::HEADER_JOB_ID,
                     value: Some(id.as_bytes()),
                 })
                 .insert(rdkafka::message::Header {
-                    key: crate::job::HEADER_SCHEDULED_AT,
+                    key: tickler::job::HEADER_SCHEDULED_AT,
                     value: Some(scheduled.as_bytes()),
                 })
                 .insert(rdkafka::message::Header {
-                    key: crate::job::HEADER_DISPATCHED_AT,
+                    key: tickler::job::HEADER_DISPATCHED_AT,
                     value: Some(scheduled.as_bytes()),
                 });
             let record = rdkafka::producer::FutureRecord::to(&topic)
@@ -674,7 +677,7 @@ impl Bench {
     /// pass to the last row written, to compare with the schedule stage's.
     async fn ingress(&self, store: &Store, index: &Index) -> anyhow::Result<()> {
         let target = self.topic();
-        let far = crate::job::time_format(Utc::now() + chrono::Duration::days(30));
+        let far = tickler::job::time_format(Utc::now() + chrono::Duration::days(30));
         // Rounds, the API first in every other one: the second of two runs
         // on the same table meets what the first left (pages to flush, a
         // bigger index), so neither path always pays it.
@@ -733,9 +736,9 @@ impl Bench {
         far: &str,
         replies: bool,
     ) -> anyhow::Result<f64> {
-        use crate::ingress::{Ingress, IngressConfig};
         use rdkafka::message::{Header, OwnedHeaders};
         use rdkafka::producer::FutureRecord;
+        use tickler::ingress::{Ingress, IngressConfig};
 
         let requests = format!("{target}-requests-{round}");
         let replies = replies.then(|| format!("{target}-replies-{round}"));
@@ -756,7 +759,7 @@ impl Bench {
         let mut config = self.config.clone();
         config.ingress.topics.insert(
             requests.clone(),
-            crate::config::IngressTopic {
+            tickler::config::IngressTopic {
                 targets: vec![target.to_owned()],
             },
         );
@@ -779,11 +782,11 @@ impl Bench {
         let request = |key: &str| {
             let headers = OwnedHeaders::new_with_capacity(2)
                 .insert(Header {
-                    key: crate::ingress::HEADER_TARGET_TOPIC,
+                    key: tickler::ingress::HEADER_TARGET_TOPIC,
                     value: Some(target),
                 })
                 .insert(Header {
-                    key: crate::ingress::HEADER_RUN_AT,
+                    key: tickler::ingress::HEADER_RUN_AT,
                     value: Some(far),
                 });
             (key.to_owned(), headers)
@@ -1120,7 +1123,7 @@ impl Bench {
         );
         // The gauges from the truth over the same table: the (status,
         // topic) index is read whole, the rest are range scans.
-        let truth = crate::truth::Truth::compute(store, index, &self.config).await?;
+        let truth = tickler::truth::Truth::compute(store, index, &self.config).await?;
         let counted: u64 = truth.jobs.iter().map(|c| c.count).sum();
         println!(
             "reconcile: gauges from the truth in {} ms ({counted} live jobs counted by status and topic, {} overdue, drift {:?})",
@@ -1160,7 +1163,7 @@ impl Bench {
 /// of this process): stage → (seconds summed, observations, median of the
 /// summary's recent window).
 fn stages_now() -> HashMap<String, (f64, f64, f64)> {
-    let text = crate::metrics::install().render();
+    let text = tickler::metrics::install().render();
     let mut stages: HashMap<String, (f64, f64, f64)> = HashMap::new();
     for line in text.lines() {
         let Some(rest) = line.strip_prefix("tickler_dispatch_stage_seconds") else {
@@ -1253,9 +1256,9 @@ fn record(consumer: BaseConsumer, records: Records, stop: CancellationToken) {
             let received_ms = Utc::now().timestamp_millis();
             let header = |name: &str| -> Option<i64> { header(&message, name)?.parse().ok() };
             let (Some(id), Some(scheduled_ms), Some(dispatched_ms)) = (
-                header(crate::job::HEADER_JOB_ID),
-                header(crate::job::HEADER_SCHEDULED_AT),
-                header(crate::job::HEADER_DISPATCHED_AT),
+                header(tickler::job::HEADER_JOB_ID),
+                header(tickler::job::HEADER_SCHEDULED_AT),
+                header(tickler::job::HEADER_DISPATCHED_AT),
             ) else {
                 continue;
             };

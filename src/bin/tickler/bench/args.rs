@@ -2,7 +2,7 @@
 
 use clap::Args;
 
-use crate::bench::{BenchOptions, STAGES};
+use super::{BenchOptions, STAGES};
 
 /// The benchmark's arguments; each one left out keeps the default of a
 /// full run (or of `--smoke`).

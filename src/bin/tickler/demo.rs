@@ -7,14 +7,29 @@ use std::time::Duration;
 
 use anyhow::{bail, Context};
 use chrono::Utc;
+use clap::Args;
 use rdkafka::message::Message;
 use rdkafka::Offset;
 use serde_json::json;
 
-use crate::config::Config;
-use crate::job::{HEADER_JOB_ID, HEADER_SCHEDULED_AT};
-use crate::kafka;
-use crate::kafka::tail::header;
+use tickler::config::Config;
+use tickler::job::{HEADER_JOB_ID, HEADER_SCHEDULED_AT};
+use tickler::kafka;
+use tickler::kafka::tail::header;
+
+/// `tickler demo`'s arguments.
+#[derive(Debug, Args)]
+pub struct DemoArgs {
+    /// How many jobs to schedule.
+    #[arg(long, default_value_t = 5)]
+    pub jobs: u32,
+    /// Topic to schedule them on (created if missing).
+    #[arg(long, default_value = "tickler.demo")]
+    pub topic: String,
+    /// API token secret (tickler token create ... --scope write).
+    #[arg(long, env = "TICKLER_TOKEN", hide_env_values = true)]
+    pub token: Option<String>,
+}
 
 /// Long because it is the demonstration's script: create the topic,
 /// schedule, read back, print.

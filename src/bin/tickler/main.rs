@@ -1,5 +1,8 @@
 //! The `tickler` binary: parses arguments, sets up logging, calls the
-//! library.
+//! library. Two commands are the binary's own, not the library's, because
+//! no serving role uses them: [`bench`] (the benchmark harness behind
+//! `tickler bench`) and [`demo`] (the README's demonstration client); they
+//! reach the library only through its public API.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -9,6 +12,9 @@ use clap::{Parser, Subcommand};
 use tickler::cli::admin::{self, ShardsCommand, TokenCommand};
 use tickler::cli::{self, over_api};
 use tickler::config::Config;
+
+mod bench;
+mod demo;
 
 #[derive(Parser)]
 #[command(
@@ -41,7 +47,7 @@ enum Command {
     Config,
     /// Measure throughput, lateness, burst drain, Redis bytes per job and
     /// reconciler cost against the local services (see docs/benchmarks.md).
-    Bench(cli::bench::BenchArgs),
+    Bench(bench::BenchArgs),
     /// Manage API tokens (stored hashed in the api_tokens table).
     Token {
         #[command(subcommand)]
@@ -89,7 +95,7 @@ enum Command {
     },
     /// Schedule a few jobs a few seconds ahead through the API of a running
     /// tickler and print them as they arrive on Kafka, with their lateness.
-    Demo(cli::DemoArgs),
+    Demo(demo::DemoArgs),
 }
 
 #[tokio::main]
@@ -150,13 +156,13 @@ async fn main() -> anyhow::Result<ExitCode> {
                 std::process::exit(1);
             }
         }
-        Command::Bench(args) => tickler::bench::run(&config, args.options()).await?,
+        Command::Bench(args) => bench::run(&config, args.options()).await?,
         Command::Token { command } => admin::token(&config, command).await?,
         Command::Instances => admin::instances(&config).await?,
         Command::Doctor(args) => return cli::doctor::run(config, args).await,
         Command::Shards { command } => admin::shards(&config, command).await?,
         Command::Demo(args) => {
-            tickler::demo::run(&config, &args.topic, args.jobs, args.token.as_deref()).await?
+            demo::run(&config, &args.topic, args.jobs, args.token.as_deref()).await?
         }
         Command::Jobs { .. } | Command::Topics { .. } | Command::Schedules { .. } => {
             unreachable!("handled before the configuration is read")
