@@ -48,7 +48,7 @@ pub enum StartError {
     #[error("kafka: {0}")]
     Dispatcher(#[from] DispatchError),
     #[error("kafka (ingress): {0}")]
-    Ingress(rdkafka::error::KafkaError),
+    Ingress(kafka::KafkaError),
     #[error("cannot listen on {addr}: {source}")]
     Listen {
         addr: String,

@@ -749,8 +749,26 @@ impl Config {
         });
         let mut figment = figment.merge(env);
         for key in ENV_LISTS {
-            if let Ok(text) = std::env::var(format!("TICKLER_{}", key.to_ascii_uppercase())) {
-                figment = figment.merge(Serialized::default(key, env_list(&text)));
+            let var = format!("TICKLER_{}", key.to_ascii_uppercase());
+            if let Ok(text) = std::env::var(&var) {
+                let list = env_list(&text);
+                // Checked here, so that a mistake names the variable.
+                if *key == "roles" {
+                    if let Some(unknown) = list
+                        .iter()
+                        .find(|name| !Role::ALL.iter().any(|role| role.as_str() == *name))
+                    {
+                        let known: Vec<&str> = Role::ALL.iter().map(|r| r.as_str()).collect();
+                        return Err(ConfigError::Invalid {
+                            field: "roles".into(),
+                            problem: format!(
+                                "{var}: unknown role {unknown:?} (known: {})",
+                                known.join(", ")
+                            ),
+                        });
+                    }
+                }
+                figment = figment.merge(Serialized::default(key, list));
             }
         }
         for key in ENV_MAPS {
@@ -1530,7 +1548,18 @@ mod tests {
             jail.set_env("TICKLER_SHARDS", "8");
             jail.set_env("TICKLER_ROLES", "[api, reaper]");
             let err = Config::load(None).unwrap_err().to_string();
-            assert!(err.contains("reaper") && err.contains("ROLES"), "{err}");
+            assert!(
+                err.contains("\"reaper\"") && err.contains("TICKLER_ROLES"),
+                "{err}"
+            );
+            Ok(())
+        });
+        figment::Jail::expect_with(|jail| {
+            jail.create_file("tickler.toml", "roles = [\"api\", \"reaper\"]\n")?;
+            let err = Config::load(Some(Path::new("tickler.toml")))
+                .unwrap_err()
+                .to_string();
+            assert!(err.contains("reaper") && err.contains("roles"), "{err}");
             Ok(())
         });
         let config = Config {

@@ -145,7 +145,7 @@ async fn the_doctor_finds_each_injected_inconsistency_and_repairs_the_safe_ones(
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_doctor_reads_back_recorded_kafka_positions() {
     let env = start().await;
-    let producer = tickler::kafka::producer_create(
+    let producer = tickler_testkit::producer(
         &env.config.kafka_brokers,
         &env.config.kafka_options,
         0,
@@ -251,8 +251,7 @@ async fn the_doctor_sees_a_database_clock_apart_and_a_results_backlog() {
         .await
         .unwrap();
     let producer =
-        tickler::kafka::producer_create(&config.kafka_brokers, &config.kafka_options, 0, 10_000)
-            .unwrap();
+        tickler_testkit::producer(&config.kafka_brokers, &config.kafka_options, 0, 10_000).unwrap();
     for _ in 0..3 {
         producer
             .send(

@@ -90,7 +90,7 @@ async fn record_as_a_dispatcher_sent_it(env: &TestEnv, id: u64, attempt: u32) ->
 
 /// Produces a record onto the test's topic; returns its (partition, offset).
 async fn produce(env: &TestEnv, key: &str, payload: &str, headers: OwnedHeaders) -> (i32, i64) {
-    let producer = tickler::kafka::producer_create(
+    let producer = tickler_testkit::producer(
         &env.config.kafka_brokers,
         &env.config.kafka_options,
         1,
@@ -263,7 +263,7 @@ async fn doubts_settle_across_topics_and_rows_set_dispatching_by_hand_are_resolv
     // The hand-set rows, each with its record on the topic.
     let n = 1_100u64;
     let ids = rows_set_dispatching_by_hand(&env, n, Duration::from_secs(10)).await;
-    let producer = tickler::kafka::producer_create(
+    let producer = tickler_testkit::producer(
         &env.config.kafka_brokers,
         &env.config.kafka_options,
         5,
@@ -685,7 +685,7 @@ async fn a_long_read_back_goes_on_where_the_last_pass_stopped() {
     // The row in doubt: set dispatching by hand, its record last on the
     // topic, behind everything else.
     let id = rows_set_dispatching_by_hand(&env, 1, Duration::from_secs(1)).await[0];
-    let producer = tickler::kafka::producer_create(
+    let producer = tickler_testkit::producer(
         &env.config.kafka_brokers,
         &env.config.kafka_options,
         5,

@@ -345,7 +345,7 @@ async fn three_seconds_read_only_loses_no_request_and_answers_503_with_retry_aft
     };
 
     let producer =
-        kafka::producer_create(&world.services.brokers, &BTreeMap::new(), 0, 5_000).unwrap();
+        tickler_testkit::producer(&world.services.brokers, &BTreeMap::new(), 0, 5_000).unwrap();
     let n: usize = 300 * rounds;
     let started = Utc::now();
     let mut due: HashMap<String, i64> = HashMap::new();
@@ -509,7 +509,7 @@ async fn a_primary_switch_loses_no_acknowledged_job_and_answers_503_meanwhile() 
     };
 
     let producer =
-        kafka::producer_create(&world.services.brokers, &BTreeMap::new(), 0, 5_000).unwrap();
+        tickler_testkit::producer(&world.services.brokers, &BTreeMap::new(), 0, 5_000).unwrap();
     let n: usize = 300;
     let mut due: HashMap<String, i64> = HashMap::new();
     let mut promoted_at = None;

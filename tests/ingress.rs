@@ -56,7 +56,8 @@ async fn setup(targets: &[&str], run_ingress: bool) -> Setup {
     })
     .await;
     Setup {
-        producer: kafka::producer_create(&brokers, &BTreeMap::new(), 0, 5_000).expect("producer"),
+        producer: tickler_testkit::producer(&brokers, &BTreeMap::new(), 0, 5_000)
+            .expect("producer"),
         reply_reader: consumer_from_beginning(&brokers, &replies),
         env,
         requests,
@@ -667,7 +668,7 @@ async fn kill_9_while_requests_stream_in_loses_and_doubles_none() {
     )
     .await;
     let producer =
-        kafka::producer_create(&world.services.brokers, &BTreeMap::new(), 0, 5_000).unwrap();
+        tickler_testkit::producer(&world.services.brokers, &BTreeMap::new(), 0, 5_000).unwrap();
     let n: usize = 300;
     let started = Utc::now();
     let mut due: HashMap<String, i64> = HashMap::new();

@@ -21,7 +21,7 @@ use tickler_testkit::{consumer_from_beginning, eventually, records_read, unique,
 /// report is its own batch on the broker (tansu cannot resume a consumer
 /// group inside a multi-record batch).
 fn report_producer(brokers: &str) -> FutureProducer {
-    kafka::producer_create(brokers, &BTreeMap::new(), 0, 5_000).expect("kafka producer")
+    tickler_testkit::producer(brokers, &BTreeMap::new(), 0, 5_000).expect("kafka producer")
 }
 
 async fn report_send(producer: &FutureProducer, topic: &str, key: &str, body: &[u8]) {

@@ -56,9 +56,6 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
-use rdkafka::error::KafkaError;
-use rdkafka::producer::{FutureProducer, Producer};
-use rdkafka::util::Timeout;
 use tokio::sync::{watch, Notify, Semaphore};
 
 mod claim;
@@ -71,7 +68,7 @@ mod watchdog;
 use pipeline::{Acks, Pipeline};
 use release::{Claimed, Releaser};
 use send::producer_create;
-pub use send::{failure_classify, Failure};
+pub use send::Failure;
 use settle::Settler;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
@@ -79,7 +76,7 @@ use watchdog::{spawn_watched, Watchdog};
 
 use crate::config::Config;
 use crate::index::Index;
-use crate::kafka::Topics;
+use crate::kafka::{KafkaError, Producer, Topics};
 use crate::membership::{Holding, Ownership};
 use crate::metrics;
 use crate::resolver::Resolver;
@@ -199,7 +196,7 @@ pub struct Dispatcher {
     store: Store,
     index: Index,
     /// Replaced (between passes) when it is wedged.
-    producer: RwLock<FutureProducer>,
+    producer: RwLock<Producer>,
     /// Settled batches in a row in which every send failed (the settler
     /// counts; the dispatcher reads before each pass).
     failed_passes: Arc<AtomicU32>,
@@ -452,7 +449,7 @@ impl Dispatcher {
         }
     }
 
-    fn producer_current(&self) -> FutureProducer {
+    fn producer_current(&self) -> Producer {
         match self.producer.read() {
             Ok(producer) => producer.clone(),
             Err(poisoned) => poisoned.into_inner().clone(),
@@ -465,7 +462,7 @@ impl Dispatcher {
     /// resolve.
     fn producer_check(&self) {
         let passes = self.failed_passes.load(Ordering::Relaxed);
-        let fatal = self.producer_current().client().fatal_error();
+        let fatal = self.producer_current().fatal_error();
         if fatal.is_none() && passes < PRODUCER_FAILED_PASSES_BEFORE_RESTART {
             return;
         }
@@ -484,10 +481,7 @@ impl Dispatcher {
     }
 
     fn producer_flush(&self) {
-        if let Err(err) = self
-            .producer_current()
-            .flush(Timeout::After(Duration::from_secs(5)))
-        {
+        if let Err(err) = self.producer_current().flush(Duration::from_secs(5)) {
             tracing::warn!(error = %err, "producer flush on shutdown failed");
         }
     }

@@ -29,7 +29,6 @@ use std::time::{Duration, Instant};
 use chrono::{TimeZone, Utc};
 use futures::stream::{FuturesUnordered, StreamExt};
 use futures::FutureExt;
-use rdkafka::producer::FutureProducer;
 use tokio::sync::{mpsc, watch, Semaphore};
 use tokio_util::task::TaskTracker;
 
@@ -38,7 +37,7 @@ use super::send::{enqueue, kafka_failure, Delivery, Failure, Sent};
 use super::settle::{Settle, Settler};
 use super::TOPIC_MISSING_TRUST;
 use crate::job::Job;
-use crate::kafka::{TopicState, Topics, TOPICS_REFRESH_MIN};
+use crate::kafka::{KafkaError, Producer, TopicState, Topics, TOPICS_REFRESH_MIN};
 use crate::membership::Ownership;
 use crate::metrics;
 use crate::topic_controls::TopicControls;
@@ -69,7 +68,7 @@ impl DbClock {
 /// What one compare-and-set won.
 pub(super) struct Claimed {
     pub token: u64,
-    pub producer: FutureProducer,
+    pub producer: Producer,
     /// No record of this claim is handed to the producer after this.
     pub send_by: Instant,
     /// When its compare-and-set was sent (the claim was decided after).
@@ -87,7 +86,7 @@ pub(super) struct Claimed {
 /// One claim's context, shared by the jobs it holds.
 struct Batch {
     token: u64,
-    producer: FutureProducer,
+    producer: Producer,
     send_by: Instant,
     claim_started: Instant,
     incarnation: u64,
@@ -111,7 +110,7 @@ impl Batch {
 
 /// Records handed to the producer together, and what is known of them.
 pub(super) struct Released {
-    producer: FutureProducer,
+    producer: Producer,
     /// Outcomes known at once (not sent).
     outcomes: Vec<Sent>,
     pending: FuturesUnordered<Delivery>,
@@ -322,14 +321,14 @@ impl Releaser {
                     pending.push(
                         async move {
                             done.result = match delivery.await {
-                                Ok(Ok(delivery)) => {
+                                Ok(landed) => {
                                     acks.acked(&done.topic, Instant::now());
-                                    Ok((delivery.partition, delivery.offset))
+                                    Ok(landed)
                                 }
-                                Ok(Err((err, _))) => Err(kafka_failure(&err)),
-                                Err(_) => Err(Failure::Broker(
+                                Err(KafkaError::Canceled) => Err(Failure::Broker(
                                     "the producer was dropped before delivery".to_owned(),
                                 )),
+                                Err(err) => Err(kafka_failure(&err)),
                             };
                             done
                         }

@@ -13,14 +13,13 @@ use std::sync::atomic::{AtomicU32, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rdkafka::producer::FutureProducer;
 use tokio::sync::mpsc;
 
 use super::pipeline::Pipeline;
 use super::send::{Failure, Sent};
 use crate::index::Index;
 use crate::job::JobId;
-use crate::kafka::{Topics, TOPICS_REFRESH_MIN};
+use crate::kafka::{Producer, Topics, TOPICS_REFRESH_MIN};
 use crate::metrics;
 use crate::resolver::Resolver;
 use crate::store::{Dispatched, Marked, Store};
@@ -31,7 +30,7 @@ pub const SETTLE_JOBS_MAX: usize = 5_000;
 /// What a group of records left to record.
 pub(super) struct Settle {
     /// Kept alive until every delivery resolved, even if replaced.
-    pub producers: Vec<FutureProducer>,
+    pub producers: Vec<Producer>,
     pub outcomes: Vec<Sent>,
     /// Whether these jobs still count in the pipeline (stragglers left it
     /// when they were detached).

@@ -29,17 +29,13 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
-use rdkafka::error::{KafkaError, KafkaResult};
-use rdkafka::message::BorrowedMessage;
-use rdkafka::{Offset, TopicPartitionList};
 use tokio::sync::Notify;
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::index::Index;
-use crate::kafka::{self, Topics};
+use crate::kafka::{self, GroupConsumer, KafkaError, Producer, Received, Topics};
 use crate::metrics;
 use crate::store::Store;
 
@@ -91,7 +87,7 @@ pub struct Ingress {
     writer: Writer,
     config: Arc<IngressConfig>,
     /// Made by [`Ingress::subscribe`], after the topics exist.
-    consumer: OnceLock<Arc<StreamConsumer>>,
+    consumer: OnceLock<Arc<GroupConsumer>>,
     replies: Option<Arc<Replies>>,
     /// The pass being written while the next one is read and checked.
     writing: tokio::sync::Mutex<Option<Writing>>,
@@ -117,7 +113,7 @@ struct Writing {
 
 /// What a pass's turn comes to while another is being written.
 enum Next<'a> {
-    Record(KafkaResult<BorrowedMessage<'a>>),
+    Record(Result<Received<'a>, KafkaError>),
     Written(Result<(Batch, Option<Vec<RequestOutcome>>), tokio::task::JoinError>),
     Cancelled,
 }
@@ -134,14 +130,14 @@ impl Ingress {
     ) -> Result<Self, KafkaError> {
         let replies = match &config.reply_topic {
             Some(topic) => Some(Arc::new(Replies::new(
-                &kafka::producer_config(
+                Producer::create(
                     &config.brokers,
                     &config.kafka_options,
                     config.linger_ms,
                     config.message_timeout_ms,
-                ),
+                )?,
                 topic.clone(),
-            )?)),
+            ))),
             None => None,
         };
         let config = Arc::new(config);
@@ -197,14 +193,14 @@ impl Ingress {
             }
         }
         // Offsets are committed by hand, after MySQL has the requests.
-        let consumer = kafka::group_consumer(
+        let topics: Vec<&str> = self.config.topics.keys().map(String::as_str).collect();
+        let consumer = GroupConsumer::subscribe(
             &self.config.brokers,
             &self.config.kafka_options,
             &self.config.group,
             INGRESS_FETCH_WAIT_MS,
+            &topics,
         )?;
-        let topics: Vec<&str> = self.config.topics.keys().map(String::as_str).collect();
-        consumer.subscribe(&topics)?;
         // A second call keeps the first consumer.
         let _ = self.consumer.set(Arc::new(consumer));
         Ok(())
@@ -391,7 +387,7 @@ impl Ingress {
         Some(report)
     }
 
-    fn consumer(&self) -> Option<&StreamConsumer> {
+    fn consumer(&self) -> Option<&GroupConsumer> {
         let consumer = self.consumer.get();
         if consumer.is_none() {
             tracing::error!("ingress used before subscribe");
@@ -414,8 +410,8 @@ impl Ingress {
     /// `batch`. Empty after a consumer error.
     async fn take_rest(
         &self,
-        consumer: &StreamConsumer,
-        first: KafkaResult<BorrowedMessage<'_>>,
+        consumer: &GroupConsumer,
+        first: Result<Received<'_>, KafkaError>,
     ) -> Batch {
         let mut batch = Batch::default();
         match first {
@@ -504,32 +500,29 @@ pub struct Answered {
     pub committed: bool,
 }
 
-/// The offsets that commit a batch: the next record of each partition.
-fn offsets_of(batch: &Batch) -> TopicPartitionList {
+/// The last offset of each partition a batch read.
+fn offsets_of(batch: &Batch) -> Vec<((Arc<str>, i32), i64)> {
     // A few partitions a pass: a list is quicker than hashing each record.
-    let mut positions: Vec<((&str, i32), i64)> = Vec::new();
+    let mut positions: Vec<((Arc<str>, i32), i64)> = Vec::new();
     for record in &batch.records {
-        let at = (&*record.topic, record.partition);
-        match positions.iter_mut().find(|(seen, _)| *seen == at) {
+        match positions.iter_mut().find(|((topic, partition), _)| {
+            *partition == record.partition && *topic == record.topic
+        }) {
             Some((_, last)) => *last = (*last).max(record.offset),
-            None => positions.push((at, record.offset)),
+            None => positions.push(((record.topic.clone(), record.partition), record.offset)),
         }
     }
-    let mut offsets = TopicPartitionList::new();
-    for ((topic, partition), offset) in &positions {
-        if let Err(err) =
-            offsets.add_partition_offset(topic, *partition, Offset::Offset(offset + 1))
-        {
-            tracing::warn!(error = %err, "cannot build the offsets to commit");
-        }
-    }
-    offsets
+    positions
 }
 
-/// Async: a lost commit only means reading requests again, which changes
-/// nothing the second time.
-fn offsets_commit(consumer: &StreamConsumer, offsets: &TopicPartitionList) -> bool {
-    match consumer.commit(offsets, CommitMode::Async) {
+/// Commits the record after each last offset read. Async: a lost commit
+/// only means reading requests again, which changes nothing the second
+/// time.
+fn offsets_commit(consumer: &GroupConsumer, offsets: &[((Arc<str>, i32), i64)]) -> bool {
+    let last = offsets
+        .iter()
+        .map(|((topic, partition), offset)| ((&**topic, *partition), *offset));
+    match consumer.commit(last) {
         Ok(()) => true,
         Err(err) => {
             tracing::warn!(error = %err, "cannot commit ingress offsets");

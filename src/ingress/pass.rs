@@ -6,12 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use rdkafka::message::{BorrowedMessage, Message};
-
 use super::request::{Limits, RequestError, RequestRecord};
 use crate::config::{Config, TopicCheck};
 use crate::job::{Job, Status};
-use crate::kafka;
+use crate::kafka::Received;
 
 /// How long a pass waits for more records already on their way.
 pub const INGRESS_LINGER: Duration = Duration::from_millis(5);
@@ -84,8 +82,9 @@ pub struct Taken {
 impl Taken {
     /// `topic`: the topic of the record taken before, reused when this
     /// one's is the same.
-    pub(super) fn of(message: &BorrowedMessage<'_>, topic: Option<&Arc<str>>) -> Taken {
-        let headers = kafka::headers_of(message)
+    pub(super) fn of(message: &Received<'_>, topic: Option<&Arc<str>>) -> Taken {
+        let headers = message
+            .headers()
             .map(|(name, value)| (name.to_vec(), value.map(<[u8]>::to_vec)))
             .collect();
         Taken {
@@ -98,7 +97,7 @@ impl Taken {
             key: message.key().map(<[u8]>::to_vec),
             value: message.payload().map(<[u8]>::to_vec),
             headers,
-            timestamp_ms: message.timestamp().to_millis(),
+            timestamp_ms: message.timestamp_ms(),
         }
     }
 

@@ -1,28 +1,21 @@
 //! The answers: one record on the reply topic for every request, saying
 //! what became of it, and the wait for the broker to acknowledge them.
 //!
-//! A pass's replies share one counter of their delivery reports, where a
-//! future each (the `FutureProducer`'s) cost a channel, two allocations and
-//! a wake-up per reply: on two cores, per-request CPU is what the ingress
-//! keeps up with the batch API by (docs/benchmarks.md, "Scheduling through
-//! Kafka").
+//! A pass's replies share one tally of their delivery reports
+//! ([`Tallied`]), where a future each would cost a channel, two
+//! allocations and a wake-up per reply: on two cores, per-request CPU is
+//! what the ingress keeps up with the batch API by (docs/benchmarks.md,
+//! "Scheduling through Kafka").
 
 use std::fmt;
-use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::Arc;
 
 use chrono::{DateTime, Datelike, Timelike, Utc};
-use rdkafka::config::FromClientConfigAndContext;
-use rdkafka::error::KafkaError;
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{BaseRecord, DeliveryResult, ProducerContext, ThreadedProducer};
-use rdkafka::{ClientConfig, ClientContext};
 use serde::{Serialize, Serializer};
-use tokio::sync::Notify;
 
 use super::pass::{Batch, RequestOutcome, Taken};
 use super::request::HEADER_CORRELATION_ID;
 use crate::job::{self, Status};
+use crate::kafka::{Producer, Record, Tallied};
 use crate::metrics;
 
 /// On a reply: what became of the request.
@@ -34,18 +27,13 @@ pub const HEADER_REQUEST_OFFSET: &str = "tickler-request-offset";
 
 /// The reply topic and the producer that answers on it.
 pub struct Replies {
-    producer: ThreadedProducer<Acknowledger>,
+    producer: Producer,
     topic: String,
 }
 
 impl Replies {
-    /// `config`: the producer's settings. Fails on settings librdkafka
-    /// refuses.
-    pub fn new(config: &ClientConfig, topic: String) -> Result<Replies, KafkaError> {
-        Ok(Replies {
-            producer: ThreadedProducer::from_config_and_context(config, Acknowledger)?,
-            topic,
-        })
+    pub fn new(producer: Producer, topic: String) -> Replies {
+        Replies { producer, topic }
     }
 
     /// Answers every record of `batch` and waits for the broker's
@@ -53,118 +41,49 @@ impl Replies {
     /// acknowledged or failed within `message.timeout.ms`: librdkafka
     /// reports each record it was given.
     pub async fn send(&self, batch: &Batch, outcomes: &[RequestOutcome]) -> (usize, usize) {
-        let acks = Arc::new(Acks::default());
-        // Counted before the first is handed over, so that a report cannot
-        // bring it to zero while replies are still being handed over.
         let n = batch.records.len().min(outcomes.len());
-        acks.outstanding.store(n, Ordering::Release);
+        let tally = Tallied::new(n);
         let mut body = Vec::with_capacity(320);
-        let mut not_queued = 0;
         for (record, outcome) in batch.records.iter().zip(outcomes) {
             body.clear();
             reply_body_write(&mut body, record, outcome);
-            let mut reply = BaseRecord::with_opaque_to(&self.topic, acks.clone())
-                .payload(&body)
-                .headers(reply_headers(record, outcome));
+            let mut reply = reply_record(&self.topic, record, outcome).value(&body);
             if let Some(key) = &record.key {
                 reply = reply.key(key.as_slice());
             }
-            if let Err((err, _)) = self.producer.send(reply) {
-                not_queued += 1;
+            if let Err(err) = self.producer.send_tallied(reply, &tally) {
                 tracing::warn!(error = %err, "cannot queue an ingress reply");
-                acks.settle_one();
             }
         }
-        while acks.outstanding.load(Ordering::Acquire) > 0 {
-            acks.done.notified().await;
-        }
-        let failed = acks.failed.load(Ordering::Acquire) + not_queued;
+        let (acknowledged, failed) = tally.wait().await;
         if failed > 0 {
             metrics::ingress_replies_failed(failed);
         }
-        (acks.acknowledged.load(Ordering::Acquire), failed)
+        (acknowledged, failed)
     }
 }
 
-/// The delivery reports of one pass's replies.
-#[derive(Default)]
-struct Acks {
-    /// Replies handed over and not yet reported.
-    outstanding: AtomicUsize,
-    acknowledged: AtomicUsize,
-    failed: AtomicUsize,
-    /// Woken when `outstanding` reaches zero (a permit is kept when nobody
-    /// waits yet).
-    done: Notify,
-}
-
-impl Acks {
-    fn settle_one(&self) {
-        if self.outstanding.fetch_sub(1, Ordering::AcqRel) == 1 {
-            self.done.notify_one();
-        }
-    }
-}
-
-/// Counts each reply's delivery report on its pass's [`Acks`].
-struct Acknowledger;
-
-impl ClientContext for Acknowledger {}
-
-impl ProducerContext for Acknowledger {
-    type DeliveryOpaque = Arc<Acks>;
-
-    fn delivery(&self, result: &DeliveryResult<'_>, acks: Arc<Acks>) {
-        match result {
-            Ok(_) => {
-                acks.acknowledged.fetch_add(1, Ordering::AcqRel);
-            }
-            Err((err, _)) => {
-                acks.failed.fetch_add(1, Ordering::AcqRel);
-                tracing::warn!(error = %err, "an ingress reply was not delivered");
-            }
-        }
-        acks.settle_one();
-    }
-}
-
-/// The headers of a reply (librdkafka copies each as it is inserted).
-fn reply_headers(record: &Taken, outcome: &RequestOutcome) -> OwnedHeaders {
-    let (mut partition, mut offset, mut job_id) = (
-        itoa::Buffer::new(),
-        itoa::Buffer::new(),
-        itoa::Buffer::new(),
-    );
-    let mut headers = OwnedHeaders::new_with_capacity(6)
-        .insert(Header {
-            key: HEADER_OUTCOME,
-            value: Some(outcome.name()),
-        })
-        .insert(Header {
-            key: HEADER_REQUEST_TOPIC,
-            value: Some(&*record.topic),
-        })
-        .insert(Header {
-            key: HEADER_REQUEST_PARTITION,
-            value: Some(partition.format(record.partition)),
-        })
-        .insert(Header {
-            key: HEADER_REQUEST_OFFSET,
-            value: Some(offset.format(record.offset)),
-        });
+/// A reply to `topic`, with its headers (copied as each is added).
+fn reply_record<'a>(topic: &'a str, record: &Taken, outcome: &RequestOutcome) -> Record<'a> {
+    let mut number = itoa::Buffer::new();
+    let mut reply = Record::to(topic, 6)
+        .header(HEADER_OUTCOME, outcome.name().as_bytes())
+        .header(HEADER_REQUEST_TOPIC, record.topic.as_bytes())
+        .header(
+            HEADER_REQUEST_PARTITION,
+            number.format(record.partition).as_bytes(),
+        )
+        .header(
+            HEADER_REQUEST_OFFSET,
+            number.format(record.offset).as_bytes(),
+        );
     if let Some(correlation) = record.header(HEADER_CORRELATION_ID) {
-        headers = headers.insert(Header {
-            key: HEADER_CORRELATION_ID,
-            value: Some(correlation),
-        });
+        reply = reply.header(HEADER_CORRELATION_ID, correlation);
     }
     if let Some(job) = outcome.job() {
-        headers = headers.insert(Header {
-            key: job::HEADER_JOB_ID,
-            value: Some(job_id.format(job.id)),
-        });
+        reply = reply.header(job::HEADER_JOB_ID, number.format(job.id).as_bytes());
     }
-    headers
+    reply
 }
 
 /// The value of a reply record.

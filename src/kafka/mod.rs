@@ -1,18 +1,28 @@
-//! Kafka client settings, topic administration, and the cached list of the
-//! broker's topics, shared by the dispatcher, the API, the results role,
-//! the demo and the tests.
+//! Kafka, in one room: the only code that speaks to it through librdkafka
+//! (`rdkafka`). Client settings, topic administration, the cached list of
+//! the broker's topics; the one producer ([`Producer`]) and record builder
+//! ([`Record`]) every record is sent with; the group consumer
+//! ([`GroupConsumer`]) of the results role and the ingress; reading topics
+//! back ([`readback`]) and the tests' and demo's readers ([`tail`]).
 
+mod consumer;
+mod producer;
 pub mod readback;
+mod record;
 pub mod tail;
+
+pub use consumer::{GroupConsumer, Received};
+pub use producer::{fault_of, Delivery, Fault, Landed, Producer, Tallied};
+pub use rdkafka::error::KafkaError;
+pub use record::Record;
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use rdkafka::admin::{AdminClient, AdminOptions, NewTopic, ResourceSpecifier, TopicReplication};
 use rdkafka::client::DefaultClientContext;
-use rdkafka::error::KafkaError;
 use rdkafka::message::BorrowedMessage;
-use rdkafka::producer::{FutureProducer, Producer};
+use rdkafka::producer::Producer as _;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 
@@ -34,16 +44,16 @@ pub fn client_config(brokers: &str) -> ClientConfig {
 /// it until then).
 pub const GROUP_SESSION_TIMEOUT_MS: u32 = 6_000;
 
-/// A consumer in `group` that commits by hand (after what it read is in
-/// MySQL) and, on a group's first reading, starts from the earliest record;
-/// `options` (the `kafka_options` setting) are applied last. Subscribe it
-/// once its topics exist.
-pub fn group_consumer(
+/// The settings of a consumer in `group` that commits by hand (after what
+/// it read is in MySQL) and, on a group's first reading, starts from the
+/// earliest record; `options` (the `kafka_options` setting) are applied
+/// last.
+fn group_config(
     brokers: &str,
     options: &BTreeMap<String, String>,
     group: &str,
     fetch_wait_ms: u32,
-) -> Result<rdkafka::consumer::StreamConsumer, KafkaError> {
+) -> ClientConfig {
     let mut client = client_config(brokers);
     client
         .set("group.id", group)
@@ -55,23 +65,12 @@ pub fn group_consumer(
     for (key, value) in options {
         client.set(key, value);
     }
-    client.create()
+    client
 }
 
-/// The idempotent producer (acks=all) tickler produces every record with;
+/// The settings of tickler's one [`Producer`]: idempotent, `acks=all`;
 /// `options` (the `kafka_options` setting) are applied last.
-pub fn producer_create(
-    brokers: &str,
-    options: &BTreeMap<String, String>,
-    linger_ms: u64,
-    message_timeout_ms: u64,
-) -> Result<FutureProducer, KafkaError> {
-    producer_config(brokers, options, linger_ms, message_timeout_ms).create()
-}
-
-/// The settings of [`producer_create`]'s producer, for a producer of
-/// another kind.
-pub fn producer_config(
+fn producer_config(
     brokers: &str,
     options: &BTreeMap<String, String>,
     linger_ms: u64,

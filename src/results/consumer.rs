@@ -9,14 +9,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
-use rdkafka::error::KafkaError;
-use rdkafka::message::{BorrowedMessage, Message};
-use rdkafka::{Offset, TopicPartitionList};
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
-use crate::kafka;
+use crate::kafka::{self, GroupConsumer, KafkaError, Received};
 use crate::metrics;
 use crate::outcome::{self, Report};
 use crate::resolver::{Resolver, CHANNEL_TOPIC};
@@ -82,7 +78,7 @@ pub struct ResultsConsumer {
     /// Made by [`ResultsConsumer::subscribe`], after the topic exists (as
     /// the consumer of the first release was, which restarts were proven
     /// with).
-    consumer: std::sync::OnceLock<StreamConsumer>,
+    consumer: std::sync::OnceLock<GroupConsumer>,
     config: ResultsConsumerConfig,
 }
 
@@ -124,13 +120,13 @@ impl ResultsConsumer {
             tracing::warn!(topic = %self.config.topic, error = %err, "cannot create the results topic");
         }
         // Offsets are committed by hand, after MySQL has the outcomes.
-        let consumer = kafka::group_consumer(
+        let consumer = GroupConsumer::subscribe(
             &self.config.brokers,
             &self.config.kafka_options,
             &self.config.group,
             RESULTS_FETCH_WAIT_MS,
+            &[&self.config.topic],
         )?;
-        consumer.subscribe(&[&self.config.topic])?;
         // A second call keeps the first consumer.
         let _ = self.consumer.set(consumer);
         Ok(())
@@ -172,17 +168,12 @@ impl ResultsConsumer {
             }
         }
         report.skipped = self.apply(&reports, cancel).await?;
-        let mut commit = TopicPartitionList::new();
-        for ((topic, partition), offset) in &positions {
-            if let Err(err) =
-                commit.add_partition_offset(topic, *partition, Offset::Offset(offset + 1))
-            {
-                tracing::warn!(error = %err, "cannot build the offsets to commit");
-            }
-        }
         // Async: a lost commit only means reading reports again, which
         // changes nothing the second time.
-        match consumer.commit(&commit, CommitMode::Async) {
+        let last = positions
+            .iter()
+            .map(|((topic, partition), offset)| ((topic.as_str(), *partition), *offset));
+        match consumer.commit(last) {
             Ok(()) => report.committed = true,
             Err(err) => tracing::warn!(error = %err, "cannot commit results offsets"),
         }
@@ -275,7 +266,7 @@ fn report_skip(report: &Report, err: &StoreError) {
 /// Adds a record of the results topic to the batch: its report, or a count
 /// and a log line when it is malformed; and its position, to commit.
 fn record_take(
-    message: &BorrowedMessage<'_>,
+    message: &Received<'_>,
     reports: &mut Vec<Report>,
     positions: &mut HashMap<(String, i32), i64>,
     report: &mut ResultsReport,

@@ -2,19 +2,14 @@
 //! forgets them. At least once: a crash between the two produces a record
 //! again, with the same job id and attempt.
 
-use std::collections::BTreeMap;
 use std::sync::{Arc, Mutex, PoisonError};
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use rdkafka::error::KafkaError;
-use rdkafka::message::{Header, OwnedHeaders};
-use rdkafka::producer::{FutureProducer, FutureRecord};
 use tokio::sync::Notify;
 
 use crate::config::Config;
-use crate::job;
-use crate::kafka;
+use crate::kafka::{self, KafkaError, Producer, Record};
 use crate::metrics;
 use crate::service::{PassError, Service};
 use crate::store::{DeadLetter, Store, StoreError};
@@ -84,7 +79,7 @@ pub struct DeadLetterProducer {
     notify: Arc<Notify>,
     /// Made on first use; dropped after a failed pass, since an idempotent
     /// producer can stay wedged after a broker outage.
-    producer: Mutex<Option<FutureProducer>>,
+    producer: Mutex<Option<Producer>>,
 }
 
 impl DeadLetterProducer {
@@ -223,13 +218,13 @@ impl PassError for DeadLetterError {
 }
 
 impl DeadLetterProducer {
-    fn producer(&self) -> Result<FutureProducer, KafkaError> {
+    fn producer(&self) -> Result<Producer, KafkaError> {
         let mut producer = self.producer.lock().unwrap_or_else(PoisonError::into_inner);
         if let Some(producer) = producer.as_ref() {
             return Ok(producer.clone());
         }
         let settings = &self.config.settings;
-        let fresh = kafka::producer_create(
+        let fresh = Producer::create(
             &settings.kafka_brokers,
             &settings.kafka_options,
             settings.kafka_linger_ms,
@@ -240,44 +235,23 @@ impl DeadLetterProducer {
     }
 }
 
-/// One dead-letter record: the job's key and payload, its own headers, and
+/// One dead-letter record: the job's key, payload and headers, and
 /// tickler's: job id, the attempt it died at, its topic, schedule time and
 /// the error it died of.
 async fn dead_letter_send(
-    producer: &FutureProducer,
+    producer: &Producer,
     topic: &str,
     letter: &DeadLetter,
 ) -> Result<(), String> {
     let job = &letter.job;
-    let mut fields: BTreeMap<&str, String> = BTreeMap::new();
-    fields.insert(job::HEADER_JOB_ID, job.id.to_string());
-    fields.insert(job::HEADER_ATTEMPT, letter.attempt.to_string());
-    fields.insert(HEADER_TOPIC, job.topic.clone());
-    fields.insert(
-        job::HEADER_SCHEDULED_AT,
-        job.schedule_time.timestamp_millis().to_string(),
-    );
-    fields.insert(HEADER_ERROR, letter.error.clone().unwrap_or_default());
-    let mut headers = OwnedHeaders::new_with_capacity(job.headers.len() + fields.len());
-    for (name, value) in job
-        .headers
-        .iter()
-        .map(|(n, v)| (n.as_str(), v))
-        .chain(fields.iter().map(|(n, v)| (*n, v)))
-    {
-        headers = headers.insert(Header {
-            key: name,
-            value: Some(value.as_bytes()),
-        });
+    let record = Record::of_job(topic, job, letter.attempt, 2)
+        .header(HEADER_TOPIC, job.topic.as_bytes())
+        .header(
+            HEADER_ERROR,
+            letter.error.as_deref().unwrap_or_default().as_bytes(),
+        );
+    match producer.send(record) {
+        Ok(delivery) => delivery.await.map(|_| ()).map_err(|err| err.to_string()),
+        Err(err) => Err(err.to_string()),
     }
-    let key = job.record_key();
-    let record = FutureRecord::to(topic)
-        .key(&key)
-        .payload(&job.payload)
-        .headers(headers);
-    producer
-        .send(record, Duration::from_secs(0))
-        .await
-        .map(|_| ())
-        .map_err(|(err, _)| err.to_string())
 }

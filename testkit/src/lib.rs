@@ -423,6 +423,30 @@ impl TestEnv {
     }
 }
 
+/// A producer for the tests' own records (requests, reports, records
+/// placed by hand): tickler's producer settings (idempotent, `acks=all`),
+/// with rdkafka's future-per-record API a test can aim at a partition with.
+pub fn producer(
+    brokers: &str,
+    options: &std::collections::BTreeMap<String, String>,
+    linger_ms: u64,
+    message_timeout_ms: u64,
+) -> rdkafka::error::KafkaResult<rdkafka::producer::FutureProducer> {
+    let mut config = rdkafka::ClientConfig::new();
+    config
+        .set("bootstrap.servers", brokers)
+        .set("client.id", "tickler-test")
+        .set("log_level", "3")
+        .set("enable.idempotence", "true")
+        .set("acks", "all")
+        .set("linger.ms", linger_ms.to_string())
+        .set("message.timeout.ms", message_timeout_ms.to_string());
+    for (key, value) in options {
+        config.set(key, value);
+    }
+    config.create()
+}
+
 /// A consumer reading every partition of `topic` from the beginning. Like
 /// a real consumer it waits for a broker that is (re)starting — a refused
 /// connection or a failed metadata fetch is tried again for up to a minute —

@@ -506,7 +506,7 @@ impl Bench {
         let rate = self.options.rate;
         let secs = self.options.lateness_secs;
         let topic = self.stage_topic("floor").await?;
-        let producer = kafka::producer_create(
+        let producer = kafka::Producer::create(
             &self.config.kafka_brokers,
             &self.config.kafka_options,
             self.config.kafka_linger_ms,
@@ -515,14 +515,9 @@ impl Bench {
         // Warm: the first send waits for the connection and the idempotent
         // producer's id, as tickler's long-lived producer never does.
         let warm = producer
-            .send(
-                rdkafka::producer::FutureRecord::to(&topic)
-                    .key("warm-up")
-                    .payload("{}"),
-                Duration::from_secs(10),
-            )
+            .send(kafka::Record::to(&topic, 0).key(b"warm-up").value(b"{}"))?
             .await;
-        if let Err((err, _)) = warm {
+        if let Err(err) = warm {
             bail!("floor: warm-up record not produced: {err}");
         }
         let start = Utc::now() + chrono::Duration::milliseconds(500);
@@ -538,30 +533,19 @@ impl Bench {
             }
             let id = (base + n).to_string();
             let scheduled = due.timestamp_millis().to_string();
-            let headers = rdkafka::message::OwnedHeaders::new()
-                .insert(rdkafka::message::Header {
-                    key: tickler::job::HEADER_JOB_ID,
-                    value: Some(id.as_bytes()),
-                })
-                .insert(rdkafka::message::Header {
-                    key: tickler::job::HEADER_SCHEDULED_AT,
-                    value: Some(scheduled.as_bytes()),
-                })
-                .insert(rdkafka::message::Header {
-                    key: tickler::job::HEADER_DISPATCHED_AT,
-                    value: Some(scheduled.as_bytes()),
-                });
-            let record = rdkafka::producer::FutureRecord::to(&topic)
-                .key(&id)
-                .payload("{}")
-                .headers(headers);
-            match producer.send_result(record) {
+            let record = kafka::Record::to(&topic, 3)
+                .key(id.as_bytes())
+                .value(b"{}")
+                .header(tickler::job::HEADER_JOB_ID, id.as_bytes())
+                .header(tickler::job::HEADER_SCHEDULED_AT, scheduled.as_bytes())
+                .header(tickler::job::HEADER_DISPATCHED_AT, scheduled.as_bytes());
+            match producer.send(record) {
                 Ok(delivery) => deliveries.push(delivery),
-                Err((err, _)) => bail!("floor: send failed: {err}"),
+                Err(err) => bail!("floor: send failed: {err}"),
             }
         }
         for delivery in deliveries {
-            if !matches!(delivery.await, Ok(Ok(_))) {
+            if delivery.await.is_err() {
                 bail!("floor: a record was not acknowledged");
             }
         }
@@ -736,8 +720,6 @@ impl Bench {
         far: &str,
         replies: bool,
     ) -> anyhow::Result<f64> {
-        use rdkafka::message::{Header, OwnedHeaders};
-        use rdkafka::producer::FutureRecord;
         use tickler::ingress::{Ingress, IngressConfig};
 
         let requests = format!("{target}-requests-{round}");
@@ -750,7 +732,7 @@ impl Bench {
         } else {
             "no reply topic"
         };
-        let producer = kafka::producer_create(
+        let producer = kafka::Producer::create(
             &self.config.kafka_brokers,
             &self.config.kafka_options,
             5,
@@ -779,31 +761,26 @@ impl Bench {
         )?;
         ingress.subscribe().await?;
         let cancel = CancellationToken::new();
-        let request = |key: &str| {
-            let headers = OwnedHeaders::new_with_capacity(2)
-                .insert(Header {
-                    key: tickler::ingress::HEADER_TARGET_TOPIC,
-                    value: Some(target),
-                })
-                .insert(Header {
-                    key: tickler::ingress::HEADER_RUN_AT,
-                    value: Some(far),
-                });
-            (key.to_owned(), headers)
-        };
+        fn request<'a>(
+            requests: &'a str,
+            target: &str,
+            far: &str,
+            key: &'a str,
+            payload: &'a str,
+        ) -> kafka::Record<'a> {
+            kafka::Record::to(requests, 2)
+                .key(key.as_bytes())
+                .value(payload.as_bytes())
+                .header(tickler::ingress::HEADER_TARGET_TOPIC, target.as_bytes())
+                .header(tickler::ingress::HEADER_RUN_AT, far.as_bytes())
+        }
         // One request first, taken before the others are produced: joining
         // the group (seconds on a fresh group) is not the ingress's pace.
-        let (key, headers) = request(&format!("warm-up-{round}"));
+        let key = format!("warm-up-{round}");
         producer
-            .send(
-                FutureRecord::to(&requests)
-                    .key(&key)
-                    .payload("{}")
-                    .headers(headers),
-                Duration::from_secs(10),
-            )
+            .send(request(&requests, target, far, &key, "{}"))?
             .await
-            .map_err(|(err, _)| anyhow::anyhow!("ingress: the warm-up request: {err}"))?;
+            .map_err(|err| anyhow::anyhow!("ingress: the warm-up request: {err}"))?;
         let joined = Instant::now() + Duration::from_secs(60);
         loop {
             match tokio::time::timeout(Duration::from_secs(30), ingress.run_once(&cancel)).await {
@@ -817,28 +794,21 @@ impl Bench {
         let produced = Instant::now();
         let mut deliveries = Vec::with_capacity(n as usize);
         for i in 0..n {
-            let (key, headers) = request(&format!("request-{round}-{i}"));
+            let key = format!("request-{round}-{i}");
             let payload = format!("{{\"n\":{i}}}");
-            let mut record = FutureRecord::to(&requests)
-                .key(&key)
-                .payload(&payload)
-                .headers(headers);
             loop {
-                match producer.send_result(record) {
+                match producer.send(request(&requests, target, far, &key, &payload)) {
                     Ok(delivery) => {
                         deliveries.push(delivery);
                         break;
                     }
                     // The producer's queue is full: let it drain.
-                    Err((_, back)) => {
-                        record = back;
-                        tokio::time::sleep(Duration::from_millis(5)).await;
-                    }
+                    Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
                 }
             }
         }
         for delivery in deliveries {
-            if !matches!(delivery.await, Ok(Ok(_))) {
+            if delivery.await.is_err() {
                 bail!("ingress: a request was not produced");
             }
         }
@@ -946,7 +916,7 @@ impl Bench {
         if seen.len() != ids.len() {
             bail!("results: {} of {n} jobs arrived", seen.len());
         }
-        let producer = kafka::producer_create(
+        let producer = kafka::Producer::create(
             &self.config.kafka_brokers,
             &self.config.kafka_options,
             5,
@@ -958,13 +928,21 @@ impl Bench {
             let report = json!({"job_id": id, "attempt": 1, "outcome": "ok"}).to_string();
             let producer = &producer;
             async move {
-                let record = rdkafka::producer::FutureRecord::to(&self.config.results_topic)
-                    .key(&key)
-                    .payload(&report);
-                producer
-                    .send(record, Duration::from_secs(30))
+                let record = || {
+                    kafka::Record::to(&self.config.results_topic, 0)
+                        .key(key.as_bytes())
+                        .value(report.as_bytes())
+                };
+                let delivery = loop {
+                    match producer.send(record()) {
+                        Ok(delivery) => break delivery,
+                        // The producer's queue is full: let it drain.
+                        Err(_) => tokio::time::sleep(Duration::from_millis(5)).await,
+                    }
+                };
+                delivery
                     .await
-                    .map_err(|(err, _)| anyhow::anyhow!("report not produced: {err}"))
+                    .map_err(|err| anyhow::anyhow!("report not produced: {err}"))
             }
         });
         for sent in futures::future::join_all(sends).await {
