@@ -43,9 +43,9 @@ pub struct ReportBody {
     pub retry_after_ms: Option<u64>,
 }
 
-/// A checked report.
+/// A consumer's report of an attempt's result, checked.
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Report {
+pub struct ResultReport {
     pub job_id: JobId,
     pub attempt: u32,
     pub outcome: Outcome,
@@ -56,7 +56,7 @@ pub struct Report {
 impl ReportBody {
     /// Checks the body; `path_id` is the job named by the URL, if any. The
     /// error is a sentence for the caller.
-    pub fn check(self, path_id: Option<JobId>) -> Result<Report, String> {
+    pub fn check(self, path_id: Option<JobId>) -> Result<ResultReport, String> {
         let job_id = match (self.job_id, path_id) {
             (Some(body), Some(path)) if body != path => {
                 return Err(format!(
@@ -85,7 +85,7 @@ impl ReportBody {
                 return Err("retry_after_ms goes only with outcome \"retry\"".to_owned())
             }
         };
-        Ok(Report {
+        Ok(ResultReport {
             job_id,
             attempt,
             outcome,
@@ -96,7 +96,7 @@ impl ReportBody {
 }
 
 /// Parses a record of the results topic.
-pub fn report_parse(bytes: &[u8]) -> Result<Report, String> {
+pub fn report_parse(bytes: &[u8]) -> Result<ResultReport, String> {
     let body: ReportBody =
         serde_json::from_slice(bytes).map_err(|err| format!("not a report: {err}"))?;
     body.check(None)
@@ -172,7 +172,7 @@ pub enum Decision {
 ///
 /// A report applies to the current attempt while it is `dispatching` (the
 /// consumer can be faster than the dispatcher's marking) or `dispatched`.
-pub fn decide(state: &JobState, report: &Report, rng: &mut impl Rng) -> Decision {
+pub fn decide(state: &JobState, report: &ResultReport, rng: &mut impl Rng) -> Decision {
     match state.status {
         Status::Succeeded | Status::Dead | Status::Cancelled => {
             return Decision::Ignore(Ignored::Finished)
@@ -255,8 +255,8 @@ mod tests {
         }
     }
 
-    fn report(attempt: u32, outcome: Outcome) -> Report {
-        Report {
+    fn report(attempt: u32, outcome: Outcome) -> ResultReport {
+        ResultReport {
             job_id: 7,
             attempt,
             outcome,
@@ -286,7 +286,7 @@ mod tests {
             }
             other => panic!("{other:?}"),
         }
-        let asked = Report {
+        let asked = ResultReport {
             retry_after_ms: Some(42_000),
             ..report(1, Outcome::Retry)
         };

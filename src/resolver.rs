@@ -12,8 +12,8 @@ use crate::config::Config;
 use crate::index::Index;
 use crate::job::JobId;
 use crate::metrics;
-use crate::outcome::Report;
-use crate::store::{Disposition, Settled, Store, StoreError, WindowEntry};
+use crate::outcome::ResultReport;
+use crate::store::{Decided, Disposition, Store, StoreError, WindowEntry};
 
 /// `channel` label of the results metrics: a report from the results
 /// topic, or through the API.
@@ -62,9 +62,9 @@ impl Resolver {
     /// Applies `reports` (from `channel`) in one transaction.
     pub async fn reports_apply(
         &self,
-        reports: &[Report],
+        reports: &[ResultReport],
         channel: &'static str,
-    ) -> Result<Settled, StoreError> {
+    ) -> Result<Decided, StoreError> {
         let config = self.config.clone();
         let dead_letter = move |topic: &str| config.dead_letter_for(topic).is_some();
         let settled = self.store.job_report_many(reports, &dead_letter).await?;
@@ -90,7 +90,7 @@ impl Resolver {
     }
 
     /// Retries (or buries) dispatched jobs whose ack deadline passed.
-    pub async fn acks_expire(&self, limit: u32) -> Result<Settled, StoreError> {
+    pub async fn acks_expire(&self, limit: u32) -> Result<Decided, StoreError> {
         let config = self.config.clone();
         let dead_letter = move |topic: &str| config.dead_letter_for(topic).is_some();
         let settled = self.store.job_ack_expire(limit, &dead_letter).await?;
@@ -106,7 +106,7 @@ impl Resolver {
         &self,
         token: u64,
         refused: &[(JobId, String)],
-    ) -> Result<Settled, StoreError> {
+    ) -> Result<Decided, StoreError> {
         let config = self.config.clone();
         let dead_letter = move |topic: &str| config.dead_letter_for(topic).is_some();
         let settled = self
@@ -117,7 +117,7 @@ impl Resolver {
         Ok(settled)
     }
 
-    fn count(&self, settled: &Settled) {
+    fn count(&self, settled: &Decided) {
         metrics::jobs_retried(settled.retried.len());
         metrics::jobs_dead(settled.dead);
         if settled.dead_lettered > 0 {
@@ -125,7 +125,7 @@ impl Resolver {
         }
     }
 
-    async fn follow(&self, settled: &Settled) {
+    async fn follow(&self, settled: &Decided) {
         self.count(settled);
         let Some(db_now) = settled.db_now else {
             return;

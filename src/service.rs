@@ -26,7 +26,7 @@ pub trait Service: Send {
     type Report: Send;
     /// Why one pass failed: the next pass tries again.
     type Error: PassError + Send;
-    /// The role's name in its log lines ("loader started").
+    /// The role's name: the `service` field of its log lines.
     const NAME: &'static str;
     /// The pass's name where a failure is counted: the `what` of
     /// `tickler_store_errors_total` and `tickler_pass_failures_total`.
@@ -85,9 +85,9 @@ impl PassError for std::convert::Infallible {}
 /// is finished first.
 pub async fn run<S: Service>(mut service: S, cancel: CancellationToken) {
     tracing::info!(
+        service = S::NAME,
         interval_ms = service.interval().as_millis() as u64,
-        "{} started",
-        S::NAME
+        "service started"
     );
     service.start().await;
     let wake = service.woken();
@@ -121,7 +121,7 @@ pub async fn run<S: Service>(mut service: S, cancel: CancellationToken) {
             _ = tokio::time::sleep(service.interval()) => {}
         }
     }
-    tracing::info!("{} stopped", S::NAME);
+    tracing::info!(service = S::NAME, "service stopped");
 }
 
 #[cfg(test)]

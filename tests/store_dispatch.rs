@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Duration as Span, Utc};
 use tickler::job::{Job, JobId, NewJob, Schedule, Status};
-use tickler::outcome::{Outcome, Report};
+use tickler::outcome::{Outcome, ResultReport};
 use tickler::policy::Policy;
 use tickler::store::{
     BatchRow, Cancelled, ClaimOutcome, Dispatched, JobChanges, Modified, TopicChange, WindowEntry,
@@ -415,7 +415,7 @@ async fn a_mark_after_the_report_records_the_position_and_names_the_retried() {
         .job_claim_many(&[retried, succeeded], 4, LEASE, &db.fence)
         .await
         .unwrap();
-    let report = |job_id, outcome| Report {
+    let report = |job_id, outcome| ResultReport {
         job_id,
         attempt: 1,
         outcome,
@@ -427,7 +427,7 @@ async fn a_mark_after_the_report_records_the_position_and_names_the_retried() {
         .job_report_many(
             &[
                 report(retried, Outcome::Retry),
-                Report {
+                ResultReport {
                     retry_after_ms: None,
                     ..report(succeeded, Outcome::Ok)
                 },

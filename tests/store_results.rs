@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chrono::Duration as Span;
 use tickler::job::{JobId, NewJob, Schedule, Status};
-use tickler::outcome::{Ignored, Outcome, Report};
+use tickler::outcome::{Ignored, Outcome, ResultReport};
 use tickler::policy::Policy;
 use tickler::store::{Actor, Disposition, Redriven, StoreError};
 use tickler_testkit::store::{job_new, Db, LEASE};
@@ -27,8 +27,8 @@ async fn expecting(db: &Db, topic: &str, max_attempts: u32) -> JobId {
     db.store.job_insert(&job).await.unwrap().0.id
 }
 
-fn report(job_id: JobId, attempt: u32, outcome: Outcome) -> Report {
-    Report {
+fn report(job_id: JobId, attempt: u32, outcome: Outcome) -> ResultReport {
+    ResultReport {
         job_id,
         attempt,
         outcome,
@@ -150,7 +150,7 @@ async fn a_retry_report_sends_the_job_back_at_its_delay_with_the_next_attempt() 
     let settled = results
         .job_report_many(
             &[
-                Report {
+                ResultReport {
                     error: Some("downstream busy".to_owned()),
                     retry_after_ms: Some(60_000),
                     ..report(asked, 1, Outcome::Retry)
@@ -248,7 +248,7 @@ async fn a_failed_report_kills_the_job_and_owes_a_dead_letter_where_its_topic_ha
         .store
         .job_report_many(
             &[
-                Report {
+                ResultReport {
                     error: Some("bad payload".to_owned()),
                     ..report(lettered, 1, Outcome::Failed)
                 },

@@ -39,7 +39,7 @@ pub(super) struct Settle {
 
 /// What settling did.
 #[derive(Debug, Default)]
-pub(super) struct Settled {
+pub(super) struct Recorded {
     pub produced: usize,
     pub failed: usize,
     pub refused: usize,
@@ -84,7 +84,7 @@ impl Settler {
     /// sort the outcomes (dispatched, refused, failed, in doubt), then record
     /// each kind in MySQL and follow in Redis, counting as it goes; each step's
     /// rule is commented where it is.
-    pub async fn settle(&self, group: Vec<Settle>) -> Settled {
+    pub async fn settle(&self, group: Vec<Settle>) -> Recorded {
         let started = Instant::now();
         let mut outcomes = Vec::new();
         let mut counted = 0;
@@ -96,7 +96,7 @@ impl Settler {
             outcomes.extend(settle.outcomes);
         }
         if outcomes.is_empty() {
-            return Settled::default();
+            return Recorded::default();
         }
         // A record that timed out may be for a topic deleted since the
         // metadata was read: ask again before blaming the broker.
@@ -248,7 +248,7 @@ impl Settler {
         }
         self.pipeline.settled(counted);
         metrics::dispatch_stage("mark", started.elapsed());
-        Settled {
+        Recorded {
             produced: dispatched.len(),
             failed: failed_count,
             refused: refused_count,

@@ -14,7 +14,7 @@ use tokio_util::sync::CancellationToken;
 use crate::config::Config;
 use crate::kafka::{self, GroupConsumer, KafkaError, Received};
 use crate::metrics;
-use crate::outcome::{self, Report};
+use crate::outcome::{self, ResultReport};
 use crate::resolver::{Resolver, CHANNEL_TOPIC};
 use crate::store::StoreError;
 
@@ -185,7 +185,7 @@ impl ResultsConsumer {
     /// passed by then) is applied report by report, so one report that
     /// cannot be applied does not hold up the others. Returns how many were
     /// skipped; None when cancelled first.
-    async fn apply(&self, reports: &[Report], cancel: &CancellationToken) -> Option<usize> {
+    async fn apply(&self, reports: &[ResultReport], cancel: &CancellationToken) -> Option<usize> {
         if reports.is_empty() {
             return Some(0);
         }
@@ -218,7 +218,11 @@ impl ResultsConsumer {
 
     /// Retries while MySQL is unavailable; gives up after
     /// `APPLY_FAILURES_MAX` other failures.
-    async fn apply_retrying(&self, reports: &[Report], cancel: &CancellationToken) -> Applied {
+    async fn apply_retrying(
+        &self,
+        reports: &[ResultReport],
+        cancel: &CancellationToken,
+    ) -> Applied {
         let mut delay = Duration::from_millis(100);
         let mut failures = 0;
         loop {
@@ -252,7 +256,7 @@ enum Applied {
 /// A report the database keeps refusing (not for being unavailable): logged
 /// whole and counted, so the ones behind it go on. Its job is not changed;
 /// if it expects a result, its ack deadline retries it.
-fn report_skip(report: &Report, err: &StoreError) {
+fn report_skip(report: &ResultReport, err: &StoreError) {
     metrics::result_failed();
     tracing::error!(
         job_id = report.job_id,
@@ -267,7 +271,7 @@ fn report_skip(report: &Report, err: &StoreError) {
 /// and a log line when it is malformed; and its position, to commit.
 fn record_take(
     message: &Received<'_>,
-    reports: &mut Vec<Report>,
+    reports: &mut Vec<ResultReport>,
     positions: &mut HashMap<(String, i32), i64>,
     report: &mut ResultsReport,
 ) {

@@ -40,7 +40,7 @@ pub use history::{BrokenTrigger, HandEditsState};
 pub use job_row::WindowEntry;
 pub use jobs::{BatchRow, Cancelled, JobChanges, JobEvent, JobFilter, Modified};
 pub use migrate::newest as schema_newest;
-pub use results::{DeadLetter, Disposition, Redriven, Settled};
+pub use results::{DeadLetter, Decided, Disposition, Redriven};
 pub use schedules::{
     Materialized, NewSchedule, PendingOccurrences, ScheduleDef, ScheduleRow, ScheduleStats,
     ScheduleStatus, ScheduleUpdate,

@@ -19,7 +19,7 @@ use super::job_row::{job_from_row, job_read_back, policy_from_row, JOB_COLUMNS};
 use super::sql::{push_id_list, update_joined};
 use super::{Store, StoreError, WindowEntry};
 use crate::job::{Job, JobId, Schedule, Status};
-use crate::outcome::{self, Decision, Ignored, JobState, Report};
+use crate::outcome::{self, Decision, Ignored, JobState, ResultReport};
 
 /// What became of one report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -32,7 +32,7 @@ pub enum Disposition {
 
 /// What a batch of reports, or of missed ack deadlines, did.
 #[derive(Debug, Default)]
-pub struct Settled {
+pub struct Decided {
     /// One per report, in order (empty for ack deadlines).
     pub dispositions: Vec<Disposition>,
     /// Jobs sent back to `pending`, at their new time, to index.
@@ -95,9 +95,9 @@ impl Store {
     /// of that topic that dies gets a dead-letter record.
     pub async fn job_report_many(
         &self,
-        reports: &[Report],
+        reports: &[ResultReport],
         dead_letter: &(dyn Fn(&str) -> bool + Sync),
-    ) -> Result<Settled, StoreError> {
+    ) -> Result<Decided, StoreError> {
         let ids: Vec<JobId> = reports.iter().map(|r| r.job_id).collect();
         let mut tx = self.begin().await?;
         let mut locked = lock(&mut tx, &ids).await?;
@@ -126,7 +126,7 @@ impl Store {
         &self,
         limit: u32,
         dead_letter: &(dyn Fn(&str) -> bool + Sync),
-    ) -> Result<Settled, StoreError> {
+    ) -> Result<Decided, StoreError> {
         // Served by (status, ack_deadline); locked afterwards by id.
         let ids: Vec<JobId> = sqlx::query_scalar(
             "SELECT id FROM jobs WHERE status = 'dispatched' \
@@ -136,7 +136,7 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         if ids.is_empty() {
-            return Ok(Settled::default());
+            return Ok(Decided::default());
         }
         let mut tx = self.begin().await?;
         let mut locked = lock(&mut tx, &ids).await?;
@@ -172,9 +172,9 @@ impl Store {
         token: u64,
         refused: &[(JobId, String)],
         dead_letter: &(dyn Fn(&str) -> bool + Sync),
-    ) -> Result<Settled, StoreError> {
+    ) -> Result<Decided, StoreError> {
         if refused.is_empty() {
-            return Ok(Settled::default());
+            return Ok(Decided::default());
         }
         let ids: Vec<JobId> = refused.iter().map(|(id, _)| *id).collect();
         let mut tx = self.begin().await?;
@@ -503,8 +503,8 @@ async fn finish(
     mut tx: Transaction<'_, MySql>,
     actor: &str,
     changes: &[Change],
-) -> Result<Settled, StoreError> {
-    let mut settled = Settled::default();
+) -> Result<Decided, StoreError> {
+    let mut settled = Decided::default();
     if !changes.is_empty() {
         let mut update = update_joined(changes, "c", |query, change| {
             // No NULLs in the derived table: a column's type is taken from
