@@ -14,9 +14,9 @@
 --          (the dispatcher holds them until their time; MySQL's
 --          compare-and-set still refuses any not due within it by its clock)
 --
--- Returns  { now_ms, next_ms, requeued, id1, id2, ... }
+-- Returns  { now_ms, next_at_ms, requeued, id1, id2, ... }
 --          now_ms:   Redis's clock, in ms since the epoch
---          next_ms:  when this shard next needs attention (earliest due
+--          next_at_ms:  when this shard next needs attention (earliest due
 --                    score or lease expiry left), or -1 when empty
 --          requeued: how many expired leases went back to the due set
 local due, inflight = KEYS[1], KEYS[2]
@@ -42,12 +42,12 @@ for _, id in ipairs(ids) do
   result[#result + 1] = id
 end
 
-local next_ms = -1
+local next_at_ms = -1
 local head = redis.call('ZRANGE', due, 0, 0, 'WITHSCORES')
-if head[2] then next_ms = tonumber(head[2]) end
+if head[2] then next_at_ms = tonumber(head[2]) end
 local lease_head = redis.call('ZRANGE', inflight, 0, 0, 'WITHSCORES')
-if lease_head[2] and (next_ms == -1 or tonumber(lease_head[2]) < next_ms) then
-  next_ms = tonumber(lease_head[2])
+if lease_head[2] and (next_at_ms == -1 or tonumber(lease_head[2]) < next_at_ms) then
+  next_at_ms = tonumber(lease_head[2])
 end
-result[2] = next_ms
+result[2] = next_at_ms
 return result

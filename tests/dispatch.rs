@@ -38,21 +38,21 @@ async fn delayed_job_arrives_on_kafka_with_its_headers_and_is_marked_dispatched(
         Some(id.to_string().as_str())
     );
     assert_eq!(record.header("tickler-attempt"), Some("1"));
-    let scheduled_ms: i64 = record
+    let scheduled_at_ms: i64 = record
         .header("tickler-scheduled-at")
         .unwrap()
         .parse()
         .unwrap();
-    let dispatched_ms: i64 = record
+    let dispatched_at_ms: i64 = record
         .header("tickler-dispatched-at")
         .unwrap()
         .parse()
         .unwrap();
     let run_at = chrono::DateTime::parse_from_rfc3339(job["run_at"].as_str().unwrap()).unwrap();
-    assert_eq!(scheduled_ms, run_at.timestamp_millis());
+    assert_eq!(scheduled_at_ms, run_at.timestamp_millis());
     assert!(
-        dispatched_ms >= scheduled_ms,
-        "never early: {dispatched_ms} < {scheduled_ms}"
+        dispatched_at_ms >= scheduled_at_ms,
+        "never early: {dispatched_at_ms} < {scheduled_at_ms}"
     );
 
     let shown = eventually(Duration::from_secs(10), || async {

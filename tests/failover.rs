@@ -607,7 +607,7 @@ async fn a_primary_switch_loses_no_acknowledged_job_and_answers_503_meanwhile() 
     let seen = world.seen();
     let resumed_ms = seen
         .iter()
-        .map(|s| s.dispatched_ms)
+        .map(|s| s.dispatched_at_ms)
         .filter(|ms| *ms >= promoted_at.timestamp_millis())
         .min()
         .map(|ms| ms - promoted_at.timestamp_millis());

@@ -520,14 +520,14 @@ fn the_checker_flags_every_broken_promise() {
             due_ms: 1_000,
         },
     ];
-    let seen = |id, attempt, received_ms| Seen {
+    let seen = |id, attempt, received_at_ms| Seen {
         id,
         attempt,
-        received_ms,
+        received_at_ms,
         partition: 0,
-        offset: received_ms,
-        dispatched_ms: received_ms,
-        scheduled_ms: 1_000,
+        offset: received_at_ms,
+        dispatched_at_ms: received_at_ms,
+        scheduled_at_ms: 1_000,
     };
     let records = [
         seen(1, 1, 1_010),

@@ -52,7 +52,7 @@ async fn claim_takes_only_due_ids_in_time_order_and_leases_them() {
         "redis clock reported"
     );
     assert_eq!(
-        first.next_ms,
+        first.next_at_ms,
         Some(now_ms - 1_000),
         "next attention: the due job left"
     );
@@ -62,7 +62,7 @@ async fn claim_takes_only_due_ids_in_time_order_and_leases_them() {
         .unwrap();
     assert_eq!(claim.ids, vec![3], "the future job is not taken");
     assert_eq!(
-        claim.next_ms,
+        claim.next_at_ms,
         Some(first.now_ms + 30_000),
         "next attention: the first lease to expire, before the future job"
     );
@@ -223,7 +223,7 @@ async fn a_claim_with_a_lookahead_takes_what_is_due_within_it() {
         .unwrap();
     assert_eq!(claim.ids, vec![1], "due within the lookahead");
     assert_eq!(
-        claim.next_ms,
+        claim.next_at_ms,
         Some(claim.now_ms + 30_000),
         "next attention: the lease, before the later job"
     );

@@ -219,7 +219,7 @@ async fn a_steady_stream_for_a_long_time_keeps_every_promise() {
         seen_upto = upto;
         let mut at_consumer: Vec<i64> = new
             .iter()
-            .map(|s: &Seen| s.received_ms - s.scheduled_ms)
+            .map(|s: &Seen| s.received_at_ms - s.scheduled_at_ms)
             .collect();
         let (jobs, events): (i64, i64) =
             sqlx::query_as("SELECT (SELECT COUNT(*) FROM jobs), (SELECT COUNT(*) FROM job_events)")

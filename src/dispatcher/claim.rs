@@ -33,7 +33,7 @@ impl Dispatcher {
             .any(|c| c.ids.len() >= self.config.batch as usize);
         report.next_in = claims
             .iter()
-            .filter_map(|c| c.next_ms)
+            .filter_map(|c| c.next_at_ms)
             .min()
             .map(|next| Duration::from_millis(next.saturating_sub(redis_now_ms).max(0) as u64));
         let fence = ownership.fence(claims.iter().filter(|c| !c.ids.is_empty()).map(|c| c.shard));
@@ -58,7 +58,7 @@ impl Dispatcher {
         fail_point_stall!("dispatcher-stall");
         report.dispatched = jobs.len();
         self.pipeline.claimed(jobs.len());
-        let retry_ms =
+        let retry_at_ms =
             redis_now_ms + (self.config.retry_delay + claim_started.elapsed()).as_millis() as i64;
         (
             report,
@@ -71,7 +71,7 @@ impl Dispatcher {
                 claim_started: cas_started,
                 incarnation: ownership.incarnation,
                 clock,
-                retry_ms,
+                retry_at_ms,
                 jobs,
             }),
         )
@@ -90,8 +90,8 @@ impl Dispatcher {
             Ok(topics) => topics,
             Err(err) => {
                 tracing::warn!(error = %err, "cannot read the topics of claimed jobs to pace them; trying again shortly");
-                let retry_ms = redis_now_ms + self.config.retry_delay.as_millis() as i64;
-                let back: Vec<(JobId, i64)> = ids.iter().map(|id| (*id, retry_ms)).collect();
+                let retry_at_ms = redis_now_ms + self.config.retry_delay.as_millis() as i64;
+                let back: Vec<(JobId, i64)> = ids.iter().map(|id| (*id, retry_at_ms)).collect();
                 self.index_requeue(&back).await;
                 return Vec::new();
             }
@@ -190,8 +190,8 @@ impl Dispatcher {
             Ok(outcome) => outcome,
             Err(err) => {
                 tracing::warn!(error = %err, num_jobs = ids.len(), "claim compare-and-set failed");
-                let retry_ms = redis_now_ms + self.config.retry_delay.as_millis() as i64;
-                let back: Vec<(JobId, i64)> = ids.iter().map(|id| (*id, retry_ms)).collect();
+                let retry_at_ms = redis_now_ms + self.config.retry_delay.as_millis() as i64;
+                let back: Vec<(JobId, i64)> = ids.iter().map(|id| (*id, retry_at_ms)).collect();
                 self.index_requeue(&back).await;
                 report.failed = ids.len();
                 return None;
@@ -284,7 +284,7 @@ impl Dispatcher {
             return None;
         }
         let clock = DbClock {
-            db_ms: db_now.timestamp_millis(),
+            db_now_ms: db_now.timestamp_millis(),
             at: answered,
         };
         Some((outcome.won, clock))

@@ -43,25 +43,25 @@ use crate::metrics;
 use crate::topic_controls::TopicControls;
 
 /// Where the database's clock stood when a compare-and-set answered: it
-/// read `db_ms` (truncated to the millisecond) at some moment before the
+/// read `db_now_ms` (truncated to the millisecond) at some moment before the
 /// answer arrived at local `at`. So at any later local instant the
-/// database's clock is at least `db_ms` plus the time elapsed since `at`.
+/// database's clock is at least `db_now_ms` plus the time elapsed since `at`.
 #[derive(Debug, Clone, Copy)]
 pub(super) struct DbClock {
-    pub db_ms: i64,
+    pub db_now_ms: i64,
     pub at: Instant,
 }
 
 impl DbClock {
     /// A lower bound of the database's clock now, in ms since the epoch.
     pub fn now_ms(&self) -> i64 {
-        self.db_ms + self.at.elapsed().as_millis() as i64
+        self.db_now_ms + self.at.elapsed().as_millis() as i64
     }
 
     /// The first local instant at which the database's clock is surely at
     /// or past `ms`: a record sent then is never early by it.
     pub fn instant_of(&self, ms: i64) -> Instant {
-        self.at + Duration::from_millis(ms.saturating_sub(self.db_ms).max(0) as u64)
+        self.at + Duration::from_millis(ms.saturating_sub(self.db_now_ms).max(0) as u64)
     }
 }
 
@@ -79,7 +79,7 @@ pub(super) struct Claimed {
     pub clock: DbClock,
     /// When a job whose send failed for the broker's sake is tried again
     /// (Redis's clock, ms).
-    pub retry_ms: i64,
+    pub retry_at_ms: i64,
     pub jobs: Vec<Job>,
 }
 
@@ -91,7 +91,7 @@ struct Batch {
     claim_started: Instant,
     incarnation: u64,
     clock: DbClock,
-    retry_ms: i64,
+    retry_at_ms: i64,
 }
 
 impl Batch {
@@ -103,7 +103,7 @@ impl Batch {
             claim_started: claim.claim_started,
             incarnation: claim.incarnation,
             clock: claim.clock,
-            retry_ms: claim.retry_ms,
+            retry_at_ms: claim.retry_at_ms,
         }
     }
 }
@@ -245,9 +245,9 @@ impl Releaser {
         let mut outcomes = Vec::new();
         let pending: FuturesUnordered<Delivery> = FuturesUnordered::new();
         let mut outstanding: HashMap<String, usize> = HashMap::new();
-        let dispatched_ms = batch.clock.now_ms();
+        let dispatched_at_ms = batch.clock.now_ms();
         let dispatched_at = Utc
-            .timestamp_millis_opt(dispatched_ms)
+            .timestamp_millis_opt(dispatched_at_ms)
             .single()
             .unwrap_or_else(Utc::now);
         for job in jobs {
@@ -267,7 +267,7 @@ impl Releaser {
                 scheduled: job.schedule_time,
                 attempt: job.attempt,
                 dispatched_at,
-                retry_ms: batch.retry_ms,
+                retry_at_ms: batch.retry_at_ms,
                 result,
             };
             if !alive || !in_time {
@@ -313,7 +313,7 @@ impl Releaser {
                 outcomes.push(sent(&job, Err(failure)));
                 continue;
             }
-            match enqueue(&batch.producer, &job, dispatched_ms) {
+            match enqueue(&batch.producer, &job, dispatched_at_ms) {
                 Ok(delivery) => {
                     let mut done = sent(&job, Err(Failure::Broker(String::new())));
                     *outstanding.entry(job.topic.clone()).or_insert(0) += 1;
@@ -463,7 +463,7 @@ mod tests {
     fn a_job_is_released_no_sooner_than_the_database_says_it_is_due() {
         let at = Instant::now();
         let clock = DbClock {
-            db_ms: 1_000_000,
+            db_now_ms: 1_000_000,
             at,
         };
         assert_eq!(clock.instant_of(1_000_000), at, "due as read: at once");

@@ -65,7 +65,7 @@ pub(super) struct Sent {
     /// The database's time when it was sent (its `tickler-dispatched-at`).
     pub(super) dispatched_at: DateTime<Utc>,
     /// When to try again if the broker failed it (Redis's clock, ms).
-    pub(super) retry_ms: i64,
+    pub(super) retry_at_ms: i64,
     pub(super) result: Result<(i32, i64), Failure>,
 }
 
@@ -77,7 +77,7 @@ pub(super) type Delivery = BoxFuture<'static, Sent>;
 pub(super) fn enqueue(
     producer: &Producer,
     job: &Job,
-    dispatched_ms: i64,
+    dispatched_at_ms: i64,
 ) -> Result<kafka::Delivery, KafkaError> {
     let mut record = Record::of_job(&job.topic, job, job.attempt, 3);
     // The creating request's trace context, unless the job's own headers
@@ -100,8 +100,8 @@ pub(super) fn enqueue(
     let record = record
         .header(
             job::HEADER_DISPATCHED_AT,
-            number.format(dispatched_ms).as_bytes(),
+            number.format(dispatched_at_ms).as_bytes(),
         )
-        .timestamp_ms(dispatched_ms);
+        .timestamp_ms(dispatched_at_ms);
     producer.send(record)
 }

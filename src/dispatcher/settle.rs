@@ -168,7 +168,7 @@ impl Settler {
                     first_error.get_or_insert(message);
                     let entry = failed
                         .entry(sent.token)
-                        .or_insert((Vec::new(), sent.retry_ms));
+                        .or_insert((Vec::new(), sent.retry_at_ms));
                     entry.0.push(sent.id);
                     failed_count += 1;
                 }
@@ -177,7 +177,7 @@ impl Settler {
                     first_error.get_or_insert(message);
                     let entry = failed
                         .entry(sent.token)
-                        .or_insert((Vec::new(), sent.retry_ms));
+                        .or_insert((Vec::new(), sent.retry_at_ms));
                     entry.0.push(sent.id);
                     failed_count += 1;
                     unchecked += 1;
@@ -195,11 +195,11 @@ impl Settler {
         if failed_count > 0 {
             metrics::produce_failed(failed_count - unchecked);
             let error = first_error.unwrap_or_default();
-            for (token, (ids, retry_ms)) in &failed {
+            for (token, (ids, retry_at_ms)) in &failed {
                 match self.store.job_release_many(*token, ids, &error).await {
                     Ok(_) => {
                         let back: Vec<(JobId, i64)> =
-                            ids.iter().map(|id| (*id, *retry_ms)).collect();
+                            ids.iter().map(|id| (*id, *retry_at_ms)).collect();
                         self.index_requeue(&back).await;
                     }
                     // The rows stay dispatching; the reconciler frees them

@@ -46,7 +46,7 @@ pub struct Claim {
     pub now_ms: i64,
     /// When this shard next needs attention (earliest due time or lease
     /// expiry left), ms since the epoch; None when the shard is empty.
-    pub next_ms: Option<i64>,
+    pub next_at_ms: Option<i64>,
     /// Expired leases returned to the due set by this claim.
     pub requeued: u64,
     pub ids: Vec<JobId>,
@@ -396,13 +396,13 @@ impl Index {
             .arg(u64::try_from(lookahead.as_millis()).unwrap_or(u64::MAX))
             .invoke_async(&mut self.conn.clone())
             .await?;
-        let [now_ms, next_ms, requeued, ids @ ..] = reply.as_slice() else {
+        let [now_ms, next_at_ms, requeued, ids @ ..] = reply.as_slice() else {
             return Err(IndexError::Protocol(format!("claim returned {reply:?}")));
         };
         Ok(Claim {
             shard,
             now_ms: *now_ms,
-            next_ms: (*next_ms >= 0).then_some(*next_ms),
+            next_at_ms: (*next_at_ms >= 0).then_some(*next_at_ms),
             requeued: u64::try_from(*requeued).unwrap_or(0),
             ids: ids.iter().map(|id| *id as JobId).collect(),
         })

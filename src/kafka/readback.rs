@@ -503,7 +503,7 @@ fn landed_note(
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 struct Newest {
     timestamp: Timestamp,
-    dispatched_ms: Option<i64>,
+    dispatched_at_ms: Option<i64>,
 }
 
 /// How many records back from a partition's end [`newest_record`] looks.
@@ -549,7 +549,7 @@ fn newest_record(
             {
                 newest = Some(Newest {
                     timestamp: message.timestamp(),
-                    dispatched_ms: header(&message, job::HEADER_DISPATCHED_AT)
+                    dispatched_at_ms: header(&message, job::HEADER_DISPATCHED_AT)
                         .and_then(|ms| ms.parse::<i64>().ok()),
                 })
             }
@@ -581,9 +581,9 @@ fn skew_of(newest: Option<Newest>) -> Duration {
         }) => READBACK_SKEW_KNOWN,
         Some(Newest {
             timestamp: Timestamp::LogAppendTime(stamped_ms),
-            dispatched_ms: Some(dispatched_ms),
+            dispatched_at_ms: Some(dispatched_at_ms),
         }) => {
-            let behind_ms = u64::try_from(dispatched_ms - stamped_ms).unwrap_or(0);
+            let behind_ms = u64::try_from(dispatched_at_ms - stamped_ms).unwrap_or(0);
             Duration::from_millis(behind_ms) + READBACK_SKEW_KNOWN
         }
         Some(_) => READBACK_SKEW,
@@ -647,14 +647,14 @@ mod tests {
     fn the_reading_starts_as_early_as_the_topics_clock_needs() {
         let create = |ms| Newest {
             timestamp: Timestamp::CreateTime(ms),
-            dispatched_ms: None,
+            dispatched_at_ms: None,
         };
         assert_eq!(skew_of(None), READBACK_SKEW_KNOWN);
         assert_eq!(skew_of(Some(create(5))), READBACK_SKEW_KNOWN);
         // A broker stamping 90 s behind the database: 90 s earlier.
         let behind = Newest {
             timestamp: Timestamp::LogAppendTime(1_000_000),
-            dispatched_ms: Some(1_090_000),
+            dispatched_at_ms: Some(1_090_000),
         };
         assert_eq!(
             skew_of(Some(behind)),
@@ -663,18 +663,18 @@ mod tests {
         // Ahead of it: no later than the claim.
         let ahead = Newest {
             timestamp: Timestamp::LogAppendTime(1_090_000),
-            dispatched_ms: Some(1_000_000),
+            dispatched_at_ms: Some(1_000_000),
         };
         assert_eq!(skew_of(Some(ahead)), READBACK_SKEW_KNOWN);
         // Stamped by the broker, not one of tickler's: the minute.
         let foreign = Newest {
             timestamp: Timestamp::LogAppendTime(1_000_000),
-            dispatched_ms: None,
+            dispatched_at_ms: None,
         };
         assert_eq!(skew_of(Some(foreign)), READBACK_SKEW);
         let unknown = Newest {
             timestamp: Timestamp::NotAvailable,
-            dispatched_ms: Some(1),
+            dispatched_at_ms: Some(1),
         };
         assert_eq!(skew_of(Some(unknown)), READBACK_SKEW);
     }

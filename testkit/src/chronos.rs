@@ -69,18 +69,18 @@ pub struct Expected {
 pub struct Seen {
     pub id: u64,
     pub attempt: u32,
-    pub received_ms: i64,
+    pub received_at_ms: i64,
     /// Where the record is on the topic: two copies at one position are the
     /// consumer reading twice, at two positions the record produced twice.
     pub partition: i32,
     pub offset: i64,
     /// Its `tickler-dispatched-at`: lateness at dispatch, apart from how
     /// far behind the consumer reads.
-    pub dispatched_ms: i64,
+    pub dispatched_at_ms: i64,
     /// Its `tickler-scheduled-at`: the job's time when it was produced,
     /// which tells a record of a job's old time from one of its new time
     /// after a PATCH.
-    pub scheduled_ms: i64,
+    pub scheduled_at_ms: i64,
 }
 
 /// One fault test's deployment: its database, topic, Redis prefix, one or
@@ -446,9 +446,9 @@ impl World {
                         s.attempt,
                         s.partition,
                         s.offset,
-                        s.received_ms,
-                        s.scheduled_ms,
-                        s.dispatched_ms
+                        s.received_at_ms,
+                        s.scheduled_at_ms,
+                        s.dispatched_at_ms
                     )
                 })
                 .collect();
@@ -461,7 +461,7 @@ impl World {
 
     /// Reads the whole topic again with a fresh consumer, up to the end
     /// each partition has now, and returns every record with its position
-    /// (`received_ms` is when this read saw it). tansu sometimes hands the
+    /// (`received_at_ms` is when this read saw it). tansu sometimes hands the
     /// live consumer a record twice at one position and skips a neighbour
     /// (a fetch that starts inside a multi-record batch); the audit tells
     /// what is really on the topic.
@@ -503,13 +503,13 @@ impl World {
             records.push(Seen {
                 id: id.parse().unwrap(),
                 attempt: attempt.parse().unwrap(),
-                received_ms: Utc::now().timestamp_millis(),
+                received_at_ms: Utc::now().timestamp_millis(),
                 partition: message.partition(),
                 offset: message.offset(),
-                dispatched_ms: header(&message, "tickler-dispatched-at")
+                dispatched_at_ms: header(&message, "tickler-dispatched-at")
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(0),
-                scheduled_ms: header(&message, "tickler-scheduled-at")
+                scheduled_at_ms: header(&message, "tickler-scheduled-at")
                     .and_then(|v| v.parse().ok())
                     .unwrap_or(0),
             });
@@ -530,7 +530,7 @@ impl World {
             .into_iter()
             .filter(|s| !positions.contains(&(s.partition, s.offset)))
             .map(|s| Seen {
-                received_ms: s.dispatched_ms,
+                received_at_ms: s.dispatched_at_ms,
                 ..s
             })
             .collect();
@@ -613,7 +613,7 @@ async fn record(consumer: StreamConsumer, seen: Arc<Mutex<Vec<Seen>>>, stop: Can
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let received_ms = Utc::now().timestamp_millis();
+        let received_at_ms = Utc::now().timestamp_millis();
         let (Some(id), Some(attempt)) = (
             header(&message, "tickler-job-id"),
             header(&message, "tickler-attempt"),
@@ -623,13 +623,13 @@ async fn record(consumer: StreamConsumer, seen: Arc<Mutex<Vec<Seen>>>, stop: Can
         seen.lock().unwrap().push(Seen {
             id: id.parse().unwrap(),
             attempt: attempt.parse().unwrap(),
-            received_ms,
+            received_at_ms,
             partition: message.partition(),
             offset: message.offset(),
-            dispatched_ms: header(&message, "tickler-dispatched-at")
+            dispatched_at_ms: header(&message, "tickler-dispatched-at")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0),
-            scheduled_ms: header(&message, "tickler-scheduled-at")
+            scheduled_at_ms: header(&message, "tickler-scheduled-at")
                 .and_then(|v| v.parse().ok())
                 .unwrap_or(0),
         });
@@ -734,7 +734,7 @@ pub fn check_moved(
     let mut verdict = check_with(expected, cancelled, maybe_cancelled, interrupted, seen);
     for s in seen {
         if let Some(run_at_ms) = moved.get(&s.id) {
-            if s.scheduled_ms < *run_at_ms && !verdict.patched_old_time.contains(&s.id) {
+            if s.scheduled_at_ms < *run_at_ms && !verdict.patched_old_time.contains(&s.id) {
                 verdict.patched_old_time.push(s.id);
             }
         }
@@ -767,12 +767,12 @@ pub fn check_with(
             .entry((s.id, s.attempt))
             .or_default()
             .insert((s.partition, s.offset));
-        let first = first_seen.entry(s.id).or_insert(s.received_ms);
-        *first = (*first).min(s.received_ms);
-        let first = first_dispatched.entry(s.id).or_insert(s.dispatched_ms);
-        *first = (*first).min(s.dispatched_ms);
+        let first = first_seen.entry(s.id).or_insert(s.received_at_ms);
+        *first = (*first).min(s.received_at_ms);
+        let first = first_dispatched.entry(s.id).or_insert(s.dispatched_at_ms);
+        *first = (*first).min(s.dispatched_at_ms);
         if let Some(due_ms) = due.get(&s.id) {
-            if s.received_ms < *due_ms && !verdict.early.contains(&s.id) {
+            if s.received_at_ms < *due_ms && !verdict.early.contains(&s.id) {
                 verdict.early.push(s.id);
             }
         }

@@ -100,14 +100,14 @@ pub async fn run(
         ) else {
             continue;
         };
-        let scheduled_ms: i64 = scheduled.parse().unwrap_or(arrived_ms);
+        let scheduled_at_ms: i64 = scheduled.parse().unwrap_or(arrived_ms);
         expected.remove(&id);
         println!(
             "arrived   job {:>6}  partition {} offset {:<6} lateness {:>4} ms  payload {}",
             id,
             message.partition(),
             message.offset(),
-            arrived_ms - scheduled_ms,
+            arrived_ms - scheduled_at_ms,
             String::from_utf8_lossy(message.payload().unwrap_or_default()),
         );
     }

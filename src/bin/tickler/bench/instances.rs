@@ -410,7 +410,7 @@ async fn failover(bench: &Bench, deployment: &Deployment) -> anyhow::Result<()> 
         .lock()
         .unwrap_or_else(|p| p.into_inner())
         .clone();
-    let received = |id: &u64| records.get(id).map(|s| s.received_ms);
+    let received = |id: &u64| records.get(id).map(|s| s.received_at_ms);
 
     // Its shards served again: the first record of a job of theirs due
     // since the kill.

@@ -163,9 +163,9 @@ impl BenchOptions {
 /// A record as the bench's consumer saw it.
 #[derive(Debug, Clone, Copy)]
 struct Seen {
-    received_ms: i64,
-    scheduled_ms: i64,
-    dispatched_ms: i64,
+    received_at_ms: i64,
+    scheduled_at_ms: i64,
+    dispatched_at_ms: i64,
 }
 
 type Records = Arc<Mutex<HashMap<u64, Seen>>>;
@@ -464,11 +464,11 @@ impl Bench {
         let seen = self.await_records(&ids, wait).await;
         let mut end_to_end: Vec<i64> = seen
             .iter()
-            .map(|s| s.received_ms - s.scheduled_ms)
+            .map(|s| s.received_at_ms - s.scheduled_at_ms)
             .collect();
         let mut dispatch: Vec<i64> = seen
             .iter()
-            .map(|s| s.dispatched_ms - s.scheduled_ms)
+            .map(|s| s.dispatched_at_ms - s.scheduled_at_ms)
             .collect();
         let stage = if missing.is_some() {
             "lateness beside a missing topic"
@@ -553,7 +553,7 @@ impl Bench {
         let seen = self.await_records(&ids, Duration::from_secs(30)).await;
         let mut end_to_end: Vec<i64> = seen
             .iter()
-            .map(|s| s.received_ms - s.scheduled_ms)
+            .map(|s| s.received_at_ms - s.scheduled_at_ms)
             .collect();
         println!(
             "floor: end to end {} (a bare producer, linger.ms {}, sending each record at its instant by a local timer; consumer receive minus that instant; {rate} records/s for {secs} s, consumer fetch.wait.max.ms 5)",
@@ -1231,9 +1231,9 @@ fn record(consumer: BaseConsumer, records: Records, stop: CancellationToken) {
             let Some(Ok(message)) = consumer.poll(Duration::from_millis(100)) else {
                 continue;
             };
-            let received_ms = Utc::now().timestamp_millis();
+            let received_at_ms = Utc::now().timestamp_millis();
             let header = |name: &str| -> Option<i64> { header(&message, name)?.parse().ok() };
-            let (Some(id), Some(scheduled_ms), Some(dispatched_ms)) = (
+            let (Some(id), Some(scheduled_at_ms), Some(dispatched_at_ms)) = (
                 header(tickler::job::HEADER_JOB_ID),
                 header(tickler::job::HEADER_SCHEDULED_AT),
                 header(tickler::job::HEADER_DISPATCHED_AT),
@@ -1245,9 +1245,9 @@ fn record(consumer: BaseConsumer, records: Records, stop: CancellationToken) {
                 .unwrap_or_else(|p| p.into_inner())
                 .entry(id as u64)
                 .or_insert(Seen {
-                    received_ms,
-                    scheduled_ms,
-                    dispatched_ms,
+                    received_at_ms,
+                    scheduled_at_ms,
+                    dispatched_at_ms,
                 });
         }
     });
