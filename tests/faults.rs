@@ -654,6 +654,68 @@ async fn kill_9_of_one_of_three_instances_hands_its_jobs_over_within_the_ttl() {
     world.finish().await;
 }
 
+/// #42's five faults in one run, at the default timings (not the fault
+/// settings): three instances on a private Redis while 5,000 jobs fire
+/// over 15 s; one instance killed with -9, Redis flushed, Redis killed and
+/// started again empty, a second instance killed with -9. The survivor
+/// delivers everything; the lateness is printed against #42's 8 s (a
+/// figure, measured here and in docs/faults.md, not asserted).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn five_faults_at_the_default_timings_lose_nothing() {
+    let mut redis = PrivateRedis::start().await;
+    let services = Services {
+        redis_url: redis.url(),
+        ..Services::shared()
+    };
+    // The defaults, over the fault settings World starts with.
+    let defaults = [
+        ("TICKLER_SHARDS", "16"),
+        ("TICKLER_CLAIM_LEASE_MS", "5600"),
+        ("TICKLER_KAFKA_MESSAGE_TIMEOUT_MS", "3000"),
+        ("TICKLER_RECONCILE_INTERVAL_MS", "1000"),
+        ("TICKLER_LOADER_INTERVAL_MS", "1000"),
+        ("TICKLER_DISPATCH_IDLE_MS", "1000"),
+        ("TICKLER_INSTANCE_TTL_MS", "5000"),
+    ];
+    let mut world = World::start_many(services, 3, &defaults).await;
+    shards_spread(&world, 3).await;
+    let t0 = Utc::now() + secs(3.0);
+    let expected = world
+        .jobs_schedule(jobs(5000), t0, Duration::from_secs(15))
+        .await;
+    until(t0 + secs(2.0)).await;
+    world.instance_mut(2).kill9();
+    until(t0 + secs(5.0)).await;
+    let client = redis::Client::open(redis.url()).unwrap();
+    let mut conn = client.get_multiplexed_async_connection().await.unwrap();
+    let _: () = redis::cmd("FLUSHALL").query_async(&mut conn).await.unwrap();
+    until(t0 + secs(8.0)).await;
+    redis.restart().await;
+    until(t0 + secs(11.0)).await;
+    world.instance_mut(1).kill9();
+    verdict(
+        &world,
+        "five faults at the default timings",
+        &expected,
+        &HashSet::new(),
+        Duration::from_secs(90),
+    )
+    .await;
+    let verdict = check(
+        &expected,
+        &HashSet::new(),
+        &world.interrupted().await,
+        &world.seen_audited().await,
+    );
+    eprintln!(
+        "five faults at the default timings (kill -9, FLUSHALL, Redis restart, kill -9; {} jobs over 15 s on three instances): max lateness {} ms (#42: 8000 ms), p50 {} ms",
+        expected.len(),
+        verdict.lateness_max_ms,
+        verdict.lateness_p50_ms
+    );
+    world.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_instance_paused_past_its_ttl_wins_nothing_when_it_wakes() {
     let world = World::start_many(Services::shared(), 2, &instance_env()).await;
