@@ -643,11 +643,13 @@ pub fn api_refused(code: &'static str) {
     API_REFUSED.with([code.into()]).increment(1);
 }
 
-/// A job accepted for, or found due on, a topic the broker does not have.
+/// A job accepted for a topic the broker does not have (`topic_check =
+/// warn`): counted and logged.
 pub fn job_unknown_topic(topic: &str) {
     JOBS_UNKNOWN_TOPIC
         .with([topic_label(topic).into()])
         .increment(1);
+    tracing::warn!(topic, "job accepted for a topic the broker does not have");
 }
 
 /// A request taken by the ingress, by request topic and outcome.
@@ -725,9 +727,12 @@ pub fn dispatch_held(reason: &'static str, n: usize) {
     DISPATCH_HELD.with([reason.into()]).increment(n as u64);
 }
 
+/// Claimed ids the compare-and-set refused because this instance no
+/// longer holds their shard: counted and logged.
 pub fn dispatch_fenced(n: usize) {
     if n > 0 {
         DISPATCH_FENCED.get().increment(n as u64);
+        tracing::warn!(num_jobs = n, "claim fenced off: a shard has a new owner");
     }
 }
 
@@ -743,8 +748,11 @@ pub fn loader_indexed(n: usize) {
     LOADER_INDEXED.get().increment(n as u64);
 }
 
+/// The loader found the Redis window lost (a flush, a restart) and
+/// re-indexes it: counted and logged.
 pub fn index_rebuilt() {
     INDEX_REBUILDS.get().increment(1);
+    tracing::warn!("redis index lost: re-indexing the window from mysql");
 }
 
 pub fn reconciler_refed(n: u64) {
