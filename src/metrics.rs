@@ -1012,7 +1012,108 @@ fn topic_label(topic: &str) -> String {
 
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
+
+    #[test]
+    fn every_metric_is_declared_once_with_a_valid_name_and_labels() {
+        let mut names = std::collections::BTreeSet::new();
+        for m in METRICS {
+            assert!(names.insert(m.name), "{} is declared twice", m.name);
+            let valid = |s: &str| {
+                s.starts_with(|c: char| c.is_ascii_lowercase())
+                    && s.chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            };
+            assert!(valid(m.name), "{}", m.name);
+            for (i, label) in m.labels.iter().enumerate() {
+                assert!(valid(label), "{}: label {label}", m.name);
+                assert!(
+                    !m.labels[..i].contains(label),
+                    "{}: label {label} twice",
+                    m.name
+                );
+            }
+            assert!(!m.help.is_empty(), "{} has no help", m.name);
+            assert!(
+                m.buckets.is_empty() || m.kind == Kind::Histogram,
+                "{}: buckets on a {:?}",
+                m.name,
+                m.kind
+            );
+            assert!(m.buckets.windows(2).all(|w| w[0] < w[1]), "{}", m.name);
+        }
+        assert!(names.len() > 60, "{}", names.len());
+    }
+
+    /// The rows of docs/metrics.md's tables: `name{labels}` to its type.
+    fn documented() -> BTreeMap<String, String> {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md"))
+            .expect("read docs/metrics.md");
+        let mut rows = BTreeMap::new();
+        let mut in_table = false;
+        for line in text.lines() {
+            if line == "| metric | type | meaning |" {
+                in_table = true;
+                continue;
+            }
+            if !line.starts_with('|') {
+                in_table = false;
+            }
+            let cells: Vec<&str> = line.split(" | ").collect();
+            if in_table && cells.len() >= 3 && !line.starts_with("|---") {
+                let metric = cells[0].trim_start_matches("| ").trim_matches('`');
+                rows.insert(metric.to_owned(), cells[1].to_owned());
+            }
+        }
+        rows
+    }
+
+    #[test]
+    fn docs_metrics_md_lists_every_declared_metric_with_its_labels_and_type() {
+        let mut rows = documented();
+        for m in METRICS {
+            let row = if m.labels.is_empty() {
+                m.name.to_owned()
+            } else {
+                format!("{}{{{}}}", m.name, m.labels.join(", "))
+            };
+            match rows.remove(&row) {
+                Some(kind) => assert_eq!(kind, m.exported_type(), "docs/metrics.md: {row}"),
+                None => panic!(
+                    "docs/metrics.md has no row `{row}` (the metric, then its labels in braces)"
+                ),
+            }
+        }
+        assert!(
+            rows.is_empty(),
+            "docs/metrics.md lists metrics src/metrics.rs does not declare: {rows:?}"
+        );
+    }
+
+    #[test]
+    fn the_recorder_renders_every_declared_metric_with_its_help_and_type() {
+        let recorder = recorder();
+        metrics::with_local_recorder(&recorder, || {
+            describe();
+            for m in METRICS {
+                let labels: Vec<Label> = m.labels.iter().map(|l| Label::new(*l, "x")).collect();
+                match m.kind {
+                    Kind::Counter => metrics::counter!(m.name, labels).increment(1),
+                    Kind::Gauge => metrics::gauge!(m.name, labels).set(1.0),
+                    Kind::Histogram => metrics::histogram!(m.name, labels).record(1.0),
+                }
+            }
+        });
+        let text = recorder.handle().render();
+        for m in METRICS {
+            let help = format!("# HELP {} {}\n", m.name, m.help);
+            let kind = format!("# TYPE {} {}\n", m.name, m.exported_type());
+            assert!(text.contains(&help), "{help}");
+            assert!(text.contains(&kind), "{kind}");
+        }
+    }
 
     #[test]
     fn topic_labels_are_bounded_and_a_topic_keeps_its_own() {
