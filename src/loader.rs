@@ -162,7 +162,6 @@ impl Service for Loader {
         let mut rebuilt = false;
         if !self.index.intact().await? {
             if self.watermark.is_some() {
-                tracing::warn!("redis index lost: re-indexing the window from mysql");
                 metrics::index_rebuilt();
                 rebuilt = true;
             }

@@ -1,82 +1,528 @@
-//! Every metric tickler exports, named in one place, and the Prometheus
+//! Every metric tickler exports, declared once, and the Prometheus
 //! recorder behind `GET /metrics`.
+//!
+//! A metric is one entry of the `declare!` table below: its name, type,
+//! unit, label names, help text and (for a histogram) buckets. The table
+//! gives a typed handle per metric (`JOBS_CREATED: Counter<0>`,
+//! `PRODUCE_REFUSED: Counter<2>`: the label values each use must give) and
+//! [`METRICS`], which the recorder's descriptions and buckets, the check of
+//! docs/metrics.md and tests/deploy.rs read. The rest of the code base never
+//! names a metric: it calls the event functions below, which count (and,
+//! for an event that is also logged, write its log line) in one call.
 
 use std::sync::OnceLock;
 
 use chrono::{DateTime, Utc};
-use metrics::{
-    counter, describe_counter, describe_gauge, describe_histogram, gauge, histogram, Unit,
+use metrics::{KeyName, Label, SharedString, Unit};
+use metrics_exporter_prometheus::{
+    Matcher, PrometheusBuilder, PrometheusHandle, PrometheusRecorder,
 };
-use metrics_exporter_prometheus::{PrometheusBuilder, PrometheusHandle};
 
-pub const JOBS_CREATED: &str = "tickler_jobs_created_total";
-pub const JOBS_DISPATCHED: &str = "tickler_jobs_dispatched_total";
-pub const DISPATCH_LATENESS: &str = "tickler_dispatch_lateness_seconds";
-pub const DISPATCH_STAGE: &str = "tickler_dispatch_stage_seconds";
-pub const DISPATCH_CAS_LOST: &str = "tickler_dispatch_cas_lost_total";
-pub const PRODUCE_FAILED: &str = "tickler_produce_failed_total";
-pub const LOADER_INDEXED: &str = "tickler_loader_indexed_total";
-pub const INDEX_ERRORS: &str = "tickler_index_errors_total";
-pub const STORE_ERRORS: &str = "tickler_store_errors_total";
-pub const PASS_FAILURES: &str = "tickler_pass_failures_total";
-pub const PRODUCER_RESTARTS: &str = "tickler_producer_restarts_total";
-pub const INDEX_REBUILDS: &str = "tickler_index_rebuilds_total";
-pub const RECONCILER_REFED: &str = "tickler_reconciler_refed_total";
-pub const RECONCILER_RESCUED: &str = "tickler_reconciler_rescued_total";
-pub const RESULTS_APPLIED: &str = "tickler_results_applied_total";
-pub const RESULTS_IGNORED: &str = "tickler_results_ignored_total";
-pub const RESULTS_MALFORMED: &str = "tickler_results_malformed_total";
-pub const RESULTS_FAILED: &str = "tickler_results_failed_total";
-pub const ACK_TIMEOUTS: &str = "tickler_ack_timeouts_total";
-pub const JOBS_RETRIED: &str = "tickler_jobs_retried_total";
-pub const JOBS_DEAD: &str = "tickler_jobs_dead_total";
-pub const DEAD_LETTERS_PRODUCED: &str = "tickler_dead_letters_produced_total";
-pub const JOBS_PURGED: &str = "tickler_jobs_purged_total";
-pub const JOBS_UNKNOWN_TOPIC: &str = "tickler_jobs_unknown_topic_total";
-pub const PRODUCE_REFUSED: &str = "tickler_produce_refused_total";
-pub const API_CONNECTIONS: &str = "tickler_api_connections";
-pub const API_REFUSED: &str = "tickler_api_refused_total";
-pub const INSTANCES_LIVE: &str = "tickler_instances_live";
-pub const SHARDS: &str = "tickler_shards";
-pub const SHARDS_OWNED: &str = "tickler_shards_owned";
-pub const SHARD_TAKEOVERS: &str = "tickler_shard_takeovers_total";
-pub const DISPATCH_FENCED: &str = "tickler_dispatch_fenced_total";
-pub const MEMBERSHIP_FAILURES: &str = "tickler_membership_failures_total";
-pub const DEAD_INSTANCE_RESCUED: &str = "tickler_dead_instance_rescued_total";
-pub const INSTANCE_LAPSES: &str = "tickler_instance_lapses_total";
-pub const DOUBTS_SETTLED: &str = "tickler_doubts_settled_total";
-pub const DOUBTS_UNSETTLED: &str = "tickler_doubts_unsettled_total";
-pub const DISPATCH_WITHHELD: &str = "tickler_dispatch_withheld_total";
-pub const JOBS_UNREADABLE: &str = "tickler_jobs_unreadable_total";
-pub const INGRESS_REQUESTS: &str = "tickler_ingress_requests_total";
-pub const INGRESS_REFUSED: &str = "tickler_ingress_refused_total";
-pub const INGRESS_REPLIES_FAILED: &str = "tickler_ingress_replies_failed_total";
-// Gauges from the truth (src/truth.rs): one instance reports them, every
-// other reports 0.
-pub const TRUTH_JOBS: &str = "tickler_jobs";
-pub const TRUTH_OVERDUE: &str = "tickler_jobs_overdue";
-pub const TRUTH_OVERDUE_OLDEST: &str = "tickler_jobs_overdue_oldest_seconds";
-pub const TRUTH_WINDOW_JOBS: &str = "tickler_window_jobs";
-pub const TRUTH_INDEX_JOBS: &str = "tickler_index_jobs";
-pub const TRUTH_INDEX_DRIFT: &str = "tickler_index_drift";
-pub const TRUTH_RESULTS_LAG: &str = "tickler_results_lag";
-pub const TRUTH_INGRESS_LAG: &str = "tickler_ingress_lag";
-pub const TRUTH_NEXT_DUE: &str = "tickler_next_due_seconds";
-pub const TRUTH_SCAN: &str = "tickler_truth_scan_seconds";
-pub const TRUTH_REPORTER: &str = "tickler_truth_reporter";
-pub const TRUTH_COMPUTED: &str = "tickler_truth_computed_timestamp_seconds";
-pub const NOTIFY_FAILED: &str = "tickler_notify_failed_total";
-pub const TRUTH_DISPATCHERS_LIVE: &str = "tickler_dispatchers_live";
-pub const TRUTH_SCHEDULES: &str = "tickler_schedules";
-pub const TRUTH_SCHEDULES_BEHIND: &str = "tickler_schedules_behind";
-pub const TRUTH_TOPICS_PAUSED: &str = "tickler_topics_paused";
-pub const DISPATCH_PACED: &str = "tickler_dispatch_paced_total";
-pub const DISPATCH_HELD: &str = "tickler_dispatch_held_total";
-pub const SCHEDULE_OCCURRENCES: &str = "tickler_schedule_occurrences_total";
-pub const SCHEDULE_MISFIRES_SKIPPED: &str = "tickler_schedule_misfires_skipped_total";
-/// The process's own, under the names Prometheus's client libraries use.
-pub const PROCESS_RSS: &str = "process_resident_memory_bytes";
-pub const PROCESS_FDS: &str = "process_open_fds";
+/// What a metric is to the recorder.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Kind {
+    Counter,
+    Gauge,
+    Histogram,
+}
+
+/// One metric as declared: an entry of [`METRICS`].
+#[derive(Debug, Clone, Copy)]
+pub struct Declared {
+    pub name: &'static str,
+    pub kind: Kind,
+    pub unit: Option<Unit>,
+    /// The label names, in the order every series gives them.
+    pub labels: &'static [&'static str],
+    /// A histogram's buckets. A histogram without is exported as a summary
+    /// (quantiles), which needs no bounds chosen in advance.
+    pub buckets: &'static [f64],
+    pub help: &'static str,
+}
+
+impl Declared {
+    /// The `# TYPE` Prometheus reads for it.
+    pub fn exported_type(&self) -> &'static str {
+        match self.kind {
+            Kind::Counter => "counter",
+            Kind::Gauge => "gauge",
+            Kind::Histogram if self.buckets.is_empty() => "summary",
+            Kind::Histogram => "histogram",
+        }
+    }
+}
+
+/// A declared counter with `N` labels.
+#[derive(Debug)]
+pub struct Counter<const N: usize> {
+    pub name: &'static str,
+    pub labels: [&'static str; N],
+}
+
+/// A declared gauge with `N` labels.
+#[derive(Debug)]
+pub struct Gauge<const N: usize> {
+    pub name: &'static str,
+    pub labels: [&'static str; N],
+}
+
+/// A declared histogram with `N` labels.
+#[derive(Debug)]
+pub struct Histogram<const N: usize> {
+    pub name: &'static str,
+    pub labels: [&'static str; N],
+}
+
+/// The labels of one series: the declared names with the values given, in
+/// the declared order (the order Prometheus shows them in).
+fn labelled<const N: usize>(names: &[&'static str; N], values: [SharedString; N]) -> Vec<Label> {
+    names
+        .iter()
+        .zip(values)
+        .map(|(name, value)| Label::new(*name, value))
+        .collect()
+}
+
+// Private, so that a metric is recorded only by an event function of this
+// file. `get` is the one series of a metric without labels; `with`, the
+// series of these label values.
+impl Counter<0> {
+    fn get(&self) -> metrics::Counter {
+        metrics::counter!(self.name)
+    }
+}
+
+impl<const N: usize> Counter<N> {
+    fn with(&self, values: [SharedString; N]) -> metrics::Counter {
+        metrics::counter!(self.name, labelled(&self.labels, values))
+    }
+}
+
+impl Gauge<0> {
+    fn get(&self) -> metrics::Gauge {
+        metrics::gauge!(self.name)
+    }
+}
+
+impl<const N: usize> Gauge<N> {
+    fn with(&self, values: [SharedString; N]) -> metrics::Gauge {
+        metrics::gauge!(self.name, labelled(&self.labels, values))
+    }
+}
+
+impl Histogram<0> {
+    fn get(&self) -> metrics::Histogram {
+        metrics::histogram!(self.name)
+    }
+}
+
+impl<const N: usize> Histogram<N> {
+    fn with(&self, values: [SharedString; N]) -> metrics::Histogram {
+        metrics::histogram!(self.name, labelled(&self.labels, values))
+    }
+}
+
+/// Declares every metric: a typed handle (`pub const`, documented with its
+/// help text) each, and [`METRICS`], the table of them all. `unit`,
+/// `labels` and `buckets` are optional, in that order.
+macro_rules! declare {
+    ($(
+        $id:ident = $kind:ident {
+            name: $name:literal,
+            $(unit: $unit:ident,)?
+            $(labels: [$($label:literal),+ $(,)?],)?
+            $(buckets: [$($bucket:literal),+ $(,)?],)?
+            help: $help:literal $(,)?
+        },
+    )+) => {
+        $(
+            #[doc = $help]
+            pub const $id: $kind<{ <[&str]>::len(&[$($($label),+)?]) }> =
+                $kind { name: $name, labels: [$($($label),+)?] };
+        )+
+
+        /// Every metric tickler exports, in the order declared.
+        pub static METRICS: &[Declared] = &[$(
+            Declared {
+                name: $name,
+                kind: Kind::$kind,
+                unit: declare!(@unit $($unit)?),
+                labels: &[$($($label),+)?],
+                buckets: &[$($($bucket),+)?],
+                help: $help,
+            },
+        )+];
+    };
+    (@unit) => { None };
+    (@unit $unit:ident) => { Some(Unit::$unit) };
+}
+
+// Long help texts are broken with `\`, which joins the lines with the one
+// space before it: what Prometheus shows is one line.
+declare! {
+    // Jobs coming in: the API and the ingress.
+    JOBS_CREATED = Counter {
+        name: "tickler_jobs_created_total",
+        help: "Jobs accepted by the API.",
+    },
+    API_CONNECTIONS = Gauge {
+        name: "tickler_api_connections",
+        help: "Connections the API holds open (at most api_max_connections).",
+    },
+    API_REFUSED = Counter {
+        name: "tickler_api_refused_total",
+        labels: ["code"],
+        help: "Requests refused before any work: 401, 403, 429, by code.",
+    },
+    JOBS_UNKNOWN_TOPIC = Counter {
+        name: "tickler_jobs_unknown_topic_total",
+        labels: ["topic"],
+        help: "Jobs created for a topic the broker does not have \
+            (topic_check = warn), or found so by the dispatcher, by topic.",
+    },
+    INGRESS_REQUESTS = Counter {
+        name: "tickler_ingress_requests_total",
+        labels: ["topic", "outcome"],
+        help: "Records of a request topic taken by the ingress, by request \
+            topic and outcome (created, existing, moved, cancelled, too_late, \
+            in_flight, error).",
+    },
+    INGRESS_REFUSED = Counter {
+        name: "tickler_ingress_refused_total",
+        labels: ["topic", "code"],
+        help: "Requests the ingress answered with an error, by request topic \
+            and the error's code.",
+    },
+    INGRESS_REPLIES_FAILED = Counter {
+        name: "tickler_ingress_replies_failed_total",
+        help: "Ingress replies the reply topic did not acknowledge; the \
+            requests themselves were written.",
+    },
+
+    // The dispatcher: claims, sends, and what held jobs back.
+    JOBS_DISPATCHED = Counter {
+        name: "tickler_jobs_dispatched_total",
+        help: "Jobs produced to Kafka and marked dispatched.",
+    },
+    DISPATCH_LATENESS = Histogram {
+        name: "tickler_dispatch_lateness_seconds",
+        unit: Seconds,
+        buckets: [0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 300.0],
+        help: "Dispatch time minus schedule time, per job.",
+    },
+    DISPATCH_STAGE = Histogram {
+        name: "tickler_dispatch_stage_seconds",
+        unit: Seconds,
+        labels: ["stage"],
+        help: "Time spent per dispatch stage: claim (Redis, per pass), cas \
+            (MySQL compare-and-set, per pass), hold (per job: from the claim \
+            to its time, how far ahead it was claimed), ack (per group of \
+            records: sent to all acknowledged), mark (per settle: recording \
+            outcomes in MySQL and Redis).",
+    },
+    DISPATCH_CAS_LOST = Counter {
+        name: "tickler_dispatch_cas_lost_total",
+        help: "Ids Redis offered that MySQL refused (cancelled, moved, done, \
+            or not yet due).",
+    },
+    PRODUCE_FAILED = Counter {
+        name: "tickler_produce_failed_total",
+        help: "Jobs the broker did not accept; they go back to pending.",
+    },
+    PRODUCE_REFUSED = Counter {
+        name: "tickler_produce_refused_total",
+        labels: ["topic", "reason"],
+        help: "Sends refused for the job's own sake (missing topic, record too \
+            large, not authorised...): a failed attempt each, by topic and \
+            reason.",
+    },
+    PRODUCER_RESTARTS = Counter {
+        name: "tickler_producer_restarts_total",
+        help: "Kafka producers replaced because every send failed for several \
+            batches, or librdkafka reported them fatally failed.",
+    },
+    DISPATCH_WITHHELD = Counter {
+        name: "tickler_dispatch_withheld_total",
+        labels: ["reason"],
+        help: "Claimed jobs the dispatcher did not send, by reason: lease \
+            (this instance's heartbeat or the claim's send deadline ran out) \
+            or paused (the topic was paused since the claim). They go back to \
+            pending.",
+    },
+    DISPATCH_PACED = Counter {
+        name: "tickler_dispatch_paced_total",
+        labels: ["topic"],
+        help: "Due jobs of a paced topic (max_per_second) held back and spread \
+            at its rate, by topic; a job held twice counts twice.",
+    },
+    DISPATCH_HELD = Counter {
+        name: "tickler_dispatch_held_total",
+        labels: ["reason"],
+        help: "Due jobs the claim refused to produce: reason=paused (their \
+            topic is; out of Redis until it resumes) or expired (a skip \
+            schedule's occurrence past its misfire grace; cancelled).",
+    },
+    DISPATCH_FENCED = Counter {
+        name: "tickler_dispatch_fenced_total",
+        help: "Claimed ids this instance's compare-and-set refused because it \
+            no longer held their shard (paused past its TTL, or rebalanced).",
+    },
+    JOBS_UNREADABLE = Counter {
+        name: "tickler_jobs_unreadable_total",
+        help: "Claimed jobs whose row did not decode (a hand edit the column \
+            accepted): set aside as dead, named by tickler doctor.",
+    },
+
+    // The Redis window and its repairs: the loader, the reconciler, claims in doubt.
+    LOADER_INDEXED = Counter {
+        name: "tickler_loader_indexed_total",
+        help: "Jobs the loader put in the Redis window.",
+    },
+    INDEX_REBUILDS = Counter {
+        name: "tickler_index_rebuilds_total",
+        help: "Times the loader found the Redis window lost (flush, restart) \
+            and rebuilt it.",
+    },
+    RECONCILER_REFED = Counter {
+        name: "tickler_reconciler_refed_total",
+        help: "Overdue pending jobs the reconciler found missing from Redis \
+            and indexed again.",
+    },
+    RECONCILER_RESCUED = Counter {
+        name: "tickler_reconciler_rescued_total",
+        help: "Claims in doubt (lease expired, instance dead, send timed out) \
+            whose record the read-back did not find on Kafka: returned to \
+            pending, to be produced again.",
+    },
+    DOUBTS_SETTLED = Counter {
+        name: "tickler_doubts_settled_total",
+        labels: ["outcome"],
+        help: "Claims in doubt settled by reading their topic back, by what \
+            was found: outcome=produced (marked dispatched at the record's \
+            position) or outcome=absent (pending again).",
+    },
+    DOUBTS_UNSETTLED = Counter {
+        name: "tickler_doubts_unsettled_total",
+        help: "Claims in doubt a reconciler pass could not settle because \
+            Kafka could not be read in time; they stay dispatching (a cancel \
+            answers in_flight) until a later pass.",
+    },
+
+    // What became of dispatched jobs: results, retries, the dead, the purge; schedules.
+    RESULTS_APPLIED = Counter {
+        name: "tickler_results_applied_total",
+        labels: ["channel", "outcome"],
+        help: "Result reports applied, by channel (topic, http) and outcome.",
+    },
+    RESULTS_IGNORED = Counter {
+        name: "tickler_results_ignored_total",
+        labels: ["channel", "reason"],
+        help: "Result reports that changed nothing, by channel and reason \
+            (stale_attempt, finished, not_expected, not_dispatched, \
+            unknown_job).",
+    },
+    RESULTS_MALFORMED = Counter {
+        name: "tickler_results_malformed_total",
+        help: "Records on the results topic that are not a valid report; \
+            skipped.",
+    },
+    RESULTS_FAILED = Counter {
+        name: "tickler_results_failed_total",
+        help: "Reports from the results topic the database refused three times \
+            (not for being down); logged and skipped.",
+    },
+    ACK_TIMEOUTS = Counter {
+        name: "tickler_ack_timeouts_total",
+        help: "Dispatched jobs whose ack deadline passed without a result.",
+    },
+    JOBS_RETRIED = Counter {
+        name: "tickler_jobs_retried_total",
+        help: "Jobs sent back to pending for another attempt.",
+    },
+    JOBS_DEAD = Counter {
+        name: "tickler_jobs_dead_total",
+        help: "Jobs that ended dead.",
+    },
+    DEAD_LETTERS_PRODUCED = Counter {
+        name: "tickler_dead_letters_produced_total",
+        help: "Dead-letter records produced.",
+    },
+    JOBS_PURGED = Counter {
+        name: "tickler_jobs_purged_total",
+        help: "Finished jobs deleted after retention_days, with their history.",
+    },
+    SCHEDULE_OCCURRENCES = Counter {
+        name: "tickler_schedule_occurrences_total",
+        help: "Occurrences of recurring schedules created as jobs.",
+    },
+    SCHEDULE_MISFIRES_SKIPPED = Counter {
+        name: "tickler_schedule_misfires_skipped_total",
+        help: "Occurrences missed while no tickler ran that their schedule's \
+            misfire policy did not create.",
+    },
+
+    // Failures a background role survives (tried again on its next pass).
+    INDEX_ERRORS = Counter {
+        name: "tickler_index_errors_total",
+        help: "Redis operations that failed (repaired later from MySQL).",
+    },
+    STORE_ERRORS = Counter {
+        name: "tickler_store_errors_total",
+        labels: ["what"],
+        help: "MySQL operations of a background role that failed, by what was \
+            being done (tried again on its next pass).",
+    },
+    PASS_FAILURES = Counter {
+        name: "tickler_pass_failures_total",
+        labels: ["what"],
+        help: "Passes of a background role that failed for another reason than \
+            MySQL or Redis (a Kafka producer that cannot be made, say), by \
+            pass (tried again on the next).",
+    },
+    NOTIFY_FAILED = Counter {
+        name: "tickler_notify_failed_total",
+        help: "Notifications the webhook (notify_webhook_url) did not take; \
+            each is sent again next round.",
+    },
+
+    // Instances and shards.
+    INSTANCES_LIVE = Gauge {
+        name: "tickler_instances_live",
+        help: "Instances whose heartbeat is within instance_ttl_ms, as this \
+            instance last saw them.",
+    },
+    SHARDS = Gauge {
+        name: "tickler_shards",
+        help: "The deployment's shard count (rows of shard_leases).",
+    },
+    SHARDS_OWNED = Gauge {
+        name: "tickler_shards_owned",
+        help: "Shards this instance's dispatcher holds.",
+    },
+    SHARD_TAKEOVERS = Counter {
+        name: "tickler_shard_takeovers_total",
+        help: "Shards this instance took: free ones, or a dead instance's.",
+    },
+    MEMBERSHIP_FAILURES = Counter {
+        name: "tickler_membership_failures_total",
+        help: "Membership rounds (heartbeat, balance, rescue) that failed, \
+            mostly for MySQL.",
+    },
+    INSTANCE_LAPSES = Counter {
+        name: "tickler_instance_lapses_total",
+        help: "Heartbeats of this instance that found its last one older than \
+            instance_ttl_ms (or its row gone): the others may have taken it \
+            for dead, so it sends nothing it claimed before (a paused process, \
+            a stalled runtime, a partition).",
+    },
+    DEAD_INSTANCE_RESCUED = Counter {
+        name: "tickler_dead_instance_rescued_total",
+        help: "Jobs a dead instance held in dispatching, put in doubt without \
+            waiting for the claim lease: read back after \
+            kafka_message_timeout_ms, then produced again if not found.",
+    },
+
+    // Gauges from the truth (src/truth.rs): one instance, the reporter, publishes
+    // them; every other publishes 0.
+    TRUTH_REPORTER = Gauge {
+        name: "tickler_truth_reporter",
+        help: "1 on the instance reporting the gauges from the truth, 0 on the \
+            others.",
+    },
+    TRUTH_JOBS = Gauge {
+        name: "tickler_jobs",
+        labels: ["status", "topic"],
+        help: "Jobs by status (pending, dispatching, dispatched, dead) and \
+            topic, from MySQL; topics past gauge_topics_max are summed under \
+            topic=\"_other\". Reported by one instance \
+            (tickler_truth_reporter = 1), 0 elsewhere.",
+    },
+    TRUTH_OVERDUE = Gauge {
+        name: "tickler_jobs_overdue",
+        help: "Pending jobs whose run time has passed (due, not yet \
+            dispatched), from MySQL.",
+    },
+    TRUTH_OVERDUE_OLDEST = Gauge {
+        name: "tickler_jobs_overdue_oldest_seconds",
+        unit: Seconds,
+        help: "Age of the oldest overdue pending job (0 when none).",
+    },
+    TRUTH_WINDOW_JOBS = Gauge {
+        name: "tickler_window_jobs",
+        help: "Jobs the Redis index should hold by MySQL: pending within \
+            window_ms, and dispatching.",
+    },
+    TRUTH_INDEX_JOBS = Gauge {
+        name: "tickler_index_jobs",
+        help: "Entries in the Redis index (due and in flight).",
+    },
+    TRUTH_INDEX_DRIFT = Gauge {
+        name: "tickler_index_drift",
+        help: "tickler_window_jobs - tickler_index_jobs: positive when Redis \
+            lacks jobs MySQL says it should hold; a few in transit is normal.",
+    },
+    TRUTH_RESULTS_LAG = Gauge {
+        name: "tickler_results_lag",
+        help: "Records on the results topic tickler's consumer group has not \
+            consumed (-1: could not be read).",
+    },
+    TRUTH_INGRESS_LAG = Gauge {
+        name: "tickler_ingress_lag",
+        labels: ["topic"],
+        help: "Records of a request topic the ingress's consumer group has not \
+            yet committed, by request topic (-1: not read).",
+    },
+    TRUTH_NEXT_DUE = Gauge {
+        name: "tickler_next_due_seconds",
+        unit: Seconds,
+        help: "Until the next pending job is due (negative: overdue; +Inf: \
+            none pending).",
+    },
+    TRUTH_DISPATCHERS_LIVE = Gauge {
+        name: "tickler_dispatchers_live",
+        help: "Live instances running the dispatcher role, from the instances \
+            table.",
+    },
+    TRUTH_SCHEDULES = Gauge {
+        name: "tickler_schedules",
+        labels: ["status"],
+        help: "Recurring schedules by status (active, paused, ended). Reporter \
+            instance only.",
+    },
+    TRUTH_SCHEDULES_BEHIND = Gauge {
+        name: "tickler_schedules_behind",
+        help: "Active schedules whose next occurrence is over a minute past \
+            its time and still not a job: no instance runs the loader role \
+            (the materializer), or it fails. Reporter instance only.",
+    },
+    TRUTH_TOPICS_PAUSED = Gauge {
+        name: "tickler_topics_paused",
+        help: "Topics paused (their due jobs are held). Reporter instance \
+            only.",
+    },
+    TRUTH_COMPUTED = Gauge {
+        name: "tickler_truth_computed_timestamp_seconds",
+        unit: Seconds,
+        help: "Unix time of the reporter's last successful computation: time() \
+            minus this is how stale the gauges are (they keep their values \
+            while MySQL does not answer).",
+    },
+    TRUTH_SCAN = Gauge {
+        name: "tickler_truth_scan_seconds",
+        unit: Seconds,
+        help: "How long the last computation of these gauges took.",
+    },
+
+    // The process's own, under the names Prometheus's client libraries use.
+    PROCESS_RSS = Gauge {
+        name: "process_resident_memory_bytes",
+        help: "Resident memory of this process, in bytes (Linux).",
+    },
+    PROCESS_FDS = Gauge {
+        name: "process_open_fds",
+        help: "Open file descriptors of this process (Linux).",
+    },
+}
 
 /// Installs the process-wide recorder once and returns the handle that
 /// renders it. Later calls (several servers in one test process) share it.
@@ -84,15 +530,7 @@ pub fn install() -> PrometheusHandle {
     static HANDLE: OnceLock<PrometheusHandle> = OnceLock::new();
     HANDLE
         .get_or_init(|| {
-            let recorder = PrometheusBuilder::new()
-                .set_buckets_for_metric(
-                    metrics_exporter_prometheus::Matcher::Full(DISPATCH_LATENESS.to_owned()),
-                    &[
-                        0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0, 30.0, 300.0,
-                    ],
-                )
-                .map(|builder| builder.build_recorder())
-                .unwrap_or_else(|_| PrometheusBuilder::new().build_recorder());
+            let recorder = recorder();
             let handle = recorder.handle();
             // Fails only if another recorder is installed; then ours renders
             // nothing, which beats refusing to start.
@@ -102,6 +540,36 @@ pub fn install() -> PrometheusHandle {
             handle
         })
         .clone()
+}
+
+/// A recorder with the declared histograms' buckets.
+fn recorder() -> PrometheusRecorder {
+    METRICS
+        .iter()
+        .filter(|m| !m.buckets.is_empty())
+        .try_fold(PrometheusBuilder::new(), |builder, m| {
+            builder.set_buckets_for_metric(Matcher::Full(m.name.to_owned()), m.buckets)
+        })
+        // Fails only for empty buckets, which the filter leaves out.
+        .unwrap_or_else(|_| PrometheusBuilder::new())
+        .build_recorder()
+}
+
+/// Gives the recorder every declared metric's help text and unit.
+fn describe() {
+    metrics::with_recorder(|recorder| {
+        for m in METRICS {
+            let (name, help) = (
+                KeyName::from_const_str(m.name),
+                SharedString::const_str(m.help),
+            );
+            match m.kind {
+                Kind::Counter => recorder.describe_counter(name, m.unit, help),
+                Kind::Gauge => recorder.describe_gauge(name, m.unit, help),
+                Kind::Histogram => recorder.describe_histogram(name, m.unit, help),
+            }
+        }
+    });
 }
 
 /// How often the histograms' samples are folded into their buckets and
@@ -142,244 +610,299 @@ fn process_sample() {
                 .ok()
         });
     if let Some(kib) = rss_kib {
-        gauge!(PROCESS_RSS).set(kib * 1024.0);
+        PROCESS_RSS.get().set(kib * 1024.0);
     }
     if let Ok(fds) = std::fs::read_dir("/proc/self/fd") {
-        gauge!(PROCESS_FDS).set(fds.count() as f64);
+        PROCESS_FDS.get().set(fds.count() as f64);
     }
 }
 
-/// Long because it is a table: one description per metric (grouped by
-/// what they watch, not in the order of the names above). Split, it would
-/// only be scattered.
-fn describe() {
-    describe_gauge!(
-        PROCESS_RSS,
-        "Resident memory of this process, in bytes (Linux)."
-    );
-    describe_gauge!(
-        PROCESS_FDS,
-        "Open file descriptors of this process (Linux)."
-    );
-    describe_counter!(JOBS_CREATED, "Jobs accepted by the API.");
-    describe_gauge!(
-        API_CONNECTIONS,
-        "Connections the API holds open (at most api_max_connections)."
-    );
-    describe_counter!(
-        API_REFUSED,
-        "Requests refused before any work: 401, 403, 429, by code."
-    );
-    describe_counter!(
-        JOBS_UNKNOWN_TOPIC,
-        "Jobs created for a topic the broker does not have (topic_check = warn), or found so by the dispatcher, by topic."
-    );
-    describe_counter!(
-        PRODUCE_REFUSED,
-        "Sends refused for the job's own sake (missing topic, record too large, not authorised...): a failed attempt each, by topic and reason."
-    );
-    describe_counter!(
-        JOBS_DISPATCHED,
-        "Jobs produced to Kafka and marked dispatched."
-    );
-    describe_histogram!(
-        DISPATCH_LATENESS,
-        Unit::Seconds,
-        "Dispatch time minus schedule time, per job."
-    );
-    describe_histogram!(
-        DISPATCH_STAGE,
-        Unit::Seconds,
-        "Time spent per dispatch stage: claim (Redis, per pass), cas (MySQL compare-and-set, per pass), hold (per job: from the claim to its time, how far ahead it was claimed), ack (per group of records: sent to all acknowledged), mark (per settle: recording outcomes in MySQL and Redis)."
-    );
-    describe_counter!(
-        DISPATCH_CAS_LOST,
-        "Ids Redis offered that MySQL refused (cancelled, moved, done, or not yet due)."
-    );
-    describe_counter!(
-        PRODUCE_FAILED,
-        "Jobs the broker did not accept; they go back to pending."
-    );
-    describe_counter!(LOADER_INDEXED, "Jobs the loader put in the Redis window.");
-    describe_counter!(
-        RESULTS_APPLIED,
-        "Result reports applied, by channel (topic, http) and outcome."
-    );
-    describe_counter!(
-        RESULTS_IGNORED,
-        "Result reports that changed nothing, by channel and reason (stale_attempt, finished, not_expected, not_dispatched, unknown_job)."
-    );
-    describe_counter!(
-        RESULTS_MALFORMED,
-        "Records on the results topic that are not a valid report; skipped."
-    );
-    describe_counter!(
-        RESULTS_FAILED,
-        "Reports from the results topic the database refused three times (not for being down); logged and skipped."
-    );
-    describe_counter!(
-        ACK_TIMEOUTS,
-        "Dispatched jobs whose ack deadline passed without a result."
-    );
-    describe_counter!(
-        JOBS_RETRIED,
-        "Jobs sent back to pending for another attempt."
-    );
-    describe_counter!(JOBS_DEAD, "Jobs that ended dead.");
-    describe_counter!(DEAD_LETTERS_PRODUCED, "Dead-letter records produced.");
-    describe_counter!(
-        JOBS_PURGED,
-        "Finished jobs deleted after retention_days, with their history."
-    );
-    describe_counter!(
-        INDEX_ERRORS,
-        "Redis operations that failed (repaired later from MySQL)."
-    );
-    describe_counter!(
-        STORE_ERRORS,
-        "MySQL operations of a background role that failed, by what was being done (tried again on its next pass)."
-    );
-    describe_counter!(
-        PASS_FAILURES,
-        "Passes of a background role that failed for another reason than MySQL or Redis (a Kafka producer that cannot be made, say), by pass (tried again on the next)."
-    );
-    describe_counter!(
-        PRODUCER_RESTARTS,
-        "Kafka producers replaced because every send failed for several batches, or librdkafka reported them fatally failed."
-    );
-    describe_counter!(
-        INDEX_REBUILDS,
-        "Times the loader found the Redis window lost (flush, restart) and rebuilt it."
-    );
-    describe_counter!(
-        RECONCILER_REFED,
-        "Overdue pending jobs the reconciler found missing from Redis and indexed again."
-    );
-    describe_counter!(
-        RECONCILER_RESCUED,
-        "Claims in doubt (lease expired, instance dead, send timed out) whose record the read-back did not find on Kafka: returned to pending, to be produced again."
-    );
-    describe_counter!(
-        DOUBTS_SETTLED,
-        "Claims in doubt settled by reading their topic back, by what was found: outcome=produced (marked dispatched at the record's position) or outcome=absent (pending again)."
-    );
-    describe_counter!(
-        DOUBTS_UNSETTLED,
-        "Claims in doubt a reconciler pass could not settle because Kafka could not be read in time; they stay dispatching (a cancel answers in_flight) until a later pass."
-    );
-    describe_counter!(
-        DISPATCH_WITHHELD,
-        "Claimed jobs the dispatcher did not send, by reason: lease (this instance's heartbeat or the claim's send deadline ran out) or paused (the topic was paused since the claim). They go back to pending."
-    );
-    describe_counter!(
-        INGRESS_REQUESTS,
-        "Records of a request topic taken by the ingress, by request topic and outcome (created, existing, moved, cancelled, too_late, in_flight, error)."
-    );
-    describe_counter!(
-        INGRESS_REFUSED,
-        "Requests the ingress answered with an error, by request topic and the error's code."
-    );
-    describe_counter!(
-        INGRESS_REPLIES_FAILED,
-        "Ingress replies the reply topic did not acknowledge; the requests themselves were written."
-    );
-    describe_gauge!(
-        TRUTH_INGRESS_LAG,
-        "Records of a request topic the ingress's consumer group has not yet committed, by request topic (-1: not read)."
-    );
-    describe_counter!(
-        JOBS_UNREADABLE,
-        "Claimed jobs whose row did not decode (a hand edit the column accepted): set aside as dead, named by tickler doctor."
-    );
-    describe_gauge!(
-        INSTANCES_LIVE,
-        "Instances whose heartbeat is within instance_ttl_ms, as this instance last saw them."
-    );
-    describe_gauge!(
-        SHARDS,
-        "The deployment's shard count (rows of shard_leases)."
-    );
-    describe_gauge!(SHARDS_OWNED, "Shards this instance's dispatcher holds.");
-    describe_counter!(
-        SHARD_TAKEOVERS,
-        "Shards this instance took: free ones, or a dead instance's."
-    );
-    describe_counter!(
-        DISPATCH_FENCED,
-        "Claimed ids this instance's compare-and-set refused because it no longer held their shard (paused past its TTL, or rebalanced)."
-    );
-    describe_counter!(
-        MEMBERSHIP_FAILURES,
-        "Membership rounds (heartbeat, balance, rescue) that failed, mostly for MySQL."
-    );
-    describe_counter!(
-        INSTANCE_LAPSES,
-        "Heartbeats of this instance that found its last one older than instance_ttl_ms (or its row gone): the others may have taken it for dead, so it sends nothing it claimed before (a paused process, a stalled runtime, a partition)."
-    );
-    describe_counter!(
-        DEAD_INSTANCE_RESCUED,
-        "Jobs a dead instance held in dispatching, put in doubt without waiting for the claim lease: read back after kafka_message_timeout_ms, then produced again if not found."
-    );
-    describe_gauge!(
-        TRUTH_JOBS,
-        "Jobs by status (pending, dispatching, dispatched, dead) and topic, from MySQL; topics past gauge_topics_max are summed under topic=\"_other\". Reported by one instance (tickler_truth_reporter = 1), 0 elsewhere."
-    );
-    describe_gauge!(
-        TRUTH_OVERDUE,
-        "Pending jobs whose run time has passed (due, not yet dispatched), from MySQL."
-    );
-    describe_gauge!(
-        TRUTH_OVERDUE_OLDEST,
-        Unit::Seconds,
-        "Age of the oldest overdue pending job (0 when none)."
-    );
-    describe_gauge!(
-        TRUTH_WINDOW_JOBS,
-        "Jobs the Redis index should hold by MySQL: pending within window_ms, and dispatching."
-    );
-    describe_gauge!(
-        TRUTH_INDEX_JOBS,
-        "Entries in the Redis index (due and in flight)."
-    );
-    describe_gauge!(TRUTH_INDEX_DRIFT, "tickler_window_jobs - tickler_index_jobs: positive when Redis lacks jobs MySQL says it should hold; a few in transit is normal.");
-    describe_gauge!(TRUTH_RESULTS_LAG, "Records on the results topic tickler's consumer group has not consumed (-1: could not be read).");
-    describe_gauge!(
-        TRUTH_NEXT_DUE,
-        Unit::Seconds,
-        "Until the next pending job is due (negative: overdue; +Inf: none pending)."
-    );
-    describe_gauge!(TRUTH_COMPUTED, Unit::Seconds, "Unix time of the reporter's last successful computation: time() minus this is how stale the gauges are (they keep their values while MySQL does not answer).");
-    describe_gauge!(
-        TRUTH_SCAN,
-        Unit::Seconds,
-        "How long the last computation of these gauges took."
-    );
-    describe_gauge!(
-        TRUTH_REPORTER,
-        "1 on the instance reporting the gauges from the truth, 0 on the others."
-    );
-    describe_counter!(NOTIFY_FAILED, "Notifications the webhook (notify_webhook_url) did not take; each is sent again next round.");
-    describe_gauge!(
-        TRUTH_SCHEDULES,
-        "Recurring schedules by status (active, paused, ended). Reporter instance only."
-    );
-    describe_gauge!(TRUTH_SCHEDULES_BEHIND, "Active schedules whose next occurrence is over a minute past its time and still not a job: no instance runs the loader role (the materializer), or it fails. Reporter instance only.");
-    describe_gauge!(
-        TRUTH_TOPICS_PAUSED,
-        "Topics paused (their due jobs are held). Reporter instance only."
-    );
-    describe_counter!(DISPATCH_PACED, "Due jobs of a paced topic (max_per_second) held back and spread at its rate, by topic; a job held twice counts twice.");
-    describe_counter!(DISPATCH_HELD, "Due jobs the claim refused to produce: reason=paused (their topic is; out of Redis until it resumes) or expired (a skip schedule's occurrence past its misfire grace; cancelled).");
-    describe_counter!(
-        SCHEDULE_OCCURRENCES,
-        "Occurrences of recurring schedules created as jobs."
-    );
-    describe_counter!(SCHEDULE_MISFIRES_SKIPPED, "Occurrences missed while no tickler ran that their schedule's misfire policy did not create.");
-    describe_gauge!(
-        TRUTH_DISPATCHERS_LIVE,
-        "Live instances running the dispatcher role, from the instances table."
-    );
+// The events. Each counts its metric (and writes its log line, if the
+// event has one): a caller makes one call. Same order as the table.
+
+// Jobs coming in.
+
+pub fn job_created() {
+    JOBS_CREATED.get().increment(1);
 }
+
+pub fn jobs_created(n: usize) {
+    JOBS_CREATED.get().increment(n as u64);
+}
+
+pub fn api_connection_opened() {
+    API_CONNECTIONS.get().increment(1.0);
+}
+
+pub fn api_connection_closed() {
+    API_CONNECTIONS.get().decrement(1.0);
+}
+
+/// A request refused for who sent it or how often (`code`: the error's).
+pub fn api_refused(code: &'static str) {
+    API_REFUSED.with([code.into()]).increment(1);
+}
+
+/// A job accepted for a topic the broker does not have (`topic_check =
+/// warn`): counted and logged.
+pub fn job_unknown_topic(topic: &str) {
+    JOBS_UNKNOWN_TOPIC
+        .with([topic_label(topic).into()])
+        .increment(1);
+    tracing::warn!(topic, "job accepted for a topic the broker does not have");
+}
+
+/// A request taken by the ingress, by request topic and outcome.
+pub fn ingress_requests(topic: &str, outcome: &'static str, n: usize) {
+    INGRESS_REQUESTS
+        .with([topic.to_owned().into(), outcome.into()])
+        .increment(n as u64);
+}
+
+/// A request the ingress refused, by request topic and code.
+pub fn ingress_refused(topic: &str, code: &'static str) {
+    INGRESS_REFUSED
+        .with([topic.to_owned().into(), code.into()])
+        .increment(1);
+}
+
+pub fn ingress_replies_failed(n: usize) {
+    INGRESS_REPLIES_FAILED.get().increment(n as u64);
+}
+
+// The dispatcher.
+
+pub fn dispatched(n: usize) {
+    JOBS_DISPATCHED.get().increment(n as u64);
+}
+
+pub fn dispatch_lateness(scheduled: DateTime<Utc>, dispatched: DateTime<Utc>) {
+    let seconds = (dispatched - scheduled).num_milliseconds().max(0) as f64 / 1000.0;
+    DISPATCH_LATENESS.get().record(seconds);
+}
+
+pub fn dispatch_stage(stage: &'static str, spent: std::time::Duration) {
+    DISPATCH_STAGE
+        .with([stage.into()])
+        .record(spent.as_secs_f64());
+}
+
+pub fn dispatch_cas_lost(n: usize) {
+    if n > 0 {
+        DISPATCH_CAS_LOST.get().increment(n as u64);
+    }
+}
+
+pub fn produce_failed(n: usize) {
+    PRODUCE_FAILED.get().increment(n as u64);
+}
+
+/// A send refused because of the job (not the broker's health).
+pub fn produce_refused(topic: &str, reason: &'static str) {
+    PRODUCE_REFUSED
+        .with([topic_label(topic).into(), reason.into()])
+        .increment(1);
+}
+
+pub fn producer_restarted() {
+    PRODUCER_RESTARTS.get().increment(1);
+}
+
+pub fn dispatch_withheld(reason: &'static str, n: usize) {
+    if n > 0 {
+        DISPATCH_WITHHELD.with([reason.into()]).increment(n as u64);
+    }
+}
+
+/// Jobs of a paced topic held back for later, by topic.
+pub fn dispatch_paced(topic: &str, n: usize) {
+    DISPATCH_PACED
+        .with([topic_label(topic).into()])
+        .increment(n as u64);
+}
+
+/// Due jobs the compare-and-set refused to produce: `paused` (their topic
+/// is) or `expired` (past a skip schedule's misfire grace; cancelled).
+pub fn dispatch_held(reason: &'static str, n: usize) {
+    DISPATCH_HELD.with([reason.into()]).increment(n as u64);
+}
+
+/// Claimed ids the compare-and-set refused because this instance no
+/// longer holds their shard: counted and logged.
+pub fn dispatch_fenced(n: usize) {
+    if n > 0 {
+        DISPATCH_FENCED.get().increment(n as u64);
+        tracing::warn!(num_jobs = n, "claim fenced off: a shard has a new owner");
+    }
+}
+
+pub fn jobs_unreadable(n: usize) {
+    if n > 0 {
+        JOBS_UNREADABLE.get().increment(n as u64);
+    }
+}
+
+// The window and its repairs.
+
+pub fn loader_indexed(n: usize) {
+    LOADER_INDEXED.get().increment(n as u64);
+}
+
+/// The loader found the Redis window lost (a flush, a restart) and
+/// re-indexes it: counted and logged.
+pub fn index_rebuilt() {
+    INDEX_REBUILDS.get().increment(1);
+    tracing::warn!("redis index lost: re-indexing the window from mysql");
+}
+
+pub fn reconciler_refed(n: u64) {
+    if n > 0 {
+        RECONCILER_REFED.get().increment(n);
+    }
+}
+
+pub fn doubts_settled(produced: usize, absent: usize) {
+    if produced > 0 {
+        DOUBTS_SETTLED
+            .with(["produced".into()])
+            .increment(produced as u64);
+    }
+    if absent > 0 {
+        RECONCILER_RESCUED.get().increment(absent as u64);
+        DOUBTS_SETTLED
+            .with(["absent".into()])
+            .increment(absent as u64);
+    }
+}
+
+pub fn doubts_unsettled(n: usize) {
+    DOUBTS_UNSETTLED.get().increment(n as u64);
+}
+
+// What became of dispatched jobs.
+
+pub fn result_applied(channel: &'static str, outcome: &'static str) {
+    RESULTS_APPLIED
+        .with([channel.into(), outcome.into()])
+        .increment(1);
+}
+
+pub fn result_ignored(channel: &'static str, reason: &'static str) {
+    RESULTS_IGNORED
+        .with([channel.into(), reason.into()])
+        .increment(1);
+}
+
+pub fn result_malformed() {
+    RESULTS_MALFORMED.get().increment(1);
+}
+
+pub fn result_failed() {
+    RESULTS_FAILED.get().increment(1);
+}
+
+pub fn ack_timeouts(n: usize) {
+    if n > 0 {
+        ACK_TIMEOUTS.get().increment(n as u64);
+    }
+}
+
+pub fn jobs_retried(n: usize) {
+    if n > 0 {
+        JOBS_RETRIED.get().increment(n as u64);
+    }
+}
+
+pub fn jobs_dead(n: usize) {
+    if n > 0 {
+        JOBS_DEAD.get().increment(n as u64);
+    }
+}
+
+pub fn dead_letters_produced(n: usize) {
+    if n > 0 {
+        DEAD_LETTERS_PRODUCED.get().increment(n as u64);
+    }
+}
+
+pub fn jobs_purged(n: u64) {
+    if n > 0 {
+        JOBS_PURGED.get().increment(n);
+    }
+}
+
+/// Occurrences of schedules created as jobs.
+pub fn schedule_occurrences(n: usize) {
+    SCHEDULE_OCCURRENCES.get().increment(n as u64);
+}
+
+/// Missed occurrences not created, as their schedule's policy said.
+pub fn schedule_misfires_skipped(n: u64) {
+    SCHEDULE_MISFIRES_SKIPPED.get().increment(n);
+}
+
+// Failures a background role survives.
+
+/// A Redis operation failed: counted and logged here, alike at every site.
+/// Harmless for correctness — MySQL has the truth, and the loader, the
+/// reconciler and the claim leases repair the index — but it costs latency.
+pub fn index_failed(what: &'static str, num_jobs: usize, error: &dyn std::fmt::Display) {
+    INDEX_ERRORS.get().increment(1);
+    tracing::warn!(what, num_jobs, error = %error, "redis operation failed");
+}
+
+/// A background role's MySQL operation failed: counted by `what` (a fixed
+/// word naming the step) and logged; the role tries again on its next pass.
+pub fn store_failed(what: &'static str, error: &dyn std::fmt::Display) {
+    STORE_ERRORS.with([what.into()]).increment(1);
+    tracing::warn!(what, error = %error, "mysql operation failed");
+}
+
+/// A background role's pass failed for another reason than MySQL or
+/// Redis: counted by `what` (the pass's fixed name) and logged; the role
+/// tries again on its next pass.
+pub fn pass_failed(what: &'static str, error: &dyn std::fmt::Display) {
+    PASS_FAILURES.with([what.into()]).increment(1);
+    tracing::warn!(what, error = %error, "pass failed");
+}
+
+pub fn notify_failed() {
+    NOTIFY_FAILED.get().increment(1);
+}
+
+// Instances and shards.
+
+pub fn instances_live(n: usize) {
+    INSTANCES_LIVE.get().set(n as f64);
+}
+
+pub fn shards(n: u32) {
+    SHARDS.get().set(f64::from(n));
+}
+
+pub fn shards_owned(n: usize) {
+    SHARDS_OWNED.get().set(n as f64);
+}
+
+pub fn shards_acquired(n: usize) {
+    SHARD_TAKEOVERS.get().increment(n as u64);
+}
+
+pub fn membership_failed() {
+    MEMBERSHIP_FAILURES.get().increment(1);
+}
+
+pub fn instance_lapsed() {
+    INSTANCE_LAPSES.get().increment(1);
+}
+
+pub fn dead_instance_rescued(n: usize) {
+    if n > 0 {
+        DEAD_INSTANCE_RESCUED.get().increment(n as u64);
+    }
+}
+
+// The gauges from the truth.
 
 /// What the reporter publishes; the default (all zero) is what every
 /// other instance publishes.
@@ -401,44 +924,66 @@ pub struct TruthGauges {
 }
 
 pub fn truth_jobs(status: &str, topic: &str, count: u64) {
-    gauge!(TRUTH_JOBS, "status" => status.to_owned(), "topic" => topic.to_owned())
+    TRUTH_JOBS
+        .with([status.to_owned().into(), topic.to_owned().into()])
         .set(count as f64);
 }
 
 pub fn truth_publish(g: &TruthGauges) {
-    gauge!(TRUTH_REPORTER).set(if g.reporter { 1.0 } else { 0.0 });
-    gauge!(TRUTH_OVERDUE).set(g.overdue as f64);
-    gauge!(TRUTH_OVERDUE_OLDEST).set(g.overdue_oldest_s);
-    gauge!(TRUTH_WINDOW_JOBS).set(g.window_jobs as f64);
+    TRUTH_REPORTER.get().set(if g.reporter { 1.0 } else { 0.0 });
+    TRUTH_OVERDUE.get().set(g.overdue as f64);
+    TRUTH_OVERDUE_OLDEST.get().set(g.overdue_oldest_s);
+    TRUTH_WINDOW_JOBS.get().set(g.window_jobs as f64);
     match (g.reporter, g.index_jobs) {
         (true, Some(redis)) => {
-            gauge!(TRUTH_INDEX_JOBS).set(redis as f64);
-            gauge!(TRUTH_INDEX_DRIFT).set(g.window_jobs as f64 - redis as f64);
+            TRUTH_INDEX_JOBS.get().set(redis as f64);
+            TRUTH_INDEX_DRIFT
+                .get()
+                .set(g.window_jobs as f64 - redis as f64);
         }
         (true, None) => {}
         (false, _) => {
-            gauge!(TRUTH_INDEX_JOBS).set(0.0);
-            gauge!(TRUTH_INDEX_DRIFT).set(0.0);
+            TRUTH_INDEX_JOBS.get().set(0.0);
+            TRUTH_INDEX_DRIFT.get().set(0.0);
         }
     }
     let or = |v: Option<f64>, none: f64| if g.reporter { v.unwrap_or(none) } else { 0.0 };
-    gauge!(TRUTH_RESULTS_LAG).set(or(g.results_lag.map(|l| l as f64), -1.0));
+    TRUTH_RESULTS_LAG
+        .get()
+        .set(or(g.results_lag.map(|l| l as f64), -1.0));
     // Nothing pending: the next due job is infinitely far (`+Inf`).
-    gauge!(TRUTH_NEXT_DUE).set(or(g.next_due_s, f64::INFINITY));
+    TRUTH_NEXT_DUE.get().set(or(g.next_due_s, f64::INFINITY));
     if g.reporter {
-        gauge!(TRUTH_COMPUTED).set(chrono::Utc::now().timestamp_millis() as f64 / 1000.0);
+        TRUTH_COMPUTED
+            .get()
+            .set(chrono::Utc::now().timestamp_millis() as f64 / 1000.0);
     }
-    gauge!(TRUTH_DISPATCHERS_LIVE).set(g.dispatchers_live as f64);
+    TRUTH_DISPATCHERS_LIVE.get().set(g.dispatchers_live as f64);
     for (status, n) in [
         ("active", g.schedules.active),
         ("paused", g.schedules.paused),
         ("ended", g.schedules.ended),
     ] {
-        gauge!(TRUTH_SCHEDULES, "status" => status).set(n as f64);
+        TRUTH_SCHEDULES.with([status.into()]).set(n as f64);
     }
-    gauge!(TRUTH_SCHEDULES_BEHIND).set(g.schedules.behind as f64);
-    gauge!(TRUTH_TOPICS_PAUSED).set(g.schedules.topics_paused as f64);
-    gauge!(TRUTH_SCAN).set(g.scan_s);
+    TRUTH_SCHEDULES_BEHIND.get().set(g.schedules.behind as f64);
+    TRUTH_TOPICS_PAUSED
+        .get()
+        .set(g.schedules.topics_paused as f64);
+    TRUTH_SCAN.get().set(g.scan_s);
+}
+
+/// The ingress group's lag on each request topic (-1: not read); 0 on
+/// instances that do not report.
+pub fn truth_ingress_lag(reporter: bool, lags: &[(String, Option<i64>)]) {
+    for (topic, lag) in lags {
+        let value = match (reporter, lag) {
+            (false, _) => 0.0,
+            (true, Some(lag)) => *lag as f64,
+            (true, None) => -1.0,
+        };
+        TRUTH_INGRESS_LAG.with([topic.clone().into()]).set(value);
+    }
 }
 
 /// Distinct topics a counter labelled by topic names at most, in a process:
@@ -465,265 +1010,110 @@ fn topic_label(topic: &str) -> String {
     "_other".to_owned()
 }
 
-/// Jobs of a paced topic held back for later, by topic.
-pub fn dispatch_paced(topic: &str, n: usize) {
-    counter!(DISPATCH_PACED, "topic" => topic_label(topic)).increment(n as u64);
-}
-
-/// Due jobs the compare-and-set refused to produce: `paused` (their topic
-/// is) or `expired` (past a skip schedule's misfire grace; cancelled).
-pub fn dispatch_held(reason: &'static str, n: usize) {
-    counter!(DISPATCH_HELD, "reason" => reason).increment(n as u64);
-}
-
-/// Occurrences of schedules created as jobs.
-pub fn schedule_occurrences(n: usize) {
-    counter!(SCHEDULE_OCCURRENCES).increment(n as u64);
-}
-
-/// Missed occurrences not created, as their schedule's policy said.
-pub fn schedule_misfires_skipped(n: u64) {
-    counter!(SCHEDULE_MISFIRES_SKIPPED).increment(n);
-}
-
-pub fn notify_failed() {
-    counter!(NOTIFY_FAILED).increment(1);
-}
-
-pub fn instances_live(n: usize) {
-    gauge!(INSTANCES_LIVE).set(n as f64);
-}
-
-pub fn shards(n: u32) {
-    gauge!(SHARDS).set(f64::from(n));
-}
-
-pub fn shards_owned(n: usize) {
-    gauge!(SHARDS_OWNED).set(n as f64);
-}
-
-pub fn shards_acquired(n: usize) {
-    counter!(SHARD_TAKEOVERS).increment(n as u64);
-}
-
-pub fn dispatch_fenced(n: usize) {
-    if n > 0 {
-        counter!(DISPATCH_FENCED).increment(n as u64);
-    }
-}
-
-pub fn membership_failed() {
-    counter!(MEMBERSHIP_FAILURES).increment(1);
-}
-
-pub fn instance_lapsed() {
-    counter!(INSTANCE_LAPSES).increment(1);
-}
-
-pub fn dead_instance_rescued(n: usize) {
-    if n > 0 {
-        counter!(DEAD_INSTANCE_RESCUED).increment(n as u64);
-    }
-}
-
-pub fn doubts_settled(produced: usize, absent: usize) {
-    if produced > 0 {
-        counter!(DOUBTS_SETTLED, "outcome" => "produced").increment(produced as u64);
-    }
-    if absent > 0 {
-        counter!(RECONCILER_RESCUED).increment(absent as u64);
-        counter!(DOUBTS_SETTLED, "outcome" => "absent").increment(absent as u64);
-    }
-}
-
-pub fn doubts_unsettled(n: usize) {
-    counter!(DOUBTS_UNSETTLED).increment(n as u64);
-}
-
-pub fn dispatch_withheld(reason: &'static str, n: usize) {
-    if n > 0 {
-        counter!(DISPATCH_WITHHELD, "reason" => reason).increment(n as u64);
-    }
-}
-
-/// A request taken by the ingress, by request topic and outcome.
-pub fn ingress_requests(topic: &str, outcome: &'static str, n: usize) {
-    counter!(INGRESS_REQUESTS, "topic" => topic.to_owned(), "outcome" => outcome)
-        .increment(n as u64);
-}
-
-/// A request the ingress refused, by request topic and code.
-pub fn ingress_refused(topic: &str, code: &'static str) {
-    counter!(INGRESS_REFUSED, "topic" => topic.to_owned(), "code" => code).increment(1);
-}
-
-pub fn ingress_replies_failed(n: usize) {
-    counter!(INGRESS_REPLIES_FAILED).increment(n as u64);
-}
-
-/// The ingress group's lag on each request topic (-1: not read); 0 on
-/// instances that do not report.
-pub fn truth_ingress_lag(reporter: bool, lags: &[(String, Option<i64>)]) {
-    for (topic, lag) in lags {
-        let value = match (reporter, lag) {
-            (false, _) => 0.0,
-            (true, Some(lag)) => *lag as f64,
-            (true, None) => -1.0,
-        };
-        gauge!(TRUTH_INGRESS_LAG, "topic" => topic.clone()).set(value);
-    }
-}
-
-pub fn jobs_unreadable(n: usize) {
-    if n > 0 {
-        counter!(JOBS_UNREADABLE).increment(n as u64);
-    }
-}
-
-pub fn job_created() {
-    counter!(JOBS_CREATED).increment(1);
-}
-
-pub fn jobs_created(n: usize) {
-    counter!(JOBS_CREATED).increment(n as u64);
-}
-
-pub fn dispatched(n: usize) {
-    counter!(JOBS_DISPATCHED).increment(n as u64);
-}
-
-pub fn dispatch_lateness(scheduled: DateTime<Utc>, dispatched: DateTime<Utc>) {
-    let seconds = (dispatched - scheduled).num_milliseconds().max(0) as f64 / 1000.0;
-    histogram!(DISPATCH_LATENESS).record(seconds);
-}
-
-pub fn dispatch_stage(stage: &'static str, spent: std::time::Duration) {
-    histogram!(DISPATCH_STAGE, "stage" => stage).record(spent.as_secs_f64());
-}
-
-pub fn dispatch_cas_lost(n: usize) {
-    if n > 0 {
-        counter!(DISPATCH_CAS_LOST).increment(n as u64);
-    }
-}
-
-pub fn produce_failed(n: usize) {
-    counter!(PRODUCE_FAILED).increment(n as u64);
-}
-
-pub fn loader_indexed(n: usize) {
-    counter!(LOADER_INDEXED).increment(n as u64);
-}
-
-/// A job accepted for, or found due on, a topic the broker does not have.
-pub fn job_unknown_topic(topic: &str) {
-    counter!(JOBS_UNKNOWN_TOPIC, "topic" => topic_label(topic)).increment(1);
-}
-
-/// A send refused because of the job (not the broker's health).
-pub fn produce_refused(topic: &str, reason: &'static str) {
-    counter!(PRODUCE_REFUSED, "topic" => topic_label(topic), "reason" => reason).increment(1);
-}
-
-/// A Redis operation failed: counted and logged here, alike at every site.
-/// Harmless for correctness — MySQL has the truth, and the loader, the
-/// reconciler and the claim leases repair the index — but it costs latency.
-pub fn index_failed(what: &'static str, num_jobs: usize, error: &dyn std::fmt::Display) {
-    counter!(INDEX_ERRORS).increment(1);
-    tracing::warn!(what, num_jobs, error = %error, "redis operation failed");
-}
-
-/// A background role's MySQL operation failed: counted by `what` (a fixed
-/// word naming the step) and logged; the role tries again on its next pass.
-pub fn store_failed(what: &'static str, error: &dyn std::fmt::Display) {
-    counter!(STORE_ERRORS, "what" => what).increment(1);
-    tracing::warn!(what, error = %error, "mysql operation failed");
-}
-
-/// A background role's pass failed for another reason than MySQL or
-/// Redis: counted by `what` (the pass's fixed name) and logged; the role
-/// tries again on its next pass.
-pub fn pass_failed(what: &'static str, error: &dyn std::fmt::Display) {
-    counter!(PASS_FAILURES, "what" => what).increment(1);
-    tracing::warn!(what, error = %error, "pass failed");
-}
-
-pub fn index_rebuilt() {
-    counter!(INDEX_REBUILDS).increment(1);
-}
-
-pub fn reconciler_refed(n: u64) {
-    if n > 0 {
-        counter!(RECONCILER_REFED).increment(n);
-    }
-}
-
-pub fn producer_restarted() {
-    counter!(PRODUCER_RESTARTS).increment(1);
-}
-
-pub fn result_applied(channel: &'static str, outcome: &'static str) {
-    counter!(RESULTS_APPLIED, "channel" => channel, "outcome" => outcome).increment(1);
-}
-
-pub fn result_ignored(channel: &'static str, reason: &'static str) {
-    counter!(RESULTS_IGNORED, "channel" => channel, "reason" => reason).increment(1);
-}
-
-pub fn result_malformed() {
-    counter!(RESULTS_MALFORMED).increment(1);
-}
-
-pub fn ack_timeouts(n: usize) {
-    if n > 0 {
-        counter!(ACK_TIMEOUTS).increment(n as u64);
-    }
-}
-
-pub fn jobs_retried(n: usize) {
-    if n > 0 {
-        counter!(JOBS_RETRIED).increment(n as u64);
-    }
-}
-
-pub fn jobs_dead(n: usize) {
-    if n > 0 {
-        counter!(JOBS_DEAD).increment(n as u64);
-    }
-}
-
-pub fn dead_letters_produced(n: usize) {
-    if n > 0 {
-        counter!(DEAD_LETTERS_PRODUCED).increment(n as u64);
-    }
-}
-
-pub fn result_failed() {
-    counter!(RESULTS_FAILED).increment(1);
-}
-
-pub fn jobs_purged(n: u64) {
-    if n > 0 {
-        counter!(JOBS_PURGED).increment(n);
-    }
-}
-
-pub fn api_connection_opened() {
-    gauge!(API_CONNECTIONS).increment(1.0);
-}
-
-pub fn api_connection_closed() {
-    gauge!(API_CONNECTIONS).decrement(1.0);
-}
-
-/// A request refused for who sent it or how often (`code`: the error's).
-pub fn api_refused(code: &'static str) {
-    counter!(API_REFUSED, "code" => code).increment(1);
-}
-
 #[cfg(test)]
 mod tests {
+    use std::collections::BTreeMap;
+
     use super::*;
+
+    #[test]
+    fn every_metric_is_declared_once_with_a_valid_name_and_labels() {
+        let mut names = std::collections::BTreeSet::new();
+        for m in METRICS {
+            assert!(names.insert(m.name), "{} is declared twice", m.name);
+            let valid = |s: &str| {
+                s.starts_with(|c: char| c.is_ascii_lowercase())
+                    && s.chars()
+                        .all(|c| c.is_ascii_lowercase() || c.is_ascii_digit() || c == '_')
+            };
+            assert!(valid(m.name), "{}", m.name);
+            for (i, label) in m.labels.iter().enumerate() {
+                assert!(valid(label), "{}: label {label}", m.name);
+                assert!(
+                    !m.labels[..i].contains(label),
+                    "{}: label {label} twice",
+                    m.name
+                );
+            }
+            assert!(!m.help.is_empty(), "{} has no help", m.name);
+            assert!(
+                m.buckets.is_empty() || m.kind == Kind::Histogram,
+                "{}: buckets on a {:?}",
+                m.name,
+                m.kind
+            );
+            assert!(m.buckets.windows(2).all(|w| w[0] < w[1]), "{}", m.name);
+        }
+        assert!(names.len() > 60, "{}", names.len());
+    }
+
+    /// The rows of docs/metrics.md's tables: `name{labels}` to its type.
+    fn documented() -> BTreeMap<String, String> {
+        let text = std::fs::read_to_string(concat!(env!("CARGO_MANIFEST_DIR"), "/docs/metrics.md"))
+            .expect("read docs/metrics.md");
+        let mut rows = BTreeMap::new();
+        let mut in_table = false;
+        for line in text.lines() {
+            if line == "| metric | type | meaning |" {
+                in_table = true;
+                continue;
+            }
+            if !line.starts_with('|') {
+                in_table = false;
+            }
+            let cells: Vec<&str> = line.split(" | ").collect();
+            if in_table && cells.len() >= 3 && !line.starts_with("|---") {
+                let metric = cells[0].trim_start_matches("| ").trim_matches('`');
+                rows.insert(metric.to_owned(), cells[1].to_owned());
+            }
+        }
+        rows
+    }
+
+    #[test]
+    fn docs_metrics_md_lists_every_declared_metric_with_its_labels_and_type() {
+        let mut rows = documented();
+        for m in METRICS {
+            let row = if m.labels.is_empty() {
+                m.name.to_owned()
+            } else {
+                format!("{}{{{}}}", m.name, m.labels.join(", "))
+            };
+            match rows.remove(&row) {
+                Some(kind) => assert_eq!(kind, m.exported_type(), "docs/metrics.md: {row}"),
+                None => panic!(
+                    "docs/metrics.md has no row `{row}` (the metric, then its labels in braces)"
+                ),
+            }
+        }
+        assert!(
+            rows.is_empty(),
+            "docs/metrics.md lists metrics src/metrics.rs does not declare: {rows:?}"
+        );
+    }
+
+    #[test]
+    fn the_recorder_renders_every_declared_metric_with_its_help_and_type() {
+        let recorder = recorder();
+        metrics::with_local_recorder(&recorder, || {
+            describe();
+            for m in METRICS {
+                let labels: Vec<Label> = m.labels.iter().map(|l| Label::new(*l, "x")).collect();
+                match m.kind {
+                    Kind::Counter => metrics::counter!(m.name, labels).increment(1),
+                    Kind::Gauge => metrics::gauge!(m.name, labels).set(1.0),
+                    Kind::Histogram => metrics::histogram!(m.name, labels).record(1.0),
+                }
+            }
+        });
+        let text = recorder.handle().render();
+        for m in METRICS {
+            let help = format!("# HELP {} {}\n", m.name, m.help);
+            let kind = format!("# TYPE {} {}\n", m.name, m.exported_type());
+            assert!(text.contains(&help), "{help}");
+            assert!(text.contains(&kind), "{kind}");
+        }
+    }
 
     #[test]
     fn topic_labels_are_bounded_and_a_topic_keeps_its_own() {

@@ -201,10 +201,6 @@ impl Dispatcher {
         if !outcome.fenced.is_empty() {
             // This instance lost a shard (paused past its TTL, or handed it
             // back): the ids are the new owner's, due now.
-            tracing::warn!(
-                num_jobs = outcome.fenced.len(),
-                "claim fenced off: a shard has a new owner"
-            );
             metrics::dispatch_fenced(outcome.fenced.len());
             let back: Vec<(JobId, i64)> = outcome
                 .fenced

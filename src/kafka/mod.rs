@@ -352,7 +352,6 @@ impl Topics {
             }
             TopicState::Missing if check == TopicCheck::Reject => false,
             TopicState::Missing => {
-                tracing::warn!(topic, "job accepted for a topic the broker does not have");
                 crate::metrics::job_unknown_topic(topic);
                 true
             }
