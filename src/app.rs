@@ -72,7 +72,7 @@ pub enum StartError {
     /// on a call that does not return. The process exits all the same;
     /// what it held is taken over once its heartbeat is missed.
     #[error(
-        "the roles did not stop within shutdown_timeout_ms ({0:?}): a call to a store does not return; exiting all the same, and the others take over this instance's shards after instance_ttl_ms"
+        "the roles did not stop within shutdown_timeout_ms ({0:?}): a call to a store does not return; exiting all the same, and the others take over this instance's shards after cluster.instance_ttl_ms"
     )]
     ShutdownTimedOut(Duration),
 }
@@ -251,9 +251,9 @@ struct Pools {
 
 impl Pools {
     fn connect(config: &Config) -> Result<Pools, StoreError> {
-        let url = &config.mysql_url;
+        let url = &config.mysql.url;
         Ok(Pools {
-            api: Store::connect_lazy(url, config.mysql_pool_size, Actor::Api)?,
+            api: Store::connect_lazy(url, config.mysql.pool_size, Actor::Api)?,
             dispatcher: Store::connect_lazy(url, 4, Actor::Dispatcher)?,
             reconciler: Store::connect_lazy(url, 2, Actor::Reconciler)?,
             results: Store::connect_lazy(url, 2, Actor::Results)?,
@@ -310,45 +310,47 @@ async fn probe(config: &mut Config) -> Result<index::RedisClient, StartError> {
     // Redis, the HTTPS API); librdkafka brings OpenSSL for Kafka. Fails
     // only when already installed, which is as good.
     let _ = rustls::crypto::ring::default_provider().install_default();
-    store::tls_probe(&config.mysql_url)
+    store::tls_probe(&config.mysql.url)
         .await
         .map_err(StartError::StoreTls)?;
     let redis_client = index::client_open(config).map_err(StartError::StoreTls)?;
     index::tls_probe(config)
         .await
         .map_err(StartError::StoreTls)?;
-    let brokers = kafka::probe(&config.kafka_brokers, &config.kafka_options).await?;
-    let lag = kafka::replica_lag(&config.kafka_brokers, &config.kafka_options, &brokers).await;
+    let brokers = kafka::probe(&config.kafka.brokers, &config.kafka.options).await?;
+    let lag = kafka::replica_lag(&config.kafka.brokers, &config.kafka.options, &brokers).await;
     doubt_margin_check(config, &lag);
     Ok(redis_client)
 }
 
-/// Raises `doubt_margin_ms` to the brokers' `replica.lag.time.max.ms` when
+/// Raises `kafka.doubt_margin_ms` to the brokers' `replica.lag.time.max.ms` when
 /// they answer a longer one (a record given up by its producer may become
 /// visible that long after, when a lagging follower leaves the in-sync
 /// replicas: reading its topic back sooner could conclude "absent" and
-/// produce the job twice), and `claim_lease_ms` with it where the lease
+/// produce the job twice), and `dispatcher.claim_lease_ms` with it where the lease
 /// would no longer leave time to send. Says so; says too when the brokers
 /// could not be asked.
 fn doubt_margin_check(config: &mut Config, lag: &kafka::ReplicaLag) {
     match lag {
         kafka::ReplicaLag::SingleBroker => {}
         kafka::ReplicaLag::Unanswered(why) => tracing::info!(
-            doubt_margin_ms = config.doubt_margin_ms,
+            doubt_margin_ms = config.kafka.doubt_margin_ms,
             reason = %why,
-            "the brokers did not say their replica.lag.time.max.ms; on a replicated cluster doubt_margin_ms must be at least it"
+            "the brokers did not say their replica.lag.time.max.ms; on a replicated cluster kafka.doubt_margin_ms must be at least it"
         ),
-        kafka::ReplicaLag::Answered { brokers, lag_ms } if *lag_ms > config.doubt_margin_ms => {
+        kafka::ReplicaLag::Answered { brokers, lag_ms }
+            if *lag_ms > config.kafka.doubt_margin_ms =>
+        {
             let lease_least = config.claim_lease_least(*lag_ms);
             tracing::warn!(
                 brokers,
                 replica_lag_time_max_ms = lag_ms,
-                doubt_margin_ms = config.doubt_margin_ms,
-                claim_lease_ms = config.claim_lease_ms.max(lease_least),
-                "doubt_margin_ms raised to the brokers' replica.lag.time.max.ms (set it so to keep this quiet)"
+                doubt_margin_ms = config.kafka.doubt_margin_ms,
+                claim_lease_ms = config.dispatcher.claim_lease_ms.max(lease_least),
+                "kafka.doubt_margin_ms raised to the brokers' replica.lag.time.max.ms (set it so to keep this quiet)"
             );
-            config.doubt_margin_ms = *lag_ms;
-            config.claim_lease_ms = config.claim_lease_ms.max(lease_least);
+            config.kafka.doubt_margin_ms = *lag_ms;
+            config.dispatcher.claim_lease_ms = config.dispatcher.claim_lease_ms.max(lease_least);
         }
         kafka::ReplicaLag::Answered { .. } => {}
     }
@@ -361,12 +363,12 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
     let redis_client = probe(&mut config).await?;
     let config = Arc::new(config);
     let pools = Pools::connect(&config)?;
-    let index = Index::connect_with(redis_client, &config.redis_prefix, config.shards)?;
+    let index = Index::connect_with(redis_client, &config.redis.prefix, config.cluster.shards)?;
     let shared = Shared {
         topics: Topics::new(
-            &config.kafka_brokers,
-            &config.kafka_options,
-            Duration::from_millis(config.topic_refresh_ms),
+            &config.kafka.brokers,
+            &config.kafka.options,
+            Duration::from_millis(config.kafka.topic_refresh_ms),
         ),
         controls: TopicControls::new(pools.reconciler.clone(), config.clone()),
         config,
@@ -550,17 +552,17 @@ async fn start_api(shared: &Shared, store: &Store) -> Result<SocketAddr, StartEr
         ..
     } = shared;
     let limits = ServeLimits {
-        max_connections: config.api_max_connections,
-        header_timeout: Duration::from_millis(config.api_header_timeout_ms),
-        idle_timeout: Duration::from_millis(config.api_idle_timeout_ms),
+        max_connections: config.api.max_connections,
+        header_timeout: Duration::from_millis(config.api.header_timeout_ms),
+        idle_timeout: Duration::from_millis(config.api.idle_timeout_ms),
     };
-    let tls = match (&config.api_tls_cert, &config.api_tls_key) {
+    let tls = match (&config.api.tls_cert, &config.api.tls_key) {
         (Some(cert), Some(key)) => Some(api::tls_config(cert, key)?),
         _ => None,
     };
-    let (listener, addr) = listen(&config.http_addr).await?;
+    let (listener, addr) = listen(&config.api.addr).await?;
     let tokens = TokenCache::new(store.clone(), TokenCacheConfig::from_config(config));
-    let anonymous = match config.auth {
+    let anonymous = match config.api.auth {
         AuthMode::Tokens => {
             shared.spawn_role(
                 "token cache",
@@ -572,7 +574,7 @@ async fn start_api(shared: &Shared, store: &Store) -> Result<SocketAddr, StartEr
             if addr.ip().is_loopback() {
                 tracing::info!("auth = none: the API takes any caller on loopback");
             } else {
-                tracing::warn!(%addr, "auth = none and allow_anonymous = true: anyone who reaches the API may produce to any topic and change any job");
+                tracing::warn!(%addr, "auth = none and api.allow_anonymous = true: anyone who reaches the API may produce to any topic and change any job");
             }
             Some(Arc::new(Principal::anonymous(config)))
         }
@@ -608,7 +610,7 @@ async fn start_api(shared: &Shared, store: &Store) -> Result<SocketAddr, StartEr
         api::serve(listener, router, limits, tls, stop).await;
         tracing::info!("api stopped");
     });
-    if let Some(metrics_addr) = &config.metrics_addr {
+    if let Some(metrics_addr) = &config.api.metrics_addr {
         let (listener, metrics_at) = listen(metrics_addr).await?;
         let router = api::metrics_router(metrics_handle);
         let stop = cancel.child_token();
@@ -634,7 +636,7 @@ mod tests {
             &mut config,
             &kafka::ReplicaLag::Answered {
                 brokers: 3,
-                lag_ms: before.doubt_margin_ms,
+                lag_ms: before.kafka.doubt_margin_ms,
             },
         );
         assert_eq!(config, before, "nothing longer answered: nothing changes");
@@ -646,18 +648,16 @@ mod tests {
                 lag_ms: 30_000,
             },
         );
-        assert_eq!(config.doubt_margin_ms, 30_000);
+        assert_eq!(config.kafka.doubt_margin_ms, 30_000);
         assert_eq!(
-            config.claim_lease_ms,
-            before.dispatch_lookahead_ms + before.kafka_message_timeout_ms + 30_000 + 500
+            config.dispatcher.claim_lease_ms,
+            before.dispatcher.lookahead_ms + before.kafka.message_timeout_ms + 30_000 + 500
         );
         config.validate().expect("what it raised is valid");
 
         // A lease already long enough stays.
-        let mut long = Config {
-            claim_lease_ms: 120_000,
-            ..Config::default()
-        };
+        let mut long = Config::default();
+        long.dispatcher.claim_lease_ms = 120_000;
         doubt_margin_check(
             &mut long,
             &kafka::ReplicaLag::Answered {
@@ -665,7 +665,7 @@ mod tests {
                 lag_ms: 30_000,
             },
         );
-        assert_eq!(long.claim_lease_ms, 120_000);
+        assert_eq!(long.dispatcher.claim_lease_ms, 120_000);
     }
 
     /// Runs `role` watched, waits for every role to end, and says which

@@ -4,7 +4,7 @@
 //!
 //! A secret is `tkl_` and 43 characters of base64url (32 random bytes); the
 //! table keeps only its SHA-256. The cache holds every active token and is
-//! read again every `token_refresh_ms`, so a revoke takes effect within that
+//! read again every `api.token_refresh_ms`, so a revoke takes effect within that
 //! time. A secret the cache does not know makes it read the table again
 //! (at most once per `MISS_REFRESH`), so a token created a moment ago works
 //! on its first request and garbage costs the database at most a few small
@@ -144,8 +144,8 @@ impl Principal {
             name: None,
             scopes: Scopes::all(),
             topics: None,
-            requests: limiter(config.api_rate_requests),
-            jobs: limiter(config.api_rate_jobs),
+            requests: limiter(config.api.rate_requests),
+            jobs: limiter(config.api.rate_jobs),
         }
     }
 
@@ -228,10 +228,10 @@ pub enum AuthError {
 /// The token cache's settings.
 #[derive(Debug, Clone)]
 pub struct TokenCacheConfig {
-    /// How often the table is read again (`token_refresh_ms`).
+    /// How often the table is read again (`api.token_refresh_ms`).
     pub refresh: Duration,
-    /// Rate limits of a token that sets none (`api_rate_requests`,
-    /// `api_rate_jobs`).
+    /// Rate limits of a token that sets none (`api.rate_requests`,
+    /// `api.rate_jobs`).
     pub default_requests: u32,
     pub default_jobs: u32,
 }
@@ -245,9 +245,9 @@ impl Default for TokenCacheConfig {
 impl TokenCacheConfig {
     pub fn from_config(config: &Config) -> Self {
         TokenCacheConfig {
-            refresh: Duration::from_millis(config.token_refresh_ms),
-            default_requests: config.api_rate_requests,
-            default_jobs: config.api_rate_jobs,
+            refresh: Duration::from_millis(config.api.token_refresh_ms),
+            default_requests: config.api.rate_requests,
+            default_jobs: config.api.rate_jobs,
         }
     }
 }

@@ -7,135 +7,79 @@ use std::net::SocketAddr;
 use std::path::Path;
 use std::time::Duration;
 
-use figment::providers::{Env, Format, Serialized, Toml};
-use figment::Figment;
+use figment::providers::{Format, Serialized, Toml};
+use figment::{Figment, Provider};
 use serde::{Deserialize, Serialize};
 
 use crate::job;
 use crate::policy::{Policy, PolicyOverrides};
 use crate::topic_pattern;
 
-/// Every setting, with its default. Durations carry their unit in the name so
-/// that `TICKLER_WINDOW_MS=600000` reads unambiguously.
+/// Every setting, with its default, by section: `[mysql]`, `[redis]`,
+/// `[kafka]`, `[api]`, `[jobs]`, `[cluster]`, `[loader]`, `[schedules]`,
+/// `[dispatcher]`, `[reconciler]`, `[results]`, `[gauges]`, `[notify]`,
+/// `[ingress]` and `[topics."…"]`. Durations carry their unit in the name so
+/// that `TICKLER_LOADER_WINDOW_MS=600000` reads unambiguously. The flat names
+/// of before the sections (`window_ms`, `TICKLER_CLAIM_LEASE_MS`) are still
+/// read, with a warning naming the new one ([`RENAMED`]).
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct Config {
-    /// `mysql://user:password@host:port/database` — the source of truth.
-    pub mysql_url: String,
-    /// Connections in the MySQL pool.
-    pub mysql_pool_size: u32,
-    /// `redis://host:port/db` — the near-term index (`rediss://` for TLS;
-    /// several comma-separated URLs for a Redis Cluster;
-    /// `redis+sentinel://sentinel1:26379,sentinel2:26379/master-name` for
-    /// the master a Redis Sentinel names).
-    pub redis_url: String,
-    /// Prefix of every Redis key, so several deployments can share a Redis.
-    pub redis_prefix: String,
-    /// Kafka bootstrap servers, comma-separated.
-    pub kafka_brokers: String,
-    /// Extra librdkafka properties for every Kafka client tickler makes —
-    /// the producer, the results consumer, the read-back, topic
-    /// administration — applied last (e.g. `security.protocol`,
-    /// `sasl.mechanism`, `ssl.ca.location`, `debug`).
-    pub kafka_options: BTreeMap<String, String>,
-    /// Address the HTTP API listens on.
-    pub http_addr: String,
     /// Roles this process runs: any of `api`, `loader`, `dispatcher`,
     /// `reconciler`, `results`, `ingress` (which does nothing unless
     /// `ingress.topics` names a request topic).
     pub roles: Vec<Role>,
-    /// Number of logical shards (one Redis ZSET each) a new deployment
-    /// starts with. After the first start the count is the deployment's,
-    /// kept in MySQL (`shard_leases`); raise it with `tickler shards resize`.
-    pub shards: u32,
-    /// Run the index on a Redis Cluster with the cluster client (implied
-    /// when `redis_url` lists several comma-separated seed URLs).
-    pub redis_cluster: bool,
-    /// An instance whose heartbeat (on the database's clock) is older than
-    /// this is dead for everyone: its shards are taken over and the jobs its
-    /// dispatcher held are produced again by the others. It beats every
-    /// fifth of this.
-    pub instance_ttl_ms: u64,
-    /// How often one instance (the lowest live id running the reconciler)
-    /// computes the gauges from MySQL: jobs by status and topic, overdue,
-    /// drift, results lag.
-    pub truth_interval_ms: u64,
-    /// How often the jobs are counted by status and topic, the one gauge
-    /// whose cost grows with the table (seconds at ten million live jobs);
-    /// at least `truth_interval_ms`.
-    pub truth_counts_interval_ms: u64,
-    /// Where the reporter instance posts JSON when jobs end dead and when a
-    /// backlog builds up (`http://` or `https://`); none by default.
-    pub notify_webhook_url: Option<String>,
-    /// A backlog is an overdue pending job older than this.
-    pub notify_backlog_ms: u64,
-    /// While a backlog lasts, it is said again this often.
-    pub notify_repeat_ms: u64,
-    /// Most topics the `tickler_jobs` gauge names; the rest are summed
-    /// under `topic="_other"`.
-    pub gauge_topics_max: usize,
-    /// Jobs due within this much of now are kept in Redis; later ones only
-    /// in MySQL.
-    pub window_ms: u64,
-    /// How often the loader looks for jobs entering the window.
-    pub loader_interval_ms: u64,
-    /// Occurrences of a schedule are created as jobs this far ahead (and
-    /// always the next one, however far).
-    pub schedule_lookahead_ms: u64,
-    /// How often the loader looks for schedules that need their next
-    /// occurrences created.
-    pub schedule_interval_ms: u64,
-    /// Rows the loader reads per query.
-    pub loader_batch: u32,
-    /// Most jobs one dispatcher claims per shard per pass.
-    pub dispatch_batch: u32,
-    /// A claim (in Redis and in MySQL) expires after this long. Its records
-    /// are handed to the producer only while they can land or be given up
-    /// before it ends, so past it the claim is read back and, if nothing of
-    /// it landed, produced again: a dispatcher that died or paused
-    /// mid-batch costs its jobs this much, a pass and the read back.
-    pub claim_lease_ms: u64,
-    /// Longest the dispatcher sleeps when nothing is due, so that jobs
-    /// indexed by another instance are noticed.
-    pub dispatch_idle_ms: u64,
-    /// A dispatcher busy this long without finishing a pass (a call to
-    /// MySQL, Redis or Kafka that never returns: a connection a failover
-    /// left half-open) gives up: the instance stops in order, so the others
-    /// take its shards instead of waiting on a process that beats its
-    /// heart and sends nothing.
-    pub dispatch_stall_ms: u64,
     /// Longest an orderly stop (SIGTERM, or a role that stopped on its own)
     /// may take; past it `tickler serve` exits all the same, status 1.
     pub shutdown_timeout_ms: u64,
-    /// How long the dispatcher waits for the broker's acknowledgements of
-    /// records sent together before it leaves those of a topic the broker
-    /// stopped answering for to settle in the background, so one bad topic
-    /// never holds up the others; past it, a broker slow for every topic
-    /// holds claiming back.
-    pub dispatch_ack_wait_ms: u64,
-    /// The dispatcher claims jobs due within this many milliseconds (in
-    /// Redis and in MySQL, by the database's clock) and holds each until its
-    /// time, so that claiming costs no lateness. A cancel in this last
-    /// stretch answers `in_flight`. 0 claims only what is due.
-    pub dispatch_lookahead_ms: u64,
-    /// Time between reconciler passes (expired claims, overdue probe).
-    pub reconcile_interval_ms: u64,
-    /// How overdue a pending job must be before the reconciler checks that
-    /// Redis holds it.
-    pub reconcile_grace_ms: u64,
-    /// Kafka producer: how long librdkafka may wait to fill a batch.
-    pub kafka_linger_ms: u64,
-    /// Kafka producer: how long a record may take to be acknowledged before
-    /// the send fails (its claim is then read back after `doubt_margin_ms`,
-    /// and produced again if nothing of it landed).
-    pub kafka_message_timeout_ms: u64,
-    /// How long after its producer gave up on a record the broker may still
-    /// make it visible (what was on the wire; a follower lagging in the
-    /// in-sync replicas). A claim in doubt is read back no sooner, and a
-    /// claim's records are handed to the producer only while they can land
-    /// or be given up this long before its lease ends. On a replicated
-    /// cluster: the brokers' `replica.lag.time.max.ms`.
-    pub doubt_margin_ms: u64,
+    /// MySQL, the source of truth: where it is, the pool, and how `tickler migrate` installs the schema.
+    pub mysql: MysqlSettings,
+    /// Redis, the near-term index: where it is, the key prefix, TLS.
+    pub redis: RedisSettings,
+    /// Kafka: the brokers, client options, the producer's timings, and the topic checks.
+    pub kafka: KafkaSettings,
+    /// The HTTP API: where it listens, authentication, rate limits, TLS and connection limits.
+    pub api: ApiSettings,
+    /// What a job may be and what becomes of it: limits, the result policy of jobs that set none, dead letters, retention.
+    pub jobs: JobsSettings,
+    /// Many instances: the shards a new deployment starts with, and when a silent instance is dead.
+    pub cluster: ClusterSettings,
+    /// The loader: the window of jobs kept in Redis, and its passes.
+    pub loader: LoaderSettings,
+    /// Recurring schedules: how far ahead their occurrences are created.
+    pub schedules: SchedulesSettings,
+    /// The dispatcher: batches, the claim lease, and its timings.
+    pub dispatcher: DispatcherSettings,
+    /// The reconciler's passes.
+    pub reconciler: ReconcilerSettings,
+    /// The results topic consumers report on, and how tickler reads it.
+    pub results: ResultsSettings,
+    /// The gauges computed from the stores (`tickler_jobs`, overdue, drift, lags).
+    pub gauges: GaugesSettings,
+    /// The webhook for dead jobs and backlogs.
+    pub notify: NotifySettings,
+    /// Scheduling by producing to Kafka: the request topics tickler
+    /// consumes, and where it answers (docs/api.md, "Scheduling through
+    /// Kafka"). None by default.
+    pub ingress: IngressSettings,
+    /// Per-topic result policy and dead-letter topic, by business topic
+    /// (`[topics."orders.reminders"]` in the file).
+    pub topics: BTreeMap<String, TopicConfig>,
+    /// The flat names this configuration was given in, each with its new
+    /// name (`("TICKLER_WINDOW_MS", "TICKLER_LOADER_WINDOW_MS")`): read, and
+    /// warned about at start-up.
+    #[serde(skip)]
+    pub renamed: Vec<(String, String)>,
+}
+
+/// `[mysql]`: mySQL, the source of truth: where it is, the pool, and how `tickler migrate` installs the schema.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct MysqlSettings {
+    /// `mysql://user:password@host:port/database` — the source of truth.
+    pub url: String,
+    /// Connections in the MySQL pool.
+    pub pool_size: u32,
     /// Whether changes made by hand in SQL are recorded in the jobs'
     /// history: `trigger` (triggers on `jobs`, installed by `tickler
     /// migrate`, record them as actor `sql`), `off` (`migrate` drops them)
@@ -146,56 +90,72 @@ pub struct Config {
     /// from `schema/baseline.sql` on TiDB (`auto`), always (`on`) or never
     /// (`off`: the migrations one by one).
     pub schema_baseline: SchemaBaseline,
-    /// What create does with a topic the broker does not have: `reject`
-    /// (400 `unknown_topic`), `warn` (accept, log and count), `off`.
-    pub topic_check: TopicCheck,
+}
+
+/// `[redis]`: redis, the near-term index: where it is, the key prefix, TLS.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct RedisSettings {
+    /// `redis://host:port/db` — the near-term index (`rediss://` for TLS;
+    /// several comma-separated URLs for a Redis Cluster;
+    /// `redis+sentinel://sentinel1:26379,sentinel2:26379/master-name` for
+    /// the master a Redis Sentinel names).
+    pub url: String,
+    /// Prefix of every Redis key, so several deployments can share a Redis.
+    pub prefix: String,
+    /// Run the index on a Redis Cluster with the cluster client (implied
+    /// when `redis_url` lists several comma-separated seed URLs).
+    pub cluster: bool,
+    /// With `rediss://`: PEM file of the CA that signed Redis's
+    /// certificate (the system's roots otherwise)...
+    pub tls_ca: Option<String>,
+    /// ...and the client certificate and key, when Redis asks for one.
+    pub tls_cert: Option<String>,
+    pub tls_key: Option<String>,
+}
+
+/// `[kafka]`: kafka: the brokers, client options, the producer's timings, and the topic checks.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct KafkaSettings {
+    /// Kafka bootstrap servers, comma-separated.
+    pub brokers: String,
+    /// Extra librdkafka properties for every Kafka client tickler makes —
+    /// the producer, the results consumer, the read-back, topic
+    /// administration — applied last (e.g. `security.protocol`,
+    /// `sasl.mechanism`, `ssl.ca.location`, `debug`).
+    pub options: BTreeMap<String, String>,
+    /// Kafka producer: how long librdkafka may wait to fill a batch.
+    pub linger_ms: u64,
+    /// Kafka producer: how long a record may take to be acknowledged before
+    /// the send fails (its claim is then read back after `doubt_margin_ms`,
+    /// and produced again if nothing of it landed).
+    pub message_timeout_ms: u64,
+    /// How long after its producer gave up on a record the broker may still
+    /// make it visible (what was on the wire; a follower lagging in the
+    /// in-sync replicas). A claim in doubt is read back no sooner, and a
+    /// claim's records are handed to the producer only while they can land
+    /// or be given up this long before its lease ends. On a replicated
+    /// cluster: the brokers' `replica.lag.time.max.ms`.
+    pub doubt_margin_ms: u64,
     /// How often the broker's list of topics is fetched again (the API's
     /// check and the dispatcher both read it; an unknown topic also
     /// triggers a fetch, at most once a second).
     pub topic_refresh_ms: u64,
-    /// Most jobs in one `POST /v1/jobs/batch`.
-    pub batch_max: usize,
-    /// Largest payload accepted, in bytes (after base64 decoding).
-    pub payload_max_bytes: usize,
-    /// Latest a job may be scheduled, counted from now.
-    pub max_schedule_ahead_days: u64,
-    /// Result policy of jobs whose request and topic leave it open:
-    /// whether a consumer reports back...
-    pub default_expects_result: bool,
-    /// ...how many attempts a job gets in all...
-    pub default_max_attempts: u32,
-    /// ...the retry delay, `min(cap, base * 2^(attempt-1))` jittered to
-    /// between half of it and all of it...
-    pub default_backoff_base_ms: u32,
-    pub default_backoff_cap_ms: u32,
-    /// ...and how long a dispatched job waits for its result before the
-    /// silence counts as a retry.
-    pub default_ack_timeout_ms: u32,
-    /// Per-topic result policy and dead-letter topic, by business topic
-    /// (`[topics."orders.reminders"]` in the file).
-    pub topics: BTreeMap<String, TopicConfig>,
-    /// The topic consumers report results on.
-    pub results_topic: String,
-    /// Consumer group tickler reads the results topic with.
-    pub results_group: String,
-    /// Partitions of the results topic when tickler creates it (it exists
-    /// already in most deployments; then this is not used).
-    pub results_topic_partitions: i32,
-    /// Most reports applied in one transaction.
-    pub results_batch: usize,
-    /// Where a record for each job that ends `dead` goes; none by default.
-    pub dead_letter_topic: Option<String>,
-    /// Finished jobs (succeeded, dead, cancelled, dispatched without a
-    /// result to wait for) unchanged for this many days are deleted, with
-    /// their history; 0 keeps them forever.
-    pub retention_days: u32,
-    /// The same in milliseconds, for soaks and tests; when above 0 it
-    /// replaces `retention_days`.
-    pub retention_ms: u64,
-    /// Topics jobs may be created for, as patterns where `*` matches any
-    /// run of characters (`orders.*`); empty allows every topic that is not
-    /// reserved.
-    pub topics_allowed: Vec<String>,
+    /// What create does with a topic the broker does not have: `reject`
+    /// (400 `unknown_topic`), `warn` (accept, log and count), `off`.
+    pub topic_check: TopicCheck,
+}
+
+/// `[api]`: the HTTP API: where it listens, authentication, rate limits, TLS and connection limits.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ApiSettings {
+    /// Address the HTTP API listens on.
+    pub addr: String,
+    /// A second address serving only `/metrics`, without a token, for a
+    /// scraper on a private network.
+    pub metrics_addr: Option<String>,
     /// `tokens`: every `/v1` call carries `Authorization: Bearer <secret>`
     /// of a token made by `tickler token create`. `none`: anyone who
     /// reaches the port may do anything; allowed only on a loopback
@@ -209,42 +169,196 @@ pub struct Config {
     pub token_refresh_ms: u64,
     /// Requests per second one token may make (0: unlimited), unless the
     /// token sets its own; beyond it, 429 with `Retry-After`.
-    pub api_rate_requests: u32,
+    pub rate_requests: u32,
     /// Jobs per second one token may create (0: unlimited), likewise. The
     /// default is above what one instance takes (about 35,000 a second in
     /// batches on a small machine), so it stops a runaway client, never a
     /// busy one; give a client a lower rate on its token.
-    pub api_rate_jobs: u32,
+    pub rate_jobs: u32,
     /// PEM certificate chain and private key: the API speaks HTTPS.
-    pub api_tls_cert: Option<String>,
-    pub api_tls_key: Option<String>,
-    /// A second address serving only `/metrics`, without a token, for a
-    /// scraper on a private network.
-    pub metrics_addr: Option<String>,
+    pub tls_cert: Option<String>,
+    pub tls_key: Option<String>,
     /// Most connections the API holds at once; more wait in the kernel's
     /// backlog.
-    pub api_max_connections: usize,
+    pub max_connections: usize,
     /// A client has this long to finish the TLS handshake, and a request's
     /// headers from their first byte (from the connection's start for its
     /// first request).
-    pub api_header_timeout_ms: u64,
+    pub header_timeout_ms: u64,
     /// A kept-alive connection that sends nothing for this long after an
     /// answer is closed. Longer than a load balancer's or client pool's
     /// idle timeout, so the server is never the one that closes a
     /// connection a client is about to reuse.
-    pub api_idle_timeout_ms: u64,
+    pub idle_timeout_ms: u64,
     /// A client has this long to send a request's body: 408 after it.
-    pub api_body_timeout_ms: u64,
-    /// With `rediss://`: PEM file of the CA that signed Redis's
-    /// certificate (the system's roots otherwise)...
-    pub redis_tls_ca: Option<String>,
-    /// ...and the client certificate and key, when Redis asks for one.
-    pub redis_tls_cert: Option<String>,
-    pub redis_tls_key: Option<String>,
-    /// Scheduling by producing to Kafka: the request topics tickler
-    /// consumes, and where it answers (docs/api.md, "Scheduling through
-    /// Kafka"). None by default.
-    pub ingress: IngressSettings,
+    pub body_timeout_ms: u64,
+}
+
+/// `[jobs]`: what a job may be and what becomes of it: limits, the result policy of jobs that set none, dead letters, retention.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct JobsSettings {
+    /// Most jobs in one `POST /v1/jobs/batch`.
+    pub batch_max: usize,
+    /// Largest payload accepted, in bytes (after base64 decoding).
+    pub payload_max_bytes: usize,
+    /// Latest a job may be scheduled, counted from now.
+    pub max_schedule_ahead_days: u64,
+    /// Topics jobs may be created for, as patterns where `*` matches any
+    /// run of characters (`orders.*`); empty allows every topic that is not
+    /// reserved.
+    pub topics_allowed: Vec<String>,
+    /// Where a record for each job that ends `dead` goes; none by default.
+    pub dead_letter_topic: Option<String>,
+    /// Finished jobs (succeeded, dead, cancelled, dispatched without a
+    /// result to wait for) unchanged for this many days are deleted, with
+    /// their history; 0 keeps them forever.
+    pub retention_days: u32,
+    /// The same in milliseconds, for soaks and tests; when above 0 it
+    /// replaces `retention_days`.
+    pub retention_ms: u64,
+    /// Result policy of jobs whose request and topic leave it open:
+    /// whether a consumer reports back...
+    pub expects_result: bool,
+    /// ...how many attempts a job gets in all...
+    pub max_attempts: u32,
+    /// ...the retry delay, `min(cap, base * 2^(attempt-1))` jittered to
+    /// between half of it and all of it...
+    pub backoff_base_ms: u32,
+    pub backoff_cap_ms: u32,
+    /// ...and how long a dispatched job waits for its result before the
+    /// silence counts as a retry.
+    pub ack_timeout_ms: u32,
+}
+
+/// `[cluster]`: many instances: the shards a new deployment starts with, and when a silent instance is dead.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ClusterSettings {
+    /// Number of logical shards (one Redis ZSET each) a new deployment
+    /// starts with. After the first start the count is the deployment's,
+    /// kept in MySQL (`shard_leases`); raise it with `tickler shards resize`.
+    pub shards: u32,
+    /// An instance whose heartbeat (on the database's clock) is older than
+    /// this is dead for everyone: its shards are taken over and the jobs its
+    /// dispatcher held are produced again by the others. It beats every
+    /// fifth of this.
+    pub instance_ttl_ms: u64,
+}
+
+/// `[loader]`: the loader: the window of jobs kept in Redis, and its passes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct LoaderSettings {
+    /// Jobs due within this much of now are kept in Redis; later ones only
+    /// in MySQL.
+    pub window_ms: u64,
+    /// How often the loader looks for jobs entering the window.
+    pub interval_ms: u64,
+    /// Rows the loader reads per query.
+    pub batch: u32,
+}
+
+/// `[schedules]`: recurring schedules: how far ahead their occurrences are created.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct SchedulesSettings {
+    /// Occurrences of a schedule are created as jobs this far ahead (and
+    /// always the next one, however far).
+    pub lookahead_ms: u64,
+    /// How often the loader looks for schedules that need their next
+    /// occurrences created.
+    pub interval_ms: u64,
+}
+
+/// `[dispatcher]`: the dispatcher: batches, the claim lease, and its timings.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct DispatcherSettings {
+    /// Most jobs one dispatcher claims per shard per pass.
+    pub batch: u32,
+    /// A claim (in Redis and in MySQL) expires after this long. Its records
+    /// are handed to the producer only while they can land or be given up
+    /// before it ends, so past it the claim is read back and, if nothing of
+    /// it landed, produced again: a dispatcher that died or paused
+    /// mid-batch costs its jobs this much, a pass and the read back.
+    pub claim_lease_ms: u64,
+    /// Longest the dispatcher sleeps when nothing is due, so that jobs
+    /// indexed by another instance are noticed.
+    pub idle_ms: u64,
+    /// A dispatcher busy this long without finishing a pass (a call to
+    /// MySQL, Redis or Kafka that never returns: a connection a failover
+    /// left half-open) gives up: the instance stops in order, so the others
+    /// take its shards instead of waiting on a process that beats its
+    /// heart and sends nothing.
+    pub stall_ms: u64,
+    /// How long the dispatcher waits for the broker's acknowledgements of
+    /// records sent together before it leaves those of a topic the broker
+    /// stopped answering for to settle in the background, so one bad topic
+    /// never holds up the others; past it, a broker slow for every topic
+    /// holds claiming back.
+    pub ack_wait_ms: u64,
+    /// The dispatcher claims jobs due within this many milliseconds (in
+    /// Redis and in MySQL, by the database's clock) and holds each until its
+    /// time, so that claiming costs no lateness. A cancel in this last
+    /// stretch answers `in_flight`. 0 claims only what is due.
+    pub lookahead_ms: u64,
+}
+
+/// `[reconciler]`: the reconciler's passes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ReconcilerSettings {
+    /// Time between reconciler passes (expired claims, overdue probe).
+    pub interval_ms: u64,
+    /// How overdue a pending job must be before the reconciler checks that
+    /// Redis holds it.
+    pub grace_ms: u64,
+}
+
+/// `[results]`: the results topic consumers report on, and how tickler reads it.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ResultsSettings {
+    /// The topic consumers report results on.
+    pub topic: String,
+    /// Consumer group tickler reads the results topic with.
+    pub group: String,
+    /// Partitions of the results topic when tickler creates it (it exists
+    /// already in most deployments; then this is not used).
+    pub topic_partitions: i32,
+    /// Most reports applied in one transaction.
+    pub batch: usize,
+}
+
+/// `[gauges]`: the gauges computed from the stores (`tickler_jobs`, overdue, drift, lags).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct GaugesSettings {
+    /// How often one instance (the lowest live id running the reconciler)
+    /// computes the gauges from MySQL: jobs by status and topic, overdue,
+    /// drift, results lag.
+    pub interval_ms: u64,
+    /// How often the jobs are counted by status and topic, the one gauge
+    /// whose cost grows with the table (seconds at ten million live jobs);
+    /// at least `truth_interval_ms`.
+    pub counts_interval_ms: u64,
+    /// Most topics the `tickler_jobs` gauge names; the rest are summed
+    /// under `topic="_other"`.
+    pub topics_max: usize,
+}
+
+/// `[notify]`: the webhook for dead jobs and backlogs.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct NotifySettings {
+    /// Where the reporter instance posts JSON when jobs end dead and when a
+    /// backlog builds up (`http://` or `https://`); none by default.
+    pub webhook_url: Option<String>,
+    /// A backlog is an overdue pending job older than this.
+    pub backlog_ms: u64,
+    /// While a backlog lasts, it is said again this often.
+    pub repeat_ms: u64,
 }
 
 /// The `ingress` settings: request topics, each with the target topics its
@@ -336,83 +450,261 @@ impl TopicConfig {
 
 impl Default for Config {
     fn default() -> Self {
-        let policy = Policy::default();
         Config {
-            mysql_url: "mysql://tickler:tickler@127.0.0.1:3306/tickler".to_owned(),
-            mysql_pool_size: 16,
-            redis_url: "redis://127.0.0.1:6379/0".to_owned(),
-            redis_prefix: "tickler".to_owned(),
-            kafka_brokers: "127.0.0.1:9092".to_owned(),
-            kafka_options: BTreeMap::new(),
-            http_addr: "127.0.0.1:8080".to_owned(),
             roles: Role::ALL.to_vec(),
-            shards: 16,
-            instance_ttl_ms: 5_000,
-            truth_interval_ms: 15_000,
-            truth_counts_interval_ms: 60_000,
-            notify_webhook_url: None,
-            notify_backlog_ms: 300_000,
-            notify_repeat_ms: 3_600_000,
-            gauge_topics_max: 50,
-            redis_cluster: false,
-            window_ms: 600_000,
-            loader_interval_ms: 1_000,
-            schedule_lookahead_ms: 10_000,
-            schedule_interval_ms: 1_000,
-            loader_batch: 5_000,
-            dispatch_batch: 500,
-            claim_lease_ms: 5_600,
-            dispatch_idle_ms: 1_000,
-            dispatch_stall_ms: 60_000,
             shutdown_timeout_ms: 90_000,
-            dispatch_ack_wait_ms: 200,
-            dispatch_lookahead_ms: 20,
-            reconcile_interval_ms: 1_000,
-            reconcile_grace_ms: 1_000,
-            kafka_linger_ms: 1,
-            kafka_message_timeout_ms: 3_000,
-            doubt_margin_ms: 2_000,
-            topic_check: TopicCheck::Reject,
-            history_hand_edits: HandEdits::Keep,
-            schema_baseline: SchemaBaseline::Auto,
-            topic_refresh_ms: 10_000,
-            batch_max: 1_000,
-            payload_max_bytes: 1024 * 1024,
-            max_schedule_ahead_days: 3650,
-            // One place for the policy's defaults: policy::Policy.
-            default_expects_result: policy.expects_result,
-            default_max_attempts: policy.max_attempts,
-            default_backoff_base_ms: policy.backoff_base_ms,
-            default_backoff_cap_ms: policy.backoff_cap_ms,
-            default_ack_timeout_ms: policy.ack_timeout_ms,
-            topics: BTreeMap::new(),
-            results_topic: "tickler.results".to_owned(),
-            results_group: "tickler".to_owned(),
-            results_topic_partitions: 4,
-            results_batch: 500,
-            dead_letter_topic: None,
-            retention_days: 30,
-            retention_ms: 0,
-            topics_allowed: Vec::new(),
-            auth: AuthMode::Tokens,
-            allow_anonymous: false,
-            token_refresh_ms: 5_000,
-            api_rate_requests: 1_000,
-            api_rate_jobs: 50_000,
-            api_tls_cert: None,
-            api_tls_key: None,
-            metrics_addr: None,
-            api_max_connections: 1_024,
-            api_header_timeout_ms: 5_000,
-            api_idle_timeout_ms: 75_000,
-            api_body_timeout_ms: 30_000,
-            redis_tls_ca: None,
-            redis_tls_cert: None,
-            redis_tls_key: None,
+            mysql: MysqlSettings::default(),
+            redis: RedisSettings::default(),
+            kafka: KafkaSettings::default(),
+            api: ApiSettings::default(),
+            jobs: JobsSettings::default(),
+            cluster: ClusterSettings::default(),
+            loader: LoaderSettings::default(),
+            schedules: SchedulesSettings::default(),
+            dispatcher: DispatcherSettings::default(),
+            reconciler: ReconcilerSettings::default(),
+            results: ResultsSettings::default(),
+            gauges: GaugesSettings::default(),
+            notify: NotifySettings::default(),
             ingress: IngressSettings::default(),
+            topics: BTreeMap::new(),
+            renamed: Vec::new(),
         }
     }
 }
+
+impl Default for MysqlSettings {
+    fn default() -> Self {
+        MysqlSettings {
+            url: "mysql://tickler:tickler@127.0.0.1:3306/tickler".to_owned(),
+            pool_size: 16,
+            history_hand_edits: HandEdits::Keep,
+            schema_baseline: SchemaBaseline::Auto,
+        }
+    }
+}
+
+impl Default for RedisSettings {
+    fn default() -> Self {
+        RedisSettings {
+            url: "redis://127.0.0.1:6379/0".to_owned(),
+            prefix: "tickler".to_owned(),
+            cluster: false,
+            tls_ca: None,
+            tls_cert: None,
+            tls_key: None,
+        }
+    }
+}
+
+impl Default for KafkaSettings {
+    fn default() -> Self {
+        KafkaSettings {
+            brokers: "127.0.0.1:9092".to_owned(),
+            options: BTreeMap::new(),
+            linger_ms: 1,
+            message_timeout_ms: 3_000,
+            doubt_margin_ms: 2_000,
+            topic_refresh_ms: 10_000,
+            topic_check: TopicCheck::Reject,
+        }
+    }
+}
+
+impl Default for ApiSettings {
+    fn default() -> Self {
+        ApiSettings {
+            addr: "127.0.0.1:8080".to_owned(),
+            metrics_addr: None,
+            auth: AuthMode::Tokens,
+            allow_anonymous: false,
+            token_refresh_ms: 5_000,
+            rate_requests: 1_000,
+            rate_jobs: 50_000,
+            tls_cert: None,
+            tls_key: None,
+            max_connections: 1_024,
+            header_timeout_ms: 5_000,
+            idle_timeout_ms: 75_000,
+            body_timeout_ms: 30_000,
+        }
+    }
+}
+
+impl Default for JobsSettings {
+    fn default() -> Self {
+        // One place for the policy's defaults: policy::Policy.
+        let policy = Policy::default();
+        JobsSettings {
+            batch_max: 1_000,
+            payload_max_bytes: 1024 * 1024,
+            max_schedule_ahead_days: 3650,
+            topics_allowed: Vec::new(),
+            dead_letter_topic: None,
+            retention_days: 30,
+            retention_ms: 0,
+            expects_result: policy.expects_result,
+            max_attempts: policy.max_attempts,
+            backoff_base_ms: policy.backoff_base_ms,
+            backoff_cap_ms: policy.backoff_cap_ms,
+            ack_timeout_ms: policy.ack_timeout_ms,
+        }
+    }
+}
+
+impl Default for ClusterSettings {
+    fn default() -> Self {
+        ClusterSettings {
+            shards: 16,
+            instance_ttl_ms: 5_000,
+        }
+    }
+}
+
+impl Default for LoaderSettings {
+    fn default() -> Self {
+        LoaderSettings {
+            window_ms: 600_000,
+            interval_ms: 1_000,
+            batch: 5_000,
+        }
+    }
+}
+
+impl Default for SchedulesSettings {
+    fn default() -> Self {
+        SchedulesSettings {
+            lookahead_ms: 10_000,
+            interval_ms: 1_000,
+        }
+    }
+}
+
+impl Default for DispatcherSettings {
+    fn default() -> Self {
+        DispatcherSettings {
+            batch: 500,
+            claim_lease_ms: 5_600,
+            idle_ms: 1_000,
+            stall_ms: 60_000,
+            ack_wait_ms: 200,
+            lookahead_ms: 20,
+        }
+    }
+}
+
+impl Default for ReconcilerSettings {
+    fn default() -> Self {
+        ReconcilerSettings {
+            interval_ms: 1_000,
+            grace_ms: 1_000,
+        }
+    }
+}
+
+impl Default for ResultsSettings {
+    fn default() -> Self {
+        ResultsSettings {
+            topic: "tickler.results".to_owned(),
+            group: "tickler".to_owned(),
+            topic_partitions: 4,
+            batch: 500,
+        }
+    }
+}
+
+impl Default for GaugesSettings {
+    fn default() -> Self {
+        GaugesSettings {
+            interval_ms: 15_000,
+            counts_interval_ms: 60_000,
+            topics_max: 50,
+        }
+    }
+}
+
+impl Default for NotifySettings {
+    fn default() -> Self {
+        NotifySettings {
+            webhook_url: None,
+            backlog_ms: 300_000,
+            repeat_ms: 3_600_000,
+        }
+    }
+}
+
+/// The flat names of before the sections, each with its section's key: read
+/// from a file or the environment for one more release, with a warning
+/// (those of [`KEPT`] for good, without one).
+pub const RENAMED: &[(&str, &str)] = &[
+    ("mysql_url", "mysql.url"),
+    ("mysql_pool_size", "mysql.pool_size"),
+    ("history_hand_edits", "mysql.history_hand_edits"),
+    ("schema_baseline", "mysql.schema_baseline"),
+    ("redis_url", "redis.url"),
+    ("redis_prefix", "redis.prefix"),
+    ("redis_cluster", "redis.cluster"),
+    ("redis_tls_ca", "redis.tls_ca"),
+    ("redis_tls_cert", "redis.tls_cert"),
+    ("redis_tls_key", "redis.tls_key"),
+    ("kafka_brokers", "kafka.brokers"),
+    ("kafka_options", "kafka.options"),
+    ("kafka_linger_ms", "kafka.linger_ms"),
+    ("kafka_message_timeout_ms", "kafka.message_timeout_ms"),
+    ("doubt_margin_ms", "kafka.doubt_margin_ms"),
+    ("topic_refresh_ms", "kafka.topic_refresh_ms"),
+    ("topic_check", "kafka.topic_check"),
+    ("http_addr", "api.addr"),
+    ("metrics_addr", "api.metrics_addr"),
+    ("auth", "api.auth"),
+    ("allow_anonymous", "api.allow_anonymous"),
+    ("token_refresh_ms", "api.token_refresh_ms"),
+    ("api_rate_requests", "api.rate_requests"),
+    ("api_rate_jobs", "api.rate_jobs"),
+    ("api_tls_cert", "api.tls_cert"),
+    ("api_tls_key", "api.tls_key"),
+    ("api_max_connections", "api.max_connections"),
+    ("api_header_timeout_ms", "api.header_timeout_ms"),
+    ("api_idle_timeout_ms", "api.idle_timeout_ms"),
+    ("api_body_timeout_ms", "api.body_timeout_ms"),
+    ("batch_max", "jobs.batch_max"),
+    ("payload_max_bytes", "jobs.payload_max_bytes"),
+    ("max_schedule_ahead_days", "jobs.max_schedule_ahead_days"),
+    ("topics_allowed", "jobs.topics_allowed"),
+    ("dead_letter_topic", "jobs.dead_letter_topic"),
+    ("retention_days", "jobs.retention_days"),
+    ("retention_ms", "jobs.retention_ms"),
+    ("default_expects_result", "jobs.expects_result"),
+    ("default_max_attempts", "jobs.max_attempts"),
+    ("default_backoff_base_ms", "jobs.backoff_base_ms"),
+    ("default_backoff_cap_ms", "jobs.backoff_cap_ms"),
+    ("default_ack_timeout_ms", "jobs.ack_timeout_ms"),
+    ("shards", "cluster.shards"),
+    ("instance_ttl_ms", "cluster.instance_ttl_ms"),
+    ("window_ms", "loader.window_ms"),
+    ("loader_interval_ms", "loader.interval_ms"),
+    ("loader_batch", "loader.batch"),
+    ("schedule_lookahead_ms", "schedules.lookahead_ms"),
+    ("schedule_interval_ms", "schedules.interval_ms"),
+    ("dispatch_batch", "dispatcher.batch"),
+    ("claim_lease_ms", "dispatcher.claim_lease_ms"),
+    ("dispatch_idle_ms", "dispatcher.idle_ms"),
+    ("dispatch_stall_ms", "dispatcher.stall_ms"),
+    ("dispatch_ack_wait_ms", "dispatcher.ack_wait_ms"),
+    ("dispatch_lookahead_ms", "dispatcher.lookahead_ms"),
+    ("reconcile_interval_ms", "reconciler.interval_ms"),
+    ("reconcile_grace_ms", "reconciler.grace_ms"),
+    ("results_topic", "results.topic"),
+    ("results_group", "results.group"),
+    ("results_topic_partitions", "results.topic_partitions"),
+    ("results_batch", "results.batch"),
+    ("truth_interval_ms", "gauges.interval_ms"),
+    ("truth_counts_interval_ms", "gauges.counts_interval_ms"),
+    ("gauge_topics_max", "gauges.topics_max"),
+    ("notify_webhook_url", "notify.webhook_url"),
+    ("notify_backlog_ms", "notify.backlog_ms"),
+    ("notify_repeat_ms", "notify.repeat_ms"),
+];
 
 /// The `history_hand_edits` setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
@@ -597,23 +889,184 @@ fn url_masked(url: &str) -> String {
     format!("{scheme}://{authority}{tail}")
 }
 
+/// Flat names that stay names of their setting, without a warning: the
+/// contract users build on names `TICKLER_HTTP_ADDR`.
+pub const KEPT: &[&str] = &["http_addr"];
+
+/// The sections of the configuration, as `[section]` in a file.
+pub const SECTIONS: &[&str] = &[
+    "mysql",
+    "redis",
+    "kafka",
+    "api",
+    "jobs",
+    "cluster",
+    "loader",
+    "schedules",
+    "dispatcher",
+    "reconciler",
+    "results",
+    "gauges",
+    "notify",
+];
+
+/// The variable that sets the setting at `path`: `TICKLER_` and the path in
+/// capitals, its dot an underscore (`loader.window_ms` is
+/// `TICKLER_LOADER_WINDOW_MS`).
+pub fn env_name(path: &str) -> String {
+    format!("TICKLER_{}", path.replace('.', "_").to_ascii_uppercase())
+}
+
+/// The key path a variable names (without `TICKLER_`), and whether it is a
+/// flat name of before the sections; None for a variable that is not a
+/// setting.
+fn env_path(name: &str) -> Option<(String, bool)> {
+    let name = name.to_ascii_lowercase();
+    if let Some(path) = Config::keys()
+        .into_iter()
+        .find(|path| path.replace('.', "_") == name)
+    {
+        return Some((path, false));
+    }
+    RENAMED
+        .iter()
+        .find(|(old, _)| *old == name)
+        .map(|(_, new)| ((*new).to_owned(), true))
+}
+
+/// `figment` with the variable `var`, which sets `path`, merged in its
+/// form: a list, a map, a table, or a value.
+fn env_merge(figment: Figment, var: &str, path: &str) -> Result<Figment, ConfigError> {
+    let Ok(text) = std::env::var(var) else {
+        return Ok(figment);
+    };
+    if ENV_LISTS.contains(&path) {
+        let list = env_list(&text);
+        // Checked here, so that a mistake names the variable.
+        if path == "roles" {
+            if let Some(unknown) = list
+                .iter()
+                .find(|name| !Role::ALL.iter().any(|role| role.as_str() == *name))
+            {
+                let known: Vec<&str> = Role::ALL.iter().map(|r| r.as_str()).collect();
+                return Err(ConfigError::Invalid {
+                    field: "roles".into(),
+                    problem: format!(
+                        "{var}: unknown role {unknown:?} (known: {})",
+                        known.join(", ")
+                    ),
+                });
+            }
+        }
+        return Ok(figment.merge(Serialized::default(path, list)));
+    }
+    if ENV_MAPS.contains(&path) {
+        let map = env_map(&text).map_err(|problem| ConfigError::Invalid {
+            field: path.to_owned().into(),
+            problem: format!("{var}: {problem}"),
+        })?;
+        return Ok(figment.merge(Serialized::default(path, map)));
+    }
+    if ENV_TABLES.contains(&path) {
+        let table = format!("{path} = {}", text.trim());
+        // Checked on its own first, so a mistake names the variable.
+        Figment::from(Toml::string(&table))
+            .extract_inner::<figment::value::Value>(path)
+            .map_err(|_| ConfigError::Invalid {
+                field: path.to_owned().into(),
+                problem: format!(
+                    "{var}: not an inline TOML table such as {{topics={{\"tickler.requests\"={{targets=[\"orders.*\"]}}}}}}"
+                ),
+            })?;
+        return Ok(figment.merge(Toml::string(&table)));
+    }
+    Ok(figment.merge(EnvVar {
+        var: var.to_owned(),
+        path: path.to_owned(),
+        text,
+    }))
+}
+
+/// One variable's value (read as the environment's values are: a number, a
+/// boolean, or else a string) at its setting's key path, named by the
+/// variable in errors.
+struct EnvVar {
+    var: String,
+    path: String,
+    text: String,
+}
+
+impl Provider for EnvVar {
+    fn metadata(&self) -> figment::Metadata {
+        figment::Metadata::named(format!("environment variable {}", self.var))
+    }
+
+    fn data(
+        &self,
+    ) -> Result<figment::value::Map<figment::Profile, figment::value::Dict>, figment::Error> {
+        let value: figment::value::Value = match self.text.parse() {
+            Ok(value) => value,
+            Err(never) => match never {},
+        };
+        let dict = figment::util::nest(&self.path, value)
+            .into_dict()
+            .unwrap_or_default();
+        Ok(figment::Profile::Default.collect(dict))
+    }
+}
+
+/// A configuration file whose settings may still be given by their flat
+/// names of before the sections: each is moved to its section's key (where
+/// the file does not give that key too).
+struct FlatNamesMoved(figment::providers::Data<Toml>);
+
+impl Provider for FlatNamesMoved {
+    fn metadata(&self) -> figment::Metadata {
+        self.0.metadata()
+    }
+
+    fn data(
+        &self,
+    ) -> Result<figment::value::Map<figment::Profile, figment::value::Dict>, figment::Error> {
+        use figment::value::{Dict, Value};
+        let mut data = self.0.data()?;
+        for dict in data.values_mut() {
+            for (old, new) in RENAMED {
+                let Some(value) = dict.remove(*old) else {
+                    continue;
+                };
+                let Some((section, key)) = new.split_once('.') else {
+                    continue;
+                };
+                let entry = dict
+                    .entry(section.to_owned())
+                    .or_insert_with(|| Value::from(Dict::new()));
+                if let Value::Dict(_, section) = entry {
+                    section.entry(key.to_owned()).or_insert(value);
+                }
+            }
+        }
+        Ok(data)
+    }
+}
+
 /// List settings, given in the environment as `a,b,c` (or `[a, b]`).
-const ENV_LISTS: &[&str] = &["roles", "topics_allowed"];
+const ENV_LISTS: &[&str] = &["roles", "jobs.topics_allowed"];
 /// Map settings of strings, given in the environment as an inline TOML
 /// table whose keys may be dotted without quotes, as librdkafka's are:
 /// `{security.protocol="SSL", ssl.ca.location="/etc/ca.pem"}`.
-const ENV_MAPS: &[&str] = &["kafka_options"];
+const ENV_MAPS: &[&str] = &["kafka.options"];
 
 /// librdkafka settings tickler's promises rest on, with why: `kafka_options`
 /// (applied after tickler's own) may not change them.
 const KAFKA_OPTIONS_RESERVED: &[(&str, &str)] = &[
     (
         "message.timeout.ms",
-        "use kafka_message_timeout_ms (claims in doubt are timed by it)",
+        "use kafka.message_timeout_ms (claims in doubt are timed by it)",
     ),
     (
         "delivery.timeout.ms",
-        "use kafka_message_timeout_ms (claims in doubt are timed by it)",
+        "use kafka.message_timeout_ms (claims in doubt are timed by it)",
     ),
     (
         "transactional.id",
@@ -641,7 +1094,7 @@ const KAFKA_OPTIONS_RESERVED: &[(&str, &str)] = &[
     ),
     (
         "group.id",
-        "set the group of each consumer by its own setting (results_group, ingress group)",
+        "set the group of each consumer by its own setting (results.group, ingress group)",
     ),
 ];
 /// Table settings, given in the environment as an inline TOML table:
@@ -728,87 +1181,61 @@ fn env_map(text: &str) -> Result<BTreeMap<String, String>, String> {
 
 impl Config {
     /// Defaults, overridden by `file` (when given) and then by `TICKLER_*`
-    /// variables; validated.
+    /// variables; validated. The flat names of before the sections are
+    /// read as their new ones, and listed in [`Config::renamed`] (a name
+    /// given both ways takes the new one's value).
+    ///
+    /// Long because it is the one reader of the environment: scalars,
+    /// lists, maps and tables each have their form there.
     pub fn load(file: Option<&Path>) -> Result<Config, ConfigError> {
+        let mut renamed = Vec::new();
         let mut figment = Figment::from(Serialized::defaults(Config::default()));
         if let Some(file) = file {
-            figment = figment.merge(Toml::file_exact(file));
+            let given = Toml::file_exact(file);
+            if let Ok(data) = given.data() {
+                for dict in data.values() {
+                    renamed.extend(
+                        RENAMED
+                            .iter()
+                            .filter(|(old, _)| dict.contains_key(*old) && !KEPT.contains(old))
+                            .map(|(old, new)| ((*old).to_owned(), (*new).to_owned())),
+                    );
+                }
+            }
+            figment = figment.merge(FlatNamesMoved(given));
         }
         // Only variables naming a setting are read: TICKLER_CONFIG, TICKLER_LOG
-        // and the test suite's TICKLER_TEST_* are not settings.
-        // Lists and maps have forms of their own in the environment
-        // (`api,dispatcher`; `{security.protocol="SSL"}`), read below.
-        let known = Config::keys();
-        let env = Env::prefixed("TICKLER_").filter(move |key| {
-            known.iter().any(|k| key.as_str().eq_ignore_ascii_case(k))
-                && !ENV_LISTS
-                    .iter()
-                    .chain(ENV_MAPS)
-                    .chain(ENV_TABLES)
-                    .any(|k| key.as_str().eq_ignore_ascii_case(k))
-        });
-        let mut figment = figment.merge(env);
-        for key in ENV_LISTS {
-            let var = format!("TICKLER_{}", key.to_ascii_uppercase());
-            if let Ok(text) = std::env::var(&var) {
-                let list = env_list(&text);
-                // Checked here, so that a mistake names the variable.
-                if *key == "roles" {
-                    if let Some(unknown) = list
-                        .iter()
-                        .find(|name| !Role::ALL.iter().any(|role| role.as_str() == *name))
-                    {
-                        let known: Vec<&str> = Role::ALL.iter().map(|r| r.as_str()).collect();
-                        return Err(ConfigError::Invalid {
-                            field: "roles".into(),
-                            problem: format!(
-                                "{var}: unknown role {unknown:?} (known: {})",
-                                known.join(", ")
-                            ),
-                        });
-                    }
+        // and the test suite's TICKLER_TEST_* are not settings. The flat
+        // names first, so that a new name given as well wins.
+        let vars: Vec<(String, String, bool)> = std::env::vars()
+            .filter_map(|(var, _)| {
+                let (path, flat) = env_path(var.strip_prefix("TICKLER_")?)?;
+                Some((path, var, flat))
+            })
+            .collect();
+        for flat_pass in [true, false] {
+            for (path, var, flat) in vars.iter().filter(|(_, _, flat)| *flat == flat_pass) {
+                let kept = KEPT.iter().any(|old| env_name(old) == *var);
+                if *flat && !kept {
+                    renamed.push((var.clone(), env_name(path)));
                 }
-                figment = figment.merge(Serialized::default(key, list));
-            }
-        }
-        for key in ENV_MAPS {
-            let var = format!("TICKLER_{}", key.to_ascii_uppercase());
-            if let Ok(text) = std::env::var(&var) {
-                let map = env_map(&text).map_err(|problem| ConfigError::Invalid {
-                    field: (*key).into(),
-                    problem: format!("{var}: {problem}"),
-                })?;
-                figment = figment.merge(Serialized::default(key, map));
-            }
-        }
-        for key in ENV_TABLES {
-            let var = format!("TICKLER_{}", key.to_ascii_uppercase());
-            if let Ok(text) = std::env::var(&var) {
-                let table = format!("{key} = {}", text.trim());
-                // Checked on its own first, so a mistake names the variable.
-                Figment::from(Toml::string(&table))
-                    .extract_inner::<figment::value::Value>(key)
-                    .map_err(|_| ConfigError::Invalid {
-                        field: (*key).into(),
-                        problem: format!(
-                            "{var}: not an inline TOML table such as {{topics={{\"tickler.requests\"={{targets=[\"orders.*\"]}}}}}}"
-                        ),
-                    })?;
-                figment = figment.merge(Toml::string(&table));
+                figment = env_merge(figment, var, path)?;
             }
         }
         let mut config: Config = figment
             .extract()
             .map_err(|err| ConfigError::Load(Box::new(err)))?;
+        config.renamed = renamed;
         // A lease left at its default follows the timeouts it must cover: a
         // deployment that raised `kafka_message_timeout_ms` or
         // `doubt_margin_ms` (or the lookahead) gets the least lease that
         // leaves a claim time to send, rather than a refusal to start. A
         // lease set by hand is checked as set.
-        if config.claim_lease_ms == Config::default().claim_lease_ms {
-            config.claim_lease_ms = config
+        if config.dispatcher.claim_lease_ms == DispatcherSettings::default().claim_lease_ms {
+            config.dispatcher.claim_lease_ms = config
+                .dispatcher
                 .claim_lease_ms
-                .max(config.claim_lease_least(config.doubt_margin_ms));
+                .max(config.claim_lease_least(config.kafka.doubt_margin_ms));
         }
         config.validate()?;
         Ok(config)
@@ -832,7 +1259,7 @@ impl Config {
                 Some("is not a valid Kafka topic name".to_owned())
             } else if topic.len() > INGRESS_TOPIC_MAX {
                 Some(format!("is longer than {INGRESS_TOPIC_MAX} characters (the history names its writes ingress:<topic>, in a column of 110)"))
-            } else if *topic == self.results_topic || topic.starts_with("__") {
+            } else if *topic == self.results.topic || topic.starts_with("__") {
                 Some("is tickler's results topic or internal to Kafka".to_owned())
             } else if settings.targets.is_empty() {
                 Some("names no targets: give the topic patterns its records may schedule onto, e.g. targets = [\"orders.*\"]".to_owned())
@@ -856,7 +1283,7 @@ impl Config {
                     "must be a valid Kafka topic name",
                 ));
             }
-            if ingress.topics.contains_key(reply) || *reply == self.results_topic {
+            if ingress.topics.contains_key(reply) || *reply == self.results.topic {
                 return Err(invalid(
                     "ingress.reply_topic",
                     "must not be a request topic or the results topic",
@@ -866,10 +1293,10 @@ impl Config {
         if ingress.group.is_empty() {
             return Err(invalid("ingress.group", "must not be empty"));
         }
-        if ingress.group == self.results_group {
+        if ingress.group == self.results.group {
             return Err(invalid(
                 "ingress.group",
-                "must differ from results_group (one group would split the two topics' partitions between two consumers)",
+                "must differ from results.group (one group would split the two topics' partitions between two consumers)",
             ));
         }
         if !(1..=10_000).contains(&ingress.batch) {
@@ -883,8 +1310,8 @@ impl Config {
 
     /// Where the stores are and how to reach them; the roles and shards.
     fn validate_stores(&self) -> Result<(), ConfigError> {
-        if !self.mysql_url.starts_with("mysql://") && !self.mysql_url.starts_with("mariadb://") {
-            return Err(invalid("mysql_url", "must start with mysql://"));
+        if !self.mysql.url.starts_with("mysql://") && !self.mysql.url.starts_with("mariadb://") {
+            return Err(invalid("mysql.url", "must start with mysql://"));
         }
         let redis_schemes = [
             "redis://",
@@ -892,112 +1319,112 @@ impl Config {
             "redis+sentinel://",
             "rediss+sentinel://",
         ];
-        if !redis_schemes.iter().any(|s| self.redis_url.starts_with(s)) {
+        if !redis_schemes.iter().any(|s| self.redis.url.starts_with(s)) {
             return Err(invalid(
-                "redis_url",
+                "redis.url",
                 "must start with redis://, rediss://, redis+sentinel:// or rediss+sentinel://",
             ));
         }
-        let redis_tls = self.redis_url.starts_with("rediss://")
-            || self.redis_url.starts_with("rediss+sentinel://");
-        if self.redis_prefix.is_empty() || self.redis_prefix.contains(['{', '}']) {
+        let redis_tls = self.redis.url.starts_with("rediss://")
+            || self.redis.url.starts_with("rediss+sentinel://");
+        if self.redis.prefix.is_empty() || self.redis.prefix.contains(['{', '}']) {
             return Err(invalid(
-                "redis_prefix",
+                "redis.prefix",
                 "must be non-empty and may not contain '{' or '}' (they delimit hash tags)",
             ));
         }
-        if self.kafka_brokers.trim().is_empty() {
-            return Err(invalid("kafka_brokers", "must name at least one broker"));
+        if self.kafka.brokers.trim().is_empty() {
+            return Err(invalid("kafka.brokers", "must name at least one broker"));
         }
         let redis_tls_files = [
-            &self.redis_tls_ca,
-            &self.redis_tls_cert,
-            &self.redis_tls_key,
+            &self.redis.tls_ca,
+            &self.redis.tls_cert,
+            &self.redis.tls_key,
         ];
         if redis_tls_files.iter().any(|s| s.is_some()) && !redis_tls {
             return Err(invalid(
-                "redis_tls_ca/redis_tls_cert/redis_tls_key",
-                "need a rediss:// or rediss+sentinel:// redis_url (TLS)",
+                "redis.tls_ca/redis.tls_cert/redis.tls_key",
+                "need a rediss:// or rediss+sentinel:// redis.url (TLS)",
             ));
         }
-        if self.redis_tls_cert.is_some() != self.redis_tls_key.is_some() {
+        if self.redis.tls_cert.is_some() != self.redis.tls_key.is_some() {
             return Err(invalid(
-                "redis_tls_cert/redis_tls_key",
+                "redis.tls_cert/redis.tls_key",
                 "must be given together",
             ));
         }
-        if !(1..=16_384).contains(&self.shards) {
-            return Err(invalid("shards", "must be between 1 and 16384"));
+        if !(1..=16_384).contains(&self.cluster.shards) {
+            return Err(invalid("cluster.shards", "must be between 1 and 16384"));
         }
         Ok(())
     }
 
     /// The API: addresses, TLS, authentication and what a request may ask.
     fn validate_api(&self) -> Result<(), ConfigError> {
-        let Ok(http_addr) = self.http_addr.parse::<SocketAddr>() else {
+        let Ok(http_addr) = self.api.addr.parse::<SocketAddr>() else {
             return Err(invalid(
-                "http_addr",
+                "api.addr",
                 "must be an address like 127.0.0.1:8080",
             ));
         };
-        if self.auth == AuthMode::None
+        if self.api.auth == AuthMode::None
             && !http_addr.ip().is_loopback()
-            && !self.allow_anonymous
+            && !self.api.allow_anonymous
             && self.has_role(Role::Api)
         {
             return Err(ConfigError::Invalid {
-                field: "auth".into(),
+                field: "api.auth".into(),
                 problem: format!(
-                    "is none and http_addr {http_addr} is not a loopback address: anyone who \
-                     reaches it could produce to any topic and cancel any job. Use auth = \
-                     \"tokens\" (tickler token create), or set allow_anonymous = true on purpose"
+                    "is none and api.addr {http_addr} is not a loopback address: anyone who \
+                     reaches it could produce to any topic and cancel any job. Use api.auth = \
+                     \"tokens\" (tickler token create), or set api.allow_anonymous = true on purpose"
                 ),
             });
         }
-        if let Some(addr) = &self.metrics_addr {
+        if let Some(addr) = &self.api.metrics_addr {
             if addr.parse::<SocketAddr>().is_err() {
                 return Err(invalid(
-                    "metrics_addr",
+                    "api.metrics_addr",
                     "must be an address like 127.0.0.1:9090",
                 ));
             }
         }
-        if self.api_tls_cert.is_some() != self.api_tls_key.is_some() {
+        if self.api.tls_cert.is_some() != self.api.tls_key.is_some() {
             return Err(invalid(
-                "api_tls_cert/api_tls_key",
+                "api.tls_cert/api.tls_key",
                 "must be given together (a PEM certificate chain and its private key)",
             ));
         }
-        if self.token_refresh_ms < 100 {
-            return Err(invalid("token_refresh_ms", "must be at least 100"));
+        if self.api.token_refresh_ms < 100 {
+            return Err(invalid("api.token_refresh_ms", "must be at least 100"));
         }
-        if self.api_max_connections == 0 {
-            return Err(invalid("api_max_connections", "must be positive"));
+        if self.api.max_connections == 0 {
+            return Err(invalid("api.max_connections", "must be positive"));
         }
-        if self.api_header_timeout_ms < 100 || self.api_body_timeout_ms < 100 {
+        if self.api.header_timeout_ms < 100 || self.api.body_timeout_ms < 100 {
             return Err(invalid(
-                "api_header_timeout_ms/api_body_timeout_ms",
+                "api.header_timeout_ms/api.body_timeout_ms",
                 "must be at least 100",
             ));
         }
-        if self.api_idle_timeout_ms < self.api_header_timeout_ms {
+        if self.api.idle_timeout_ms < self.api.header_timeout_ms {
             return Err(invalid(
-                "api_idle_timeout_ms",
-                "must be at least api_header_timeout_ms",
+                "api.idle_timeout_ms",
+                "must be at least api.header_timeout_ms",
             ));
         }
-        if self.payload_max_bytes == 0 || self.payload_max_bytes > 16 * 1024 * 1024 - 1 {
+        if self.jobs.payload_max_bytes == 0 || self.jobs.payload_max_bytes > 16 * 1024 * 1024 - 1 {
             return Err(invalid(
-                "payload_max_bytes",
+                "jobs.payload_max_bytes",
                 "must be between 1 and 16777215 (the MEDIUMBLOB column)",
             ));
         }
-        if !(1..=10_000).contains(&self.batch_max) {
-            return Err(invalid("batch_max", "must be between 1 and 10000"));
+        if !(1..=10_000).contains(&self.jobs.batch_max) {
+            return Err(invalid("jobs.batch_max", "must be between 1 and 10000"));
         }
-        if !(1..=36_500).contains(&self.max_schedule_ahead_days) {
+        if !(1..=36_500).contains(&self.jobs.max_schedule_ahead_days) {
             return Err(invalid(
-                "max_schedule_ahead_days",
+                "jobs.max_schedule_ahead_days",
                 "must be between 1 and 36500",
             ));
         }
@@ -1009,71 +1436,77 @@ impl Config {
     /// Long because it is a list of checks, one per setting.
     fn validate_timing(&self) -> Result<(), ConfigError> {
         durations_bounded(&serde_json::to_value(self).unwrap_or_default(), "")?;
-        if self.schedule_interval_ms < 10 {
-            return Err(invalid("schedule_interval_ms", "must be at least 10"));
+        if self.schedules.interval_ms < 10 {
+            return Err(invalid("schedules.interval_ms", "must be at least 10"));
         }
-        if !(1_000..=3_600_000).contains(&self.truth_interval_ms) {
+        if !(1_000..=3_600_000).contains(&self.gauges.interval_ms) {
             return Err(invalid(
-                "truth_interval_ms",
+                "gauges.interval_ms",
                 "must be between 1000 and 3600000",
             ));
         }
-        if self.truth_counts_interval_ms < self.truth_interval_ms
-            || self.truth_counts_interval_ms > 86_400_000
+        if self.gauges.counts_interval_ms < self.gauges.interval_ms
+            || self.gauges.counts_interval_ms > 86_400_000
         {
             return Err(invalid(
-                "truth_counts_interval_ms",
-                "must be at least truth_interval_ms and at most 86400000",
+                "gauges.counts_interval_ms",
+                "must be at least gauges.interval_ms and at most 86400000",
             ));
         }
-        if !(500..=600_000).contains(&self.instance_ttl_ms) {
-            return Err(invalid("instance_ttl_ms", "must be between 500 and 600000"));
-        }
-        if self.window_ms < 1_000 {
-            return Err(invalid("window_ms", "must be at least 1000"));
-        }
-        if self.loader_interval_ms == 0 || self.loader_interval_ms * 2 > self.window_ms {
+        if !(500..=600_000).contains(&self.cluster.instance_ttl_ms) {
             return Err(invalid(
-                "loader_interval_ms",
-                "must be positive and at most half of window_ms, or jobs could enter the window unseen",
+                "cluster.instance_ttl_ms",
+                "must be between 500 and 600000",
             ));
         }
-        if self.loader_batch == 0 || self.dispatch_batch == 0 {
-            return Err(invalid("loader_batch/dispatch_batch", "must be positive"));
+        if self.loader.window_ms < 1_000 {
+            return Err(invalid("loader.window_ms", "must be at least 1000"));
         }
-        if !(500..=600_000).contains(&self.doubt_margin_ms) {
-            return Err(invalid("doubt_margin_ms", "must be between 500 and 600000"));
+        if self.loader.interval_ms == 0 || self.loader.interval_ms * 2 > self.loader.window_ms {
+            return Err(invalid(
+                "loader.interval_ms",
+                "must be positive and at most half of loader.window_ms, or jobs could enter the window unseen",
+            ));
+        }
+        if self.loader.batch == 0 || self.dispatcher.batch == 0 {
+            return Err(invalid("loader.batch/dispatcher.batch", "must be positive"));
+        }
+        if !(500..=600_000).contains(&self.kafka.doubt_margin_ms) {
+            return Err(invalid(
+                "kafka.doubt_margin_ms",
+                "must be between 500 and 600000",
+            ));
         }
         // A claim's records are handed over only while they can land or be
         // given up (message timeout, then the margin) before its lease ends:
         // at least a second to send in.
-        if self.claim_lease_ms < self.claim_lease_least(self.doubt_margin_ms) {
+        if self.dispatcher.claim_lease_ms < self.claim_lease_least(self.kafka.doubt_margin_ms) {
             return Err(invalid(
-                "claim_lease_ms",
-                "must be at least dispatch_lookahead_ms + kafka_message_timeout_ms + doubt_margin_ms + 500, or a claim leaves no time to send its records",
+                "dispatcher.claim_lease_ms",
+                "must be at least dispatcher.lookahead_ms + kafka.message_timeout_ms + kafka.doubt_margin_ms + 500, or a claim leaves no time to send its records",
             ));
         }
         if let Some((key, why)) = KAFKA_OPTIONS_RESERVED
             .iter()
-            .find(|(key, _)| self.kafka_options.contains_key(*key))
+            .find(|(key, _)| self.kafka.options.contains_key(*key))
         {
             return Err(invalid(
-                "kafka_options",
+                "kafka.options",
                 &format!("may not set {key}: {why}"),
             ));
         }
-        if self.reconcile_interval_ms == 0 {
-            return Err(invalid("reconcile_interval_ms", "must be positive"));
+        if self.reconciler.interval_ms == 0 {
+            return Err(invalid("reconciler.interval_ms", "must be positive"));
         }
-        if self.topic_refresh_ms < 1_000 {
-            return Err(invalid("topic_refresh_ms", "must be at least 1000"));
+        if self.kafka.topic_refresh_ms < 1_000 {
+            return Err(invalid("kafka.topic_refresh_ms", "must be at least 1000"));
         }
-        if self.dispatch_ack_wait_ms == 0
-            || self.dispatch_ack_wait_ms > self.kafka_message_timeout_ms
+        if self.dispatcher.ack_wait_ms == 0
+            || self.dispatcher.ack_wait_ms > self.kafka.message_timeout_ms
         {
             return Err(invalid(
-                "dispatch_ack_wait_ms",
-                "must be positive and at most kafka_message_timeout_ms",
+                "dispatcher.ack_wait_ms",
+                "must be positive and at most kafka.message_timeout_ms",
             ));
         }
         if self.shutdown_timeout_ms < 1_000 {
@@ -1081,18 +1514,18 @@ impl Config {
         }
         // A broker that answers nothing holds the pipeline full until its
         // records time out: that is no stall.
-        if self.dispatch_stall_ms < self.kafka_message_timeout_ms + 1_000 {
+        if self.dispatcher.stall_ms < self.kafka.message_timeout_ms + 1_000 {
             return Err(invalid(
-                "dispatch_stall_ms",
-                "must be at least kafka_message_timeout_ms + 1000: a broker that answers nothing holds the dispatcher that long",
+                "dispatcher.stall_ms",
+                "must be at least kafka.message_timeout_ms + 1000: a broker that answers nothing holds the dispatcher that long",
             ));
         }
-        if self.dispatch_idle_ms == 0 {
-            return Err(invalid("dispatch_idle_ms", "must be positive"));
+        if self.dispatcher.idle_ms == 0 {
+            return Err(invalid("dispatcher.idle_ms", "must be positive"));
         }
-        if self.dispatch_lookahead_ms > DISPATCH_LOOKAHEAD_MAX_MS {
+        if self.dispatcher.lookahead_ms > DISPATCH_LOOKAHEAD_MAX_MS {
             return Err(invalid(
-                "dispatch_lookahead_ms",
+                "dispatcher.lookahead_ms",
                 "must be at most 1000 (a claimed job cannot be cancelled any more)",
             ));
         }
@@ -1116,32 +1549,32 @@ impl Config {
                 ),
             });
         }
-        if let Some(url) = &self.notify_webhook_url {
+        if let Some(url) = &self.notify.webhook_url {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 return Err(invalid(
-                    "notify_webhook_url",
+                    "notify.webhook_url",
                     "must start with http:// or https://",
                 ));
             }
         }
-        if !(1_000..=604_800_000).contains(&self.notify_backlog_ms) {
+        if !(1_000..=604_800_000).contains(&self.notify.backlog_ms) {
             return Err(invalid(
-                "notify_backlog_ms",
+                "notify.backlog_ms",
                 "must be between 1000 and 604800000",
             ));
         }
-        if !(60_000..=604_800_000).contains(&self.notify_repeat_ms) {
+        if !(60_000..=604_800_000).contains(&self.notify.repeat_ms) {
             return Err(invalid(
-                "notify_repeat_ms",
+                "notify.repeat_ms",
                 "must be between 60000 and 604800000",
             ));
         }
-        if !(1..=10_000).contains(&self.gauge_topics_max) {
-            return Err(invalid("gauge_topics_max", "must be between 1 and 10000"));
+        if !(1..=10_000).contains(&self.gauges.topics_max) {
+            return Err(invalid("gauges.topics_max", "must be between 1 and 10000"));
         }
         if let Err(problem) = self.policy_default().validate() {
             return Err(ConfigError::Invalid {
-                field: "default_*".into(),
+                field: "jobs (expects_result, max_attempts, backoff_base_ms, backoff_cap_ms, ack_timeout_ms)".into(),
                 problem: format!("give an invalid result policy: {problem}"),
             });
         }
@@ -1152,9 +1585,9 @@ impl Config {
                 Some(problem)
             } else {
                 match &settings.dead_letter_topic {
-                    Some(dlt) if !dlt.is_empty() && job::topic_validate(dlt).is_err() => {
-                        Some("has a dead_letter_topic that is not a valid topic name".to_owned())
-                    }
+                    Some(dlt) if !dlt.is_empty() && job::topic_validate(dlt).is_err() => Some(
+                        "has a jobs.dead_letter_topic that is not a valid topic name".to_owned(),
+                    ),
                     _ => None,
                 }
             };
@@ -1165,36 +1598,36 @@ impl Config {
                 });
             }
         }
-        if job::topic_validate(&self.results_topic).is_err() {
-            return Err(invalid("results_topic", "must be a valid Kafka topic name"));
+        if job::topic_validate(&self.results.topic).is_err() {
+            return Err(invalid("results.topic", "must be a valid Kafka topic name"));
         }
-        if self.results_group.is_empty() {
-            return Err(invalid("results_group", "must not be empty"));
+        if self.results.group.is_empty() {
+            return Err(invalid("results.group", "must not be empty"));
         }
-        if self.results_topic_partitions < 1 {
-            return Err(invalid("results_topic_partitions", "must be at least 1"));
+        if self.results.topic_partitions < 1 {
+            return Err(invalid("results.topic_partitions", "must be at least 1"));
         }
-        if !(1..=10_000).contains(&self.results_batch) {
-            return Err(invalid("results_batch", "must be between 1 and 10000"));
+        if !(1..=10_000).contains(&self.results.batch) {
+            return Err(invalid("results.batch", "must be between 1 and 10000"));
         }
-        if self.retention_days > 36_500 {
+        if self.jobs.retention_days > 36_500 {
             return Err(invalid(
-                "retention_days",
+                "jobs.retention_days",
                 "must be at most 36500 (0 keeps finished jobs forever)",
             ));
         }
-        for pattern in &self.topics_allowed {
+        for pattern in &self.jobs.topics_allowed {
             if let Err(problem) = topic_pattern::validate(pattern) {
                 return Err(ConfigError::Invalid {
-                    field: "topics_allowed".into(),
+                    field: "jobs.topics_allowed".into(),
                     problem,
                 });
             }
         }
-        if let Some(dlt) = &self.dead_letter_topic {
+        if let Some(dlt) = &self.jobs.dead_letter_topic {
             if job::topic_validate(dlt).is_err() {
                 return Err(invalid(
-                    "dead_letter_topic",
+                    "jobs.dead_letter_topic",
                     "must be a valid Kafka topic name",
                 ));
             }
@@ -1202,13 +1635,23 @@ impl Config {
         Ok(())
     }
 
-    /// The names of every setting, as they appear in files and (upper-cased,
-    /// prefixed) in the environment.
+    /// The key path of every setting, as a file gives it (`roles`,
+    /// `loader.window_ms`; `ingress` and `topics` are tables of their own).
+    /// In the environment: [`env_name`].
     pub fn keys() -> Vec<String> {
-        match serde_json::to_value(Config::default()) {
-            Ok(serde_json::Value::Object(map)) => map.keys().cloned().collect(),
-            _ => Vec::new(),
+        let Ok(serde_json::Value::Object(map)) = serde_json::to_value(Config::default()) else {
+            return Vec::new();
+        };
+        let mut keys = Vec::new();
+        for (key, value) in map {
+            match value {
+                serde_json::Value::Object(section) if SECTIONS.contains(&key.as_str()) => {
+                    keys.extend(section.keys().map(|name| format!("{key}.{name}")));
+                }
+                _ => keys.push(key),
+            }
         }
+        keys
     }
 
     /// The settings as JSON, with every secret masked (`***`): passwords
@@ -1216,20 +1659,21 @@ impl Config {
     /// What `tickler config` prints.
     pub fn masked(&self) -> serde_json::Value {
         let mut shown = self.clone();
-        shown.mysql_url = url_masked(&shown.mysql_url);
+        shown.mysql.url = url_masked(&shown.mysql.url);
         // A Sentinel URL's commas separate sentinels within one URL.
-        shown.redis_url = if shown.redis_url.contains("+sentinel://") {
-            url_masked(&shown.redis_url)
+        shown.redis.url = if shown.redis.url.contains("+sentinel://") {
+            url_masked(&shown.redis.url)
         } else {
             shown
-                .redis_url
+                .redis
+                .url
                 .split(',')
                 .map(url_masked)
                 .collect::<Vec<_>>()
                 .join(",")
         };
-        shown.notify_webhook_url = shown.notify_webhook_url.as_deref().map(url_masked);
-        for (key, value) in shown.kafka_options.iter_mut() {
+        shown.notify.webhook_url = shown.notify.webhook_url.as_deref().map(url_masked);
+        for (key, value) in shown.kafka.options.iter_mut() {
             let key = key.to_ascii_lowercase();
             if key.contains("password") || key.contains("secret") || key.ends_with(".pem") {
                 *value = "***".to_owned();
@@ -1243,17 +1687,17 @@ impl Config {
     }
 
     pub fn window(&self) -> Duration {
-        Duration::from_millis(self.window_ms)
+        Duration::from_millis(self.loader.window_ms)
     }
 
     /// The result policy of jobs that set none themselves.
     pub fn policy_default(&self) -> Policy {
         Policy {
-            expects_result: self.default_expects_result,
-            max_attempts: self.default_max_attempts,
-            backoff_base_ms: self.default_backoff_base_ms,
-            backoff_cap_ms: self.default_backoff_cap_ms,
-            ack_timeout_ms: self.default_ack_timeout_ms,
+            expects_result: self.jobs.expects_result,
+            max_attempts: self.jobs.max_attempts,
+            backoff_base_ms: self.jobs.backoff_base_ms,
+            backoff_cap_ms: self.jobs.backoff_cap_ms,
+            ack_timeout_ms: self.jobs.ack_timeout_ms,
         }
     }
 
@@ -1278,7 +1722,7 @@ impl Config {
             .and_then(|t| t.dead_letter_topic.as_deref())
         {
             Some(topic_own) => Some(topic_own),
-            None => self.dead_letter_topic.as_deref(),
+            None => self.jobs.dead_letter_topic.as_deref(),
         };
         chosen.filter(|t| !t.is_empty())
     }
@@ -1288,14 +1732,14 @@ impl Config {
     /// and anything outside `topics_allowed`. A job on the results topic
     /// would be read as a report about someone else's job.
     pub fn topic_reserved(&self, topic: &str) -> Option<String> {
-        if topic == self.results_topic {
+        if topic == self.results.topic {
             return Some(format!("topic {topic:?} is tickler's results topic"));
         }
         let dead_letters = self
             .topics
             .values()
             .filter_map(|t| t.dead_letter_topic.as_deref())
-            .chain(self.dead_letter_topic.as_deref());
+            .chain(self.jobs.dead_letter_topic.as_deref());
         if dead_letters.into_iter().any(|dlt| dlt == topic) {
             return Some(format!("topic {topic:?} is a dead-letter topic"));
         }
@@ -1310,15 +1754,16 @@ impl Config {
         if self.ingress.reply_topic.as_deref() == Some(topic) {
             return Some(format!("topic {topic:?} is the ingress's reply topic"));
         }
-        if !self.topics_allowed.is_empty()
+        if !self.jobs.topics_allowed.is_empty()
             && !self
+                .jobs
                 .topics_allowed
                 .iter()
                 .any(|p| topic_pattern::matches(p, topic))
         {
             return Some(format!(
                 "topic {topic:?} is outside topics_allowed ({})",
-                self.topics_allowed.join(", ")
+                self.jobs.topics_allowed.join(", ")
             ));
         }
         None
@@ -1329,15 +1774,15 @@ impl Config {
     /// to be handed to the producer, whose record then lands or is given up
     /// (`kafka_message_timeout_ms`) `doubt_margin_ms` before the lease ends.
     pub fn claim_lease_least(&self, doubt_margin_ms: u64) -> u64 {
-        self.dispatch_lookahead_ms + self.kafka_message_timeout_ms + doubt_margin_ms + 500
+        self.dispatcher.lookahead_ms + self.kafka.message_timeout_ms + doubt_margin_ms + 500
     }
 
     pub fn claim_lease(&self) -> Duration {
-        Duration::from_millis(self.claim_lease_ms)
+        Duration::from_millis(self.dispatcher.claim_lease_ms)
     }
 
     pub fn instance_ttl(&self) -> Duration {
-        Duration::from_millis(self.instance_ttl_ms)
+        Duration::from_millis(self.cluster.instance_ttl_ms)
     }
 }
 
@@ -1349,21 +1794,18 @@ mod tests {
     fn the_doubts_timing_is_tickler_s_own_and_leaves_time_to_send() {
         let mut config = Config::default();
         config
-            .kafka_options
+            .kafka
+            .options
             .insert("message.timeout.ms".to_owned(), "60000".to_owned());
         let err = config.validate().unwrap_err().to_string();
-        assert!(err.contains("kafka_message_timeout_ms"), "{err}");
-        let config = Config {
-            doubt_margin_ms: 30_000,
-            ..Config::default()
-        };
+        assert!(err.contains("kafka.message_timeout_ms"), "{err}");
+        let mut config = Config::default();
+        config.kafka.doubt_margin_ms = 30_000;
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("claim_lease_ms"), "{err}");
-        let config = Config {
-            doubt_margin_ms: 30_000,
-            claim_lease_ms: 41_000,
-            ..Config::default()
-        };
+        let mut config = Config::default();
+        config.kafka.doubt_margin_ms = 30_000;
+        config.dispatcher.claim_lease_ms = 41_000;
         assert!(config.validate().is_ok());
     }
 
@@ -1380,36 +1822,38 @@ mod tests {
             "delivery.timeout.ms",
         ] {
             let mut config = Config::default();
-            config.kafka_options.insert(key.to_owned(), "1".to_owned());
+            config.kafka.options.insert(key.to_owned(), "1".to_owned());
             let err = config.validate().unwrap_err().to_string();
             assert!(
-                err.contains("kafka_options") && err.contains(&format!("may not set {key}:")),
+                err.contains("kafka.options") && err.contains(&format!("may not set {key}:")),
                 "{key}: {err}"
             );
         }
         let mut config = Config::default();
         config
-            .kafka_options
+            .kafka
+            .options
             .insert("security.protocol".to_owned(), "SSL".to_owned());
         config
-            .kafka_options
+            .kafka
+            .options
             .insert("compression.type".to_owned(), "zstd".to_owned());
         assert!(config.validate().is_ok(), "others pass through");
     }
 
     #[test]
     fn the_printed_configuration_masks_every_secret() {
-        let mut config = Config {
-            mysql_url: "mysql://tickler:hunter2@db:3306/tickler?ssl-mode=required".to_owned(),
-            redis_url: "redis://:pw@r1:6379,redis://r2:6379".to_owned(),
-            notify_webhook_url: Some("https://hooks.example/x?token=abc&x=1".to_owned()),
-            ..Config::default()
-        };
+        let mut config = Config::default();
+        config.mysql.url = "mysql://tickler:hunter2@db:3306/tickler?ssl-mode=required".to_owned();
+        config.redis.url = "redis://:pw@r1:6379,redis://r2:6379".to_owned();
+        config.notify.webhook_url = Some("https://hooks.example/x?token=abc&x=1".to_owned());
         config
-            .kafka_options
+            .kafka
+            .options
             .insert("sasl.password".to_owned(), "s3cret".to_owned());
         config
-            .kafka_options
+            .kafka
+            .options
             .insert("security.protocol".to_owned(), "SASL_SSL".to_owned());
         let shown = config.masked().to_string();
         for secret in ["hunter2", ":pw@", "s3cret", "abc"] {
@@ -1422,11 +1866,9 @@ mod tests {
         assert!(shown.contains("SASL_SSL"));
         assert!(shown.contains("token=***&x=1"), "{shown}");
 
-        let sentinel = Config {
-            redis_url: "redis+sentinel://app:pw1@s1:26379,s2:26379/m?sentinel_password=pw2"
-                .to_owned(),
-            ..Config::default()
-        };
+        let mut sentinel = Config::default();
+        sentinel.redis.url =
+            "redis+sentinel://app:pw1@s1:26379,s2:26379/m?sentinel_password=pw2".to_owned();
         let shown = sentinel.masked().to_string();
         for secret in ["pw1", "pw2"] {
             assert!(!shown.contains(secret), "{secret} in {shown}");
@@ -1442,8 +1884,8 @@ mod tests {
         figment::Jail::expect_with(|jail| {
             jail.set_env("TICKLER_KAFKA_MESSAGE_TIMEOUT_MS", "10000");
             let config = Config::load(None).map_err(|e| e.to_string())?;
-            assert_eq!(config.claim_lease_ms, 20 + 10_000 + 2_000 + 500);
-            jail.set_env("TICKLER_CLAIM_LEASE_MS", "6000");
+            assert_eq!(config.dispatcher.claim_lease_ms, 20 + 10_000 + 2_000 + 500);
+            jail.set_env("TICKLER_DISPATCHER_CLAIM_LEASE_MS", "6000");
             let err = Config::load(None).unwrap_err().to_string();
             assert!(err.contains("claim_lease_ms"), "{err}");
             Ok(())
@@ -1452,22 +1894,19 @@ mod tests {
 
     #[test]
     fn a_sentinel_redis_url_is_taken_and_tls_files_need_a_tls_scheme() {
-        let sentinel = |url: &str| Config {
-            redis_url: url.to_owned(),
-            ..Config::default()
+        let sentinel = |url: &str| {
+            let mut config = Config::default();
+            config.redis.url = url.to_owned();
+            config
         };
         sentinel("redis+sentinel://s1:26379,s2:26379/m")
             .validate()
             .unwrap();
-        let tls = Config {
-            redis_tls_ca: Some("/ca.pem".to_owned()),
-            ..sentinel("rediss+sentinel://s1/m")
-        };
+        let mut tls = sentinel("rediss+sentinel://s1/m");
+        tls.redis.tls_ca = Some("/ca.pem".to_owned());
         tls.validate().unwrap();
-        let plain = Config {
-            redis_tls_ca: Some("/ca.pem".to_owned()),
-            ..sentinel("redis+sentinel://s1/m")
-        };
+        let mut plain = sentinel("redis+sentinel://s1/m");
+        plain.redis.tls_ca = Some("/ca.pem".to_owned());
         let err = plain.validate().unwrap_err().to_string();
         assert!(err.contains("rediss+sentinel://"), "{err}");
         let err = sentinel("sentinel://s1/m")
@@ -1510,9 +1949,9 @@ mod tests {
     fn defaults_are_valid_and_point_at_local_services() {
         let config = Config::default();
         config.validate().unwrap();
-        assert!(config.mysql_url.contains("127.0.0.1:3306"));
-        assert_eq!(config.kafka_brokers, "127.0.0.1:9092");
-        assert_eq!(config.shards, 16);
+        assert!(config.mysql.url.contains("127.0.0.1:3306"));
+        assert_eq!(config.kafka.brokers, "127.0.0.1:9092");
+        assert_eq!(config.cluster.shards, 16);
         assert_eq!(config.window(), Duration::from_secs(600));
         for role in Role::ALL {
             assert!(config.has_role(role), "{role} runs by default");
@@ -1526,26 +1965,81 @@ mod tests {
             jail.set_env("TICKLER_REDIS_PREFIX", "from-env");
             jail.set_env("TICKLER_ROLES", "[api]");
             let config = Config::load(Some(Path::new("tickler.toml"))).unwrap();
-            assert_eq!(config.shards, 8);
-            assert_eq!(config.redis_prefix, "from-env");
+            assert_eq!(config.cluster.shards, 8);
+            assert_eq!(config.redis.prefix, "from-env");
             assert_eq!(config.roles, vec![Role::Api]);
             Ok(())
         });
     }
 
     #[test]
+    fn flat_names_of_before_the_sections_are_read_as_their_new_ones_and_named() {
+        figment::Jail::expect_with(|jail| {
+            jail.create_file(
+                "tickler.toml",
+                "window_ms = 300000\nclaim_lease_ms = 9000\n[loader]\nbatch = 700\n[kafka]\nbrokers = \"k:9092\"\n",
+            )?;
+            jail.set_env("TICKLER_SHARDS", "8");
+            jail.set_env("TICKLER_DISPATCH_BATCH", "100");
+            // Both names: the new one wins.
+            jail.set_env("TICKLER_DISPATCHER_BATCH", "200");
+            jail.set_env("TICKLER_LOADER_INTERVAL_MS", "500");
+            // Kept for good (the contract names it): read, no warning.
+            jail.set_env("TICKLER_HTTP_ADDR", "127.0.0.1:9999");
+            let config = Config::load(Some(Path::new("tickler.toml"))).unwrap();
+            assert_eq!(config.api.addr, "127.0.0.1:9999");
+            assert_eq!(config.loader.window_ms, 300_000);
+            assert_eq!(config.dispatcher.claim_lease_ms, 9_000);
+            assert_eq!(config.loader.batch, 700);
+            assert_eq!(config.kafka.brokers, "k:9092");
+            assert_eq!(config.cluster.shards, 8);
+            assert_eq!(config.dispatcher.batch, 200);
+            assert_eq!(config.loader.interval_ms, 500);
+            let renamed: Vec<(&str, &str)> = config
+                .renamed
+                .iter()
+                .map(|(old, new)| (old.as_str(), new.as_str()))
+                .collect();
+            for pair in [
+                ("window_ms", "loader.window_ms"),
+                ("claim_lease_ms", "dispatcher.claim_lease_ms"),
+                ("TICKLER_SHARDS", "TICKLER_CLUSTER_SHARDS"),
+                ("TICKLER_DISPATCH_BATCH", "TICKLER_DISPATCHER_BATCH"),
+            ] {
+                assert!(renamed.contains(&pair), "{pair:?} in {renamed:?}");
+            }
+            // A name already new, and one that is the same either way, are
+            // no renaming.
+            assert_eq!(renamed.len(), 4, "{renamed:?}");
+            // What `tickler config` prints is the new form.
+            let shown = config.masked();
+            assert_eq!(shown["loader"]["window_ms"], 300_000);
+            assert!(shown.get("window_ms").is_none(), "{shown}");
+            Ok(())
+        });
+        // Every flat name maps to a setting that exists, and no two share one.
+        let keys = Config::keys();
+        let mut seen = std::collections::HashSet::new();
+        for (old, new) in RENAMED {
+            assert!(keys.iter().any(|k| k == new), "{old} -> {new}");
+            assert!(seen.insert(*new), "{new} twice");
+            assert!(!keys.iter().any(|k| k == old), "{old} is still a key");
+        }
+    }
+
+    #[test]
     fn bad_values_are_named_in_the_error() {
         figment::Jail::expect_with(|jail| {
-            jail.set_env("TICKLER_SHARDS", "0");
+            jail.set_env("TICKLER_CLUSTER_SHARDS", "0");
             let err = Config::load(None).unwrap_err().to_string();
             assert!(err.contains("shards"), "{err}");
-            jail.set_env("TICKLER_SHARDS", "many");
+            jail.set_env("TICKLER_CLUSTER_SHARDS", "many");
             let err = Config::load(None).unwrap_err().to_string();
             assert!(
-                err.contains("\"SHARDS\"") && err.contains("TICKLER_"),
+                err.contains("cluster.shards") && err.contains("TICKLER_CLUSTER_SHARDS"),
                 "{err}"
             );
-            jail.set_env("TICKLER_SHARDS", "8");
+            jail.set_env("TICKLER_CLUSTER_SHARDS", "8");
             jail.set_env("TICKLER_ROLES", "[api, reaper]");
             let err = Config::load(None).unwrap_err().to_string();
             assert!(
@@ -1562,32 +2056,31 @@ mod tests {
             assert!(err.contains("reaper") && err.contains("roles"), "{err}");
             Ok(())
         });
-        let config = Config {
-            retention_days: 40_000,
-            ..Config::default()
-        };
+        let mut config = Config::default();
+        config.jobs.retention_days = 40_000;
         let err = config.validate().unwrap_err().to_string();
         assert!(err.contains("retention_days"), "{err}");
-        let config = Config {
-            dispatch_lookahead_ms: 5_000,
-            ..Config::default()
-        };
+        let mut config = Config::default();
+        config.dispatcher.lookahead_ms = 5_000;
         let err = config.validate().unwrap_err().to_string();
-        assert!(err.contains("dispatch_lookahead_ms"), "{err}");
+        assert!(err.contains("dispatcher.lookahead_ms"), "{err}");
         // Absurd durations are refused at start-up, not met as an overflow
         // in a role (a lease added to an instant, a window to a time).
         figment::Jail::expect_with(|jail| {
-            jail.set_env("TICKLER_CLAIM_LEASE_MS", u64::MAX.to_string());
+            jail.set_env("TICKLER_DISPATCHER_CLAIM_LEASE_MS", u64::MAX.to_string());
             let err = Config::load(None).unwrap_err().to_string();
             assert!(
                 err.contains("claim_lease_ms must be at most 315360000000"),
                 "{err}"
             );
-            jail.set_env("TICKLER_CLAIM_LEASE_MS", "30000");
-            jail.set_env("TICKLER_WINDOW_MS", (DURATION_MAX_MS + 1).to_string());
+            jail.set_env("TICKLER_DISPATCHER_CLAIM_LEASE_MS", "30000");
+            jail.set_env(
+                "TICKLER_LOADER_WINDOW_MS",
+                (DURATION_MAX_MS + 1).to_string(),
+            );
             let err = Config::load(None).unwrap_err().to_string();
             assert!(err.contains("window_ms must be at most"), "{err}");
-            jail.set_env("TICKLER_WINDOW_MS", DURATION_MAX_MS.to_string());
+            jail.set_env("TICKLER_LOADER_WINDOW_MS", DURATION_MAX_MS.to_string());
             assert!(Config::load(None).is_ok());
             Ok(())
         });
@@ -1633,10 +2126,8 @@ mod tests {
 
     #[test]
     fn tickler_and_kafka_topics_are_reserved() {
-        let mut config = Config {
-            dead_letter_topic: Some("dead".to_owned()),
-            ..Config::default()
-        };
+        let mut config = Config::default();
+        config.jobs.dead_letter_topic = Some("dead".to_owned());
         config.topics.insert(
             "orders".to_owned(),
             TopicConfig {
@@ -1653,65 +2144,57 @@ mod tests {
             assert!(config.topic_reserved(topic).is_some(), "{topic}");
         }
         assert!(config.topic_reserved("orders").is_none());
-        config.topics_allowed = vec!["orders*".to_owned()];
+        config.jobs.topics_allowed = vec!["orders*".to_owned()];
         assert!(config.topic_reserved("orders.eu").is_none());
         assert!(config.topic_reserved("payments").is_some());
-        config.topics_allowed = vec!["bad pattern".to_owned()];
+        config.jobs.topics_allowed = vec!["bad pattern".to_owned()];
         assert!(config.validate().is_err());
     }
 
     #[test]
     fn anonymous_access_stays_on_loopback_unless_allowed_on_purpose() {
-        let mut config = Config {
-            auth: AuthMode::None,
-            http_addr: "0.0.0.0:8080".to_owned(),
-            ..Config::default()
-        };
+        let mut config = Config::default();
+        config.api.auth = AuthMode::None;
+        config.api.addr = "0.0.0.0:8080".to_owned();
         let err = config.validate().unwrap_err().to_string();
         assert!(
             err.contains("auth") && err.contains("allow_anonymous"),
             "{err}"
         );
-        config.allow_anonymous = true;
+        config.api.allow_anonymous = true;
         config.validate().unwrap();
-        config.allow_anonymous = false;
-        config.http_addr = "127.0.0.1:8080".to_owned();
+        config.api.allow_anonymous = false;
+        config.api.addr = "127.0.0.1:8080".to_owned();
         config.validate().unwrap();
-        config.http_addr = "[::1]:8080".to_owned();
+        config.api.addr = "[::1]:8080".to_owned();
         config.validate().unwrap();
-        config.http_addr = "0.0.0.0:8080".to_owned();
-        config.auth = AuthMode::Tokens;
+        config.api.addr = "0.0.0.0:8080".to_owned();
+        config.api.auth = AuthMode::Tokens;
         config.validate().unwrap();
         config.roles = vec![Role::Dispatcher];
-        config.auth = AuthMode::None;
+        config.api.auth = AuthMode::None;
         config.validate().unwrap();
     }
 
     #[test]
     fn tls_settings_come_in_working_sets() {
-        let config = Config {
-            api_tls_cert: Some("cert.pem".to_owned()),
-            ..Config::default()
-        };
+        let mut config = Config::default();
+        config.api.tls_cert = Some("cert.pem".to_owned());
         assert!(config
             .validate()
             .unwrap_err()
             .to_string()
-            .contains("api_tls_key"));
-        let config = Config {
-            redis_tls_ca: Some("ca.pem".to_owned()),
-            ..Config::default()
-        };
+            .contains("api.tls_key"));
+        let mut config = Config::default();
+        config.redis.tls_ca = Some("ca.pem".to_owned());
         assert!(config
             .validate()
             .unwrap_err()
             .to_string()
             .contains("rediss://"));
-        let config = Config {
-            redis_url: "rediss://127.0.0.1:6380".to_owned(),
-            redis_tls_ca: Some("ca.pem".to_owned()),
-            ..Config::default()
-        };
+        let mut config = Config::default();
+        config.redis.url = "rediss://127.0.0.1:6380".to_owned();
+        config.redis.tls_ca = Some("ca.pem".to_owned());
         config.validate().unwrap();
     }
 
@@ -1825,7 +2308,7 @@ mod tests {
             "ingress.reply_topic",
         );
         refused(
-            &|c| c.ingress.group = c.results_group.clone(),
+            &|c| c.ingress.group = c.results.group.clone(),
             "ingress.group",
         );
         refused(&|c| c.ingress.batch = 0, "ingress.batch");

@@ -212,8 +212,8 @@ impl Doctor {
     async fn rescue_claims(&self) -> Result<usize, String> {
         let resume = std::sync::Mutex::new(crate::kafka::readback::Resume::default());
         let read_back = crate::reconciler::ReadBack {
-            brokers: &self.config.kafka_brokers,
-            options: &self.config.kafka_options,
+            brokers: &self.config.kafka.brokers,
+            options: &self.config.kafka.options,
             wait: crate::reconciler::READBACK_WAIT,
             resume: &resume,
         };
@@ -368,7 +368,7 @@ impl Doctor {
             count: missing.len() as u64,
             ids: missing.iter().take(IDS_SHOWN).map(|(id, _)| *id).collect(),
             fix: Some(
-                "tickler doctor --repair indexes them; left alone, the reconciler re-feeds each once it is reconcile_grace_ms overdue (late, never lost)".to_owned(),
+                "tickler doctor --repair indexes them; left alone, the reconciler re-feeds each once it is reconciler.grace_ms overdue (late, never lost)".to_owned(),
             ),
         };
         candidates.unindexed = missing;
@@ -466,7 +466,7 @@ impl Doctor {
             count,
             ids: Vec::new(),
             fix: Some(
-                "the reconciler reads their topics back every reconcile_interval_ms and marks each dispatched or returns it to pending — is an instance with the reconciler role running (tickler instances), and can it read Kafka? tickler doctor --repair does it now".to_owned(),
+                "the reconciler reads their topics back every reconciler.interval_ms and marks each dispatched or returns it to pending — is an instance with the reconciler role running (tickler instances), and can it read Kafka? tickler doctor --repair does it now".to_owned(),
             ),
         })
     }
@@ -510,8 +510,8 @@ impl Doctor {
         let mut expired = 0;
         for position in &positions {
             let found = kafka::record_at(
-                &self.config.kafka_brokers,
-                &self.config.kafka_options,
+                &self.config.kafka.brokers,
+                &self.config.kafka.options,
                 &position.topic,
                 position.partition,
                 position.offset,
@@ -556,7 +556,7 @@ impl Doctor {
                         summary: format!("Kafka could not be read: {err}"),
                         count: 0,
                         ids: Vec::new(),
-                        fix: Some("check kafka_brokers and the broker".to_owned()),
+                        fix: Some("check kafka.brokers and the broker".to_owned()),
                     }
                 }
             }
@@ -610,8 +610,8 @@ impl Doctor {
         self.check_group_lag(
             "results_lag",
             "the results consumer",
-            &self.config.results_group,
-            &self.config.results_topic,
+            &self.config.results.group,
+            &self.config.results.topic,
             "is an instance with the results role running and keeping up? (tickler instances, tickler_results_applied_total)",
         )
         .await
@@ -647,8 +647,8 @@ impl Doctor {
     ) -> Finding {
         let summary = |lag: i64| format!("{who} ({group}) is {lag} records behind on {topic}");
         match kafka::group_lag(
-            &self.config.kafka_brokers,
-            &self.config.kafka_options,
+            &self.config.kafka.brokers,
+            &self.config.kafka.options,
             group,
             topic,
         )
@@ -670,7 +670,7 @@ impl Doctor {
                 count: 0,
                 ids: Vec::new(),
                 fix: Some(format!(
-                    "check kafka_brokers, {topic} and the group {group}"
+                    "check kafka.brokers, {topic} and the group {group}"
                 )),
             },
         }
@@ -746,7 +746,7 @@ impl Doctor {
             count: broken.len() as u64,
             ids: Vec::new(),
             fix: Some(format!(
-                "drop them ({}) and run tickler migrate with history_hand_edits = trigger from an account that stays, or set history_hand_edits = off (docs/schema.md, \"History\")",
+                "drop them ({}) and run tickler migrate with mysql.history_hand_edits = trigger from an account that stays, or set mysql.history_hand_edits = off (docs/schema.md, \"History\")",
                 broken
                     .iter()
                     .map(|t| format!("DROP TRIGGER {};", t.name))
@@ -817,6 +817,6 @@ fn unreachable_store(check: &'static str, err: DoctorError) -> Finding {
         summary: format!("could not check: {err}"),
         count: 0,
         ids: Vec::new(),
-        fix: Some("check that the stores answer (tickler's mysql_url, redis_url)".to_owned()),
+        fix: Some("check that the stores answer (tickler's mysql.url, redis.url)".to_owned()),
     }
 }

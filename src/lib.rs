@@ -10,7 +10,7 @@
 //!   how times are written
 //! - [`policy`]     — a job's result policy: attempts, backoff, ack timeout
 //! - [`topic_pattern`] — `orders.*`: the topic patterns of tokens and
-//!   `topics_allowed`
+//!   `jobs.topics_allowed`
 //! - [`store`]      — MySQL: the only code that speaks SQL; migrations
 //! - [`index`]      — Redis: the only code that speaks Redis; scripts in `lua/`
 //! - [`service`]    — the one loop of every role that works in passes

@@ -54,8 +54,8 @@ impl LoaderConfig {
     pub fn from_config(config: &Config) -> Self {
         LoaderConfig {
             window: config.window(),
-            interval: Duration::from_millis(config.loader_interval_ms),
-            batch: config.loader_batch,
+            interval: Duration::from_millis(config.loader.interval_ms),
+            batch: config.loader.batch,
             overlap: OVERLAP,
         }
     }

@@ -1,6 +1,6 @@
 //! The materializer: creates the occurrences of recurring schedules as
 //! ordinary jobs, ahead of time — every occurrence within
-//! `schedule_lookahead_ms`, and always the next one — so that the loader
+//! `schedules.lookahead_ms`, and always the next one — so that the loader
 //! indexes them like any job and every job feature applies to them. It runs
 //! with the loader's role, on as many instances as run it: an occurrence's
 //! deterministic key and the schedule's row lock make creating one twice
@@ -27,9 +27,9 @@ pub const DUE_BATCH: u32 = 200;
 /// The materializer's settings.
 #[derive(Debug, Clone)]
 pub struct MaterializerConfig {
-    /// Occurrences due within this are created (`schedule_lookahead_ms`).
+    /// Occurrences due within this are created (`schedules.lookahead_ms`).
     pub lookahead: Duration,
-    /// Time between passes (`schedule_interval_ms`).
+    /// Time between passes (`schedules.interval_ms`).
     pub interval: Duration,
     /// Occurrences due within the loader's window are indexed at once.
     pub window: Duration,
@@ -46,8 +46,8 @@ impl Default for MaterializerConfig {
 impl MaterializerConfig {
     pub fn from_config(config: &Config) -> Self {
         MaterializerConfig {
-            lookahead: Duration::from_millis(config.schedule_lookahead_ms),
-            interval: Duration::from_millis(config.schedule_interval_ms),
+            lookahead: Duration::from_millis(config.schedules.lookahead_ms),
+            interval: Duration::from_millis(config.schedules.interval_ms),
             window: config.window(),
             batch: DUE_BATCH,
         }

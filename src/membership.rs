@@ -2,7 +2,7 @@
 //! them through leases in MySQL.
 //!
 //! Every instance registers a row in `instances` and beats its heart on the
-//! database's clock every fifth of `instance_ttl_ms`. Each round it also:
+//! database's clock every fifth of `cluster.instance_ttl_ms`. Each round it also:
 //!
 //! 1. **Balances the shards** (dispatcher role): with `n` live dispatchers
 //!    and `N` shards, each should hold `N / n` (the first `N mod n` by id
@@ -24,7 +24,7 @@
 //!
 //! Correctness never depends on the leases — the MySQL compare-and-set on
 //! `status` does — only promptness: a dead instance's jobs go out within
-//! `instance_ttl_ms` plus a round.
+//! `cluster.instance_ttl_ms` plus a round.
 
 use std::collections::{BTreeMap, HashSet};
 use std::sync::Arc;
@@ -55,10 +55,10 @@ pub struct MembershipConfig {
     /// Whether this instance dispatches (and so holds shards).
     pub dispatcher: bool,
     /// How long after a dead instance's claims are put in doubt nothing of
-    /// them can still become visible: `kafka_message_timeout_ms` and
-    /// `doubt_margin_ms`.
+    /// them can still become visible: `kafka.message_timeout_ms` and
+    /// `kafka.doubt_margin_ms`.
     pub doubt_quiet: Duration,
-    /// `doubt_margin_ms`: how long the claims of an instance whose process
+    /// `kafka.doubt_margin_ms`: how long the claims of an instance whose process
     /// is known to have exited stay in doubt (nothing of them is left in a
     /// producer; only what was on the wire can still become visible).
     pub doubt_margin: Duration,
@@ -74,10 +74,10 @@ impl MembershipConfig {
             ttl,
             heartbeat: (ttl / 5).max(Duration::from_millis(100)),
             dispatcher: config.has_role(Role::Dispatcher),
-            doubt_margin: Duration::from_millis(config.doubt_margin_ms),
-            doubt_quiet: Duration::from_millis(config.kafka_message_timeout_ms)
-                + Duration::from_millis(config.doubt_margin_ms),
-            shards_initial: config.shards,
+            doubt_margin: Duration::from_millis(config.kafka.doubt_margin_ms),
+            doubt_quiet: Duration::from_millis(config.kafka.message_timeout_ms)
+                + Duration::from_millis(config.kafka.doubt_margin_ms),
+            shards_initial: config.cluster.shards,
             info: InstanceInfo {
                 host: hostname(),
                 pid: std::process::id(),
@@ -378,7 +378,7 @@ impl Membership {
         match self.store.instance_leave(id).await {
             Ok(()) => tracing::info!(instance = id, "instance left; its shards are free"),
             Err(err) => {
-                tracing::warn!(error = %err, "cannot leave; the shards free up after instance_ttl_ms")
+                tracing::warn!(error = %err, "cannot leave; the shards free up after cluster.instance_ttl_ms")
             }
         }
     }
@@ -414,7 +414,7 @@ impl Membership {
             tracing::warn!(
                 ?beat,
                 incarnation,
-                "this instance was taken for dead (heartbeat older than instance_ttl_ms): nothing it claimed before is sent"
+                "this instance was taken for dead (heartbeat older than cluster.instance_ttl_ms): nothing it claimed before is sent"
             );
             metrics::instance_lapsed();
             // In one change, before the beat makes it alive again: a

@@ -167,7 +167,7 @@ declare! {
     },
     API_CONNECTIONS = Gauge {
         name: "tickler_api_connections",
-        help: "Connections the API holds open (at most api_max_connections).",
+        help: "Connections the API holds open (at most api.max_connections).",
     },
     API_REFUSED = Counter {
         name: "tickler_api_refused_total",
@@ -349,7 +349,7 @@ declare! {
     },
     JOBS_PURGED = Counter {
         name: "tickler_jobs_purged_total",
-        help: "Finished jobs deleted after retention_days, with their history.",
+        help: "Finished jobs deleted after jobs.retention_days, with their history.",
     },
     SCHEDULE_OCCURRENCES = Counter {
         name: "tickler_schedule_occurrences_total",

@@ -43,9 +43,9 @@ pub struct Notifier {
 }
 
 impl Notifier {
-    /// None when no `notify_webhook_url` is set.
+    /// None when no `notify.webhook_url` is set.
     pub fn from_config(config: &Config) -> Option<Notifier> {
-        let url = config.notify_webhook_url.clone()?;
+        let url = config.notify.webhook_url.clone()?;
         let http = reqwest::Client::builder()
             .timeout(Duration::from_secs(5))
             .user_agent(concat!("tickler/", env!("CARGO_PKG_VERSION")))
@@ -54,11 +54,13 @@ impl Notifier {
         Some(Notifier {
             url,
             http,
-            backlog_after: Duration::from_millis(config.notify_backlog_ms),
-            repeat: Duration::from_millis(config.notify_repeat_ms),
+            backlog_after: Duration::from_millis(config.notify.backlog_ms),
+            repeat: Duration::from_millis(config.notify.repeat_ms),
             dead_until: None,
             told: HashMap::new(),
-            lookback: Duration::from_millis(2 * config.truth_interval_ms + config.instance_ttl_ms),
+            lookback: Duration::from_millis(
+                2 * config.gauges.interval_ms + config.cluster.instance_ttl_ms,
+            ),
             backlog_said: None,
         })
     }

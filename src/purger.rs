@@ -1,5 +1,5 @@
 //! The purger (part of the reconciler's role): deletes finished jobs past
-//! `retention_days`, with their history, in small batches. Once a minute;
+//! `jobs.retention_days`, with their history, in small batches. Once a minute;
 //! while a purge finds more than one pass's share, it goes on at every
 //! reconcile interval until it has caught up, so that the purge keeps pace
 //! with any steady rate of jobs.
@@ -39,18 +39,18 @@ pub const SHARE: u64 = 10_000;
 
 impl PurgerConfig {
     pub fn from_config(config: &Config) -> Self {
-        let retention = if config.retention_ms > 0 {
-            Some(Duration::from_millis(config.retention_ms))
+        let retention = if config.jobs.retention_ms > 0 {
+            Some(Duration::from_millis(config.jobs.retention_ms))
         } else {
-            (config.retention_days > 0)
-                .then(|| Duration::from_secs(u64::from(config.retention_days) * 86_400))
+            (config.jobs.retention_days > 0)
+                .then(|| Duration::from_secs(u64::from(config.jobs.retention_days) * 86_400))
         };
         PurgerConfig {
             retention,
             // A retention shorter than two minutes (a soak's) is kept to
             // within half of itself.
             interval: retention.map_or(INTERVAL, |r| INTERVAL.min(r / 2)),
-            interval_behind: Duration::from_millis(config.reconcile_interval_ms),
+            interval_behind: Duration::from_millis(config.reconciler.interval_ms),
             batch: BATCH,
             share: SHARE,
         }

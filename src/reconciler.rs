@@ -19,7 +19,7 @@
 //!    them, or the write after an INSERT never landed).
 //!
 //! Beside it in the same role, the [`crate::purger`] deletes finished jobs
-//! past `retention_days`.
+//! past `jobs.retention_days`.
 //!
 //! Its cost follows the number of overdue and in-flight rows — both range
 //! scans on `(status, schedule_time)` — never the number of far-future jobs.
@@ -78,12 +78,12 @@ impl Default for ReconcilerConfig {
 impl ReconcilerConfig {
     pub fn from_config(config: &Config) -> Self {
         ReconcilerConfig {
-            interval: Duration::from_millis(config.reconcile_interval_ms),
-            grace: Duration::from_millis(config.reconcile_grace_ms),
+            interval: Duration::from_millis(config.reconciler.interval_ms),
+            grace: Duration::from_millis(config.reconciler.grace_ms),
             batch: BATCH,
             max_per_pass: MAX_PER_PASS,
-            brokers: config.kafka_brokers.clone(),
-            kafka_options: config.kafka_options.clone(),
+            brokers: config.kafka.brokers.clone(),
+            kafka_options: config.kafka.options.clone(),
             readback_wait: READBACK_WAIT,
         }
     }

@@ -1,6 +1,6 @@
 //! The reporter role: on the one instance that reports (the live
 //! reconciler with the lowest id), computes the [`Truth`] every
-//! `truth_interval_ms`, publishes it as gauges and hands it to the webhook
+//! `gauges.interval_ms`, publishes it as gauges and hands it to the webhook
 //! [`Notifier`]; every other instance publishes zeros.
 
 use std::collections::BTreeSet;
@@ -22,11 +22,11 @@ use crate::truth::{topics_capped, Counts, Truth};
 /// The reporter's settings.
 #[derive(Debug, Clone)]
 pub struct ReporterConfig {
-    /// Time between reports (`truth_interval_ms`).
+    /// Time between reports (`gauges.interval_ms`).
     pub interval: Duration,
     /// An instance silent for this long is not the reporter.
     pub instance_ttl: Duration,
-    /// Topics with a series of their own; the rest are summed (`gauge_topics_max`).
+    /// Topics with a series of their own; the rest are summed (`gauges.topics_max`).
     pub topics_max: usize,
     /// The deployment's settings, which the truth is computed against (the
     /// window, Kafka, the results topic) and the notifier built from.
@@ -42,9 +42,9 @@ impl Default for ReporterConfig {
 impl ReporterConfig {
     pub fn from_config(config: Arc<Config>) -> Self {
         ReporterConfig {
-            interval: Duration::from_millis(config.truth_interval_ms),
+            interval: Duration::from_millis(config.gauges.interval_ms),
             instance_ttl: config.instance_ttl(),
-            topics_max: config.gauge_topics_max,
+            topics_max: config.gauges.topics_max,
             settings: config,
         }
     }

@@ -1,4 +1,4 @@
-//! The topic-pattern language of `topics_allowed` and of tokens' topics: a
+//! The topic-pattern language of `jobs.topics_allowed` and of tokens' topics: a
 //! topic name in which `*` stands for any run of characters. Matching and
 //! checking live here; its translation to SQL `LIKE` lives in the store.
 

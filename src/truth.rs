@@ -30,7 +30,7 @@ pub const SCHEDULE_BEHIND: Duration = Duration::from_secs(60);
 const LATENESS_SAMPLE: u32 = 2_000;
 const LATENESS_SPAN: Duration = Duration::from_secs(3_600);
 
-/// The topic every topic past `gauge_topics_max` is summed under.
+/// The topic every topic past `gauges.topics_max` is summed under.
 pub const OTHER_TOPICS: &str = "_other";
 
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
@@ -107,7 +107,7 @@ impl Truth {
     }
 
     /// [`Truth::compute`], counting jobs by status and topic only when
-    /// `counts` is older than `truth_counts_interval_ms`: that is the one
+    /// `counts` is older than `gauges.counts_interval_ms`: that is the one
     /// figure whose cost grows with the table (an index-only scan of every
     /// live job: seconds at ten million).
     pub async fn compute_with(
@@ -118,7 +118,7 @@ impl Truth {
     ) -> Result<Truth, StoreError> {
         let started = Instant::now();
         let at = store.db_now().await?;
-        let fresh = Duration::from_millis(config.truth_counts_interval_ms);
+        let fresh = Duration::from_millis(config.gauges.counts_interval_ms);
         let jobs = match &counts.0 {
             Some((counted, jobs)) if counted.elapsed() < fresh => jobs.clone(),
             _ => {
@@ -146,10 +146,10 @@ impl Truth {
             }
         };
         let results_lag = match kafka::group_lag(
-            &config.kafka_brokers,
-            &config.kafka_options,
-            &config.results_group,
-            &config.results_topic,
+            &config.kafka.brokers,
+            &config.kafka.options,
+            &config.results.group,
+            &config.results.topic,
         )
         .await
         {
@@ -162,8 +162,8 @@ impl Truth {
         let mut ingress_lag = Vec::new();
         for topic in config.ingress.topics.keys() {
             let lag = kafka::group_lag(
-                &config.kafka_brokers,
-                &config.kafka_options,
+                &config.kafka.brokers,
+                &config.kafka.options,
                 &config.ingress.group,
                 topic,
             )

@@ -21,7 +21,7 @@ async fn refused(env: &TestEnv, body: Value) -> (u16, String) {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn bad_requests_get_a_stable_4xx_code_and_write_nothing() {
-    let env = TestEnv::start_with(|c| c.payload_max_bytes = 1024).await;
+    let env = TestEnv::start_with(|c| c.jobs.payload_max_bytes = 1024).await;
     let topic = env.topic.clone();
     let cases = [
         (json!({"payload": 1, "delay_ms": 10}), 400, "invalid_topic"),

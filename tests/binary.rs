@@ -21,12 +21,15 @@ fn tickler() -> Command {
 fn a_bad_setting_stops_start_up_with_a_message_naming_it() {
     let output = tickler()
         .arg("migrate")
-        .env("TICKLER_SHARDS", "0")
+        .env("TICKLER_CLUSTER_SHARDS", "0")
         .output()
         .unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
-    assert!(stderr.contains("invalid configuration: shards"), "{stderr}");
+    assert!(
+        stderr.contains("invalid configuration: cluster.shards"),
+        "{stderr}"
+    );
 
     let output = tickler()
         .args(["migrate", "--config", "/nonexistent/tickler.toml"])
@@ -37,18 +40,39 @@ fn a_bad_setting_stops_start_up_with_a_message_naming_it() {
     assert!(stderr.contains("tickler.toml"), "{stderr}");
 }
 
+/// A flat name of before the sections still works for one release, and
+/// says what it is called now; `tickler config` prints the new form.
+#[test]
+fn a_flat_setting_name_is_read_and_its_new_name_said() {
+    let output = tickler()
+        .arg("config")
+        .env("TICKLER_WINDOW_MS", "300000")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&output.stderr);
+    assert!(output.status.success(), "{stderr}");
+    assert!(
+        stderr.contains("TICKLER_WINDOW_MS is now TICKLER_LOADER_WINDOW_MS"),
+        "{stderr}"
+    );
+    let shown: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
+    assert_eq!(shown["loader"]["window_ms"], 300_000, "{shown}");
+    assert!(shown.get("window_ms").is_none(), "{shown}");
+}
+
 #[test]
 fn an_anonymous_api_beyond_loopback_is_refused_at_start_up() {
     let output = tickler()
         .arg("serve")
-        .env("TICKLER_AUTH", "none")
-        .env("TICKLER_HTTP_ADDR", "0.0.0.0:0")
+        .env("TICKLER_API_AUTH", "none")
+        .env("TICKLER_API_ADDR", "0.0.0.0:0")
         .output()
         .unwrap();
     assert!(!output.status.success());
     let stderr = String::from_utf8_lossy(&output.stderr);
     assert!(
-        stderr.contains("invalid configuration: auth") && stderr.contains("allow_anonymous"),
+        stderr.contains("invalid configuration: api.auth")
+            && stderr.contains("api.allow_anonymous"),
         "{stderr}"
     );
 }
@@ -106,10 +130,10 @@ async fn sigterm_finishes_the_batch_in_hand_and_exits_cleanly() {
         .arg("serve")
         .env("TICKLER_MYSQL_URL", &url)
         .env("TICKLER_REDIS_PREFIX", unique("tickler-t-"))
-        .env("TICKLER_HTTP_ADDR", &addr)
+        .env("TICKLER_API_ADDR", &addr)
         // One shard, small batches: the 400 jobs below take many passes.
-        .env("TICKLER_SHARDS", "1")
-        .env("TICKLER_DISPATCH_BATCH", "20")
+        .env("TICKLER_CLUSTER_SHARDS", "1")
+        .env("TICKLER_DISPATCHER_BATCH", "20")
         .stdout(Stdio::null())
         .spawn()
         .unwrap();
@@ -233,10 +257,10 @@ fn every_documented_environment_setting_is_taken_as_written() {
             let Some(rest) = rest.strip_prefix('=') else {
                 continue;
             };
-            let setting = name.to_ascii_lowercase();
-            if !settings.contains(&setting) {
+            let lower = name.to_ascii_lowercase();
+            let Some(setting) = settings.iter().find(|path| path.replace('.', "_") == lower) else {
                 continue;
-            }
+            };
             // 'quoted', or up to the next space or backtick.
             let value = match rest.strip_prefix('\'') {
                 Some(quoted) => &quoted[..quoted.find('\'').unwrap()],
@@ -257,7 +281,7 @@ fn every_documented_environment_setting_is_taken_as_written() {
                 file.display()
             );
             let shown: serde_json::Value = serde_json::from_slice(&output.stdout).unwrap();
-            let taken = &shown[&setting];
+            let taken = setting.split('.').fold(&shown, |value, key| &value[key]);
             let first = value
                 .trim_matches(|c| c == '{' || c == '[')
                 .split([',', '='])

@@ -348,7 +348,7 @@ async fn bad_bulk_requests_get_a_stable_code_and_start_nothing() {
     }
     // Redrive needs the admin scope; a writer may cancel, on its own topics.
     let writer = tickler_testkit::token_create(
-        &env.config.mysql_url,
+        &env.config.mysql.url,
         "bulk-writer",
         &[&topic],
         &["write", "read"],
@@ -510,7 +510,7 @@ async fn the_runner_takes_over_a_stalled_operation_in_one_pass() {
     let ids = seed(&env, &topic, "s", 3).await;
     env.stop().await;
     let store =
-        tickler::store::Store::connect_lazy(&env.config.mysql_url, 2, tickler::store::Actor::Api)
+        tickler::store::Store::connect_lazy(&env.config.mysql.url, 2, tickler::store::Actor::Api)
             .unwrap();
     let filter = BulkFilter {
         topic: Some(topic.clone()),

@@ -201,8 +201,8 @@ async fn a_job_answered_cancelled_never_reaches_kafka_even_racing_dispatch() {
     let rounds = 300;
     // Jobs due over ~1.5 s; each cancelled around the moment the
     // dispatcher claims it: at its due time, or up to three lookaheads
-    // before (it is claimed `dispatch_lookahead_ms` ahead).
-    let lookahead = env.config.dispatch_lookahead_ms as i64;
+    // before (it is claimed `dispatcher.lookahead_ms` ahead).
+    let lookahead = env.config.dispatcher.lookahead_ms as i64;
     // One batch request: created one by one on a loaded machine, the
     // first jobs were produced before the last was created, and no cancel
     // could race anything.
@@ -302,7 +302,7 @@ async fn concurrent_duplicate_creates_make_one_job() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_batch_reports_each_item_and_writes_the_valid_ones() {
-    let env = TestEnv::start_with(|c| c.batch_max = 5).await;
+    let env = TestEnv::start_with(|c| c.jobs.batch_max = 5).await;
     let consumer = env.consumer();
     env.job_create(json!({"key": "taken", "payload": 1, "run_at": "2031-01-01T00:00:00Z"}))
         .await;

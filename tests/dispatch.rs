@@ -163,8 +163,8 @@ async fn job_entering_the_window_later_is_loaded_and_fires_on_time() {
     // A window of 2 s: a job 3 s out is not indexed at create, the loader
     // brings it in as it enters the window, and it fires.
     let env = TestEnv::start_with(|c| {
-        c.window_ms = 2_000;
-        c.loader_interval_ms = 200;
+        c.loader.window_ms = 2_000;
+        c.loader.interval_ms = 200;
     })
     .await;
     let consumer = env.consumer();
@@ -219,7 +219,7 @@ async fn many_jobs_due_together_are_each_produced_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_on_a_missing_topic_fails_its_attempts_alone_and_holds_up_no_other_topic() {
     // topic_check off lets the job in, as a topic deleted after create would.
-    let env = TestEnv::start_with(|c| c.topic_check = tickler::config::TopicCheck::Off).await;
+    let env = TestEnv::start_with(|c| c.kafka.topic_check = tickler::config::TopicCheck::Off).await;
     let consumer = env.consumer();
     let missing = tickler_testkit::unique("tickler-missing-");
     let lost = env
@@ -235,7 +235,7 @@ async fn a_job_on_a_missing_topic_fails_its_attempts_alone_and_holds_up_no_other
 
     let records = records_read(&consumer, 5, Duration::from_secs(20)).await;
     assert_eq!(records.len(), 5, "every healthy job arrived");
-    let budget_ms = env.config.kafka_message_timeout_ms as i64 / 2;
+    let budget_ms = env.config.kafka.message_timeout_ms as i64 / 2;
     for record in &records {
         let at = |name: &str| -> i64 { record.header(name).unwrap().parse().unwrap() };
         let late_ms = at("tickler-dispatched-at") - at("tickler-scheduled-at");
@@ -313,7 +313,7 @@ async fn one_dispatcher_pass_reports_what_became_of_each_claimed_id() {
     // The API alone: the pass below is the only dispatcher.
     let env = TestEnv::start_with(|c| {
         c.roles = vec![Role::Api];
-        c.topic_check = tickler::config::TopicCheck::Off;
+        c.kafka.topic_check = tickler::config::TopicCheck::Off;
     })
     .await;
     let consumer = env.consumer();
@@ -341,9 +341,9 @@ async fn one_dispatcher_pass_reports_what_became_of_each_claimed_id() {
     let config = Arc::new(env.config.clone());
     let wake = Arc::new(tokio::sync::Notify::new());
     let topics = Topics::new(
-        &config.kafka_brokers,
-        &config.kafka_options,
-        Duration::from_millis(config.topic_refresh_ms),
+        &config.kafka.brokers,
+        &config.kafka.options,
+        Duration::from_millis(config.kafka.topic_refresh_ms),
     );
     topics.refresh_if_older(Duration::ZERO).await;
     let resolver = Resolver::new(
@@ -369,7 +369,7 @@ async fn one_dispatcher_pass_reports_what_became_of_each_claimed_id() {
     let stop = tokio_util::sync::CancellationToken::new();
     tokio::spawn(membership.run(stop.clone(), stop.clone()));
     ownership
-        .wait_for(|o| o.shards.len() == config.shards as usize)
+        .wait_for(|o| o.shards.len() == config.cluster.shards as usize)
         .await
         .unwrap();
     let dispatcher = Dispatcher::new(
@@ -414,7 +414,7 @@ async fn one_dispatcher_pass_reports_what_became_of_each_claimed_id() {
     env.finish().await;
 }
 
-/// The dispatcher claims a job due within `dispatch_lookahead_ms` ahead of
+/// The dispatcher claims a job due within `dispatcher.lookahead_ms` ahead of
 /// its time and holds it: in that stretch the row is `dispatching` (a cancel
 /// answers `in_flight`, so nothing answered `applied` is ever produced), and
 /// the record still leaves no sooner than the database's clock says the job
@@ -422,7 +422,7 @@ async fn one_dispatcher_pass_reports_what_became_of_each_claimed_id() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_claimed_ahead_is_held_until_its_time_and_no_longer_cancellable() {
     // A long lookahead, so the stretch is wide enough to look at.
-    let env = TestEnv::start_with(|c| c.dispatch_lookahead_ms = 1_000).await;
+    let env = TestEnv::start_with(|c| c.dispatcher.lookahead_ms = 1_000).await;
     let consumer = env.consumer();
     let job = env
         .job_create(json!({"payload": "held", "delay_ms": 2_500}))

@@ -432,13 +432,16 @@ fn env_of(env: &TestEnv) -> Vec<(String, String)> {
             "auth".into(),
             format!("authorization: Bearer {}", env.admin_secret),
         ),
-        ("TICKLER_MYSQL_URL".into(), config.mysql_url.clone()),
-        ("TICKLER_REDIS_URL".into(), config.redis_url.clone()),
-        ("TICKLER_REDIS_PREFIX".into(), config.redis_prefix.clone()),
-        ("TICKLER_KAFKA_BROKERS".into(), config.kafka_brokers.clone()),
-        ("TICKLER_SHARDS".into(), config.shards.to_string()),
-        ("TICKLER_RESULTS_TOPIC".into(), config.results_topic.clone()),
-        ("TICKLER_RESULTS_GROUP".into(), config.results_group.clone()),
+        ("TICKLER_MYSQL_URL".into(), config.mysql.url.clone()),
+        ("TICKLER_REDIS_URL".into(), config.redis.url.clone()),
+        ("TICKLER_REDIS_PREFIX".into(), config.redis.prefix.clone()),
+        ("TICKLER_KAFKA_BROKERS".into(), config.kafka.brokers.clone()),
+        (
+            "TICKLER_CLUSTER_SHARDS".into(),
+            config.cluster.shards.to_string(),
+        ),
+        ("TICKLER_RESULTS_TOPIC".into(), config.results.topic.clone()),
+        ("TICKLER_RESULTS_GROUP".into(), config.results.group.clone()),
     ]
 }
 
@@ -476,7 +479,7 @@ async fn shell_examples_run(file: &str) -> Vec<String> {
             let base_url = format!("http://127.0.0.1:{port}");
             let env = vec![
                 ("TICKLER_MYSQL_URL".to_owned(), url),
-                ("TICKLER_HTTP_ADDR".into(), format!("127.0.0.1:{port}")),
+                ("TICKLER_API_ADDR".into(), format!("127.0.0.1:{port}")),
                 ("TICKLER_URL".into(), base_url.clone()),
                 ("TICKLER_REDIS_PREFIX".into(), unique("tickler-t-")),
                 ("TICKLER_RESULTS_TOPIC".into(), unique("tickler-results-")),

@@ -40,13 +40,16 @@ fn doctor_bin(env: &TestEnv, args: &[&str]) -> std::process::Output {
     Command::new(env!("CARGO_BIN_EXE_tickler"))
         .arg("doctor")
         .args(args)
-        .env("TICKLER_MYSQL_URL", &env.config.mysql_url)
-        .env("TICKLER_REDIS_URL", &env.config.redis_url)
-        .env("TICKLER_REDIS_PREFIX", &env.config.redis_prefix)
-        .env("TICKLER_KAFKA_BROKERS", &env.config.kafka_brokers)
-        .env("TICKLER_RESULTS_TOPIC", &env.config.results_topic)
-        .env("TICKLER_RESULTS_GROUP", &env.config.results_group)
-        .env("TICKLER_SHARDS", env.config.shards.to_string())
+        .env("TICKLER_MYSQL_URL", &env.config.mysql.url)
+        .env("TICKLER_REDIS_URL", &env.config.redis.url)
+        .env("TICKLER_REDIS_PREFIX", &env.config.redis.prefix)
+        .env("TICKLER_KAFKA_BROKERS", &env.config.kafka.brokers)
+        .env("TICKLER_RESULTS_TOPIC", &env.config.results.topic)
+        .env("TICKLER_RESULTS_GROUP", &env.config.results.group)
+        .env(
+            "TICKLER_CLUSTER_SHARDS",
+            env.config.cluster.shards.to_string(),
+        )
         .env("TICKLER_LOG", "warn")
         .output()
         .unwrap()
@@ -146,8 +149,8 @@ async fn the_doctor_finds_each_injected_inconsistency_and_repairs_the_safe_ones(
 async fn the_doctor_reads_back_recorded_kafka_positions() {
     let env = start().await;
     let producer = tickler_testkit::producer(
-        &env.config.kafka_brokers,
-        &env.config.kafka_options,
+        &env.config.kafka.brokers,
+        &env.config.kafka.options,
         0,
         10_000,
     )
@@ -242,20 +245,20 @@ async fn the_doctor_sees_a_database_clock_apart_and_a_results_backlog() {
     let store = Store::connect_lazy(&url, 2, Actor::Reconciler).unwrap();
     let prefix = tickler_testkit::unique("tickler-t-");
     let config = tickler_testkit::test_config(&url, &prefix);
-    let index = Index::connect(&config.redis_url, &prefix, config.shards)
+    let index = Index::connect(&config.redis.url, &prefix, config.cluster.shards)
         .await
         .unwrap();
 
     // Three reports nobody has consumed.
-    tickler::kafka::topic_ensure(&config.kafka_brokers, &config.results_topic, 1)
+    tickler::kafka::topic_ensure(&config.kafka.brokers, &config.results.topic, 1)
         .await
         .unwrap();
     let producer =
-        tickler_testkit::producer(&config.kafka_brokers, &config.kafka_options, 0, 10_000).unwrap();
+        tickler_testkit::producer(&config.kafka.brokers, &config.kafka.options, 0, 10_000).unwrap();
     for _ in 0..3 {
         producer
             .send(
-                FutureRecord::<str, [u8]>::to(&config.results_topic).payload(b"{}"),
+                FutureRecord::<str, [u8]>::to(&config.results.topic).payload(b"{}"),
                 Duration::from_secs(10),
             )
             .await
@@ -339,7 +342,7 @@ async fn the_doctor_names_jobs_set_aside_as_unreadable() {
         .execute(&env.sql)
         .await
         .unwrap();
-    let fence = tickler_testkit::fence_all(&env.store, env.config.shards).await;
+    let fence = tickler_testkit::fence_all(&env.store, env.config.cluster.shards).await;
     let outcome = env
         .store
         .job_claim_many(&[id], 3, Duration::from_secs(30), &fence)

@@ -91,8 +91,8 @@ async fn record_as_a_dispatcher_sent_it(env: &TestEnv, id: u64, attempt: u32) ->
 /// Produces a record onto the test's topic; returns its (partition, offset).
 async fn produce(env: &TestEnv, key: &str, payload: &str, headers: OwnedHeaders) -> (i32, i64) {
     let producer = tickler_testkit::producer(
-        &env.config.kafka_brokers,
-        &env.config.kafka_options,
+        &env.config.kafka.brokers,
+        &env.config.kafka.options,
         1,
         10_000,
     )
@@ -157,7 +157,7 @@ async fn a_record_a_dead_instance_handed_to_the_broker_is_found_and_no_cancel_sa
     let id = env.job_create(json!({"payload": 1, "delay_ms": 0})).await["id"]
         .as_u64()
         .unwrap();
-    let zombie = fence_all(&env.store, env.config.shards).await;
+    let zombie = fence_all(&env.store, env.config.cluster.shards).await;
     claim(&env, id, 77, Duration::from_secs(30), &zombie).await;
     // Another producer's record on the topic, with a header name that is
     // not UTF-8: reading past it must not stop the read-back (rdkafka's
@@ -226,7 +226,7 @@ async fn a_dead_instances_claim_not_on_the_broker_is_pending_again_after_the_rea
     let id = env.job_create(json!({"payload": 1, "delay_ms": 0})).await["id"]
         .as_u64()
         .unwrap();
-    let zombie = fence_all(&env.store, env.config.shards).await;
+    let zombie = fence_all(&env.store, env.config.cluster.shards).await;
     claim(&env, id, 78, Duration::from_secs(30), &zombie).await;
     instance_dies(&env, &zombie).await;
     env.store
@@ -259,13 +259,13 @@ async fn a_dead_instances_claim_not_on_the_broker_is_pending_again_after_the_rea
 async fn doubts_settle_across_topics_and_rows_set_dispatching_by_hand_are_resolved() {
     // The second topic is made after tickler started (its metadata cache
     // does not know it yet).
-    let env = api_only(|c| c.topic_check = tickler::config::TopicCheck::Off).await;
+    let env = api_only(|c| c.kafka.topic_check = tickler::config::TopicCheck::Off).await;
     // The hand-set rows, each with its record on the topic.
     let n = 1_100u64;
     let ids = rows_set_dispatching_by_hand(&env, n, Duration::from_secs(10)).await;
     let producer = tickler_testkit::producer(
-        &env.config.kafka_brokers,
-        &env.config.kafka_options,
+        &env.config.kafka.brokers,
+        &env.config.kafka.options,
         5,
         10_000,
     )
@@ -306,7 +306,7 @@ async fn doubts_settle_across_topics_and_rows_set_dispatching_by_hand_are_resolv
 
     // The real doubt, on another topic: a dead instance's claim, never sent.
     let other = tickler_testkit::unique("tickler-test-");
-    tickler::kafka::topic_ensure(&env.config.kafka_brokers, &other, 1)
+    tickler::kafka::topic_ensure(&env.config.kafka.brokers, &other, 1)
         .await
         .unwrap();
     let id = env
@@ -314,7 +314,7 @@ async fn doubts_settle_across_topics_and_rows_set_dispatching_by_hand_are_resolv
         .await["id"]
         .as_u64()
         .unwrap();
-    let zombie = fence_all(&env.store, env.config.shards).await;
+    let zombie = fence_all(&env.store, env.config.cluster.shards).await;
     claim(&env, id, 81, Duration::from_secs(30), &zombie).await;
     instance_dies(&env, &zombie).await;
     env.store
@@ -361,7 +361,7 @@ async fn a_lost_mark_is_found_by_reading_the_topic_back() {
     let id = env.job_create(json!({"payload": 1, "delay_ms": 0})).await["id"]
         .as_u64()
         .unwrap();
-    let live = fence_all(&env.store, env.config.shards).await;
+    let live = fence_all(&env.store, env.config.cluster.shards).await;
     claim(&env, id, 79, Duration::from_millis(500), &live).await;
     let (_, offset) = record_as_a_dispatcher_sent_it(&env, id, 1).await;
     assert_eq!(
@@ -392,9 +392,9 @@ async fn dispatcher_with(
     let config = Arc::new(config.clone());
     let wake = Arc::new(Notify::new());
     let topics = Topics::new(
-        &config.kafka_brokers,
-        &config.kafka_options,
-        Duration::from_millis(config.topic_refresh_ms),
+        &config.kafka.brokers,
+        &config.kafka.options,
+        Duration::from_millis(config.kafka.topic_refresh_ms),
     );
     let membership = Membership::new(
         env.store.clone(),
@@ -442,14 +442,14 @@ async fn silent_broker() -> (String, tokio::task::JoinHandle<()>) {
 /// would then answer `cancelled` — but put in doubt, and read back.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_timed_out_send_is_in_doubt_until_the_topic_is_read_back() {
-    let env = api_only(|c| c.topic_check = tickler::config::TopicCheck::Off).await;
+    let env = api_only(|c| c.kafka.topic_check = tickler::config::TopicCheck::Off).await;
     let id = env.job_create(json!({"payload": 1, "delay_ms": 0})).await["id"]
         .as_u64()
         .unwrap();
     let (silent, listener) = silent_broker().await;
     let mut config = env.config.clone();
-    config.kafka_brokers = silent;
-    config.kafka_message_timeout_ms = 1_000;
+    config.kafka.brokers = silent;
+    config.kafka.message_timeout_ms = 1_000;
     let (dispatcher, _, _membership) = dispatcher_with(&env, &config).await;
     let report = dispatcher.run_once().await;
     assert_eq!((report.claimed, report.failed), (1, 1), "{report:?}");
@@ -483,8 +483,8 @@ async fn a_timed_out_send_is_in_doubt_until_the_topic_is_read_back() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_instance_whose_heartbeat_ran_out_sends_nothing_it_holds() {
     let env = api_only(|c| {
-        c.instance_ttl_ms = 800;
-        c.dispatch_lookahead_ms = 1_000;
+        c.cluster.instance_ttl_ms = 800;
+        c.dispatcher.lookahead_ms = 1_000;
     })
     .await;
     let consumer = env.consumer();
@@ -513,11 +513,11 @@ async fn an_instance_whose_heartbeat_ran_out_sends_nothing_it_holds() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn an_instance_revived_after_its_ttl_sends_nothing_it_claimed_before() {
     let env = api_only(|c| {
-        c.instance_ttl_ms = 1_000;
-        c.dispatch_lookahead_ms = 12_000;
-        c.kafka_message_timeout_ms = 1_000;
-        c.doubt_margin_ms = 500;
-        c.claim_lease_ms = 20_000;
+        c.cluster.instance_ttl_ms = 1_000;
+        c.dispatcher.lookahead_ms = 12_000;
+        c.kafka.message_timeout_ms = 1_000;
+        c.kafka.doubt_margin_ms = 500;
+        c.dispatcher.claim_lease_ms = 20_000;
     })
     .await;
     let consumer = env.consumer();
@@ -598,7 +598,7 @@ async fn an_instance_revived_after_its_ttl_sends_nothing_it_claimed_before() {
 /// the pause has answered, however long a job was held.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_held_when_its_topic_is_paused_is_not_sent() {
-    let env = api_only(|c| c.dispatch_lookahead_ms = 1_000).await;
+    let env = api_only(|c| c.dispatcher.lookahead_ms = 1_000).await;
     let consumer = env.consumer();
     let (dispatcher, controls, _membership) = dispatcher_with(&env, &env.config).await;
     let id = env.job_create(json!({"payload": 1, "delay_ms": 900})).await["id"]
@@ -631,7 +631,7 @@ async fn a_job_held_when_its_topic_is_paused_is_not_sent() {
 /// while it is still recording them. It leaves once the drain is done.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_draining_instance_keeps_beating_until_its_dispatcher_is_done() {
-    let env = api_only(|c| c.instance_ttl_ms = 600).await;
+    let env = api_only(|c| c.cluster.instance_ttl_ms = 600).await;
     let membership = Membership::new(
         env.store.clone(),
         env.index.clone(),
@@ -681,13 +681,13 @@ async fn a_draining_instance_keeps_beating_until_its_dispatcher_is_done() {
 /// and the claim is still in doubt after them.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_long_read_back_goes_on_where_the_last_pass_stopped() {
-    let env = api_only(|c| c.topic_check = tickler::config::TopicCheck::Off).await;
+    let env = api_only(|c| c.kafka.topic_check = tickler::config::TopicCheck::Off).await;
     // The row in doubt: set dispatching by hand, its record last on the
     // topic, behind everything else.
     let id = rows_set_dispatching_by_hand(&env, 1, Duration::from_secs(1)).await[0];
     let producer = tickler_testkit::producer(
-        &env.config.kafka_brokers,
-        &env.config.kafka_options,
+        &env.config.kafka.brokers,
+        &env.config.kafka.options,
         5,
         10_000,
     )
@@ -752,8 +752,8 @@ async fn settle_reading_for(
         &env.store,
         &env.index,
         &tickler::reconciler::ReadBack {
-            brokers: &env.config.kafka_brokers,
-            options: &env.config.kafka_options,
+            brokers: &env.config.kafka.brokers,
+            options: &env.config.kafka.options,
             wait,
             resume,
         },

@@ -310,7 +310,7 @@ async fn three_seconds_read_only_loses_no_request_and_answers_503_with_retry_aft
         &[
             ("TICKLER_INGRESS", ingress.as_str()),
             ("TICKLER_KAFKA_MESSAGE_TIMEOUT_MS", "10000"),
-            ("TICKLER_CLAIM_LEASE_MS", "13000"),
+            ("TICKLER_DISPATCHER_CLAIM_LEASE_MS", "13000"),
         ],
     )
     .await;
@@ -471,9 +471,9 @@ async fn a_primary_switch_loses_no_acknowledged_job_and_answers_503_meanwhile() 
         2,
         &[
             ("TICKLER_INGRESS", ingress.as_str()),
-            ("TICKLER_INSTANCE_TTL_MS", "2000"),
+            ("TICKLER_CLUSTER_INSTANCE_TTL_MS", "2000"),
             ("TICKLER_KAFKA_MESSAGE_TIMEOUT_MS", "10000"),
-            ("TICKLER_CLAIM_LEASE_MS", "13000"),
+            ("TICKLER_DISPATCHER_CLAIM_LEASE_MS", "13000"),
         ],
     )
     .await;
@@ -653,9 +653,9 @@ async fn galera_losing_a_node_under_load_loses_nothing() {
         services,
         2,
         &[
-            ("TICKLER_INSTANCE_TTL_MS", "2000"),
-            ("TICKLER_CLAIM_LEASE_MS", "30000"),
-            ("TICKLER_SHARDS", "8"),
+            ("TICKLER_CLUSTER_INSTANCE_TTL_MS", "2000"),
+            ("TICKLER_DISPATCHER_CLAIM_LEASE_MS", "30000"),
+            ("TICKLER_CLUSTER_SHARDS", "8"),
             // The instance left without its node stops in seconds at the
             // end (its drain cannot record anything).
             ("TICKLER_SHUTDOWN_TIMEOUT_MS", "5000"),
@@ -738,7 +738,10 @@ async fn a_redis_master_replaced_through_sentinel_loses_nothing() {
     let world = World::start_many(
         services,
         2,
-        &[("TICKLER_INSTANCE_TTL_MS", "2000"), ("TICKLER_SHARDS", "8")],
+        &[
+            ("TICKLER_CLUSTER_INSTANCE_TTL_MS", "2000"),
+            ("TICKLER_CLUSTER_SHARDS", "8"),
+        ],
     )
     .await;
     let t0 = Utc::now() + chrono::Duration::seconds(3);

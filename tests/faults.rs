@@ -87,12 +87,12 @@ async fn kill_9_of_tickler_mid_batch_repeatedly_loses_nothing() {
 /// A topic the broker does not have, with a job on it due every second
 /// beside a steady stream on a healthy topic (as after someone deleted a
 /// topic that still has jobs). The healthy jobs keep their lateness (the
-/// verdict prints it; `kafka_message_timeout_ms` is 2 s here, which a
+/// verdict prints it; `kafka.message_timeout_ms` is 2 s here, which a
 /// dispatcher waiting on the bad record would add to every pass), and the
 /// bad jobs fail their attempts and end dead instead of cycling.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_missing_topic_delays_no_other_topic_and_its_jobs_end_dead() {
-    let world = World::start(Services::shared(), &[("TICKLER_TOPIC_CHECK", "off")]).await;
+    let world = World::start(Services::shared(), &[("TICKLER_KAFKA_TOPIC_CHECK", "off")]).await;
     let missing = tickler_testkit::unique("tickler-missing-");
     let t0 = Utc::now() + secs(3.0);
     let mut bad = Vec::new();
@@ -570,15 +570,15 @@ fn the_checker_flags_every_broken_promise() {
 /// its death being noticed, not the lease.
 const INSTANCE_TTL_MS: i64 = 2_000;
 /// How long the claims of an instance found dead stay in doubt under
-/// `instance_env` and the fault settings: `kafka_message_timeout_ms` 2000 +
-/// `doubt_margin_ms` 2000.
+/// `instance_env` and the fault settings: `kafka.message_timeout_ms` 2000 +
+/// `kafka.doubt_margin_ms` 2000.
 const REVIVE_QUIET_MS: u64 = 4_000;
 
 fn instance_env() -> Vec<(&'static str, &'static str)> {
     vec![
-        ("TICKLER_INSTANCE_TTL_MS", "2000"),
-        ("TICKLER_CLAIM_LEASE_MS", "30000"),
-        ("TICKLER_SHARDS", "8"),
+        ("TICKLER_CLUSTER_INSTANCE_TTL_MS", "2000"),
+        ("TICKLER_DISPATCHER_CLAIM_LEASE_MS", "30000"),
+        ("TICKLER_CLUSTER_SHARDS", "8"),
     ]
 }
 
@@ -669,13 +669,13 @@ async fn five_faults_at_the_default_timings_lose_nothing() {
     };
     // The defaults, over the fault settings World starts with.
     let defaults = [
-        ("TICKLER_SHARDS", "16"),
-        ("TICKLER_CLAIM_LEASE_MS", "5600"),
+        ("TICKLER_CLUSTER_SHARDS", "16"),
+        ("TICKLER_DISPATCHER_CLAIM_LEASE_MS", "5600"),
         ("TICKLER_KAFKA_MESSAGE_TIMEOUT_MS", "3000"),
-        ("TICKLER_RECONCILE_INTERVAL_MS", "1000"),
+        ("TICKLER_RECONCILER_INTERVAL_MS", "1000"),
         ("TICKLER_LOADER_INTERVAL_MS", "1000"),
-        ("TICKLER_DISPATCH_IDLE_MS", "1000"),
-        ("TICKLER_INSTANCE_TTL_MS", "5000"),
+        ("TICKLER_DISPATCHER_IDLE_MS", "1000"),
+        ("TICKLER_CLUSTER_INSTANCE_TTL_MS", "5000"),
     ];
     let mut world = World::start_many(services, 3, &defaults).await;
     shards_spread(&world, 3).await;
@@ -752,7 +752,7 @@ async fn an_instance_paused_past_its_ttl_wins_nothing_when_it_wakes() {
 /// handed on to be sent; a panic in one of its tasks with records sent
 /// whose outcome is not yet recorded; a call that never returns (a
 /// half-open connection) with a batch won in MySQL, which the watchdog
-/// gives up on after `dispatch_stall_ms`. Each time nothing is lost, early
+/// gives up on after `dispatcher.stall_ms`. Each time nothing is lost, early
 /// or doubled, and no claim waits for its 30 s lease.
 #[cfg(feature = "failpoints")]
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -769,7 +769,7 @@ async fn a_dispatcher_that_panics_or_stalls_stops_its_instance_and_the_other_del
         let said_before = victim.log_count(SAID);
         victim.stop();
         victim.env_set("FAILPOINTS", failpoint);
-        victim.env_set("TICKLER_DISPATCH_STALL_MS", "3000");
+        victim.env_set("TICKLER_DISPATCHER_STALL_MS", "3000");
         victim.start();
         world.healthy_instance(1).await;
         shards_spread(&world, 2).await;
@@ -1200,7 +1200,7 @@ async fn cancels_and_patches_aimed_at_in_flight_jobs_never_break_a_promise() {
     // their time, so an
     // instance paused at any moment holds claims.
     let mut env = instance_env();
-    env.push(("TICKLER_DISPATCH_LOOKAHEAD_MS", "1000"));
+    env.push(("TICKLER_DISPATCHER_LOOKAHEAD_MS", "1000"));
     let world = Arc::new(tokio::sync::RwLock::new(
         World::start_many(services, 2, &env).await,
     ));
@@ -1531,8 +1531,8 @@ async fn cancels_and_patches_aimed_at_in_flight_jobs_never_break_a_promise() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn raising_the_shard_count_while_jobs_fire_loses_doubles_and_hurries_nothing() {
     let env = [
-        ("TICKLER_INSTANCE_TTL_MS", "2000"),
-        ("TICKLER_SHARDS", "16"),
+        ("TICKLER_CLUSTER_INSTANCE_TTL_MS", "2000"),
+        ("TICKLER_CLUSTER_SHARDS", "16"),
     ];
     let world = World::start_many(Services::shared(), 2, &env).await;
     shards_spread(&world, 2).await;

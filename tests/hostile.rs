@@ -221,7 +221,7 @@ async fn payload_depth_has_one_limit_on_every_endpoint_per_item() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn every_refusal_has_the_json_error_shape() {
-    let env = TestEnv::start_with(|c| c.payload_max_bytes = 1024).await;
+    let env = TestEnv::start_with(|c| c.jobs.payload_max_bytes = 1024).await;
     let (status, reply) = env.request("GET", "/v2/nothing", None).await;
     assert_eq!((status, code(&reply)), (404, "no_route"));
     let (status, reply) = env.request("PUT", "/v1/jobs", Some("{}".to_owned())).await;
@@ -350,7 +350,7 @@ async fn an_unknown_topic_is_refused_at_create_unless_configured_otherwise() {
 
     // Created on the broker a moment ago: found without waiting for the
     // periodic refresh.
-    tickler::kafka::topic_ensure(&env.config.kafka_brokers, &missing, 1)
+    tickler::kafka::topic_ensure(&env.config.kafka.brokers, &missing, 1)
         .await
         .unwrap();
     let found = tickler_testkit::eventually(std::time::Duration::from_secs(5), || async {
@@ -366,7 +366,8 @@ async fn an_unknown_topic_is_refused_at_create_unless_configured_otherwise() {
     assert!(found.is_some(), "a new topic is accepted within seconds");
     env.finish().await;
 
-    let env = TestEnv::start_with(|c| c.topic_check = tickler::config::TopicCheck::Warn).await;
+    let env =
+        TestEnv::start_with(|c| c.kafka.topic_check = tickler::config::TopicCheck::Warn).await;
     let (status, _) = env
         .post(
             "/v1/jobs",
@@ -380,15 +381,15 @@ async fn an_unknown_topic_is_refused_at_create_unless_configured_otherwise() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn reserved_topics_are_refused_and_nothing_is_written() {
     let env = TestEnv::start_with(|c| {
-        c.dead_letter_topic = Some("tickler-test-dead".to_owned());
-        c.topics_allowed = vec!["tickler-test-*".to_owned()];
+        c.jobs.dead_letter_topic = Some("tickler-test-dead".to_owned());
+        c.jobs.topics_allowed = vec!["tickler-test-*".to_owned()];
     })
     .await;
     // A job on the results topic would be read as a report about another
     // job: {"job_id": 1, "attempt": 1, "outcome": "failed"}.
     let forged = json!({"job_id": 1, "attempt": 1, "outcome": "failed"});
     for topic in [
-        env.config.results_topic.as_str(),
+        env.config.results.topic.as_str(),
         "tickler-test-dead",
         "__consumer_offsets",
         "payments",

@@ -520,8 +520,8 @@ fn ingress_with(s: &Setup, change: impl FnOnce(&mut IngressConfig)) -> Ingress {
         s.env.index.clone(),
         Arc::new(tokio::sync::Notify::new()),
         kafka::Topics::new(
-            &config.kafka_brokers,
-            &config.kafka_options,
+            &config.kafka.brokers,
+            &config.kafka.options,
             Duration::from_secs(10),
         ),
         Arc::new(config.clone()),
@@ -663,7 +663,7 @@ async fn kill_9_while_requests_stream_in_loses_and_doubles_none() {
         &[
             ("TICKLER_INGRESS", ingress.as_str()),
             ("TICKLER_KAFKA_MESSAGE_TIMEOUT_MS", "10000"),
-            ("TICKLER_CLAIM_LEASE_MS", "13000"),
+            ("TICKLER_DISPATCHER_CLAIM_LEASE_MS", "13000"),
         ],
     )
     .await;

@@ -28,10 +28,10 @@ impl Deployment {
     async fn new(shards: u32) -> Deployment {
         let (db_name, url) = database_create().await;
         let mut config = test_config(&url, &unique("tickler-t-"));
-        config.shards = shards;
-        config.instance_ttl_ms = TTL.as_millis() as u64;
+        config.cluster.shards = shards;
+        config.cluster.instance_ttl_ms = TTL.as_millis() as u64;
         let store = Store::connect_lazy(&url, 4, Actor::Reconciler).unwrap();
-        let index = Index::connect(&redis_url(), &config.redis_prefix, shards)
+        let index = Index::connect(&redis_url(), &config.redis.prefix, shards)
             .await
             .unwrap();
         Deployment {
@@ -224,7 +224,7 @@ async fn a_leaving_instance_frees_its_shards_at_once() {
 /// After kill -9 and a restart on the same host, the new process sees that
 /// its predecessor — same host, same pid namespace, its pid gone — is dead,
 /// and takes its shards in its first round instead of after
-/// `instance_ttl_ms`. A process of another pid namespace (a container
+/// `cluster.instance_ttl_ms`. A process of another pid namespace (a container
 /// sharing the hostname) is never judged so.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_restart_on_the_same_host_takes_over_its_dead_predecessor_at_once() {
@@ -311,10 +311,10 @@ async fn a_round_slowed_by_redis_does_not_age_the_heartbeat() {
     let redis = tickler_testkit::procs::PrivateRedis::start().await;
     let (db_name, url) = database_create().await;
     let mut config = test_config(&url, &unique("tickler-t-"));
-    config.shards = 8;
-    config.instance_ttl_ms = 2_000;
+    config.cluster.shards = 8;
+    config.cluster.instance_ttl_ms = 2_000;
     let store = Store::connect_lazy(&url, 4, Actor::Reconciler).unwrap();
-    let index = Index::connect(&redis.url(), &config.redis_prefix, 8)
+    let index = Index::connect(&redis.url(), &config.redis.prefix, 8)
         .await
         .unwrap();
     let member = Membership::new(

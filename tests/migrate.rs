@@ -30,7 +30,7 @@ fn migrate(url: &str, hand_edits: &str) -> Output {
     let output = Command::new(tickler_bin())
         .arg("migrate")
         .env("TICKLER_MYSQL_URL", url)
-        .env("TICKLER_HISTORY_HAND_EDITS", hand_edits)
+        .env("TICKLER_MYSQL_HISTORY_HAND_EDITS", hand_edits)
         .output()
         .expect("tickler runs");
     assert!(
@@ -113,7 +113,7 @@ async fn migrate_needs_no_super_where_binary_logging_is_on() {
     );
     let stderr = String::from_utf8_lossy(&first.stderr);
     assert!(
-        stderr.contains("warning: history_hand_edits = trigger")
+        stderr.contains("warning: mysql.history_hand_edits = trigger")
             && stderr.contains("cannot be created"),
         "{stderr}"
     );
@@ -197,10 +197,10 @@ async fn dispatch_smoke(url: &str) {
     let prefix = tickler_testkit::unique("tickler-t-");
     let config = tickler_testkit::test_config(url, &prefix);
     let topic = tickler_testkit::unique("tickler-test-");
-    tickler::kafka::topic_ensure_with(&config.kafka_brokers, &config.kafka_options, &topic, 1)
+    tickler::kafka::topic_ensure_with(&config.kafka.brokers, &config.kafka.options, &topic, 1)
         .await
         .unwrap();
-    let consumer = tickler_testkit::consumer_from_beginning(&config.kafka_brokers, &topic);
+    let consumer = tickler_testkit::consumer_from_beginning(&config.kafka.brokers, &topic);
     let running = tickler::app::start(config, tokio_util::sync::CancellationToken::new())
         .await
         .expect("tickler starts");
@@ -290,7 +290,7 @@ async fn the_baseline_schema_is_the_schema_the_migrations_make() {
         let output = Command::new(tickler_bin())
             .arg("migrate")
             .env("TICKLER_MYSQL_URL", url)
-            .env("TICKLER_SCHEMA_BASELINE", baseline)
+            .env("TICKLER_MYSQL_SCHEMA_BASELINE", baseline)
             .output()
             .expect("tickler runs");
         assert!(
@@ -780,7 +780,7 @@ async fn migrate_installs_no_hand_edit_trigger_by_default_and_keeps_those_it_fin
         let output = Command::new(tickler_bin())
             .arg("migrate")
             .env("TICKLER_MYSQL_URL", &url)
-            .env_remove("TICKLER_HISTORY_HAND_EDITS")
+            .env_remove("TICKLER_MYSQL_HISTORY_HAND_EDITS")
             .output()
             .expect("tickler runs");
         assert!(output.status.success(), "{output:?}");

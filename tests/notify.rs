@@ -59,10 +59,10 @@ async fn dead_jobs_and_a_backlog_reach_the_webhook_even_after_it_failed() {
     // No dispatcher: a due job stays overdue.
     let env = TestEnv::start_with(|c| {
         c.roles = vec![Role::Api, Role::Loader, Role::Reconciler];
-        c.truth_interval_ms = 1_000;
-        c.truth_counts_interval_ms = 1_000;
-        c.notify_webhook_url = Some(url);
-        c.notify_backlog_ms = 1_000;
+        c.gauges.interval_ms = 1_000;
+        c.gauges.counts_interval_ms = 1_000;
+        c.notify.webhook_url = Some(url);
+        c.notify.backlog_ms = 1_000;
     })
     .await;
     let late = env.job_create(json!({"key": "late", "delay_ms": 0})).await["id"]

@@ -133,7 +133,7 @@ async fn recipe_requeue_produces_a_dispatched_job_again_as_its_next_attempt() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recipe_release_frees_a_stuck_claim_at_once() {
     // A long lease, so only the recipe can free the claim in time.
-    let env = TestEnv::start_with(|c| c.claim_lease_ms = 600_000).await;
+    let env = TestEnv::start_with(|c| c.dispatcher.claim_lease_ms = 600_000).await;
     let consumer = env.consumer();
     let job = env
         .job_create(json!({"payload": 1, "delay_ms": 600_000}))
@@ -190,7 +190,7 @@ async fn recipe_redrive_produces_a_dead_job_again_with_a_fresh_budget() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn recipe_policy_makes_a_pending_job_wait_for_its_result() {
-    let env = TestEnv::start_with(|c| c.reconcile_interval_ms = 200).await;
+    let env = TestEnv::start_with(|c| c.reconciler.interval_ms = 200).await;
     let consumer = env.consumer();
     let job = env
         .job_create(json!({"payload": 1, "delay_ms": 1500}))

@@ -143,7 +143,7 @@ async fn loader_rebuilds_the_window_after_redis_loses_everything() {
 
     // What FLUSHALL does to this deployment's keys (other tests share the
     // Redis, so only ours go).
-    let client = redis::Client::open(env.config.redis_url.as_str()).unwrap();
+    let client = redis::Client::open(env.config.redis.url.as_str()).unwrap();
     let mut conn = client.get_multiplexed_async_connection().await.unwrap();
     for key in env.redis_keys().await {
         let _: () = redis::cmd("DEL")

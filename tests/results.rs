@@ -39,7 +39,7 @@ async fn report_send(producer: &FutureProducer, topic: &str, key: &str, body: &[
 async fn report_topic(env: &TestEnv, producer: &FutureProducer, report: Value) {
     report_send(
         producer,
-        &env.config.results_topic,
+        &env.config.results.topic,
         &report["job_id"].to_string(),
         report.to_string().as_bytes(),
     )
@@ -54,8 +54,8 @@ async fn report_http(env: &TestEnv, id: u64, report: Value) -> (u16, Value) {
 async fn env_start() -> TestEnv {
     let dead = unique("tickler-dead-");
     TestEnv::start_with(move |c| {
-        c.reconcile_interval_ms = 200;
-        c.dead_letter_topic = Some(dead);
+        c.reconciler.interval_ms = 200;
+        c.jobs.dead_letter_topic = Some(dead);
     })
     .await
 }
@@ -142,7 +142,7 @@ async fn events_count(env: &TestEnv, id: u64) -> i64 {
 async fn ok_and_failed_through_both_channels_and_dead_letters() {
     let env = env_start().await;
     let consumer = env.consumer();
-    let producer = report_producer(&env.config.kafka_brokers);
+    let producer = report_producer(&env.config.kafka.brokers);
     let mut ids = Vec::new();
     for n in 0..4 {
         let job = env
@@ -220,8 +220,8 @@ async fn ok_and_failed_through_both_channels_and_dead_letters() {
     );
 
     // The dead-letter topic gets both dead jobs, with their last error.
-    let dead_topic = env.config.dead_letter_topic.clone().unwrap();
-    let dead = consumer_from_beginning(&env.config.kafka_brokers, &dead_topic);
+    let dead_topic = env.config.jobs.dead_letter_topic.clone().unwrap();
+    let dead = consumer_from_beginning(&env.config.kafka.brokers, &dead_topic);
     let letters = records_read(&dead, 2, Duration::from_secs(15)).await;
     assert_eq!(letters.len(), 2, "two dead letters");
     let by_id: HashMap<u64, &Record> = letters
@@ -247,7 +247,7 @@ async fn ok_and_failed_through_both_channels_and_dead_letters() {
 async fn retries_back_off_within_bounds_until_attempts_run_out() {
     let env = env_start().await;
     let consumer = env.consumer();
-    let producer = report_producer(&env.config.kafka_brokers);
+    let producer = report_producer(&env.config.kafka.brokers);
     let job = env
         .job_create(json!({"payload": 1, "delay_ms": 0, "expects_result": true,
             "max_attempts": 4, "backoff_base_ms": 1000, "backoff_cap_ms": 1500}))
@@ -353,7 +353,7 @@ async fn silence_past_the_ack_timeout_retries_then_buries() {
         .unwrap();
     let configured = topic_policy.clone();
     let env = TestEnv::start_with(move |c| {
-        c.reconcile_interval_ms = 200;
+        c.reconciler.interval_ms = 200;
         // Per-topic configuration: a result is expected, quickly.
         c.topics.insert(
             configured,
@@ -368,7 +368,7 @@ async fn silence_past_the_ack_timeout_retries_then_buries() {
         );
     })
     .await;
-    let consumer = consumer_from_beginning(&env.config.kafka_brokers, &topic_policy);
+    let consumer = consumer_from_beginning(&env.config.kafka.brokers, &topic_policy);
     let quiet = env
         .job_create(json!({"topic": topic_policy, "payload": 1, "delay_ms": 0}))
         .await;
@@ -413,7 +413,7 @@ async fn silence_past_the_ack_timeout_retries_then_buries() {
 async fn stale_repeated_unknown_and_malformed_reports_change_nothing() {
     let env = env_start().await;
     let consumer = env.consumer();
-    let producer = report_producer(&env.config.kafka_brokers);
+    let producer = report_producer(&env.config.kafka.brokers);
     let job = env
         .job_create(json!({"payload": 1, "delay_ms": 0, "expects_result": true}))
         .await;
@@ -463,7 +463,7 @@ async fn stale_repeated_unknown_and_malformed_reports_change_nothing() {
     );
 
     // Topic: garbage, a wrong outcome, a stale attempt, an unknown job...
-    let topic = env.config.results_topic.clone();
+    let topic = env.config.results.topic.clone();
     report_send(&producer, &topic, "x", b"\xff not json").await;
     report_send(
         &producer,
@@ -906,12 +906,12 @@ async fn the_dead_letter_producer_produces_each_owed_record_once() {
     // The API only: no other producer empties the outbox.
     let env = TestEnv::start_with(|c| {
         c.roles = vec![Role::Api];
-        c.dead_letter_topic = Some(dead.clone());
+        c.jobs.dead_letter_topic = Some(dead.clone());
     })
     .await;
     kafka::topic_ensure_with(
-        &env.config.kafka_brokers,
-        &env.config.kafka_options,
+        &env.config.kafka.brokers,
+        &env.config.kafka.options,
         &dead,
         1,
     )
@@ -955,7 +955,7 @@ async fn the_dead_letter_producer_produces_each_owed_record_once() {
         producer.run_once(chrono::Utc::now()).await.unwrap(),
         DeadLettersReport::default()
     );
-    let consumer = consumer_from_beginning(&env.config.kafka_brokers, &dead);
+    let consumer = consumer_from_beginning(&env.config.kafka.brokers, &dead);
     let letters = records_read(&consumer, 1, Duration::from_secs(15)).await;
     assert_eq!(letters.len(), 1);
     assert_eq!(
@@ -974,7 +974,7 @@ async fn the_dead_letter_producer_produces_each_owed_record_once() {
     .await
     .unwrap();
     let mut off = env.config.clone();
-    off.dead_letter_topic = None;
+    off.jobs.dead_letter_topic = None;
     assert_eq!(
         producer_with(&off)
             .run_once(chrono::Utc::now())
@@ -1015,8 +1015,8 @@ async fn the_results_consumer_applies_a_batch_and_commits_it() {
     );
     let results = ResultsConsumer::new(resolver, ResultsConsumerConfig::from_config(&env.config));
     results.subscribe().await.unwrap();
-    let producer = report_producer(&env.config.kafka_brokers);
-    report_send(&producer, &env.config.results_topic, "x", b"not a report").await;
+    let producer = report_producer(&env.config.kafka.brokers);
+    report_send(&producer, &env.config.results.topic, "x", b"not a report").await;
     report_topic(
         &env,
         &producer,

@@ -164,7 +164,7 @@ async fn two_instances_and_a_restart_neither_repeat_nor_skip_an_occurrence() {
 /// the occurrences that fell in the outage.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn misfires_follow_each_schedules_policy() {
-    let mut env = TestEnv::start_with(|c| c.schedule_lookahead_ms = 0).await;
+    let mut env = TestEnv::start_with(|c| c.schedules.lookahead_ms = 0).await;
     let now = env.store.db_now().await.unwrap();
     // Aligned on whole seconds a little ahead, so all three share instants.
     let start = DateTime::from_timestamp(now.timestamp() + 3, 0).unwrap();

@@ -56,10 +56,10 @@ fn endpoints(topic: &str, id: u64) -> Vec<(&'static str, String, Option<String>,
 async fn every_endpoint_refuses_the_wrong_caller_and_writes_nothing() {
     let env = TestEnv::start().await;
     let other = unique("tickler-other-");
-    kafka::topic_ensure(&env.config.kafka_brokers, &other, 1)
+    kafka::topic_ensure(&env.config.kafka.brokers, &other, 1)
         .await
         .unwrap();
-    let url = &env.config.mysql_url;
+    let url = &env.config.mysql.url;
     let job = env
         .job_create(json!({"payload": 1, "delay_ms": 60_000}))
         .await;
@@ -135,12 +135,12 @@ async fn every_endpoint_refuses_the_wrong_caller_and_writes_nothing() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_token_sees_and_changes_only_its_topics_and_is_named_in_the_history() {
-    let env = TestEnv::start_with(|c| c.token_refresh_ms = 300).await;
+    let env = TestEnv::start_with(|c| c.api.token_refresh_ms = 300).await;
     let other = unique("tickler-other-");
-    kafka::topic_ensure(&env.config.kafka_brokers, &other, 1)
+    kafka::topic_ensure(&env.config.kafka.brokers, &other, 1)
         .await
         .unwrap();
-    let url = &env.config.mysql_url;
+    let url = &env.config.mysql.url;
     // The topic is seconds old: the API's cache of the broker's topics may
     // take a moment to see it.
     let theirs = tickler_testkit::eventually(Duration::from_secs(10), || async {
@@ -219,7 +219,7 @@ async fn a_token_sees_and_changes_only_its_topics_and_is_named_in_the_history() 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_burst_over_the_rate_gets_429_with_retry_after_and_writes_nothing_more() {
     let env = TestEnv::start().await;
-    let url = &env.config.mysql_url;
+    let url = &env.config.mysql.url;
     let chatty = http_with_token(
         &token_create_limited(url, "chatty", &["*"], &["read"], Some(5), Some(0)).await,
     );
@@ -328,8 +328,8 @@ async fn a_browser_cannot_be_made_to_act_for_an_operator() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_and_half_sent_connections_do_not_stop_a_real_client() {
     let env = TestEnv::start_with(|c| {
-        c.api_header_timeout_ms = 2_000;
-        c.api_body_timeout_ms = 1_000;
+        c.api.header_timeout_ms = 2_000;
+        c.api.body_timeout_ms = 1_000;
     })
     .await;
     let addr = env.base_url.trim_start_matches("http://").to_owned();
@@ -445,13 +445,13 @@ async fn closed_within(stream: &mut tokio::net::TcpStream, limit: Duration) -> O
 
 /// A client that keeps a connection for its next request is never the one
 /// racing the server's close: idle time between requests is allowed up to
-/// `api_idle_timeout_ms`, while a request's headers still have only
-/// `api_header_timeout_ms` from their first byte.
+/// `api.idle_timeout_ms`, while a request's headers still have only
+/// `api.header_timeout_ms` from their first byte.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_kept_alive_connection_outlives_the_header_timeout_but_not_the_idle_one() {
     let env = TestEnv::start_with(|c| {
-        c.api_header_timeout_ms = 1_000;
-        c.api_idle_timeout_ms = 5_000;
+        c.api.header_timeout_ms = 1_000;
+        c.api.idle_timeout_ms = 5_000;
     })
     .await;
     let addr = env.base_url.trim_start_matches("http://").to_owned();
@@ -499,7 +499,7 @@ async fn a_token_with_the_longest_name_writes_and_is_named_in_full() {
     let env = TestEnv::start().await;
     let name = format!("svc-{}", "x".repeat(96));
     assert_eq!(name.len(), 100);
-    let secret = token_create(&env.config.mysql_url, &name, &["*"], &["admin"]).await;
+    let secret = token_create(&env.config.mysql.url, &name, &["*"], &["admin"]).await;
     let http = http_with_token(&secret);
     let body = json!({"topic": env.topic, "delay_ms": 3_600_000}).to_string();
     let (status, job) = env
@@ -548,7 +548,7 @@ async fn the_token_cache_learns_created_tokens_and_forgets_revoked_ones() {
         TokensReport { active: 1 }
     );
     let name = unique("svc-");
-    let secret = token_create(&env.config.mysql_url, &name, &["orders.*"], &["write"]).await;
+    let secret = token_create(&env.config.mysql.url, &name, &["orders.*"], &["write"]).await;
     assert_eq!(
         cache.run_once(chrono::Utc::now()).await.unwrap(),
         TokensReport { active: 2 }

@@ -155,13 +155,13 @@ async fn a_steady_stream_for_a_long_time_keeps_every_promise() {
     let world = World::start(
         Services::shared(),
         &[
-            ("TICKLER_RETENTION_MS", retention.as_str()),
-            ("TICKLER_SHARDS", "16"),
-            ("TICKLER_CLAIM_LEASE_MS", "30000"),
+            ("TICKLER_JOBS_RETENTION_MS", retention.as_str()),
+            ("TICKLER_CLUSTER_SHARDS", "16"),
+            ("TICKLER_DISPATCHER_CLAIM_LEASE_MS", "30000"),
             ("TICKLER_KAFKA_MESSAGE_TIMEOUT_MS", "10000"),
-            ("TICKLER_RECONCILE_INTERVAL_MS", "2000"),
+            ("TICKLER_RECONCILER_INTERVAL_MS", "2000"),
             ("TICKLER_LOADER_INTERVAL_MS", "1000"),
-            ("TICKLER_DISPATCH_IDLE_MS", "1000"),
+            ("TICKLER_DISPATCHER_IDLE_MS", "1000"),
         ],
     )
     .await;

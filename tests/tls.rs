@@ -12,7 +12,6 @@ use serde_json::json;
 use sqlx::mysql::MySqlPool;
 use sqlx::Connection;
 use tickler::app::{self, StartError};
-use tickler::config::Config;
 use tickler::config::Role;
 use tickler::kafka;
 use tickler::store::Store;
@@ -55,7 +54,7 @@ async fn mysql_over_tls_with_verified_identity_and_a_wrong_ca_stops_start_up() {
     let mut config = test_config(&url, &unique("tickler-t-"));
     config.roles = vec![Role::Api];
     let topic = unique("tickler-test-");
-    kafka::topic_ensure(&config.kafka_brokers, &topic, 1)
+    kafka::topic_ensure(&config.kafka.brokers, &topic, 1)
         .await
         .unwrap();
     let secret = token_create(&url, "tls", &["*"], &["admin"]).await;
@@ -83,13 +82,11 @@ async fn mysql_over_tls_with_verified_identity_and_a_wrong_ca_stops_start_up() {
     assert_eq!(count, 1);
     running.shutdown().await;
 
-    let wrong = Config {
-        mysql_url: format!("{}/tickler{}", mariadb.server_url(), tls(&certs.wrong_ca)),
-        ..config
-    };
+    let mut wrong = config;
+    wrong.mysql.url = format!("{}/tickler{}", mariadb.server_url(), tls(&certs.wrong_ca));
     let err = start_error(app::start(wrong, CancellationToken::new()).await);
     assert!(
-        err.contains("mysql_url") && err.contains(&format!("127.0.0.1:{}", mariadb.port)),
+        err.contains("mysql.url") && err.contains(&format!("127.0.0.1:{}", mariadb.port)),
         "{err}"
     );
     pool.close().await;
@@ -102,8 +99,8 @@ async fn redis_over_tls_only_carries_jobs_and_a_wrong_ca_stops_start_up() {
     let ca = path(&certs.ca);
     let url = redis.tls_url();
     let env = TestEnv::start_with(|c| {
-        c.redis_url = url.clone();
-        c.redis_tls_ca = Some(ca.clone());
+        c.redis.url = url.clone();
+        c.redis.tls_ca = Some(ca.clone());
     })
     .await;
     let consumer = env.consumer();
@@ -118,11 +115,11 @@ async fn redis_over_tls_only_carries_jobs_and_a_wrong_ca_stops_start_up() {
     );
 
     let mut wrong = env.config.clone();
-    wrong.redis_tls_ca = Some(path(&certs.wrong_ca));
+    wrong.redis.tls_ca = Some(path(&certs.wrong_ca));
     let err = start_error(app::start(wrong, CancellationToken::new()).await);
     assert!(
-        err.contains("redis_url")
-            && err.contains("redis_tls_ca")
+        err.contains("redis.url")
+            && err.contains("redis.tls_ca")
             && err.contains(&format!("127.0.0.1:{}", redis.port)),
         "{err}"
     );
@@ -147,8 +144,8 @@ async fn kafka_over_tls_delivers_and_a_wrong_ca_stops_start_up() {
     assert!(plain.is_err(), "plaintext is not answered");
 
     let env = TestEnv::start_with(|c| {
-        c.kafka_brokers = brokers.clone();
-        c.kafka_options = options.clone();
+        c.kafka.brokers = brokers.clone();
+        c.kafka.options = options.clone();
     })
     .await;
     let mut client = kafka::client_config(&brokers);
@@ -172,7 +169,7 @@ async fn kafka_over_tls_delivers_and_a_wrong_ca_stops_start_up() {
     );
 
     let mut wrong = env.config.clone();
-    wrong.kafka_options = kafka_tls(&certs.wrong_ca);
+    wrong.kafka.options = kafka_tls(&certs.wrong_ca);
     let err = start_error(app::start(wrong, CancellationToken::new()).await);
     assert!(
         err.contains("kafka") && err.contains(&brokers) && err.contains("ssl.ca.location"),
@@ -202,8 +199,8 @@ async fn the_api_speaks_https_with_its_certificate() {
     let certs = TestCerts::generate();
     let (cert, key) = (path(&certs.server_cert), path(&certs.server_key));
     let env = TestEnv::start_with(|c| {
-        c.api_tls_cert = Some(cert.clone());
-        c.api_tls_key = Some(key.clone());
+        c.api.tls_cert = Some(cert.clone());
+        c.api.tls_key = Some(key.clone());
     })
     .await;
     let https = env.base_url.replace("http://", "https://");
@@ -247,13 +244,11 @@ async fn the_api_speaks_https_with_its_certificate() {
         .await;
     assert!(plain.is_err() || !plain.unwrap().status().is_success());
 
-    let missing = Config {
-        api_tls_key: Some("/nonexistent/key.pem".to_owned()),
-        ..env.config.clone()
-    };
+    let mut missing = env.config.clone();
+    missing.api.tls_key = Some("/nonexistent/key.pem".to_owned());
     let err = start_error(app::start(missing, CancellationToken::new()).await);
     assert!(
-        err.contains("api_tls_key") && err.contains("/nonexistent/key.pem"),
+        err.contains("api.tls_key") && err.contains("/nonexistent/key.pem"),
         "{err}"
     );
     env.finish().await;
@@ -264,7 +259,7 @@ async fn a_database_that_is_down_does_not_stop_start_up_but_a_bad_certificate_do
     // The distinction the probes make: down is survivable, untrusted is not.
     let (db, url) = database_create().await;
     let mut config = test_config(&url, &unique("tickler-t-"));
-    config.mysql_url = "mysql://tickler:tickler@127.0.0.1:1/nothing".to_owned();
+    config.mysql.url = "mysql://tickler:tickler@127.0.0.1:1/nothing".to_owned();
     config.roles = vec![Role::Api];
     let running = app::start(config, CancellationToken::new())
         .await

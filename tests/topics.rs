@@ -19,14 +19,14 @@ use tickler_testkit::{consumer_from_beginning, eventually, records_read, unique,
 /// A tickler that does not refuse a topic created after it read the
 /// broker's metadata (the second topic of each test).
 async fn env_start() -> TestEnv {
-    TestEnv::start_with(|c| c.topic_check = tickler::config::TopicCheck::Off).await
+    TestEnv::start_with(|c| c.kafka.topic_check = tickler::config::TopicCheck::Off).await
 }
 
 async fn topic_new(env: &TestEnv) -> String {
     let topic = unique("tickler-test-");
     tickler::kafka::topic_ensure_with(
-        &env.config.kafka_brokers,
-        &env.config.kafka_options,
+        &env.config.kafka.brokers,
+        &env.config.kafka.options,
         &topic,
         2,
     )
@@ -105,7 +105,7 @@ async fn a_paused_topic_holds_its_due_jobs_until_resumed() {
     // nothing of it reached Kafka, and they left Redis.
     tokio::time::sleep(Duration::from_secs(2)).await;
     assert_eq!(count(&env, &paused, "pending").await, 20);
-    let consumer = consumer_from_beginning(&env.config.kafka_brokers, &paused);
+    let consumer = consumer_from_beginning(&env.config.kafka.brokers, &paused);
     assert!(records_read(&consumer, 1, Duration::from_secs(2))
         .await
         .is_empty());

@@ -14,8 +14,8 @@ use tickler_testkit::{eventually, records_read, TestEnv};
 async fn start_without_dispatcher() -> TestEnv {
     TestEnv::start_with(|c| {
         c.roles = vec![Role::Api, Role::Loader, Role::Reconciler];
-        c.truth_interval_ms = 1_000;
-        c.truth_counts_interval_ms = 1_000;
+        c.gauges.interval_ms = 1_000;
+        c.gauges.counts_interval_ms = 1_000;
     })
     .await
 }
@@ -93,7 +93,7 @@ async fn stats_and_gauges_say_what_the_stores_hold() {
 
     // A token sees only its own topics' counts.
     let reader =
-        tickler_testkit::token_create(&env.config.mysql_url, "reader", &["elsewhere.*"], &["read"])
+        tickler_testkit::token_create(&env.config.mysql.url, "reader", &["elsewhere.*"], &["read"])
             .await;
     let http = tickler_testkit::http_with_token(&reader);
     let (status, stats) = env.request_with(&http, "GET", "/v1/stats", None).await;

@@ -222,7 +222,7 @@ fn browser_safe(method: &Method, headers: &HeaderMap) -> Result<(), ApiError> {
     Ok(())
 }
 
-/// Reads the whole body within `api_body_timeout_ms` (408 after it) and
+/// Reads the whole body within `api.body_timeout_ms` (408 after it) and
 /// at most `limit` bytes (413), so a slow client cannot hold a worker.
 pub async fn body_deadline(
     State(state): State<ApiState>,
@@ -230,7 +230,7 @@ pub async fn body_deadline(
     next: Next,
 ) -> Response {
     let limit = super::body_limit(&state.config);
-    let wait = Duration::from_millis(state.config.api_body_timeout_ms);
+    let wait = Duration::from_millis(state.config.api.body_timeout_ms);
     let (parts, body) = request.into_parts();
     let bytes = match tokio::time::timeout(wait, axum::body::to_bytes(body, limit)).await {
         Err(_) => return ApiError::BodyTimeout(wait.as_millis() as u64).into_response(),

@@ -164,7 +164,10 @@ fn filter_parse(body: FilterBody, caller: &Caller) -> Result<BulkFilter, ApiErro
 
 /// Checks the action's values and the scope it needs.
 fn action_check(action: &BulkAction, caller: &Caller, config: &Config) -> Result<(), ApiError> {
-    let max_ahead_ms = config.max_schedule_ahead_days.saturating_mul(86_400_000);
+    let max_ahead_ms = config
+        .jobs
+        .max_schedule_ahead_days
+        .saturating_mul(86_400_000);
     match action {
         BulkAction::Redrive { max_attempts } => {
             caller.require(Scope::Admin)?;
@@ -180,7 +183,7 @@ fn action_check(action: &BulkAction, caller: &Caller, config: &Config) -> Result
         BulkAction::Shift { by_ms } => {
             if *by_ms == 0 || by_ms.unsigned_abs() > max_ahead_ms {
                 return Err(ApiError::InvalidSchedule(format!(
-                    "action.by_ms must be non-zero and at most {max_ahead_ms} either way (max_schedule_ahead_days)"
+                    "action.by_ms must be non-zero and at most {max_ahead_ms} either way (jobs.max_schedule_ahead_days)"
                 )));
             }
         }
@@ -194,7 +197,7 @@ fn action_check(action: &BulkAction, caller: &Caller, config: &Config) -> Result
             let ahead_ms = (*run_at - Utc::now()).num_milliseconds();
             if ahead_ms > 0 && ahead_ms as u64 > max_ahead_ms {
                 return Err(job::InvalidJob::TooFar {
-                    max_days: config.max_schedule_ahead_days,
+                    max_days: config.jobs.max_schedule_ahead_days,
                 }
                 .into());
             }

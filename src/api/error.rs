@@ -78,7 +78,7 @@ pub enum ApiError {
     InvalidReport(String),
     #[error(transparent)]
     InvalidJob(#[from] InvalidJob),
-    #[error("topic {0:?} does not exist on the broker: create it first (or see the topic_check setting)")]
+    #[error("topic {0:?} does not exist on the broker: create it first (or see the kafka.topic_check setting)")]
     UnknownTopic(String),
     #[error("{0}: jobs may not be produced there")]
     ReservedTopic(String),

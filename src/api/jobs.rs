@@ -95,8 +95,8 @@ pub struct Limits {
 impl Limits {
     pub fn of(state: &ApiState) -> Limits {
         Limits {
-            payload_max_bytes: state.config.payload_max_bytes,
-            max_schedule_ahead_days: state.config.max_schedule_ahead_days,
+            payload_max_bytes: state.config.jobs.payload_max_bytes,
+            max_schedule_ahead_days: state.config.jobs.max_schedule_ahead_days,
         }
     }
 }
@@ -335,7 +335,7 @@ pub(super) async fn index_follow_with(
 
 /// Whether jobs may be created for `topic`: never for a reserved topic
 /// (tickler's results and dead-letter topics, Kafka's `__*`, anything
-/// outside `topics_allowed`). Then the pre-flight check of `topic_check`: a
+/// outside `jobs.topics_allowed`). Then the pre-flight check of `kafka.topic_check`: a
 /// topic the broker does not have
 /// is refused (`reject`) or let through with a warning (`warn`), months
 /// before the job is due rather than when it is. When the broker cannot be
@@ -347,7 +347,7 @@ pub(super) async fn topic_preflight(state: &ApiState, topic: &str) -> Result<(),
     }
     if state
         .topics
-        .preflight(state.config.topic_check, topic)
+        .preflight(state.config.kafka.topic_check, topic)
         .await
     {
         Ok(())
@@ -463,7 +463,7 @@ pub struct CancelAnswer {
     pub job: JobView,
 }
 
-/// `POST /v1/jobs/batch` — up to `batch_max` jobs in one transaction; 200
+/// `POST /v1/jobs/batch` — up to `jobs.batch_max` jobs in one transaction; 200
 /// with one result per item, in order: `created`, `existing` (same key, same
 /// request) or `error` (with the code and message a single create would
 /// give). Invalid items do not stop the valid ones.
@@ -482,7 +482,7 @@ pub async fn create_batch(
     ApiJson(body): ApiJson<CreateBatch>,
 ) -> Result<impl IntoResponse, ApiError> {
     caller.require(Scope::Write)?;
-    let max = state.config.batch_max;
+    let max = state.config.jobs.batch_max;
     if body.jobs.is_empty() || body.jobs.len() > max {
         return Err(ApiError::InvalidRequest(format!(
             "a batch holds 1 to {max} jobs, this one {}",

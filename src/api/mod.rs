@@ -67,7 +67,7 @@ pub struct ApiState {
 /// Largest request body read: room for a maximal payload as base64 (4/3)
 /// plus the other fields, and at least 16 MiB for batches.
 pub fn body_limit(config: &Config) -> usize {
-    (config.payload_max_bytes / 3 * 4 + 64 * 1024).max(16 << 20)
+    (config.jobs.payload_max_bytes / 3 * 4 + 64 * 1024).max(16 << 20)
 }
 
 pub fn router(state: ApiState) -> Router {
@@ -236,7 +236,7 @@ async fn healthz(State(state): State<ApiState>) -> impl IntoResponse {
 }
 
 /// `/metrics` on the API's address: a token with the `metrics` scope (or
-/// `auth = none`). `metrics_addr` serves it without one.
+/// `auth = none`). `api.metrics_addr` serves it without one.
 async fn metrics(State(state): State<ApiState>, headers: axum::http::HeaderMap) -> Response {
     let caller = match caller_of(&state, &headers).await {
         Ok(principal) => auth::Caller(principal),
@@ -255,7 +255,7 @@ fn metrics_text(handle: &PrometheusHandle) -> impl IntoResponse {
     )
 }
 
-/// The router of `metrics_addr`: `/metrics` for anyone who reaches it.
+/// The router of `api.metrics_addr`: `/metrics` for anyone who reaches it.
 pub fn metrics_router(handle: PrometheusHandle) -> Router {
     Router::new()
         .route(

@@ -456,7 +456,7 @@ fn id_parse(id: &str) -> Result<u64, ApiError> {
 /// Creates the occurrences now due to exist (rather than waiting for the
 /// materializer's next pass) and indexes them.
 async fn materialize_now(state: &ApiState, caller: &Caller, id: u64) {
-    let lookahead = std::time::Duration::from_millis(state.config.schedule_lookahead_ms);
+    let lookahead = std::time::Duration::from_millis(state.config.schedules.lookahead_ms);
     match caller
         .store(state)
         .schedule_materialize(id, lookahead)

@@ -59,25 +59,25 @@ pub fn tls_config(cert: &str, key: &str) -> Result<Arc<rustls::ServerConfig>, Tl
     };
     let certs: Vec<CertificateDer<'static>> = CertificateDer::pem_file_iter(Path::new(cert))
         .and_then(|certs| certs.collect())
-        .map_err(|err| error("api_tls_cert", cert, err.to_string()))?;
+        .map_err(|err| error("api.tls_cert", cert, err.to_string()))?;
     if certs.is_empty() {
         return Err(error(
-            "api_tls_cert",
+            "api.tls_cert",
             cert,
             "holds no certificate".to_owned(),
         ));
     }
     let key = PrivateKeyDer::from_pem_file(Path::new(key))
-        .map_err(|err| error("api_tls_key", key, err.to_string()))?;
+        .map_err(|err| error("api.tls_key", key, err.to_string()))?;
     let provider = Arc::new(rustls::crypto::ring::default_provider());
     let mut config = rustls::ServerConfig::builder_with_provider(provider)
         .with_safe_default_protocol_versions()
-        .map_err(|err| error("api_tls_cert", cert, err.to_string()))?
+        .map_err(|err| error("api.tls_cert", cert, err.to_string()))?
         .with_no_client_auth()
         .with_single_cert(certs, key)
         .map_err(|err| {
             error(
-                "api_tls_key",
+                "api.tls_key",
                 cert,
                 format!("does not fit the certificate: {err}"),
             )

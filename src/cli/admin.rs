@@ -61,8 +61,8 @@ pub enum TokenCommand {
 /// Long because it is a dispatch table: create, list and revoke, each
 /// with its checks and output.
 pub async fn token(config: &Config, command: TokenCommand) -> Result<(), AdminError> {
-    Store::migrate(&config.mysql_url).await?;
-    let store = Store::connect_lazy(&config.mysql_url, 1, Actor::Api)?;
+    Store::migrate(&config.mysql.url).await?;
+    let store = Store::connect_lazy(&config.mysql.url, 1, Actor::Api)?;
     match command {
         TokenCommand::Create {
             name,
@@ -141,7 +141,7 @@ pub async fn token(config: &Config, command: TokenCommand) -> Result<(), AdminEr
             }
             println!(
                 "token {name} revoked: refused within {} ms",
-                config.token_refresh_ms
+                config.api.token_refresh_ms
             );
         }
     }
@@ -151,7 +151,7 @@ pub async fn token(config: &Config, command: TokenCommand) -> Result<(), AdminEr
 
 /// `tickler instances`: a table of the instances and the shards each holds.
 pub async fn instances(config: &Config) -> Result<(), AdminError> {
-    let store = Store::connect_lazy(&config.mysql_url, 1, Actor::Cli)?;
+    let store = Store::connect_lazy(&config.mysql.url, 1, Actor::Cli)?;
     let rows = store.instances_list(config.instance_ttl()).await?;
     let leases = store.shard_leases().await?;
     let now = store.db_now().await?;
@@ -176,12 +176,12 @@ pub async fn instances(config: &Config) -> Result<(), AdminError> {
     }
     let free = leases.iter().filter(|l| l.owner.is_none()).count();
     println!(
-        "{} live of {} registered; {} shards, {} free (instance_ttl_ms {})",
+        "{} live of {} registered; {} shards, {} free (cluster.instance_ttl_ms {})",
         rows.iter().filter(|r| r.live).count(),
         rows.len(),
         leases.len(),
         free,
-        config.instance_ttl_ms
+        config.cluster.instance_ttl_ms
     );
     store.close().await;
     Ok(())
@@ -189,8 +189,8 @@ pub async fn instances(config: &Config) -> Result<(), AdminError> {
 
 /// `tickler shards [resize N]`.
 pub async fn shards(config: &Config, command: Option<ShardsCommand>) -> Result<(), AdminError> {
-    Store::migrate(&config.mysql_url).await?;
-    let store = Store::connect_lazy(&config.mysql_url, 1, Actor::Cli)?;
+    Store::migrate(&config.mysql.url).await?;
+    let store = Store::connect_lazy(&config.mysql.url, 1, Actor::Cli)?;
     match command {
         None => {
             let leases = store.shard_leases().await?;
@@ -207,7 +207,7 @@ pub async fn shards(config: &Config, command: Option<ShardsCommand>) -> Result<(
                     "the shard count must be between 1 and 16384".to_owned(),
                 ));
             }
-            let current = store.shard_leases_ensure(config.shards).await?;
+            let current = store.shard_leases_ensure(config.cluster.shards).await?;
             if shards < current {
                 return Err(AdminError::Refused(format!(
                     "the deployment has {current} shards; the count can only be raised (lowering would strand claims under shards that no longer exist)"
@@ -218,8 +218,8 @@ pub async fn shards(config: &Config, command: Option<ShardsCommand>) -> Result<(
             } else {
                 store.shard_leases_raise(shards).await?;
                 println!(
-                    "shards raised from {current} to {shards}: every instance follows within {} ms (a fifth of instance_ttl_ms)",
-                    config.instance_ttl_ms / 5
+                    "shards raised from {current} to {shards}: every instance follows within {} ms (a fifth of cluster.instance_ttl_ms)",
+                    config.cluster.instance_ttl_ms / 5
                 );
             }
         }
@@ -230,20 +230,20 @@ pub async fn shards(config: &Config, command: Option<ShardsCommand>) -> Result<(
 
 /// `tickler migrate`: applies the schema's migrations not yet applied and
 /// names them, then installs, drops or keeps the triggers that record hand
-/// edits (`history_hand_edits`). A trigger the account may not create is a
+/// edits (`mysql.history_hand_edits`). A trigger the account may not create is a
 /// warning, not a failure: tickler's own history does not need it.
 ///
 /// With `to`, stops after that migration (a live upgrade's first step).
 pub async fn migrate(config: &Config, to: Option<u32>) -> Result<(), StoreError> {
-    let applied = Store::migrate_with(&config.mysql_url, to, config.schema_baseline).await?;
+    let applied = Store::migrate_with(&config.mysql.url, to, config.mysql.schema_baseline).await?;
     if applied.is_empty() {
         println!("schema is up to date");
     }
     for name in applied {
         println!("applied {name}");
     }
-    let store = Store::connect_lazy(&config.mysql_url, 1, Actor::Cli)?;
-    let mode = config.history_hand_edits;
+    let store = Store::connect_lazy(&config.mysql.url, 1, Actor::Cli)?;
+    let mode = config.mysql.history_hand_edits;
     match store.hand_edits_apply(mode).await {
         Ok(HandEditsState::Recorded) if mode == HandEdits::Keep => println!(
             "hand edits in SQL are recorded in the history (the triggers were there and are \
@@ -251,13 +251,13 @@ pub async fn migrate(config: &Config, to: Option<u32>) -> Result<(), StoreError>
         ),
         Ok(HandEditsState::Recorded) => println!("hand edits in SQL are recorded in the history"),
         Ok(HandEditsState::NotRecorded) if mode == HandEdits::Keep => println!(
-            "hand edits in SQL are not recorded (history_hand_edits = trigger records them)"
+            "hand edits in SQL are not recorded (mysql.history_hand_edits = trigger records them)"
         ),
         Ok(HandEditsState::NotRecorded) => {
-            println!("hand edits in SQL are not recorded (history_hand_edits = off)")
+            println!("hand edits in SQL are not recorded (mysql.history_hand_edits = off)")
         }
         Err(err) if mode == HandEdits::Trigger => eprintln!(
-            "warning: history_hand_edits = trigger, but the triggers that record hand edits \
+            "warning: mysql.history_hand_edits = trigger, but the triggers that record hand edits \
              cannot be created: {err}. tickler records its own changes regardless. Grant \
              TRIGGER, and where binary logging is on SUPER or log_bin_trust_function_creators \
              = 1 (a parameter group on RDS and Aurora), then run migrate again; or set \

@@ -24,15 +24,15 @@ pub struct DoctorArgs {
 /// Examines (or, with `--repair`, repairs) and prints the report.
 pub async fn run(config: Config, args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let store = Store::connect_lazy(&config.mysql_url, 2, Actor::Doctor)?;
+    let store = Store::connect_lazy(&config.mysql.url, 2, Actor::Doctor)?;
     // The shards the deployment has now, which a resize may have changed
     // since the configuration was written.
     let shards = match store.shard_leases().await {
         Ok(leases) if !leases.is_empty() => leases.len() as u32,
-        _ => config.shards,
+        _ => config.cluster.shards,
     };
     let client = index::client_open(&config).map_err(anyhow::Error::msg)?;
-    let index = Index::connect_with(client, &config.redis_prefix, shards)?;
+    let index = Index::connect_with(client, &config.redis.prefix, shards)?;
     let doctor = Doctor::new(store.clone(), index, DoctorConfig::from_config(&config));
     let report = if args.repair {
         doctor.repair().await

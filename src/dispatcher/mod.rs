@@ -5,7 +5,7 @@
 //! producer, marks it `dispatched` with where it landed, and releases the
 //! Redis claim. No business logic.
 //!
-//! It claims ahead: the ids due within `dispatch_lookahead_ms` (20 ms by
+//! It claims ahead: the ids due within `dispatcher.lookahead_ms` (20 ms by
 //! default), by Redis's clock and then by the database's in the
 //! compare-and-set, and holds each job until the first instant at which the
 //! database's clock is surely past its `schedule_time` ([`release`]). So the
@@ -33,7 +33,7 @@
 //!   them to the due set.
 //! - after the MySQL claim: rows are `dispatching` under this instance;
 //!   once it is dead for the others (heartbeat older than
-//!   `instance_ttl_ms`) they put them in doubt (after the claim lease, at
+//!   `cluster.instance_ttl_ms`) they put them in doubt (after the claim lease, at
 //!   worst), the reconciler reads their topics back and returns those not
 //!   found to `pending`, and the shards' new owners adopt the in-flight
 //!   sets.
@@ -115,10 +115,10 @@ pub struct DispatcherConfig {
     pub stragglers_max: usize,
     /// Jobs due within this long are claimed and held until their time.
     pub lookahead: Duration,
-    /// `doubt_margin_ms`: how long after the producer gave up on a record
+    /// `kafka.doubt_margin_ms`: how long after the producer gave up on a record
     /// the broker may still make it visible.
     pub doubt_margin: Duration,
-    /// `dispatch_stall_ms`: busy this long without finishing a pass, the
+    /// `dispatcher.stall_ms`: busy this long without finishing a pass, the
     /// dispatcher gives up ([`Watchdog`]).
     pub stall: Duration,
 }
@@ -127,26 +127,26 @@ pub struct DispatcherConfig {
 /// again.
 pub const DISPATCH_RETRY_DELAY: Duration = Duration::from_secs(1);
 /// Records settling in the background at most, per claimed batch of a
-/// shard (`stragglers_max` = this × `dispatch_batch`).
+/// shard (`stragglers_max` = this × `dispatcher.batch`).
 pub const STRAGGLER_BATCHES: usize = 4;
 
 impl DispatcherConfig {
     pub fn from_config(config: &Config) -> Self {
         DispatcherConfig {
-            brokers: config.kafka_brokers.clone(),
-            kafka_options: config.kafka_options.clone(),
-            batch: config.dispatch_batch,
+            brokers: config.kafka.brokers.clone(),
+            kafka_options: config.kafka.options.clone(),
+            batch: config.dispatcher.batch,
             lease: config.claim_lease(),
-            idle: Duration::from_millis(config.dispatch_idle_ms),
-            linger_ms: config.kafka_linger_ms,
-            message_timeout_ms: config.kafka_message_timeout_ms,
+            idle: Duration::from_millis(config.dispatcher.idle_ms),
+            linger_ms: config.kafka.linger_ms,
+            message_timeout_ms: config.kafka.message_timeout_ms,
             retry_delay: DISPATCH_RETRY_DELAY,
             window: config.window(),
-            ack_wait: Duration::from_millis(config.dispatch_ack_wait_ms),
-            stragglers_max: (config.dispatch_batch as usize).saturating_mul(STRAGGLER_BATCHES),
-            lookahead: Duration::from_millis(config.dispatch_lookahead_ms),
-            doubt_margin: Duration::from_millis(config.doubt_margin_ms),
-            stall: Duration::from_millis(config.dispatch_stall_ms),
+            ack_wait: Duration::from_millis(config.dispatcher.ack_wait_ms),
+            stragglers_max: (config.dispatcher.batch as usize).saturating_mul(STRAGGLER_BATCHES),
+            lookahead: Duration::from_millis(config.dispatcher.lookahead_ms),
+            doubt_margin: Duration::from_millis(config.kafka.doubt_margin_ms),
+            stall: Duration::from_millis(config.dispatcher.stall_ms),
         }
     }
 }
@@ -302,7 +302,7 @@ impl Dispatcher {
                 watchdog.stalled(stall).await;
                 tracing::error!(
                     stall_ms = stall.as_millis() as u64,
-                    "the dispatcher made no progress for dispatch_stall_ms: a call to MySQL, Redis or Kafka does not return; giving up"
+                    "the dispatcher made no progress for dispatcher.stall_ms: a call to MySQL, Redis or Kafka does not return; giving up"
                 );
             }
         });

@@ -600,36 +600,37 @@ fn group_by_shard(
     groups
 }
 
-/// The seed URLs in `redis_url`: one, or several comma-separated (a
+/// The seed URLs in `redis.url`: one, or several comma-separated (a
 /// Sentinel URL, whose commas separate sentinels, is one).
 pub fn redis_urls(config: &Config) -> Vec<&str> {
-    if sentinel::is_sentinel_url(&config.redis_url) {
-        return vec![config.redis_url.trim()];
+    if sentinel::is_sentinel_url(&config.redis.url) {
+        return vec![config.redis.url.trim()];
     }
     config
-        .redis_url
+        .redis
+        .url
         .split(',')
         .map(str::trim)
         .filter(|url| !url.is_empty())
         .collect()
 }
 
-/// The Redis client the settings ask for: `redis_url` (with several
+/// The Redis client the settings ask for: `redis.url` (with several
 /// comma-separated seed URLs, or `redis_cluster = true`, a Redis Cluster;
 /// `redis+sentinel://`, the master a Sentinel names), and for TLS the CA
-/// (`redis_tls_ca`; the system's roots otherwise) and the client
-/// certificate and key (`redis_tls_cert`, `redis_tls_key`).
+/// (`redis.tls_ca`; the system's roots otherwise) and the client
+/// certificate and key (`redis.tls_cert`, `redis.tls_key`).
 pub fn client_open(config: &Config) -> Result<RedisClient, String> {
     let urls = redis_urls(config);
     let certificates = tls_certificates(config)?;
-    if sentinel::is_sentinel_url(&config.redis_url) {
-        let url = sentinel::SentinelUrl::parse(config.redis_url.trim())
-            .map_err(|problem| format!("redis_url (sentinel): {problem}"))?;
+    if sentinel::is_sentinel_url(&config.redis.url) {
+        let url = sentinel::SentinelUrl::parse(config.redis.url.trim())
+            .map_err(|problem| format!("redis.url (sentinel): {problem}"))?;
         return sentinel::client_build(&url, certificates)
             .map(|client| RedisClient::Sentinel(client, url.db))
-            .map_err(|err| format!("redis_url (sentinel): {err}"));
+            .map_err(|err| format!("redis.url (sentinel): {err}"));
     }
-    if config.redis_cluster || urls.len() > 1 {
+    if config.redis.cluster || urls.len() > 1 {
         let mut builder = redis::cluster::ClusterClient::builder(urls);
         if let Some(certificates) = certificates {
             builder = builder.certs(certificates);
@@ -637,7 +638,7 @@ pub fn client_open(config: &Config) -> Result<RedisClient, String> {
         return builder
             .build()
             .map(RedisClient::Cluster)
-            .map_err(|err| format!("redis_url (cluster seeds): {err}"));
+            .map_err(|err| format!("redis.url (cluster seeds): {err}"));
     }
     single_client(urls.first().copied().unwrap_or_default(), certificates).map(RedisClient::Single)
 }
@@ -647,17 +648,17 @@ fn single_client(
     certificates: Option<redis::TlsCertificates>,
 ) -> Result<redis::Client, String> {
     match certificates {
-        None => redis::Client::open(url).map_err(|err| format!("redis_url: {err}")),
+        None => redis::Client::open(url).map_err(|err| format!("redis.url: {err}")),
         Some(certificates) => redis::Client::build_with_tls(url, certificates)
-            .map_err(|err| format!("redis_url with redis_tls_*: {err}")),
+            .map_err(|err| format!("redis.url with redis.tls_*: {err}")),
     }
 }
 
 fn tls_certificates(config: &Config) -> Result<Option<redis::TlsCertificates>, String> {
     let tls_files = [
-        &config.redis_tls_ca,
-        &config.redis_tls_cert,
-        &config.redis_tls_key,
+        &config.redis.tls_ca,
+        &config.redis.tls_cert,
+        &config.redis.tls_key,
     ];
     if tls_files.iter().all(|file| file.is_none()) {
         return Ok(None);
@@ -665,14 +666,14 @@ fn tls_certificates(config: &Config) -> Result<Option<redis::TlsCertificates>, S
     let read = |setting: &str, path: &str| {
         std::fs::read(path).map_err(|err| format!("{setting} ({path}): {err}"))
     };
-    let root_cert = match &config.redis_tls_ca {
-        Some(path) => Some(read("redis_tls_ca", path)?),
+    let root_cert = match &config.redis.tls_ca {
+        Some(path) => Some(read("redis.tls_ca", path)?),
         None => None,
     };
-    let client_tls = match (&config.redis_tls_cert, &config.redis_tls_key) {
+    let client_tls = match (&config.redis.tls_cert, &config.redis.tls_key) {
         (Some(cert), Some(key)) => Some(redis::ClientTlsConfig {
-            client_cert: read("redis_tls_cert", cert)?,
-            client_key: read("redis_tls_key", key)?,
+            client_cert: read("redis.tls_cert", cert)?,
+            client_key: read("redis.tls_key", key)?,
         }),
         _ => None,
     };
@@ -689,7 +690,7 @@ fn tls_certificates(config: &Config) -> Result<Option<redis::TlsCertificates>, S
 /// seed stands for all.
 pub async fn tls_probe(config: &Config) -> Result<(), String> {
     let Some(url) = redis_urls(config).first().copied() else {
-        return Err("redis_url: empty".to_owned());
+        return Err("redis.url: empty".to_owned());
     };
     // A Sentinel URL's TLS is tried on first use, through the sentinels.
     if !url.starts_with("rediss://") {
@@ -705,7 +706,7 @@ pub async fn tls_probe(config: &Config) -> Result<(), String> {
     match connected {
         Ok(Ok(_)) => Ok(()),
         Ok(Err(err)) if is_tls_failure(&err.to_string()) => Err(format!(
-            "redis_url: TLS to {target} failed: {err} (check redis_tls_ca, redis_tls_cert and redis_tls_key)"
+            "redis.url: TLS to {target} failed: {err} (check redis.tls_ca, redis.tls_cert and redis.tls_key)"
         )),
         Ok(Err(err)) => {
             tracing::warn!(%target, error = %err, "redis does not answer yet; starting all the same");

@@ -1,7 +1,7 @@
 //! Redis with Sentinel: the master a set of sentinels names, followed
 //! through its failovers.
 //!
-//! `redis_url` names the sentinels and the master's name:
+//! `redis.url` names the sentinels and the master's name:
 //!
 //! ```text
 //! redis+sentinel://[user:password@]host[:port][,host[:port]...]/master-name[/db][?sentinel_username=...&sentinel_password=...]

@@ -40,8 +40,8 @@ impl IngressConfig {
     pub fn from_config(config: &Config) -> Self {
         let ingress = &config.ingress;
         IngressConfig {
-            brokers: config.kafka_brokers.clone(),
-            kafka_options: config.kafka_options.clone(),
+            brokers: config.kafka.brokers.clone(),
+            kafka_options: config.kafka.options.clone(),
             topics: ingress
                 .topics
                 .iter()
@@ -53,13 +53,13 @@ impl IngressConfig {
             linger: INGRESS_LINGER,
             partitions: ingress.topic_partitions,
             limits: Limits {
-                payload_max_bytes: config.payload_max_bytes,
-                max_schedule_ahead_days: config.max_schedule_ahead_days,
+                payload_max_bytes: config.jobs.payload_max_bytes,
+                max_schedule_ahead_days: config.jobs.max_schedule_ahead_days,
             },
-            topic_check: config.topic_check,
+            topic_check: config.kafka.topic_check,
             window: config.window(),
-            linger_ms: config.kafka_linger_ms,
-            message_timeout_ms: config.kafka_message_timeout_ms,
+            linger_ms: config.kafka.linger_ms,
+            message_timeout_ms: config.kafka.message_timeout_ms,
         }
     }
 }

@@ -102,7 +102,7 @@ pub enum RequestError {
     Forbidden(String),
     #[error("{0}: jobs may not be produced there")]
     Reserved(String),
-    #[error("topic {0:?} does not exist on the broker: create it first (or see the topic_check setting)")]
+    #[error("topic {0:?} does not exist on the broker: create it first (or see the kafka.topic_check setting)")]
     UnknownTopic(String),
     /// A cancel for a (topic, key) no job holds.
     #[error("no job has key {key:?} on topic {topic:?}")]

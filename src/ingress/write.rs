@@ -179,7 +179,7 @@ impl Writer {
         Ok(request)
     }
 
-    /// The `topic_check` pre-flight, once per distinct target topic of the
+    /// The `kafka.topic_check` pre-flight, once per distinct target topic of the
     /// creates (a cancel needs no topic on the broker).
     async fn preflight(&self, requests: &mut [Result<Request, RequestError>]) {
         let mut verdicts: HashMap<String, bool> = HashMap::new();

@@ -46,7 +46,7 @@ pub const GROUP_SESSION_TIMEOUT_MS: u32 = 6_000;
 
 /// The settings of a consumer in `group` that commits by hand (after what
 /// it read is in MySQL) and, on a group's first reading, starts from the
-/// earliest record; `options` (the `kafka_options` setting) are applied
+/// earliest record; `options` (the `kafka.options` setting) are applied
 /// last.
 fn group_config(
     brokers: &str,
@@ -69,7 +69,7 @@ fn group_config(
 }
 
 /// The settings of tickler's one [`Producer`]: idempotent, `acks=all`;
-/// `options` (the `kafka_options` setting) are applied last.
+/// `options` (the `kafka.options` setting) are applied last.
 fn producer_config(
     brokers: &str,
     options: &BTreeMap<String, String>,
@@ -94,7 +94,7 @@ pub async fn topic_ensure(brokers: &str, topic: &str, partitions: i32) -> Result
     topic_ensure_with(brokers, &BTreeMap::new(), topic, partitions).await
 }
 
-/// `topic_ensure` through a client with `options` (`kafka_options`: TLS,
+/// `topic_ensure` through a client with `options` (`kafka.options`: TLS,
 /// SASL...).
 pub async fn topic_ensure_with(
     brokers: &str,
@@ -122,7 +122,7 @@ pub async fn topic_ensure_with(
 /// The broker refused tickler's credentials or certificates: start-up
 /// stops, naming what to check.
 #[derive(Debug, thiserror::Error)]
-#[error("cannot connect to {brokers}: {reason} (check kafka_options: security.protocol, ssl.ca.location, ssl.certificate.location, ssl.key.location, sasl.*)")]
+#[error("cannot connect to {brokers}: {reason} (check kafka.options: security.protocol, ssl.ca.location, ssl.certificate.location, ssl.key.location, sasl.*)")]
 pub struct ProbeError {
     pub brokers: String,
     pub reason: String,
@@ -332,7 +332,7 @@ impl Topics {
         }
     }
 
-    /// The pre-flight check of the `topic_check` setting on a job's topic,
+    /// The pre-flight check of the `kafka.topic_check` setting on a job's topic,
     /// months before the job is due rather than when it is: false when the
     /// broker says it has no such topic and `check` is `reject`; with `warn`
     /// the job is let through, logged and counted. When the broker cannot be

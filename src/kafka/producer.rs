@@ -1,7 +1,7 @@
 //! The one producer tickler sends every record with — jobs, dead letters,
 //! ingress replies — and what a failed send means.
 //!
-//! Idempotent, `acks=all`, with `kafka_options` applied last
+//! Idempotent, `acks=all`, with `kafka.options` applied last
 //! ([`super::producer_config`]). Each record's delivery report arrives one
 //! of two ways: a [`Delivery`] future of its own (the dispatcher and the
 //! dead letters, which act on each record), or a count on a [`Tally`] a

@@ -47,12 +47,12 @@ pub struct ResultsConsumerConfig {
 impl ResultsConsumerConfig {
     pub fn from_config(config: &Config) -> Self {
         ResultsConsumerConfig {
-            brokers: config.kafka_brokers.clone(),
-            kafka_options: config.kafka_options.clone(),
-            topic: config.results_topic.clone(),
-            group: config.results_group.clone(),
-            partitions: config.results_topic_partitions,
-            batch: config.results_batch,
+            brokers: config.kafka.brokers.clone(),
+            kafka_options: config.kafka.options.clone(),
+            topic: config.results.topic.clone(),
+            group: config.results.group.clone(),
+            partitions: config.results.topic_partitions,
+            batch: config.results.batch,
             linger: RESULTS_LINGER,
         }
     }

@@ -44,7 +44,7 @@ impl Default for DeadLetterConfig {
 impl DeadLetterConfig {
     pub fn from_config(config: Arc<Config>) -> Self {
         DeadLetterConfig {
-            interval: Duration::from_millis(config.reconcile_interval_ms),
+            interval: Duration::from_millis(config.reconciler.interval_ms),
             lease: DEAD_LETTER_LEASE,
             batch: DEAD_LETTER_BATCH,
             settings: config,
@@ -115,14 +115,14 @@ impl Service for DeadLetterProducer {
             .topics
             .values()
             .filter_map(|t| t.dead_letter_topic.as_deref())
-            .chain(settings.dead_letter_topic.as_deref())
+            .chain(settings.jobs.dead_letter_topic.as_deref())
             .filter(|t| !t.is_empty())
             .collect();
         topics.sort_unstable();
         topics.dedup();
         for topic in topics {
             if let Err(err) =
-                kafka::topic_ensure_with(&settings.kafka_brokers, &settings.kafka_options, topic, 1)
+                kafka::topic_ensure_with(&settings.kafka.brokers, &settings.kafka.options, topic, 1)
                     .await
             {
                 tracing::warn!(topic, error = %err, "cannot create the dead-letter topic");
@@ -225,10 +225,10 @@ impl DeadLetterProducer {
         }
         let settings = &self.config.settings;
         let fresh = Producer::create(
-            &settings.kafka_brokers,
-            &settings.kafka_options,
-            settings.kafka_linger_ms,
-            settings.kafka_message_timeout_ms,
+            &settings.kafka.brokers,
+            &settings.kafka.options,
+            settings.kafka.linger_ms,
+            settings.kafka.message_timeout_ms,
         )?;
         *producer = Some(fresh.clone());
         Ok(fresh)

@@ -28,9 +28,9 @@ pub struct InstanceInfo {
     pub version: String,
     /// Comma-separated roles.
     pub roles: String,
-    /// Its `instance_ttl_ms`: the others take it for dead by this.
+    /// Its `cluster.instance_ttl_ms`: the others take it for dead by this.
     pub ttl: Option<Duration>,
-    /// Its `kafka_message_timeout_ms` + `doubt_margin_ms`: how long its
+    /// Its `kafka.message_timeout_ms` + `kafka.doubt_margin_ms`: how long its
     /// claims stay in doubt once it is dead.
     pub quiet: Option<Duration>,
 }

@@ -693,7 +693,7 @@ impl Store {
     /// or (paused, not dead) may still. It hands nothing to its producer
     /// once three quarters of its TTL have passed since its last heartbeat
     /// (`Releaser`), nor ever again a claim from before a lapse, and its
-    /// producer gives up on a record `kafka_message_timeout_ms` after it
+    /// producer gives up on a record `kafka.message_timeout_ms` after it
     /// was handed over; so after that and a margin (its quiet time,
     /// `quiet` from now for a row that names none) nothing of these claims
     /// can still arrive, and the reconciler reads their topics back to

@@ -482,7 +482,7 @@ pub async fn tls_probe(url: &str) -> Result<(), String> {
             refused.map_or(Ok(()), Err)
         }
         Ok(Err(err)) if is_tls_failure(&err) => Err(format!(
-            "mysql_url: TLS to {target} failed: {err} (check ssl-mode, ssl-ca, ssl-cert and ssl-key in mysql_url)"
+            "mysql.url: TLS to {target} failed: {err} (check ssl-mode, ssl-ca, ssl-cert and ssl-key in mysql.url)"
         )),
         Ok(Err(err)) => {
             tracing::warn!(%target, error = %err, "mysql does not answer yet; starting all the same");

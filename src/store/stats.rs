@@ -10,7 +10,7 @@ use super::db_time;
 use super::{Store, StoreError};
 
 /// The statuses counted by topic: the live ones (finished jobs are counted
-/// by the `_total` counters and purged after `retention_days`).
+/// by the `_total` counters and purged after `jobs.retention_days`).
 pub const COUNTED: [&str; 4] = ["pending", "dispatching", "dispatched", "dead"];
 
 /// Jobs of one status on one topic.

@@ -45,7 +45,7 @@ impl Services {
         }
     }
 
-    /// `mysql_url` with tickler's account in place of the one it names.
+    /// `mysql.url` with tickler's account in place of the one it names.
     pub fn tickler_mysql_url(&self, mysql_url: &str) -> String {
         match (&self.tickler_account, mysql_url.split_once("://")) {
             (Some(account), Some((scheme, rest))) => {
@@ -114,12 +114,12 @@ pub struct World {
 /// Settings that make faults show quickly: short leases and intervals.
 pub fn fast_settings() -> Vec<(String, String)> {
     [
-        ("TICKLER_SHARDS", "4"),
-        ("TICKLER_CLAIM_LEASE_MS", "5000"),
+        ("TICKLER_CLUSTER_SHARDS", "4"),
+        ("TICKLER_DISPATCHER_CLAIM_LEASE_MS", "5000"),
         ("TICKLER_KAFKA_MESSAGE_TIMEOUT_MS", "2000"),
-        ("TICKLER_RECONCILE_INTERVAL_MS", "500"),
+        ("TICKLER_RECONCILER_INTERVAL_MS", "500"),
         ("TICKLER_LOADER_INTERVAL_MS", "200"),
-        ("TICKLER_DISPATCH_IDLE_MS", "200"),
+        ("TICKLER_DISPATCHER_IDLE_MS", "200"),
         ("TICKLER_LOG", "warn"),
     ]
     .iter()
@@ -191,7 +191,7 @@ impl World {
         let dir = scratch_dir();
         let mut procs = http_addrs.iter().enumerate().map(|(i, addr)| {
             let mut env = env.clone();
-            env.push(("TICKLER_HTTP_ADDR".to_owned(), addr.clone()));
+            env.push(("TICKLER_API_ADDR".to_owned(), addr.clone()));
             Proc::spawn(
                 &format!("tickler-{i}"),
                 &tickler_bin().to_string_lossy(),

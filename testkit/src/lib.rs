@@ -94,26 +94,25 @@ pub async fn database_drop(name: &str) {
 
 /// Settings for a test tickler: small intervals, few shards, random port.
 pub fn test_config(mysql_url: &str, prefix: &str) -> Config {
-    Config {
-        mysql_url: mysql_url.to_owned(),
-        mysql_pool_size: 8,
-        redis_url: redis_url(),
-        redis_prefix: prefix.to_owned(),
-        kafka_brokers: kafka_brokers(),
-        http_addr: "127.0.0.1:0".to_owned(),
-        shards: 4,
-        loader_interval_ms: 200,
-        schedule_interval_ms: 200,
-        dispatch_idle_ms: 200,
-        claim_lease_ms: 15_000,
-        results_topic: unique("tickler-results-"),
-        results_group: unique("tickler-t-"),
-        results_topic_partitions: 2,
-        ..Config::default()
-    }
+    let mut config = Config::default();
+    config.mysql.url = mysql_url.to_owned();
+    config.mysql.pool_size = 8;
+    config.redis.url = redis_url();
+    config.redis.prefix = prefix.to_owned();
+    config.kafka.brokers = kafka_brokers();
+    config.api.addr = "127.0.0.1:0".to_owned();
+    config.cluster.shards = 4;
+    config.loader.interval_ms = 200;
+    config.schedules.interval_ms = 200;
+    config.dispatcher.idle_ms = 200;
+    config.dispatcher.claim_lease_ms = 15_000;
+    config.results.topic = unique("tickler-results-");
+    config.results.group = unique("tickler-t-");
+    config.results.topic_partitions = 2;
+    config
 }
 
-/// Makes a token in the database at `mysql_url` (no rate limits, so tests
+/// Makes a token in the database at `mysql.url` (no rate limits, so tests
 /// are not throttled unless they ask); returns its secret.
 pub async fn token_create(mysql_url: &str, name: &str, topics: &[&str], scopes: &[&str]) -> String {
     token_create_limited(mysql_url, name, topics, scopes, Some(0), Some(0)).await
@@ -225,7 +224,7 @@ impl TestEnv {
         let mut config = test_config(&url, &prefix);
         adjust(&mut config);
         let topic = unique("tickler-test-");
-        kafka::topic_ensure_with(&config.kafka_brokers, &config.kafka_options, &topic, 2)
+        kafka::topic_ensure_with(&config.kafka.brokers, &config.kafka.options, &topic, 2)
             .await
             .expect("kafka is running (scripts/services)");
         let admin_secret = token_create(&url, "test-admin", &["*"], &["admin"]).await;
@@ -390,10 +389,10 @@ impl TestEnv {
 
     /// Every Redis key under this test's prefix.
     pub async fn redis_keys(&self) -> Vec<String> {
-        let client = redis::Client::open(self.config.redis_url.as_str()).unwrap();
+        let client = redis::Client::open(self.config.redis.url.as_str()).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
         redis::cmd("KEYS")
-            .arg(format!("{{{}:*", self.config.redis_prefix))
+            .arg(format!("{{{}:*", self.config.redis.prefix))
             .query_async(&mut conn)
             .await
             .unwrap()
@@ -401,7 +400,7 @@ impl TestEnv {
 
     /// Whether any Redis key of this test holds `id`.
     pub async fn redis_holds(&self, id: u64) -> bool {
-        let client = redis::Client::open(self.config.redis_url.as_str()).unwrap();
+        let client = redis::Client::open(self.config.redis.url.as_str()).unwrap();
         let mut conn = client.get_multiplexed_async_connection().await.unwrap();
         let sets = self.redis_keys().await.into_iter();
         for key in sets.filter(|k| k.ends_with(":due") || k.ends_with(":inflight")) {
@@ -419,7 +418,7 @@ impl TestEnv {
     }
 
     pub fn consumer(&self) -> StreamConsumer {
-        consumer_from_beginning(&self.config.kafka_brokers, &self.topic)
+        consumer_from_beginning(&self.config.kafka.brokers, &self.topic)
     }
 }
 

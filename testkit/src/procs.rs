@@ -439,7 +439,7 @@ impl PrivateRedisCluster {
         }
     }
 
-    /// The seed URLs, comma-separated, as `redis_url` takes them.
+    /// The seed URLs, comma-separated, as `redis.url` takes them.
     pub fn urls(&self) -> String {
         self.ports
             .iter()

@@ -39,12 +39,12 @@ pub async fn run(
     jobs: u32,
     token: Option<&str>,
 ) -> anyhow::Result<()> {
-    kafka::topic_ensure_with(&config.kafka_brokers, &config.kafka_options, topic, 1)
+    kafka::topic_ensure_with(&config.kafka.brokers, &config.kafka.options, topic, 1)
         .await
         .with_context(|| format!("creating topic {topic}"))?;
-    let consumer = kafka::tail::consumer_assigned(&config.kafka_brokers, topic, Offset::End)?;
+    let consumer = kafka::tail::consumer_assigned(&config.kafka.brokers, topic, Offset::End)?;
 
-    let base = format!("http://{}", config.http_addr);
+    let base = format!("http://{}", config.api.addr);
     let mut headers = reqwest::header::HeaderMap::new();
     if let Some(token) = token {
         headers.insert(

@@ -133,6 +133,14 @@ async fn main() -> anyhow::Result<ExitCode> {
         command => Cli { command, ..cli },
     };
     let config = Config::load(cli.config.as_deref())?;
+    for (old, new) in &config.renamed {
+        if matches!(cli.command, Command::Config) {
+            // Standard output is the configuration's JSON.
+            eprintln!("warning: {old} is now {new}; the old name is read until the next release");
+        } else {
+            tracing::warn!(old = %old, new = %new, "a setting's flat name of before the sections is read as its new name, until the next release: rename it");
+        }
+    }
 
     match cli.command {
         Command::Config => {

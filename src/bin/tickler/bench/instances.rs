@@ -49,14 +49,13 @@ impl Deployment {
     ) -> anyhow::Result<(Deployment, Vec<String>)> {
         let db_name = format!("tickler_bench_{suffix}_n{n}");
         let mysql_url =
-            scratch::scratch_database_create(server_url, &db_name, base.history_hand_edits).await?;
-        let config = Config {
-            mysql_url: mysql_url.clone(),
-            redis_prefix: format!("tickler-bench-{suffix}-n{n}"),
-            results_topic: format!("tickler-bench-results-{suffix}"),
-            results_group: format!("tickler-bench-{suffix}-n{n}"),
-            ..base.clone()
-        };
+            scratch::scratch_database_create(server_url, &db_name, base.mysql.history_hand_edits)
+                .await?;
+        let mut config = base.clone();
+        config.mysql.url = mysql_url.clone();
+        config.redis.prefix = format!("tickler-bench-{suffix}-n{n}");
+        config.results.topic = format!("tickler-bench-results-{suffix}");
+        config.results.group = format!("tickler-bench-{suffix}-n{n}");
         let exe = std::env::current_exe().context("finding the tickler binary")?;
         let mut children = Vec::new();
         let mut urls = Vec::new();
@@ -65,20 +64,20 @@ impl Deployment {
             let addr = format!("127.0.0.1:{port}");
             let child = Command::new(&exe)
                 .arg("serve")
-                .env("TICKLER_MYSQL_URL", &config.mysql_url)
-                .env("TICKLER_REDIS_URL", &config.redis_url)
-                .env("TICKLER_KAFKA_BROKERS", &config.kafka_brokers)
-                .env("TICKLER_REDIS_PREFIX", &config.redis_prefix)
-                .env("TICKLER_HTTP_ADDR", &addr)
-                .env("TICKLER_AUTH", "none")
+                .env("TICKLER_MYSQL_URL", &config.mysql.url)
+                .env("TICKLER_REDIS_URL", &config.redis.url)
+                .env("TICKLER_KAFKA_BROKERS", &config.kafka.brokers)
+                .env("TICKLER_REDIS_PREFIX", &config.redis.prefix)
+                .env("TICKLER_API_ADDR", &addr)
+                .env("TICKLER_API_AUTH", "none")
                 .env("TICKLER_API_RATE_REQUESTS", "0")
                 .env("TICKLER_API_RATE_JOBS", "0")
-                .env("TICKLER_RESULTS_TOPIC", &config.results_topic)
-                .env("TICKLER_RESULTS_GROUP", &config.results_group)
-                .env("TICKLER_SHARDS", config.shards.to_string())
+                .env("TICKLER_RESULTS_TOPIC", &config.results.topic)
+                .env("TICKLER_RESULTS_GROUP", &config.results.group)
+                .env("TICKLER_CLUSTER_SHARDS", config.cluster.shards.to_string())
                 .env(
-                    "TICKLER_INSTANCE_TTL_MS",
-                    config.instance_ttl_ms.to_string(),
+                    "TICKLER_CLUSTER_INSTANCE_TTL_MS",
+                    config.cluster.instance_ttl_ms.to_string(),
                 )
                 .env(
                     "TICKLER_LOG",
@@ -162,17 +161,15 @@ pub(super) async fn run(
     if options.instances == 0 || !options.wants("instances") {
         return Ok(());
     }
-    let base = Config {
-        topic_check: tickler::config::TopicCheck::Warn,
-        ..base.clone()
-    };
+    let mut base = base.clone();
+    base.kafka.topic_check = tickler::config::TopicCheck::Warn;
     for n in 1..=options.instances {
         let topic = format!("tickler-bench-{suffix}-n{n}");
-        kafka::topic_ensure(&base.kafka_brokers, &topic, 4).await?;
+        kafka::topic_ensure(&base.kafka.brokers, &topic, 4).await?;
         let (deployment, urls) = Deployment::start(&base, n, server_url, suffix).await?;
         let records: Records = Arc::new(Mutex::new(HashMap::new()));
         let consumer =
-            kafka::tail::base_consumer_assigned(&base.kafka_brokers, &topic, Offset::Beginning)?;
+            kafka::tail::base_consumer_assigned(&base.kafka.brokers, &topic, Offset::Beginning)?;
         let stop_consumer = CancellationToken::new();
         record(consumer, records.clone(), stop_consumer.clone());
         let bench = Bench {
@@ -186,10 +183,10 @@ pub(super) async fn run(
             records,
         };
         println!(
-            "instances: {n} tickler serve process{} on one database ({} shards, instance_ttl_ms {})",
+            "instances: {n} tickler serve process{} on one database ({} shards, cluster.instance_ttl_ms {})",
             if n == 1 { "" } else { "es" },
-            deployment.config.shards,
-            deployment.config.instance_ttl_ms
+            deployment.config.cluster.shards,
+            deployment.config.cluster.instance_ttl_ms
         );
         let outcome = async {
             bench.schedule().await?;
@@ -217,8 +214,8 @@ async fn failover(bench: &Bench, deployment: &Deployment) -> anyhow::Result<()> 
     let rate = bench.options.rate;
     let secs: u64 = if bench.options.smoke { 6 } else { 20 };
     let kill_after = secs / 2;
-    let ttl = Duration::from_millis(deployment.config.instance_ttl_ms);
-    let shards = deployment.config.shards;
+    let ttl = Duration::from_millis(deployment.config.cluster.instance_ttl_ms);
+    let shards = deployment.config.cluster.shards;
     // A topic of its own, read from its start: the claims the victim held
     // are read back from their time less a minute, and on the stage's
     // earlier topic that falls among the burst's records — inside a
@@ -226,10 +223,10 @@ async fn failover(bench: &Bench, deployment: &Deployment) -> anyhow::Result<()> 
     // Kafka answers with the whole batch), so those claims would stay in
     // doubt on this broker.
     let topic = format!("{}-failover", bench.topic());
-    kafka::topic_ensure(&deployment.config.kafka_brokers, &topic, 4).await?;
+    kafka::topic_ensure(&deployment.config.kafka.brokers, &topic, 4).await?;
     let records: Records = Arc::new(Mutex::new(HashMap::new()));
     let consumer = kafka::tail::base_consumer_assigned(
-        &deployment.config.kafka_brokers,
+        &deployment.config.kafka.brokers,
         &topic,
         Offset::Beginning,
     )?;
@@ -326,7 +323,7 @@ async fn failover(bench: &Bench, deployment: &Deployment) -> anyhow::Result<()> 
         let stop = CancellationToken::new();
         record(
             kafka::tail::base_consumer_assigned(
-                &deployment.config.kafka_brokers,
+                &deployment.config.kafka.brokers,
                 &bench.topic(),
                 Offset::Beginning,
             )?,
@@ -357,8 +354,8 @@ async fn failover(bench: &Bench, deployment: &Deployment) -> anyhow::Result<()> 
                 (Some(partition), Some(offset)) => format!(
                     " (there: {:?})",
                     kafka::record_at(
-                        &deployment.config.kafka_brokers,
-                        &deployment.config.kafka_options,
+                        &deployment.config.kafka.brokers,
+                        &deployment.config.kafka.options,
                         &bench.topic(),
                         partition,
                         offset,
@@ -382,7 +379,7 @@ async fn failover(bench: &Bench, deployment: &Deployment) -> anyhow::Result<()> 
                     )
                 })
                 .collect();
-            let shard = shard_of(job.id, deployment.config.shards);
+            let shard = shard_of(job.id, deployment.config.cluster.shards);
             described.push(format!(
                 "job {} (shard {shard}, the victim's: {}) {} attempt {} due {} updated_at {} kafka {:?}/{:?}{at} last_error {:?} history [{}]",
                 job.id,
@@ -449,7 +446,7 @@ async fn failover(bench: &Bench, deployment: &Deployment) -> anyhow::Result<()> 
         .collect();
     let ms = |v: Option<i64>| v.map_or("none".to_owned(), |v| format!("{v} ms"));
     println!(
-        "failover: kill -9 of 1 of {} instances at {rate} jobs/s: its {} shards served again {} after the kill (instance_ttl_ms {}); {} claims it held rescued, the first produced again {} after the kill",
+        "failover: kill -9 of 1 of {} instances at {rate} jobs/s: its {} shards served again {} after the kill (cluster.instance_ttl_ms {}); {} claims it held rescued, the first produced again {} after the kill",
         deployment.children.len(),
         victim_shards.len(),
         ms(served_again),
@@ -503,7 +500,9 @@ async fn kill(deployment: &Deployment, victim: usize) -> anyhow::Result<(i64, u6
     let pid = deployment.children[victim].id();
     let instances = deployment
         .store
-        .instances_list(Duration::from_millis(deployment.config.instance_ttl_ms))
+        .instances_list(Duration::from_millis(
+            deployment.config.cluster.instance_ttl_ms,
+        ))
         .await?;
     let id = instances
         .iter()

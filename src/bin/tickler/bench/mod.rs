@@ -190,10 +190,11 @@ struct Bench {
 /// Runs every stage; Err if a stage failed or a job did not arrive.
 pub async fn run(base: &Config, options: BenchOptions) -> anyhow::Result<()> {
     let server_url = base
-        .mysql_url
+        .mysql
+        .url
         .rsplit_once('/')
         .map(|(server, _)| server.to_owned())
-        .context("mysql_url has no database part")?;
+        .context("mysql.url has no database part")?;
     let suffix = format!("{:08x}", rand::random::<u32>());
     // Every stage but the last (instances) runs in this process.
     if !STAGES[..STAGES.len() - 1]
@@ -204,7 +205,8 @@ pub async fn run(base: &Config, options: BenchOptions) -> anyhow::Result<()> {
     }
     let db_name = format!("tickler_bench_{suffix}");
     let mysql_url =
-        scratch::scratch_database_create(&server_url, &db_name, base.history_hand_edits).await?;
+        scratch::scratch_database_create(&server_url, &db_name, base.mysql.history_hand_edits)
+            .await?;
     let result = run_in(base, options.clone(), &mysql_url, &suffix).await;
     scratch::scratch_database_drop(&server_url, &db_name).await?;
     result?;
@@ -219,30 +221,28 @@ async fn run_in(
     mysql_url: &str,
     suffix: &str,
 ) -> anyhow::Result<()> {
-    let config = Config {
-        mysql_url: mysql_url.to_owned(),
-        redis_prefix: format!("tickler-bench-{suffix}"),
-        http_addr: "127.0.0.1:0".to_owned(),
-        results_topic: format!("tickler-bench-results-{suffix}"),
-        results_group: format!("tickler-bench-{suffix}"),
-        // The isolation stage schedules jobs on a topic the broker lacks.
-        topic_check: tickler::config::TopicCheck::Warn,
-        // Its own tickler on loopback, measured without the per-token
-        // limits (a token check costs a hash and a map lookup).
-        auth: tickler::config::AuthMode::None,
-        api_rate_requests: 0,
-        api_rate_jobs: 0,
-        ..base.clone()
-    };
+    let mut config = base.clone();
+    config.mysql.url = mysql_url.to_owned();
+    config.redis.prefix = format!("tickler-bench-{suffix}");
+    config.api.addr = "127.0.0.1:0".to_owned();
+    config.results.topic = format!("tickler-bench-results-{suffix}");
+    config.results.group = format!("tickler-bench-{suffix}");
+    // The isolation stage schedules jobs on a topic the broker lacks.
+    config.kafka.topic_check = tickler::config::TopicCheck::Warn;
+    // Its own tickler on loopback, measured without the per-token
+    // limits (a token check costs a hash and a map lookup).
+    config.api.auth = tickler::config::AuthMode::None;
+    config.api.rate_requests = 0;
+    config.api.rate_jobs = 0;
     let topic = format!("tickler-bench-{suffix}");
-    kafka::topic_ensure(&config.kafka_brokers, &topic, 4).await?;
+    kafka::topic_ensure(&config.kafka.brokers, &topic, 4).await?;
     println!(
         "bench: {} mode; mysql {}, redis prefix {}, topic {topic} (4 partitions), shards {}",
         if options.smoke { "smoke" } else { "full" },
         // Never the password.
         tickler::index::url_redacted(mysql_url),
-        config.redis_prefix,
-        config.shards
+        config.redis.prefix,
+        config.cluster.shards
     );
 
     let cancel = CancellationToken::new();
@@ -301,11 +301,16 @@ async fn run_in(
     // The remaining stages drive the components directly, tickler stopped,
     // so nothing else touches the rows and keys they measure.
     let store = Store::connect_lazy(
-        &config.mysql_url,
+        &config.mysql.url,
         tickler::ingress::CONNECTIONS.max(4),
         Actor::Bench,
     )?;
-    let index = Index::connect(&config.redis_url, &config.redis_prefix, config.shards).await?;
+    let index = Index::connect(
+        &config.redis.url,
+        &config.redis.prefix,
+        config.cluster.shards,
+    )
+    .await?;
     // Memory first, on an empty index; its window jobs are due 5 to 9
     // minutes out, so none is overdue during the reconcile stage.
     if bench.options.wants("redis") {
@@ -334,9 +339,9 @@ impl Bench {
             .map_or(base.as_str(), |(b, _)| b)
             .to_owned();
         let topic = format!("{base}.{stage}");
-        kafka::topic_ensure(&self.config.kafka_brokers, &topic, 4).await?;
+        kafka::topic_ensure(&self.config.kafka.brokers, &topic, 4).await?;
         let consumer = kafka::tail::base_consumer_assigned(
-            &self.config.kafka_brokers,
+            &self.config.kafka.brokers,
             &topic,
             Offset::Beginning,
         )?;
@@ -507,10 +512,10 @@ impl Bench {
         let secs = self.options.lateness_secs;
         let topic = self.stage_topic("floor").await?;
         let producer = kafka::Producer::create(
-            &self.config.kafka_brokers,
-            &self.config.kafka_options,
-            self.config.kafka_linger_ms,
-            self.config.kafka_message_timeout_ms,
+            &self.config.kafka.brokers,
+            &self.config.kafka.options,
+            self.config.kafka.linger_ms,
+            self.config.kafka.message_timeout_ms,
         )?;
         // Warm: the first send waits for the connection and the idempotent
         // producer's id, as tickler's long-lived producer never does.
@@ -558,7 +563,7 @@ impl Bench {
         println!(
             "floor: end to end {} (a bare producer, linger.ms {}, sending each record at its instant by a local timer; consumer receive minus that instant; {rate} records/s for {secs} s, consumer fetch.wait.max.ms 5)",
             percentiles(&mut end_to_end),
-            self.config.kafka_linger_ms
+            self.config.kafka.linger_ms
         );
         if seen.len() != ids.len() {
             bail!("floor: {} of {} records arrived", seen.len(), ids.len());
@@ -725,7 +730,7 @@ impl Bench {
         let requests = format!("{target}-requests-{round}");
         let replies = replies.then(|| format!("{target}-replies-{round}"));
         for topic in std::iter::once(&requests).chain(&replies) {
-            kafka::topic_ensure(&self.config.kafka_brokers, topic, 4).await?;
+            kafka::topic_ensure(&self.config.kafka.brokers, topic, 4).await?;
         }
         let answering = if replies.is_some() {
             "answered on a reply topic"
@@ -733,8 +738,8 @@ impl Bench {
             "no reply topic"
         };
         let producer = kafka::Producer::create(
-            &self.config.kafka_brokers,
-            &self.config.kafka_options,
+            &self.config.kafka.brokers,
+            &self.config.kafka.options,
             5,
             60_000,
         )?;
@@ -752,9 +757,9 @@ impl Bench {
             index.clone(),
             Arc::new(Notify::new()),
             kafka::Topics::new(
-                &config.kafka_brokers,
-                &config.kafka_options,
-                Duration::from_millis(config.topic_refresh_ms),
+                &config.kafka.brokers,
+                &config.kafka.options,
+                Duration::from_millis(config.kafka.topic_refresh_ms),
             ),
             Arc::new(config.clone()),
             IngressConfig::from_config(&config),
@@ -917,8 +922,8 @@ impl Bench {
             bail!("results: {} of {n} jobs arrived", seen.len());
         }
         let producer = kafka::Producer::create(
-            &self.config.kafka_brokers,
-            &self.config.kafka_options,
+            &self.config.kafka.brokers,
+            &self.config.kafka.options,
             5,
             30_000,
         )?;
@@ -929,7 +934,7 @@ impl Bench {
             let producer = &producer;
             async move {
                 let record = || {
-                    kafka::Record::to(&self.config.results_topic, 0)
+                    kafka::Record::to(&self.config.results.topic, 0)
                         .key(key.as_bytes())
                         .value(report.as_bytes())
                 };
@@ -963,8 +968,8 @@ impl Bench {
             applied.as_secs_f64(),
             n as f64 / applied.as_secs_f64(),
             produced.as_secs_f64(),
-            self.config.results_topic_partitions,
-            self.config.results_batch
+            self.config.results.topic_partitions,
+            self.config.results.batch
         );
         if succeeded as u64 != n {
             bail!("results: {succeeded} of {n} jobs succeeded");
@@ -1032,7 +1037,7 @@ impl Bench {
             "redis: {:.1} bytes/job for jobs due in 30 days; {:.1} bytes/job inside the window ({n} jobs each, used_memory delta; {} shards; {} indexed)",
             per_job(after_far.saturating_sub(before)),
             per_job(after_near.saturating_sub(after_far)),
-            self.config.shards,
+            self.config.cluster.shards,
             report.indexed
         );
         index.clear().await?;
