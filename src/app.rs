@@ -294,7 +294,7 @@ impl Shared {
         Resolver::new(
             store.clone(),
             self.index.clone(),
-            self.config.clone(),
+            &self.config,
             self.wake.clone(),
             self.dead_letters.clone(),
         )
@@ -370,7 +370,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
             &config.kafka.options,
             Duration::from_millis(config.kafka.topic_refresh_ms),
         ),
-        controls: TopicControls::new(pools.reconciler.clone(), config.clone()),
+        controls: TopicControls::new(pools.reconciler.clone(), &config),
         config,
         index,
         wake: Arc::new(Notify::new()),
@@ -519,7 +519,7 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
         shared.spawn_role("results", consumer.run(cancel.child_token()));
         let producer = DeadLetterProducer::new(
             pools.results.clone(),
-            DeadLetterConfig::from_config(config.clone()),
+            DeadLetterConfig::from_config(config),
             shared.dead_letters.clone(),
         );
         shared.spawn_role("dead letters", service::run(producer, cancel.child_token()));
@@ -530,7 +530,7 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
             index.clone(),
             wake.clone(),
             shared.topics.clone(),
-            config.clone(),
+            config,
             IngressConfig::from_config(config),
         )
         .map_err(StartError::Ingress)?;
@@ -583,7 +583,7 @@ async fn start_api(shared: &Shared, store: &Store) -> Result<SocketAddr, StartEr
     let bulk = BulkRunner::new(
         store.clone(),
         index.clone(),
-        config.clone(),
+        config,
         wake.clone(),
         tracker.clone(),
         cancel.child_token(),
@@ -593,6 +593,7 @@ async fn start_api(shared: &Shared, store: &Store) -> Result<SocketAddr, StartEr
         store: store.clone(),
         index: index.clone(),
         config: config.clone(),
+        rules: Arc::new(config.topic_rules()),
         wake: wake.clone(),
         resolver: shared.resolver(store),
         metrics: metrics_handle.clone(),

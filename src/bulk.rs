@@ -11,7 +11,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
-use crate::config::Config;
+use crate::config::{Config, TopicRules};
 use crate::index::Index;
 use crate::job::{Job, JobId};
 use crate::metrics;
@@ -24,7 +24,10 @@ use crate::store::{BulkAction, BulkOp, BulkStatus, Store, StoreError};
 pub struct BulkRunner {
     store: Store,
     index: Index,
-    config: Arc<Config>,
+    /// Each topic's policy: a requeue grants the job its topic's attempts.
+    rules: Arc<TopicRules>,
+    /// A job changed to be due within this is indexed at once.
+    window: Duration,
     runner: BulkRunnerConfig,
     wake: Arc<Notify>,
     tracker: TaskTracker,
@@ -66,7 +69,7 @@ impl BulkRunner {
     pub fn new(
         store: Store,
         index: Index,
-        config: Arc<Config>,
+        config: &Config,
         wake: Arc<Notify>,
         tracker: TaskTracker,
         cancel: CancellationToken,
@@ -74,7 +77,8 @@ impl BulkRunner {
         BulkRunner {
             store,
             index,
-            config,
+            rules: Arc::new(config.topic_rules()),
+            window: config.window(),
             runner: BulkRunnerConfig::default(),
             wake,
             tracker,
@@ -142,7 +146,7 @@ impl BulkRunner {
                 let last = batch.last().map(|(id, _)| *id).unwrap_or(op.cursor_id);
                 let applied = store
                     .bulk_apply(&op, &batch, |topic| {
-                        self.config.policy_for(topic).max_attempts
+                        self.rules.policy_for(topic).max_attempts
                     })
                     .await?;
                 Ok::<_, StoreError>(Some((batch.len() as u64, last, applied)))
@@ -248,6 +252,6 @@ impl BulkRunner {
             }
         };
         let jobs: Vec<&Job> = jobs.iter().collect();
-        crate::index::follow(&self.index, self.config.window(), &self.wake, &jobs, now).await;
+        crate::index::follow(&self.index, self.window, &self.wake, &jobs, now).await;
     }
 }

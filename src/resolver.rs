@@ -5,10 +5,11 @@
 //! one semantics. What an outcome leads to is decided in [`crate::outcome`].
 
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::sync::Notify;
 
-use crate::config::Config;
+use crate::config::{Config, TopicRules};
 use crate::index::Index;
 use crate::job::JobId;
 use crate::metrics;
@@ -27,7 +28,10 @@ pub const CHANNEL_HTTP: &str = "http";
 pub struct Resolver {
     store: Store,
     index: Index,
-    config: Arc<Config>,
+    /// Which topics have dead letters.
+    rules: Arc<TopicRules>,
+    /// A retry due within this goes back in Redis at once.
+    window: Duration,
     /// Wakes the local dispatcher when a retry enters the window.
     wake: Arc<Notify>,
     /// Wakes the dead-letter producer when a job died.
@@ -46,14 +50,15 @@ impl Resolver {
     pub fn new(
         store: Store,
         index: Index,
-        config: Arc<Config>,
+        config: &Config,
         wake: Arc<Notify>,
         dead_letters: Arc<Notify>,
     ) -> Resolver {
         Resolver {
             store,
             index,
-            config,
+            rules: Arc::new(config.topic_rules()),
+            window: config.window(),
             wake,
             dead_letters,
         }
@@ -65,8 +70,8 @@ impl Resolver {
         reports: &[ResultReport],
         channel: &'static str,
     ) -> Result<Decided, StoreError> {
-        let config = self.config.clone();
-        let dead_letter = move |topic: &str| config.dead_letter_for(topic).is_some();
+        let rules = self.rules.clone();
+        let dead_letter = move |topic: &str| rules.dead_letter_for(topic).is_some();
         let settled = self.store.job_report_many(reports, &dead_letter).await?;
         for (report, disposition) in reports.iter().zip(&settled.dispositions) {
             match disposition {
@@ -91,8 +96,8 @@ impl Resolver {
 
     /// Retries (or buries) dispatched jobs whose ack deadline passed.
     pub async fn acks_expire(&self, limit: u32) -> Result<Decided, StoreError> {
-        let config = self.config.clone();
-        let dead_letter = move |topic: &str| config.dead_letter_for(topic).is_some();
+        let rules = self.rules.clone();
+        let dead_letter = move |topic: &str| rules.dead_letter_for(topic).is_some();
         let settled = self.store.job_ack_expire(limit, &dead_letter).await?;
         metrics::ack_timeouts(settled.retried.len() + settled.dead);
         self.follow(&settled).await;
@@ -107,8 +112,8 @@ impl Resolver {
         token: u64,
         refused: &[(JobId, String)],
     ) -> Result<Decided, StoreError> {
-        let config = self.config.clone();
-        let dead_letter = move |topic: &str| config.dead_letter_for(topic).is_some();
+        let rules = self.rules.clone();
+        let dead_letter = move |topic: &str| rules.dead_letter_for(topic).is_some();
         let settled = self
             .store
             .job_refuse_many(token, refused, &dead_letter)
@@ -130,7 +135,7 @@ impl Resolver {
         let Some(db_now) = settled.db_now else {
             return;
         };
-        let horizon = db_now + self.config.window();
+        let horizon = db_now + self.window;
         // A retry inside the window goes to the due set at its time, out of
         // the in-flight set (a report can come before the dispatcher's mark,
         // which then leaves the entry alone); one beyond it leaves Redis.

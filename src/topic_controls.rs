@@ -22,7 +22,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
 
-use crate::config::Config;
+use crate::config::{Config, TopicRules};
 use crate::index::{Index, IndexError};
 use crate::metrics;
 use crate::service::Service;
@@ -58,7 +58,7 @@ pub struct TopicControls {
     snapshot: Arc<RwLock<Snapshot>>,
     store: Store,
     /// The paces of the configuration (`[topics."…"] max_per_second`).
-    config: Arc<Config>,
+    rules: Arc<TopicRules>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -70,11 +70,11 @@ pub enum ControlError {
 }
 
 impl TopicControls {
-    pub fn new(store: Store, config: Arc<Config>) -> TopicControls {
+    pub fn new(store: Store, config: &Config) -> TopicControls {
         TopicControls {
             snapshot: Arc::default(),
             store,
-            config,
+            rules: Arc::new(config.topic_rules()),
         }
     }
 
@@ -91,18 +91,13 @@ impl TopicControls {
             .rates
             .get(topic)
             .copied()
-            .or_else(|| self.config.max_per_second_for(topic))
+            .or_else(|| self.rules.max_per_second_for(topic))
             .filter(|rate| *rate > 0)
     }
 
     /// Whether any topic has a pace (else the dispatcher skips pacing).
     pub fn any_paced(&self) -> bool {
-        !self.read().rates.is_empty()
-            || self
-                .config
-                .topics
-                .values()
-                .any(|t| t.max_per_second.is_some())
+        !self.read().rates.is_empty() || self.rules.any_paced()
     }
 
     pub fn is_paused(&self, topic: &str) -> bool {

@@ -538,7 +538,7 @@ async fn the_runner_takes_over_a_stalled_operation_in_one_pass() {
     let mut runner = tickler::bulk::BulkRunner::new(
         store.clone(),
         env.index.clone(),
-        Arc::new(env.config.clone()),
+        &env.config,
         Arc::new(tokio::sync::Notify::new()),
         tracker.clone(),
         tokio_util::sync::CancellationToken::new(),

@@ -349,7 +349,7 @@ async fn one_dispatcher_pass_reports_what_became_of_each_claimed_id() {
     let resolver = Resolver::new(
         env.store.clone(),
         env.index.clone(),
-        config.clone(),
+        &config,
         wake.clone(),
         Arc::new(tokio::sync::Notify::new()),
     );
@@ -380,7 +380,7 @@ async fn one_dispatcher_pass_reports_what_became_of_each_claimed_id() {
         topics,
         resolver,
         holding,
-        tickler::topic_controls::TopicControls::new(env.store.clone(), config.clone()),
+        tickler::topic_controls::TopicControls::new(env.store.clone(), &config),
     )
     .unwrap();
     let report = dispatcher.run_once().await;

@@ -49,7 +49,7 @@ fn resolver(env: &TestEnv) -> Resolver {
     Resolver::new(
         env.store.clone(),
         env.index.clone(),
-        Arc::new(env.config.clone()),
+        &env.config,
         Arc::new(Notify::new()),
         Arc::new(Notify::new()),
     )
@@ -407,7 +407,7 @@ async fn dispatcher_with(
     );
     let id = membership.join().await.unwrap();
     membership.run_once(id, false).await.unwrap();
-    let controls = TopicControls::new(env.store.clone(), config.clone());
+    let controls = TopicControls::new(env.store.clone(), &config);
     controls.refresh().await.unwrap();
     let dispatcher = Dispatcher::new(
         env.store.clone(),

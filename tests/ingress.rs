@@ -524,7 +524,7 @@ fn ingress_with(s: &Setup, change: impl FnOnce(&mut IngressConfig)) -> Ingress {
             &config.kafka.options,
             Duration::from_secs(10),
         ),
-        Arc::new(config.clone()),
+        &config,
         settings,
     )
     .expect("an ingress")

@@ -29,7 +29,7 @@ fn reconciler_with(env: &TestEnv, config: ReconcilerConfig) -> Reconciler {
         Resolver::new(
             env.store.clone(),
             env.index.clone(),
-            Arc::new(env.config.clone()),
+            &env.config,
             Arc::new(Notify::new()),
             Arc::new(Notify::new()),
         ),

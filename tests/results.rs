@@ -938,7 +938,7 @@ async fn the_dead_letter_producer_produces_each_owed_record_once() {
     let producer_with = |config: &tickler::config::Config| {
         DeadLetterProducer::new(
             env.store.clone(),
-            DeadLetterConfig::from_config(Arc::new(config.clone())),
+            DeadLetterConfig::from_config(&config),
             Arc::new(tokio::sync::Notify::new()),
         )
     };
@@ -1009,7 +1009,7 @@ async fn the_results_consumer_applies_a_batch_and_commits_it() {
     let resolver = tickler::resolver::Resolver::new(
         env.store.clone(),
         env.index.clone(),
-        Arc::new(env.config.clone()),
+        &env.config,
         Arc::new(tokio::sync::Notify::new()),
         Arc::new(tokio::sync::Notify::new()),
     );

@@ -362,7 +362,7 @@ async fn the_controls_refresher_reports_a_pause_and_reindexes_the_resumed_topic(
     let ids = jobs_create(&env, &topic, 3, |_| 60_000).await;
     let wake = std::sync::Arc::new(tokio::sync::Notify::new());
     let mut refresher = ControlsRefresher::new(
-        TopicControls::new(env.store.clone(), std::sync::Arc::new(env.config.clone())),
+        TopicControls::new(env.store.clone(), &env.config),
         ControlsRefresherConfig::from_config(&env.config),
         Some((env.index.clone(), wake)),
     );

@@ -342,7 +342,7 @@ pub(super) async fn index_follow_with(
 /// asked, the job is accepted: creating never depends on the broker being
 /// up, and the dispatcher deals with a topic that turns out missing.
 pub(super) async fn topic_preflight(state: &ApiState, topic: &str) -> Result<(), ApiError> {
-    if let Some(why) = state.config.topic_reserved(topic) {
+    if let Some(why) = state.rules.topic_reserved(topic) {
         return Err(ApiError::ReservedTopic(why));
     }
     if state
@@ -378,9 +378,9 @@ pub async fn create(
     ApiJson(body): ApiJson<CreateJob>,
 ) -> Result<impl IntoResponse, ApiError> {
     caller.require(Scope::Write)?;
-    let config = state.config.clone();
+    let rules = state.rules.clone();
     let mut new_job = body.validate(Limits::of(&state), Utc::now(), |topic| {
-        config.policy_for(topic)
+        rules.policy_for(topic)
     })?;
     new_job.trace_parent = trace_parent_of(&headers);
     caller.topic(&new_job.topic)?;
@@ -499,7 +499,7 @@ pub async fn create_batch(
             let request: CreateJob = serde_json::from_str(item.get())
                 .map_err(|err| ApiError::InvalidRequest(err.to_string()))?;
             let mut new_job =
-                request.validate(limits, now, |topic| state.config.policy_for(topic))?;
+                request.validate(limits, now, |topic| state.rules.policy_for(topic))?;
             caller.topic(&new_job.topic)?;
             new_job.trace_parent = trace_parent.clone();
             Ok(new_job)

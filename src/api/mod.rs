@@ -45,6 +45,9 @@ pub struct ApiState {
     pub store: Store,
     pub index: Index,
     pub config: Arc<Config>,
+    /// What the configuration says of each topic (its jobs' policy, its
+    /// pace, whether jobs may be made for it).
+    pub rules: Arc<crate::config::TopicRules>,
     /// Wakes the local dispatcher when a job enters the window.
     pub wake: Arc<Notify>,
     /// Applies result reports, as the results topic's consumer does.

@@ -153,7 +153,7 @@ pub async fn redrive(
     caller.topic(&job.topic)?;
     let attempts = request
         .max_attempts
-        .unwrap_or_else(|| state.config.policy_for(&job.topic).max_attempts);
+        .unwrap_or_else(|| state.rules.policy_for(&job.topic).max_attempts);
     if !(1..=ATTEMPTS_MAX).contains(&attempts) {
         return Err(ApiError::InvalidPolicy(format!(
             "max_attempts must be between 1 and {ATTEMPTS_MAX}"

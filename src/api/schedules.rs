@@ -326,7 +326,7 @@ impl CreateSchedule {
             backoff_cap_ms: self.backoff_cap_ms,
             ack_timeout_ms: self.ack_timeout_ms,
         }
-        .over(state.config.policy_for(&topic));
+        .over(state.rules.policy_for(&topic));
         policy.validate().map_err(ApiError::InvalidPolicy)?;
         let start_at = match &self.start_at {
             Some(at) => time_parse("start_at", at)?,

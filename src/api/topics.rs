@@ -52,7 +52,7 @@ pub struct PatchTopic {
 
 fn view(state: &ApiState, topic: &str, row: Option<TopicControl>) -> TopicView {
     let api_rate = row.as_ref().and_then(|r| r.max_per_second);
-    let config_rate = state.config.max_per_second_for(topic);
+    let config_rate = state.rules.max_per_second_for(topic);
     TopicView {
         topic: topic.to_owned(),
         paused: row.as_ref().is_some_and(|r| r.paused),

@@ -11,15 +11,14 @@ use figment::{Figment, Provider};
 use serde::{Deserialize, Serialize};
 
 mod env;
+mod rules;
 mod sections;
 mod validate;
 
 pub use env::env_name;
 use env::{env_merge, env_path, FlatNamesMoved};
+pub use rules::TopicRules;
 pub use sections::*;
-
-use crate::policy::Policy;
-use crate::topic_pattern;
 
 /// Every setting, with its default, by section: `[mysql]`, `[redis]`,
 /// `[kafka]`, `[api]`, `[jobs]`, `[cluster]`, `[loader]`, `[schedules]`,
@@ -494,83 +493,16 @@ impl Config {
         Duration::from_millis(self.loader.window_ms)
     }
 
-    /// The result policy of jobs that set none themselves.
-    pub fn policy_default(&self) -> Policy {
-        Policy {
-            expects_result: self.jobs.expects_result,
-            max_attempts: self.jobs.max_attempts,
-            backoff_base_ms: self.jobs.backoff_base_ms,
-            backoff_cap_ms: self.jobs.backoff_cap_ms,
-            ack_timeout_ms: self.jobs.ack_timeout_ms,
+    /// What this configuration says of each business topic, for the
+    /// roles that act on jobs.
+    pub fn topic_rules(&self) -> TopicRules {
+        TopicRules {
+            jobs: self.jobs.clone(),
+            topics: self.topics.clone(),
+            results_topic: self.results.topic.clone(),
+            request_topics: self.ingress.topics.keys().cloned().collect(),
+            reply_topic: self.ingress.reply_topic.clone(),
         }
-    }
-
-    /// The result policy of jobs on `topic`, before the request's own.
-    pub fn policy_for(&self, topic: &str) -> Policy {
-        match self.topics.get(topic) {
-            Some(settings) => settings.overrides().over(self.policy_default()),
-            None => self.policy_default(),
-        }
-    }
-
-    /// The configured pace of `topic`, jobs per second, if any.
-    pub fn max_per_second_for(&self, topic: &str) -> Option<u32> {
-        self.topics.get(topic).and_then(|t| t.max_per_second)
-    }
-
-    /// Where dead jobs of `topic` are recorded, if anywhere.
-    pub fn dead_letter_for(&self, topic: &str) -> Option<&str> {
-        let chosen = match self
-            .topics
-            .get(topic)
-            .and_then(|t| t.dead_letter_topic.as_deref())
-        {
-            Some(topic_own) => Some(topic_own),
-            None => self.jobs.dead_letter_topic.as_deref(),
-        };
-        chosen.filter(|t| !t.is_empty())
-    }
-
-    /// Why jobs may not be created for `topic`, if they may not: tickler's
-    /// own topics (results, dead letters), Kafka's internal ones (`__*`),
-    /// and anything outside `topics_allowed`. A job on the results topic
-    /// would be read as a report about someone else's job.
-    pub fn topic_reserved(&self, topic: &str) -> Option<String> {
-        if topic == self.results.topic {
-            return Some(format!("topic {topic:?} is tickler's results topic"));
-        }
-        let dead_letters = self
-            .topics
-            .values()
-            .filter_map(|t| t.dead_letter_topic.as_deref())
-            .chain(self.jobs.dead_letter_topic.as_deref());
-        if dead_letters.into_iter().any(|dlt| dlt == topic) {
-            return Some(format!("topic {topic:?} is a dead-letter topic"));
-        }
-        if topic.starts_with("__") {
-            return Some(format!("topic {topic:?} is internal to Kafka"));
-        }
-        if self.ingress.topics.contains_key(topic) {
-            return Some(format!(
-                "topic {topic:?} is a request topic of tickler's ingress"
-            ));
-        }
-        if self.ingress.reply_topic.as_deref() == Some(topic) {
-            return Some(format!("topic {topic:?} is the ingress's reply topic"));
-        }
-        if !self.jobs.topics_allowed.is_empty()
-            && !self
-                .jobs
-                .topics_allowed
-                .iter()
-                .any(|p| topic_pattern::matches(p, topic))
-        {
-            return Some(format!(
-                "topic {topic:?} is outside topics_allowed ({})",
-                self.jobs.topics_allowed.join(", ")
-            ));
-        }
-        None
     }
 
     /// The shortest `claim_lease_ms` that leaves a claim time to be held

@@ -307,13 +307,16 @@ fn topics_override_the_default_policy() {
              [topics.quiet]\ndead_letter_topic = \"\"\n",
         )?;
         let config = Config::load(Some(Path::new("tickler.toml"))).unwrap();
-        let policy = config.policy_for("orders.reminders");
+        let policy = config.topic_rules().policy_for("orders.reminders");
         assert!(policy.expects_result);
         assert_eq!(policy.ack_timeout_ms, 60_000);
         assert_eq!(policy.max_attempts, 3, "from the defaults");
-        assert!(!config.policy_for("other").expects_result);
-        assert_eq!(config.dead_letter_for("other"), Some("all.dead"));
-        assert_eq!(config.dead_letter_for("quiet"), None);
+        assert!(!config.topic_rules().policy_for("other").expects_result);
+        assert_eq!(
+            config.topic_rules().dead_letter_for("other"),
+            Some("all.dead")
+        );
+        assert_eq!(config.topic_rules().dead_letter_for("quiet"), None);
 
         jail.create_file(
             "bad.toml",
@@ -352,12 +355,15 @@ fn tickler_and_kafka_topics_are_reserved() {
         "orders-dlq",
         "__consumer_offsets",
     ] {
-        assert!(config.topic_reserved(topic).is_some(), "{topic}");
+        assert!(
+            config.topic_rules().topic_reserved(topic).is_some(),
+            "{topic}"
+        );
     }
-    assert!(config.topic_reserved("orders").is_none());
+    assert!(config.topic_rules().topic_reserved("orders").is_none());
     config.jobs.topics_allowed = vec!["orders*".to_owned()];
-    assert!(config.topic_reserved("orders.eu").is_none());
-    assert!(config.topic_reserved("payments").is_some());
+    assert!(config.topic_rules().topic_reserved("orders.eu").is_none());
+    assert!(config.topic_rules().topic_reserved("payments").is_some());
     config.jobs.topics_allowed = vec!["bad pattern".to_owned()];
     assert!(config.validate().is_err());
 }
@@ -473,9 +479,15 @@ fn ingress_topics_are_checked_and_reserved() {
     );
     config.ingress.reply_topic = Some("tickler.replies".to_owned());
     config.validate().unwrap();
-    assert!(config.topic_reserved("tickler.requests").is_some());
-    assert!(config.topic_reserved("tickler.replies").is_some());
-    assert!(config.topic_reserved("orders.eu").is_none());
+    assert!(config
+        .topic_rules()
+        .topic_reserved("tickler.requests")
+        .is_some());
+    assert!(config
+        .topic_rules()
+        .topic_reserved("tickler.replies")
+        .is_some());
+    assert!(config.topic_rules().topic_reserved("orders.eu").is_none());
 
     let refused = |change: &dyn Fn(&mut Config), field: &str| {
         let mut bad = config.clone();

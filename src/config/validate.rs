@@ -382,7 +382,7 @@ impl Config {
         if !(1..=10_000).contains(&self.gauges.topics_max) {
             return Err(invalid("gauges.topics_max", "must be between 1 and 10000"));
         }
-        if let Err(problem) = self.policy_default().validate() {
+        if let Err(problem) = self.topic_rules().policy_default().validate() {
             return Err(ConfigError::Invalid {
                 field: "jobs (expects_result, max_attempts, backoff_base_ms, backoff_cap_ms, ack_timeout_ms)".into(),
                 problem: format!("give an invalid result policy: {problem}"),
@@ -391,7 +391,7 @@ impl Config {
         for (topic, settings) in &self.topics {
             let problem = if job::topic_validate(topic).is_err() {
                 Some("is not a valid Kafka topic name".to_owned())
-            } else if let Err(problem) = self.policy_for(topic).validate() {
+            } else if let Err(problem) = self.topic_rules().policy_for(topic).validate() {
                 Some(problem)
             } else {
                 match &settings.dead_letter_topic {

@@ -125,7 +125,7 @@ impl Ingress {
         index: Index,
         wake: Arc<Notify>,
         topics: Topics,
-        app: Arc<Config>,
+        app: &Config,
         config: IngressConfig,
     ) -> Result<Self, KafkaError> {
         let replies = match &config.reply_topic {
@@ -147,7 +147,7 @@ impl Ingress {
                 index,
                 wake,
                 topics,
-                app,
+                rules: Arc::new(app.topic_rules()),
                 config: config.clone(),
             },
             config,

@@ -13,7 +13,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::pass::{Batch, IngressConfig, RequestOutcome, Taken};
-use crate::config::Config;
+use crate::config::TopicRules;
 use crate::index::{self, Index};
 use crate::job::{Job, NewJob, Status};
 use crate::kafka::Topics;
@@ -45,7 +45,7 @@ pub struct Writer {
     pub(super) wake: Arc<Notify>,
     pub(super) topics: Topics,
     /// The policies of target topics, and the topics nobody may target.
-    pub(super) app: Arc<Config>,
+    pub(super) rules: Arc<TopicRules>,
     pub(super) config: Arc<IngressConfig>,
 }
 
@@ -157,7 +157,7 @@ impl Writer {
     /// the reserved topics, as the API checks a token's topics.
     fn check(&self, record: &Taken, now: DateTime<Utc>) -> Result<Request, RequestError> {
         let request = request_parse(&record.as_request(), self.config.limits, now, |topic| {
-            self.app.policy_for(topic)
+            self.rules.policy_for(topic)
         })?;
         let (topic, _) = request.target();
         let targets = self
@@ -173,7 +173,7 @@ impl Writer {
                 targets.join(", ")
             )));
         }
-        if let Some(why) = self.app.topic_reserved(topic) {
+        if let Some(why) = self.rules.topic_reserved(topic) {
             return Err(RequestError::Reserved(why));
         }
         Ok(request)

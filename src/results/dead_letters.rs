@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
 
-use crate::config::Config;
+use crate::config::{Config, KafkaSettings, TopicRules};
 use crate::kafka::{self, KafkaError, Producer, Record};
 use crate::metrics;
 use crate::service::{PassError, Service};
@@ -27,8 +27,10 @@ pub const DEAD_LETTER_BATCH: u32 = 200;
 /// Settings of the dead-letter producer.
 #[derive(Debug, Clone)]
 pub struct DeadLetterConfig {
-    /// Whole settings: each job's dead-letter topic follows its topic's.
-    pub settings: Arc<Config>,
+    /// The brokers, and the producer's settings.
+    pub kafka: KafkaSettings,
+    /// Each job's dead-letter topic follows its topic's.
+    pub rules: Arc<TopicRules>,
     /// Time between passes when nothing wakes the producer.
     pub interval: Duration,
     pub lease: Duration,
@@ -37,17 +39,18 @@ pub struct DeadLetterConfig {
 
 impl Default for DeadLetterConfig {
     fn default() -> Self {
-        DeadLetterConfig::from_config(Arc::new(Config::default()))
+        DeadLetterConfig::from_config(&Config::default())
     }
 }
 
 impl DeadLetterConfig {
-    pub fn from_config(config: Arc<Config>) -> Self {
+    pub fn from_config(config: &Config) -> Self {
         DeadLetterConfig {
             interval: Duration::from_millis(config.reconciler.interval_ms),
             lease: DEAD_LETTER_LEASE,
             batch: DEAD_LETTER_BATCH,
-            settings: config,
+            kafka: config.kafka.clone(),
+            rules: Arc::new(config.topic_rules()),
         }
     }
 }
@@ -110,20 +113,10 @@ impl Service for DeadLetterProducer {
     /// Creates the dead-letter topics the settings name, where the broker
     /// lets it.
     async fn start(&mut self) {
-        let settings = &self.config.settings;
-        let mut topics: Vec<&str> = settings
-            .topics
-            .values()
-            .filter_map(|t| t.dead_letter_topic.as_deref())
-            .chain(settings.jobs.dead_letter_topic.as_deref())
-            .filter(|t| !t.is_empty())
-            .collect();
-        topics.sort_unstable();
-        topics.dedup();
-        for topic in topics {
+        let kafka = &self.config.kafka;
+        for topic in self.config.rules.dead_letter_topics() {
             if let Err(err) =
-                kafka::topic_ensure_with(&settings.kafka.brokers, &settings.kafka.options, topic, 1)
-                    .await
+                kafka::topic_ensure_with(&kafka.brokers, &kafka.options, topic, 1).await
             {
                 tracing::warn!(topic, error = %err, "cannot create the dead-letter topic");
             }
@@ -148,12 +141,12 @@ impl Service for DeadLetterProducer {
                 break;
             }
             let producer = self.producer()?;
-            let settings = &self.config.settings;
+            let rules = &self.config.rules;
             let sends = letters.iter().map(|letter| {
                 let producer = &producer;
                 async move {
                     // None: dead letters were turned off for this topic since.
-                    let result = match settings.dead_letter_for(&letter.job.topic) {
+                    let result = match rules.dead_letter_for(&letter.job.topic) {
                         Some(topic) => dead_letter_send(producer, topic, letter).await.map(Some),
                         None => Ok(None),
                     };
@@ -223,7 +216,7 @@ impl DeadLetterProducer {
         if let Some(producer) = producer.as_ref() {
             return Ok(producer.clone());
         }
-        let settings = &self.config.settings;
+        let settings = &self.config;
         let fresh = Producer::create(
             &settings.kafka.brokers,
             &settings.kafka.options,

@@ -761,7 +761,7 @@ impl Bench {
                 &config.kafka.options,
                 Duration::from_millis(config.kafka.topic_refresh_ms),
             ),
-            Arc::new(config.clone()),
+            &config,
             IngressConfig::from_config(&config),
         )?;
         ingress.subscribe().await?;
@@ -1085,7 +1085,7 @@ impl Bench {
             Resolver::new(
                 store.clone(),
                 index.clone(),
-                Arc::new(self.config.clone()),
+                &self.config,
                 Arc::new(Notify::new()),
                 Arc::new(Notify::new()),
             ),

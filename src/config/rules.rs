@@ -1,0 +1,127 @@
+//! What the configuration says of each business topic, for the roles that
+//! act on jobs (the API, the resolver, the bulk runner, the ingress, the
+//! dead letters, the topic controls): the result policy of its jobs, its
+//! pace, its dead-letter topic, and whether jobs may be made for it.
+
+use std::collections::BTreeMap;
+
+use super::{JobsSettings, TopicConfig};
+use crate::policy::Policy;
+use crate::topic_pattern;
+
+/// Built once from the configuration ([`super::Config::topic_rules`]) and
+/// shared.
+#[derive(Debug, Clone, PartialEq)]
+pub struct TopicRules {
+    pub(super) jobs: JobsSettings,
+    pub(super) topics: BTreeMap<String, TopicConfig>,
+    pub(super) results_topic: String,
+    pub(super) request_topics: Vec<String>,
+    pub(super) reply_topic: Option<String>,
+}
+
+impl Default for TopicRules {
+    fn default() -> Self {
+        super::Config::default().topic_rules()
+    }
+}
+
+impl TopicRules {
+    /// The result policy of jobs that set none themselves.
+    pub fn policy_default(&self) -> Policy {
+        Policy {
+            expects_result: self.jobs.expects_result,
+            max_attempts: self.jobs.max_attempts,
+            backoff_base_ms: self.jobs.backoff_base_ms,
+            backoff_cap_ms: self.jobs.backoff_cap_ms,
+            ack_timeout_ms: self.jobs.ack_timeout_ms,
+        }
+    }
+
+    /// The result policy of jobs on `topic`, before the request's own.
+    pub fn policy_for(&self, topic: &str) -> Policy {
+        match self.topics.get(topic) {
+            Some(settings) => settings.overrides().over(self.policy_default()),
+            None => self.policy_default(),
+        }
+    }
+
+    /// The configured pace of `topic`, jobs per second, if any.
+    pub fn max_per_second_for(&self, topic: &str) -> Option<u32> {
+        self.topics.get(topic).and_then(|t| t.max_per_second)
+    }
+
+    /// Where dead jobs of `topic` are recorded, if anywhere.
+    pub fn dead_letter_for(&self, topic: &str) -> Option<&str> {
+        let chosen = match self
+            .topics
+            .get(topic)
+            .and_then(|t| t.dead_letter_topic.as_deref())
+        {
+            Some(topic_own) => Some(topic_own),
+            None => self.jobs.dead_letter_topic.as_deref(),
+        };
+        chosen.filter(|t| !t.is_empty())
+    }
+
+    /// Why jobs may not be created for `topic`, if they may not: tickler's
+    /// own topics (results, dead letters), Kafka's internal ones (`__*`),
+    /// and anything outside `topics_allowed`. A job on the results topic
+    /// would be read as a report about someone else's job.
+    pub fn topic_reserved(&self, topic: &str) -> Option<String> {
+        if topic == self.results_topic {
+            return Some(format!("topic {topic:?} is tickler's results topic"));
+        }
+        let dead_letters = self
+            .topics
+            .values()
+            .filter_map(|t| t.dead_letter_topic.as_deref())
+            .chain(self.jobs.dead_letter_topic.as_deref());
+        if dead_letters.into_iter().any(|dlt| dlt == topic) {
+            return Some(format!("topic {topic:?} is a dead-letter topic"));
+        }
+        if topic.starts_with("__") {
+            return Some(format!("topic {topic:?} is internal to Kafka"));
+        }
+        if self.request_topics.iter().any(|t| t == topic) {
+            return Some(format!(
+                "topic {topic:?} is a request topic of tickler's ingress"
+            ));
+        }
+        if self.reply_topic.as_deref() == Some(topic) {
+            return Some(format!("topic {topic:?} is the ingress's reply topic"));
+        }
+        if !self.jobs.topics_allowed.is_empty()
+            && !self
+                .jobs
+                .topics_allowed
+                .iter()
+                .any(|p| topic_pattern::matches(p, topic))
+        {
+            return Some(format!(
+                "topic {topic:?} is outside topics_allowed ({})",
+                self.jobs.topics_allowed.join(", ")
+            ));
+        }
+        None
+    }
+
+    /// Whether the configuration gives any topic a pace.
+    pub fn any_paced(&self) -> bool {
+        self.topics.values().any(|t| t.max_per_second.is_some())
+    }
+
+    /// Every dead-letter topic named: the default and the topics' own.
+    pub fn dead_letter_topics(&self) -> Vec<&str> {
+        let mut topics: Vec<&str> = self
+            .topics
+            .values()
+            .filter_map(|t| t.dead_letter_topic.as_deref())
+            .chain(self.jobs.dead_letter_topic.as_deref())
+            .filter(|t| !t.is_empty())
+            .collect();
+        topics.sort_unstable();
+        topics.dedup();
+        topics
+    }
+}
