@@ -103,8 +103,10 @@ async fn claim_wins_due_pending_jobs_and_sorts_out_the_rest() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn claim_ahead_takes_only_the_lookahead_and_one_mark_records_several_claims() {
     let db = Db::new().await;
-    let soon = db.job(400, 5).await;
-    let later = db.job(5_000, 5).await;
+    // Due well after the claim even on a loaded machine (400 ms was once
+    // not enough under the whole suite), and within the lookahead.
+    let soon = db.job(2_000, 5).await;
+    let later = db.job(10_000, 5).await;
     let outcome = db
         .store
         .job_claim_many_with(
@@ -113,7 +115,7 @@ async fn claim_ahead_takes_only_the_lookahead_and_one_mark_records_several_claim
             LEASE,
             &db.fence,
             false,
-            Duration::from_secs(2),
+            Duration::from_secs(4),
         )
         .await
         .unwrap();
