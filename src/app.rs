@@ -255,7 +255,9 @@ impl Pools {
         Ok(Pools {
             api: Store::connect_lazy(url, config.mysql.pool_size, Actor::Api)?,
             dispatcher: Store::connect_lazy(url, 4, Actor::Dispatcher)?,
-            reconciler: Store::connect_lazy(url, 2, Actor::Reconciler)?,
+            // The loader, the reconciler, the reporter and the purger (which
+            // used to run inside the reconciler's loop) share it.
+            reconciler: Store::connect_lazy(url, 3, Actor::Reconciler)?,
             results: Store::connect_lazy(url, 2, Actor::Results)?,
             membership: Store::connect_lazy(url, 2, Actor::Membership)?,
             scheduler: Store::connect_lazy(url, 2, Actor::Scheduler)?,
