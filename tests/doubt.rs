@@ -14,7 +14,7 @@ use serde_json::{json, Value};
 use tickler::config::Config;
 use tickler::config::Role;
 use tickler::dispatcher::{Dispatcher, DispatcherConfig};
-use tickler::kafka::Topics;
+use tickler::kafka::{TopicState, Topics};
 use tickler::membership::{Membership, MembershipConfig};
 use tickler::reconciler::{ReconcileReport, Reconciler, ReconcilerConfig};
 use tickler::resolver::Resolver;
@@ -389,13 +389,22 @@ async fn dispatcher_with(
     env: &TestEnv,
     config: &Config,
 ) -> (Dispatcher, TopicControls, Membership) {
-    let config = Arc::new(config.clone());
-    let wake = Arc::new(Notify::new());
     let topics = Topics::new(
         &config.kafka.brokers,
         &config.kafka.options,
         Duration::from_millis(config.kafka.topic_refresh_ms),
     );
+    dispatcher_with_topics(env, config, topics).await
+}
+
+/// [`dispatcher_with`], its metadata from `topics`.
+async fn dispatcher_with_topics(
+    env: &TestEnv,
+    config: &Config,
+    topics: Topics,
+) -> (Dispatcher, TopicControls, Membership) {
+    let config = Arc::new(config.clone());
+    let wake = Arc::new(Notify::new());
     let membership = Membership::new(
         env.store.clone(),
         env.index.clone(),
@@ -474,6 +483,77 @@ async fn a_timed_out_send_is_in_doubt_until_the_topic_is_read_back() {
         (200, "cancelled".to_owned())
     );
     env.finish().await;
+}
+
+/// Path 5: a send that timed out is in doubt even when, by the time it
+/// timed out, the metadata says its topic is missing. The record may be on
+/// the broker all the same (the metadata late, the topic made again
+/// meanwhile), so counting the timeout a refusal would send the next
+/// attempt beside it. Here the topic is deleted and the metadata fetched
+/// again while the send hangs on a broker that never answers.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_timed_out_send_stays_in_doubt_when_its_topic_left_the_metadata_meanwhile() {
+    let env = api_only(|c| c.kafka.topic_check = tickler::config::TopicCheck::Off).await;
+    let brokers = env.config.kafka.brokers.clone();
+    let topic = format!("{}-vanishing", env.topic);
+    tickler::kafka::topic_ensure(&brokers, &topic, 1)
+        .await
+        .unwrap();
+    let id = env
+        .job_create(json!({"payload": 1, "delay_ms": 0, "topic": topic}))
+        .await["id"]
+        .as_u64()
+        .unwrap();
+    // The metadata comes from the real broker, which has the topic; the
+    // records go to one that takes them and never answers.
+    let topics = Topics::new(&brokers, &env.config.kafka.options, Duration::from_secs(60));
+    assert_eq!(topics.check(&topic).await, TopicState::Exists);
+    let (silent, listener) = silent_broker().await;
+    let mut config = env.config.clone();
+    config.kafka.brokers = silent;
+    config.kafka.message_timeout_ms = 3_000;
+    let (dispatcher, _, _membership) = dispatcher_with_topics(&env, &config, topics.clone()).await;
+    let vanish = tokio::spawn(async move {
+        tokio::time::sleep(Duration::from_millis(500)).await;
+        topic_delete(&brokers, &topic).await;
+        let gone = eventually(Duration::from_secs(2), || async {
+            topics.refresh_if_older(Duration::ZERO).await;
+            (topics.state(&topic) == TopicState::Missing).then_some(())
+        })
+        .await;
+        assert!(gone.is_some(), "the metadata says the topic is missing");
+    });
+    let report = dispatcher.run_once().await;
+    vanish.await.unwrap();
+    assert_eq!((report.claimed, report.failed), (1, 1), "{report:?}");
+    assert_eq!(
+        env.job_status(id).await,
+        "dispatching",
+        "in doubt, not refused"
+    );
+    assert!(last_error(&env, id).await.contains("not acknowledged"));
+    assert_eq!(
+        outcome_of_cancel(&env, id).await,
+        (409, "in_flight".to_owned())
+    );
+    listener.abort();
+    env.finish().await;
+}
+
+async fn topic_delete(brokers: &str, topic: &str) {
+    use rdkafka::admin::{AdminClient, AdminOptions};
+    use rdkafka::client::DefaultClientContext;
+    let admin: AdminClient<DefaultClientContext> = rdkafka::ClientConfig::new()
+        .set("bootstrap.servers", brokers)
+        .create()
+        .unwrap();
+    let results = admin
+        .delete_topics(&[topic], &AdminOptions::new())
+        .await
+        .unwrap();
+    for result in results {
+        result.unwrap();
+    }
 }
 
 /// A paused (or partitioned) instance that wakes with jobs in hand sends
