@@ -542,6 +542,28 @@ pub async fn records_read(consumer: &StreamConsumer, n: usize, wait: Duration) -
     records
 }
 
+/// Reads records until `n` distinct keys have arrived or `wait` has passed;
+/// returns every record read. For topics where a key may come twice (the
+/// ingress's replies: a request read again after a crash is answered
+/// again), where [`records_read`] would stop at `n` records and miss keys.
+pub async fn records_read_keys(consumer: &StreamConsumer, n: usize, wait: Duration) -> Vec<Record> {
+    let deadline = tokio::time::Instant::now() + wait;
+    let mut keys = std::collections::HashSet::new();
+    let mut records = Vec::new();
+    while keys.len() < n {
+        match tokio::time::timeout_at(deadline, consumer.recv()).await {
+            Ok(Ok(message)) => {
+                let record = Record::from_message(&message);
+                keys.insert(record.key.clone());
+                records.push(record);
+            }
+            Ok(Err(err)) => panic!("kafka consumer error: {err}"),
+            Err(_) => break,
+        }
+    }
+    records
+}
+
 /// Polls `check` until it returns Some or `wait` passes.
 pub async fn eventually<T, F, Fut>(wait: Duration, mut check: F) -> Option<T>
 where
