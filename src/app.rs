@@ -468,6 +468,7 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
         });
     }
     let ownership = membership.subscribe();
+    let readers = membership.subscribe();
     shared.spawn_role(
         "membership",
         membership.run(cancel.child_token(), dispatcher_done),
@@ -536,7 +537,7 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
             IngressConfig::from_config(config),
         )
         .map_err(StartError::Ingress)?;
-        shared.spawn_role("ingress", ingress.run(cancel.child_token()));
+        shared.spawn_role("ingress", ingress.run(cancel.child_token(), readers));
     }
     Ok(())
 }

@@ -99,6 +99,9 @@ impl MembershipConfig {
                 // Set by `Membership::new` from `ttl` and `doubt_quiet`.
                 ttl: None,
                 quiet: None,
+                ingress_group: (config.has_role(Role::Ingress)
+                    && !config.ingress.topics.is_empty())
+                .then(|| config.ingress.group.clone()),
             },
         }
     }
@@ -157,6 +160,11 @@ pub struct Ownership {
     /// in doubt and settled it (returned it to pending, cancelled it), so
     /// nothing claimed in an earlier incarnation is ever sent.
     pub incarnation: u64,
+    /// The live instances reading this instance's request topics (its
+    /// `ingress.group`), this one among them, by id: they share the
+    /// topics' partitions ([`crate::ingress::partitions_mine`]). Empty
+    /// without request topics, and until the first round.
+    pub readers: Vec<u64>,
 }
 
 impl Ownership {
@@ -562,6 +570,7 @@ impl Membership {
             .collect();
         report.live = instances.iter().filter(|i| i.live).count();
         metrics::instances_live(report.live);
+        self.readers_publish(id, &instances);
 
         if self.config.dispatcher {
             let mut plan = plan(id, &live, &leases);
@@ -585,6 +594,27 @@ impl Membership {
         }
         self.drain().await;
         Ok(report)
+    }
+
+    /// Tells the ingress who reads its request topics now: the live
+    /// instances of its `ingress.group`, and this one.
+    fn readers_publish(&self, id: u64, instances: &[crate::store::InstanceRow]) {
+        let Some(group) = &self.config.info.ingress_group else {
+            return;
+        };
+        let mut readers: Vec<u64> = instances
+            .iter()
+            .filter(|i| i.live && i.ingress_group.as_ref() == Some(group))
+            .map(|i| i.id)
+            .chain([id])
+            .collect();
+        readers.sort_unstable();
+        readers.dedup();
+        self.ownership.send_if_modified(|o| {
+            let changed = o.readers != readers;
+            o.readers = readers;
+            changed
+        });
     }
 
     /// Forgets the rows of live-looking instances that were processes of
@@ -827,6 +857,7 @@ mod tests {
             ttl: Duration::from_secs(5),
             alive_until: None,
             incarnation: 0,
+            readers: Vec::new(),
         };
         let fence = ownership.fence([1, 2, 3]).unwrap();
         assert_eq!(fence.leases, vec![(1, 4), (3, 9)]);

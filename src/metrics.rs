@@ -193,6 +193,11 @@ declare! {
         help: "Requests the ingress answered with an error, by request topic \
             and the error's code.",
     },
+    INGRESS_PARTITIONS = Gauge {
+        name: "tickler_ingress_partitions",
+        help: "Request partitions this instance reads (its share of its \
+            ingress.group's).",
+    },
     INGRESS_REPLIES_FAILED = Counter {
         name: "tickler_ingress_replies_failed_total",
         help: "Ingress replies the reply topic did not acknowledge; the \
@@ -657,6 +662,11 @@ pub fn ingress_requests(topic: &str, outcome: &'static str, n: usize) {
     INGRESS_REQUESTS
         .with([topic.to_owned().into(), outcome.into()])
         .increment(n as u64);
+}
+
+/// The request partitions this instance reads.
+pub fn ingress_partitions(n: usize) {
+    INGRESS_PARTITIONS.get().set(n as f64);
 }
 
 /// A request the ingress refused, by request topic and code.

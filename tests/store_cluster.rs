@@ -21,6 +21,7 @@ fn info(host: &str, pid: u32) -> InstanceInfo {
         roles: "dispatcher,api".to_owned(),
         ttl: None,
         quiet: None,
+        ingress_group: None,
     }
 }
 
@@ -386,6 +387,7 @@ async fn a_claim_under_a_lost_lease_or_by_a_dead_instance_wins_nothing() {
             roles: "dispatcher".to_owned(),
             ttl: None,
             quiet: None,
+            ingress_group: None,
         })
         .await
         .unwrap();

@@ -171,6 +171,7 @@ async fn only_the_live_reconciler_with_the_lowest_id_reports() {
             ttl: env.config.instance_ttl(),
             alive_until: None,
             incarnation: 0,
+            readers: Vec::new(),
         };
         Reporter::new(
             env.store.clone(),

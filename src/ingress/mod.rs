@@ -20,6 +20,7 @@
 mod pass;
 mod reply;
 mod request;
+mod share;
 mod write;
 
 use std::collections::{BTreeMap, HashSet};
@@ -29,13 +30,14 @@ use std::sync::{Arc, OnceLock};
 use std::time::{Duration, Instant};
 
 use futures::FutureExt;
-use tokio::sync::Notify;
+use tokio::sync::{watch, Notify};
 use tokio::task::JoinHandle;
 use tokio_util::sync::CancellationToken;
 
 use crate::config::Config;
 use crate::index::Index;
 use crate::kafka::{self, GroupConsumer, KafkaError, Producer, Received, Topics};
+use crate::membership::Ownership;
 use crate::metrics;
 use crate::store::Store;
 
@@ -58,6 +60,7 @@ use reply::Replies;
 pub use reply::{
     HEADER_OUTCOME, HEADER_REQUEST_OFFSET, HEADER_REQUEST_PARTITION, HEADER_REQUEST_TOPIC,
 };
+pub use share::{partitions_mine, PARTITIONS_REFRESH};
 
 /// librdkafka `fetch.wait.max.ms`: tansu answers a fetch only then, so it
 /// bounds how soon a request is taken.
@@ -86,7 +89,7 @@ pub struct IngressReport {
 pub struct Ingress {
     writer: Writer,
     config: Arc<IngressConfig>,
-    /// Made by [`Ingress::subscribe`], after the topics exist.
+    /// Made by [`Ingress::connect`], after the topics exist.
     consumer: OnceLock<Arc<GroupConsumer>>,
     replies: Option<Arc<Replies>>,
     /// The pass being written while the next one is read and checked.
@@ -160,25 +163,35 @@ impl Ingress {
         })
     }
 
-    pub async fn run(self, cancel: CancellationToken) {
-        let topics: Vec<&str> = self.config.topics.keys().map(String::as_str).collect();
+    /// Reads the request partitions that are this instance's by
+    /// `ownership` (membership's view of who reads them, kept current by a
+    /// [`share::Sharer`]) until cancelled.
+    pub async fn run(self, cancel: CancellationToken, ownership: watch::Receiver<Ownership>) {
+        let topics: Vec<String> = self.config.topics.keys().cloned().collect();
         tracing::info!(topics = %topics.join(","), group = %self.config.group, "ingress started");
-        if let Err(err) = self.subscribe().await {
-            tracing::error!(error = %err, "cannot consume the request topics");
-            return;
-        }
+        let consumer = match self.connect().await {
+            Ok(consumer) => consumer,
+            Err(err) => {
+                tracing::error!(error = %err, "cannot consume the request topics");
+                return;
+            }
+        };
+        let sharing =
+            tokio::spawn(share::Sharer::new(consumer, topics, ownership).run(cancel.child_token()));
         while self.run_once(&cancel).await.is_some() {}
         // The pass being written, and the last offsets once their replies
         // are out.
         self.settle().await;
+        sharing.abort();
         tracing::info!("ingress stopped");
     }
 
     /// Creates the request and reply topics unless they exist (tansu and
     /// locked-down clusters do not create topics on use; one that cannot be
-    /// created is logged and used all the same), then the consumer, and
-    /// subscribes it. Fails on settings librdkafka refuses.
-    pub async fn subscribe(&self) -> Result<(), KafkaError> {
+    /// created is logged and used all the same), then the consumer, which
+    /// reads nothing until it is given partitions. Fails on settings
+    /// librdkafka refuses.
+    pub async fn connect(&self) -> Result<Arc<GroupConsumer>, KafkaError> {
         let ensure = self.config.topics.keys().chain(&self.config.reply_topic);
         for topic in ensure {
             if let Err(err) = kafka::topic_ensure_with(
@@ -193,17 +206,30 @@ impl Ingress {
             }
         }
         // Offsets are committed by hand, after MySQL has the requests.
-        let topics: Vec<&str> = self.config.topics.keys().map(String::as_str).collect();
-        let consumer = GroupConsumer::subscribe(
+        let consumer = GroupConsumer::by_hand(
             &self.config.brokers,
             &self.config.kafka_options,
             &self.config.group,
             INGRESS_FETCH_WAIT_MS,
-            &topics,
         )?;
         // A second call keeps the first consumer.
-        let _ = self.consumer.set(Arc::new(consumer));
-        Ok(())
+        Ok(self.consumer.get_or_init(|| Arc::new(consumer)).clone())
+    }
+
+    /// [`Ingress::connect`], then reads every partition of the request
+    /// topics: an ingress that shares them with nobody (tests, tools).
+    pub async fn connect_alone(&self) -> Result<(), KafkaError> {
+        let consumer = self.connect().await?;
+        let topics: Vec<String> = self.config.topics.keys().cloned().collect();
+        let partitions = {
+            let consumer = consumer.clone();
+            tokio::task::spawn_blocking(move || {
+                consumer.partitions_of(&topics, Duration::from_secs(5))
+            })
+            .await
+            .map_err(|_| KafkaError::Canceled)??
+        };
+        consumer.partitions_add(&partitions)
     }
 
     /// One turn of a three-stage pipeline: the next records are taken and
@@ -390,7 +416,7 @@ impl Ingress {
     fn consumer(&self) -> Option<&GroupConsumer> {
         let consumer = self.consumer.get();
         if consumer.is_none() {
-            tracing::error!("ingress used before subscribe");
+            tracing::error!("ingress used before connect");
         }
         consumer.map(|consumer| &**consumer)
     }

@@ -2,13 +2,16 @@
 //! commits by hand, once what it read is in MySQL.
 
 use std::collections::BTreeMap;
+use std::time::Duration;
 
 use rdkafka::consumer::{CommitMode, Consumer, StreamConsumer};
 use rdkafka::error::KafkaError;
 use rdkafka::message::{BorrowedMessage, Message};
 use rdkafka::{Offset, TopicPartitionList};
 
-/// A member of a consumer group, subscribed to its topics.
+/// A consumer that commits a group's offsets: a member of the group,
+/// subscribed to its topics ([`GroupConsumer::subscribe`]), or one that
+/// reads the partitions it is given ([`GroupConsumer::by_hand`]).
 pub struct GroupConsumer {
     inner: StreamConsumer,
 }
@@ -30,6 +33,66 @@ impl GroupConsumer {
             super::group_config(brokers, options, group, fetch_wait_ms).create()?;
         inner.subscribe(topics)?;
         Ok(GroupConsumer { inner })
+    }
+
+    /// A consumer that reads only the partitions it is given
+    /// ([`GroupConsumer::partitions_add`]), each from `group`'s committed
+    /// offset (or the earliest record), and commits to `group` by hand. It
+    /// never joins the group: who reads what is decided outside Kafka, so a
+    /// process restarted in place reads again at once, where a member of a
+    /// group waits out its predecessor's session. Kafka accepts its commits
+    /// while the group has no members. Fails on settings librdkafka refuses.
+    pub fn by_hand(
+        brokers: &str,
+        options: &BTreeMap<String, String>,
+        group: &str,
+        fetch_wait_ms: u32,
+    ) -> Result<GroupConsumer, KafkaError> {
+        let inner: StreamConsumer =
+            super::group_config(brokers, options, group, fetch_wait_ms).create()?;
+        Ok(GroupConsumer { inner })
+    }
+
+    /// Starts reading `partitions`, each from its committed offset.
+    pub fn partitions_add(&self, partitions: &[(String, i32)]) -> Result<(), KafkaError> {
+        let mut list = TopicPartitionList::new();
+        for (topic, partition) in partitions {
+            list.add_partition_offset(topic, *partition, Offset::Stored)?;
+        }
+        self.inner.incremental_assign(&list)
+    }
+
+    /// Stops reading `partitions` (what was fetched of them and not yet
+    /// received is dropped).
+    pub fn partitions_remove(&self, partitions: &[(String, i32)]) -> Result<(), KafkaError> {
+        let mut list = TopicPartitionList::new();
+        for (topic, partition) in partitions {
+            list.add_partition(topic, *partition);
+        }
+        self.inner.incremental_unassign(&list)
+    }
+
+    /// The partitions of `topics` the broker's metadata lists (a topic it
+    /// does not have, none). Blocks for up to `timeout`: call it off the
+    /// runtime's threads.
+    pub fn partitions_of(
+        &self,
+        topics: &[String],
+        timeout: Duration,
+    ) -> Result<Vec<(String, i32)>, KafkaError> {
+        let mut partitions = Vec::new();
+        for topic in topics {
+            let metadata = self.inner.fetch_metadata(Some(topic), timeout)?;
+            for found in metadata.topics() {
+                if found.error().is_some() {
+                    continue;
+                }
+                for partition in found.partitions() {
+                    partitions.push((found.name().to_owned(), partition.id()));
+                }
+            }
+        }
+        Ok(partitions)
     }
 
     /// The next record of the partitions this member is assigned.

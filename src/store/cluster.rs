@@ -33,6 +33,8 @@ pub struct InstanceInfo {
     /// Its `kafka.message_timeout_ms` + `kafka.doubt_margin_ms`: how long its
     /// claims stay in doubt once it is dead.
     pub quiet: Option<Duration>,
+    /// The `ingress.group` whose request partitions it reads, if any.
+    pub ingress_group: Option<String>,
 }
 
 /// A row of `instances`, with whether it is alive by the database's clock.
@@ -44,6 +46,8 @@ pub struct InstanceRow {
     pub pid_namespace: Option<String>,
     pub version: String,
     pub roles: Vec<String>,
+    /// The `ingress.group` whose request partitions it reads, if any.
+    pub ingress_group: Option<String>,
     pub started_at: DateTime<Utc>,
     pub heartbeat_at: DateTime<Utc>,
     /// Heartbeat within the TTL.
@@ -205,8 +209,8 @@ impl Store {
     ) -> Result<(u64, bool), StoreError> {
         let result = sqlx::query(
             "INSERT INTO instances (id, host, pid, pid_namespace, version, roles, ttl_ms, quiet_ms, \
-             started_at, heartbeat_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3)) \
+             ingress_group, started_at, heartbeat_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3)) \
              ON DUPLICATE KEY UPDATE heartbeat_at = UTC_TIMESTAMP(3)",
         )
         .bind(id)
@@ -217,6 +221,7 @@ impl Store {
         .bind(&info.roles)
         .bind(info.ttl.map(duration_ms))
         .bind(info.quiet.map(duration_ms))
+        .bind(&info.ingress_group)
         .execute(&self.pool)
         .await?;
         // 1: inserted; 2 (or 0, the same millisecond): updated.
@@ -228,7 +233,8 @@ impl Store {
     /// clock), in id order.
     pub async fn instances_list(&self, ttl: Duration) -> Result<Vec<InstanceRow>, StoreError> {
         let mut query = QueryBuilder::<MySql>::new(
-            "SELECT id, host, pid, pid_namespace, version, roles, started_at, heartbeat_at, heartbeat_at >= ",
+            "SELECT id, host, pid, pid_namespace, version, roles, ingress_group, started_at, heartbeat_at, \
+             heartbeat_at >= ",
         );
         push_alive_since_own(&mut query, ttl);
         // id-order: a stable order for `tickler instances`; nothing depends on it.
@@ -245,6 +251,7 @@ impl Store {
                     pid_namespace: row.try_get("pid_namespace")?,
                     version: row.try_get("version")?,
                     roles: roles.split(',').map(str::to_owned).collect(),
+                    ingress_group: row.try_get("ingress_group")?,
                     started_at: row.try_get::<NaiveDateTime, _>("started_at")?.and_utc(),
                     heartbeat_at: row.try_get::<NaiveDateTime, _>("heartbeat_at")?.and_utc(),
                     live: live != 0,

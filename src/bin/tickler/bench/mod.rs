@@ -764,7 +764,7 @@ impl Bench {
             &config,
             IngressConfig::from_config(&config),
         )?;
-        ingress.subscribe().await?;
+        ingress.connect_alone().await?;
         let cancel = CancellationToken::new();
         fn request<'a>(
             requests: &'a str,
@@ -779,8 +779,8 @@ impl Bench {
                 .header(tickler::ingress::HEADER_TARGET_TOPIC, target.as_bytes())
                 .header(tickler::ingress::HEADER_RUN_AT, far.as_bytes())
         }
-        // One request first, taken before the others are produced: joining
-        // the group (seconds on a fresh group) is not the ingress's pace.
+        // One request first, taken before the others are produced: the
+        // consumer's first fetch is not the ingress's pace.
         let key = format!("warm-up-{round}");
         producer
             .send(request(&requests, target, far, &key, "{}"))?
