@@ -58,16 +58,19 @@ pub enum Status {
     Succeeded,
     Dead,
     Cancelled,
+    /// Not produced by its `expires_at`: never will be.
+    Expired,
 }
 
 impl Status {
-    pub const ALL: [Status; 6] = [
+    pub const ALL: [Status; 7] = [
         Status::Pending,
         Status::Dispatching,
         Status::Dispatched,
         Status::Succeeded,
         Status::Dead,
         Status::Cancelled,
+        Status::Expired,
     ];
 
     pub fn as_str(self) -> &'static str {
@@ -78,6 +81,7 @@ impl Status {
             Status::Succeeded => "succeeded",
             Status::Dead => "dead",
             Status::Cancelled => "cancelled",
+            Status::Expired => "expired",
         }
     }
 }
@@ -146,6 +150,64 @@ pub enum Schedule {
     After { delay_ms: u64 },
 }
 
+/// When a job expires: at an instant, or this long after its run_at.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Expiry {
+    At(DateTime<Utc>),
+    AfterRun { ttl_ms: u64 },
+}
+
+/// Checks a job's expiry against its `schedule` (`now` stands for the
+/// database's clock a delay counts from) and returns what
+/// [`NewJob::expires_at`] and [`NewJob::expires_after_ms`] hold. An expiry
+/// must come after the job is due: one at or before would end it unsent
+/// the moment it falls due.
+pub fn expiry_resolve(
+    expiry: Expiry,
+    schedule: &Schedule,
+    now: DateTime<Utc>,
+) -> Result<(Option<DateTime<Utc>>, Option<u64>), String> {
+    let run_at = match *schedule {
+        Schedule::At(at) => at,
+        Schedule::After { delay_ms } => {
+            now + chrono::Duration::milliseconds(i64::try_from(delay_ms).unwrap_or(i64::MAX))
+        }
+    };
+    match expiry {
+        Expiry::AfterRun { ttl_ms: 0 } => Err("ttl_ms must be 1 or more".to_owned()),
+        Expiry::AfterRun { ttl_ms } => {
+            let at = i64::try_from(ttl_ms)
+                .ok()
+                .and_then(chrono::Duration::try_milliseconds)
+                .and_then(|ttl| run_at.checked_add_signed(ttl))
+                .filter(|at| time_in_range(*at))
+                .ok_or_else(|| {
+                    format!("ttl_ms {ttl_ms} puts the expiry after 9999-12-31T23:59:59.999Z")
+                })?;
+            Ok(match schedule {
+                Schedule::At(_) => (Some(at), None),
+                Schedule::After { .. } => (None, Some(ttl_ms)),
+            })
+        }
+        Expiry::At(at) => {
+            let at = truncate_to_ms(at);
+            if !time_in_range(at) {
+                return Err(
+                    "expires_at must lie between 1970 and 9999-12-31T23:59:59.999Z".to_owned(),
+                );
+            }
+            if at <= run_at {
+                return Err(format!(
+                    "expires_at {} is not after the job's run_at {}: it would expire unsent as it falls due",
+                    time_format(at),
+                    time_format(run_at)
+                ));
+            }
+            Ok((Some(at), None))
+        }
+    }
+}
+
 /// A job that passed validation and may be written.
 #[derive(Debug, Clone, PartialEq)]
 pub struct NewJob {
@@ -160,8 +222,11 @@ pub struct NewJob {
     pub trace_parent: Option<String>,
     /// The schedule whose occurrence it is.
     pub schedule_id: Option<u64>,
-    /// Still pending at this time, it is cancelled instead of produced.
+    /// Still pending at this time, it expires instead of being produced.
     pub expires_at: Option<DateTime<Utc>>,
+    /// Or it expires this long after its run_at, where the database sets
+    /// the run_at (a `delay_ms`): resolved on the database's clock.
+    pub expires_after_ms: Option<u64>,
 }
 
 impl NewJob {

@@ -174,7 +174,7 @@ pub enum Decision {
 /// consumer can be faster than the dispatcher's marking) or `dispatched`.
 pub fn decide(state: &JobState, report: &ResultReport, rng: &mut impl Rng) -> Decision {
     match state.status {
-        Status::Succeeded | Status::Dead | Status::Cancelled => {
+        Status::Succeeded | Status::Dead | Status::Cancelled | Status::Expired => {
             return Decision::Ignore(Ignored::Finished)
         }
         _ if !state.policy.expects_result => return Decision::Ignore(Ignored::NotExpected),

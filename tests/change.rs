@@ -486,3 +486,105 @@ async fn the_past_fires_at_once_and_years_ahead_is_accepted() {
     assert!(!env.redis_holds(far["id"].as_u64().unwrap()).await);
     env.finish().await;
 }
+
+/// A job not produced by its `expires_at` ends `expired` and is never
+/// produced (#45): one created overdue with its expiry past too — tickler
+/// was down, say — beside one whose expiry is a minute after its time,
+/// produced as usual. A cancel of the expired one answers `cancelled`: it
+/// will never be produced either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_past_its_expiry_ends_expired_and_is_never_produced() {
+    let env = TestEnv::start().await;
+    let consumer = env.consumer();
+    let now = Utc::now();
+    let late = env
+        .job_create(json!({
+            "payload": "late",
+            "run_at": (now - chrono::Duration::seconds(10)).to_rfc3339(),
+            "expires_at": (now - chrono::Duration::seconds(5)).to_rfc3339(),
+        }))
+        .await;
+    let late_id = late["id"].as_u64().unwrap();
+    assert!(late["expires_at"].is_string(), "{late}");
+    let fine = env
+        .job_create(json!({"payload": "fine", "delay_ms": 0, "ttl_ms": 60000}))
+        .await;
+    let fine_id = fine["id"].as_u64().unwrap();
+
+    let records = records_read(&consumer, 2, Duration::from_secs(5)).await;
+    let ids: Vec<&str> = records
+        .iter()
+        .filter_map(|r| r.header("tickler-job-id"))
+        .collect();
+    assert_eq!(
+        ids,
+        vec![fine_id.to_string().as_str()],
+        "only the one in time"
+    );
+    assert_eq!(env.job_status(late_id).await, "expired");
+    let (_, job) = env.get(&format!("/v1/jobs/{late_id}")).await;
+    assert_eq!(job["last_error"], "expired: not produced by its expires_at");
+    let (status, answer) = cancel(&env, late_id).await;
+    assert_eq!(status, 200, "{answer}");
+    assert_eq!(answer["job"]["status"], "expired");
+    let (_, history) = env.get(&format!("/v1/jobs/{late_id}/history")).await;
+    let statuses: Vec<&str> = history["events"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter_map(|e| e["status"].as_str())
+        .collect();
+    assert_eq!(statuses.last(), Some(&"expired"), "{history}");
+    env.finish().await;
+}
+
+/// A PATCH that moves a job past its own expiry is refused, naming the
+/// way out, and writes nothing; with a new expiry (or `expires_at: null`)
+/// it applies.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_move_past_the_jobs_expiry_is_refused_unless_the_expiry_moves_too() {
+    let env = TestEnv::start().await;
+    let job = env
+        .job_create(json!({"payload": 1, "delay_ms": 60000, "ttl_ms": 1000}))
+        .await;
+    let id = job["id"].as_u64().unwrap();
+    let later = (Utc::now() + chrono::Duration::minutes(10)).to_rfc3339();
+    let (status, refused) = patch(
+        &env,
+        id,
+        json!({"version": job["version"], "run_at": later}),
+    )
+    .await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["error"]["code"], "invalid_expiry");
+    assert!(
+        refused["error"]["message"]
+            .as_str()
+            .unwrap()
+            .contains("expires_at: null"),
+        "{refused}"
+    );
+    let (_, unchanged) = env.get(&format!("/v1/jobs/{id}")).await;
+    assert_eq!(unchanged["version"], job["version"], "nothing written");
+
+    let (status, moved) = patch(
+        &env,
+        id,
+        json!({"version": job["version"], "run_at": later, "ttl_ms": 5000}),
+    )
+    .await;
+    assert_eq!(status, 200, "{moved}");
+    let run_at = chrono::DateTime::parse_from_rfc3339(moved["run_at"].as_str().unwrap()).unwrap();
+    let expires_at =
+        chrono::DateTime::parse_from_rfc3339(moved["expires_at"].as_str().unwrap()).unwrap();
+    assert_eq!((expires_at - run_at).num_milliseconds(), 5000);
+    let (status, cleared) = patch(
+        &env,
+        id,
+        json!({"version": moved["version"], "expires_at": null}),
+    )
+    .await;
+    assert_eq!(status, 200, "{cleared}");
+    assert!(cleared["expires_at"].is_null(), "{cleared}");
+    env.finish().await;
+}

@@ -96,6 +96,7 @@ async fn job_due(store: &Store) -> u64 {
         trace_parent: None,
         schedule_id: None,
         expires_at: None,
+        expires_after_ms: None,
     };
     store.job_insert(&job).await.unwrap().0.id
 }

@@ -422,33 +422,37 @@ async fn apply_writes_nothing_for_an_operation_that_moved_on() {
 }
 
 /// A move on purpose is no longer a misfire: shift and move clear the
-/// expiry of what they move.
+/// expiry of the schedule's occurrences they move. A job's own expiry
+/// (`expires_at` on create) moves with a shift and stays through a move.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn apply_shifts_and_moves_pending_jobs_and_clears_their_expiry() {
+async fn apply_shifts_and_moves_pending_jobs_clearing_only_an_occurrences_expiry() {
     let db = Db::new().await;
     let now = db.store.db_now().await.unwrap();
     let due_at = now + Span::hours(1);
+    let expires_at = due_at + Span::minutes(1);
+    let expiring = |topic: &str, schedule_id: Option<u64>| NewJob {
+        schedule: Schedule::At(due_at),
+        expires_at: Some(expires_at),
+        schedule_id,
+        ..job_new(topic, 0)
+    };
     let (rows, _) = db
         .store
         .job_insert_many(&[
-            NewJob {
-                schedule: Schedule::At(due_at),
-                expires_at: Some(due_at + Span::minutes(1)),
-                ..job_new("shifted", 0)
-            },
-            NewJob {
-                schedule: Schedule::At(due_at),
-                expires_at: Some(due_at + Span::minutes(1)),
-                ..job_new("moved", 0)
-            },
+            expiring("shifted", Some(1)),
+            expiring("shifted", None),
+            expiring("moved", Some(1)),
+            expiring("moved", None),
         ])
         .await
         .unwrap();
-    let id = |row: &BatchRow| match row {
-        BatchRow::Created(job) => job.id,
-        BatchRow::Duplicate => panic!("no keys here"),
-    };
-    let (shifted, moved) = (id(&rows[0]), id(&rows[1]));
+    let ids: Vec<u64> = rows
+        .iter()
+        .map(|row| match row {
+            BatchRow::Created(job) => job.id,
+            BatchRow::Duplicate => panic!("no keys here"),
+        })
+        .collect();
 
     let shift = op_create(
         &db,
@@ -463,13 +467,25 @@ async fn apply_shifts_and_moves_pending_jobs_and_clears_their_expiry() {
         .await
         .unwrap()
         .unwrap();
-    let job = db.store.job_get(shifted).await.unwrap();
+    let occurrence = db.store.job_get(ids[0]).await.unwrap();
     assert_eq!(
-        (job.schedule_time, job.expires_at, job.version),
+        (
+            occurrence.schedule_time,
+            occurrence.expires_at,
+            occurrence.version
+        ),
         (due_at - Span::seconds(90), None, 2)
     );
-    let last = db.store.job_history(shifted).await.unwrap().pop().unwrap();
+    let last = db.store.job_history(ids[0]).await.unwrap().pop().unwrap();
     assert_eq!(last.schedule_time, due_at - Span::seconds(90));
+    let own = db.store.job_get(ids[1]).await.unwrap();
+    assert_eq!(
+        (own.schedule_time, own.expires_at),
+        (
+            due_at - Span::seconds(90),
+            Some(expires_at - Span::seconds(90))
+        )
+    );
 
     let run_at = now + Span::days(2);
     let relocate = op_create(&db, topic("moved"), BulkAction::Move { run_at }, 2).await;
@@ -479,8 +495,17 @@ async fn apply_shifts_and_moves_pending_jobs_and_clears_their_expiry() {
         .await
         .unwrap()
         .unwrap();
-    let job = db.store.job_get(moved).await.unwrap();
-    assert_eq!((job.schedule_time, job.expires_at), (run_at, None));
+    let occurrence = db.store.job_get(ids[2]).await.unwrap();
+    assert_eq!(
+        (occurrence.schedule_time, occurrence.expires_at),
+        (run_at, None)
+    );
+    let own = db.store.job_get(ids[3]).await.unwrap();
+    assert_eq!(
+        (own.schedule_time, own.expires_at),
+        (run_at, Some(expires_at)),
+        "kept: it ends expired, unsent, when it falls due"
+    );
     db.finish().await;
 }
 

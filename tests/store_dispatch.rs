@@ -665,7 +665,7 @@ async fn doubts_due_lists_lapsed_claims_and_absent_sends_each_back_once() {
 // expire_many, release_many
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn expire_cancels_only_first_attempts_past_their_expiry() {
+async fn expire_ends_only_first_attempts_past_their_expiry() {
     let db = Db::new().await;
     let now = db.store.db_now().await.unwrap();
     let expiring = |at| NewJob {
@@ -689,8 +689,11 @@ async fn expire_cancels_only_first_attempts_past_their_expiry() {
 
     assert_eq!(db.store.job_expire_many(&ids).await.unwrap(), 1);
     let job = db.store.job_get(past).await.unwrap();
-    assert_eq!((job.status, job.version), (Status::Cancelled, 2));
-    assert!(job.last_error.unwrap().starts_with("expired"));
+    assert_eq!((job.status, job.version), (Status::Expired, 2));
+    assert_eq!(
+        job.last_error.as_deref(),
+        Some("expired: not produced by its expires_at")
+    );
     assert_eq!(
         db.store
             .job_history(past)
@@ -699,7 +702,7 @@ async fn expire_cancels_only_first_attempts_past_their_expiry() {
             .pop()
             .unwrap()
             .status,
-        Status::Cancelled
+        Status::Expired
     );
     for id in [future, retry, never] {
         assert_eq!(status(&db, id).await, Status::Pending);

@@ -69,6 +69,8 @@ pub enum ApiError {
     #[error("{0}")]
     InvalidRunAt(String),
     #[error("{0}")]
+    InvalidExpiry(String),
+    #[error("{0}")]
     InvalidPayload(String),
     #[error("{0}")]
     InvalidId(String),
@@ -135,6 +137,7 @@ impl ApiError {
             | ApiError::InvalidRequest(_)
             | ApiError::InvalidSchedule(_)
             | ApiError::InvalidRunAt(_)
+            | ApiError::InvalidExpiry(_)
             | ApiError::InvalidPayload(_)
             | ApiError::InvalidId(_)
             | ApiError::InvalidPolicy(_)
@@ -176,6 +179,7 @@ impl ApiError {
             ApiError::BodyTooLarge => "payload_too_large",
             ApiError::InvalidSchedule(_) => "invalid_schedule",
             ApiError::InvalidRunAt(_) => "invalid_run_at",
+            ApiError::InvalidExpiry(_) => "invalid_expiry",
             ApiError::InvalidPayload(_) => "invalid_payload",
             ApiError::InvalidId(_) => "invalid_id",
             ApiError::InvalidPolicy(_) => "invalid_policy",

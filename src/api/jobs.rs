@@ -19,7 +19,9 @@ use super::error::Conflict;
 use super::view::JobView;
 use super::{ApiError, ApiJson, ApiState, JobIdPath};
 use crate::auth::Scope;
-use crate::job::{self, time_format, InvalidJob, Job, JobId, NewJob, PayloadKind, Schedule};
+use crate::job::{
+    self, time_format, Expiry, InvalidJob, Job, JobId, NewJob, PayloadKind, Schedule,
+};
 use crate::metrics;
 use crate::policy::{Policy, PolicyOverrides};
 use crate::store::{BatchRow, Cancelled, JobChanges, Modified, StoreError};
@@ -41,6 +43,12 @@ pub struct CreateJob {
     pub run_at: Option<String>,
     /// Delay from now (the database's now), in milliseconds.
     pub delay_ms: Option<i64>,
+    /// RFC 3339 time after run_at: a job not produced by then expires
+    /// (status `expired`) and is never produced.
+    pub expires_at: Option<String>,
+    /// Or: how long after its run_at the job may still be produced, in
+    /// milliseconds.
+    pub ttl_ms: Option<i64>,
     /// Result policy; what is left out comes from the topic's
     /// configuration, then the defaults. (Listed, not flattened: serde's
     /// `flatten` would disable `deny_unknown_fields`.)
@@ -63,6 +71,13 @@ pub struct PatchJob {
     pub headers: Option<BTreeMap<String, String>>,
     pub run_at: Option<String>,
     pub delay_ms: Option<i64>,
+    /// A new expiry (RFC 3339, after the run_at), or null: none. Left out,
+    /// the job keeps its expiry, which must then come after a new run_at.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    pub expires_at: Option<Option<String>>,
+    /// Or a new expiry this long after the (new) run_at.
+    pub ttl_ms: Option<i64>,
 }
 
 /// A field that is present, even as `null`: `Option<Box<RawValue>>` alone
@@ -152,6 +167,62 @@ pub(super) fn schedule_parse(
     }
 }
 
+/// Whether `job`, changed by `changes`, expires after it is due: a new
+/// expiry is checked against the new run_at (or the job's own), a kept
+/// one — a job's own, not an occurrence's misfire expiry, which a move
+/// drops — against a new run_at.
+fn expiry_check_patched(
+    job: &Job,
+    changes: &JobChanges,
+    now: DateTime<Utc>,
+) -> Result<(), ApiError> {
+    let schedule = changes.schedule.unwrap_or(Schedule::At(job.schedule_time));
+    let expiry = match changes.expiry {
+        Some(Some(expiry)) => expiry,
+        Some(None) => return Ok(()),
+        None => match job.expires_at {
+            Some(at) if job.schedule_id.is_none() && changes.schedule.is_some() => Expiry::At(at),
+            _ => return Ok(()),
+        },
+    };
+    job::expiry_resolve(expiry, &schedule, now)
+        .map(|_| ())
+        .map_err(|err| match changes.expiry {
+            Some(_) => ApiError::InvalidExpiry(err),
+            None => ApiError::InvalidExpiry(format!(
+                "{err}; give a new expires_at or ttl_ms with the new time, or expires_at: null"
+            )),
+        })
+}
+
+/// `expires_at` (Some(None): null, no expiry) or `ttl_ms`, parsed. None
+/// when neither is given; both is an error.
+pub(super) fn expiry_parse(
+    expires_at: Option<Option<String>>,
+    ttl_ms: Option<i64>,
+) -> Result<Option<Option<Expiry>>, ApiError> {
+    match (expires_at, ttl_ms) {
+        (Some(_), Some(_)) => Err(ApiError::InvalidExpiry(
+            "give expires_at (RFC 3339 time) or ttl_ms, not both".to_owned(),
+        )),
+        (None, None) => Ok(None),
+        (Some(None), None) => Ok(Some(None)),
+        (None, Some(ttl_ms)) => {
+            let ttl_ms = u64::try_from(ttl_ms)
+                .map_err(|_| ApiError::InvalidExpiry("ttl_ms must be 1 or more".to_owned()))?;
+            Ok(Some(Some(Expiry::AfterRun { ttl_ms })))
+        }
+        (Some(Some(at)), None) => {
+            let parsed = DateTime::parse_from_rfc3339(&at).map_err(|err| {
+                ApiError::InvalidExpiry(format!(
+                    "expires_at {at:?} is not an RFC 3339 time ({err}), e.g. 2030-01-31T09:05:00.000Z"
+                ))
+            })?;
+            Ok(Some(Some(Expiry::At(parsed.with_timezone(&Utc)))))
+        }
+    }
+}
+
 /// `payload` or `payload_base64`, decoded and checked. None when neither is
 /// given; both is an error.
 pub(super) fn payload_parse(
@@ -213,6 +284,13 @@ impl CreateJob {
             schedule_parse(self.run_at, self.delay_ms, limits, now)?.ok_or_else(|| {
                 ApiError::InvalidSchedule("give run_at (RFC 3339 time) or delay_ms".to_owned())
             })?;
+        let (expires_at, expires_after_ms) =
+            match expiry_parse(self.expires_at.map(Some), self.ttl_ms)? {
+                Some(Some(expiry)) => {
+                    job::expiry_resolve(expiry, &schedule, now).map_err(ApiError::InvalidExpiry)?
+                }
+                _ => (None, None),
+            };
         let (payload, payload_kind) = payload_parse(self.payload, self.payload_base64, limits)?
             .unwrap_or((Vec::new(), PayloadKind::Bytes));
         let overrides = PolicyOverrides {
@@ -234,7 +312,8 @@ impl CreateJob {
             policy,
             trace_parent: None,
             schedule_id: None,
-            expires_at: None,
+            expires_at,
+            expires_after_ms,
         })
     }
 }
@@ -260,10 +339,12 @@ impl PatchJob {
             schedule: schedule_parse(self.run_at, self.delay_ms, limits, now)?,
             payload: payload_parse(self.payload, self.payload_base64, limits)?,
             headers: self.headers,
+            expiry: expiry_parse(self.expires_at, self.ttl_ms)?,
         };
         if changes == JobChanges::default() {
             return Err(ApiError::InvalidRequest(
-                "nothing to change: give run_at, delay_ms, payload, payload_base64 or headers"
+                "nothing to change: give run_at, delay_ms, payload, payload_base64, headers, \
+                 expires_at or ttl_ms"
                     .to_owned(),
             ));
         }
@@ -588,6 +669,9 @@ pub async fn patch(
     // A job's topic never changes, so the check holds for the write.
     let job = state.store.job_get(id).await?;
     caller.topic(&job.topic)?;
+    // Checked against the job read: a change to it since moves its version,
+    // and the write below then refuses the caller's.
+    expiry_check_patched(&job, &changes, Utc::now())?;
     match caller
         .store(&state)
         .job_modify(id, version, &changes)
@@ -707,6 +791,47 @@ mod tests {
             ),
             (true, 7, 2_000)
         );
+    }
+
+    #[test]
+    fn an_expiry_is_an_instant_after_run_at_or_a_span_after_it() {
+        let job = parse(
+            r#"{"topic":"t","run_at":"2030-01-02T00:00:00Z","expires_at":"2030-01-02T01:00:00.5009+01:00"}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            job.expires_at.map(time_format).as_deref(),
+            Some("2030-01-02T00:00:00.500Z")
+        );
+        let job = parse(r#"{"topic":"t","run_at":"2030-01-02T00:00:00Z","ttl_ms":90000}"#).unwrap();
+        assert_eq!(
+            (
+                job.expires_at.map(time_format).as_deref(),
+                job.expires_after_ms
+            ),
+            (Some("2030-01-02T00:01:30.000Z"), None)
+        );
+        // After a delay, the database's clock sets both.
+        let job = parse(r#"{"topic":"t","delay_ms":5,"ttl_ms":100}"#).unwrap();
+        assert_eq!((job.expires_at, job.expires_after_ms), (None, Some(100)));
+        let job = parse(r#"{"topic":"t","delay_ms":5}"#).unwrap();
+        assert_eq!((job.expires_at, job.expires_after_ms), (None, None));
+    }
+
+    #[test]
+    fn an_expiry_at_or_before_run_at_or_malformed_is_refused() {
+        for body in [
+            r#"{"topic":"t","run_at":"2030-01-02T00:00:00Z","expires_at":"2030-01-02T00:00:00Z"}"#,
+            r#"{"topic":"t","run_at":"2030-01-02T00:00:00Z","expires_at":"2030-01-01T23:00:00Z"}"#,
+            r#"{"topic":"t","delay_ms":60000,"expires_at":"2030-01-01T00:00:30Z"}"#,
+            r#"{"topic":"t","delay_ms":5,"expires_at":"soon"}"#,
+            r#"{"topic":"t","delay_ms":5,"ttl_ms":0}"#,
+            r#"{"topic":"t","delay_ms":5,"ttl_ms":-1}"#,
+            r#"{"topic":"t","delay_ms":5,"ttl_ms":10,"expires_at":"2031-01-01T00:00:00Z"}"#,
+            r#"{"topic":"t","run_at":"2030-01-02T00:00:00Z","ttl_ms":9000000000000000}"#,
+        ] {
+            assert_eq!(code(body), "invalid_expiry", "{body}");
+        }
     }
 
     #[test]

@@ -221,12 +221,9 @@ impl Dispatcher {
         if !outcome.expired.is_empty() {
             metrics::dispatch_held("expired", outcome.expired.len());
             match self.store.job_expire_many(&outcome.expired).await {
-                Ok(n) => tracing::info!(
-                    num_jobs = n,
-                    "occurrences past their misfire grace cancelled"
-                ),
+                Ok(n) => tracing::info!(num_jobs = n, "jobs past their expires_at expired, unsent"),
                 // They stay pending and expired: the next claim tries again.
-                Err(err) => tracing::warn!(error = %err, "cannot cancel expired jobs"),
+                Err(err) => tracing::warn!(error = %err, "cannot end expired jobs"),
             }
             if let Err(err) = self.index.job_remove_many(&outcome.expired).await {
                 metrics::index_failed("drop expired jobs", outcome.expired.len(), &err);

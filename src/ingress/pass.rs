@@ -216,10 +216,12 @@ impl RequestOutcome {
     pub(super) fn of_settled(job: Job) -> RequestOutcome {
         match job.status {
             Status::Dispatched | Status::Succeeded | Status::Dead => RequestOutcome::TooLate(job),
-            Status::Cancelled => RequestOutcome::Refused(RequestError::NotPending(format!(
-                "job {} is cancelled: its key cannot schedule again",
-                job.id
-            ))),
+            Status::Cancelled | Status::Expired => {
+                RequestOutcome::Refused(RequestError::NotPending(format!(
+                    "job {} is {}: its key cannot schedule again",
+                    job.id, job.status
+                )))
+            }
             // Pending again a moment after it was not: a claim released.
             Status::Dispatching | Status::Pending => RequestOutcome::InFlight(job),
         }

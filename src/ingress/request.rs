@@ -251,6 +251,7 @@ pub fn request_parse(
         trace_parent,
         schedule_id: None,
         expires_at: None,
+        expires_after_ms: None,
     }))
 }
 

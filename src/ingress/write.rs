@@ -15,7 +15,7 @@ use tokio_util::sync::CancellationToken;
 use super::pass::{Batch, IngressConfig, RequestOutcome, Taken};
 use crate::config::TopicRules;
 use crate::index::{self, Index};
-use crate::job::{Job, NewJob, Status};
+use crate::job::{Expiry, Job, NewJob, Status};
 use crate::kafka::Topics;
 use crate::metrics;
 use crate::store::{BatchRow, Cancelled, JobChanges, Modified, Store, StoreError};
@@ -365,6 +365,13 @@ impl Writer {
                 schedule: Some(job.schedule),
                 payload: Some((job.payload.clone(), job.payload_kind)),
                 headers: Some(job.headers.clone()),
+                // The request is the job as it should be: its expiry, or
+                // none.
+                expiry: Some(match (job.expires_at, job.expires_after_ms) {
+                    (Some(at), _) => Some(Expiry::At(at)),
+                    (None, Some(ttl_ms)) => Some(Expiry::AfterRun { ttl_ms }),
+                    (None, None) => None,
+                }),
             };
             match write_retrying(cancel, || {
                 store.job_modify_with_position(

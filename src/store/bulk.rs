@@ -459,14 +459,20 @@ impl Store {
                                 .push(", schedule_time = TIMESTAMPADD(MICROSECOND, ")
                                 .push_bind(by_ms.saturating_mul(1000))
                                 .push(", schedule_time)")
-                                // Moved on purpose: no longer a misfire.
-                                .push(", expires_at = NULL");
+                                // An occurrence moved on purpose is no
+                                // longer a misfire; a job's own expiry
+                                // moves with it.
+                                .push(", expires_at = IF(schedule_id IS NULL, TIMESTAMPADD(MICROSECOND, ")
+                                .push_bind(by_ms.saturating_mul(1000))
+                                .push(", expires_at), NULL)");
                         }
                         BulkAction::Move { run_at } => {
                             update
                                 .push(", schedule_time = ")
                                 .push_bind(db_time(*run_at))
-                                .push(", expires_at = NULL");
+                                // A job's own expiry stays: one before the
+                                // new time ends it unsent when it falls due.
+                                .push(", expires_at = IF(schedule_id IS NULL, expires_at, NULL)");
                         }
                         BulkAction::Policy {
                             expects_result,

@@ -778,10 +778,11 @@ impl Store {
         Ok(rescued)
     }
 
-    /// `pending → cancelled` for jobs past their `expires_at` (a `skip`
-    /// schedule's occurrences that could not be produced in time). Only a
-    /// first attempt expires: a retry the consumer asked for runs late.
-    /// Returns how many were cancelled.
+    /// `pending → expired` for jobs past their `expires_at` (set on create,
+    /// or a `skip` schedule's occurrence that could not be produced within
+    /// its misfire grace). Only a first attempt expires: a job produced once
+    /// was delivered, and a retry its consumer asked for runs late.
+    /// Returns how many expired.
     pub async fn job_expire_many(&self, ids: &[JobId]) -> Result<u64, StoreError> {
         if ids.is_empty() {
             return Ok(0);
@@ -789,8 +790,9 @@ impl Store {
         let token = event_token();
         let mut query = QueryBuilder::<MySql>::new("UPDATE jobs SET event_token = ");
         query.push_bind(token).push(
-            ", status = 'cancelled', version = version + 1, \
-             last_error = 'expired: not produced within its schedule''s misfire grace (misfire = skip)' \
+            ", status = 'expired', version = version + 1, \
+             last_error = IF(schedule_id IS NULL, 'expired: not produced by its expires_at', \
+             'expired: not produced within its schedule''s misfire grace (misfire = skip)') \
              WHERE status = 'pending' AND expires_at <= UTC_TIMESTAMP(3) AND attempt = 1 AND id IN ",
         );
         push_id_list(&mut query, ids);

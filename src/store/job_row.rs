@@ -76,7 +76,7 @@ pub(super) async fn job_read_back(
 /// decided (its id, the time a `delay_ms` comes to, the defaults). The
 /// rest is the request's ([`job_created`]).
 pub(super) const CREATED_COLUMNS: &str =
-    "id, schedule_time, status, attempt, version, created_at, updated_at";
+    "id, schedule_time, status, attempt, version, created_at, updated_at, expires_at";
 
 /// A job just inserted from `new`, as stored: [`CREATED_COLUMNS`] from
 /// `row`, the rest from `new` as it was bound (times to the millisecond),
@@ -113,7 +113,9 @@ pub(super) fn job_created(new: &NewJob, row: &MySqlRow) -> Result<Job, StoreErro
         ack_deadline: None,
         trace_parent: new.trace_parent.clone(),
         schedule_id: new.schedule_id,
-        expires_at: new.expires_at.map(crate::job::truncate_to_ms),
+        expires_at: row
+            .try_get::<Option<NaiveDateTime>, _>("expires_at")?
+            .map(|at| at.and_utc()),
     })
 }
 

@@ -17,7 +17,7 @@ use super::job_row::{
 };
 use super::sql::{run_at_push, topic_patterns_push};
 use super::{Store, StoreError};
-use crate::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status};
+use crate::job::{Expiry, Job, JobId, NewJob, PayloadKind, Schedule, Status};
 
 /// What a modification of a pending job changes; None leaves it as is.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -25,6 +25,10 @@ pub struct JobChanges {
     pub schedule: Option<Schedule>,
     pub payload: Option<(Vec<u8>, PayloadKind)>,
     pub headers: Option<BTreeMap<String, String>>,
+    /// A new expiry (Some(None): none). Left None, a job keeps its own
+    /// through a move; a schedule's occurrence moved loses its misfire
+    /// expiry (it is no longer an occurrence to skip when late).
+    pub expiry: Option<Option<Expiry>>,
 }
 
 /// What became of a modification.
@@ -43,7 +47,8 @@ pub enum Modified {
 pub enum Cancelled {
     /// The job was pending and is now cancelled: it will never be produced.
     Applied(Job),
-    /// It was cancelled before.
+    /// It was cancelled before, or expired (not produced by its
+    /// `expires_at`): never produced either way.
     Already(Job),
     /// A dispatcher holds it this instant; its fate is decided in moments.
     InFlight(Job),
@@ -157,10 +162,42 @@ impl Store {
             None => {}
         }
         query.push("version = version + 1");
-        if changes.schedule.is_some() {
-            // A job moved on purpose is no longer an occurrence to skip
-            // when late.
-            query.push(", expires_at = NULL");
+        // Before `schedule_time` is set: a `ttl_ms` counts from the new
+        // time, written out, or from the time the row has.
+        match (&changes.expiry, changes.schedule) {
+            (Some(None), _) => {
+                query.push(", expires_at = NULL");
+            }
+            (Some(Some(Expiry::At(at))), _) => {
+                query.push(", expires_at = ").push_bind(db_time(*at));
+            }
+            (Some(Some(Expiry::AfterRun { ttl_ms })), schedule) => {
+                query
+                    .push(", expires_at = TIMESTAMPADD(MICROSECOND, ")
+                    .push_bind(ttl_ms.saturating_mul(1000))
+                    .push(", ");
+                match schedule {
+                    Some(Schedule::At(at)) => {
+                        query.push_bind(db_time(at));
+                    }
+                    Some(Schedule::After { delay_ms }) => {
+                        query
+                            .push("TIMESTAMPADD(MICROSECOND, ")
+                            .push_bind(delay_ms.saturating_mul(1000))
+                            .push(", UTC_TIMESTAMP(3))");
+                    }
+                    None => {
+                        query.push("schedule_time");
+                    }
+                }
+                query.push(")");
+            }
+            (None, Some(_)) => {
+                // An occurrence moved on purpose is no longer one to skip
+                // when late; a job's own expiry stays.
+                query.push(", expires_at = IF(schedule_id IS NULL, expires_at, NULL)");
+            }
+            (None, None) => {}
         }
         match changes.schedule {
             Some(Schedule::At(at)) => {
@@ -238,7 +275,8 @@ impl Store {
         let job = job_from_row(&row)?;
         Ok(match job.status {
             _ if applied => Cancelled::Applied(job),
-            Status::Cancelled => Cancelled::Already(job),
+            // Expired first: never produced either way.
+            Status::Cancelled | Status::Expired => Cancelled::Already(job),
             Status::Dispatching => Cancelled::InFlight(job),
             // Pending again between our UPDATE and SELECT (a claim released):
             // the caller may simply try again; say in flight.
@@ -377,7 +415,8 @@ impl Store {
              max_attempts, expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
              trace_parent, schedule_id, expires_at) \
              VALUES (?, ?, ?, ?, ?, COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))), \
-             ?, ?, ?, ?, ?, ?, ?, ?)",
+             ?, ?, ?, ?, ?, ?, ?, COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, \
+             COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))))))",
         )
         .bind(&job.topic)
         .bind(&job.key)
@@ -394,6 +433,9 @@ impl Store {
         .bind(&job.trace_parent)
         .bind(job.schedule_id)
         .bind(job.expires_at.map(db_time))
+        .bind(expires_after_us(job))
+        .bind(at)
+        .bind(delay_us)
         .execute(&mut *tx)
         .await?;
         let row = sqlx::query(&format!(
@@ -553,7 +595,15 @@ async fn insert_chunk_on(
             .push_bind(job.policy.ack_timeout_ms)
             .push_bind(&job.trace_parent)
             .push_bind(job.schedule_id)
-            .push_bind(job.expires_at.map(db_time))
+            .push_unseparated(", COALESCE(")
+            .push_bind_unseparated(job.expires_at.map(db_time))
+            .push_unseparated(", TIMESTAMPADD(MICROSECOND, ")
+            .push_bind_unseparated(expires_after_us(job))
+            .push_unseparated(", COALESCE(")
+            .push_bind_unseparated(at)
+            .push_unseparated(", TIMESTAMPADD(MICROSECOND, ")
+            .push_bind_unseparated(delay_us)
+            .push_unseparated(", UTC_TIMESTAMP(3)))))")
             .push_bind(token_base | index as u64);
         if let Some(positions) = positions {
             row.push_bind(positions.get(index).map(String::as_str));
@@ -600,6 +650,12 @@ fn headers_encode(headers: &BTreeMap<String, String>) -> Option<String> {
     } else {
         serde_json::to_string(headers).ok()
     }
+}
+
+/// A job's expiry after its run_at, in microseconds, for the database to
+/// add to the run_at it sets.
+fn expires_after_us(job: &NewJob) -> Option<u64> {
+    job.expires_after_ms.map(|ms| ms.saturating_mul(1000))
 }
 
 #[cfg(test)]

@@ -262,10 +262,10 @@ impl Store {
         // One range scan of `ix_jobs_status_at` for each status a job is
         // done with in (`status_at` is then `updated_at`, and NULL for a
         // dispatched job still awaiting its result): the cost follows the
-        // rows to purge, not the table. The oldest `limit` of the four,
+        // rows to purge, not the table. The oldest `limit` of the five,
         // so that no status waits behind another's backlog.
         let mut found: Vec<(NaiveDateTime, JobId)> = Vec::new();
-        for status in ["succeeded", "dead", "cancelled", "dispatched"] {
+        for status in ["succeeded", "dead", "cancelled", "expired", "dispatched"] {
             let rows: Vec<(NaiveDateTime, JobId)> = sqlx::query_as(
                 "SELECT status_at, id FROM jobs WHERE status = ? AND status_at < ? \
                  ORDER BY status_at LIMIT ?",
@@ -291,7 +291,7 @@ impl Store {
         push_id_list(&mut delete, &ids);
         delete
             .push(
-                " AND status IN ('succeeded', 'dead', 'cancelled', 'dispatched') \
+                " AND status IN ('succeeded', 'dead', 'cancelled', 'expired', 'dispatched') \
                  AND (status <> 'dispatched' OR ack_deadline IS NULL) AND updated_at < ",
             )
             .push_bind(cutoff);

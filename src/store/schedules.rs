@@ -503,6 +503,7 @@ impl Store {
                 trace_parent: None,
                 schedule_id: Some(id),
                 expires_at: occurrence.expires_at,
+                expires_after_ms: None,
             })
             .collect();
         // One statement per few MiB of payloads: MariaDB's default

@@ -129,5 +129,6 @@ pub fn job_new(topic: &str, in_ms: i64) -> NewJob {
         trace_parent: None,
         schedule_id: None,
         expires_at: None,
+        expires_after_ms: None,
     }
 }
