@@ -21,7 +21,7 @@
 
 (function () {
   const TOKEN_KEY = 'tickler.token';
-  const STATUSES = ['pending', 'dispatching', 'dispatched', 'succeeded', 'dead', 'cancelled'];
+  const STATUSES = ['pending', 'dispatching', 'dispatched', 'succeeded', 'dead', 'cancelled', 'expired'];
   const REFRESH_MS = 5000;
   const BULK_POLL_MS = 1000;
   const PAGE = 50;

@@ -91,9 +91,8 @@ pub(super) fn status_parse(name: &str, value: Option<String>) -> Result<Option<S
     value
         .map(|s| {
             s.parse::<Status>().map_err(|_| {
-                ApiError::InvalidRequest(format!(
-                    "{name} {s:?} is not one of pending, dispatching, dispatched, succeeded, dead, cancelled"
-                ))
+                let all: Vec<&str> = Status::ALL.iter().map(|s| s.as_str()).collect();
+                ApiError::InvalidRequest(format!("{name} {s:?} is not one of {}", all.join(", ")))
             })
         })
         .transpose()

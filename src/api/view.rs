@@ -48,8 +48,9 @@ pub struct JobView {
     /// The schedule whose occurrence it is.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub schedule_id: Option<u64>,
-    /// Still pending then, it is cancelled rather than produced (an
-    /// occurrence of a `misfire: skip` schedule).
+    /// Not produced by then, it ends `expired` and is never produced
+    /// (`expires_at` or `ttl_ms` on create, or an occurrence of a
+    /// `misfire: skip` schedule).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
 }

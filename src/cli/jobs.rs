@@ -69,7 +69,8 @@ struct ListFilter {
     /// Only this topic.
     #[arg(long)]
     topic: Option<String>,
-    /// pending, dispatching, dispatched, succeeded, dead or cancelled.
+    /// pending, dispatching, dispatched, succeeded, dead, cancelled or
+    /// expired.
     #[arg(long)]
     status: Option<String>,
     /// Due at or after this RFC 3339 time.
@@ -109,6 +110,12 @@ pub struct CreateArgs {
     /// Attempts before it ends dead (with --expects-result).
     #[arg(long)]
     max_attempts: Option<u32>,
+    /// Not produced by this RFC 3339 time, it ends expired, never produced.
+    #[arg(long, conflicts_with = "ttl")]
+    expires_at: Option<String>,
+    /// Or: how long after its time it may still be produced (e.g. 90s, 10m).
+    #[arg(long, value_parser = duration_parse)]
+    ttl: Option<i64>,
 }
 
 /// A time: exactly one of `--at` and `--in`.
@@ -318,6 +325,12 @@ pub async fn run(client: &Client, command: JobsCommand, json: bool) -> Result<()
             }
             if let Some(n) = args.max_attempts {
                 body.insert("max_attempts".into(), json!(n));
+            }
+            if let Some(at) = args.expires_at {
+                body.insert("expires_at".into(), json!(at));
+            }
+            if let Some(ms) = args.ttl {
+                body.insert("ttl_ms".into(), json!(ms));
             }
             let (status, job) = client.post("/v1/jobs", &Value::Object(body)).await?;
             if json {

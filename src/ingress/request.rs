@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeZone, Utc};
 
-use crate::job::{self, InvalidJob, NewJob, PayloadKind, Schedule};
+use crate::job::{self, Expiry, InvalidJob, NewJob, PayloadKind, Schedule};
 use crate::policy::{Policy, PolicyOverrides};
 
 /// Where the job goes: the topic its record is produced to.
@@ -30,10 +30,13 @@ pub const HEADER_MAX_ATTEMPTS: &str = "tickler-max-attempts";
 pub const HEADER_BACKOFF_BASE_MS: &str = "tickler-backoff-base-ms";
 pub const HEADER_BACKOFF_CAP_MS: &str = "tickler-backoff-cap-ms";
 pub const HEADER_ACK_TIMEOUT_MS: &str = "tickler-ack-timeout-ms";
+/// Not produced by this RFC 3339 time (after its run-at), the job ends
+/// `expired`, never produced.
+pub const HEADER_EXPIRES_AT: &str = "tickler-expires-at";
 
 /// Every `tickler-` header a request may carry; any other is a mistake
 /// (a misspelt `tickler-run-at` must not be delivered as a plain header).
-const HEADERS_KNOWN: [&str; 10] = [
+const HEADERS_KNOWN: [&str; 11] = [
     HEADER_TARGET_TOPIC,
     HEADER_RUN_AT,
     HEADER_DELAY_MS,
@@ -44,6 +47,7 @@ const HEADERS_KNOWN: [&str; 10] = [
     HEADER_BACKOFF_BASE_MS,
     HEADER_BACKOFF_CAP_MS,
     HEADER_ACK_TIMEOUT_MS,
+    HEADER_EXPIRES_AT,
 ];
 
 /// A request record as this module reads it, so that it can be tested
@@ -96,6 +100,8 @@ pub enum RequestError {
     #[error("{0}")]
     RunAt(String),
     #[error("{0}")]
+    Expiry(String),
+    #[error("{0}")]
     Policy(String),
     /// The request topic may not schedule onto the target topic.
     #[error("{0}")]
@@ -124,6 +130,7 @@ impl RequestError {
             RequestError::Headers(_) => "invalid_headers",
             RequestError::Schedule(_) => "invalid_schedule",
             RequestError::RunAt(_) => "invalid_run_at",
+            RequestError::Expiry(_) => "invalid_expiry",
             RequestError::Policy(_) => "invalid_policy",
             RequestError::Forbidden(_) => "forbidden_topic",
             RequestError::Reserved(_) => "reserved_topic",
@@ -231,6 +238,19 @@ pub fn request_parse(
         limits,
         now,
     )?;
+    let expires_at = match ours.remove(HEADER_EXPIRES_AT) {
+        Some(text) => {
+            let at = DateTime::parse_from_rfc3339(text.trim()).map_err(|err| {
+                RequestError::Expiry(format!(
+                    "{HEADER_EXPIRES_AT} {text:?} is not an RFC 3339 time ({err}), e.g. 2030-01-31T09:05:00.000Z"
+                ))
+            })?;
+            job::expiry_resolve(Expiry::At(at.with_timezone(&Utc)), &schedule, now)
+                .map_err(|err| RequestError::Expiry(format!("{HEADER_EXPIRES_AT}: {err}")))?
+                .0
+        }
+        None => None,
+    };
     let overrides = PolicyOverrides {
         expects_result: flag_parse(&mut ours, HEADER_EXPECTS_RESULT)?,
         max_attempts: number_parse(&mut ours, HEADER_MAX_ATTEMPTS)?,
@@ -250,7 +270,7 @@ pub fn request_parse(
         policy,
         trace_parent,
         schedule_id: None,
-        expires_at: None,
+        expires_at,
         expires_after_ms: None,
     }))
 }
@@ -404,6 +424,36 @@ mod tests {
         parse(&record(value, headers))
             .expect_err("should be refused")
             .code()
+    }
+
+    #[test]
+    fn an_expiry_header_after_the_run_at_is_the_jobs_expiry_and_one_before_is_refused() {
+        let job = put(&record(
+            Some(b"x"),
+            &[
+                ("tickler-target-topic", "orders"),
+                ("tickler-run-at", "2030-01-02T00:00:00Z"),
+                ("Tickler-Expires-At", "2030-01-02T00:10:00.0009Z"),
+            ],
+        ));
+        assert_eq!(
+            job.expires_at.map(job::time_format).as_deref(),
+            Some("2030-01-02T00:10:00.000Z")
+        );
+        for expires in ["2030-01-02T00:00:00Z", "2030-01-01T00:00:00Z", "soon"] {
+            assert_eq!(
+                code(
+                    Some(b"x"),
+                    &[
+                        ("tickler-target-topic", "orders"),
+                        ("tickler-run-at", "2030-01-02T00:00:00Z"),
+                        ("tickler-expires-at", expires),
+                    ],
+                ),
+                "invalid_expiry",
+                "{expires}"
+            );
+        }
     }
 
     #[test]

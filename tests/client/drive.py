@@ -50,17 +50,20 @@ def call(module, *args, **kwargs):
 call(health)
 
 later = CreateJob.from_dict({"topic": topic, "key": "later", "payload": {"n": 1},
-                             "run_at": "2030-01-31T09:00:00Z"})
+                             "run_at": "2030-01-31T09:00:00Z",
+                             "expires_at": "2030-01-31T09:30:00Z"})
 job = call(job_create, body=later)
+assert job.expires_at.startswith("2030-01-31T09:30"), job.expires_at
 call(jobs_batch_create, body=CreateBatch.from_dict({"jobs": [
-    {"topic": topic, "key": "b1", "payload": 1, "delay_ms": 600000},
+    {"topic": topic, "key": "b1", "payload": 1, "delay_ms": 600000, "ttl_ms": 60000},
     {"topic": topic, "key": "b2", "payload": 2, "delay_ms": 600000}]}))
 job = call(job_get, job.id)
 page = call(jobs_list, topic=topic, limit=10)
 assert len(page.jobs) == 3, page
 job = call(job_modify, job.id, body=PatchJob.from_dict(
-    {"version": job.version, "run_at": "2030-02-01T09:00:00Z"}))
+    {"version": job.version, "run_at": "2030-02-01T09:00:00Z", "ttl_ms": 600000}))
 assert job.run_at.startswith("2030-02-01"), job.run_at
+assert job.expires_at.startswith("2030-02-01T09:10"), job.expires_at
 history = call(job_history, job.id)
 assert len(history.events) >= 2, history
 answer = call(job_cancel, job.id)
