@@ -457,6 +457,47 @@ pub fn time_in_range(at: DateTime<Utc>) -> bool {
     (0..=LATEST_MS).contains(&at.timestamp_millis())
 }
 
+/// `90s`, `10m`, `1h30m`, `2d`, `500ms`, with a leading `-` for earlier;
+/// in milliseconds.
+pub fn duration_parse(text: &str) -> Result<i64, String> {
+    let bad = || format!("{text:?} is not a duration such as 500ms, 90s, 10m, 1h30m or 2d");
+    let (sign, rest) = match text.strip_prefix('-') {
+        Some(rest) => (-1, rest),
+        None => (1, text.strip_prefix('+').unwrap_or(text)),
+    };
+    if rest.is_empty() {
+        return Err(bad());
+    }
+    let mut total: i64 = 0;
+    let mut chars = rest.chars().peekable();
+    while chars.peek().is_some() {
+        let mut digits = String::new();
+        while let Some(c) = chars.peek().filter(|c| c.is_ascii_digit()) {
+            digits.push(*c);
+            chars.next();
+        }
+        let mut unit = String::new();
+        while let Some(c) = chars.peek().filter(|c| c.is_ascii_alphabetic()) {
+            unit.push(*c);
+            chars.next();
+        }
+        let n: i64 = digits.parse().map_err(|_| bad())?;
+        let scale = match unit.as_str() {
+            "ms" => 1,
+            "s" => 1_000,
+            "m" => 60_000,
+            "h" => 3_600_000,
+            "d" => 86_400_000,
+            _ => return Err(bad()),
+        };
+        total = n
+            .checked_mul(scale)
+            .and_then(|ms| total.checked_add(ms))
+            .ok_or_else(bad)?;
+    }
+    Ok(sign * total)
+}
+
 /// Truncates a time to the millisecond: the precision of `DATETIME(3)` and
 /// of the Redis scores. Truncating (not rounding) keeps MySQL and MariaDB,
 /// which differ in how they round on insert, in agreement.

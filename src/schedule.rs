@@ -438,6 +438,138 @@ pub fn occurrence_key(schedule_key: &str, at: DateTime<Utc>) -> String {
 /// Longest schedule key: room for `@` and the instant in 255 characters.
 pub const SCHEDULE_KEY_MAX_CHARS: usize = 255 - 25;
 
+/// The occurrences a schedule has yet to create, as a forecast counts
+/// them.
+#[derive(Debug, Clone, Copy)]
+pub struct Projected<'a> {
+    pub timing: &'a Timing,
+    /// Every occurrence at or before this exists as a job, or was decided.
+    pub cursor: DateTime<Utc>,
+    pub end_at: Option<DateTime<Utc>>,
+    /// How many more it may create (`max_occurrences` less those created);
+    /// None: no limit.
+    pub remaining: Option<u64>,
+}
+
+/// Buckets of `bucket_ms` from `from` up to `to`, each counting what falls
+/// in it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Buckets {
+    pub from: DateTime<Utc>,
+    pub to: DateTime<Utc>,
+    pub bucket_ms: u64,
+    pub counts: Vec<u64>,
+}
+
+impl Buckets {
+    /// Empty buckets covering [`from`, `to`); the last may end past `to`.
+    pub fn new(from: DateTime<Utc>, to: DateTime<Utc>, bucket_ms: u64) -> Buckets {
+        let span = (to - from).num_milliseconds().max(0) as u64;
+        let n = span.div_ceil(bucket_ms.max(1));
+        Buckets {
+            from,
+            to,
+            bucket_ms: bucket_ms.max(1),
+            counts: vec![0; n as usize],
+        }
+    }
+
+    fn index_of(&self, at: DateTime<Utc>) -> Option<usize> {
+        if at < self.from || at >= self.to {
+            return None;
+        }
+        let index = (at - self.from).num_milliseconds() as u64 / self.bucket_ms;
+        Some(index as usize).filter(|i| *i < self.counts.len())
+    }
+
+    /// The instant bucket `index` starts.
+    pub fn start_of(&self, index: usize) -> DateTime<Utc> {
+        self.from + Duration::milliseconds((index as u64 * self.bucket_ms) as i64)
+    }
+}
+
+/// Counts into `buckets` the occurrences `schedule` has yet to create in
+/// their range. An `every_ms` schedule is counted by arithmetic, whatever
+/// the range; a cron one by walking its occurrences, at most `walk_max`
+/// of them. Returns how many it counted and whether the walk stopped
+/// short of the range's end.
+pub fn project(schedule: Projected<'_>, buckets: &mut Buckets, walk_max: usize) -> (u64, bool) {
+    let to = match schedule.end_at {
+        // Occurrences at or before end_at: the range's end is just after it.
+        Some(end) => buckets.to.min(end + Duration::milliseconds(1)),
+        None => buckets.to,
+    };
+    if to <= buckets.from {
+        return (0, false);
+    }
+    match schedule.timing {
+        Timing::Every { every_ms, anchor } => (
+            project_every(*every_ms, *anchor, schedule, to, buckets),
+            false,
+        ),
+        Timing::Cron { .. } => {
+            let mut counted = 0u64;
+            let mut at = schedule
+                .cursor
+                .max(buckets.from - Duration::milliseconds(1));
+            for _ in 0..walk_max {
+                if schedule.remaining.is_some_and(|left| counted >= left) {
+                    return (counted, false);
+                }
+                let Some(next) = schedule.timing.next_after(at).filter(|next| *next < to) else {
+                    return (counted, false);
+                };
+                if let Some(index) = buckets.index_of(next) {
+                    buckets.counts[index] += 1;
+                    counted += 1;
+                }
+                at = next;
+            }
+            (counted, true)
+        }
+    }
+}
+
+/// The occurrences `anchor + k × every_ms` after the cursor, before `to`,
+/// at most `remaining` of them, counted bucket by bucket.
+fn project_every(
+    every_ms: u64,
+    anchor: DateTime<Utc>,
+    schedule: Projected<'_>,
+    to: DateTime<Utc>,
+    buckets: &mut Buckets,
+) -> u64 {
+    let every = every_ms.max(1) as i64;
+    let ms = |at: DateTime<Utc>| (at - anchor).num_milliseconds();
+    // The first k whose instant is at or after `at`.
+    let first_at_or_after = |offset: i64| -> i64 {
+        if offset <= 0 {
+            0
+        } else {
+            (offset + every - 1) / every
+        }
+    };
+    // After the cursor: strictly later.
+    let k_first = first_at_or_after(ms(schedule.cursor) + 1);
+    let k_end = match schedule.remaining {
+        Some(left) => k_first.saturating_add(i64::try_from(left).unwrap_or(i64::MAX)),
+        None => i64::MAX,
+    }
+    .min(first_at_or_after(ms(to)));
+    let mut counted = 0;
+    for index in 0..buckets.counts.len() {
+        let start = buckets.start_of(index);
+        let end = (start + Duration::milliseconds(buckets.bucket_ms as i64)).min(buckets.to);
+        let lo = first_at_or_after(ms(start)).max(k_first);
+        let hi = first_at_or_after(ms(end)).min(k_end);
+        if hi > lo {
+            buckets.counts[index] += (hi - lo) as u64;
+            counted += (hi - lo) as u64;
+        }
+    }
+    counted
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -919,5 +1051,114 @@ mod tests {
             occurrence_key("renewal-42", utc("2027-03-28T01:00:00Z")),
             "renewal-42@2027-03-28T01:00:00.000Z"
         );
+    }
+
+    /// Counts by walking every occurrence, as a cron schedule is counted.
+    fn walked(schedule: Projected<'_>, buckets: &mut Buckets) {
+        let to = schedule.end_at.map_or(buckets.to, |end| {
+            buckets.to.min(end + Duration::milliseconds(1))
+        });
+        let mut at = schedule
+            .cursor
+            .max(buckets.from - Duration::milliseconds(1));
+        let mut counted = 0;
+        while let Some(next) = schedule.timing.next_after(at).filter(|n| *n < to) {
+            if schedule.remaining.is_some_and(|left| counted >= left) {
+                break;
+            }
+            if next >= buckets.from {
+                let index = (next - buckets.from).num_milliseconds() as u64 / buckets.bucket_ms;
+                buckets.counts[index as usize] += 1;
+                counted += 1;
+            }
+            at = next;
+        }
+    }
+
+    #[test]
+    fn an_every_schedule_is_counted_by_arithmetic_as_a_walk_would() {
+        let anchor = utc("2027-01-01T00:00:07Z");
+        let timing = Timing::Every {
+            every_ms: 7_000,
+            anchor,
+        };
+        for (cursor, end_at, remaining) in [
+            (utc("2026-12-31T00:00:00Z"), None, None),
+            (utc("2027-01-01T00:10:00Z"), None, None),
+            (
+                utc("2027-01-01T00:10:00Z"),
+                Some(utc("2027-01-01T02:00:00Z")),
+                None,
+            ),
+            (utc("2027-01-01T00:10:00Z"), None, Some(1000)),
+            (
+                utc("2027-01-01T00:00:14Z"),
+                Some(utc("2027-01-01T00:00:21Z")),
+                Some(5),
+            ),
+        ] {
+            let schedule = Projected {
+                timing: &timing,
+                cursor,
+                end_at,
+                remaining,
+            };
+            let mut counted = Buckets::new(
+                utc("2027-01-01T00:00:00Z"),
+                utc("2027-01-01T05:00:00Z"),
+                900_000,
+            );
+            let mut expected = counted.clone();
+            let (n, stopped) = project(schedule, &mut counted, 10);
+            walked(schedule, &mut expected);
+            assert!(!stopped);
+            assert_eq!(counted, expected, "{cursor} {end_at:?} {remaining:?}");
+            assert_eq!(n, expected.counts.iter().sum::<u64>());
+        }
+    }
+
+    #[test]
+    fn a_cron_schedule_is_walked_from_its_cursor_within_its_bounds() {
+        let timing = Timing::from_parts(
+            Some("0 * * * *"),
+            Some("Europe/Paris"),
+            None,
+            utc("2027-01-01T00:00:00Z"),
+        )
+        .unwrap();
+        let mut buckets = Buckets::new(
+            utc("2027-01-01T00:00:00Z"),
+            utc("2027-01-02T00:00:00Z"),
+            6 * 3_600_000,
+        );
+        let (n, stopped) = project(
+            Projected {
+                timing: &timing,
+                cursor: utc("2027-01-01T02:00:00Z"),
+                end_at: Some(utc("2027-01-01T20:00:00Z")),
+                remaining: None,
+            },
+            &mut buckets,
+            1_000,
+        );
+        // 03:00 to 20:00 inclusive, on the hour.
+        assert_eq!((n, stopped), (18, false));
+        assert_eq!(buckets.counts, vec![3, 6, 6, 3]);
+        let mut capped = Buckets::new(
+            utc("2027-01-01T00:00:00Z"),
+            utc("2027-01-02T00:00:00Z"),
+            3_600_000,
+        );
+        let (n, stopped) = project(
+            Projected {
+                timing: &timing,
+                cursor: utc("2026-12-31T00:00:00Z"),
+                end_at: None,
+                remaining: None,
+            },
+            &mut capped,
+            5,
+        );
+        assert_eq!((n, stopped), (5, true), "the walk stops at its cap");
     }
 }

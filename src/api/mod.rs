@@ -3,6 +3,7 @@
 mod auth;
 mod bulk;
 mod error;
+mod forecast;
 mod jobs;
 mod openapi;
 mod query;
@@ -28,6 +29,7 @@ use tokio::sync::Notify;
 
 pub use auth::caller_of;
 pub use error::ApiError;
+pub use forecast::{forecast, Forecast, Range as ForecastRange};
 pub use openapi::ApiDoc;
 pub use server::{serve, tls_config, ServeLimits, TlsError};
 pub use stats::StatsCache;
@@ -81,6 +83,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/jobs/bulk", post(bulk::start))
         .route("/v1/bulk", get(bulk::list))
         .route("/v1/stats", get(stats::get))
+        .route("/v1/forecast", get(forecast::get))
         .route("/v1/bulk/{id}", get(bulk::get))
         .route(
             "/v1/jobs/{id}",

@@ -8,7 +8,7 @@ use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
 use super::error::{ErrorBody, ErrorDetail};
-use super::{bulk, jobs, query, results, schedules, stats, topics};
+use super::{bulk, forecast, jobs, query, results, schedules, stats, topics};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -30,6 +30,7 @@ use super::{bulk, jobs, query, results, schedules, stats, topics};
         bulk::get,
         bulk::list,
         stats::get,
+        forecast::get,
         schedules::create,
         schedules::list,
         schedules::get,

@@ -186,46 +186,7 @@ pub struct BulkArgs {
     no_wait: bool,
 }
 
-/// `90s`, `10m`, `1h30m`, `2d`, `500ms`, with a leading `-` for earlier;
-/// in milliseconds.
-pub fn duration_parse(text: &str) -> Result<i64, String> {
-    let bad = || format!("{text:?} is not a duration such as 500ms, 90s, 10m, 1h30m or 2d");
-    let (sign, rest) = match text.strip_prefix('-') {
-        Some(rest) => (-1, rest),
-        None => (1, text.strip_prefix('+').unwrap_or(text)),
-    };
-    if rest.is_empty() {
-        return Err(bad());
-    }
-    let mut total: i64 = 0;
-    let mut chars = rest.chars().peekable();
-    while chars.peek().is_some() {
-        let mut digits = String::new();
-        while let Some(c) = chars.peek().filter(|c| c.is_ascii_digit()) {
-            digits.push(*c);
-            chars.next();
-        }
-        let mut unit = String::new();
-        while let Some(c) = chars.peek().filter(|c| c.is_ascii_alphabetic()) {
-            unit.push(*c);
-            chars.next();
-        }
-        let n: i64 = digits.parse().map_err(|_| bad())?;
-        let scale = match unit.as_str() {
-            "ms" => 1,
-            "s" => 1_000,
-            "m" => 60_000,
-            "h" => 3_600_000,
-            "d" => 86_400_000,
-            _ => return Err(bad()),
-        };
-        total = n
-            .checked_mul(scale)
-            .and_then(|ms| total.checked_add(ms))
-            .ok_or_else(bad)?;
-    }
-    Ok(sign * total)
-}
+pub use crate::job::duration_parse;
 
 fn schedule(at: &Option<String>, after: Option<i64>, body: &mut Map<String, Value>) {
     if let Some(at) = at {

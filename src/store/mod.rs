@@ -9,6 +9,7 @@
 mod bulk;
 mod cluster;
 mod dispatch;
+mod forecast;
 mod history;
 mod job_row;
 mod jobs;
@@ -36,6 +37,7 @@ use sqlx::{ConnectOptions, Connection, Executor, MySql, Transaction};
 pub use bulk::{BulkAction, BulkBatch, BulkFilter, BulkOp, BulkStatus};
 pub use cluster::{Beat, Fence, InstanceInfo, InstanceRow, LeaseRow};
 pub use dispatch::{ClaimOutcome, Dispatched, Marked};
+pub use forecast::DueCount;
 pub use history::{BrokenTrigger, HandEditsState};
 pub use job_row::WindowEntry;
 pub use jobs::{BatchRow, Cancelled, JobChanges, JobEvent, JobFilter, Modified};
