@@ -512,6 +512,26 @@ declare! {
             minus this is how stale the gauges are (they keep their values \
             while MySQL does not answer).",
     },
+    TRUTH_BURST_JOBS = Gauge {
+        name: "tickler_burst_ahead_jobs",
+        labels: ["topic"],
+        help: "Pending jobs due in the topic's busiest minute of the next \
+            gauges.burst_horizon_ms; reporter instance only.",
+    },
+    TRUTH_BURST_DRAIN = Gauge {
+        name: "tickler_burst_ahead_drain_seconds",
+        unit: Seconds,
+        labels: ["topic"],
+        help: "How long the topic's busiest minute ahead takes to produce at \
+            its pace (or gauges.burst_drain_per_second); over 60, its last \
+            jobs go out late.",
+    },
+    TRUTH_BURST_IN = Gauge {
+        name: "tickler_burst_ahead_in_seconds",
+        unit: Seconds,
+        labels: ["topic"],
+        help: "Until the topic's busiest minute ahead starts.",
+    },
     TRUTH_SCAN = Gauge {
         name: "tickler_truth_scan_seconds",
         unit: Seconds,
@@ -993,6 +1013,23 @@ pub fn truth_ingress_lag(reporter: bool, lags: &[(String, Option<i64>)]) {
             (true, None) => -1.0,
         };
         TRUTH_INGRESS_LAG.with([topic.clone().into()]).set(value);
+    }
+}
+
+/// The bursts ahead, by topic: (topic, jobs, drain seconds, seconds until
+/// it starts). A topic published before and absent now is set to 0.
+pub fn truth_bursts(bursts: &[(String, u64, f64, f64)], gone: &[String]) {
+    for topic in gone {
+        let label = [topic.clone().into()];
+        TRUTH_BURST_JOBS.with(label.clone()).set(0.0);
+        TRUTH_BURST_DRAIN.with(label.clone()).set(0.0);
+        TRUTH_BURST_IN.with(label).set(0.0);
+    }
+    for (topic, jobs, drain, starts_in) in bursts {
+        let label = [topic.clone().into()];
+        TRUTH_BURST_JOBS.with(label.clone()).set(*jobs as f64);
+        TRUTH_BURST_DRAIN.with(label.clone()).set(*drain);
+        TRUTH_BURST_IN.with(label).set(*starts_in);
     }
 }
 

@@ -67,6 +67,8 @@ pub struct Reporter {
     published: BTreeSet<(String, String)>,
     /// The request topics whose lag was last published, to zero them.
     published_ingress: Vec<(String, Option<i64>)>,
+    /// The topics whose burst ahead it published.
+    published_bursts: BTreeSet<String>,
     counts: Counts,
     reporting: bool,
     notifier: Option<Notifier>,
@@ -87,6 +89,7 @@ impl Reporter {
             ownership,
             published: BTreeSet::new(),
             published_ingress: Vec::new(),
+            published_bursts: BTreeSet::new(),
             counts: Counts::default(),
             reporting: false,
             notifier,
@@ -162,6 +165,31 @@ impl Reporter {
             .map(|lag| (lag.topic.clone(), lag.lag))
             .collect();
         metrics::truth_ingress_lag(true, &self.published_ingress);
+        let now = chrono::Utc::now();
+        let bursts: Vec<(String, u64, f64, f64)> = truth
+            .bursts
+            .iter()
+            .map(|burst| {
+                let starts_in = chrono::DateTime::parse_from_rfc3339(&burst.at)
+                    .map(|at| {
+                        (at.with_timezone(&chrono::Utc) - now)
+                            .num_milliseconds()
+                            .max(0) as f64
+                            / 1000.0
+                    })
+                    .unwrap_or(0.0);
+                (
+                    burst.topic.clone(),
+                    burst.jobs,
+                    burst.drain_seconds,
+                    starts_in,
+                )
+            })
+            .collect();
+        let topics: BTreeSet<String> = bursts.iter().map(|b| b.0.clone()).collect();
+        let gone: Vec<String> = self.published_bursts.difference(&topics).cloned().collect();
+        metrics::truth_bursts(&bursts, &gone);
+        self.published_bursts = topics;
         metrics::truth_publish(&metrics::TruthGauges {
             reporter: true,
             overdue: truth.overdue.count,
@@ -182,6 +210,10 @@ impl Reporter {
             metrics::truth_jobs(&status, &topic, 0);
         }
         metrics::truth_ingress_lag(false, &std::mem::take(&mut self.published_ingress));
+        let gone: Vec<String> = std::mem::take(&mut self.published_bursts)
+            .into_iter()
+            .collect();
+        metrics::truth_bursts(&[], &gone);
         metrics::truth_publish(&metrics::TruthGauges::default());
     }
 }

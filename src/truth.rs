@@ -54,6 +54,10 @@ pub struct Truth {
     pub ingress_lag: Vec<IngressLag>,
     /// Schedules by status, those behind, and paused topics.
     pub schedules: ScheduleStats,
+    /// Each topic's busiest minute in the next `gauges.burst_horizon_ms`,
+    /// against what the topic can take; the longest to produce first, at
+    /// most [`BURSTS_MAX`].
+    pub bursts: Vec<BurstAhead>,
     /// How long this computation took.
     pub scan_ms: u64,
 }
@@ -125,6 +129,22 @@ impl Truth {
                 let jobs = store.job_counts().await?;
                 counts.0 = Some((Instant::now(), jobs.clone()));
                 jobs
+            }
+        };
+        // A range scan of the next hours' jobs: at the counts' cadence too.
+        let bursts = match &counts.1 {
+            Some((counted, bursts)) if counted.elapsed() < fresh => bursts.clone(),
+            _ => {
+                let bursts = bursts_ahead(
+                    store,
+                    &config.topic_rules(),
+                    at,
+                    Duration::from_millis(config.gauges.burst_horizon_ms),
+                    config.gauges.burst_drain_per_second,
+                )
+                .await?;
+                counts.1 = Some((Instant::now(), bursts.clone()));
+                bursts
             }
         };
         let Overdue {
@@ -200,14 +220,99 @@ impl Truth {
             results_lag,
             ingress_lag,
             schedules,
+            bursts,
             scan_ms: started.elapsed().as_millis() as u64,
         })
     }
 }
 
-/// The last count of jobs by status and topic, and when it was made.
+/// The last count of jobs by status and topic, and the last bursts
+/// ahead, each with when it was made.
 #[derive(Debug, Clone, Default)]
-pub struct Counts(Option<(Instant, Vec<TopicCount>)>);
+pub struct Counts(
+    Option<(Instant, Vec<TopicCount>)>,
+    Option<(Instant, Vec<BurstAhead>)>,
+);
+
+/// Most topics whose burst ahead is named.
+pub const BURSTS_MAX: usize = 20;
+
+/// The busiest minute ahead of one topic.
+#[derive(Debug, Clone, PartialEq, Serialize, utoipa::ToSchema)]
+pub struct BurstAhead {
+    pub topic: String,
+    /// When the minute starts.
+    pub at: String,
+    /// Pending jobs due in it.
+    pub jobs: u64,
+    /// What the topic can take, in jobs a second: its pace, or else
+    /// `gauges.burst_drain_per_second`.
+    pub per_second: u32,
+    /// How long producing that minute's jobs takes at that rate: past 60,
+    /// the last of them go out that much late, and the minutes after wait
+    /// behind them.
+    pub drain_seconds: f64,
+}
+
+/// Each topic's busiest minute from `now` (the minute it is in) to
+/// `horizon` ahead, by the forecast's count, with what the topic can take:
+/// its pace (set through the API, or in the configuration), else `drain`.
+pub async fn bursts_ahead(
+    store: &Store,
+    rules: &crate::config::TopicRules,
+    now: DateTime<Utc>,
+    horizon: Duration,
+    drain: u32,
+) -> Result<Vec<BurstAhead>, StoreError> {
+    const MINUTE_MS: u64 = 60_000;
+    let from = now
+        .duration_trunc(chrono::Duration::minutes(1))
+        .unwrap_or(now);
+    let to = now + chrono::Duration::milliseconds(horizon.as_millis() as i64);
+    let counts = store
+        .jobs_due_by_bucket(from, to, MINUTE_MS, None, None)
+        .await?;
+    let mut busiest: BTreeMap<String, (u64, u64)> = BTreeMap::new();
+    for count in counts {
+        let slot = busiest.entry(count.topic).or_insert((0, 0));
+        if count.count > slot.1 || (count.count == slot.1 && count.index < slot.0) {
+            *slot = (count.index, count.count);
+        }
+    }
+    let paces: BTreeMap<String, u32> = store
+        .topic_controls()
+        .await?
+        .into_iter()
+        .filter_map(|control| control.max_per_second.map(|pace| (control.topic, pace)))
+        .collect();
+    let mut bursts: Vec<BurstAhead> = busiest
+        .into_iter()
+        .map(|(topic, (index, jobs))| {
+            let per_second = paces
+                .get(&topic)
+                .copied()
+                .or_else(|| rules.max_per_second_for(&topic))
+                .unwrap_or(drain)
+                .max(1);
+            BurstAhead {
+                at: crate::job::time_format(
+                    from + chrono::Duration::milliseconds((index * MINUTE_MS) as i64),
+                ),
+                drain_seconds: jobs as f64 / f64::from(per_second),
+                topic,
+                jobs,
+                per_second,
+            }
+        })
+        .collect();
+    bursts.sort_by(|a, b| {
+        b.drain_seconds
+            .total_cmp(&a.drain_seconds)
+            .then_with(|| a.topic.cmp(&b.topic))
+    });
+    bursts.truncate(BURSTS_MAX);
+    Ok(bursts)
+}
 
 /// p50 and p99 of lateness per minute of run time, oldest minute first.
 pub fn lateness_by_minute(sample: &[(DateTime<Utc>, DateTime<Utc>)]) -> Vec<LatenessMinute> {

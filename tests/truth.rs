@@ -5,6 +5,7 @@
 
 use std::time::Duration;
 
+use chrono::DurationRound;
 use serde_json::{json, Value};
 use tickler::config::Role;
 use tickler::service::Service;
@@ -190,5 +191,73 @@ async fn only_the_live_reconciler_with_the_lowest_id_reports() {
         other.run_once(chrono::Utc::now()).await.unwrap(),
         ReporterReport { reporting: false }
     );
+    env.finish().await;
+}
+
+/// The busiest minute ahead of each topic, against what it can take: 120
+/// jobs due in one minute an hour out on a topic paced at 2 a second take a
+/// minute to produce; the same minute's 30 on a topic without a pace, at
+/// `gauges.burst_drain_per_second`, do not. `/v1/stats` names both, the
+/// slowest first.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_busiest_minute_ahead_is_weighed_against_the_topics_pace() {
+    let env = TestEnv::start_with(|c| {
+        c.roles = vec![Role::Api];
+        c.gauges.burst_drain_per_second = 100;
+        c.kafka.topic_check = tickler::config::TopicCheck::Off;
+    })
+    .await;
+    let paced = env.topic.clone();
+    let other = format!("{paced}-other");
+    let (status, _) = env
+        .request(
+            "PATCH",
+            &format!("/v1/topics/{paced}"),
+            Some(json!({"max_per_second": 2}).to_string()),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let minute = (chrono::Utc::now() + chrono::Duration::hours(1))
+        .duration_trunc(chrono::Duration::minutes(1))
+        .unwrap();
+    let jobs = |topic: &str, n: usize| {
+        (0..n)
+            .map(|i| json!({"topic": topic, "payload": i, "run_at": (minute + chrono::Duration::milliseconds(i as i64 * 100)).to_rfc3339()}))
+            .collect::<Vec<_>>()
+    };
+    for (topic, n) in [(&paced, 120), (&other, 30)] {
+        let (status, answer) = env
+            .post("/v1/jobs/batch", json!({"jobs": jobs(topic, n)}))
+            .await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    // And a quieter minute later on the paced topic.
+    env.job_create(
+        json!({"payload": 0, "run_at": (minute + chrono::Duration::minutes(5)).to_rfc3339()}),
+    )
+    .await;
+
+    let truth = tickler::truth::Truth::compute(&env.store, &env.index, &env.config)
+        .await
+        .unwrap();
+    let found: Vec<(&str, u64, u32, f64)> = truth
+        .bursts
+        .iter()
+        .map(|b| (b.topic.as_str(), b.jobs, b.per_second, b.drain_seconds))
+        .collect();
+    assert_eq!(
+        found,
+        vec![
+            (paced.as_str(), 120, 2, 60.0),
+            (other.as_str(), 30, 100, 0.3)
+        ]
+    );
+    assert_eq!(
+        truth.bursts[0].at,
+        tickler::job::time_format(minute),
+        "the minute it starts"
+    );
+    let (_, stats) = env.get("/v1/stats").await;
+    assert_eq!(stats["bursts"][0]["topic"], paced.as_str(), "{stats}");
     env.finish().await;
 }

@@ -337,7 +337,7 @@ async fn dashboard_signs_in_redrives_a_dead_job_shows_history_and_bulk_cancels()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_schedules_and_topics_pages_pause_and_resume() {
+async fn the_schedules_topics_and_forecast_pages_work() {
     let env = TestEnv::start().await;
     let topic = env.topic.clone();
     let (status, schedule) = env
@@ -452,6 +452,31 @@ async fn the_schedules_and_topics_pages_pause_and_resume() {
         .unwrap();
     let (_, view) = env.get(&format!("/v1/topics/{topic}")).await;
     assert_eq!(view["paused"], false);
+
+    // Forecast: three jobs due in two hours drawn as a bar, and the topic's
+    // totals beneath (the schedule's next occurrence is a month or less away,
+    // beyond the next 24 hours unless it is the 1st).
+    for n in 0..3 {
+        env.job_create(json!({"payload": n, "delay_ms": 7_200_000}))
+            .await;
+    }
+    browser.goto(&format!("{ui}#/forecast")).await.unwrap();
+    browser
+        .wait_for("#forecast-chart rect.bar", |_| true, WAIT)
+        .await
+        .unwrap();
+    browser
+        .wait_for(
+            "#forecast-topics",
+            |t| t.contains(&topic) && t.contains('3'),
+            WAIT,
+        )
+        .await
+        .unwrap();
+    browser
+        .screenshot(&shots.join("forecast.png"))
+        .await
+        .unwrap();
 
     drop(browser);
     env.finish().await;

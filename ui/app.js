@@ -384,6 +384,9 @@
     } else if (parts[0] === 'topics' && parts.length === 1) {
       nav = 'topics';
       viewTopics(view, gen);
+    } else if (parts[0] === 'forecast' && parts.length === 1) {
+      nav = 'forecast';
+      viewForecast(view, gen, params);
     } else {
       nav = '';
       append(view, h('p', {class: 'notice'}, 'No such page: #' + parts.join('/') + '. ',
@@ -1260,6 +1263,108 @@
   }
 
   /** #/topics: paused and paced topics; pause a topic by name. */
+  // ---------------------------------------------------------------------
+  // #/forecast
+
+  /** The ranges offered: how far ahead, by what bucket. */
+  const FORECAST_SPANS = [
+    ['next 24 hours, by the hour', 24 * 3600e3, '1h'],
+    ['next 7 days, by 6 hours', 7 * 24 * 3600e3, '6h'],
+    ['next 30 days, by the day', 30 * 24 * 3600e3, '1d'],
+    ['next hour, by the minute', 3600e3, '1m'],
+  ];
+
+  function viewForecast(view, gen, params) {
+    const topic = h('input', {name: 'topic', class: 'mono', size: 28, placeholder: 'every topic',
+      value: params.get('topic') || ''});
+    const span = h('select', {name: 'span', id: 'forecast-span'},
+      ...FORECAST_SPANS.map(([label], i) => h('option', {value: String(i)}, label)));
+    span.value = params.get('span') || '0';
+    const form = h('form', {class: 'row', id: 'forecast-form'},
+      h('label', {class: 'field'}, 'topic', topic),
+      h('label', {class: 'field'}, 'range', span),
+      h('button', {type: 'submit'}, 'Show'));
+    form.addEventListener('submit', (event) => {
+      event.preventDefault();
+      location.hash = '#/forecast' + query({topic: topic.value.trim() || null, span: span.value});
+    });
+    const box = h('div', {id: 'forecast-body'});
+    const problem = h('div', {class: 'error-line', id: 'forecast-error'});
+    append(view, h('section', {class: 'panel', id: 'forecast-panel'},
+      h('div', {class: 'panel-head'}, h('h2', null, 'What falls due'),
+        h('span', {class: 'meta'}, 'pending jobs, and what schedules will create; every 30 s')),
+      form, problem, box));
+
+    async function refresh() {
+      const [, ahead, bucket] = FORECAST_SPANS[Number(span.value)] || FORECAST_SPANS[0];
+      const from = new Date();
+      const to = new Date(from.getTime() + ahead);
+      let data;
+      try {
+        data = (await api('GET', '/v1/forecast' + query({
+          topic: topic.value.trim() || null, from: from.toISOString(), to: to.toISOString(), bucket,
+        }))).data;
+      } catch (err) {
+        if (gen === generation) problem.textContent = errorText(err);
+        return;
+      }
+      if (gen !== generation) return;
+      problem.textContent = '';
+      forecastDraw(clear(box), data);
+    }
+    every(30000, gen, refresh);
+  }
+
+  function forecastDraw(box, data) {
+    const buckets = (data.buckets || []).map((b) => ({t: Date.parse(b.at), jobs: Number(b.jobs) || 0, projected: Number(b.projected) || 0, at: b.at}));
+    const total = buckets.reduce((n, b) => n + b.jobs + b.projected, 0);
+    append(box, h('div', {class: 'legend'},
+      h('span', null, h('span', {class: 'key bar'}), 'pending jobs'),
+      h('span', null, h('span', {class: 'key projected'}), 'projected from schedules')));
+    if (buckets.length === 0 || total === 0) {
+      append(box, h('div', {class: 'empty', id: 'forecast-empty'}, 'Nothing falls due in this range.'));
+      return;
+    }
+    const W = 720, H = 200, L = 56, R = 8, T = 8, B = 20;
+    const top = niceCeil(Math.max(...buckets.map((b) => b.jobs + b.projected), 1));
+    const step = (W - L - R) / buckets.length;
+    const barW = Math.max(1, step - 1);
+    const y = (n) => T + (H - T - B) * (1 - n / top);
+    const chart = svg('svg', {class: 'chart', id: 'forecast-chart', viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': 'Jobs due per bucket'});
+    for (let i = 0; i <= 4; i++) {
+      const n = (top * i) / 4;
+      chart.append(svg('line', {class: 'grid', x1: L, x2: W - R, y1: y(n), y2: y(n)}));
+      chart.append(svg('text', {x: L - 4, y: y(n) + 3, 'text-anchor': 'end'}, count(n)));
+    }
+    buckets.forEach((b, i) => {
+      const x = L + i * step;
+      const tip = `${b.at} · ${b.jobs} pending · ${b.projected} projected`;
+      if (b.jobs > 0) {
+        chart.append(svg('rect', {class: 'bar', x, y: y(b.jobs), width: barW, height: y(0) - y(b.jobs), 'data-at': b.at}, svg('title', null, tip)));
+      }
+      if (b.projected > 0) {
+        chart.append(svg('rect', {class: 'projected', x, y: y(b.jobs + b.projected), width: barW, height: y(b.jobs) - y(b.jobs + b.projected)}, svg('title', null, tip)));
+      }
+    });
+    const label = (t) => new Date(t).toISOString().slice(5, 16).replace('T', ' ');
+    const first = buckets[0].t, last = buckets[buckets.length - 1].t;
+    chart.append(svg('text', {x: L, y: H - 6, 'text-anchor': 'start'}, label(first)));
+    chart.append(svg('text', {x: W - R, y: H - 6, 'text-anchor': 'end'}, label(last)));
+    append(box, chart);
+    const rows = (data.topics || []).map((t) => h('tr', null,
+      h('td', {class: 'mono'}, h('a', {href: '#/jobs' + query({topic: t.topic, status: 'pending'})}, t.topic)),
+      h('td', {class: 'num'}, count(t.jobs)),
+      h('td', {class: 'num'}, count(t.projected)),
+      h('td', null, t.peak_at ? count(t.peak) + ' at ' + timeText(t.peak_at) : '—')));
+    append(box, h('div', {class: 'table-wrap'}, h('table', {id: 'forecast-topics'},
+      h('thead', null, h('tr', null, h('th', null, 'topic'), h('th', {class: 'num'}, 'pending'),
+        h('th', {class: 'num'}, 'projected'), h('th', null, 'busiest bucket'))),
+      h('tbody', null, ...rows))));
+    if (data.projected_complete === false) {
+      append(box, h('p', {class: 'notice'}, 'A cron schedule fires so often in this range that its projection stopped after 100,000 occurrences.'));
+    }
+  }
+
   function viewTopics(view, gen) {
     const box = h('div', {class: 'table-wrap'});
     const problem = h('div', {class: 'error-line', id: 'topics-error'});

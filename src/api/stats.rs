@@ -32,6 +32,9 @@ pub struct Stats {
     pub ingress_lag: Vec<crate::truth::IngressLag>,
     /// Schedules by status, those behind, and paused topics.
     pub schedules: Option<crate::store::ScheduleStats>,
+    /// The busiest minute ahead of each of the token's topics (the
+    /// longest to produce first).
+    pub bursts: Vec<crate::truth::BurstAhead>,
     pub scan_ms: u64,
     /// True when the deployment-wide figures are left out.
     pub partial: bool,
@@ -42,6 +45,8 @@ impl Stats {
         let all = caller.0.topics.is_none();
         let mut jobs = truth.jobs;
         jobs.retain(|count| caller.0.topic_allowed(&count.topic));
+        let mut bursts = truth.bursts;
+        bursts.retain(|burst| caller.0.topic_allowed(&burst.topic));
         Stats {
             at: truth.at,
             jobs,
@@ -53,6 +58,7 @@ impl Stats {
             results_lag: truth.results_lag.filter(|_| all),
             ingress_lag: if all { truth.ingress_lag } else { Vec::new() },
             schedules: all.then_some(truth.schedules),
+            bursts,
             scan_ms: truth.scan_ms,
             partial: !all,
         }

@@ -198,7 +198,7 @@ fn schedule(at: &Option<String>, after: Option<i64>, body: &mut Map<String, Valu
 }
 
 /// Query-string pairs, percent-encoded.
-fn query(pairs: &[(&str, Option<String>)]) -> String {
+pub(super) fn query(pairs: &[(&str, Option<String>)]) -> String {
     let encoded: Vec<String> = pairs
         .iter()
         .filter_map(|(name, value)| {
@@ -647,6 +647,12 @@ fn print_job(job: &Value) {
 
 /// Columns padded to their widest cell.
 pub fn print_table(headers: &[&str], rows: &[Vec<String>]) {
+    print!("{}", table_render(headers, rows));
+}
+
+/// A table of `rows` under `headers`, each column as wide as its widest
+/// cell, one line each.
+pub fn table_render(headers: &[&str], rows: &[Vec<String>]) -> String {
     let mut widths: Vec<usize> = headers.iter().map(|h| h.len()).collect();
     for row in rows {
         for (width, cell) in widths.iter_mut().zip(row) {
@@ -659,12 +665,13 @@ pub fn print_table(headers: &[&str], rows: &[Vec<String>]) {
             .zip(&widths)
             .map(|(cell, width)| format!("{cell:<width$}"))
             .collect();
-        println!("{}", padded.join("  ").trim_end());
+        padded.join("  ").trim_end().to_owned() + "\n"
     };
-    line(headers.to_vec());
+    let mut out = line(headers.to_vec());
     for row in rows {
-        line(row.iter().map(String::as_str).collect());
+        out.push_str(&line(row.iter().map(String::as_str).collect()));
     }
+    out
 }
 
 #[cfg(test)]

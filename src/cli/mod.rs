@@ -6,6 +6,7 @@ pub mod admin;
 pub mod client;
 pub mod control;
 pub mod doctor;
+pub mod forecast;
 pub mod jobs;
 
 use std::future::Future;

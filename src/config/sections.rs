@@ -282,6 +282,13 @@ pub struct GaugesSettings {
     /// Most topics the `tickler_jobs` gauge names; the rest are summed
     /// under `topic="_other"`.
     pub topics_max: usize,
+    /// How far ahead the busiest minute of each topic is looked for
+    /// (`tickler_burst_ahead_*`, the TicklerBurstAhead alert).
+    pub burst_horizon_ms: u64,
+    /// What a topic without a pace can take, in jobs a second: what your
+    /// deployment drains a burst at (`tickler bench`'s burst stage measures
+    /// it).
+    pub burst_drain_per_second: u32,
 }
 
 /// `[notify]`: the webhook for dead jobs and backlogs.
@@ -530,6 +537,8 @@ impl Default for GaugesSettings {
             interval_ms: 15_000,
             counts_interval_ms: 60_000,
             topics_max: 50,
+            burst_horizon_ms: 6 * 3_600_000,
+            burst_drain_per_second: 10_000,
         }
     }
 }

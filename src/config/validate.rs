@@ -382,6 +382,18 @@ impl Config {
         if !(1..=10_000).contains(&self.gauges.topics_max) {
             return Err(invalid("gauges.topics_max", "must be between 1 and 10000"));
         }
+        if !(60_000..=7 * 86_400_000).contains(&self.gauges.burst_horizon_ms) {
+            return Err(invalid(
+                "gauges.burst_horizon_ms",
+                "must be between 60000 (a minute) and 604800000 (a week)",
+            ));
+        }
+        if self.gauges.burst_drain_per_second == 0 {
+            return Err(invalid(
+                "gauges.burst_drain_per_second",
+                "must be 1 or more",
+            ));
+        }
         if let Err(problem) = self.topic_rules().policy_default().validate() {
             return Err(ConfigError::Invalid {
                 field: "jobs (expects_result, max_attempts, backoff_base_ms, backoff_cap_ms, ack_timeout_ms)".into(),

@@ -20,7 +20,7 @@ from tickler_client import AuthenticatedClient  # noqa: E402
 from tickler_client.api.jobs import (  # noqa: E402
     job_cancel, job_create, job_get, job_history, job_modify, jobs_batch_create, jobs_list)
 from tickler_client.api.operations import (  # noqa: E402
-    bulk_op_get, bulk_ops_list, health, jobs_bulk_create, stats_get)
+    bulk_op_get, bulk_ops_list, forecast_get, health, jobs_bulk_create, stats_get)
 from tickler_client.api.results import job_redrive, job_result_report  # noqa: E402
 from tickler_client.api.schedules import (  # noqa: E402
     schedule_create, schedule_delete, schedule_get, schedule_modify, schedule_pause,
@@ -106,6 +106,11 @@ assert len(preview.occurrences) == 3, preview
 call(schedule_delete, schedule.id, occurrences="cancel")
 
 call(stats_get)
+forecast = call(forecast_get, topic=topic, from_="2030-01-31T00:00:00Z",
+                to="2030-02-02T00:00:00Z", bucket="1d")
+assert [b.at for b in forecast.buckets] == [
+    "2030-01-31T00:00:00.000Z", "2030-02-01T00:00:00.000Z"], forecast
+assert all(b.jobs >= 0 and b.projected >= 0 for b in forecast.buckets), forecast
 call(topic_modify, topic, body=PatchTopic.from_dict({"max_per_second": 500}))
 call(topic_pause, topic)
 call(topic_get, topic)

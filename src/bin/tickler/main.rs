@@ -79,6 +79,15 @@ enum Command {
         #[command(subcommand)]
         command: cli::control::SchedulesCommand,
     },
+    /// What falls due, bucket by bucket, through a running tickler's API:
+    /// pending jobs and the occurrences schedules will create. Exit status
+    /// as for `jobs`.
+    Forecast {
+        #[command(flatten)]
+        api: cli::ApiArgs,
+        #[command(flatten)]
+        args: cli::forecast::ForecastArgs,
+    },
     /// Check MySQL, Redis and Kafka against each other and say what is
     /// wrong and how to fix it: pending jobs Redis lacks, Redis entries of
     /// jobs no longer pending, claims past their lease, records missing at
@@ -130,6 +139,12 @@ async fn main() -> anyhow::Result<ExitCode> {
             })
             .await)
         }
+        Command::Forecast { api, args } => {
+            return Ok(over_api(api, |client, json| async move {
+                cli::forecast::run(&client, args, json).await
+            })
+            .await)
+        }
         command => Cli { command, ..cli },
     };
     let config = Config::load(cli.config.as_deref())?;
@@ -172,7 +187,10 @@ async fn main() -> anyhow::Result<ExitCode> {
         Command::Demo(args) => {
             demo::run(&config, &args.topic, args.jobs, args.token.as_deref()).await?
         }
-        Command::Jobs { .. } | Command::Topics { .. } | Command::Schedules { .. } => {
+        Command::Jobs { .. }
+        | Command::Topics { .. }
+        | Command::Schedules { .. }
+        | Command::Forecast { .. } => {
             unreachable!("handled before the configuration is read")
         }
     }
