@@ -33,6 +33,12 @@ const SCHEDULES_PAGE: u32 = 500;
 /// statement on one core.
 const PARTS: u64 = 4;
 
+/// One forecast at a time in a process: each holds [`PARTS`] of the API's
+/// connections while it reads, and a wide range reads many rows, so a
+/// dashboard left open in many browsers must not take the pool from the
+/// creates. The others wait their turn.
+static FORECASTS: tokio::sync::Semaphore = tokio::sync::Semaphore::const_new(1);
+
 /// Query of `GET /v1/forecast`.
 #[derive(Debug, Deserialize, utoipa::IntoParams)]
 #[serde(deny_unknown_fields)]
@@ -156,6 +162,8 @@ pub async fn get(
     let now = state.store.db_now().await?;
     let range = query.range(now)?;
     let patterns = caller.0.topics.clone();
+    // Never closed, so it cannot fail.
+    let _turn = FORECASTS.acquire().await.map_err(|_| ApiError::Internal)?;
     let forecast = forecast(
         &state.store,
         range,
