@@ -255,9 +255,9 @@ impl Pools {
         Ok(Pools {
             api: Store::connect_lazy(url, config.mysql.pool_size, Actor::Api)?,
             dispatcher: Store::connect_lazy(url, 4, Actor::Dispatcher)?,
-            // The loader, the reconciler, the reporter and the purger (which
-            // used to run inside the reconciler's loop) share it.
-            reconciler: Store::connect_lazy(url, 3, Actor::Reconciler)?,
+            // The loader, the reconciler, the reporter, the purger and the
+            // watermarks share it.
+            reconciler: Store::connect_lazy(url, 4, Actor::Reconciler)?,
             results: Store::connect_lazy(url, 2, Actor::Results)?,
             membership: Store::connect_lazy(url, 2, Actor::Membership)?,
             scheduler: Store::connect_lazy(url, 2, Actor::Scheduler)?,
@@ -508,6 +508,11 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
             shared.resolver(&pools.reconciler),
         );
         shared.spawn_role("reconciler", service::run(reconciler, cancel.child_token()));
+        let watermarks = crate::watermarks::Watermarks::new(
+            pools.reconciler.clone(),
+            crate::watermarks::WatermarksConfig::from_config(config),
+        );
+        shared.spawn_role("watermarks", service::run(watermarks, cancel.child_token()));
         let purger = PurgerConfig::from_config(config);
         if purger.retention.is_some() {
             let purger = Purger::new(pools.reconciler.clone(), purger);

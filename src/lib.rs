@@ -111,3 +111,4 @@ pub mod store;
 pub mod topic_controls;
 pub mod topic_pattern;
 pub mod truth;
+pub mod watermarks;

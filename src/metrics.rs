@@ -532,6 +532,14 @@ declare! {
         labels: ["topic"],
         help: "Until the topic's busiest minute ahead starts.",
     },
+    WATERMARK_LAG = Gauge {
+        name: "tickler_watermark_lag_seconds",
+        unit: Seconds,
+        labels: ["topic"],
+        help: "How far the topic's due-time watermark is behind the \
+            database's clock: every job due before now less this is done \
+            with; instances running the reconciler role.",
+    },
     TRUTH_SCAN = Gauge {
         name: "tickler_truth_scan_seconds",
         unit: Seconds,
@@ -1030,6 +1038,13 @@ pub fn truth_bursts(bursts: &[(String, u64, f64, f64)], gone: &[String]) {
         TRUTH_BURST_JOBS.with(label.clone()).set(*jobs as f64);
         TRUTH_BURST_DRAIN.with(label.clone()).set(*drain);
         TRUTH_BURST_IN.with(label).set(*starts_in);
+    }
+}
+
+/// Each topic's watermark lag, in seconds.
+pub fn watermarks(lags: &[(String, f64)]) {
+    for (topic, lag) in lags {
+        WATERMARK_LAG.with([topic.clone().into()]).set(*lag);
     }
 }
 

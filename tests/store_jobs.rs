@@ -9,7 +9,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use chrono::{DateTime, Duration as Span, Utc};
-use tickler::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status};
+use tickler::job::{Expiry, Job, JobId, NewJob, PayloadKind, Schedule, Status};
 use tickler::policy::Policy;
 use tickler::store::{
     Actor, BatchRow, Cancelled, Dispatched, JobChanges, JobFilter, Modified, StoreError,
@@ -619,28 +619,36 @@ async fn modify_answers_applied_version_mismatch_or_not_pending() {
     db.finish().await;
 }
 
-/// A job moved on purpose is no longer a schedule's occurrence to skip
-/// when late: a change of time clears its expiry, any other change keeps
-/// it.
+/// A schedule's occurrence moved on purpose is no longer one to skip when
+/// late: a change of time clears its expiry, any other change keeps it. A
+/// job's own expiry stays through a move, and a change of expiry sets it:
+/// an instant, a span after the (new) time, or none.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn modify_clears_the_expiry_only_when_it_moves_the_job() {
+async fn modify_clears_an_occurrences_expiry_when_it_moves_and_sets_a_jobs_own() {
     let db = Db::new().await;
     let expires = db.store.db_now().await.unwrap() + Span::hours(1);
     let (rows, _) = db
         .store
-        .job_insert_many(&[NewJob {
-            expires_at: Some(expires),
-            ..job_new("store-test", 60_000)
-        }])
+        .job_insert_many(&[
+            NewJob {
+                expires_at: Some(expires),
+                schedule_id: Some(1),
+                ..job_new("store-test", 60_000)
+            },
+            NewJob {
+                expires_at: Some(expires),
+                ..job_new("store-test", 60_000)
+            },
+        ])
         .await
         .unwrap();
-    let id = created(&rows[0]).id;
+    let (occurrence, own) = (created(&rows[0]).id, created(&rows[1]).id);
     let payload = JobChanges {
         payload: Some((b"1".to_vec(), PayloadKind::Json)),
         ..JobChanges::default()
     };
     assert!(matches!(
-        db.store.job_modify(id, 1, &payload).await.unwrap(),
+        db.store.job_modify(occurrence, 1, &payload).await.unwrap(),
         Modified::Applied(j, _) if j.expires_at == Some(expires)
     ));
     let moved = JobChanges {
@@ -648,7 +656,29 @@ async fn modify_clears_the_expiry_only_when_it_moves_the_job() {
         ..JobChanges::default()
     };
     assert!(matches!(
-        db.store.job_modify(id, 2, &moved).await.unwrap(),
+        db.store.job_modify(occurrence, 2, &moved).await.unwrap(),
+        Modified::Applied(j, _) if j.expires_at.is_none()
+    ));
+    assert!(matches!(
+        db.store.job_modify(own, 1, &moved).await.unwrap(),
+        Modified::Applied(j, _) if j.expires_at == Some(expires)
+    ));
+    let at = expires + Span::minutes(5);
+    let retimed = JobChanges {
+        schedule: Some(Schedule::At(at)),
+        expiry: Some(Some(Expiry::AfterRun { ttl_ms: 90_000 })),
+        ..JobChanges::default()
+    };
+    assert!(matches!(
+        db.store.job_modify(own, 2, &retimed).await.unwrap(),
+        Modified::Applied(j, _) if j.expires_at == Some(at + Span::seconds(90))
+    ));
+    let cleared = JobChanges {
+        expiry: Some(None),
+        ..JobChanges::default()
+    };
+    assert!(matches!(
+        db.store.job_modify(own, 3, &cleared).await.unwrap(),
         Modified::Applied(j, _) if j.expires_at.is_none()
     ));
     db.finish().await;

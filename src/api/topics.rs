@@ -29,6 +29,11 @@ pub struct TopicView {
     /// Who changed the controls last (`api:NAME`, or `sql`).
     pub updated_by: Option<String>,
     pub updated_at: Option<String>,
+    /// The due-time watermark: every job of the topic due at or before it
+    /// is produced, cancelled, expired or dead (null until one of its jobs
+    /// has fallen due). Shown by `GET /v1/topics/{topic}`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub watermark: Option<String>,
 }
 
 /// Answer of `GET /v1/topics`.
@@ -64,6 +69,7 @@ fn view(state: &ApiState, topic: &str, row: Option<TopicControl>) -> TopicView {
         },
         updated_by: row.as_ref().map(|r| r.updated_by.clone()),
         updated_at: row.as_ref().map(|r| time_format(r.updated_at)),
+        watermark: None,
     }
 }
 
@@ -115,7 +121,13 @@ pub async fn get(
     caller.require(Scope::Read)?;
     topic_checked(&caller, &topic)?;
     let row = state.store.topic_control(&topic).await?;
-    Ok(Json(view(&state, &topic, row)))
+    let mut view = view(&state, &topic, row);
+    view.watermark = state
+        .store
+        .watermark(&topic)
+        .await?
+        .map(|mark| time_format(mark.at));
+    Ok(Json(view))
 }
 
 /// `POST /v1/topics/{topic}/pause` — once this answers (after about 3 s:

@@ -250,6 +250,12 @@ pub struct ReconcilerSettings {
     /// How overdue a pending job must be before the reconciler checks that
     /// Redis holds it.
     pub grace_ms: u64,
+    /// Time between raises of the topics' due-time watermarks.
+    pub watermark_interval_ms: u64,
+    /// How far behind the database's clock a topic with nothing
+    /// outstanding puts its watermark: room for a create whose `delay_ms`
+    /// was counted and that is still committing.
+    pub watermark_settle_ms: u64,
 }
 
 /// `[results]`: the results topic consumers report on, and how tickler reads it.
@@ -516,6 +522,8 @@ impl Default for ReconcilerSettings {
         ReconcilerSettings {
             interval_ms: 1_000,
             grace_ms: 1_000,
+            watermark_interval_ms: 1_000,
+            watermark_settle_ms: 2_000,
         }
     }
 }

@@ -379,6 +379,18 @@ impl Config {
                 "must be between 60000 and 604800000",
             ));
         }
+        if !(100..=60_000).contains(&self.reconciler.watermark_interval_ms) {
+            return Err(invalid(
+                "reconciler.watermark_interval_ms",
+                "must be between 100 and 60000",
+            ));
+        }
+        if self.reconciler.watermark_settle_ms > 60_000 {
+            return Err(invalid(
+                "reconciler.watermark_settle_ms",
+                "must be at most 60000",
+            ));
+        }
         if !(1..=10_000).contains(&self.gauges.topics_max) {
             return Err(invalid("gauges.topics_max", "must be between 1 and 10000"));
         }

@@ -21,6 +21,7 @@ mod sql;
 mod stats;
 mod tokens;
 mod topics;
+mod watermarks;
 
 use std::str::FromStr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -50,6 +51,7 @@ pub use schedules::{
 pub use stats::{DeadSince, Overdue, Position, TopicCount, COUNTED};
 pub use tokens::{NewToken, TokenRow};
 pub use topics::{TopicChange, TopicControl};
+pub use watermarks::Watermark;
 
 /// Store failures a caller can act on.
 #[derive(Debug, thiserror::Error)]
