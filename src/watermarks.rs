@@ -12,14 +12,17 @@
 //! committing. A job created or moved to a time at or before its topic's
 //! watermark arrives after it (late, in a stream processor's words).
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
+use serde::Serialize;
 
 use crate::config::Config;
+use crate::kafka::{self, KafkaError, Producer, Record};
 use crate::metrics;
-use crate::service::Service;
-use crate::store::{Store, StoreError};
+use crate::service::{PassError, Service};
+use crate::store::{Store, StoreError, Watermark};
 
 #[derive(Debug, Clone)]
 pub struct WatermarksConfig {
@@ -27,6 +30,12 @@ pub struct WatermarksConfig {
     pub interval: Duration,
     /// How far behind now a topic with nothing outstanding stands.
     pub settle: Duration,
+    /// Where the watermarks are produced, if anywhere.
+    pub topic: Option<String>,
+    pub brokers: String,
+    pub kafka_options: BTreeMap<String, String>,
+    pub linger_ms: u64,
+    pub message_timeout_ms: u64,
 }
 
 impl WatermarksConfig {
@@ -34,6 +43,49 @@ impl WatermarksConfig {
         WatermarksConfig {
             interval: Duration::from_millis(config.reconciler.watermark_interval_ms),
             settle: Duration::from_millis(config.reconciler.watermark_settle_ms),
+            topic: config.reconciler.watermark_topic.clone(),
+            brokers: config.kafka.brokers.clone(),
+            kafka_options: config.kafka.options.clone(),
+            linger_ms: config.kafka.linger_ms,
+            message_timeout_ms: config.kafka.message_timeout_ms,
+        }
+    }
+}
+
+/// A watermark record's value (its key is the target topic).
+#[derive(Debug, Serialize)]
+pub struct WatermarkRecord<'a> {
+    /// The target topic.
+    pub topic: &'a str,
+    /// Every job of the topic due at or before this is done with.
+    pub watermark: String,
+    /// The same instant, in milliseconds since the epoch.
+    pub watermark_ms: i64,
+    /// Each partition of the topic with its end when the watermark was
+    /// decided: every record of a job due at or before it lies before.
+    pub partitions: Vec<PartitionEnd>,
+}
+
+#[derive(Debug, Serialize)]
+pub struct PartitionEnd {
+    pub partition: i32,
+    pub end_offset: i64,
+}
+
+/// Why a pass failed.
+#[derive(Debug, thiserror::Error)]
+pub enum WatermarksError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error("watermark record: {0}")]
+    Kafka(#[from] KafkaError),
+}
+
+impl PassError for WatermarksError {
+    fn record(&self, pass: &'static str) {
+        match self {
+            WatermarksError::Store(err) => err.record(pass),
+            WatermarksError::Kafka(err) => metrics::pass_failed(pass, err),
         }
     }
 }
@@ -49,16 +101,96 @@ impl Default for WatermarksConfig {
 pub struct WatermarksReport {
     /// Topics held back by a job outstanding.
     pub held: usize,
+    /// Watermark records produced.
+    pub produced: usize,
 }
 
 pub struct Watermarks {
     store: Store,
     config: WatermarksConfig,
+    /// Made at the first pass that has a watermark to produce.
+    producer: Option<Producer>,
+    /// The watermark last produced for each topic (a restart produces
+    /// every topic's once more).
+    produced: BTreeMap<String, DateTime<Utc>>,
 }
 
 impl Watermarks {
     pub fn new(store: Store, config: WatermarksConfig) -> Watermarks {
-        Watermarks { store, config }
+        Watermarks {
+            store,
+            config,
+            producer: None,
+            produced: BTreeMap::new(),
+        }
+    }
+
+    /// Produces each watermark that rose since it was last produced, with
+    /// its topic's partition ends read after it was decided; waits for the
+    /// broker's acknowledgements. A topic the broker lacks is left out.
+    async fn produce(&mut self, target: &str, marks: &[Watermark]) -> Result<usize, KafkaError> {
+        let rose: Vec<&Watermark> = marks
+            .iter()
+            .filter(|mark| self.produced.get(&mark.topic) < Some(&mark.at))
+            .collect();
+        if rose.is_empty() {
+            return Ok(0);
+        }
+        if self.producer.is_none() {
+            if let Err(err) = kafka::topic_ensure_with(
+                &self.config.brokers,
+                &self.config.kafka_options,
+                target,
+                1,
+            )
+            .await
+            {
+                tracing::warn!(topic = %target, error = %err, "cannot create the watermark topic");
+            }
+            self.producer = Some(Producer::create(
+                &self.config.brokers,
+                &self.config.kafka_options,
+                self.config.linger_ms,
+                self.config.message_timeout_ms,
+            )?);
+        }
+        let mut ends = kafka::partition_ends(
+            &self.config.brokers,
+            &self.config.kafka_options,
+            rose.iter().map(|mark| mark.topic.clone()).collect(),
+        )
+        .await?;
+        let mut sent = Vec::new();
+        for mark in rose {
+            let ends = ends.remove(&mark.topic).unwrap_or_default();
+            if ends.is_empty() {
+                continue;
+            }
+            let value = serde_json::to_vec(&WatermarkRecord {
+                topic: &mark.topic,
+                watermark: crate::job::time_format(mark.at),
+                watermark_ms: mark.at.timestamp_millis(),
+                partitions: ends
+                    .into_iter()
+                    .map(|(partition, end_offset)| PartitionEnd {
+                        partition,
+                        end_offset,
+                    })
+                    .collect(),
+            })
+            .unwrap_or_default();
+            let record = Record::to(target, 0)
+                .key(mark.topic.as_bytes())
+                .value(&value);
+            let producer = self.producer.as_ref().ok_or(KafkaError::Canceled)?;
+            sent.push((mark.topic.clone(), mark.at, producer.send(record)?));
+        }
+        let n = sent.len();
+        for (topic, at, delivery) in sent {
+            delivery.await?;
+            self.produced.insert(topic, at);
+        }
+        Ok(n)
     }
 }
 
@@ -71,7 +203,7 @@ pub fn held_at(earliest: DateTime<Utc>, free: DateTime<Utc>) -> DateTime<Utc> {
 
 impl Service for Watermarks {
     type Report = WatermarksReport;
-    type Error = StoreError;
+    type Error = WatermarksError;
     const NAME: &'static str = "watermarks";
     const PASS: &'static str = "watermarks";
 
@@ -79,11 +211,11 @@ impl Service for Watermarks {
         self.config.interval
     }
 
-    async fn now(&self) -> Result<DateTime<Utc>, StoreError> {
-        self.store.db_now().await
+    async fn now(&self) -> Result<DateTime<Utc>, WatermarksError> {
+        Ok(self.store.db_now().await?)
     }
 
-    async fn run_once(&mut self, now: DateTime<Utc>) -> Result<WatermarksReport, StoreError> {
+    async fn run_once(&mut self, now: DateTime<Utc>) -> Result<WatermarksReport, WatermarksError> {
         let free = now - chrono::Duration::milliseconds(self.config.settle.as_millis() as i64);
         let held: Vec<(String, DateTime<Utc>)> = self
             .store
@@ -105,7 +237,14 @@ impl Service for Watermarks {
                 })
                 .collect::<Vec<_>>(),
         );
-        Ok(WatermarksReport { held: held.len() })
+        let produced = match self.config.topic.clone() {
+            Some(target) => self.produce(&target, &marks).await?,
+            None => 0,
+        };
+        Ok(WatermarksReport {
+            held: held.len(),
+            produced,
+        })
     }
 }
 

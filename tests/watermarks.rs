@@ -145,3 +145,54 @@ async fn a_claim_in_doubt_holds_the_watermark_and_it_never_goes_back() {
     );
     env.finish().await;
 }
+
+/// With `reconciler.watermark_topic`, each rise is a record there: keyed by
+/// the target topic, with the instant and every partition's end — past the
+/// offset of each job due at or before it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_watermark_is_produced_with_each_partitions_end() {
+    let marks_topic = tickler_testkit::unique("tickler-watermarks-");
+    let marks = marks_topic.clone();
+    let env = TestEnv::start_with(move |c| {
+        c.reconciler.watermark_interval_ms = 100;
+        c.reconciler.watermark_settle_ms = 200;
+        c.reconciler.watermark_topic = Some(marks);
+    })
+    .await;
+    let job = env.job_create(json!({"payload": 1, "delay_ms": 200})).await;
+    let id = job["id"].as_u64().unwrap();
+    let due = at(job["run_at"].as_str().unwrap());
+    let sent = eventually(Duration::from_secs(10), || async {
+        let (_, job) = env.get(&format!("/v1/jobs/{id}")).await;
+        job["kafka"]["offset"]
+            .as_i64()
+            .map(|offset| (job["kafka"]["partition"].as_i64().unwrap(), offset))
+    })
+    .await
+    .expect("produced");
+
+    let reader = tickler_testkit::consumer_from_beginning(&env.config.kafka.brokers, &marks_topic);
+    let found = eventually(Duration::from_secs(20), || async {
+        let records = tickler_testkit::records_read(&reader, 1, Duration::from_millis(500)).await;
+        records.into_iter().find_map(|record| {
+            let value: serde_json::Value = serde_json::from_slice(&record.payload).ok()?;
+            let mark = at(value["watermark"].as_str()?);
+            (record.key.as_deref() == Some(env.topic.as_str()) && mark >= due).then_some(value)
+        })
+    })
+    .await
+    .expect("a watermark record past the job");
+    assert_eq!(found["topic"], env.topic.as_str());
+    let end = found["partitions"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .find(|p| p["partition"].as_i64() == Some(sent.0))
+        .and_then(|p| p["end_offset"].as_i64())
+        .expect("the job's partition");
+    assert!(
+        end > sent.1,
+        "the job's record lies before the end: {found}"
+    );
+    env.finish().await;
+}

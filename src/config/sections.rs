@@ -256,6 +256,10 @@ pub struct ReconcilerSettings {
     /// outstanding puts its watermark: room for a create whose `delay_ms`
     /// was counted and that is still committing.
     pub watermark_settle_ms: u64,
+    /// When set, each topic's watermark is also produced to this Kafka
+    /// topic whenever it rises: the target topic, the instant, and each of
+    /// its partitions' end offset.
+    pub watermark_topic: Option<String>,
 }
 
 /// `[results]`: the results topic consumers report on, and how tickler reads it.
@@ -524,6 +528,7 @@ impl Default for ReconcilerSettings {
             grace_ms: 1_000,
             watermark_interval_ms: 1_000,
             watermark_settle_ms: 2_000,
+            watermark_topic: None,
         }
     }
 }

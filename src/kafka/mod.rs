@@ -435,6 +435,43 @@ fn topics_fetch(
         .collect())
 }
 
+/// Each partition of each of `topics` with its end (high watermark): the
+/// offset the next record will take. Every record the broker acknowledged
+/// before the call lies before it. A topic the broker lacks has none.
+/// One client for them all.
+pub async fn partition_ends(
+    brokers: &str,
+    options: &BTreeMap<String, String>,
+    topics: Vec<String>,
+) -> Result<BTreeMap<String, Vec<(i32, i64)>>, KafkaError> {
+    use rdkafka::consumer::{BaseConsumer, Consumer};
+
+    let mut client = client_config(brokers);
+    for (key, value) in options {
+        client.set(key, value);
+    }
+    let consumer: BaseConsumer = client.create()?;
+    tokio::task::spawn_blocking(move || {
+        let timeout = Duration::from_secs(3);
+        let mut ends = BTreeMap::new();
+        for topic in topics {
+            let metadata = consumer.fetch_metadata(Some(&topic), timeout)?;
+            let mut partitions = Vec::new();
+            for found in metadata.topics().iter().filter(|t| t.error().is_none()) {
+                for partition in found.partitions() {
+                    let (_, high) = consumer.fetch_watermarks(&topic, partition.id(), timeout)?;
+                    partitions.push((partition.id(), high));
+                }
+            }
+            partitions.sort_unstable();
+            ends.insert(topic, partitions);
+        }
+        Ok(ends)
+    })
+    .await
+    .map_err(|_| KafkaError::Canceled)?
+}
+
 /// How far a consumer group is behind on a topic: the sum, over the
 /// topic's partitions, of the high watermark minus the group's committed
 /// offset (the whole partition when it has committed nothing). Reads the
