@@ -434,6 +434,34 @@ impl Bench {
         let start = Utc::now() + chrono::Duration::seconds(2);
         let step_us = 1_000_000 / rate as i64;
         let mut ids = Vec::new();
+        // The topic's due-time watermark behind the clock, every 200 ms
+        // while its jobs flow (from their first due time).
+        let sampling = tokio_util::sync::CancellationToken::new();
+        let sampler = {
+            let (http, url, stop) = (
+                self.http.clone(),
+                format!("{}/v1/topics/{}", self.base_url(), self.topic()),
+                sampling.clone(),
+            );
+            tokio::spawn(async move {
+                let mut lags: Vec<i64> = Vec::new();
+                while !stop.is_cancelled() {
+                    tokio::time::sleep(Duration::from_millis(200)).await;
+                    if Utc::now() < start + chrono::Duration::seconds(3) {
+                        continue;
+                    }
+                    let Ok(response) = http.get(&url).send().await else { continue };
+                    let Ok(view) = response.json::<Value>().await else { continue };
+                    if let Some(mark) = view["watermark"]
+                        .as_str()
+                        .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
+                    {
+                        lags.push((Utc::now() - mark.with_timezone(&Utc)).num_milliseconds());
+                    }
+                }
+                lags
+            })
+        };
         for second in 0..secs {
             let at = start + chrono::Duration::seconds(second as i64 - 2);
             if let Ok(wait) = (at - Utc::now()).to_std() {
@@ -467,6 +495,8 @@ impl Bench {
         }
         let wait = Duration::from_secs(secs + 30);
         let seen = self.await_records(&ids, wait).await;
+        sampling.cancel();
+        let mut watermark_lag = sampler.await.unwrap_or_default();
         let mut end_to_end: Vec<i64> = seen
             .iter()
             .map(|s| s.received_at_ms - s.scheduled_at_ms)
@@ -493,6 +523,13 @@ impl Bench {
         println!(
             "{stage}: at dispatch {} (tickler-dispatched-at minus schedule_time)",
             percentiles(&mut dispatch)
+        );
+        println!(
+            "{stage}: the topic's due-time watermark behind the clock {} ({} samples, every 200 ms; reconciler.watermark_settle_ms {}, watermark_interval_ms {})",
+            percentiles(&mut watermark_lag),
+            watermark_lag.len(),
+            self.config.reconciler.watermark_settle_ms,
+            self.config.reconciler.watermark_interval_ms
         );
         println!(
             "{stage}: dispatcher stages, mean per pass (claim, cas), per job (hold: claimed this far ahead), per group of records (ack: sent to acknowledged), per settle (mark): {}",
