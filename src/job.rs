@@ -150,6 +150,54 @@ pub enum Schedule {
     After { delay_ms: u64 },
 }
 
+/// Longest flexible window: a day.
+pub const WINDOW_MAX_MS: u32 = 86_400_000;
+
+/// A job's flexible window: it may be produced at any instant of
+/// `[start, start + ms]`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Window {
+    pub ms: u32,
+    /// The time asked for: the window's start.
+    pub start: Schedule,
+}
+
+/// Where in a window of `window_ms` a job goes out, decided once: a keyed
+/// job's offset comes from its topic and key (FNV-1a, the same in every
+/// build), so a create sent again lands on the same instant; an unkeyed
+/// one's is drawn. Spread evenly over the window, what falls due together
+/// goes out at `count / window` a second.
+pub fn window_offset_ms(topic: &str, key: Option<&str>, window_ms: u32) -> u64 {
+    let span = u64::from(window_ms) + 1;
+    match key {
+        Some(key) => {
+            let mut hash: u64 = 0xcbf2_9ce4_8422_2325;
+            for byte in topic.bytes().chain([0xff]).chain(key.bytes()) {
+                hash ^= u64::from(byte);
+                hash = hash.wrapping_mul(0x0000_0100_0000_01b3);
+            }
+            hash = (hash ^ (hash >> 30)).wrapping_mul(0xbf58_476d_1ce4_e5b9);
+            hash = (hash ^ (hash >> 27)).wrapping_mul(0x94d0_49bb_1331_11eb);
+            (hash ^ (hash >> 31)) % span
+        }
+        None => rand::random::<u64>() % span,
+    }
+}
+
+impl Schedule {
+    /// This schedule `ms` later.
+    pub fn later_by(self, ms: u64) -> Schedule {
+        match self {
+            Schedule::At(at) => Schedule::At(
+                at + chrono::Duration::milliseconds(i64::try_from(ms).unwrap_or(i64::MAX)),
+            ),
+            Schedule::After { delay_ms } => Schedule::After {
+                delay_ms: delay_ms.saturating_add(ms),
+            },
+        }
+    }
+}
+
 /// When a job expires: at an instant, or this long after its run_at.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Expiry {
@@ -227,6 +275,9 @@ pub struct NewJob {
     /// Or it expires this long after its run_at, where the database sets
     /// the run_at (a `delay_ms`): resolved on the database's clock.
     pub expires_after_ms: Option<u64>,
+    /// Its flexible window, when it has one: `schedule` is then the
+    /// instant decided in it.
+    pub window: Option<Window>,
 }
 
 impl NewJob {
@@ -277,6 +328,10 @@ pub struct Job {
     /// Still pending at this time, it is cancelled instead of produced
     /// (a `skip` schedule's occurrence past its misfire grace).
     pub expires_at: Option<DateTime<Utc>>,
+    /// Its flexible window's length and start (the time asked for); its
+    /// `schedule_time` is the instant decided in it.
+    pub window_ms: Option<u32>,
+    pub window_start: Option<DateTime<Utc>>,
 }
 
 impl Job {

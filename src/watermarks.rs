@@ -24,6 +24,10 @@ use crate::metrics;
 use crate::service::{PassError, Service};
 use crate::store::{Store, StoreError, Watermark};
 
+/// Pending jobs looked at, after the instant a pass decides, for topics
+/// that need a watermark row: a topic gets one as its jobs come near.
+const UPCOMING: u32 = 1_000;
+
 #[derive(Debug, Clone)]
 pub struct WatermarksConfig {
     /// Time between passes.
@@ -224,7 +228,8 @@ impl Service for Watermarks {
             .into_iter()
             .map(|(topic, earliest)| (topic, held_at(earliest, free)))
             .collect();
-        self.store.watermarks_raise(&held, free).await?;
+        let upcoming = self.store.jobs_upcoming_topics(free, UPCOMING).await?;
+        self.store.watermarks_raise(&held, &upcoming, free).await?;
         let marks = self.store.watermarks().await?;
         metrics::watermarks(
             &marks

@@ -253,6 +253,8 @@ fn job_created(id: u64, at: chrono::DateTime<Utc>) -> tickler::job::Job {
         trace_parent: None,
         schedule_id: None,
         expires_at: None,
+        window_ms: None,
+        window_start: None,
     }
 }
 

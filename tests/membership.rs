@@ -97,6 +97,7 @@ async fn job_due(store: &Store) -> u64 {
         schedule_id: None,
         expires_at: None,
         expires_after_ms: None,
+        window: None,
     };
     store.job_insert(&job).await.unwrap().0.id
 }

@@ -551,6 +551,7 @@ async fn modify_answers_applied_version_mismatch_or_not_pending() {
         payload: Some((vec![1, 2, 3], PayloadKind::Bytes)),
         headers: Some(BTreeMap::from([("h".to_owned(), "2".to_owned())])),
         expiry: None,
+        window: None,
     };
     let changed = match db.store.job_modify(id, 1, &everything).await.unwrap() {
         Modified::Applied(job, db_now) => {

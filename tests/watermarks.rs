@@ -13,8 +13,6 @@ async fn started() -> TestEnv {
     TestEnv::start_with(|c| {
         c.reconciler.watermark_interval_ms = 100;
         c.reconciler.watermark_settle_ms = 200;
-        // The doubt test's topic is never produced to.
-        c.kafka.topic_check = tickler::config::TopicCheck::Off;
     })
     .await
 }
@@ -75,37 +73,41 @@ async fn the_watermark_waits_for_a_paused_topics_job_then_passes_it() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_claim_in_doubt_holds_the_watermark_and_it_never_goes_back() {
     let env = started().await;
-    let topic = format!("{}-doubt", env.topic);
+    let topic = env.topic.clone();
+    // Held by a pause first, so that the claim below is the topic's first
+    // due job: due ten seconds ago, created so (a past time fires at once).
+    let (status, _) = env
+        .post(&format!("/v1/topics/{topic}/pause"), json!({}))
+        .await;
+    assert_eq!(status, 200);
+    let due = Utc::now() - chrono::Duration::seconds(10);
     let job = env
-        .job_create(json!({"topic": topic, "payload": 1, "delay_ms": 3_600_000}))
+        .job_create(json!({"payload": 1, "run_at": due.to_rfc3339()}))
         .await;
     let id = job["id"].as_u64().unwrap();
-    assert_eq!(
-        watermark(&env, &topic).await,
-        None,
-        "nothing of it has fallen due"
-    );
-    // A claim in doubt, as a dead instance leaves one: due ten seconds ago.
-    let due: DateTime<Utc> =
-        sqlx::query_scalar("SELECT TIMESTAMPADD(SECOND, -10, UTC_TIMESTAMP(3))")
-            .fetch_one(&env.sql)
-            .await
-            .map(|at: chrono::NaiveDateTime| at.and_utc())
-            .unwrap();
+    let due = at(job["run_at"].as_str().unwrap());
+    // A claim in doubt, as a dead instance leaves one (read back in an
+    // hour: nothing settles it meanwhile); then the pause ends.
     sqlx::query(
-        "UPDATE jobs SET status = 'dispatching', claimed_by = NULL, schedule_time = ?, \
-         version = version + 1 WHERE id = ?",
+        "UPDATE jobs SET status = 'dispatching', claimed_by = NULL, \
+         claim_expires_at = TIMESTAMPADD(HOUR, 1, UTC_TIMESTAMP(3)), version = version + 1 \
+         WHERE id = ?",
     )
-    .bind(due.naive_utc())
     .bind(id)
     .execute(&env.sql)
     .await
     .unwrap();
+    let (status, _) = env
+        .post(&format!("/v1/topics/{topic}/resume"), json!({}))
+        .await;
+    assert_eq!(status, 200);
     let held = eventually(Duration::from_secs(10), || async {
-        watermark(&env, &topic).await
+        watermark(&env, &topic)
+            .await
+            .filter(|mark| *mark == due - chrono::Duration::milliseconds(1))
     })
     .await;
-    assert_eq!(held, Some(due - chrono::Duration::milliseconds(1)));
+    assert!(held.is_some(), "held just before the claim in doubt");
     tokio::time::sleep(Duration::from_millis(800)).await;
     assert_eq!(watermark(&env, &topic).await, held, "held while in doubt");
 

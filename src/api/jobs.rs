@@ -20,7 +20,7 @@ use super::view::JobView;
 use super::{ApiError, ApiJson, ApiState, JobIdPath};
 use crate::auth::Scope;
 use crate::job::{
-    self, time_format, Expiry, InvalidJob, Job, JobId, NewJob, PayloadKind, Schedule,
+    self, time_format, Expiry, InvalidJob, Job, JobId, NewJob, PayloadKind, Schedule, Window,
 };
 use crate::metrics;
 use crate::policy::{Policy, PolicyOverrides};
@@ -46,9 +46,13 @@ pub struct CreateJob {
     /// RFC 3339 time after run_at: a job not produced by then expires
     /// (status `expired`) and is never produced.
     pub expires_at: Option<String>,
-    /// Or: how long after its run_at the job may still be produced, in
-    /// milliseconds.
+    /// Or: how long after its run_at (the end of its window, with one) the
+    /// job may still be produced, in milliseconds.
     pub ttl_ms: Option<i64>,
+    /// A flexible window: the job may be produced at any instant of
+    /// [run_at, run_at + window_ms]; tickler spreads what falls due
+    /// together over it (0 to 86400000; 0: none).
+    pub window_ms: Option<i64>,
     /// Result policy; what is left out comes from the topic's
     /// configuration, then the defaults. (Listed, not flattened: serde's
     /// `flatten` would disable `deny_unknown_fields`.)
@@ -78,6 +82,11 @@ pub struct PatchJob {
     pub expires_at: Option<Option<String>>,
     /// Or a new expiry this long after the (new) run_at.
     pub ttl_ms: Option<i64>,
+    /// A new flexible window, or null (or 0): none. Left out, the job keeps
+    /// its window through a move.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<i64>)]
+    pub window_ms: Option<Option<i64>>,
 }
 
 /// A field that is present, even as `null`: `Option<Box<RawValue>>` alone
@@ -167,6 +176,37 @@ pub(super) fn schedule_parse(
     }
 }
 
+/// Decides where a moved (or re-windowed) job goes out in its window: the
+/// new time asked for (or the job's own) is the window's start, the window
+/// the new one (or the job's own), and the instant in it decided again —
+/// the same offset for a keyed job, whose offset comes from its key, and
+/// for an unkeyed one whose window did not change.
+fn window_patched(job: &Job, changes: &mut JobChanges, window: Option<Option<u32>>) {
+    if changes.schedule.is_none() && window.is_none() {
+        return;
+    }
+    let start = changes
+        .schedule
+        .unwrap_or(Schedule::At(job.window_start.unwrap_or(job.schedule_time)));
+    let ms = match window {
+        Some(ms) => ms,
+        None => job.window_ms,
+    };
+    let Some(ms) = ms else {
+        changes.schedule = Some(start);
+        changes.window = Some(None);
+        return;
+    };
+    let offset = match (&job.key, job.window_start) {
+        (None, Some(old_start)) if Some(ms) == job.window_ms => {
+            (job.schedule_time - old_start).num_milliseconds().max(0) as u64
+        }
+        _ => job::window_offset_ms(&job.topic, job.key.as_deref(), ms),
+    };
+    changes.schedule = Some(start.later_by(offset));
+    changes.window = Some(Some(Window { ms, start }));
+}
+
 /// Whether `job`, changed by `changes`, expires after it is due: a new
 /// expiry is checked against the new run_at (or the job's own), a kept
 /// one — a job's own, not an occurrence's misfire expiry, which a move
@@ -193,6 +233,23 @@ fn expiry_check_patched(
                 "{err}; give a new expires_at or ttl_ms with the new time, or expires_at: null"
             )),
         })
+}
+
+/// `window_ms`, checked: None for none (or 0).
+pub(super) fn window_parse(window_ms: Option<i64>) -> Result<Option<u32>, ApiError> {
+    match window_ms {
+        None | Some(0) => Ok(None),
+        Some(ms) => u32::try_from(ms)
+            .ok()
+            .filter(|ms| *ms <= job::WINDOW_MAX_MS)
+            .map(Some)
+            .ok_or_else(|| {
+                ApiError::InvalidSchedule(format!(
+                    "window_ms must be 0 to {} (a day)",
+                    job::WINDOW_MAX_MS
+                ))
+            }),
+    }
 }
 
 /// `expires_at` (Some(None): null, no expiry) or `ttl_ms`, parsed. None
@@ -284,13 +341,32 @@ impl CreateJob {
             schedule_parse(self.run_at, self.delay_ms, limits, now)?.ok_or_else(|| {
                 ApiError::InvalidSchedule("give run_at (RFC 3339 time) or delay_ms".to_owned())
             })?;
+        let window = window_parse(self.window_ms)?.map(|ms| {
+            let offset = job::window_offset_ms(&topic, self.key.as_deref(), ms);
+            (
+                Window {
+                    ms,
+                    start: schedule,
+                },
+                offset,
+            )
+        });
+        // An expiry comes after the window's end, where the job may go out.
+        let latest = window.map_or(schedule, |(w, _)| schedule.later_by(u64::from(w.ms)));
         let (expires_at, expires_after_ms) =
             match expiry_parse(self.expires_at.map(Some), self.ttl_ms)? {
                 Some(Some(expiry)) => {
-                    job::expiry_resolve(expiry, &schedule, now).map_err(ApiError::InvalidExpiry)?
+                    job::expiry_resolve(expiry, &latest, now).map_err(ApiError::InvalidExpiry)?
                 }
                 _ => (None, None),
             };
+        // A ttl after a delay is added to the decided instant, in the
+        // database: from there to the window's end, then the ttl.
+        let expires_after_ms = match (expires_after_ms, window) {
+            (Some(ttl), Some((w, offset))) => Some(ttl + u64::from(w.ms) - offset),
+            (ttl, _) => ttl,
+        };
+        let schedule = window.map_or(schedule, |(_, offset)| schedule.later_by(offset));
         let (payload, payload_kind) = payload_parse(self.payload, self.payload_base64, limits)?
             .unwrap_or((Vec::new(), PayloadKind::Bytes));
         let overrides = PolicyOverrides {
@@ -314,6 +390,7 @@ impl CreateJob {
             schedule_id: None,
             expires_at,
             expires_after_ms,
+            window: window.map(|(w, _)| w),
         })
     }
 }
@@ -325,7 +402,7 @@ impl PatchJob {
         self,
         limits: Limits,
         now: DateTime<Utc>,
-    ) -> Result<(u32, JobChanges), ApiError> {
+    ) -> Result<(u32, JobChanges, Option<Option<u32>>), ApiError> {
         let version = self.version.ok_or_else(|| {
             ApiError::InvalidRequest(
                 "version is required: send the version you read, to change nothing you have not seen"
@@ -340,15 +417,20 @@ impl PatchJob {
             payload: payload_parse(self.payload, self.payload_base64, limits)?,
             headers: self.headers,
             expiry: expiry_parse(self.expires_at, self.ttl_ms)?,
+            window: None,
         };
-        if changes == JobChanges::default() {
+        let window = match self.window_ms {
+            None => None,
+            Some(ms) => Some(window_parse(ms)?),
+        };
+        if changes == JobChanges::default() && window.is_none() {
             return Err(ApiError::InvalidRequest(
                 "nothing to change: give run_at, delay_ms, payload, payload_base64, headers, \
-                 expires_at or ttl_ms"
+                 expires_at, ttl_ms or window_ms"
                     .to_owned(),
             ));
         }
-        Ok((version, changes))
+        Ok((version, changes, window))
     }
 }
 
@@ -665,10 +747,11 @@ pub async fn patch(
     ApiJson(body): ApiJson<PatchJob>,
 ) -> Result<Response, ApiError> {
     caller.require(Scope::Write)?;
-    let (version, changes) = body.validate(Limits::of(&state), Utc::now())?;
+    let (version, mut changes, window) = body.validate(Limits::of(&state), Utc::now())?;
     // A job's topic never changes, so the check holds for the write.
     let job = state.store.job_get(id).await?;
     caller.topic(&job.topic)?;
+    window_patched(&job, &mut changes, window);
     // Checked against the job read: a change to it since moves its version,
     // and the write below then refuses the caller's.
     expiry_check_patched(&job, &changes, Utc::now())?;

@@ -53,6 +53,14 @@ pub struct JobView {
     /// `misfire: skip` schedule).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub expires_at: Option<String>,
+    /// Its flexible window: it may go out at any instant of [run_at,
+    /// run_at + window_ms].
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub window_ms: Option<u32>,
+    /// With a window: the instant tickler decided on in it, when it goes
+    /// out (`dispatched_at` says when it did).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub produce_at: Option<String>,
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
@@ -83,7 +91,8 @@ impl From<Job> for JobView {
             topic: job.topic,
             key: job.key,
             status: job.status.to_string(),
-            run_at: time_format(job.schedule_time),
+            // With a window, the time asked for: its start.
+            run_at: time_format(job.window_start.unwrap_or(job.schedule_time)),
             attempt: job.attempt,
             max_attempts: job.policy.max_attempts,
             version: job.version,
@@ -95,6 +104,8 @@ impl From<Job> for JobView {
             traceparent: job.trace_parent,
             schedule_id: job.schedule_id,
             expires_at: job.expires_at.map(time_format),
+            window_ms: job.window_ms,
+            produce_at: job.window_ms.map(|_| time_format(job.schedule_time)),
             payload,
             payload_base64,
             headers: job.headers,

@@ -12,7 +12,7 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeZone, Utc};
 
-use crate::job::{self, Expiry, InvalidJob, NewJob, PayloadKind, Schedule};
+use crate::job::{self, Expiry, InvalidJob, NewJob, PayloadKind, Schedule, Window};
 use crate::policy::{Policy, PolicyOverrides};
 
 /// Where the job goes: the topic its record is produced to.
@@ -33,10 +33,13 @@ pub const HEADER_ACK_TIMEOUT_MS: &str = "tickler-ack-timeout-ms";
 /// Not produced by this RFC 3339 time (after its run-at), the job ends
 /// `expired`, never produced.
 pub const HEADER_EXPIRES_AT: &str = "tickler-expires-at";
+/// A flexible window, milliseconds after the run-at in which the job may
+/// go out (as `window_ms` on create).
+pub const HEADER_WINDOW_MS: &str = "tickler-window-ms";
 
 /// Every `tickler-` header a request may carry; any other is a mistake
 /// (a misspelt `tickler-run-at` must not be delivered as a plain header).
-const HEADERS_KNOWN: [&str; 11] = [
+const HEADERS_KNOWN: [&str; 12] = [
     HEADER_TARGET_TOPIC,
     HEADER_RUN_AT,
     HEADER_DELAY_MS,
@@ -48,6 +51,7 @@ const HEADERS_KNOWN: [&str; 11] = [
     HEADER_BACKOFF_CAP_MS,
     HEADER_ACK_TIMEOUT_MS,
     HEADER_EXPIRES_AT,
+    HEADER_WINDOW_MS,
 ];
 
 /// A request record as this module reads it, so that it can be tested
@@ -238,6 +242,34 @@ pub fn request_parse(
         limits,
         now,
     )?;
+    let window = match ours.remove(HEADER_WINDOW_MS) {
+        None => None,
+        Some(text) => {
+            let ms: u32 = text
+                .trim()
+                .parse()
+                .ok()
+                .filter(|ms| *ms <= job::WINDOW_MAX_MS)
+                .ok_or_else(|| {
+                    RequestError::Schedule(format!(
+                        "{HEADER_WINDOW_MS} {text:?} is not a whole number of milliseconds from 0 to {}",
+                        job::WINDOW_MAX_MS
+                    ))
+                })?;
+            (ms > 0).then(|| {
+                let offset = job::window_offset_ms(&topic, Some(&key), ms);
+                (
+                    Window {
+                        ms,
+                        start: schedule,
+                    },
+                    offset,
+                )
+            })
+        }
+    };
+    // An expiry comes after the window's end, where the job may go out.
+    let latest = window.map_or(schedule, |(w, _)| schedule.later_by(u64::from(w.ms)));
     let expires_at = match ours.remove(HEADER_EXPIRES_AT) {
         Some(text) => {
             let at = DateTime::parse_from_rfc3339(text.trim()).map_err(|err| {
@@ -245,7 +277,7 @@ pub fn request_parse(
                     "{HEADER_EXPIRES_AT} {text:?} is not an RFC 3339 time ({err}), e.g. 2030-01-31T09:05:00.000Z"
                 ))
             })?;
-            job::expiry_resolve(Expiry::At(at.with_timezone(&Utc)), &schedule, now)
+            job::expiry_resolve(Expiry::At(at.with_timezone(&Utc)), &latest, now)
                 .map_err(|err| RequestError::Expiry(format!("{HEADER_EXPIRES_AT}: {err}")))?
                 .0
         }
@@ -260,6 +292,7 @@ pub fn request_parse(
     };
     let policy = overrides.over(topic_policy(&topic));
     policy.validate().map_err(RequestError::Policy)?;
+    let schedule = window.map_or(schedule, |(_, offset)| schedule.later_by(offset));
     Ok(Request::Put(NewJob {
         topic,
         key: Some(key),
@@ -272,6 +305,7 @@ pub fn request_parse(
         schedule_id: None,
         expires_at,
         expires_after_ms: None,
+        window: window.map(|(w, _)| w),
     }))
 }
 

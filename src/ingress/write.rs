@@ -372,6 +372,7 @@ impl Writer {
                     (None, Some(ttl_ms)) => Some(Expiry::AfterRun { ttl_ms }),
                     (None, None) => None,
                 }),
+                window: Some(job.window),
             };
             match write_retrying(cancel, || {
                 store.job_modify_with_position(

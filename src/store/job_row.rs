@@ -24,7 +24,7 @@ macro_rules! job_columns {
             ", payload_kind, headers, schedule_time, status, attempt, max_attempts, version, \
              created_at, updated_at, dispatched_at, kafka_partition, kafka_offset, last_error, \
              expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, ack_deadline, \
-             trace_parent, schedule_id, expires_at"
+             trace_parent, schedule_id, expires_at, window_ms, window_start"
         )
     };
 }
@@ -76,7 +76,7 @@ pub(super) async fn job_read_back(
 /// decided (its id, the time a `delay_ms` comes to, the defaults). The
 /// rest is the request's ([`job_created`]).
 pub(super) const CREATED_COLUMNS: &str =
-    "id, schedule_time, status, attempt, version, created_at, updated_at, expires_at";
+    "id, schedule_time, status, attempt, version, created_at, updated_at, expires_at, window_start";
 
 /// A job just inserted from `new`, as stored: [`CREATED_COLUMNS`] from
 /// `row`, the rest from `new` as it was bound (times to the millisecond),
@@ -115,6 +115,10 @@ pub(super) fn job_created(new: &NewJob, row: &MySqlRow) -> Result<Job, StoreErro
         schedule_id: new.schedule_id,
         expires_at: row
             .try_get::<Option<NaiveDateTime>, _>("expires_at")?
+            .map(|at| at.and_utc()),
+        window_ms: new.window.map(|window| window.ms),
+        window_start: row
+            .try_get::<Option<NaiveDateTime>, _>("window_start")?
             .map(|at| at.and_utc()),
     })
 }
@@ -159,6 +163,10 @@ pub(super) fn job_from_row(row: &MySqlRow) -> Result<Job, StoreError> {
         trace_parent: text(row, "trace_parent")?,
         schedule_id: row.try_get("schedule_id")?,
         expires_at: expires_at.map(|at| at.and_utc()),
+        window_ms: row.try_get("window_ms")?,
+        window_start: row
+            .try_get::<Option<NaiveDateTime>, _>("window_start")?
+            .map(|at| at.and_utc()),
     })
 }
 

@@ -17,7 +17,7 @@ use super::job_row::{
 };
 use super::sql::{run_at_push, topic_patterns_push};
 use super::{Store, StoreError};
-use crate::job::{Expiry, Job, JobId, NewJob, PayloadKind, Schedule, Status};
+use crate::job::{Expiry, Job, JobId, NewJob, PayloadKind, Schedule, Status, Window};
 
 /// What a modification of a pending job changes; None leaves it as is.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -29,6 +29,9 @@ pub struct JobChanges {
     /// through a move; a schedule's occurrence moved loses its misfire
     /// expiry (it is no longer an occurrence to skip when late).
     pub expiry: Option<Option<Expiry>>,
+    /// A new flexible window (Some(None): none); `schedule` is then the
+    /// instant decided in it.
+    pub window: Option<Option<Window>>,
 }
 
 /// What became of a modification.
@@ -208,6 +211,26 @@ impl Store {
                     .push(", schedule_time = TIMESTAMPADD(MICROSECOND, ")
                     .push_bind(delay_ms.saturating_mul(1000))
                     .push(", UTC_TIMESTAMP(3))");
+            }
+            None => {}
+        }
+        match &changes.window {
+            Some(None) => {
+                query.push(", window_ms = NULL, window_start = NULL");
+            }
+            Some(Some(window)) => {
+                query.push(", window_ms = ").push_bind(window.ms);
+                match window.start {
+                    Schedule::At(at) => {
+                        query.push(", window_start = ").push_bind(db_time(at));
+                    }
+                    Schedule::After { delay_ms } => {
+                        query
+                            .push(", window_start = TIMESTAMPADD(MICROSECOND, ")
+                            .push_bind(delay_ms.saturating_mul(1000))
+                            .push(", UTC_TIMESTAMP(3))");
+                    }
+                }
             }
             None => {}
         }
@@ -413,10 +436,11 @@ impl Store {
         sqlx::query(
             "INSERT INTO jobs (topic, job_key, payload, payload_kind, headers, schedule_time, \
              max_attempts, expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
-             trace_parent, schedule_id, expires_at) \
+             trace_parent, schedule_id, expires_at, window_ms, window_start) \
              VALUES (?, ?, ?, ?, ?, COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))), \
              ?, ?, ?, ?, ?, ?, ?, COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, \
-             COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))))))",
+             COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))))), \
+             ?, COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))))",
         )
         .bind(&job.topic)
         .bind(&job.key)
@@ -436,6 +460,9 @@ impl Store {
         .bind(expires_after_us(job))
         .bind(at)
         .bind(delay_us)
+        .bind(job.window.map(|window| window.ms))
+        .bind(window_start(job).0)
+        .bind(window_start(job).1)
         .execute(&mut *tx)
         .await?;
         let row = sqlx::query(&format!(
@@ -566,7 +593,7 @@ async fn insert_chunk_on(
     let mut insert = QueryBuilder::<MySql>::new(
         "INSERT INTO jobs (topic, job_key, payload, payload_kind, headers, schedule_time, \
          max_attempts, expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
-         trace_parent, schedule_id, expires_at, create_token",
+         trace_parent, schedule_id, expires_at, window_ms, window_start, create_token",
     );
     insert.push(if positions.is_some() {
         ", ingress_position) "
@@ -604,6 +631,12 @@ async fn insert_chunk_on(
             .push_unseparated(", TIMESTAMPADD(MICROSECOND, ")
             .push_bind_unseparated(delay_us)
             .push_unseparated(", UTC_TIMESTAMP(3)))))")
+            .push_bind(job.window.map(|window| window.ms))
+            .push_unseparated(", COALESCE(")
+            .push_bind_unseparated(window_start(job).0)
+            .push_unseparated(", TIMESTAMPADD(MICROSECOND, ")
+            .push_bind_unseparated(window_start(job).1)
+            .push_unseparated(", UTC_TIMESTAMP(3)))")
             .push_bind(token_base | index as u64);
         if let Some(positions) = positions {
             row.push_bind(positions.get(index).map(String::as_str));
@@ -649,6 +682,16 @@ fn headers_encode(headers: &BTreeMap<String, String>) -> Option<String> {
         None
     } else {
         serde_json::to_string(headers).ok()
+    }
+}
+
+/// A job's window start, as (an instant, or a delay in microseconds from the
+/// database's clock); (None, None) without a window.
+fn window_start(job: &NewJob) -> (Option<NaiveDateTime>, Option<u64>) {
+    match job.window.map(|window| window.start) {
+        Some(Schedule::At(at)) => (Some(db_time(at)), None),
+        Some(Schedule::After { delay_ms }) => (None, Some(delay_ms.saturating_mul(1000))),
+        None => (None, None),
     }
 }
 

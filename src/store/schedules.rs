@@ -504,6 +504,7 @@ impl Store {
                 schedule_id: Some(id),
                 expires_at: occurrence.expires_at,
                 expires_after_ms: None,
+                window: None,
             })
             .collect();
         // One statement per few MiB of payloads: MariaDB's default

@@ -46,14 +46,56 @@ impl Store {
             .collect()
     }
 
-    /// Raises the watermarks: each of `held` to its instant (a topic new
-    /// here gets a row), every other topic's to `free`. Never lowers one.
+    /// The topics of the next `limit` pending jobs due after `after`: the
+    /// topics about to need a watermark (a range scan of `limit` index
+    /// entries).
+    pub async fn jobs_upcoming_topics(
+        &self,
+        after: DateTime<Utc>,
+        limit: u32,
+    ) -> Result<Vec<String>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT DISTINCT topic FROM (SELECT topic FROM jobs WHERE status = 'pending' \
+             AND status_at > ? ORDER BY status_at LIMIT ?) upcoming",
+        )
+        .bind(db_time(after))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let topic: Vec<u8> = row.try_get("topic")?;
+                Ok(String::from_utf8_lossy(&topic).into_owned())
+            })
+            .collect()
+    }
+
+    /// Raises the watermarks: each of `held` to its instant, every other
+    /// topic's to `free`; `upcoming` topics without a row get one at
+    /// `free` (a topic new here first appears there or in `held`). Never
+    /// lowers one.
     pub async fn watermarks_raise(
         &self,
         held: &[(String, DateTime<Utc>)],
+        upcoming: &[String],
         free: DateTime<Utc>,
     ) -> Result<(), StoreError> {
         let mut tx = self.begin().await?;
+        let fresh: Vec<&String> = upcoming
+            .iter()
+            .filter(|topic| !held.iter().any(|(held, _)| held == *topic))
+            .collect();
+        if !fresh.is_empty() {
+            let mut insert = QueryBuilder::<MySql>::new(
+                "INSERT IGNORE INTO topic_watermarks (topic, watermark_at, updated_at) ",
+            );
+            insert.push_values(fresh, |mut row, topic| {
+                row.push_bind(topic)
+                    .push_bind(db_time(free))
+                    .push("UTC_TIMESTAMP(3)");
+            });
+            insert.build().execute(&mut *tx).await?;
+        }
         if !held.is_empty() {
             let mut insert = QueryBuilder::<MySql>::new(
                 "INSERT IGNORE INTO topic_watermarks (topic, watermark_at, updated_at) ",

@@ -130,5 +130,6 @@ pub fn job_new(topic: &str, in_ms: i64) -> NewJob {
         schedule_id: None,
         expires_at: None,
         expires_after_ms: None,
+        window: None,
     }
 }

@@ -450,8 +450,12 @@ impl Bench {
                     if Utc::now() < start + chrono::Duration::seconds(3) {
                         continue;
                     }
-                    let Ok(response) = http.get(&url).send().await else { continue };
-                    let Ok(view) = response.json::<Value>().await else { continue };
+                    let Ok(response) = http.get(&url).send().await else {
+                        continue;
+                    };
+                    let Ok(view) = response.json::<Value>().await else {
+                        continue;
+                    };
                     if let Some(mark) = view["watermark"]
                         .as_str()
                         .and_then(|at| chrono::DateTime::parse_from_rfc3339(at).ok())
