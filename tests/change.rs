@@ -588,3 +588,103 @@ async fn a_move_past_the_jobs_expiry_is_refused_unless_the_expiry_moves_too() {
     assert!(cleared["expires_at"].is_null(), "{cleared}");
     env.finish().await;
 }
+
+/// A flexible window (#45): 120 keyed jobs asked for one instant with a 3 s
+/// window go out spread over it — none before their time, none after the
+/// window's end — and each job shows its window and the instant decided.
+/// Created again, a job keeps its instant; moved, it keeps its offset.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_with_a_window_go_out_spread_over_it_never_early_or_past_it() {
+    let env = TestEnv::start().await;
+    let consumer = env.consumer();
+    let run_at = Utc::now() + chrono::Duration::seconds(2);
+    let topic = env.topic.clone();
+    let body = |i: usize| json!({"topic": topic, "key": format!("w{i}"), "payload": i, "run_at": run_at.to_rfc3339(), "window_ms": 3000});
+    let (status, answer) = env
+        .post(
+            "/v1/jobs/batch",
+            json!({"jobs": (0..120).map(body).collect::<Vec<_>>()}),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let ids: Vec<u64> = answer["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_u64().unwrap())
+        .collect();
+    let (_, first) = env.get(&format!("/v1/jobs/{}", ids[0])).await;
+    let asked = chrono::DateTime::parse_from_rfc3339(first["run_at"].as_str().unwrap()).unwrap();
+    assert_eq!(
+        asked.timestamp_millis(),
+        run_at.timestamp_millis(),
+        "run_at is the time asked for"
+    );
+    assert_eq!(first["window_ms"], 3000);
+    let produce_at = first["produce_at"].as_str().unwrap().to_owned();
+    // The same create again: the same job, the same instant.
+    let (status, again) = env.post("/v1/jobs", body(0)).await;
+    assert_eq!(status, 200, "{again}");
+    assert_eq!(again["produce_at"], produce_at.as_str());
+
+    let records = records_read(&consumer, 120, Duration::from_secs(15)).await;
+    assert_eq!(records.len(), 120);
+    let start = run_at.timestamp_millis();
+    let sent: Vec<i64> = records
+        .iter()
+        .map(|r| ms(r.header("tickler-dispatched-at")) - start)
+        .collect();
+    assert!(
+        sent.iter().all(|at| *at >= 0),
+        "none before its time: {sent:?}"
+    );
+    assert!(
+        sent.iter().all(|at| *at <= 3_000 + 500),
+        "none past the window: {sent:?}"
+    );
+    let (early, late) = (
+        sent.iter().filter(|at| **at < 1_500).count(),
+        sent.iter().filter(|at| **at >= 1_500).count(),
+    );
+    assert!(
+        early > 30 && late > 30,
+        "spread over the window: {early} in its first half, {late} in its second"
+    );
+
+    // Moved, a keyed job keeps its place in the window.
+    let later = env
+        .job_create(json!({"key": "moved", "payload": 1, "delay_ms": 600000, "window_ms": 60000}))
+        .await;
+    let offset = |job: &Value| {
+        let at = |field: &str| {
+            chrono::DateTime::parse_from_rfc3339(job[field].as_str().unwrap()).unwrap()
+        };
+        (at("produce_at") - at("run_at")).num_milliseconds()
+    };
+    let new_at = (Utc::now() + chrono::Duration::minutes(30)).to_rfc3339();
+    let (status, moved) = patch(
+        &env,
+        later["id"].as_u64().unwrap(),
+        json!({"version": later["version"], "run_at": new_at}),
+    )
+    .await;
+    assert_eq!(status, 200, "{moved}");
+    assert_eq!(offset(&moved), offset(&later));
+    assert_eq!(moved["window_ms"], 60000);
+    let (status, unwindowed) = patch(
+        &env,
+        later["id"].as_u64().unwrap(),
+        json!({"version": moved["version"], "window_ms": null}),
+    )
+    .await;
+    assert_eq!(status, 200, "{unwindowed}");
+    assert!(
+        unwindowed["window_ms"].is_null() && unwindowed["produce_at"].is_null(),
+        "{unwindowed}"
+    );
+    assert_eq!(
+        unwindowed["run_at"], moved["run_at"],
+        "back to the time asked for"
+    );
+    env.finish().await;
+}

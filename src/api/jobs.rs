@@ -902,6 +902,69 @@ mod tests {
     }
 
     #[test]
+    fn a_window_decides_an_instant_in_it_once_from_the_key() {
+        let body = r#"{"topic":"t","key":"k1","run_at":"2030-01-02T00:00:00Z","window_ms":600000}"#;
+        let job = parse(body).unwrap();
+        let window = job.window.expect("a window");
+        assert_eq!(window.ms, 600_000);
+        let start = DateTime::parse_from_rfc3339("2030-01-02T00:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert_eq!(window.start, Schedule::At(start));
+        let Schedule::At(at) = job.schedule else {
+            panic!("absolute")
+        };
+        assert!(
+            at >= start && at <= start + chrono::Duration::minutes(10),
+            "{at}"
+        );
+        assert_eq!(
+            parse(body).unwrap().schedule,
+            job.schedule,
+            "the same key, the same instant"
+        );
+        // Keys spread over the window.
+        let instants: std::collections::BTreeSet<String> = (0..50)
+            .map(|i| {
+                let job = parse(&format!(
+                    r#"{{"topic":"t","key":"k{i}","run_at":"2030-01-02T00:00:00Z","window_ms":600000}}"#
+                ))
+                .unwrap();
+                format!("{:?}", job.schedule)
+            })
+            .collect();
+        assert!(instants.len() > 45, "{} distinct of 50", instants.len());
+        // No window: the time itself.
+        let plain =
+            parse(r#"{"topic":"t","run_at":"2030-01-02T00:00:00Z","window_ms":0}"#).unwrap();
+        assert_eq!((plain.schedule, plain.window), (Schedule::At(start), None));
+        for bad in [-1, 86_400_001] {
+            assert_eq!(
+                code(&format!(
+                    r#"{{"topic":"t","delay_ms":5,"window_ms":{bad}}}"#
+                )),
+                "invalid_schedule"
+            );
+        }
+        // An expiry must come after the window's end.
+        assert_eq!(
+            code(
+                r#"{"topic":"t","run_at":"2030-01-02T00:00:00Z","window_ms":600000,"expires_at":"2030-01-02T00:09:00Z"}"#
+            ),
+            "invalid_expiry"
+        );
+        let job = parse(
+            r#"{"topic":"t","run_at":"2030-01-02T00:00:00Z","window_ms":600000,"ttl_ms":60000}"#,
+        )
+        .unwrap();
+        assert_eq!(
+            job.expires_at,
+            Some(start + chrono::Duration::minutes(11)),
+            "a ttl counts from the window's end"
+        );
+    }
+
+    #[test]
     fn an_expiry_at_or_before_run_at_or_malformed_is_refused() {
         for body in [
             r#"{"topic":"t","run_at":"2030-01-02T00:00:00Z","expires_at":"2030-01-02T00:00:00Z"}"#,

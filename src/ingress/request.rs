@@ -461,6 +461,46 @@ mod tests {
     }
 
     #[test]
+    fn a_window_header_spreads_the_job_by_its_key_and_bad_ones_are_refused() {
+        let headers = [
+            ("tickler-target-topic", "orders"),
+            ("tickler-run-at", "2030-01-02T00:00:00Z"),
+            ("tickler-window-ms", "60000"),
+        ];
+        let job = put(&record(Some(b"x"), &headers));
+        let start = DateTime::parse_from_rfc3339("2030-01-02T00:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert_eq!(
+            job.window.map(|w| (w.ms, w.start)),
+            Some((60_000, Schedule::At(start)))
+        );
+        let Schedule::At(at) = job.schedule else {
+            panic!("absolute")
+        };
+        assert!(at >= start && at <= start + chrono::Duration::minutes(1));
+        assert_eq!(
+            put(&record(Some(b"x"), &headers)).schedule,
+            job.schedule,
+            "read again, the same instant"
+        );
+        for bad in ["-1", "86400001", "soon"] {
+            assert_eq!(
+                code(
+                    Some(b"x"),
+                    &[
+                        ("tickler-target-topic", "orders"),
+                        ("tickler-run-at", "2030-01-02T00:00:00Z"),
+                        ("tickler-window-ms", bad),
+                    ],
+                ),
+                "invalid_schedule",
+                "{bad}"
+            );
+        }
+    }
+
+    #[test]
     fn an_expiry_header_after_the_run_at_is_the_jobs_expiry_and_one_before_is_refused() {
         let job = put(&record(
             Some(b"x"),

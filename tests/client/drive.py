@@ -55,7 +55,8 @@ later = CreateJob.from_dict({"topic": topic, "key": "later", "payload": {"n": 1}
 job = call(job_create, body=later)
 assert job.expires_at.startswith("2030-01-31T09:30"), job.expires_at
 call(jobs_batch_create, body=CreateBatch.from_dict({"jobs": [
-    {"topic": topic, "key": "b1", "payload": 1, "delay_ms": 600000, "ttl_ms": 60000},
+    {"topic": topic, "key": "b1", "payload": 1, "delay_ms": 600000, "ttl_ms": 60000,
+     "window_ms": 30000},
     {"topic": topic, "key": "b2", "payload": 2, "delay_ms": 600000}]}))
 job = call(job_get, job.id)
 page = call(jobs_list, topic=topic, limit=10)
