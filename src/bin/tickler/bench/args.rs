@@ -23,6 +23,12 @@ pub struct BenchArgs {
     /// Request records in the ingress stage.
     #[arg(long)]
     pub ingress: Option<u64>,
+    /// Jobs due at one instant in the midnight stage.
+    #[arg(long)]
+    pub midnight: Option<u64>,
+    /// Their window, in milliseconds.
+    #[arg(long)]
+    pub midnight_window_ms: Option<u64>,
     /// Far-future pending rows for the reconciler stage.
     #[arg(long)]
     pub far_rows: Option<u64>,
@@ -44,8 +50,8 @@ pub struct BenchArgs {
     #[arg(long)]
     pub only_instances: bool,
     /// Run only these stages (comma-separated: schedule, floor,
-    /// lateness, isolation, burst, results, ingress, redis, reconcile,
-    /// instances).
+    /// lateness, isolation, burst, results, ingress, midnight, redis,
+    /// reconcile, instances).
     #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(STAGES))]
     pub stages: Option<Vec<String>>,
 }
@@ -64,6 +70,10 @@ impl BenchArgs {
             lateness_secs: self.lateness_secs.unwrap_or(defaults.lateness_secs),
             burst: self.burst.unwrap_or(defaults.burst),
             ingress: self.ingress.unwrap_or(defaults.ingress),
+            midnight: self.midnight.unwrap_or(defaults.midnight),
+            midnight_window_ms: self
+                .midnight_window_ms
+                .unwrap_or(defaults.midnight_window_ms),
             far_rows: self.far_rows.unwrap_or(defaults.far_rows),
             window_rows: self.window_rows.unwrap_or(defaults.window_rows),
             clients: self.clients.unwrap_or(defaults.clients),

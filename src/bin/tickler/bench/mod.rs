@@ -73,6 +73,11 @@ pub struct BenchOptions {
     pub results: u64,
     /// Request records in the ingress stage.
     pub ingress: u64,
+    /// The midnight stage: jobs due at one instant, their window, and the
+    /// topic's pace.
+    pub midnight: u64,
+    pub midnight_window_ms: u64,
+    pub midnight_pace: u32,
     pub memory_jobs: u64,
     pub far_rows: u64,
     pub window_rows: u64,
@@ -89,7 +94,7 @@ pub struct BenchOptions {
 const INGRESS_ROUNDS: usize = 3;
 
 /// The stages, by the names `--stages` takes.
-pub const STAGES: [&str; 10] = [
+pub const STAGES: [&str; 11] = [
     "schedule",
     "floor",
     "lateness",
@@ -97,6 +102,7 @@ pub const STAGES: [&str; 10] = [
     "burst",
     "results",
     "ingress",
+    "midnight",
     "redis",
     "reconcile",
     "instances",
@@ -128,6 +134,9 @@ impl BenchOptions {
             burst: 50_000,
             results: 20_000,
             ingress: 100_000,
+            midnight: 200_000,
+            midnight_window_ms: 600_000,
+            midnight_pace: 1_000,
             memory_jobs: 100_000,
             far_rows: 10_000_000,
             window_rows: 1_000_000,
@@ -150,6 +159,9 @@ impl BenchOptions {
             burst: 1000,
             results: 500,
             ingress: 1000,
+            midnight: 2_000,
+            midnight_window_ms: 5_000,
+            midnight_pace: 1_000,
             memory_jobs: 1000,
             far_rows: 20_000,
             window_rows: 5_000,
@@ -290,6 +302,10 @@ async fn run_in(
         if wants("ingress") {
             bench.stage_topic("ingress").await?;
             bench.ingress(&running.store, &running.index).await?;
+        }
+        if wants("midnight") {
+            bench.stage_topic("midnight").await?;
+            bench.midnight().await?;
         }
         anyhow::Ok(())
     }
@@ -1082,6 +1098,83 @@ impl Bench {
             report.indexed
         );
         index.clear().await?;
+        Ok(())
+    }
+
+    /// The midnight stage: `midnight` keyed jobs due at one instant on a
+    /// topic paced at `midnight_pace` a second, with a window of
+    /// `midnight_window_ms`; then the same burst without a window. Prints
+    /// the busiest second, how many went out early or past their window,
+    /// and the span, from the records' `tickler-dispatched-at`.
+    async fn midnight(&self) -> anyhow::Result<()> {
+        let (n, window_ms, pace) = (
+            self.options.midnight,
+            self.options.midnight_window_ms,
+            self.options.midnight_pace,
+        );
+        let topic = self.topic();
+        let response = self
+            .http
+            .patch(format!("{}/v1/topics/{topic}", self.base_url()))
+            .json(&json!({ "max_per_second": pace }))
+            .send()
+            .await?;
+        if !response.status().is_success() {
+            bail!("midnight: pacing the topic: {}", response.text().await?);
+        }
+        for window in [Some(window_ms), None] {
+            let lead = 3 + n / 20_000;
+            let due = Utc::now() + chrono::Duration::seconds(lead as i64);
+            let jobs: Vec<Value> = (0..n)
+                .map(|i| {
+                    let mut job = self.job(due, i);
+                    job["key"] = json!(format!("midnight-{}-{i}", window.is_some()));
+                    if let Some(window_ms) = window {
+                        job["window_ms"] = json!(window_ms);
+                    }
+                    job
+                })
+                .collect();
+            let ids = self.batches_created(jobs).await?;
+            if Utc::now() >= due {
+                bail!("midnight: creating {n} jobs took longer than the {lead} s lead");
+            }
+            let wait =
+                Duration::from_millis(window.unwrap_or(0) + n * 1_000 / u64::from(pace) + 60_000);
+            let seen = self.await_records(&ids, wait).await;
+            let due_ms = due.timestamp_millis();
+            let end_ms = due_ms + window.unwrap_or(0) as i64;
+            let mut per_second: HashMap<i64, u64> = HashMap::new();
+            for s in &seen {
+                *per_second
+                    .entry(s.dispatched_at_ms.div_euclid(1000))
+                    .or_default() += 1;
+            }
+            let busiest = per_second.values().max().copied().unwrap_or(0);
+            let early = seen.iter().filter(|s| s.dispatched_at_ms < due_ms).count();
+            let past = seen.iter().filter(|s| s.dispatched_at_ms > end_ms).count();
+            let last = seen
+                .iter()
+                .map(|s| s.dispatched_at_ms)
+                .max()
+                .unwrap_or(due_ms);
+            let mut past_end: Vec<i64> = seen
+                .iter()
+                .map(|s| (s.dispatched_at_ms - end_ms).max(0))
+                .collect();
+            println!(
+                "midnight: {n} jobs due at one instant on a topic paced at {pace}/s, {}: busiest second {busiest} jobs, early {early}, past the window {past}, the last {:.1} s after the instant; past the window's end {}",
+                match window {
+                    Some(ms) => format!("window {} s", ms / 1000),
+                    None => "no window".to_owned(),
+                },
+                (last - due_ms) as f64 / 1000.0,
+                percentiles(&mut past_end)
+            );
+            if seen.len() as u64 != n {
+                bail!("midnight: {} of {n} jobs arrived", seen.len());
+            }
+        }
         Ok(())
     }
 
