@@ -166,9 +166,12 @@ pub struct Window {
 /// job's offset comes from its topic and key (FNV-1a, the same in every
 /// build), so a create sent again lands on the same instant; an unkeyed
 /// one's is drawn. Spread evenly over the window, what falls due together
-/// goes out at `count / window` a second.
+/// goes out at `count / window` a second. The last tenth of the window (at
+/// most a second) is left as room for the dispatch itself, so that a job
+/// decided for the window's very end does not go out a millisecond past it.
 pub fn window_offset_ms(topic: &str, key: Option<&str>, window_ms: u32) -> u64 {
-    let span = u64::from(window_ms) + 1;
+    let room = (window_ms / 10).min(1_000);
+    let span = u64::from(window_ms - room) + 1;
     match key {
         Some(key) => {
             let mut hash: u64 = 0xcbf2_9ce4_8422_2325;

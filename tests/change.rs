@@ -686,5 +686,34 @@ async fn jobs_with_a_window_go_out_spread_over_it_never_early_or_past_it() {
         unwindowed["run_at"], moved["run_at"],
         "back to the time asked for"
     );
+
+    // Held past its window (its topic paused), a job goes out late, and
+    // says so.
+    let topic = env.topic.clone();
+    let (status, _) = env
+        .post(&format!("/v1/topics/{topic}/pause"), json!({}))
+        .await;
+    assert_eq!(status, 200);
+    let held = env
+        .job_create(json!({"key": "held", "payload": 1, "delay_ms": 100, "window_ms": 200}))
+        .await;
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    let (status, _) = env
+        .post(&format!("/v1/topics/{topic}/resume"), json!({}))
+        .await;
+    assert_eq!(status, 200);
+    let id = held["id"].as_u64().unwrap();
+    let late = tickler_testkit::eventually(Duration::from_secs(10), || async {
+        let (_, job) = env.get(&format!("/v1/jobs/{id}")).await;
+        (job["status"] == "dispatched").then_some(job)
+    })
+    .await
+    .expect("produced after the resume");
+    assert!(
+        late["last_error"].as_str().is_some_and(
+            |e| e.starts_with("produced ") && e.ends_with(" ms after its window ended")
+        ),
+        "{late}"
+    );
     env.finish().await;
 }

@@ -430,7 +430,12 @@ impl Store {
                      j.claimed_at = NULL, j.dispatched_at = d.t, \
                      j.kafka_partition = d.p, j.kafka_offset = d.o, \
                      j.ack_deadline = IF(j.expects_result, \
-                       TIMESTAMPADD(MICROSECOND, j.ack_timeout_ms * 1000, UTC_TIMESTAMP(3)), NULL) \
+                       TIMESTAMPADD(MICROSECOND, j.ack_timeout_ms * 1000, UTC_TIMESTAMP(3)), NULL), \
+                     j.last_error = IF(j.window_ms IS NOT NULL \
+                       AND d.t > TIMESTAMPADD(MICROSECOND, j.window_ms * 1000, j.window_start), \
+                       CONCAT('produced ', TIMESTAMPDIFF(MICROSECOND, \
+                         TIMESTAMPADD(MICROSECOND, j.window_ms * 1000, j.window_start), d.t) DIV 1000, \
+                         ' ms after its window ended'), j.last_error) \
                      WHERE j.status = 'dispatching' AND COALESCE(j.claim_token, 0) = d.k",
             );
             let ids: Vec<JobId> = chunk.iter().map(|job| job.id).collect();
