@@ -735,3 +735,50 @@ async fn a_job_cannot_take_an_occurrences_key() {
     assert_eq!(status, 201, "an '@' alone is fine");
     env.finish().await;
 }
+
+/// `jitter_ms` and `window_ms` on a schedule: its occurrence's job runs up
+/// to the jitter after the schedule's instant, with the window from there,
+/// and the instant decided in it; a bad value is a 400.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_schedules_jitter_and_window_place_its_occurrences() {
+    let env = TestEnv::start().await;
+    let start = Utc::now() + chrono::Duration::hours(1);
+    let schedule = create(
+        &env,
+        json!({"key": "spread", "every_ms": 3_600_000, "start_at": start.to_rfc3339(),
+               "jitter_ms": 60_000, "window_ms": 120_000}),
+    )
+    .await;
+    assert_eq!(
+        (
+            schedule["jitter_ms"].as_u64(),
+            schedule["window_ms"].as_u64()
+        ),
+        (Some(60_000), Some(120_000))
+    );
+    let job_id = schedule["pending"][0]["job_id"].as_u64().unwrap();
+    let (_, job) = env.get(&format!("/v1/jobs/{job_id}")).await;
+    let run_at = at(job["run_at"].as_str().unwrap());
+    let produce_at = at(job["produce_at"].as_str().unwrap());
+    let instant = at(&tickler::job::time_format(tickler::job::truncate_to_ms(
+        start,
+    )));
+    assert!(
+        run_at >= instant && run_at <= instant + chrono::Duration::seconds(54),
+        "jittered: {job}"
+    );
+    assert_eq!(job["window_ms"], 120_000);
+    assert!(
+        produce_at >= run_at && produce_at <= run_at + chrono::Duration::seconds(120),
+        "{job}"
+    );
+    let (status, refused) = env
+        .post(
+            "/v1/schedules",
+            json!({"topic": env.topic, "key": "too-wide", "every_ms": 60_000, "jitter_ms": 86_400_001}),
+        )
+        .await;
+    assert_eq!(status, 400, "{refused}");
+    assert_eq!(refused["error"]["code"], "invalid_schedule");
+    env.finish().await;
+}

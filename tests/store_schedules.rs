@@ -38,6 +38,8 @@ fn every(every_ms: u64, start_at: DateTime<Utc>) -> ScheduleDef {
         max_occurrences: None,
         misfire: Misfire::FireOnce,
         misfire_grace_ms: 60_000,
+        window_ms: None,
+        jitter_ms: None,
     }
 }
 
@@ -999,4 +1001,34 @@ async fn pending_lists_a_schedules_waiting_occurrences_soonest_first() {
         .unwrap()
         .is_empty());
     db.finish().await;
+}
+
+/// A schedule's jitter and window place each occurrence from its key: the
+/// same occurrence, the same instant; its job's window starts at the
+/// jittered time and the instant lies in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jitter_and_window_place_each_occurrence_from_its_key() {
+    let def = ScheduleDef {
+        window_ms: Some(60_000),
+        jitter_ms: Some(30_000),
+        ..every(HOUR_MS, Utc::now())
+    };
+    let at = Utc::now() + chrono::Duration::hours(1);
+    let placed = tickler::store::occurrence_placed("t", "renewal@x", at, &def);
+    assert_eq!(
+        placed,
+        tickler::store::occurrence_placed("t", "renewal@x", at, &def)
+    );
+    let window = placed.window.expect("a window");
+    let tickler::job::Schedule::At(start) = window.start else {
+        panic!("absolute")
+    };
+    assert!(
+        start >= at && start <= at + chrono::Duration::seconds(30),
+        "jittered: {start}"
+    );
+    assert!(placed.at >= start && placed.at <= start + chrono::Duration::seconds(60));
+    let plain =
+        tickler::store::occurrence_placed("t", "renewal@x", at, &every(HOUR_MS, Utc::now()));
+    assert_eq!((plain.at, plain.window), (at, None));
 }

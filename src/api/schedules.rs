@@ -64,6 +64,12 @@ pub struct CreateSchedule {
     /// How late an occurrence may be and still count as on time (default
     /// 60000).
     pub misfire_grace_ms: Option<u32>,
+    /// Each occurrence's flexible window, as a job's `window_ms` (0 to
+    /// 86400000; 0: none).
+    pub window_ms: Option<u32>,
+    /// Each occurrence moved later by up to this many milliseconds,
+    /// decided from its key (0 to 86400000; 0: none).
+    pub jitter_ms: Option<u32>,
     pub expects_result: Option<bool>,
     pub max_attempts: Option<u32>,
     pub backoff_base_ms: Option<u32>,
@@ -95,6 +101,10 @@ pub struct PatchSchedule {
     pub max_occurrences: Option<Option<u32>>,
     pub misfire: Option<Misfire>,
     pub misfire_grace_ms: Option<u32>,
+    /// 0 removes the window.
+    pub window_ms: Option<u32>,
+    /// 0 removes the jitter.
+    pub jitter_ms: Option<u32>,
     pub expects_result: Option<bool>,
     pub max_attempts: Option<u32>,
     pub backoff_base_ms: Option<u32>,
@@ -135,6 +145,12 @@ pub struct ScheduleView {
     pub max_occurrences: Option<u32>,
     pub misfire: Misfire,
     pub misfire_grace_ms: u32,
+    /// Each occurrence's flexible window.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub window_ms: Option<u32>,
+    /// Each occurrence moved later by up to this.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub jitter_ms: Option<u32>,
     /// The next occurrence not yet created as a job; null once ended.
     pub next_at: Option<String>,
     /// The latest occurrence created as a job.
@@ -186,6 +202,8 @@ impl ScheduleView {
             max_occurrences: def.max_occurrences,
             misfire: def.misfire,
             misfire_grace_ms: def.misfire_grace_ms,
+            window_ms: def.window_ms,
+            jitter_ms: def.jitter_ms,
             next_at: row.next_at.map(time_format),
             last_at: row.last_at.map(time_format),
             occurrences: row.occurrences,
@@ -283,6 +301,14 @@ fn def_check(def: &ScheduleDef, now: DateTime<Utc>) -> Result<Option<DateTime<Ut
             "misfire_grace_ms must be at least 1000".to_owned(),
         ));
     }
+    for (name, value) in [("window_ms", def.window_ms), ("jitter_ms", def.jitter_ms)] {
+        if value.is_some_and(|ms| ms > crate::job::WINDOW_MAX_MS) {
+            return Err(ApiError::InvalidSchedule(format!(
+                "{name} must be 0 to {} (a day)",
+                crate::job::WINDOW_MAX_MS
+            )));
+        }
+    }
     if let Timing::Cron { .. } = timing {
         if timing.next_after(now.max(def.start_at)).is_none() {
             return Err(timing_error(InvalidTiming::Never(
@@ -353,6 +379,8 @@ impl CreateSchedule {
                 max_occurrences: self.max_occurrences,
                 misfire: self.misfire.unwrap_or(Misfire::FireOnce),
                 misfire_grace_ms: self.misfire_grace_ms.unwrap_or(MISFIRE_GRACE_DEFAULT_MS),
+                window_ms: self.window_ms.filter(|ms| *ms > 0),
+                jitter_ms: self.jitter_ms.filter(|ms| *ms > 0),
             },
             created_by,
         })
@@ -415,6 +443,12 @@ impl PatchSchedule {
         }
         if let Some(grace) = self.misfire_grace_ms {
             def.misfire_grace_ms = grace;
+        }
+        if let Some(ms) = self.window_ms {
+            def.window_ms = (ms > 0).then_some(ms);
+        }
+        if let Some(ms) = self.jitter_ms {
+            def.jitter_ms = (ms > 0).then_some(ms);
         }
         def.policy = PolicyOverrides {
             expects_result: self.expects_result,

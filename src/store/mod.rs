@@ -45,8 +45,8 @@ pub use jobs::{BatchRow, Cancelled, JobChanges, JobEvent, JobFilter, Modified};
 pub use migrate::newest as schema_newest;
 pub use results::{DeadLetter, Decided, Disposition, Redriven};
 pub use schedules::{
-    Materialized, NewSchedule, PendingOccurrences, ScheduleDef, ScheduleRow, ScheduleStats,
-    ScheduleStatus, ScheduleUpdate,
+    occurrence_placed, Materialized, NewSchedule, PendingOccurrences, Placed, ScheduleDef,
+    ScheduleRow, ScheduleStats, ScheduleStatus, ScheduleUpdate,
 };
 pub use stats::{DeadSince, Overdue, Position, TopicCount, COUNTED};
 pub use tokens::{NewToken, TokenRow};

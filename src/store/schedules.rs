@@ -12,7 +12,7 @@ use super::job_row::{job_from_row, policy_from_row, JOB_COLUMNS_NO_PAYLOAD};
 use super::jobs::{insert_many_on, BatchRow};
 use super::sql::{push_id_list, topic_patterns_push};
 use super::{Store, StoreError};
-use crate::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status};
+use crate::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status, Window};
 use crate::policy::Policy;
 use crate::schedule::{self, Bounds, InvalidTiming, Misfire, Progress, Timing};
 
@@ -61,6 +61,11 @@ pub struct ScheduleDef {
     pub max_occurrences: Option<u32>,
     pub misfire: Misfire,
     pub misfire_grace_ms: u32,
+    /// Each occurrence's flexible window (as a job's `window_ms`).
+    pub window_ms: Option<u32>,
+    /// Each occurrence's time moved later by up to this, decided from its
+    /// key.
+    pub jitter_ms: Option<u32>,
 }
 
 impl ScheduleDef {
@@ -99,6 +104,8 @@ impl ScheduleDef {
             || self.start_at != new.start_at
             || self.end_at != new.end_at
             || self.max_occurrences != new.max_occurrences
+            || self.window_ms != new.window_ms
+            || self.jitter_ms != new.jitter_ms
     }
 
     /// The first occurrence at or after `start_at` and after `after`,
@@ -109,6 +116,43 @@ impl ScheduleDef {
         timing
             .next_after(from)
             .filter(|at| self.end_at.is_none_or(|end| *at <= end))
+    }
+}
+
+/// Where an occurrence due at `run_at` goes out: moved by its jitter, then
+/// placed in its window, each decided from its key (the jitter's and the
+/// window's from different salts, so that they do not move together).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Placed {
+    pub at: DateTime<Utc>,
+    pub window: Option<Window>,
+}
+
+pub fn occurrence_placed(
+    topic: &str,
+    key: &str,
+    run_at: DateTime<Utc>,
+    def: &ScheduleDef,
+) -> Placed {
+    let jitter = def.jitter_ms.map_or(0, |ms| {
+        crate::job::window_offset_ms(topic, Some(&format!("jitter {key}")), ms)
+    });
+    let start = run_at + Duration::milliseconds(jitter as i64);
+    match def.window_ms {
+        Some(ms) => {
+            let offset = crate::job::window_offset_ms(topic, Some(key), ms);
+            Placed {
+                at: start + Duration::milliseconds(offset as i64),
+                window: Some(Window {
+                    ms,
+                    start: Schedule::At(start),
+                }),
+            }
+        }
+        None => Placed {
+            at: start,
+            window: None,
+        },
     }
 }
 
@@ -192,6 +236,7 @@ const INSERT_BYTES_MAX: usize = 4 << 20;
 const SCHEDULE_COLUMNS: &str = "id, topic, schedule_key, payload, payload_kind, headers, \
      expects_result, max_attempts, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
      cron, time_zone, every_ms, start_at, end_at, max_occurrences, misfire, misfire_grace_ms, \
+     window_ms, jitter_ms, \
      status, version, cursor_at, next_at, last_at, occurrences, created_by, created_at, updated_at";
 
 fn bytes_text(row: &MySqlRow, column: &str) -> Result<Option<String>, StoreError> {
@@ -239,6 +284,8 @@ fn schedule_from_row(row: &MySqlRow) -> Result<ScheduleRow, StoreError> {
             max_occurrences: row.try_get("max_occurrences")?,
             misfire: misfire.parse().map_err(|_| corrupt("misfire"))?,
             misfire_grace_ms: row.try_get("misfire_grace_ms")?,
+            window_ms: row.try_get("window_ms")?,
+            jitter_ms: row.try_get("jitter_ms")?,
         },
         status: ScheduleStatus::parse(&status).ok_or_else(|| corrupt("status"))?,
         version: row.try_get("version")?,
@@ -291,9 +338,9 @@ impl Store {
         let mut conn = self.acquire().await?;
         let mut insert = QueryBuilder::<MySql>::new(
             "INSERT INTO schedules (topic, schedule_key, cron, time_zone, every_ms, start_at, \
-             end_at, max_occurrences, misfire, misfire_grace_ms, status, cursor_at, next_at, \
-             created_by, payload, payload_kind, headers, expects_result, max_attempts, \
-             backoff_base_ms, backoff_cap_ms, ack_timeout_ms) VALUES (",
+             end_at, max_occurrences, misfire, misfire_grace_ms, window_ms, jitter_ms, status, \
+             cursor_at, next_at, created_by, payload, payload_kind, headers, expects_result, \
+             max_attempts, backoff_base_ms, backoff_cap_ms, ack_timeout_ms) VALUES (",
         );
         let mut values = insert.separated(", ");
         values
@@ -307,6 +354,8 @@ impl Store {
             .push_bind(def.max_occurrences)
             .push_bind(def.misfire.as_str())
             .push_bind(def.misfire_grace_ms)
+            .push_bind(def.window_ms)
+            .push_bind(def.jitter_ms)
             .push_bind(if next_at.is_some() { "active" } else { "ended" })
             // Occurrences before the schedule existed were never due: a
             // start_at in the past sets the phase, not a backlog of misfires.
@@ -492,19 +541,27 @@ impl Store {
         let jobs: Vec<NewJob> = plan
             .create
             .iter()
-            .map(|occurrence| NewJob {
-                topic: schedule.topic.clone(),
-                key: Some(schedule::occurrence_key(&schedule.key, occurrence.at)),
-                payload: schedule.def.payload.clone(),
-                payload_kind: schedule.def.payload_kind,
-                headers: schedule.def.headers.clone(),
-                schedule: Schedule::At(occurrence.run_at),
-                policy: schedule.def.policy,
-                trace_parent: None,
-                schedule_id: Some(id),
-                expires_at: occurrence.expires_at,
-                expires_after_ms: None,
-                window: None,
+            .map(|occurrence| {
+                let key = schedule::occurrence_key(&schedule.key, occurrence.at);
+                let placed =
+                    occurrence_placed(&schedule.topic, &key, occurrence.run_at, &schedule.def);
+                NewJob {
+                    topic: schedule.topic.clone(),
+                    key: Some(key),
+                    payload: schedule.def.payload.clone(),
+                    payload_kind: schedule.def.payload_kind,
+                    headers: schedule.def.headers.clone(),
+                    schedule: Schedule::At(placed.at),
+                    policy: schedule.def.policy,
+                    trace_parent: None,
+                    schedule_id: Some(id),
+                    // The misfire grace counts from where it goes out.
+                    expires_at: occurrence
+                        .expires_at
+                        .map(|at| at + (placed.at - occurrence.run_at)),
+                    expires_after_ms: None,
+                    window: placed.window,
+                }
             })
             .collect();
         // One statement per few MiB of payloads: MariaDB's default
@@ -604,6 +661,10 @@ impl Store {
             .push_bind(def.misfire.as_str())
             .push(", misfire_grace_ms = ")
             .push_bind(def.misfire_grace_ms)
+            .push(", window_ms = ")
+            .push_bind(def.window_ms)
+            .push(", jitter_ms = ")
+            .push_bind(def.jitter_ms)
             .push(", version = version + 1");
         if retime {
             // From now (or the new start), with the occurrences that stay
