@@ -506,6 +506,65 @@ async fn apply_shifts_and_moves_pending_jobs_clearing_only_an_occurrences_expiry
         (run_at, Some(expires_at)),
         "kept: it ends expired, unsent, when it falls due"
     );
+
+    // A job with a window keeps its place in it: shifted with it, and moved
+    // to a window starting at the new time.
+    let (rows, _) = db
+        .store
+        .job_insert_many(&[NewJob {
+            schedule: Schedule::At(due_at + Span::seconds(7)),
+            window: Some(tickler::job::Window {
+                ms: 60_000,
+                start: Schedule::At(due_at),
+            }),
+            ..job_new("windowed", 0)
+        }])
+        .await
+        .unwrap();
+    let windowed = match &rows[0] {
+        BatchRow::Created(job) => job.id,
+        BatchRow::Duplicate => panic!("no keys here"),
+    };
+    let shift = op_create(
+        &db,
+        topic("windowed"),
+        BulkAction::Shift { by_ms: 60_000 },
+        3,
+    )
+    .await;
+    let batch = db.store.bulk_next(&shift, 10).await.unwrap();
+    db.store
+        .bulk_apply(&shift, &batch, no_attempts)
+        .await
+        .unwrap()
+        .unwrap();
+    let job = db.store.job_get(windowed).await.unwrap();
+    assert_eq!(
+        (job.window_start, job.schedule_time),
+        (
+            Some(due_at + Span::minutes(1)),
+            due_at + Span::minutes(1) + Span::seconds(7)
+        )
+    );
+    let moved_to = now + Span::days(3);
+    let relocate = op_create(
+        &db,
+        topic("windowed"),
+        BulkAction::Move { run_at: moved_to },
+        4,
+    )
+    .await;
+    let batch = db.store.bulk_next(&relocate, 10).await.unwrap();
+    db.store
+        .bulk_apply(&relocate, &batch, no_attempts)
+        .await
+        .unwrap()
+        .unwrap();
+    let job = db.store.job_get(windowed).await.unwrap();
+    assert_eq!(
+        (job.window_start, job.schedule_time, job.window_ms),
+        (Some(moved_to), moved_to + Span::seconds(7), Some(60_000))
+    );
     db.finish().await;
 }
 

@@ -464,12 +464,28 @@ impl Store {
                                 // moves with it.
                                 .push(", expires_at = IF(schedule_id IS NULL, TIMESTAMPADD(MICROSECOND, ")
                                 .push_bind(by_ms.saturating_mul(1000))
-                                .push(", expires_at), NULL)");
+                                .push(", expires_at), NULL)")
+                                // Its window moves along (NULL stays NULL).
+                                .push(", window_start = TIMESTAMPADD(MICROSECOND, ")
+                                .push_bind(by_ms.saturating_mul(1000))
+                                .push(", window_start)");
                         }
                         BulkAction::Move { run_at } => {
+                            // A job with a window: its window starts at the
+                            // new time, and it keeps its place in it. Set
+                            // before window_start, so that it reads the old
+                            // one (left to right, as MySQL and MariaDB do;
+                            // MariaDB's simultaneous assignment reads old
+                            // values throughout, the same here).
                             update
-                                .push(", schedule_time = ")
+                                .push(", schedule_time = IF(window_ms IS NULL, ")
                                 .push_bind(db_time(*run_at))
+                                .push(", TIMESTAMPADD(MICROSECOND, TIMESTAMPDIFF(MICROSECOND, window_start, schedule_time), ")
+                                .push_bind(db_time(*run_at))
+                                .push("))")
+                                .push(", window_start = IF(window_ms IS NULL, NULL, ")
+                                .push_bind(db_time(*run_at))
+                                .push(")")
                                 // A job's own expiry stays: one before the
                                 // new time ends it unsent when it falls due.
                                 .push(", expires_at = IF(schedule_id IS NULL, expires_at, NULL)");
