@@ -116,6 +116,10 @@ pub struct CreateArgs {
     /// Or: how long after its time it may still be produced (e.g. 90s, 10m).
     #[arg(long, value_parser = duration_parse)]
     ttl: Option<i64>,
+    /// A flexible window after its time (e.g. 10m): tickler picks the
+    /// instant in it, spreading what falls due together.
+    #[arg(long, value_parser = duration_parse)]
+    window: Option<i64>,
 }
 
 /// A time: exactly one of `--at` and `--in`.
@@ -292,6 +296,9 @@ pub async fn run(client: &Client, command: JobsCommand, json: bool) -> Result<()
             }
             if let Some(ms) = args.ttl {
                 body.insert("ttl_ms".into(), json!(ms));
+            }
+            if let Some(ms) = args.window {
+                body.insert("window_ms".into(), json!(ms));
             }
             let (status, job) = client.post("/v1/jobs", &Value::Object(body)).await?;
             if json {

@@ -471,21 +471,13 @@ impl Store {
                                 .push(", window_start)");
                         }
                         BulkAction::Move { run_at } => {
-                            // A job with a window: its window starts at the
-                            // new time, and it keeps its place in it. Set
-                            // before window_start, so that it reads the old
-                            // one (left to right, as MySQL and MariaDB do;
-                            // MariaDB's simultaneous assignment reads old
-                            // values throughout, the same here).
+                            // Exactly to the new time: a job's window goes
+                            // (no assignment here reads another's column,
+                            // whose order engines differ on).
                             update
-                                .push(", schedule_time = IF(window_ms IS NULL, ")
+                                .push(", schedule_time = ")
                                 .push_bind(db_time(*run_at))
-                                .push(", TIMESTAMPADD(MICROSECOND, TIMESTAMPDIFF(MICROSECOND, window_start, schedule_time), ")
-                                .push_bind(db_time(*run_at))
-                                .push("))")
-                                .push(", window_start = IF(window_ms IS NULL, NULL, ")
-                                .push_bind(db_time(*run_at))
-                                .push(")")
+                                .push(", window_ms = NULL, window_start = NULL")
                                 // A job's own expiry stays: one before the
                                 // new time ends it unsent when it falls due.
                                 .push(", expires_at = IF(schedule_id IS NULL, expires_at, NULL)");
