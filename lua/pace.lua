@@ -8,16 +8,21 @@
 -- ARGV[1]  jobs asking to go now
 -- ARGV[2]  the rate, jobs per second
 -- ARGV[3]  the tick, ms: the burst let through at once (at least one job)
+-- ARGV[4]  jobs that go now whatever the pace says (optional, 0): they
+--          take their share of it first, so the others fill the gaps
+--          (the deployment-wide smoothing of jobs with a window)
 --
 -- Returns  {granted, first backlog slot (ms)}; refused job i (from 0)
 --          goes at slot + i * 1000 / rate
 local key = KEYS[1]
 local n, rate, tick = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
+local forced = tonumber(ARGV[4] or 0)
 local t = redis.call('TIME')
 local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
 local interval = 1000 / rate
 local tat = tonumber(redis.call('HGET', key, 'tat') or 0)
 if tat < now then tat = now end
+tat = tat + forced * interval
 -- The burst is one tick, or one job when the rate is slower than a job a
 -- tick (below 10/s with a 100 ms tick): else nothing would ever go.
 local burst = math.max(tick, interval)

@@ -343,6 +343,14 @@ impl Job {
     pub fn record_key(&self) -> String {
         self.key.clone().unwrap_or_else(|| self.id.to_string())
     }
+
+    /// The end of its flexible window, if it has one: produced after it,
+    /// the job missed its window.
+    pub fn window_end(&self) -> Option<DateTime<Utc>> {
+        self.window_ms
+            .zip(self.window_start)
+            .map(|(ms, start)| start + chrono::Duration::milliseconds(i64::from(ms)))
+    }
 }
 
 /// Why a job was refused. Each variant maps to a stable API error code.

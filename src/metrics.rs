@@ -260,6 +260,19 @@ declare! {
         help: "Due jobs of a paced topic (max_per_second) held back and spread \
             at its rate, by topic; a job held twice counts twice.",
     },
+    DISPATCH_SMOOTHED = Counter {
+        name: "tickler_dispatch_smoothed_total",
+        help: "Due jobs with a flexible window held back, inside it, to keep \
+            the deployment under dispatcher.smooth_per_second; a job held \
+            twice counts twice.",
+    },
+    WINDOW_MISSED = Counter {
+        name: "tickler_window_missed_total",
+        labels: ["topic"],
+        help: "Jobs with a flexible window produced after its end (tickler \
+            could not dispatch them in it: a paused topic, a pace, an \
+            outage), by topic; each also says so in its last_error.",
+    },
     DISPATCH_HELD = Counter {
         name: "tickler_dispatch_held_total",
         labels: ["reason"],
@@ -757,6 +770,15 @@ pub fn dispatch_paced(topic: &str, n: usize) {
     DISPATCH_PACED
         .with([topic_label(topic).into()])
         .increment(n as u64);
+}
+
+pub fn dispatch_smoothed(n: usize) {
+    DISPATCH_SMOOTHED.get().increment(n as u64);
+}
+
+/// A job with a window produced after its end.
+pub fn window_missed(topic: &str) {
+    WINDOW_MISSED.with([topic_label(topic).into()]).increment(1);
 }
 
 /// Due jobs the compare-and-set refused to produce: `paused` (their topic

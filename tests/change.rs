@@ -715,5 +715,108 @@ async fn jobs_with_a_window_go_out_spread_over_it_never_early_or_past_it() {
         ),
         "{late}"
     );
+    let (_, metrics) = env.metrics_text().await;
+    assert!(
+        metrics
+            .lines()
+            .any(|line| line.starts_with("tickler_window_missed_total{")
+                && line.contains(&env.topic)
+                && line.ends_with(" 1")),
+        "counted: {}",
+        metrics
+            .lines()
+            .filter(|l| l.contains("window_missed"))
+            .collect::<Vec<_>>()
+            .join("\n")
+    );
+    env.finish().await;
+}
+
+/// `dispatcher.smooth_per_second` (#45): jobs without a window go at their
+/// time whatever it says; windowed jobs due beside them fill the gaps
+/// after, inside their windows. Here 150 fixed jobs and 150 with a 6 s
+/// window fall due at one instant under 50/s: the fixed ones take the
+/// first 3 s of the pace, so the windowed ones (about half of them placed
+/// in those 3 s by their keys) go after it, never before their time nor
+/// past their window.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn windowed_jobs_fill_the_gaps_under_the_deployments_smoothing_pace() {
+    let env = TestEnv::start_with(|c| c.dispatcher.smooth_per_second = Some(50)).await;
+    let consumer = env.consumer();
+    let run_at = Utc::now() + chrono::Duration::seconds(2);
+    let topic = env.topic.clone();
+    let body = |i: usize| {
+        let mut job = json!({"topic": topic, "key": format!("j{i}"), "payload": i,
+                             "run_at": run_at.to_rfc3339()});
+        if i % 2 == 1 {
+            job["window_ms"] = json!(6_000);
+        }
+        job
+    };
+    let (status, answer) = env
+        .post(
+            "/v1/jobs/batch",
+            json!({"jobs": (0..300).map(body).collect::<Vec<_>>()}),
+        )
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    // How many windowed jobs their keys alone place in the first 2.5 s.
+    let (_, listed) = env
+        .get(&format!("/v1/jobs?topic={}&limit=500", env.topic))
+        .await;
+    let placed_early = listed["jobs"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .filter(|job| job["window_ms"] == 6_000)
+        .filter(|job| {
+            let at =
+                chrono::DateTime::parse_from_rfc3339(job["produce_at"].as_str().unwrap()).unwrap();
+            (at.timestamp_millis() - run_at.timestamp_millis()) < 2_500
+        })
+        .count();
+
+    let records = records_read(&consumer, 300, Duration::from_secs(20)).await;
+    assert_eq!(records.len(), 300);
+    let start = run_at.timestamp_millis();
+    let (mut fixed, mut windowed) = (Vec::new(), Vec::new());
+    for record in &records {
+        let key = record.key.as_deref().unwrap_or_default();
+        let i: usize = key.trim_start_matches('j').parse().unwrap();
+        let at = ms(record.header("tickler-dispatched-at")) - start;
+        if i % 2 == 1 {
+            windowed.push(at)
+        } else {
+            fixed.push(at)
+        }
+    }
+    assert!(
+        fixed.iter().all(|at| (0..1_000).contains(at)),
+        "jobs without a window are never held: {fixed:?}"
+    );
+    assert!(
+        windowed.iter().all(|at| (0..=6_000).contains(at)),
+        "windowed jobs never early, never past the window: {windowed:?}"
+    );
+    let smoothed_early = windowed.iter().filter(|at| **at < 2_500).count();
+    println!(
+        "windowed jobs produced in the first 2.5 s: {smoothed_early} (their keys placed {placed_early} there)"
+    );
+    assert!(
+        placed_early > 40 && smoothed_early < 15,
+        "the fixed jobs' 3 s of the pace go to them: {smoothed_early} windowed in the first 2.5 s \
+         (placed there: {placed_early}): {windowed:?}"
+    );
+    let (_, late) = env
+        .get(&format!("/v1/jobs?topic={}&limit=500", env.topic))
+        .await;
+    assert!(
+        late["jobs"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .all(|job| job["last_error"].is_null()),
+        "none produced past its window: {late}"
+    );
     env.finish().await;
 }

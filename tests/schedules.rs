@@ -764,7 +764,8 @@ async fn a_schedules_jitter_and_window_place_its_occurrences() {
         start,
     )));
     assert!(
-        run_at >= instant && run_at <= instant + chrono::Duration::seconds(54),
+        // the jitter keeps its last tenth, at most a second, free: 59 s here
+        run_at >= instant && run_at <= instant + chrono::Duration::seconds(59),
         "jittered: {job}"
     );
     assert_eq!(job["window_ms"], 120_000);

@@ -239,6 +239,12 @@ pub struct DispatcherSettings {
     /// time, so that claiming costs no lateness. A cancel in this last
     /// stretch answers `in_flight`. 0 claims only what is due.
     pub lookahead_ms: u64,
+    /// A deployment-wide pace, in jobs per second, that jobs with a
+    /// flexible window (`window_ms`) are smoothed under: every produced job
+    /// counts against it, and a windowed job that would exceed it waits, in
+    /// order of its window's end, at most until that end. Jobs without a
+    /// window are never held by it. None (the default) smooths nothing.
+    pub smooth_per_second: Option<u32>,
 }
 
 /// `[reconciler]`: the reconciler's passes.
@@ -517,6 +523,7 @@ impl Default for DispatcherSettings {
             stall_ms: 60_000,
             ack_wait_ms: 200,
             lookahead_ms: 20,
+            smooth_per_second: None,
         }
     }
 }

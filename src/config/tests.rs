@@ -547,3 +547,14 @@ fn ingress_topics_are_checked_and_reserved() {
         "ingress.topics",
     );
 }
+
+#[test]
+fn a_smoothing_pace_of_zero_is_refused_and_unset_smooths_nothing() {
+    let mut config = Config::default();
+    assert_eq!(config.dispatcher.smooth_per_second, None);
+    config.dispatcher.smooth_per_second = Some(0);
+    let err = config.validate().unwrap_err().to_string();
+    assert!(err.contains("dispatcher.smooth_per_second"), "{err}");
+    config.dispatcher.smooth_per_second = Some(1_000);
+    assert!(config.validate().is_ok());
+}

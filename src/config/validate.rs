@@ -359,6 +359,12 @@ impl Config {
                 ),
             });
         }
+        if self.dispatcher.smooth_per_second == Some(0) {
+            return Err(invalid(
+                "dispatcher.smooth_per_second",
+                "is 0: leave it unset to smooth nothing",
+            ));
+        }
         if let Some(url) = &self.notify.webhook_url {
             if !(url.starts_with("http://") || url.starts_with("https://")) {
                 return Err(invalid(

@@ -2,7 +2,7 @@
 //! claimed in Redis from the shards held, topics' paces applied, and the
 //! MySQL compare-and-set, whose every outcome Redis follows at once.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
@@ -13,6 +13,7 @@ use crate::index::Claim;
 use crate::job::{Job, JobId};
 use crate::membership::Ownership;
 use crate::metrics;
+use crate::store::JobPacing;
 
 impl Dispatcher {
     /// Claims in Redis the ids due within the lookahead and wins the
@@ -78,16 +79,18 @@ impl Dispatcher {
     }
 
     /// Holds back the jobs of paced topics beyond what each topic's shared
-    /// pace lets through now: they go back to the index, spread at the
-    /// topic's rate after the ones held back before them. Returns the ids
-    /// that go on to the compare-and-set. Costs nothing while no topic has
-    /// a pace.
+    /// pace lets through now, and windowed jobs beyond the deployment-wide
+    /// smoothing pace: they go back to the index, spread at the rate after
+    /// the ones held back before them. Returns the ids that go on to the
+    /// compare-and-set. Costs nothing while no topic has a pace and nothing
+    /// is smoothed.
     async fn pace(&self, ids: Vec<JobId>, redis_now_ms: i64) -> Vec<JobId> {
-        if ids.is_empty() || !self.controls.any_paced() {
+        let smooth = self.config.smooth_per_second;
+        if ids.is_empty() || (smooth.is_none() && !self.controls.any_paced()) {
             return ids;
         }
-        let topics = match self.store.job_topics(&ids).await {
-            Ok(topics) => topics,
+        let jobs = match self.store.job_pacing(&ids).await {
+            Ok(jobs) => jobs,
             Err(err) => {
                 tracing::warn!(error = %err, "cannot read the topics of claimed jobs to pace them; trying again shortly");
                 let retry_at_ms = redis_now_ms + self.config.retry_delay.as_millis() as i64;
@@ -96,19 +99,18 @@ impl Dispatcher {
                 return Vec::new();
             }
         };
-        let topic_of: HashMap<JobId, &str> =
-            topics.iter().map(|(id, t)| (*id, t.as_str())).collect();
+        let jobs = match smooth {
+            Some(rate) => self.smooth(jobs, rate, redis_now_ms).await,
+            None => jobs,
+        };
         let mut paced: BTreeMap<&str, Vec<JobId>> = BTreeMap::new();
-        let mut free = Vec::with_capacity(ids.len());
-        for id in ids {
-            match topic_of.get(&id) {
-                Some(topic) if self.controls.rate(topic).is_some() => {
-                    paced.entry(topic).or_default().push(id)
-                }
-                _ => free.push(id),
+        let mut free = Vec::with_capacity(jobs.len());
+        for job in &jobs {
+            match self.controls.rate(&job.topic) {
+                Some(_) => paced.entry(job.topic.as_str()).or_default().push(job.id),
+                None => free.push(job.id),
             }
         }
-        let tick_ms = PACE_TICK.as_millis() as i64;
         for (topic, ids) in paced {
             let Some(rate) = self.controls.rate(topic) else {
                 continue;
@@ -125,20 +127,57 @@ impl Dispatcher {
             if held.is_empty() {
                 continue;
             }
-            // Job i of those held goes at slot + i / rate, rounded up to a
-            // tick.
             let back: Vec<(JobId, i64)> = held
                 .iter()
                 .enumerate()
-                .map(|(i, id)| {
-                    let at = slot + (i as i64 * 1000) / i64::from(rate);
-                    (*id, (at + tick_ms - 1) / tick_ms * tick_ms)
-                })
+                .map(|(i, id)| (*id, backlog_slot(slot, i, rate, None)))
                 .collect();
             metrics::dispatch_paced(topic, held.len());
             self.index_requeue(&back).await;
         }
         free
+    }
+
+    /// The deployment-wide smoothing (`dispatcher.smooth_per_second`):
+    /// every claimed job counts against the pace, jobs without a window (or
+    /// at their window's end) go whatever it says, and windowed ones beyond
+    /// it go back to the index, the soonest-ending first, each at most until
+    /// a tick before its window's end. Returns the jobs that go on. A Redis failure lets
+    /// everything through: smoothing is a courtesy, a job's time is not.
+    async fn smooth(&self, jobs: Vec<JobPacing>, rate: u32, redis_now_ms: i64) -> Vec<JobPacing> {
+        // A held job comes back at the latest a tick before its window
+        // ends, so that its claim and send still fit in it; one that would
+        // come back within a tick of now goes now.
+        let tick_ms = PACE_TICK.as_millis() as i64;
+        let latest = |job: &JobPacing| job.window_end.map(|end| end.timestamp_millis() - tick_ms);
+        let (mut flexible, mut going): (Vec<JobPacing>, Vec<JobPacing>) = jobs
+            .into_iter()
+            .partition(|job| latest(job).is_some_and(|latest| latest > redis_now_ms + tick_ms));
+        flexible.sort_by_key(|job| job.window_end);
+        let (granted, slot) = match self
+            .index
+            .smooth(flexible.len(), going.len(), rate, PACE_TICK)
+            .await
+        {
+            Ok(answer) => answer,
+            Err(err) => {
+                metrics::index_failed("smooth", flexible.len(), &err);
+                (flexible.len(), redis_now_ms)
+            }
+        };
+        let held = flexible.split_off(granted.min(flexible.len()));
+        going.extend(flexible);
+        if held.is_empty() {
+            return going;
+        }
+        let back: Vec<(JobId, i64)> = held
+            .iter()
+            .enumerate()
+            .map(|(i, job)| (job.id, backlog_slot(slot, i, rate, latest(job))))
+            .collect();
+        metrics::dispatch_smoothed(held.len());
+        self.index_requeue(&back).await;
+        going
     }
 
     async fn claim_all(&self, ownership: &Ownership) -> Vec<Claim> {
@@ -300,5 +339,38 @@ impl Dispatcher {
             // The in-flight lease returns them to the due set anyway.
             metrics::index_failed("requeue", jobs.len(), &err);
         }
+    }
+}
+
+/// When job `i` (from 0) of those a pace held back goes: `slot + i / rate`,
+/// rounded up to a tick, and never after `end` (a window's end, ms).
+fn backlog_slot(slot: i64, i: usize, rate: u32, end: Option<i64>) -> i64 {
+    let tick_ms = PACE_TICK.as_millis() as i64;
+    let at = slot + (i as i64 * 1000) / i64::from(rate.max(1));
+    let at = (at + tick_ms - 1) / tick_ms * tick_ms;
+    end.map_or(at, |end| at.min(end))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::backlog_slot;
+
+    #[test]
+    fn held_jobs_are_spread_at_the_rate_by_tick_and_never_past_their_window() {
+        assert_eq!(backlog_slot(1_000, 0, 10, None), 1_000);
+        assert_eq!(backlog_slot(1_000, 1, 10, None), 1_100);
+        assert_eq!(
+            backlog_slot(1_000, 3, 1_000, None),
+            1_100,
+            "rounded up to a tick"
+        );
+        assert_eq!(backlog_slot(1_050, 0, 1_000, None), 1_100);
+        assert_eq!(backlog_slot(1_000, 50, 10, Some(3_000)), 3_000);
+        assert_eq!(backlog_slot(1_000, 5, 10, Some(3_000)), 1_500);
+        assert_eq!(
+            backlog_slot(1_000, 5, 0, None),
+            6_000,
+            "a rate of 0 is read as 1"
+        );
     }
 }

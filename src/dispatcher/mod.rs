@@ -121,6 +121,9 @@ pub struct DispatcherConfig {
     /// `dispatcher.stall_ms`: busy this long without finishing a pass, the
     /// dispatcher gives up ([`Watchdog`]).
     pub stall: Duration,
+    /// `dispatcher.smooth_per_second`: the deployment-wide pace jobs with a
+    /// flexible window are smoothed under.
+    pub smooth_per_second: Option<u32>,
 }
 
 /// Delay before a job whose send failed for the broker's sake is tried
@@ -147,6 +150,7 @@ impl DispatcherConfig {
             lookahead: Duration::from_millis(config.dispatcher.lookahead_ms),
             doubt_margin: Duration::from_millis(config.kafka.doubt_margin_ms),
             stall: Duration::from_millis(config.dispatcher.stall_ms),
+            smooth_per_second: config.dispatcher.smooth_per_second,
         }
     }
 }

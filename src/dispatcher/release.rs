@@ -265,6 +265,7 @@ impl Releaser {
                 token: batch.token,
                 topic: job.topic.clone(),
                 scheduled: job.schedule_time,
+                window_end: job.window_end(),
                 attempt: job.attempt,
                 dispatched_at,
                 retry_at_ms: batch.retry_at_ms,

@@ -61,6 +61,8 @@ pub(super) struct Sent {
     pub(super) token: u64,
     pub(super) topic: String,
     pub(super) scheduled: DateTime<Utc>,
+    /// The end of its flexible window, if it has one.
+    pub(super) window_end: Option<DateTime<Utc>>,
     pub(super) attempt: u32,
     /// The database's time when it was sent (its `tickler-dispatched-at`).
     pub(super) dispatched_at: DateTime<Utc>,

@@ -121,6 +121,9 @@ impl Settler {
             let failure = match sent.result {
                 Ok((partition, offset)) => {
                     metrics::dispatch_lateness(sent.scheduled, sent.dispatched_at);
+                    if sent.window_end.is_some_and(|end| sent.dispatched_at > end) {
+                        metrics::window_missed(&sent.topic);
+                    }
                     dispatched.push(Dispatched {
                         id: sent.id,
                         token: sent.token,

@@ -420,6 +420,33 @@ impl Index {
         tick: Duration,
     ) -> Result<(usize, i64), IndexError> {
         let key = format!("{{{}:pace:{}}}", self.prefix, topic);
+        self.pace_on(key, n, 0, rate, tick).await
+    }
+
+    /// The deployment-wide pace of jobs with a flexible window
+    /// (`dispatcher.smooth_per_second`): `forced` jobs go now whatever it
+    /// says and take their share of it first; of the `n` others, as many as
+    /// it lets through. Returns that number and the time from which the
+    /// refused ones are spread, as [`Index::pace`].
+    pub async fn smooth(
+        &self,
+        n: usize,
+        forced: usize,
+        rate: u32,
+        tick: Duration,
+    ) -> Result<(usize, i64), IndexError> {
+        let key = format!("{{{}:smooth}}", self.prefix);
+        self.pace_on(key, n, forced, rate, tick).await
+    }
+
+    async fn pace_on(
+        &self,
+        key: String,
+        n: usize,
+        forced: usize,
+        rate: u32,
+        tick: Duration,
+    ) -> Result<(usize, i64), IndexError> {
         let reply: Vec<i64> = self
             .scripts
             .pace
@@ -427,6 +454,7 @@ impl Index {
             .arg(n)
             .arg(rate.max(1))
             .arg(u64::try_from(tick.as_millis()).unwrap_or(u64::MAX))
+            .arg(forced)
             .invoke_async(&mut self.conn.clone())
             .await?;
         let [granted, slot] = reply.as_slice() else {

@@ -50,7 +50,7 @@ pub use schedules::{
 };
 pub use stats::{DeadSince, Overdue, Position, TopicCount, COUNTED};
 pub use tokens::{NewToken, TokenRow};
-pub use topics::{TopicChange, TopicControl};
+pub use topics::{JobPacing, TopicChange, TopicControl};
 pub use watermarks::Watermark;
 
 /// Store failures a caller can act on.

@@ -20,6 +20,16 @@ pub struct TopicControl {
     pub updated_at: DateTime<Utc>,
 }
 
+/// What pacing needs of a claimed job.
+#[derive(Debug, Clone, PartialEq, Eq, PartialOrd, Ord)]
+pub struct JobPacing {
+    pub id: JobId,
+    pub topic: String,
+    /// The end of its flexible window (`window_start` + `window_ms`), if it
+    /// has one.
+    pub window_end: Option<DateTime<Utc>>,
+}
+
 /// What a change of a topic's controls sets; None leaves it as is.
 #[derive(Debug, Clone, Default)]
 pub struct TopicChange {
@@ -123,23 +133,31 @@ impl Store {
         rows.iter().map(WindowEntry::from_row).collect()
     }
 
-    /// The topic of each id that has a row.
-    pub async fn job_topics(&self, ids: &[JobId]) -> Result<Vec<(JobId, String)>, StoreError> {
+    /// The topic of each of these jobs, and the end of its flexible window
+    /// if it has one (what the dispatcher's pacing needs); ids without a
+    /// row are left out.
+    pub async fn job_pacing(&self, ids: &[JobId]) -> Result<Vec<JobPacing>, StoreError> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let mut query =
-            sqlx::QueryBuilder::<sqlx::MySql>::new("SELECT id, topic FROM jobs WHERE id IN ");
+        let mut query = sqlx::QueryBuilder::<sqlx::MySql>::new(
+            "SELECT id, topic, window_ms, window_start FROM jobs WHERE id IN ",
+        );
         super::sql::push_id_list(&mut query, ids);
         let rows = query.build().fetch_all(&self.pool).await?;
         rows.iter()
             .map(|row| {
                 let topic: Vec<u8> = row.try_get("topic")?;
-                Ok((
-                    row.try_get("id")?,
-                    String::from_utf8(topic)
+                let window_ms: Option<u32> = row.try_get("window_ms")?;
+                let window_start: Option<NaiveDateTime> = row.try_get("window_start")?;
+                Ok(JobPacing {
+                    id: row.try_get("id")?,
+                    topic: String::from_utf8(topic)
                         .map_err(|_| StoreError::Corrupt("jobs.topic is not UTF-8".to_owned()))?,
-                ))
+                    window_end: window_ms.zip(window_start).map(|(ms, start)| {
+                        start.and_utc() + chrono::Duration::milliseconds(i64::from(ms))
+                    }),
+                })
             })
             .collect()
     }
