@@ -65,6 +65,13 @@ job = call(job_modify, job.id, body=PatchJob.from_dict(
     {"version": job.version, "run_at": "2030-02-01T09:00:00Z", "ttl_ms": 600000}))
 assert job.run_at.startswith("2030-02-01"), job.run_at
 assert job.expires_at.startswith("2030-02-01T09:10"), job.expires_at
+job = call(job_modify, job.id, body=PatchJob.from_dict(
+    {"version": job.version, "window_ms": 120000}))
+assert job.window_ms == 120000 and job.produce_at >= job.run_at, job
+assert job.expires_at.startswith("2030-02-01T09:10"), "the expiry stays"
+job = call(job_modify, job.id, body=PatchJob.from_dict(
+    {"version": job.version, "window_ms": None}))
+assert not job.window_ms and not job.produce_at, job
 history = call(job_history, job.id)
 assert len(history.events) >= 2, history
 answer = call(job_cancel, job.id)
@@ -93,12 +100,14 @@ call(bulk_op_get, started.id)
 
 schedule = call(schedule_create, body=CreateSchedule.from_dict(
     {"topic": topic, "key": "renewal", "cron": "0 9 1 * *", "time_zone": "Europe/Berlin",
-     "payload": {"member": 42}}))
+     "payload": {"member": 42}, "jitter_ms": 60000, "window_ms": 300000}))
+assert schedule.jitter_ms == 60000 and schedule.window_ms == 300000, schedule
 call(schedules_list, topic=topic)
 schedule = call(schedule_get, schedule.id)
 changed = call(schedule_modify, schedule.id, body=PatchSchedule.from_dict(
-    {"version": schedule.version, "cron": "0 10 1 * *"}))
+    {"version": schedule.version, "cron": "0 10 1 * *", "window_ms": 600000, "jitter_ms": 0}))
 assert changed.schedule.cron == "0 10 1 * *", changed
+assert changed.schedule.window_ms == 600000 and not changed.schedule.jitter_ms, changed
 call(schedule_pause, schedule.id)
 call(schedule_resume, schedule.id)
 preview = call(schedule_preview, body=PreviewSchedule.from_dict(
