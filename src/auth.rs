@@ -11,20 +11,19 @@
 //! queries a second.
 
 use std::collections::HashMap;
-use std::num::NonZeroU32;
 use std::sync::{Arc, RwLock};
 use std::time::Duration;
 
 use base64::engine::general_purpose::URL_SAFE_NO_PAD;
 use base64::Engine;
 use chrono::{DateTime, Utc};
-use governor::clock::{Clock, DefaultClock};
-use governor::{DefaultDirectRateLimiter, Quota, RateLimiter};
 use sha2::{Digest, Sha256};
 use tokio::sync::Mutex;
 use tokio::time::Instant;
 
 use crate::config::Config;
+use crate::index::Index;
+use crate::rate::SharedRate;
 use crate::service::Service;
 use crate::store::{Store, StoreError, TokenRow};
 use crate::topic_pattern;
@@ -111,18 +110,7 @@ pub fn secret_hash(secret: &str) -> [u8; 32] {
     Sha256::digest(secret.as_bytes()).into()
 }
 
-/// A per-second limit; `None` is unlimited.
-fn limiter(per_second: u32) -> Option<Arc<DefaultDirectRateLimiter>> {
-    NonZeroU32::new(per_second).map(|n| Arc::new(RateLimiter::direct(Quota::per_second(n))))
-}
-
-/// Refused by a rate limit: try again after this long.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Throttled {
-    pub retry_after: Duration,
-    /// The request can never pass: it asks for more than a second's worth.
-    pub never: bool,
-}
+pub use crate::rate::Throttled;
 
 /// Who is calling, as the cache knows them.
 #[derive(Debug)]
@@ -132,8 +120,9 @@ pub struct Principal {
     pub scopes: Scopes,
     /// Topic patterns; `None` allows every topic.
     pub topics: Option<Vec<String>>,
-    requests: Option<Arc<DefaultDirectRateLimiter>>,
-    jobs: Option<Arc<DefaultDirectRateLimiter>>,
+    /// Its rates, shared by every instance (None: unlimited).
+    requests: Option<SharedRate>,
+    jobs: Option<SharedRate>,
 }
 
 impl Principal {
@@ -144,8 +133,8 @@ impl Principal {
             name: None,
             scopes: Scopes::all(),
             topics: None,
-            requests: limiter(config.api.rate_requests),
-            jobs: limiter(config.api.rate_jobs),
+            requests: SharedRate::new("anonymous:requests".to_owned(), config.api.rate_requests),
+            jobs: SharedRate::new("anonymous:jobs".to_owned(), config.api.rate_jobs),
         }
     }
 
@@ -164,31 +153,21 @@ impl Principal {
         }
     }
 
-    /// Counts one request against the caller's request rate.
-    pub fn request_admit(&self) -> Result<(), Throttled> {
-        admit(self.requests.as_deref(), 1)
+    /// Counts one request against the caller's request rate, shared by
+    /// every instance through `index` (None: this instance's alone).
+    pub async fn request_admit(&self, index: Option<&Index>) -> Result<(), Throttled> {
+        match &self.requests {
+            Some(rate) => rate.admit(index, 1).await,
+            None => Ok(()),
+        }
     }
 
-    /// Counts `n` new jobs against the caller's job rate.
-    pub fn jobs_admit(&self, n: u32) -> Result<(), Throttled> {
-        admit(self.jobs.as_deref(), n)
-    }
-}
-
-fn admit(limiter: Option<&DefaultDirectRateLimiter>, n: u32) -> Result<(), Throttled> {
-    let (Some(limiter), Some(n)) = (limiter, NonZeroU32::new(n)) else {
-        return Ok(());
-    };
-    match limiter.check_n(n) {
-        Ok(Ok(())) => Ok(()),
-        Ok(Err(not_until)) => Err(Throttled {
-            retry_after: not_until.wait_time_from(DefaultClock::default().now()),
-            never: false,
-        }),
-        Err(_) => Err(Throttled {
-            retry_after: Duration::from_secs(1),
-            never: true,
-        }),
+    /// Counts `n` new jobs against the caller's job rate, likewise.
+    pub async fn jobs_admit(&self, index: Option<&Index>, n: u32) -> Result<(), Throttled> {
+        match &self.jobs {
+            Some(rate) => rate.admit(index, n).await,
+            None => Ok(()),
+        }
     }
 }
 
@@ -352,8 +331,14 @@ impl TokenCache {
             name: Some(row.name.clone()),
             scopes: row.scopes.iter().filter_map(|s| Scope::parse(s)).collect(),
             topics,
-            requests: limiter(row.rate_requests.unwrap_or(self.default_requests)),
-            jobs: limiter(row.rate_jobs.unwrap_or(self.default_jobs)),
+            requests: SharedRate::new(
+                format!("token:{}:requests", row.id),
+                row.rate_requests.unwrap_or(self.default_requests),
+            ),
+            jobs: SharedRate::new(
+                format!("token:{}:jobs", row.id),
+                row.rate_jobs.unwrap_or(self.default_jobs),
+            ),
         }
     }
 }
@@ -395,34 +380,34 @@ mod tests {
         assert!(name_validate(&"x".repeat(101)).is_err());
     }
 
-    #[test]
-    fn a_principal_is_limited_per_second_and_told_when_to_come_back() {
+    #[tokio::test]
+    async fn a_principal_is_limited_per_second_and_told_when_to_come_back() {
         let principal = Principal {
             name: Some("t".to_owned()),
             scopes: Scopes::from_iter([Scope::Write]),
             topics: Some(vec!["orders.*".to_owned()]),
-            requests: limiter(3),
-            jobs: limiter(10),
+            requests: SharedRate::new("t:requests".to_owned(), 3),
+            jobs: SharedRate::new("t:jobs".to_owned(), 10),
         };
         assert_eq!(principal.actor(), "api:t");
         assert!(principal.topic_allowed("orders.eu"));
         assert!(!principal.topic_allowed("billing"));
         for _ in 0..3 {
-            assert!(principal.request_admit().is_ok());
+            assert!(principal.request_admit(None).await.is_ok());
         }
-        let throttled = principal.request_admit().unwrap_err();
+        let throttled = principal.request_admit(None).await.unwrap_err();
         assert!(!throttled.never);
         assert!(throttled.retry_after > Duration::ZERO);
         assert!(throttled.retry_after <= Duration::from_secs(1));
-        assert!(principal.jobs_admit(10).is_ok());
-        assert!(principal.jobs_admit(1).is_err());
-        assert!(principal.jobs_admit(11).unwrap_err().never);
+        assert!(principal.jobs_admit(None, 10).await.is_ok());
+        assert!(principal.jobs_admit(None, 1).await.is_err());
+        assert!(principal.jobs_admit(None, 11).await.unwrap_err().never);
         let unlimited = Principal {
-            requests: limiter(0),
+            requests: None,
             ..principal
         };
         for _ in 0..1000 {
-            assert!(unlimited.request_admit().is_ok());
+            assert!(unlimited.request_admit(None).await.is_ok());
         }
     }
 }

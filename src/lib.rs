@@ -101,6 +101,7 @@ pub mod notify;
 pub mod outcome;
 pub mod policy;
 pub mod purger;
+pub mod rate;
 pub mod reconciler;
 pub mod reporter;
 pub mod resolver;

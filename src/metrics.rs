@@ -260,6 +260,12 @@ declare! {
         help: "Due jobs of a paced topic (max_per_second) held back and spread \
             at its rate, by topic; a job held twice counts twice.",
     },
+    RATE_FALLBACK = Counter {
+        name: "tickler_rate_fallback_total",
+        help: "API rate checks (a token's requests or jobs) made on this \
+            instance alone because Redis, where every instance shares them, \
+            did not answer: the check fails open to the per-instance rate.",
+    },
     DISPATCH_SMOOTHED = Counter {
         name: "tickler_dispatch_smoothed_total",
         help: "Due jobs with a flexible window held back, inside it, to keep \
@@ -770,6 +776,10 @@ pub fn dispatch_paced(topic: &str, n: usize) {
     DISPATCH_PACED
         .with([topic_label(topic).into()])
         .increment(n as u64);
+}
+
+pub fn rate_fallback() {
+    RATE_FALLBACK.get().increment(1);
 }
 
 pub fn dispatch_smoothed(n: usize) {

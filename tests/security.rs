@@ -273,6 +273,87 @@ async fn a_burst_over_the_rate_gets_429_with_retry_after_and_writes_nothing_more
     env.finish().await;
 }
 
+/// A token's rates hold across every instance together (#46): the same
+/// token behind two instances gets its rate once, not once per instance;
+/// and with Redis out of reach the check falls back to each instance's own
+/// count and refuses nothing it would not.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tokens_rates_hold_across_instances_and_fail_open_without_redis() {
+    let redis = tickler_testkit::procs::PrivateRedis::start().await;
+    let redis_url = redis.url();
+    let env = TestEnv::start_with(|c| c.redis.url = redis_url).await;
+    let second = env.another().await;
+    let second_url = format!("http://{}", second.http_addr.unwrap());
+    let url = &env.config.mysql.url;
+    let chatty = http_with_token(
+        &token_create_limited(url, "chatty", &["*"], &["read"], Some(10), Some(0)).await,
+    );
+    let started = std::time::Instant::now();
+    let mut admitted = 0;
+    for i in 0..40 {
+        let base = if i % 2 == 0 {
+            &env.base_url
+        } else {
+            &second_url
+        };
+        let response = chatty.get(format!("{base}/v1/jobs")).send().await.unwrap();
+        admitted += usize::from(response.status() == 200);
+    }
+    let elapsed = started.elapsed().as_secs_f64();
+    // A second's burst of 10, and 10 a second since: alone, each instance
+    // would have let 10 through at once, 20 in all.
+    let most = 10 + (elapsed * 10.0).ceil() as usize;
+    println!(
+        "40 requests in {elapsed:.3} s over two instances: {admitted} admitted (at most {most})"
+    );
+    assert!(
+        (10..=most).contains(&admitted),
+        "{admitted} admitted in {elapsed:.3} s"
+    );
+
+    let creator = http_with_token(
+        &token_create_limited(url, "creator", &["*"], &["write"], Some(0), Some(100)).await,
+    );
+    let batch = |n: usize| {
+        let job = json!({"topic": env.topic, "payload": 1, "delay_ms": 60_000});
+        json!({"jobs": vec![job; n]}).to_string()
+    };
+    let (status, answer) = env
+        .request_with(&creator, "POST", "/v1/jobs/batch", Some(batch(70)))
+        .await;
+    assert_eq!(status, 200, "{answer}");
+    let response = creator
+        .post(format!("{second_url}/v1/jobs/batch"))
+        .header("content-type", "application/json")
+        .body(batch(70))
+        .send()
+        .await
+        .unwrap();
+    assert_eq!(
+        response.status(),
+        429,
+        "the other instance knows the first 70"
+    );
+    assert_eq!(env.jobs_count().await, 70, "a 429 writes nothing");
+
+    // Redis gone: each instance counts alone, and nothing is refused for it.
+    drop(redis);
+    tokio::time::sleep(Duration::from_millis(1_100)).await;
+    let (status, answer) = env
+        .request_with(&creator, "POST", "/v1/jobs/batch", Some(batch(50)))
+        .await;
+    assert_eq!(status, 200, "fails open: {answer}");
+    let (_, metrics) = env.metrics_text().await;
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("tickler_rate_fallback_total ") && !l.ends_with(" 0")),
+        "counted"
+    );
+    second.shutdown().await;
+    env.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_browser_cannot_be_made_to_act_for_an_operator() {
     let env = TestEnv::start().await;

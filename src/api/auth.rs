@@ -67,9 +67,9 @@ impl Caller {
     }
 
     /// 429 `rate_limited` when `n` more jobs would exceed the token's rate.
-    pub fn jobs_admit(&self, n: usize) -> Result<(), ApiError> {
+    pub async fn jobs_admit(&self, state: &ApiState, n: usize) -> Result<(), ApiError> {
         let n = u32::try_from(n).unwrap_or(u32::MAX);
-        self.0.jobs_admit(n).map_err(|throttled| {
+        self.0.jobs_admit(Some(&state.index), n).await.map_err(|throttled| {
             let message = if throttled.never {
                 format!(
                     "{} may not create {n} jobs at once: its job rate is lower; send smaller batches",
@@ -147,7 +147,7 @@ pub async fn authenticate(
         Err(err) => return err.into_response(),
     };
     let caller = Caller(principal);
-    if let Err(throttled) = caller.0.request_admit() {
+    if let Err(throttled) = caller.0.request_admit(Some(&state.index)).await {
         let message = format!("{} makes requests faster than its rate", caller.who());
         return rate_limited(throttled, message).into_response();
     }

@@ -548,7 +548,7 @@ pub async fn create(
     new_job.trace_parent = trace_parent_of(&headers);
     caller.topic(&new_job.topic)?;
     topic_preflight(&state, &new_job.topic).await?;
-    caller.jobs_admit(1)?;
+    caller.jobs_admit(&state, 1).await?;
     let (job, db_now) = match caller.store(&state).job_insert(&new_job).await {
         Ok(inserted) => inserted,
         Err(StoreError::DuplicateKey) => {
@@ -688,7 +688,7 @@ pub async fn create_batch(
     let (rows, db_now) = if valid.is_empty() {
         (Vec::new(), now)
     } else {
-        caller.jobs_admit(valid.len())?;
+        caller.jobs_admit(&state, valid.len()).await?;
         caller.store(&state).job_insert_many(&valid).await?
     };
     let created: Vec<&Job> = rows.iter().filter_map(BatchRow::created).collect();

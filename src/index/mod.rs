@@ -68,6 +68,7 @@ struct Scripts {
     refeed: Script,
     adopt: Script,
     pace: Script,
+    rate: Script,
 }
 
 /// One Redis server (a multiplexed connection that reconnects by itself),
@@ -249,6 +250,7 @@ impl Index {
                 refeed: Script::new(include_str!("../../lua/refeed.lua")),
                 adopt: Script::new(include_str!("../../lua/adopt.lua")),
                 pace: Script::new(include_str!("../../lua/pace.lua")),
+                rate: Script::new(include_str!("../../lua/rate.lua")),
             }),
         })
     }
@@ -437,6 +439,36 @@ impl Index {
     ) -> Result<(usize, i64), IndexError> {
         let key = format!("{{{}:smooth}}", self.prefix);
         self.pace_on(key, n, forced, rate, tick).await
+    }
+
+    /// Takes from the rate `bucket` (an API token's requests or jobs),
+    /// shared by every instance: `need` or nothing, and up to `want` while
+    /// there is room. Returns what was granted (0 or `need` ..= `want`) and,
+    /// when 0, how long until `need` fits.
+    pub async fn rate_take(
+        &self,
+        bucket: &str,
+        need: u32,
+        want: u32,
+        per_second: u32,
+    ) -> Result<(u32, Duration), IndexError> {
+        let key = format!("{{{}:rate:{}}}", self.prefix, bucket);
+        let reply: Vec<i64> = self
+            .scripts
+            .rate
+            .key(key)
+            .arg(need)
+            .arg(want.max(need))
+            .arg(per_second.max(1))
+            .invoke_async(&mut self.conn.clone())
+            .await?;
+        let [granted, retry_ms] = reply.as_slice() else {
+            return Err(IndexError::Protocol(format!("rate returned {reply:?}")));
+        };
+        Ok((
+            u32::try_from(*granted).unwrap_or(0),
+            Duration::from_millis(u64::try_from(*retry_ms).unwrap_or(0)),
+        ))
     }
 
     async fn pace_on(
