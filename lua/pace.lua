@@ -11,6 +11,10 @@
 -- ARGV[4]  jobs that go now whatever the pace says (optional, 0): they
 --          take their share of it first, so the others fill the gaps
 --          (the deployment-wide smoothing of jobs with a window)
+-- ARGV[5]  '1': keep no backlog (optional): the refused jobs are spread
+--          from the next free instant, not after every job refused before
+--          them, so a topic whose jobs are grouped serves the groups fairly
+--          rather than first come, first served
 --
 -- Returns  {granted, first backlog slot (ms)}; refused job i (from 0)
 --          goes at slot + i * 1000 / rate
@@ -30,6 +34,11 @@ local allowed = math.floor((now + burst - tat) / interval)
 if allowed < 0 then allowed = 0 end
 local granted = math.min(n, allowed)
 tat = tat + granted * interval
+if ARGV[5] == '1' then
+  redis.call('HSET', key, 'tat', tostring(tat))
+  redis.call('PEXPIRE', key, math.max(math.ceil(tat - now), 0) + 60000)
+  return {granted, math.floor(tat)}
+end
 local backlog = tonumber(redis.call('HGET', key, 'backlog') or 0)
 local slot = math.max(backlog, tat)
 local refused = n - granted

@@ -89,6 +89,7 @@ pub mod cli;
 pub mod config;
 pub mod dispatcher;
 pub mod doctor;
+pub mod grouping;
 pub mod index;
 pub mod ingress;
 pub mod job;

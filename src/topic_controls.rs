@@ -23,6 +23,7 @@ use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
 
 use crate::config::{Config, TopicRules};
+use crate::grouping::{GroupBy, Grouping};
 use crate::index::{Index, IndexError};
 use crate::metrics;
 use crate::service::Service;
@@ -47,6 +48,9 @@ struct Snapshot {
     paused: HashSet<String>,
     /// Paces set through the API (or by hand), jobs per second.
     rates: HashMap<String, u32>,
+    /// Groupings set through the API (or by hand): what by (as stored)
+    /// and the groups' pace.
+    groups: HashMap<String, (Option<String>, Option<u32>)>,
     /// When this copy was read (None: never).
     read_at: Option<Instant>,
 }
@@ -95,9 +99,38 @@ impl TopicControls {
             .filter(|rate| *rate > 0)
     }
 
-    /// Whether any topic has a pace (else the dispatcher skips pacing).
+    /// Whether any topic has a pace, of its own or its groups' (else the
+    /// dispatcher skips pacing).
     pub fn any_paced(&self) -> bool {
-        !self.read().rates.is_empty() || self.rules.any_paced()
+        let snapshot = self.read();
+        !snapshot.rates.is_empty()
+            || snapshot.groups.values().any(|(_, rate)| rate.is_some())
+            || self.rules.any_paced()
+    }
+
+    /// How `topic`'s jobs are grouped for fair dispatch, if they are: each
+    /// of `group_by` and `group_max_per_second` the API's, else the
+    /// configuration's. A `group_by` edited by hand into something that
+    /// does not parse groups nothing (logged).
+    pub fn grouping(&self, topic: &str) -> Option<Grouping> {
+        let (api_by, api_rate) = self.read().groups.get(topic).cloned().unwrap_or_default();
+        let (config_by, config_rate) = self.rules.grouping_for(topic);
+        let by = api_by.or_else(|| config_by.map(str::to_owned))?;
+        let by = match GroupBy::parse(&by) {
+            Ok(by) => by,
+            Err(problem) => {
+                tracing::warn!(
+                    topic,
+                    problem,
+                    "topic_controls.group_by does not parse; the topic's jobs are not grouped"
+                );
+                return None;
+            }
+        };
+        Some(Grouping {
+            by,
+            per_second: api_rate.or(config_rate).filter(|rate| *rate > 0),
+        })
     }
 
     pub fn is_paused(&self, topic: &str) -> bool {
@@ -146,6 +179,12 @@ impl TopicControls {
         for row in rows {
             if row.paused {
                 fresh.paused.insert(row.topic.clone());
+            }
+            if row.group_by.is_some() || row.group_max_per_second.is_some() {
+                fresh.groups.insert(
+                    row.topic.clone(),
+                    (row.group_by.clone(), row.group_max_per_second),
+                );
             }
             if let Some(rate) = row.max_per_second {
                 fresh.rates.insert(row.topic, rate);

@@ -146,7 +146,7 @@ async fn replies_none_refused(
 fn pause_change() -> TopicChange {
     TopicChange {
         paused: Some(true),
-        max_per_second: None,
+        ..TopicChange::default()
     }
 }
 

@@ -791,6 +791,7 @@ async fn topic_controls_are_made_by_the_first_change_and_each_change_keeps_what_
             let change = TopicChange {
                 paused,
                 max_per_second: rate,
+                ..TopicChange::default()
             };
             let control = store.topic_control_set("t", &change, by).await.unwrap();
             (control.paused, control.max_per_second, control.updated_by)
@@ -811,6 +812,45 @@ async fn topic_controls_are_made_by_the_first_change_and_each_change_keeps_what_
     assert_eq!(
         set(None, Some(None), "api:ops").await,
         (false, None, "api:ops".into())
+    );
+
+    // The grouping is set and removed on its own, each field apart.
+    let grouped = db
+        .store
+        .topic_control_set(
+            "t",
+            &TopicChange {
+                group_by: Some(Some("header:tenant".into())),
+                group_max_per_second: Some(Some(20)),
+                ..TopicChange::default()
+            },
+            "api:ops",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            grouped.group_by.as_deref(),
+            grouped.group_max_per_second,
+            grouped.paused
+        ),
+        (Some("header:tenant"), Some(20), false)
+    );
+    let ungrouped = db
+        .store
+        .topic_control_set(
+            "t",
+            &TopicChange {
+                group_by: Some(None),
+                ..TopicChange::default()
+            },
+            "api:ops",
+        )
+        .await
+        .unwrap();
+    assert_eq!(
+        (ungrouped.group_by, ungrouped.group_max_per_second),
+        (None, Some(20))
     );
 
     let other = db

@@ -320,6 +320,120 @@ async fn a_paced_topic_is_spread_at_its_rate_while_another_arrives_on_time() {
     env.finish().await;
 }
 
+/// Fair dispatch by tenant (#46): a topic grouped by the `tenant` header,
+/// each group at most 100/s and the topic at 150/s, over two instances.
+/// 600 jobs of one tenant and 30 of another fall due at one instant: the
+/// big one is spread at its group's pace, and the small one goes out at
+/// once beside it, not behind it. Bad groupings are refused, nothing
+/// changed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_burst_of_one_tenant_does_not_delay_another_on_the_same_topic() {
+    let env = env_start().await;
+    let second = env.another().await;
+    let topic = env.topic.clone();
+    let path = format!("/v1/topics/{topic}");
+    for (bad, why) in [
+        (json!({"group_by": "tenant"}), "group_by"),
+        (json!({"group_by": "header:a b"}), "group_by"),
+        (json!({"group_max_per_second": 0}), "group_max_per_second"),
+        (json!({"group_by": 3}), "group_by"),
+    ] {
+        let (status, answer) = env.request("PATCH", &path, Some(bad.to_string())).await;
+        assert_eq!(status, 400, "{bad}: {answer}");
+        assert_eq!(answer["error"]["code"], "invalid_request");
+        assert!(
+            answer["error"]["message"].as_str().unwrap().contains(why),
+            "{answer}"
+        );
+    }
+    let (_, unchanged) = env.get(&path).await;
+    assert!(
+        unchanged["group_by"].is_null(),
+        "nothing written: {unchanged}"
+    );
+    let (status, view) = env
+        .request(
+            "PATCH",
+            &path,
+            Some(
+                json!({"group_by": "header:tenant", "group_max_per_second": 100,
+                       "max_per_second": 150})
+                .to_string(),
+            ),
+        )
+        .await;
+    assert_eq!(status, 200, "{view}");
+    assert_eq!(
+        (
+            &view["group_by"],
+            &view["group_max_per_second"],
+            &view["max_per_second"]
+        ),
+        (&json!("header:tenant"), &json!(100), &json!(150))
+    );
+    // The other instance reads the controls within a second.
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+
+    let job = |tenant: &str, i: usize| {
+        json!({"topic": topic, "delay_ms": 3_000, "payload": i, "key": format!("{tenant}-{i}"),
+               "headers": {"tenant": tenant}})
+    };
+    let mut items: Vec<Value> = (0..600).map(|i| job("big", i)).collect();
+    items.extend((0..30).map(|i| job("small", i)));
+    for chunk in items.chunks(1000) {
+        let (status, answer) = env.post("/v1/jobs/batch", json!({"jobs": chunk})).await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    all_dispatched(&env, &topic, 630, Duration::from_secs(40)).await;
+    second.shutdown().await;
+
+    let lateness = |prefix: &'static str| {
+        let sql = env.sql.clone();
+        let topic = topic.clone();
+        async move {
+            let late: Vec<i64> = sqlx::query_scalar(
+                "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, schedule_time, dispatched_at) / 1000 AS SIGNED) \
+                 FROM jobs WHERE topic = ? AND job_key LIKE ? ORDER BY 1",
+            )
+            .bind(&topic)
+            .bind(format!("{prefix}-%"))
+            .fetch_all(&sql)
+            .await
+            .unwrap();
+            late
+        }
+    };
+    let (big, small) = (lateness("big").await, lateness("small").await);
+    eprintln!(
+        "tenants: big (600 at 100/s) last {} ms late; small (30) p50 {} ms, max {} ms",
+        big[big.len() - 1],
+        small[small.len() / 2],
+        small[small.len() - 1]
+    );
+    assert!(
+        big[big.len() - 1] >= 4_500,
+        "the big tenant is held to its group's 100/s: its last {} ms late",
+        big[big.len() - 1]
+    );
+    assert!(
+        small[small.len() - 1] < 1_500,
+        "the small tenant is not queued behind the big one: {small:?}"
+    );
+    assert_eq!(early(&env, &topic).await, 0);
+
+    let (status, cleared) = env
+        .request(
+            "PATCH",
+            &path,
+            Some(json!({"group_by": null, "group_max_per_second": null}).to_string()),
+        )
+        .await;
+    assert_eq!(status, 200, "{cleared}");
+    assert!(cleared["group_by"].is_null() && cleared["group_max_per_second"].is_null());
+    assert_eq!(cleared["max_per_second"], 150, "the topic's pace stays");
+    env.finish().await;
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pace_slower_than_one_job_a_tick_still_lets_jobs_through() {
     let env = env_start().await;

@@ -1,4 +1,5 @@
-//! `/v1/topics`: pause, resume and pace a topic's dispatch.
+//! `/v1/topics`: pause, resume and pace a topic's dispatch, and group its
+//! jobs for fair dispatch by tenant.
 
 use std::collections::BTreeMap;
 
@@ -10,6 +11,7 @@ use super::auth::Caller;
 use super::jobs::present;
 use super::{ApiError, ApiJson, ApiState};
 use crate::auth::Scope;
+use crate::grouping::GroupBy;
 use crate::job;
 use crate::job::time_format;
 use crate::store::{TopicChange, TopicControl};
@@ -26,6 +28,12 @@ pub struct TopicView {
     /// Where the pace comes from: `api` (PATCH), `config`
     /// (`topics.<name>.max_per_second`) or null.
     pub max_per_second_source: Option<&'static str>,
+    /// What the topic's jobs are grouped by for fair dispatch (`key:SEP`,
+    /// `header:NAME`; null: not grouped), the API's or the configuration's.
+    pub group_by: Option<String>,
+    /// Each group's pace, jobs per second across every instance (null:
+    /// none, the groups only share `max_per_second` fairly).
+    pub group_max_per_second: Option<u32>,
     /// Who changed the controls last (`api:NAME`, or `sql`).
     pub updated_by: Option<String>,
     pub updated_at: Option<String>,
@@ -53,11 +61,23 @@ pub struct PatchTopic {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<u32>)]
     pub max_per_second: Option<Option<u32>>,
+    /// Groups the topic's jobs for fair dispatch: `key:SEP` (the key up to
+    /// the first SEP, e.g. `key::`) or `header:NAME` (that header's value,
+    /// e.g. `header:tenant`); null removes the API's grouping.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<String>)]
+    pub group_by: Option<Option<String>>,
+    /// Each group's pace, jobs per second across every instance, at least
+    /// 1; null removes it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<u32>)]
+    pub group_max_per_second: Option<Option<u32>>,
 }
 
 fn view(state: &ApiState, topic: &str, row: Option<TopicControl>) -> TopicView {
     let api_rate = row.as_ref().and_then(|r| r.max_per_second);
     let config_rate = state.rules.max_per_second_for(topic);
+    let (config_group_by, config_group_rate) = state.rules.grouping_for(topic);
     TopicView {
         topic: topic.to_owned(),
         paused: row.as_ref().is_some_and(|r| r.paused),
@@ -67,6 +87,14 @@ fn view(state: &ApiState, topic: &str, row: Option<TopicControl>) -> TopicView {
             (None, Some(_)) => Some("config"),
             (None, None) => None,
         },
+        group_by: row
+            .as_ref()
+            .and_then(|r| r.group_by.clone())
+            .or_else(|| config_group_by.map(str::to_owned)),
+        group_max_per_second: row
+            .as_ref()
+            .and_then(|r| r.group_max_per_second)
+            .or(config_group_rate),
         updated_by: row.as_ref().map(|r| r.updated_by.clone()),
         updated_at: row.as_ref().map(|r| time_format(r.updated_at)),
         watermark: None,
@@ -95,7 +123,7 @@ pub async fn list(
         .map(|row| (row.topic.clone(), Some(row)))
         .collect();
     for (topic, settings) in &state.config.topics {
-        if settings.max_per_second.is_some() {
+        if settings.max_per_second.is_some() || settings.group_by.is_some() {
             rows.entry(topic.clone()).or_insert(None);
         }
     }
@@ -103,7 +131,7 @@ pub async fn list(
         .into_iter()
         .filter(|(topic, _)| caller.0.topic_allowed(topic))
         .map(|(topic, row)| view(&state, &topic, row))
-        .filter(|v| v.paused || v.max_per_second.is_some())
+        .filter(|v| v.paused || v.max_per_second.is_some() || v.group_by.is_some())
         .collect();
     Ok(Json(TopicList { topics }))
 }
@@ -189,7 +217,9 @@ pub async fn resume(
     Ok(view)
 }
 
-/// `PATCH /v1/topics/{topic}` — sets or removes the topic's pace.
+/// `PATCH /v1/topics/{topic}` — sets or removes the topic's pace, and its
+/// grouping for fair dispatch by tenant (what its jobs are grouped by, and
+/// each group's pace).
 #[utoipa::path(
     patch, path = "/v1/topics/{topic}", operation_id = "topic_modify", tag = "topics",
     params(("topic" = String, Path, description = "The topic")),
@@ -202,22 +232,37 @@ pub async fn patch(
     Path(topic): Path<String>,
     ApiJson(body): ApiJson<PatchTopic>,
 ) -> Result<Json<TopicView>, ApiError> {
-    let Some(rate) = body.max_per_second else {
+    if body.max_per_second.is_none()
+        && body.group_by.is_none()
+        && body.group_max_per_second.is_none()
+    {
         return Err(ApiError::InvalidRequest(
-            "nothing to change: give max_per_second (a number, or null to remove it)".to_owned(),
+            "nothing to change: give max_per_second, group_by or group_max_per_second \
+             (a value, or null to remove it)"
+                .to_owned(),
         ));
-    };
-    if rate == Some(0) {
+    }
+    if body.max_per_second == Some(Some(0)) {
         return Err(ApiError::InvalidRequest(
             "max_per_second must be at least 1; to stop the topic, pause it".to_owned(),
         ));
+    }
+    if body.group_max_per_second == Some(Some(0)) {
+        return Err(ApiError::InvalidRequest(
+            "group_max_per_second must be at least 1; null removes it".to_owned(),
+        ));
+    }
+    if let Some(Some(by)) = &body.group_by {
+        GroupBy::parse(by).map_err(ApiError::InvalidRequest)?;
     }
     set(
         &state,
         &caller,
         &topic,
         TopicChange {
-            max_per_second: Some(rate),
+            max_per_second: body.max_per_second,
+            group_by: body.group_by,
+            group_max_per_second: body.group_max_per_second,
             ..TopicChange::default()
         },
     )
@@ -236,7 +281,7 @@ async fn set(
         .store(state)
         .topic_control_set(topic, &change, &caller.0.actor())
         .await?;
-    tracing::info!(topic, paused = row.paused, max_per_second = ?row.max_per_second, by = %row.updated_by, "topic controls changed");
+    tracing::info!(topic, paused = row.paused, max_per_second = ?row.max_per_second, group_by = ?row.group_by, group_max_per_second = ?row.group_max_per_second, by = %row.updated_by, "topic controls changed");
     // This instance follows at once; the others within a second.
     if let Err(err) = state.controls.refresh().await {
         tracing::debug!(error = %err, "cannot re-read the topic controls now");

@@ -1,4 +1,5 @@
-//! `tickler topics` and `tickler schedules`: pause, resume and pace topics,
+//! `tickler topics` and `tickler schedules`: pause, resume, pace and group
+//! topics,
 //! and manage recurring schedules, over a running tickler's API.
 
 use clap::{Args, Subcommand};
@@ -25,6 +26,20 @@ pub enum TopicsCommand {
         #[arg(required_unless_present = "clear")]
         max_per_second: Option<u32>,
         #[arg(long, conflicts_with = "max_per_second")]
+        clear: bool,
+    },
+    /// Group the topic's jobs for fair dispatch by tenant: by a key prefix
+    /// (`key::`) or a header's value (`header:tenant`), each group at most
+    /// `--per-second` (across every instance); `--clear` removes both.
+    Group {
+        topic: String,
+        /// `key:SEPARATOR` or `header:NAME`.
+        #[arg(required_unless_present = "clear")]
+        group_by: Option<String>,
+        /// Each group's pace, jobs per second (at least 1).
+        #[arg(long)]
+        per_second: Option<u32>,
+        #[arg(long, conflicts_with_all = ["group_by", "per_second"])]
         clear: bool,
     },
 }
@@ -119,11 +134,18 @@ fn timing_body(timing: &Timing, body: &mut Map<String, Value>) {
     }
 }
 
+const TOPIC_COLUMNS: [&str; 7] = [
+    "topic",
+    "paused",
+    "max_per_second",
+    "source",
+    "group_by",
+    "group_per_second",
+    "updated_by",
+];
+
 fn print_topic(view: &Value) {
-    print_table(
-        &["topic", "paused", "max_per_second", "source", "updated_by"],
-        &[topic_row(view)],
-    );
+    print_table(&TOPIC_COLUMNS, &[topic_row(view)]);
 }
 
 fn topic_row(view: &Value) -> Vec<String> {
@@ -132,6 +154,8 @@ fn topic_row(view: &Value) -> Vec<String> {
         "paused",
         "max_per_second",
         "max_per_second_source",
+        "group_by",
+        "group_max_per_second",
         "updated_by",
     ]
     .iter()
@@ -154,10 +178,7 @@ pub async fn topics(
                     .as_array()
                     .map(|topics| topics.iter().map(topic_row).collect())
                     .unwrap_or_default();
-                print_table(
-                    &["topic", "paused", "max_per_second", "source", "updated_by"],
-                    &rows,
-                );
+                print_table(&TOPIC_COLUMNS, &rows);
             }
             return Ok(());
         }
@@ -190,6 +211,19 @@ pub async fn topics(
                     &json!({"max_per_second": rate}),
                 )
                 .await?
+        }
+        TopicsCommand::Group {
+            topic,
+            group_by,
+            per_second,
+            clear,
+        } => {
+            let body = if clear {
+                json!({"group_by": null, "group_max_per_second": null})
+            } else {
+                json!({"group_by": group_by, "group_max_per_second": per_second})
+            };
+            client.patch(&format!("/v1/topics/{topic}"), &body).await?
         }
     };
     if json {

@@ -51,6 +51,14 @@ impl TopicRules {
         self.topics.get(topic).and_then(|t| t.max_per_second)
     }
 
+    /// The configured grouping of `topic` (`group_by`, checked at start-up)
+    /// and its groups' pace.
+    pub fn grouping_for(&self, topic: &str) -> (Option<&str>, Option<u32>) {
+        self.topics.get(topic).map_or((None, None), |t| {
+            (t.group_by.as_deref(), t.group_max_per_second)
+        })
+    }
+
     /// Where dead jobs of `topic` are recorded, if anywhere.
     pub fn dead_letter_for(&self, topic: &str) -> Option<&str> {
         let chosen = match self
@@ -108,7 +116,9 @@ impl TopicRules {
 
     /// Whether the configuration gives any topic a pace.
     pub fn any_paced(&self) -> bool {
-        self.topics.values().any(|t| t.max_per_second.is_some())
+        self.topics
+            .values()
+            .any(|t| t.max_per_second.is_some() || t.group_max_per_second.is_some())
     }
 
     /// Every dead-letter topic named: the default and the topics' own.

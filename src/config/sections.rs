@@ -390,6 +390,14 @@ pub struct TopicConfig {
     /// instance (`PATCH /v1/topics/{topic}` overrides it).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_per_second: Option<u32>,
+    /// What this topic's jobs are grouped by for fair dispatch: `key:SEP`
+    /// (the key up to the first SEP) or `header:NAME` (that header's value).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_by: Option<String>,
+    /// Most jobs of one group dispatched per second, across every
+    /// instance; without it the groups only share `max_per_second` fairly.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_max_per_second: Option<u32>,
     /// Overrides `dead_letter_topic`; `""` turns dead letters off here.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dead_letter_topic: Option<String>,

@@ -359,6 +359,28 @@ impl Config {
                 ),
             });
         }
+        for (topic, settings) in &self.topics {
+            if let Some(by) = &settings.group_by {
+                crate::grouping::GroupBy::parse(by).map_err(|problem| ConfigError::Invalid {
+                    field: "topics.group_by".into(),
+                    problem: format!("for topic {topic:?}: {problem}"),
+                })?;
+            }
+            if settings.group_max_per_second == Some(0) {
+                return Err(ConfigError::Invalid {
+                    field: "topics.group_max_per_second".into(),
+                    problem: format!(
+                        "is 0 for topic {topic:?}: leave it unset for no pace per group"
+                    ),
+                });
+            }
+            if settings.group_max_per_second.is_some() && settings.group_by.is_none() {
+                return Err(ConfigError::Invalid {
+                    field: "topics.group_max_per_second".into(),
+                    problem: format!("is set for topic {topic:?} without group_by: say what its jobs are grouped by"),
+                });
+            }
+        }
         if self.dispatcher.smooth_per_second == Some(0) {
             return Err(invalid(
                 "dispatcher.smooth_per_second",

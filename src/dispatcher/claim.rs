@@ -2,13 +2,14 @@
 //! claimed in Redis from the shards held, topics' paces applied, and the
 //! MySQL compare-and-set, whose every outcome Redis follows at once.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
 
 use super::release::{Claimed, DbClock};
 use super::{DispatchReport, Dispatcher, PACE_TICK};
+use crate::grouping::{round_robin, Grouping};
 use crate::index::Claim;
 use crate::job::{Job, JobId};
 use crate::membership::Ownership;
@@ -103,19 +104,40 @@ impl Dispatcher {
             Some(rate) => self.smooth(jobs, rate, redis_now_ms).await,
             None => jobs,
         };
-        let mut paced: BTreeMap<&str, Vec<JobId>> = BTreeMap::new();
+        // Each topic's controls, asked once per pass.
+        let mut controls: HashMap<&str, (Option<u32>, Option<Grouping>)> = HashMap::new();
+        let mut paced: BTreeMap<&str, Vec<&JobPacing>> = BTreeMap::new();
         let mut free = Vec::with_capacity(jobs.len());
         for job in &jobs {
-            match self.controls.rate(&job.topic) {
-                Some(_) => paced.entry(job.topic.as_str()).or_default().push(job.id),
-                None => free.push(job.id),
+            let (rate, grouping) = controls.entry(job.topic.as_str()).or_insert_with(|| {
+                (
+                    self.controls.rate(&job.topic),
+                    self.controls.grouping(&job.topic),
+                )
+            });
+            let grouped_pace = grouping.as_ref().is_some_and(|g| g.per_second.is_some());
+            if rate.is_some() || grouped_pace {
+                paced.entry(job.topic.as_str()).or_default().push(job);
+            } else {
+                free.push(job.id);
             }
         }
-        for (topic, ids) in paced {
-            let Some(rate) = self.controls.rate(topic) else {
+        for (topic, jobs) in paced {
+            let (rate, grouping) = controls.remove(topic).unwrap_or_default();
+            let ids = match &grouping {
+                Some(grouping) => self.pace_groups(topic, grouping, jobs, redis_now_ms).await,
+                None => jobs.iter().map(|job| job.id).collect(),
+            };
+            let Some(rate) = rate else {
+                free.extend(ids);
                 continue;
             };
-            let (granted, slot) = match self.index.pace(topic, ids.len(), rate, PACE_TICK).await {
+            let fair = grouping.is_some();
+            let (granted, slot) = match self
+                .index
+                .pace(topic, ids.len(), rate, PACE_TICK, fair)
+                .await
+            {
                 Ok(answer) => answer,
                 Err(err) => {
                     metrics::index_failed("pace", ids.len(), &err);
@@ -136,6 +158,58 @@ impl Dispatcher {
             self.index_requeue(&back).await;
         }
         free
+    }
+
+    /// Fair dispatch by tenant: a grouped topic's jobs split by group, each
+    /// group held to its own pace (if it has one) with a backlog of its
+    /// own, so a burst of one group never queues another's jobs behind it.
+    /// Returns the ids that may go, one of each group in turn, so that the
+    /// topic's pace, if it has one, serves the groups alike.
+    async fn pace_groups(
+        &self,
+        topic: &str,
+        grouping: &Grouping,
+        jobs: Vec<&JobPacing>,
+        redis_now_ms: i64,
+    ) -> Vec<JobId> {
+        let mut groups: BTreeMap<String, Vec<JobId>> = BTreeMap::new();
+        for job in jobs {
+            let group = grouping.by.group_of(job.key.as_deref(), &job.headers);
+            groups.entry(group).or_default().push(job.id);
+        }
+        let Some(rate) = grouping.per_second else {
+            return round_robin(groups.into_values().collect());
+        };
+        let answers = join_all(groups.iter().map(|(group, ids)| {
+            self.index
+                .pace_group(topic, group, ids.len(), rate, PACE_TICK)
+        }))
+        .await;
+        let mut going = Vec::with_capacity(groups.len());
+        let mut back = Vec::new();
+        for ((_, ids), answer) in groups.into_iter().zip(answers) {
+            let (granted, slot) = match answer {
+                Ok(answer) => answer,
+                Err(err) => {
+                    metrics::index_failed("pace", ids.len(), &err);
+                    (0, redis_now_ms + self.config.retry_delay.as_millis() as i64)
+                }
+            };
+            back.extend(
+                ids[granted..]
+                    .iter()
+                    .enumerate()
+                    .map(|(i, id)| (*id, backlog_slot(slot, i, rate, None))),
+            );
+            let mut ids = ids;
+            ids.truncate(granted);
+            going.push(ids);
+        }
+        if !back.is_empty() {
+            metrics::dispatch_paced(topic, back.len());
+            self.index_requeue(&back).await;
+        }
+        round_robin(going)
     }
 
     /// The deployment-wide smoothing (`dispatcher.smooth_per_second`):

@@ -414,15 +414,35 @@ impl Index {
     /// second, with a burst of `tick`. Returns how many may go, and the
     /// time (ms, Redis's clock) from which the refused ones are spread at
     /// the rate, in order, after every job refused before them.
+    ///
+    /// `fair`: keep no backlog (a topic whose jobs are grouped): the
+    /// refused jobs are spread from the next free instant, so each pass's
+    /// groups, served round-robin, share the pace rather than queue behind
+    /// what was refused before.
     pub async fn pace(
         &self,
         topic: &str,
         n: usize,
         rate: u32,
         tick: Duration,
+        fair: bool,
     ) -> Result<(usize, i64), IndexError> {
         let key = format!("{{{}:pace:{}}}", self.prefix, topic);
-        self.pace_on(key, n, 0, rate, tick).await
+        self.pace_on(key, n, 0, rate, tick, fair).await
+    }
+
+    /// The pace of one group of a topic's jobs (fair dispatch by tenant),
+    /// as [`Index::pace`] with a backlog of the group's own.
+    pub async fn pace_group(
+        &self,
+        topic: &str,
+        group: &str,
+        n: usize,
+        rate: u32,
+        tick: Duration,
+    ) -> Result<(usize, i64), IndexError> {
+        let key = format!("{{{}:pace:{}}}:g:{}", self.prefix, topic, group);
+        self.pace_on(key, n, 0, rate, tick, false).await
     }
 
     /// The deployment-wide pace of jobs with a flexible window
@@ -438,7 +458,7 @@ impl Index {
         tick: Duration,
     ) -> Result<(usize, i64), IndexError> {
         let key = format!("{{{}:smooth}}", self.prefix);
-        self.pace_on(key, n, forced, rate, tick).await
+        self.pace_on(key, n, forced, rate, tick, false).await
     }
 
     /// Takes from the rate `bucket` (an API token's requests or jobs),
@@ -478,6 +498,7 @@ impl Index {
         forced: usize,
         rate: u32,
         tick: Duration,
+        fair: bool,
     ) -> Result<(usize, i64), IndexError> {
         let reply: Vec<i64> = self
             .scripts
@@ -487,6 +508,7 @@ impl Index {
             .arg(rate.max(1))
             .arg(u64::try_from(tick.as_millis()).unwrap_or(u64::MAX))
             .arg(forced)
+            .arg(if fair { "1" } else { "0" })
             .invoke_async(&mut self.conn.clone())
             .await?;
         let [granted, slot] = reply.as_slice() else {

@@ -16,6 +16,11 @@ pub struct TopicControl {
     pub paused: bool,
     /// Set through the API (or by hand); None leaves the configuration's.
     pub max_per_second: Option<u32>,
+    /// What the topic's jobs are grouped by (`key:SEP`, `header:NAME`) and
+    /// each group's pace, likewise; the text as stored (a hand edit may
+    /// not parse: the dispatcher then ignores it, with a warning).
+    pub group_by: Option<String>,
+    pub group_max_per_second: Option<u32>,
     pub updated_by: String,
     pub updated_at: DateTime<Utc>,
 }
@@ -25,6 +30,9 @@ pub struct TopicControl {
 pub struct JobPacing {
     pub id: JobId,
     pub topic: String,
+    /// Its key and headers: what its group is read from.
+    pub key: Option<String>,
+    pub headers: std::collections::BTreeMap<String, String>,
     /// The end of its flexible window (`window_start` + `window_ms`), if it
     /// has one.
     pub window_end: Option<DateTime<Utc>>,
@@ -36,6 +44,9 @@ pub struct TopicChange {
     pub paused: Option<bool>,
     /// `Some(None)` clears the API's pace (the configuration's applies).
     pub max_per_second: Option<Option<u32>>,
+    /// Likewise for the grouping and the groups' pace.
+    pub group_by: Option<Option<String>>,
+    pub group_max_per_second: Option<Option<u32>>,
 }
 
 fn control_from_row(row: &MySqlRow) -> Result<TopicControl, StoreError> {
@@ -47,12 +58,17 @@ fn control_from_row(row: &MySqlRow) -> Result<TopicControl, StoreError> {
             .map_err(|_| StoreError::Corrupt("topic_controls.topic is not UTF-8".to_owned()))?,
         paused: row.try_get("paused")?,
         max_per_second: row.try_get("max_per_second")?,
+        group_by: row
+            .try_get::<Option<Vec<u8>>, _>("group_by")?
+            .map(|text| String::from_utf8_lossy(&text).into_owned()),
+        group_max_per_second: row.try_get("group_max_per_second")?,
         updated_by: String::from_utf8_lossy(&updated_by).into_owned(),
         updated_at: updated_at.and_utc(),
     })
 }
 
-const CONTROL_COLUMNS: &str = "topic, paused, max_per_second, updated_by, updated_at";
+const CONTROL_COLUMNS: &str =
+    "topic, paused, max_per_second, group_by, group_max_per_second, updated_by, updated_at";
 
 impl Store {
     /// Every topic with controls.
@@ -86,21 +102,32 @@ impl Store {
     ) -> Result<TopicControl, StoreError> {
         let paused = change.paused.unwrap_or(false);
         let rate = change.max_per_second.flatten();
+        let group_by = change.group_by.clone().flatten();
+        let group_rate = change.group_max_per_second.flatten();
         sqlx::query(
-            "INSERT INTO topic_controls (topic, paused, max_per_second, updated_by) \
-             VALUES (?, ?, ?, ?) ON DUPLICATE KEY UPDATE \
+            "INSERT INTO topic_controls \
+             (topic, paused, max_per_second, group_by, group_max_per_second, updated_by) \
+             VALUES (?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE \
              paused = IF(?, ?, paused), \
              max_per_second = IF(?, ?, max_per_second), \
+             group_by = IF(?, ?, group_by), \
+             group_max_per_second = IF(?, ?, group_max_per_second), \
              updated_by = ?, updated_at = UTC_TIMESTAMP(3)",
         )
         .bind(topic)
         .bind(paused)
         .bind(rate)
+        .bind(&group_by)
+        .bind(group_rate)
         .bind(by)
         .bind(change.paused.is_some())
         .bind(paused)
         .bind(change.max_per_second.is_some())
         .bind(rate)
+        .bind(change.group_by.is_some())
+        .bind(&group_by)
+        .bind(change.group_max_per_second.is_some())
+        .bind(group_rate)
         .bind(by)
         .execute(&self.pool)
         .await?;
@@ -141,7 +168,7 @@ impl Store {
             return Ok(Vec::new());
         }
         let mut query = sqlx::QueryBuilder::<sqlx::MySql>::new(
-            "SELECT id, topic, window_ms, window_start FROM jobs WHERE id IN ",
+            "SELECT id, topic, job_key, headers, window_ms, window_start FROM jobs WHERE id IN ",
         );
         super::sql::push_id_list(&mut query, ids);
         let rows = query.build().fetch_all(&self.pool).await?;
@@ -150,10 +177,19 @@ impl Store {
                 let topic: Vec<u8> = row.try_get("topic")?;
                 let window_ms: Option<u32> = row.try_get("window_ms")?;
                 let window_start: Option<NaiveDateTime> = row.try_get("window_start")?;
+                let key: Option<Vec<u8>> = row.try_get("job_key")?;
+                let headers: Option<Vec<u8>> = row.try_get("headers")?;
+                // Pacing never fails on a hand-edited row: its group is
+                // the ungrouped one (the claim sets it aside, if it must).
+                let headers = headers
+                    .and_then(|text| serde_json::from_slice(&text).ok())
+                    .unwrap_or_default();
                 Ok(JobPacing {
                     id: row.try_get("id")?,
                     topic: String::from_utf8(topic)
                         .map_err(|_| StoreError::Corrupt("jobs.topic is not UTF-8".to_owned()))?,
+                    key: key.map(|key| String::from_utf8_lossy(&key).into_owned()),
+                    headers,
                     window_end: window_ms.zip(window_start).map(|(ms, start)| {
                         start.and_utc() + chrono::Duration::milliseconds(i64::from(ms))
                     }),
