@@ -55,6 +55,7 @@ use tickler::store::{scratch, Actor, Store};
 mod args;
 mod cpu;
 mod instances;
+mod tenants;
 
 pub use args::BenchArgs;
 
@@ -78,6 +79,11 @@ pub struct BenchOptions {
     pub midnight: u64,
     pub midnight_window_ms: u64,
     pub midnight_pace: u32,
+    /// The tenants stage: the big and the small tenant's jobs, and each
+    /// group's pace.
+    pub tenants_big: u64,
+    pub tenants_small: u64,
+    pub tenants_group_pace: u32,
     pub memory_jobs: u64,
     pub far_rows: u64,
     pub window_rows: u64,
@@ -94,7 +100,7 @@ pub struct BenchOptions {
 const INGRESS_ROUNDS: usize = 3;
 
 /// The stages, by the names `--stages` takes.
-pub const STAGES: [&str; 11] = [
+pub const STAGES: [&str; 12] = [
     "schedule",
     "floor",
     "lateness",
@@ -103,6 +109,7 @@ pub const STAGES: [&str; 11] = [
     "results",
     "ingress",
     "midnight",
+    "tenants",
     "redis",
     "reconcile",
     "instances",
@@ -137,6 +144,9 @@ impl BenchOptions {
             midnight: 200_000,
             midnight_window_ms: 600_000,
             midnight_pace: 1_000,
+            tenants_big: 100_000,
+            tenants_small: 1_000,
+            tenants_group_pace: 10_000,
             memory_jobs: 100_000,
             far_rows: 10_000_000,
             window_rows: 1_000_000,
@@ -162,6 +172,9 @@ impl BenchOptions {
             midnight: 2_000,
             midnight_window_ms: 5_000,
             midnight_pace: 1_000,
+            tenants_big: 2_000,
+            tenants_small: 100,
+            tenants_group_pace: 1_000,
             memory_jobs: 1000,
             far_rows: 20_000,
             window_rows: 5_000,
@@ -306,6 +319,10 @@ async fn run_in(
         if wants("midnight") {
             bench.stage_topic("midnight").await?;
             bench.midnight().await?;
+        }
+        if wants("tenants") {
+            bench.stage_topic("tenants").await?;
+            bench.tenants().await?;
         }
         anyhow::Ok(())
     }
