@@ -382,6 +382,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
         failure: RoleFailure::default(),
     };
     start_roles(&shared, &pools)?;
+    start_recorded(&pools.api, &shared.config).await;
     let http_addr = if shared.config.has_role(Role::Api) {
         Some(start_api(&shared, &pools.api).await?)
     } else {
@@ -403,6 +404,25 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
         tracker: shared.tracker,
         failure: shared.failure,
     })
+}
+
+/// The audit log's row of this start-up: the roles and every setting in
+/// force, secrets masked. A failure to write it is logged; the instance
+/// starts regardless (the settings are also in its log).
+async fn start_recorded(store: &Store, config: &Config) {
+    let roles: Vec<&str> = config.roles.iter().map(|role| role.as_str()).collect();
+    let written = crate::audit::recorded(
+        store,
+        "instance",
+        "instance.start",
+        Some(roles.join(",")),
+        None,
+        async { Ok::<_, std::convert::Infallible>(config.masked()) },
+    )
+    .await;
+    if let Err(err) = written {
+        tracing::warn!(error = %err, "cannot write this start-up to the audit log");
+    }
 }
 
 /// Starts the background roles the configuration asks for (and those every

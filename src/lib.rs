@@ -83,6 +83,7 @@ macro_rules! fail_point_stall {
 
 pub mod api;
 pub mod app;
+pub mod audit;
 pub mod auth;
 pub mod bulk;
 pub mod cli;

@@ -1,5 +1,6 @@
 //! The purger (part of the reconciler's role): deletes finished jobs past
-//! `jobs.retention_days`, with their history, in small batches. Once a minute;
+//! `jobs.retention_days`, with their history, in small batches, and rows of
+//! the audit log past `audit.retention_days`. Once a minute;
 //! while a purge finds more than one pass's share, it goes on at every
 //! reconcile interval until it has caught up, so that the purge keeps pace
 //! with any steady rate of jobs.
@@ -28,6 +29,8 @@ pub struct PurgerConfig {
     /// purge, or a steady rate above this a minute) spreads over passes,
     /// between which the other roles' work goes on.
     pub share: u64,
+    /// Rows of the audit log older than this are purged; None keeps them.
+    pub audit_retention: Option<Duration>,
 }
 
 /// Time between purges of finished jobs past their retention.
@@ -53,6 +56,8 @@ impl PurgerConfig {
             interval_behind: Duration::from_millis(config.reconciler.interval_ms),
             batch: BATCH,
             share: SHARE,
+            audit_retention: (config.audit.retention_days > 0)
+                .then(|| Duration::from_secs(u64::from(config.audit.retention_days) * 86_400)),
         }
     }
 }
@@ -68,6 +73,8 @@ impl Default for PurgerConfig {
 pub struct PurgeReport {
     /// Jobs deleted, with their history.
     pub purged: u64,
+    /// Rows of the audit log deleted.
+    pub audit_purged: u64,
 }
 
 pub struct Purger {
@@ -104,8 +111,16 @@ impl Service for Purger {
     /// Deletes finished jobs past the retention, in batches of `batch`, at
     /// most `share` rows. The database's clock decides what is past.
     async fn run_once(&mut self, _now: DateTime<Utc>) -> Result<PurgeReport, StoreError> {
+        let audit_purged = match self.config.audit_retention {
+            // A few control-plane changes a day: one batch a purge keeps up.
+            Some(retention) => self.store.audit_purge(retention, self.config.batch).await?,
+            None => 0,
+        };
         let Some(retention) = self.config.retention else {
-            return Ok(PurgeReport::default());
+            return Ok(PurgeReport {
+                audit_purged,
+                ..PurgeReport::default()
+            });
         };
         let mut purged = 0;
         while purged < self.config.share {
@@ -120,7 +135,10 @@ impl Service for Purger {
         }
         self.behind = purged >= self.config.share;
         metrics::jobs_purged(purged);
-        Ok(PurgeReport { purged })
+        Ok(PurgeReport {
+            purged,
+            audit_purged,
+        })
     }
 
     fn passed(&self, report: &PurgeReport) -> bool {
@@ -128,6 +146,12 @@ impl Service for Purger {
             tracing::info!(
                 purged = report.purged,
                 "finished jobs past retention purged"
+            );
+        }
+        if report.audit_purged > 0 {
+            tracing::info!(
+                purged = report.audit_purged,
+                "rows of the audit log past retention purged"
             );
         }
         false

@@ -1,5 +1,6 @@
 //! The HTTP/JSON API under `/v1`, plus `/healthz` and `/metrics`.
 
+mod audit;
 mod auth;
 mod bulk;
 mod error;
@@ -109,7 +110,10 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/topics/{topic}", get(topics::get).patch(topics::patch))
         .route("/v1/topics/{topic}/pause", post(topics::pause))
         .route("/v1/topics/{topic}/resume", post(topics::resume))
-        // The last layer runs first: who is calling, then their body.
+        .route("/v1/audit", get(audit::list))
+        // The last layer runs first: who is calling, then their body, then
+        // the audit log's row of a control-plane change.
+        .route_layer(middleware::from_fn_with_state(state.clone(), audit::audit))
         .route_layer(middleware::from_fn_with_state(
             state.clone(),
             auth::body_deadline,

@@ -8,7 +8,7 @@ use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
 use super::error::{ErrorBody, ErrorDetail};
-use super::{bulk, forecast, jobs, query, results, schedules, stats, topics};
+use super::{audit, bulk, forecast, jobs, query, results, schedules, stats, topics};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -31,6 +31,7 @@ use super::{bulk, forecast, jobs, query, results, schedules, stats, topics};
         bulk::list,
         stats::get,
         forecast::get,
+        audit::list,
         schedules::create,
         schedules::list,
         schedules::get,
@@ -52,7 +53,7 @@ use super::{bulk, forecast, jobs, query, results, schedules, stats, topics};
     tags(
         (name = "jobs", description = "Schedule, read, change and cancel jobs"),
         (name = "results", description = "Consumers' reports, and redriving dead jobs"),
-        (name = "operations", description = "Bulk changes and the stores' state"),
+        (name = "operations", description = "Bulk changes, the stores' state, the forecast and the audit log"),
         (name = "schedules", description = "Recurring schedules: each occurrence becomes a job"),
         (name = "topics", description = "Pause, resume and pace a topic's dispatch"),
     )

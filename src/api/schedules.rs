@@ -504,6 +504,12 @@ async fn materialize_now(state: &ApiState, caller: &Caller, id: u64) {
     }
 }
 
+/// The schedule as `GET` shows it (the audit log's "before").
+pub(super) async fn shown(state: &ApiState, id: &str) -> Option<serde_json::Value> {
+    let row = state.store.schedule_get(id.parse().ok()?).await.ok()?;
+    serde_json::to_value(view_with_pending(state, row).await.ok()?).ok()
+}
+
 async fn view_with_pending(state: &ApiState, row: ScheduleRow) -> Result<ScheduleView, ApiError> {
     let pending = state
         .store

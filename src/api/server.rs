@@ -106,7 +106,7 @@ pub async fn serve(
                 Err(_) => break,
             },
         };
-        let (stream, _peer) = tokio::select! {
+        let (stream, peer) = tokio::select! {
             _ = cancel.cancelled() => break,
             accepted = listener.accept() => match accepted {
                 Ok(accepted) => accepted,
@@ -126,11 +126,13 @@ pub async fn serve(
             let _slot = slot;
             metrics::api_connection_opened();
             match tls {
-                None => connection_serve(stream, router, limits, stop).await,
+                None => connection_serve(stream, peer, router, limits, stop).await,
                 Some(acceptor) => {
                     match tokio::time::timeout(limits.header_timeout, acceptor.accept(stream)).await
                     {
-                        Ok(Ok(stream)) => connection_serve(stream, router, limits, stop).await,
+                        Ok(Ok(stream)) => {
+                            connection_serve(stream, peer, router, limits, stop).await
+                        }
                         Ok(Err(err)) => tracing::debug!(error = %err, "tls handshake failed"),
                         Err(_) => tracing::debug!("tls handshake timed out"),
                     }
@@ -143,8 +145,14 @@ pub async fn serve(
     connections.wait().await;
 }
 
+/// The address a request's connection came from (a request extension):
+/// the audit log's "from where".
+#[derive(Debug, Clone, Copy)]
+pub struct PeerAddr(pub std::net::SocketAddr);
+
 async fn connection_serve<S>(
     stream: S,
+    peer: std::net::SocketAddr,
     router: Router,
     limits: ServeLimits,
     stop: CancellationToken,
@@ -158,8 +166,9 @@ async fn connection_serve<S>(
     };
     let inner = TowerToHyperService::new(router);
     let in_hand = clock.clone();
-    let service = hyper::service::service_fn(move |request| {
+    let service = hyper::service::service_fn(move |mut request: hyper::Request<_>| {
         in_hand.request_in_hand();
+        request.extensions_mut().insert(PeerAddr(peer));
         let answer = inner.call(request);
         let clock = in_hand.clone();
         async move {

@@ -101,6 +101,12 @@ fn view(state: &ApiState, topic: &str, row: Option<TopicControl>) -> TopicView {
     }
 }
 
+/// The topic's controls as `GET` shows them (the audit log's "before").
+pub(super) async fn shown(state: &ApiState, topic: &str) -> Option<serde_json::Value> {
+    let row = state.store.topic_control(topic).await.ok()?;
+    serde_json::to_value(view(state, topic, row)).ok()
+}
+
 fn topic_checked(caller: &Caller, topic: &str) -> Result<(), ApiError> {
     job::topic_validate(topic)?;
     caller.topic(topic)

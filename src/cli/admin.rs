@@ -4,6 +4,9 @@
 
 use clap::Subcommand;
 
+use serde_json::json;
+
+use crate::audit;
 use crate::auth;
 use crate::config::{Config, HandEdits};
 use crate::store::{Actor, HandEditsState, NewToken, Store, StoreError};
@@ -83,16 +86,29 @@ pub async fn token(config: &Config, command: TokenCommand) -> Result<(), AdminEr
                 }
             }
             let secret = auth::secret_generate();
-            let created = store
-                .token_create(&NewToken {
-                    name: &name,
-                    secret_sha256: auth::secret_hash(&secret),
-                    topics: &topics,
-                    scopes: &scopes,
-                    rate_requests,
-                    rate_jobs,
-                })
-                .await;
+            let asked = json!({"name": name, "topics": topics, "scopes": scopes,
+                               "rate_requests": rate_requests, "rate_jobs": rate_jobs});
+            let created = audit::recorded(
+                &store,
+                "cli",
+                "token.create",
+                Some(name.clone()),
+                Some(asked),
+                async {
+                    store
+                        .token_create(&NewToken {
+                            name: &name,
+                            secret_sha256: auth::secret_hash(&secret),
+                            topics: &topics,
+                            scopes: &scopes,
+                            rate_requests,
+                            rate_jobs,
+                        })
+                        .await
+                        .map(|row| TokenShown::from(&row))
+                },
+            )
+            .await?;
             match created {
                 Ok(row) => {
                     println!(
@@ -136,9 +152,22 @@ pub async fn token(config: &Config, command: TokenCommand) -> Result<(), AdminEr
             }
         }
         TokenCommand::Revoke { name } => {
-            if !store.token_revoke(&name).await? {
-                return Err(AdminError::Refused(format!("no token called {name:?}")));
-            }
+            let revoked = audit::recorded(
+                &store,
+                "cli",
+                "token.revoke",
+                Some(name.clone()),
+                None,
+                async {
+                    match store.token_revoke(&name).await {
+                        Ok(true) => Ok(json!({"revoked": name})),
+                        Ok(false) => Err(AdminError::Refused(format!("no token called {name:?}"))),
+                        Err(err) => Err(err.into()),
+                    }
+                },
+            )
+            .await?;
+            revoked?;
             println!(
                 "token {name} revoked: refused within {} ms",
                 config.api.token_refresh_ms
@@ -147,6 +176,30 @@ pub async fn token(config: &Config, command: TokenCommand) -> Result<(), AdminEr
     }
     store.close().await;
     Ok(())
+}
+
+/// A token as the audit log shows it: never its secret or its hash.
+#[derive(Debug, serde::Serialize)]
+struct TokenShown {
+    id: u64,
+    name: String,
+    topics: Vec<String>,
+    scopes: Vec<String>,
+    rate_requests: Option<u32>,
+    rate_jobs: Option<u32>,
+}
+
+impl From<&crate::store::TokenRow> for TokenShown {
+    fn from(row: &crate::store::TokenRow) -> TokenShown {
+        TokenShown {
+            id: row.id,
+            name: row.name.clone(),
+            topics: row.topics.clone(),
+            scopes: row.scopes.clone(),
+            rate_requests: row.rate_requests,
+            rate_jobs: row.rate_jobs,
+        }
+    }
 }
 
 /// `tickler instances`: a table of the instances and the shards each holds.

@@ -2,6 +2,7 @@
 //! the configuration and prints its report (text or JSON); the exit code
 //! says whether everything was consistent.
 
+use anyhow::Context;
 use std::process::ExitCode;
 
 use crate::config::Config;
@@ -35,7 +36,14 @@ pub async fn run(config: Config, args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let index = Index::connect_with(client, &config.redis.prefix, shards)?;
     let doctor = Doctor::new(store.clone(), index, DoctorConfig::from_config(&config));
     let report = if args.repair {
-        doctor.repair().await
+        // Written before the repair and completed after it, as every
+        // control-plane change: no audit log, no repair.
+        crate::audit::recorded(&store, "cli", "doctor.repair", None, None, async {
+            Ok::<_, std::convert::Infallible>(doctor.repair().await)
+        })
+        .await
+        .context("cannot write the audit log's row of the repair: nothing repaired")?
+        .unwrap_or_else(|never| match never {})
     } else {
         doctor.run_once().await
     };

@@ -3,6 +3,7 @@
 //! `instances`, `shards`).
 
 pub mod admin;
+pub mod audit;
 pub mod client;
 pub mod control;
 pub mod doctor;

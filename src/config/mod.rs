@@ -63,6 +63,8 @@ pub struct Config {
     pub gauges: GaugesSettings,
     /// The webhook for dead jobs and backlogs.
     pub notify: NotifySettings,
+    /// The audit log's retention.
+    pub audit: AuditSettings,
     /// Scheduling by producing to Kafka: the request topics tickler
     /// consumes, and where it answers (docs/api.md, "Scheduling through
     /// Kafka"). None by default.
@@ -95,6 +97,7 @@ impl Default for Config {
             results: ResultsSettings::default(),
             gauges: GaugesSettings::default(),
             notify: NotifySettings::default(),
+            audit: AuditSettings::default(),
             ingress: IngressSettings::default(),
             topics: BTreeMap::new(),
             renamed: Vec::new(),

@@ -307,6 +307,23 @@ pub struct GaugesSettings {
     pub burst_drain_per_second: u32,
 }
 
+/// `[audit]`: the audit log of control-plane changes.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct AuditSettings {
+    /// Rows of the audit log older than this many days are purged (by the
+    /// reconciler role); 0 keeps them.
+    pub retention_days: u32,
+}
+
+impl Default for AuditSettings {
+    fn default() -> Self {
+        AuditSettings {
+            retention_days: 400,
+        }
+    }
+}
+
 /// `[notify]`: the webhook for dead jobs and backlogs.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

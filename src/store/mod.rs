@@ -6,6 +6,7 @@
 //! engine-only functions. "Now" is always the database's `UTC_TIMESTAMP(3)`,
 //! never a tickler host's clock, and sessions are forced to UTC.
 
+mod audit;
 mod bulk;
 mod cluster;
 mod dispatch;
@@ -35,6 +36,7 @@ use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlSslMode
 use sqlx::pool::PoolConnection;
 use sqlx::{ConnectOptions, Connection, Executor, MySql, Transaction};
 
+pub use audit::{AuditEntry, AuditFilter, AuditRow};
 pub use bulk::{BulkAction, BulkBatch, BulkFilter, BulkOp, BulkStatus};
 pub use cluster::{Beat, Fence, InstanceInfo, InstanceRow, LeaseRow};
 pub use dispatch::{ClaimOutcome, Dispatched, Marked};

@@ -88,6 +88,15 @@ enum Command {
         #[command(flatten)]
         args: cli::forecast::ForecastArgs,
     },
+    /// The audit log: who changed the rules (tokens, topics, schedules,
+    /// bulk operations, redrives, repairs, start-ups), newest first, through
+    /// a running tickler's API (admin scope). Exit status as for `jobs`.
+    Audit {
+        #[command(flatten)]
+        api: cli::ApiArgs,
+        #[command(flatten)]
+        args: cli::audit::AuditArgs,
+    },
     /// Check MySQL, Redis and Kafka against each other and say what is
     /// wrong and how to fix it: pending jobs Redis lacks, Redis entries of
     /// jobs no longer pending, claims past their lease, records missing at
@@ -145,6 +154,12 @@ async fn main() -> anyhow::Result<ExitCode> {
             })
             .await)
         }
+        Command::Audit { api, args } => {
+            return Ok(over_api(api, |client, json| async move {
+                cli::audit::run(&client, args, json).await
+            })
+            .await)
+        }
         command => Cli { command, ..cli },
     };
     let config = Config::load(cli.config.as_deref())?;
@@ -190,7 +205,8 @@ async fn main() -> anyhow::Result<ExitCode> {
         Command::Jobs { .. }
         | Command::Topics { .. }
         | Command::Schedules { .. }
-        | Command::Forecast { .. } => {
+        | Command::Forecast { .. }
+        | Command::Audit { .. } => {
             unreachable!("handled before the configuration is read")
         }
     }

@@ -68,7 +68,11 @@ impl Bench {
             let wait = Duration::from_secs(with_big / u64::from(pace) + 60);
             let seen = self.await_records(&ids, wait).await;
             if seen.len() != ids.len() {
-                bail!("tenants {round}: {} of {} jobs arrived", seen.len(), ids.len());
+                bail!(
+                    "tenants {round}: {} of {} jobs arrived",
+                    seen.len(),
+                    ids.len()
+                );
             }
             let seen_small = self.await_records(&small_ids, Duration::ZERO).await;
             let mut late: Vec<i64> = seen_small
