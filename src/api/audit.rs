@@ -202,13 +202,10 @@ pub struct AuditView {
     pub target: Option<String>,
     pub origin: Option<String>,
     /// The state before, as `GET` showed it (payloads left out).
-    #[schema(value_type = Option<Object>)]
     pub before: Option<Value>,
     /// The request's body (payloads left out).
-    #[schema(value_type = Option<Object>)]
     pub request: Option<Value>,
     /// The answer: the state after, or the error (payloads left out).
-    #[schema(value_type = Option<Object>)]
     pub after: Option<Value>,
     /// The answer's HTTP status (0: a CLI change that failed); null: its
     /// end was not recorded (the process died): it may have happened.

@@ -20,7 +20,7 @@ from tickler_client import AuthenticatedClient  # noqa: E402
 from tickler_client.api.jobs import (  # noqa: E402
     job_cancel, job_create, job_get, job_history, job_modify, jobs_batch_create, jobs_list)
 from tickler_client.api.operations import (  # noqa: E402
-    bulk_op_get, bulk_ops_list, forecast_get, health, jobs_bulk_create, stats_get)
+    audit_list, bulk_op_get, bulk_ops_list, forecast_get, health, jobs_bulk_create, stats_get)
 from tickler_client.api.results import job_redrive, job_result_report  # noqa: E402
 from tickler_client.api.schedules import (  # noqa: E402
     schedule_create, schedule_delete, schedule_get, schedule_modify, schedule_pause,
@@ -126,5 +126,7 @@ call(topic_pause, topic)
 call(topic_get, topic)
 call(topics_list)
 call(topic_resume, topic)
+audit = call(audit_list, action="topic", limit=10)
+assert [e.action for e in audit.entries][:2] == ["topic.resume", "topic.pause"], audit
 
 print(json.dumps(driven))
