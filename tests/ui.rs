@@ -337,7 +337,7 @@ async fn dashboard_signs_in_redrives_a_dead_job_shows_history_and_bulk_cancels()
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_schedules_topics_and_forecast_pages_work() {
+async fn the_schedules_topics_forecast_and_audit_pages_work() {
     let env = TestEnv::start().await;
     let topic = env.topic.clone();
     let (status, schedule) = env
@@ -477,6 +477,25 @@ async fn the_schedules_topics_and_forecast_pages_work() {
         .screenshot(&shots.join("forecast.png"))
         .await
         .unwrap();
+
+    // Audit: the pause and resume made above, by the admin's token, from
+    // this browser.
+    browser.goto(&format!("{ui}#/audit?action=topic")).await.unwrap();
+    browser
+        .wait_for(
+            "#audit-table",
+            |t| {
+                t.contains("topic.pause")
+                    && t.contains("topic.resume")
+                    && t.contains("api:test-admin")
+                    && t.contains(&topic)
+                    && !t.contains("schedule.pause")
+            },
+            WAIT,
+        )
+        .await
+        .unwrap();
+    browser.screenshot(&shots.join("audit.png")).await.unwrap();
 
     drop(browser);
     env.finish().await;

@@ -387,6 +387,9 @@
     } else if (parts[0] === 'forecast' && parts.length === 1) {
       nav = 'forecast';
       viewForecast(view, gen, params);
+    } else if (parts[0] === 'audit' && parts.length === 1) {
+      nav = 'audit';
+      viewAudit(view, gen, params);
     } else {
       nav = '';
       append(view, h('p', {class: 'notice'}, 'No such page: #' + parts.join('/') + '. ',
@@ -1363,6 +1366,62 @@
     if (data.projected_complete === false) {
       append(box, h('p', {class: 'notice'}, 'A cron schedule fires so often in this range that its projection stopped after 100,000 occurrences.'));
     }
+  }
+
+  // ---------------------------------------------------------------------
+  // #/audit
+
+  /** #/audit: who changed the rules, newest first (admin scope). */
+  function viewAudit(view, gen, params) {
+    const action = h('input', {name: 'action', class: 'mono', size: 18, placeholder: 'topic, schedule.modify',
+      value: params.get('action') || ''});
+    const actor = h('input', {name: 'actor', class: 'mono', size: 18, placeholder: 'api:NAME, cli',
+      value: params.get('actor') || ''});
+    const form = h('form', {class: 'row', id: 'audit-form'},
+      h('label', {class: 'field'}, 'action', action),
+      h('label', {class: 'field'}, 'actor', actor),
+      h('button', {type: 'submit'}, 'Show'));
+    form.addEventListener('submit', (event) => {
+      event.preventDefault();
+      location.hash = '#/audit' + query({action: action.value.trim() || null, actor: actor.value.trim() || null});
+    });
+    const box = h('div', {class: 'table-wrap', id: 'audit-body'});
+    const problem = h('div', {class: 'error-line', id: 'audit-error'});
+    append(view, h('section', {class: 'panel', id: 'audit-panel'},
+      h('div', {class: 'panel-head'}, h('h2', null, 'Audit log'),
+        h('span', {class: 'meta'}, 'control-plane changes, newest first; the last 100')),
+      form, problem, box));
+    (async () => {
+      let data;
+      try {
+        data = (await api('GET', '/v1/audit' + query({
+          action: params.get('action') || null, actor: params.get('actor') || null, limit: 100,
+        }))).data;
+      } catch (err) {
+        if (gen === generation) problem.textContent = errorText(err);
+        return;
+      }
+      if (gen !== generation) return;
+      const entries = data.entries || [];
+      if (entries.length === 0) {
+        append(box, h('div', {class: 'empty', id: 'audit-empty'}, 'No change recorded.'));
+        return;
+      }
+      const outcome = (e) => e.status == null ? 'unknown' : e.status === 0 ? 'failed' : String(e.status);
+      const detail = (e) => h('details', null, h('summary', null, 'before / request / after'),
+        h('pre', {class: 'mono'}, JSON.stringify({before: e.before, request: e.request, after: e.after}, null, 2)));
+      append(box, h('table', {id: 'audit-table'},
+        h('thead', null, h('tr', null, h('th', null, 'at'), h('th', null, 'actor'), h('th', null, 'action'),
+          h('th', null, 'target'), h('th', null, 'status'), h('th', null, 'from'), h('th', null, 'what'))),
+        h('tbody', null, ...entries.map((e) => h('tr', {'data-action': e.action},
+          h('td', null, timeText(e.at)),
+          h('td', {class: 'mono'}, e.actor),
+          h('td', {class: 'mono'}, e.action),
+          h('td', {class: 'mono'}, e.target || '—'),
+          h('td', null, outcome(e)),
+          h('td', {class: 'mono'}, e.origin || '—'),
+          h('td', null, detail(e)))))));
+    })();
   }
 
   function viewTopics(view, gen) {
