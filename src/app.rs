@@ -16,6 +16,7 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 use tokio_util::task::TaskTracker;
 
+use crate::api::Readiness;
 use crate::api::{self, ApiState, ServeLimits};
 use crate::auth::{Principal, TokenCache, TokenCacheConfig};
 use crate::bulk::BulkRunner;
@@ -145,6 +146,7 @@ pub struct Running {
     /// The other roles' pools, closed on shutdown.
     stores: Vec<Store>,
     cancel: CancellationToken,
+    draining: CancellationToken,
     tracker: TaskTracker,
     failure: RoleFailure,
 }
@@ -160,6 +162,12 @@ impl Running {
     /// The role that stopped on its own, if one did.
     pub fn failed_role(&self) -> Option<&'static str> {
         self.failure.role()
+    }
+
+    /// Starts to drain: `/readyz` answers 503 from now on; every role goes
+    /// on until [`Running::shutdown`].
+    pub fn drain(&self) {
+        self.draining.cancel();
     }
 
     /// Stops every role and waits for in-flight work to finish.
@@ -193,6 +201,7 @@ async fn listen(addr: &str) -> Result<(TcpListener, SocketAddr), StartError> {
 /// or Ctrl-C, then stops them in order.
 pub async fn serve(config: Config) -> Result<(), StartError> {
     let shutdown_timeout = Duration::from_millis(config.shutdown_timeout_ms);
+    let config_drain_ms = config.api.drain_ms;
     let running = start(config, CancellationToken::new()).await?;
     tokio::select! {
         _ = shutdown_signal() => {
@@ -203,6 +212,15 @@ pub async fn serve(config: Config) -> Result<(), StartError> {
         }
     }
     let failed = running.failed_role();
+    running.drain();
+    let drain = Duration::from_millis(config_drain_ms);
+    if failed.is_none() && !drain.is_zero() {
+        tracing::info!(
+            drain_ms = config_drain_ms,
+            "draining: /readyz answers 503 before the roles stop"
+        );
+        tokio::time::sleep(drain).await;
+    }
     if tokio::time::timeout(shutdown_timeout, running.shutdown())
         .await
         .is_err()
@@ -279,6 +297,8 @@ struct Shared {
     controls: TopicControls,
     tracker: TaskTracker,
     cancel: CancellationToken,
+    /// Cancelled when the instance starts to drain: `/readyz` says so.
+    draining: CancellationToken,
     failure: RoleFailure,
 }
 
@@ -379,12 +399,13 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
         dead_letters: Arc::new(Notify::new()),
         tracker: TaskTracker::new(),
         cancel,
+        draining: CancellationToken::new(),
         failure: RoleFailure::default(),
     };
-    start_roles(&shared, &pools)?;
+    let readiness = start_roles(&shared, &pools)?;
     start_recorded(&pools.api, &shared.config).await;
     let http_addr = if shared.config.has_role(Role::Api) {
-        Some(start_api(&shared, &pools.api).await?)
+        Some(start_api(&shared, &pools.api, readiness).await?)
     } else {
         None
     };
@@ -401,6 +422,7 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
             pools.ingress,
         ],
         cancel: shared.cancel,
+        draining: shared.draining,
         tracker: shared.tracker,
         failure: shared.failure,
     })
@@ -430,7 +452,7 @@ async fn start_recorded(store: &Store, config: &Config) {
 ///
 /// Long because it is a list: each role the configuration asks for, built
 /// and spawned in the order they depend on each other.
-fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
+fn start_roles(shared: &Shared, pools: &Pools) -> Result<Readiness, StartError> {
     let Shared {
         config,
         index,
@@ -489,6 +511,12 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
     }
     let ownership = membership.subscribe();
     let readers = membership.subscribe();
+    let readiness = Readiness {
+        draining: shared.draining.clone(),
+        ownership: config
+            .has_role(Role::Dispatcher)
+            .then(|| membership.subscribe()),
+    };
     shared.spawn_role(
         "membership",
         membership.run(cancel.child_token(), dispatcher_done),
@@ -564,13 +592,17 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<(), StartError> {
         .map_err(StartError::Ingress)?;
         shared.spawn_role("ingress", ingress.run(cancel.child_token(), readers));
     }
-    Ok(())
+    Ok(readiness)
 }
 
 /// Starts the API (and the metrics listener, when it has its own address)
 /// with the token cache and the bulk runner it needs; returns where it
 /// listens.
-async fn start_api(shared: &Shared, store: &Store) -> Result<SocketAddr, StartError> {
+async fn start_api(
+    shared: &Shared,
+    store: &Store,
+    ready: Readiness,
+) -> Result<SocketAddr, StartError> {
     let Shared {
         config,
         index,
@@ -631,6 +663,7 @@ async fn start_api(shared: &Shared, store: &Store) -> Result<SocketAddr, StartEr
         bulk,
         controls: shared.controls.clone(),
         stats: api::StatsCache::default(),
+        ready,
     });
     let stop = cancel.child_token();
     let scheme = if tls.is_some() { "https" } else { "http" };

@@ -480,7 +480,10 @@ async fn the_schedules_topics_forecast_and_audit_pages_work() {
 
     // Audit: the pause and resume made above, by the admin's token, from
     // this browser.
-    browser.goto(&format!("{ui}#/audit?action=topic")).await.unwrap();
+    browser
+        .goto(&format!("{ui}#/audit?action=topic"))
+        .await
+        .unwrap();
     browser
         .wait_for(
             "#audit-table",

@@ -68,6 +68,18 @@ pub struct ApiState {
     pub tokens: TokenCache,
     /// The caller of every request when `auth = none`.
     pub anonymous: Option<Arc<Principal>>,
+    /// What `/readyz` asks besides the stores.
+    pub ready: Readiness,
+}
+
+/// What `/readyz` asks besides the stores: whether the instance is
+/// draining and, with the dispatcher role, whether it holds shards.
+#[derive(Clone, Default)]
+pub struct Readiness {
+    /// Cancelled when the instance starts to drain (SIGTERM).
+    pub draining: tokio_util::sync::CancellationToken,
+    /// The dispatcher's shards; None without the dispatcher role.
+    pub ownership: Option<tokio::sync::watch::Receiver<crate::membership::Ownership>>,
 }
 
 /// Largest request body read: room for a maximal payload as base64 (4/3)
@@ -126,6 +138,7 @@ pub fn router(state: ApiState) -> Router {
         .merge(v1)
         .merge(ui::router())
         .route("/healthz", get(healthz))
+        .route("/readyz", get(readyz))
         .route("/v1/openapi.json", get(openapi::get))
         .route("/metrics", get(metrics))
         .fallback(no_route)
@@ -243,6 +256,100 @@ async fn healthz(State(state): State<ApiState>) -> impl IntoResponse {
             )
         }
     }
+}
+
+/// Answer of `/readyz`: ready or not, and each check's finding.
+#[derive(serde::Serialize, utoipa::ToSchema)]
+pub struct Ready {
+    /// `ready` or `not_ready`.
+    pub status: &'static str,
+    /// Each check: `ok`, or what is wrong (`mysql`, `redis`, `schema`,
+    /// `shards`, `draining`).
+    pub checks: std::collections::BTreeMap<&'static str, String>,
+}
+
+/// `/readyz` — whether this instance should be sent work: MySQL and Redis
+/// answer, the schema is the one this build needs, the instance holds
+/// shards when it runs the dispatcher, and it is not draining. `/healthz`
+/// is liveness (MySQL answers); this is readiness.
+#[utoipa::path(
+    get, path = "/readyz", operation_id = "readiness_get", tag = "operations", security(()),
+    responses(
+        (status = 200, description = "Ready: every check is ok", body = Ready),
+        (status = 503, description = "Not ready: the checks say why", body = Ready),
+    )
+)]
+async fn readyz(State(state): State<ApiState>) -> impl IntoResponse {
+    let mut checks = std::collections::BTreeMap::new();
+    let draining = state.ready.draining.is_cancelled();
+    checks.insert(
+        "draining",
+        if draining {
+            "draining: stopping".to_owned()
+        } else {
+            "ok".to_owned()
+        },
+    );
+    let (mysql, redis) = tokio::join!(state.store.schema_applied(), state.index.ping());
+    let newest = crate::store::schema_newest();
+    match mysql {
+        Ok(applied) => {
+            checks.insert("mysql", "ok".to_owned());
+            checks.insert(
+                "schema",
+                if applied >= newest {
+                    "ok".to_owned()
+                } else {
+                    format!(
+                        "at migration {applied}, this build needs {newest}: run tickler migrate"
+                    )
+                },
+            );
+        }
+        Err(err) => {
+            // The finding alone: the error is logged, not told to anyone
+            // who asks.
+            tracing::warn!(error = %err, "readyz: mysql does not answer");
+            checks.insert("mysql", "does not answer".to_owned());
+            checks.insert("schema", "unknown: mysql does not answer".to_owned());
+        }
+    }
+    checks.insert(
+        "redis",
+        match redis {
+            Ok(()) => "ok".to_owned(),
+            Err(err) => {
+                tracing::warn!(error = %err, "readyz: redis does not answer");
+                "does not answer".to_owned()
+            }
+        },
+    );
+    if let Some(ownership) = &state.ready.ownership {
+        let ownership = ownership.borrow().clone();
+        let alive = ownership.alive_at(tokio::time::Instant::now());
+        checks.insert(
+            "shards",
+            match (ownership.instance, ownership.shards.len(), alive) {
+                (None, _, _) => "not registered yet".to_owned(),
+                (Some(_), _, false) => "its heartbeat is not current".to_owned(),
+                (Some(_), 0, true) => "holds no shard yet".to_owned(),
+                (Some(_), _, true) => "ok".to_owned(),
+            },
+        );
+    }
+    let ready = checks.values().all(|finding| finding == "ok");
+    let status = if ready {
+        StatusCode::OK
+    } else {
+        StatusCode::SERVICE_UNAVAILABLE
+    };
+    (
+        status,
+        Json(Ready {
+            status: if ready { "ready" } else { "not_ready" },
+            checks,
+        }),
+    )
 }
 
 /// `/metrics` on the API's address: a token with the `metrics` scope (or

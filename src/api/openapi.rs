@@ -46,6 +46,7 @@ use super::{audit, bulk, forecast, jobs, query, results, schedules, stats, topic
         topics::pause,
         topics::resume,
         super::healthz,
+        super::readyz,
     ),
     components(schemas(ErrorBody, ErrorDetail)),
     security(("bearer" = [])),

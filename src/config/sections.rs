@@ -128,6 +128,10 @@ pub struct ApiSettings {
     pub idle_timeout_ms: u64,
     /// A client has this long to send a request's body: 408 after it.
     pub body_timeout_ms: u64,
+    /// On SIGTERM, `/readyz` answers 503 for this long before the roles
+    /// stop (the API still serves meanwhile), so a load balancer that polls
+    /// readiness stops sending here first. 0: stop at once.
+    pub drain_ms: u64,
 }
 
 /// `[jobs]`: what a job may be and what becomes of it: limits, the result policy of jobs that set none, dead letters, retention.
@@ -486,6 +490,7 @@ impl Default for ApiSettings {
             header_timeout_ms: 5_000,
             idle_timeout_ms: 75_000,
             body_timeout_ms: 30_000,
+            drain_ms: 0,
         }
     }
 }

@@ -426,6 +426,15 @@ impl Store {
         Ok(())
     }
 
+    /// The newest migration applied to this database (0: none).
+    pub async fn schema_applied(&self) -> Result<i32, StoreError> {
+        let newest: Option<i32> =
+            sqlx::query_scalar("SELECT MAX(version) FROM refinery_schema_history")
+                .fetch_one(&self.pool)
+                .await?;
+        Ok(newest.unwrap_or(0))
+    }
+
     pub async fn close(&self) {
         self.pool.close().await;
     }

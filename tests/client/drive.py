@@ -20,7 +20,8 @@ from tickler_client import AuthenticatedClient  # noqa: E402
 from tickler_client.api.jobs import (  # noqa: E402
     job_cancel, job_create, job_get, job_history, job_modify, jobs_batch_create, jobs_list)
 from tickler_client.api.operations import (  # noqa: E402
-    audit_list, bulk_op_get, bulk_ops_list, forecast_get, health, jobs_bulk_create, stats_get)
+    audit_list, bulk_op_get, bulk_ops_list, forecast_get, health, jobs_bulk_create, readiness_get,
+    stats_get)
 from tickler_client.api.results import job_redrive, job_result_report  # noqa: E402
 from tickler_client.api.schedules import (  # noqa: E402
     schedule_create, schedule_delete, schedule_get, schedule_modify, schedule_pause,
@@ -48,6 +49,8 @@ def call(module, *args, **kwargs):
 
 
 call(health)
+readiness = call(readiness_get)
+assert readiness.status == "ready" or readiness.status == "not_ready", readiness
 
 later = CreateJob.from_dict({"topic": topic, "key": "later", "payload": {"n": 1},
                              "run_at": "2030-01-31T09:00:00Z",
