@@ -202,6 +202,55 @@ async fn sigterm_finishes_the_batch_in_hand_and_exits_cleanly() {
     database_drop(&db_name).await;
 }
 
+/// `api.drain_ms`: on SIGTERM `/readyz` answers 503 while the API still
+/// serves (`/healthz` 200), for the drain, then the process exits cleanly.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sigterm_drains_readiness_before_the_roles_stop() {
+    let (db_name, url) = database_create().await;
+    let addr = format!("127.0.0.1:{}", free_port());
+    let mut child = tickler()
+        .arg("serve")
+        .env("TICKLER_MYSQL_URL", &url)
+        .env("TICKLER_REDIS_PREFIX", unique("tickler-t-"))
+        .env("TICKLER_API_ADDR", &addr)
+        .env("TICKLER_API_DRAIN_MS", "3000")
+        .stdout(Stdio::null())
+        .spawn()
+        .unwrap();
+    let http = reqwest::Client::new();
+    let status = |path: &'static str| {
+        let http = http.clone();
+        let addr = addr.clone();
+        async move {
+            http.get(format!("http://{addr}{path}"))
+                .send()
+                .await
+                .ok()
+                .map(|r| r.status().as_u16())
+        }
+    };
+    let ready = eventually(Duration::from_secs(20), || async {
+        (status("/readyz").await == Some(200)).then_some(())
+    })
+    .await;
+    assert!(ready.is_some(), "ready once up");
+    kill_term(&child);
+    let drained = eventually(Duration::from_secs(2), || async {
+        (status("/readyz").await == Some(503)).then_some(())
+    })
+    .await;
+    assert!(drained.is_some(), "not ready once draining");
+    assert_eq!(status("/healthz").await, Some(200), "still serving");
+    let exited = eventually(Duration::from_secs(20), || {
+        let status = child.try_wait().unwrap();
+        async move { status }
+    })
+    .await
+    .expect("tickler exits after the drain");
+    assert!(exited.success(), "clean exit, got {exited:?}");
+    database_drop(&db_name).await;
+}
+
 /// The benchmark harness in its seconds-long mode: every stage runs and
 /// every job arrives. No timing is asserted (figures are in
 /// docs/benchmarks.md, from a release build).
