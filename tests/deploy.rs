@@ -1,224 +1,267 @@
-//! The alert rules and the Grafana dashboard in deploy/ hold together:
-//! promtool accepts the rules and their unit tests pass; the dashboard is
-//! JSON whose every query is valid PromQL; every metric either one names is
-//! declared in src/metrics.rs's table (`tickler::metrics::METRICS`), so
-//! renaming a metric breaks this build instead of silently blinding an
-//! alert; and every alert's runbook_url lands on a heading of
-//! docs/operations.md.
-//!
-//! Needs `promtool` (Debian's `prometheus` package, installed by
-//! `scripts/services`). Without it these tests fail; they never skip.
+//! Deploying tickler (#47), as far as this machine allows: the systemd
+//! unit verifies and is hardened; the Kubernetes overlays render and pass
+//! the Kubernetes schemas; the Dockerfile passes a static check; and an
+//! image of the runtime built from this binary (buildah, no registry)
+//! runs `--version`, `migrate` and a `serve` that turns ready.
 
-use std::collections::BTreeSet;
-use std::path::Path;
-use std::process::Command;
+use std::os::unix::process::CommandExt;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
 
-use serde_json::Value;
+use tickler_testkit::{database_create, database_drop, eventually, scratch_dir, unique};
 
-const RULES: &str = "deploy/prometheus/tickler-alerts.yml";
-const RULE_TESTS: &str = "deploy/prometheus/tickler-alerts.test.yml";
-const DASHBOARD: &str = "deploy/grafana/tickler.json";
-
-/// A file of the repository, by its path from the repository's root.
-fn read(path: &str) -> String {
-    std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join(path))
-        .unwrap_or_else(|e| panic!("read {path}: {e}"))
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
 }
 
-/// Runs promtool in the repository's root; panics with its output unless it
-/// succeeds.
-fn promtool(args: &[&str]) {
-    let output = Command::new("promtool")
-        .args(args)
-        .current_dir(env!("CARGO_MANIFEST_DIR"))
+fn run(command: &mut Command) -> Output {
+    let output = command
         .output()
-        .unwrap_or_else(|e| {
-            panic!(
-                "cannot run promtool ({e}): run scripts/services, which installs it \
-                 (Debian's prometheus package)"
-            )
-        });
+        .unwrap_or_else(|err| panic!("{command:?}: {err}"));
     assert!(
         output.status.success(),
-        "promtool {} failed ({}):\n--- stdout\n{}\n--- stderr\n{}",
-        args.join(" "),
-        output.status,
+        "{command:?}: {}\n{}",
         String::from_utf8_lossy(&output.stdout),
-        String::from_utf8_lossy(&output.stderr),
+        String::from_utf8_lossy(&output.stderr)
     );
+    output
 }
 
-fn dashboard() -> Value {
-    serde_json::from_str(&read(DASHBOARD)).unwrap_or_else(|e| panic!("{DASHBOARD}: {e}"))
+fn venv_bin(venv: &str, name: &str) -> PathBuf {
+    let home = std::env::var("HOME").unwrap();
+    PathBuf::from(home)
+        .join(".cache/tickler")
+        .join(venv)
+        .join("bin")
+        .join(name)
 }
 
-/// Every panel of the dashboard but the row headers.
-fn dashboard_panels(dashboard: &Value) -> Vec<&Value> {
-    let panels = dashboard["panels"]
-        .as_array()
-        .expect("the dashboard has panels");
-    panels
-        .iter()
-        .filter(|panel| panel["type"] != "row")
-        .collect()
-}
-
-/// Every query of the dashboard, as (panel title, PromQL expression).
-fn dashboard_queries(dashboard: &Value) -> Vec<(String, String)> {
-    let mut queries = Vec::new();
-    for panel in dashboard_panels(dashboard) {
-        let title = panel["title"].as_str().unwrap_or("(untitled)");
-        let targets = panel["targets"].as_array();
-        assert!(
-            targets.is_some_and(|targets| !targets.is_empty()),
-            "panel {title:?} has a query"
-        );
-        for target in targets.into_iter().flatten() {
-            let expr = target["expr"]
-                .as_str()
-                .unwrap_or_else(|| panic!("every query of panel {title:?} has an expr"));
-            queries.push((title.to_owned(), expr.to_owned()));
-        }
-    }
-    queries
-}
-
-/// Every `tickler_…` name in `text`, less the suffixes of a histogram's
-/// series (`_bucket`, `_sum`, `_count`).
-fn metric_names(text: &str) -> BTreeSet<String> {
-    let mut names = BTreeSet::new();
-    let mut rest = text;
-    while let Some(start) = rest.find("tickler_") {
-        let inside_a_word = rest[..start]
-            .chars()
-            .next_back()
-            .is_some_and(|c| c.is_ascii_alphanumeric() || c == '_');
-        let from = &rest[start..];
-        let len = from
-            .find(|c: char| !(c.is_ascii_lowercase() || c == '_'))
-            .unwrap_or(from.len());
-        if !inside_a_word {
-            let mut name = &from[..len];
-            for suffix in ["_bucket", "_sum", "_count"] {
-                name = name.strip_suffix(suffix).unwrap_or(name);
-            }
-            names.insert(name.to_owned());
-        }
-        rest = &from[len..];
-    }
-    names
-}
-
-/// GitHub's anchor of a Markdown heading: lowercase, spaces to hyphens,
-/// other punctuation dropped.
-fn anchor(heading: &str) -> String {
-    heading
-        .trim()
-        .to_lowercase()
-        .chars()
-        .filter_map(|c| match c {
-            ' ' => Some('-'),
-            c if c.is_alphanumeric() || c == '-' || c == '_' => Some(c),
-            _ => None,
-        })
-        .collect()
+/// `name = value` of a unit file's line.
+fn unit_value<'a>(unit: &'a str, name: &str) -> &'a str {
+    unit.lines()
+        .find_map(|line| line.strip_prefix(&format!("{name}=")))
+        .unwrap_or_else(|| panic!("the unit sets {name}"))
 }
 
 #[test]
-fn alert_rules_pass_promtool_check() {
-    promtool(&["check", "rules", RULES]);
-}
-
-#[test]
-fn alert_rules_pass_their_unit_tests() {
-    promtool(&["test", "rules", RULE_TESTS]);
-}
-
-#[test]
-fn dashboard_is_json_whose_panels_query_the_chosen_prometheus() {
-    let dashboard = dashboard();
-    let variables = dashboard["templating"]["list"]
-        .as_array()
-        .expect("the dashboard has variables");
+fn the_systemd_unit_verifies_is_hardened_and_waits_out_a_drain() {
+    let unit = std::fs::read_to_string(root().join("deploy/systemd/tickler.service")).unwrap();
+    // verify checks that the binary exists: this build's stands in.
+    let dir = scratch_dir();
+    let local = dir.join("tickler.service");
+    std::fs::write(
+        &local,
+        unit.replace("/usr/local/bin/tickler", env!("CARGO_BIN_EXE_tickler")),
+    )
+    .unwrap();
+    let verified = run(Command::new("systemd-analyze").arg("verify").arg(&local));
     assert!(
-        variables
-            .iter()
-            .any(|v| v["name"] == "DS_PROMETHEUS" && v["type"] == "datasource"),
-        "a datasource variable DS_PROMETHEUS lets whoever imports it pick a Prometheus"
+        verified.stderr.is_empty(),
+        "{}",
+        String::from_utf8_lossy(&verified.stderr)
     );
-    for panel in dashboard_panels(&dashboard) {
+    let security = run(Command::new("systemd-analyze")
+        .args(["security", "--offline=true"])
+        .arg(&local));
+    let text = String::from_utf8_lossy(&security.stdout);
+    let exposure: f64 = text
+        .lines()
+        .find_map(|l| l.split("tickler.service: ").nth(1))
+        .and_then(|rest| rest.split_whitespace().next())
+        .and_then(|n| n.parse().ok())
+        .unwrap_or_else(|| panic!("an exposure level: {text}"));
+    assert!(exposure <= 2.0, "exposure {exposure}: {text}");
+    for (name, value) in [
+        ("NoNewPrivileges", "yes"),
+        ("ProtectSystem", "strict"),
+        ("DynamicUser", "yes"),
+        ("Restart", "on-failure"),
+    ] {
+        assert_eq!(unit_value(&unit, name), value);
+    }
+    // The stop timeout covers the example's drain and shutdown_timeout_ms.
+    let env = std::fs::read_to_string(root().join("deploy/systemd/tickler.env")).unwrap();
+    let drain_ms: u64 = unit_value(&env, "TICKLER_API_DRAIN_MS").parse().unwrap();
+    let shutdown_ms = tickler::config::Config::default().shutdown_timeout_ms;
+    let stop_s: u64 = unit_value(&unit, "TimeoutStopSec").parse().unwrap();
+    assert!(
+        stop_s * 1000 > drain_ms + shutdown_ms,
+        "TimeoutStopSec {stop_s}"
+    );
+}
+
+#[test]
+fn the_kubernetes_overlays_render_and_pass_the_schemas() {
+    let validate = venv_bin("venv", "kubernetes-validate");
+    for overlay in ["all-in-one", "split-roles"] {
+        let dir = root().join("deploy/kubernetes/overlays").join(overlay);
+        let rendered = run(Command::new("kubectl").arg("kustomize").arg(&dir));
+        let file = scratch_dir().join(format!("{overlay}.yaml"));
+        std::fs::write(&file, &rendered.stdout).unwrap();
+        let checked = Command::new(&validate)
+            .args(["--strict", "--quiet", "-k", "1.33.0"])
+            .arg(&file)
+            .output()
+            .unwrap();
+        let said = String::from_utf8_lossy(&checked.stdout).to_string()
+            + &String::from_utf8_lossy(&checked.stderr);
+        assert!(checked.status.success(), "{overlay}: {said}");
+        assert!(!said.contains("ERROR"), "{overlay}: {said}");
+        let text = String::from_utf8_lossy(&rendered.stdout);
+        let deployments = text.matches("kind: Deployment").count();
+        assert_eq!(deployments, if overlay == "all-in-one" { 1 } else { 3 });
+        // Each Deployment: readiness on /readyz, liveness on /healthz, the
+        // Secret, and a grace period over the drain and the shutdown.
+        assert_eq!(text.matches("path: /readyz").count(), deployments);
         assert_eq!(
-            panel["datasource"]["uid"], "${DS_PROMETHEUS}",
-            "panel {} queries the chosen Prometheus",
-            panel["title"]
+            text.matches("secretRef:").count(),
+            deployments + 1,
+            "and the migration"
         );
+        for grace in text
+            .lines()
+            .filter_map(|l| l.trim().strip_prefix("terminationGracePeriodSeconds: "))
+        {
+            let grace: u64 = grace.parse().unwrap();
+            assert!(
+                grace * 1000 >= 2_000 + 5_000 + 90_000,
+                "{overlay}: {grace} s"
+            );
+        }
+        for kind in ["PodDisruptionBudget", "ServiceMonitor", "Job"] {
+            assert!(text.contains(&format!("kind: {kind}")), "{overlay}: {kind}");
+        }
     }
-    assert!(dashboard_queries(&dashboard).len() > 20);
 }
 
 #[test]
-fn dashboard_queries_are_valid_promql() {
-    // promtool parses PromQL only inside rules: one recording rule per query,
-    // Grafana's variables replaced by values they may take.
-    let mut rules = String::from("groups:\n  - name: dashboard\n    rules:\n");
-    for (i, (_title, expr)) in dashboard_queries(&dashboard()).iter().enumerate() {
-        let expr = expr
-            .replace("$__rate_interval", "5m")
-            .replace("$job", "tickler");
-        // A JSON string is also a double-quoted YAML string.
-        let quoted = serde_json::to_string(&expr).unwrap();
-        rules.push_str(&format!(
-            "      - record: dashboard_query_{i}\n        expr: {quoted}\n"
-        ));
-    }
-    let path = std::env::temp_dir().join(format!("tickler-dashboard-{}.yml", std::process::id()));
-    std::fs::write(&path, rules).unwrap();
-    promtool(&["check", "rules", path.to_str().unwrap()]);
-    std::fs::remove_file(&path).unwrap();
+fn the_dockerfile_passes_a_static_check() {
+    let checkov = venv_bin("venv-checkov", "checkov");
+    let output = Command::new(&checkov)
+        .args([
+            "--framework",
+            "dockerfile",
+            "--compact",
+            "--quiet",
+            "--skip-download",
+            "-f",
+        ])
+        .arg(root().join("Dockerfile"))
+        .env("BC_SKIP_MAPPING", "TRUE")
+        .output()
+        .unwrap_or_else(|err| panic!("{checkov:?} (scripts/services tools installs it): {err}"));
+    let said = String::from_utf8_lossy(&output.stdout);
+    assert!(output.status.success(), "{said}");
+    assert!(said.contains("Failed checks: 0"), "{said}");
 }
 
-#[test]
-fn every_metric_the_alerts_and_dashboard_use_is_defined_in_src_metrics() {
-    let mut used = metric_names(&read(RULES));
-    used.extend(metric_names(&read(DASHBOARD)));
-    assert!(used.len() > 20, "metric names found: {used:?}");
-    let missing: Vec<&String> = used
-        .iter()
-        .filter(|name| !tickler::metrics::METRICS.iter().any(|m| m.name == *name))
-        .collect();
-    assert!(
-        missing.is_empty(),
-        "{RULES} or {DASHBOARD} use metrics that src/metrics.rs does not define \
-         (renamed or removed?): {missing:?}"
-    );
+/// The binary, the libraries it links and the CA certificates, under
+/// `rootfs/` of a new build context.
+fn context_make(dir: &Path) {
+    let rootfs = dir.join("rootfs");
+    let binary = env!("CARGO_BIN_EXE_tickler");
+    std::fs::create_dir_all(rootfs.join("usr/local/bin")).unwrap();
+    std::fs::create_dir_all(rootfs.join("etc/ssl/certs")).unwrap();
+    std::fs::create_dir_all(rootfs.join("tmp")).unwrap();
+    std::fs::copy(binary, rootfs.join("usr/local/bin/tickler")).unwrap();
+    let ldd = run(Command::new("ldd").arg(binary));
+    for lib in String::from_utf8_lossy(&ldd.stdout)
+        .split_whitespace()
+        .filter(|word| word.starts_with('/'))
+    {
+        let target = rootfs.join(lib.trim_start_matches('/'));
+        std::fs::create_dir_all(target.parent().unwrap()).unwrap();
+        std::fs::copy(lib, &target).unwrap();
+    }
+    std::fs::copy(
+        "/etc/ssl/certs/ca-certificates.crt",
+        rootfs.join("etc/ssl/certs/ca-certificates.crt"),
+    )
+    .unwrap();
+    std::fs::copy(
+        root().join("deploy/docker/Containerfile.local"),
+        dir.join("Containerfile"),
+    )
+    .unwrap();
 }
 
-#[test]
-fn every_alert_links_to_its_runbook_heading_in_operations_md() {
-    let rules = read(RULES);
-    let anchors: BTreeSet<String> = read("docs/operations.md")
-        .lines()
-        .filter(|line| line.starts_with('#'))
-        .map(|line| anchor(line.trim_start_matches('#')))
-        .collect();
-    let alerts = rules
-        .lines()
-        .filter(|line| line.trim_start().starts_with("- alert:"))
-        .count();
-    let links: Vec<&str> = rules
-        .lines()
-        .filter_map(|line| line.trim_start().strip_prefix("runbook_url:"))
-        .map(|url| url.trim().trim_matches('"'))
-        .collect();
-    assert!(alerts > 0);
-    assert_eq!(links.len(), alerts, "every alert has a runbook_url");
-    for link in links {
-        let target = link
-            .strip_prefix("docs/operations.md#")
-            .unwrap_or_else(|| panic!("{link} points into docs/operations.md"));
-        assert!(
-            anchors.contains(target),
-            "{link}: docs/operations.md has no heading with the anchor {target:?}"
-        );
-    }
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_image_of_this_binary_runs_migrate_and_serves_ready() {
+    let dir = scratch_dir();
+    context_make(&dir);
+    // A storage of this test's own: parallel runs share nothing.
+    let buildah = |args: &[&str]| {
+        let mut command = Command::new("buildah");
+        command
+            .arg("--root")
+            .arg(dir.join("storage"))
+            .arg("--runroot")
+            .arg(dir.join("run"))
+            .args(["--storage-driver", "vfs"])
+            .args(args);
+        command
+    };
+    let image = unique("tickler-test-");
+    run(buildah(&["bud", "--quiet", "-t", &image, "-f"])
+        .arg(dir.join("Containerfile"))
+        .arg(&dir));
+    let container = run(&mut buildah(&["from", &image]));
+    let container = String::from_utf8_lossy(&container.stdout).trim().to_owned();
+    let in_it = |env: &[(&str, String)], args: &[&str]| {
+        let mut command = buildah(&["run", "--isolation", "chroot"]);
+        for (name, value) in env {
+            command.arg("--env").arg(format!("{name}={value}"));
+        }
+        command
+            .arg(&container)
+            .arg("--")
+            .arg("/usr/local/bin/tickler")
+            .args(args);
+        command
+    };
+    let version = run(&mut in_it(&[], &["--version"]));
+    assert!(String::from_utf8_lossy(&version.stdout).starts_with("tickler "));
+
+    let (db_name, url) = database_create().await;
+    let port = std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port();
+    let env = [
+        ("TICKLER_MYSQL_URL", url.clone()),
+        ("TICKLER_REDIS_PREFIX", unique("tickler-t-")),
+        ("TICKLER_API_ADDR", format!("127.0.0.1:{port}")),
+        ("TICKLER_LOG", "warn".to_owned()),
+    ];
+    run(&mut in_it(&env, &["migrate"]));
+    let mut serving = in_it(&env, &["serve"]);
+    let mut child = serving
+        .stdout(Stdio::null())
+        .stderr(Stdio::null())
+        .process_group(0)
+        .spawn()
+        .unwrap();
+    let ready = eventually(Duration::from_secs(30), || async {
+        let answer = reqwest::get(format!("http://127.0.0.1:{port}/readyz"))
+            .await
+            .ok()?;
+        (answer.status() == 200).then_some(())
+    })
+    .await;
+    // The whole group: buildah and the tickler it runs.
+    let _ = Command::new("kill")
+        .args(["-TERM", "--", &format!("-{}", child.id())])
+        .status();
+    let exited = eventually(Duration::from_secs(30), || {
+        let status = child.try_wait().unwrap();
+        async move { status }
+    })
+    .await;
+    assert!(ready.is_some(), "the image's tickler turns ready");
+    assert!(exited.is_some(), "it stops on SIGTERM");
+    let _ = buildah(&["rm", &container]).output();
+    let _ = std::fs::remove_dir_all(dir.join("storage"));
+    database_drop(&db_name).await;
 }

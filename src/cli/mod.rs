@@ -61,3 +61,28 @@ where
         }
     }
 }
+
+/// `tickler probe`: a GET of `url` (plain HTTP); 0 on a 2xx answer within
+/// 3 s, else 1 with the reason on standard error.
+pub async fn probe(url: &str) -> ExitCode {
+    let asked = tokio::time::timeout(
+        std::time::Duration::from_secs(3),
+        reqwest::Client::new().get(url).send(),
+    )
+    .await;
+    match asked {
+        Ok(Ok(answer)) if answer.status().is_success() => ExitCode::SUCCESS,
+        Ok(Ok(answer)) => {
+            eprintln!("{url}: {}", answer.status());
+            ExitCode::from(1)
+        }
+        Ok(Err(err)) => {
+            eprintln!("{url}: {err}");
+            ExitCode::from(1)
+        }
+        Err(_) => {
+            eprintln!("{url}: no answer within 3 s");
+            ExitCode::from(1)
+        }
+    }
+}
