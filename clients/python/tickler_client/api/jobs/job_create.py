@@ -1,0 +1,286 @@
+from http import HTTPStatus
+from typing import Any, cast
+from urllib.parse import quote
+
+import httpx
+
+from ...client import AuthenticatedClient, Client
+from ...types import Response, UNSET
+from ... import errors
+
+from ...models.create_job import CreateJob
+from ...models.error_body import ErrorBody
+from ...models.job_view import JobView
+from ...types import UNSET, Unset
+from typing import cast
+
+
+
+def _get_kwargs(
+    *,
+    body: CreateJob,
+    traceparent: None | str | Unset = UNSET,
+
+) -> dict[str, Any]:
+    headers: dict[str, Any] = {}
+    if not isinstance(traceparent, Unset):
+        headers["traceparent"] = traceparent
+
+
+
+    
+
+    
+
+    _kwargs: dict[str, Any] = {
+        "method": "post",
+        "url": "/v1/jobs",
+    }
+
+    _kwargs["json"] = body.to_dict()
+
+    headers["Content-Type"] = "application/json"
+
+    _kwargs["headers"] = headers
+    return _kwargs
+
+
+
+def _parse_response(*, client: AuthenticatedClient | Client, response: httpx.Response) -> ErrorBody | JobView | None:
+    if response.status_code == 200:
+        response_200 = JobView.from_dict(response.json())
+
+
+
+        return response_200
+
+    if response.status_code == 201:
+        response_201 = JobView.from_dict(response.json())
+
+
+
+        return response_201
+
+    if response.status_code == 400:
+        response_400 = ErrorBody.from_dict(response.json())
+
+
+
+        return response_400
+
+    if response.status_code == 401:
+        response_401 = ErrorBody.from_dict(response.json())
+
+
+
+        return response_401
+
+    if response.status_code == 403:
+        response_403 = ErrorBody.from_dict(response.json())
+
+
+
+        return response_403
+
+    if response.status_code == 404:
+        response_404 = ErrorBody.from_dict(response.json())
+
+
+
+        return response_404
+
+    if response.status_code == 409:
+        response_409 = ErrorBody.from_dict(response.json())
+
+
+
+        return response_409
+
+    if response.status_code == 413:
+        response_413 = ErrorBody.from_dict(response.json())
+
+
+
+        return response_413
+
+    if response.status_code == 415:
+        response_415 = ErrorBody.from_dict(response.json())
+
+
+
+        return response_415
+
+    if response.status_code == 429:
+        response_429 = ErrorBody.from_dict(response.json())
+
+
+
+        return response_429
+
+    if response.status_code == 503:
+        response_503 = ErrorBody.from_dict(response.json())
+
+
+
+        return response_503
+
+    if client.raise_on_unexpected_status:
+        raise errors.UnexpectedStatus(response.status_code, response.content)
+    else:
+        return None
+
+
+def _build_response(*, client: AuthenticatedClient | Client, response: httpx.Response) -> Response[ErrorBody | JobView]:
+    return Response(
+        status_code=HTTPStatus(response.status_code),
+        content=response.content,
+        headers=response.headers,
+        parsed=_parse_response(client=client, response=response),
+    )
+
+
+def sync_detailed(
+    *,
+    client: AuthenticatedClient | Client,
+    body: CreateJob,
+    traceparent: None | str | Unset = UNSET,
+
+) -> Response[ErrorBody | JobView]:
+    """ `POST /v1/jobs` — 201 with the new job. With a key already used on the
+    topic: 200 with the existing job when the request is the same, 409
+    otherwise.
+
+     Crash after the INSERT and before indexing: the job is in MySQL and is
+    indexed by the reconciler's overdue probe; nothing is lost.
+
+    Args:
+        traceparent (None | str | Unset):
+        body (CreateJob): Body of `POST /v1/jobs`, and each item of `POST /v1/jobs/batch`.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[ErrorBody | JobView]
+     """
+
+
+    kwargs = _get_kwargs(
+        body=body,
+traceparent=traceparent,
+
+    )
+
+    response = client.get_httpx_client().request(
+        **kwargs,
+    )
+
+    return _build_response(client=client, response=response)
+
+def sync(
+    *,
+    client: AuthenticatedClient | Client,
+    body: CreateJob,
+    traceparent: None | str | Unset = UNSET,
+
+) -> ErrorBody | JobView | None:
+    """ `POST /v1/jobs` — 201 with the new job. With a key already used on the
+    topic: 200 with the existing job when the request is the same, 409
+    otherwise.
+
+     Crash after the INSERT and before indexing: the job is in MySQL and is
+    indexed by the reconciler's overdue probe; nothing is lost.
+
+    Args:
+        traceparent (None | str | Unset):
+        body (CreateJob): Body of `POST /v1/jobs`, and each item of `POST /v1/jobs/batch`.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        ErrorBody | JobView
+     """
+
+
+    return sync_detailed(
+        client=client,
+body=body,
+traceparent=traceparent,
+
+    ).parsed
+
+async def asyncio_detailed(
+    *,
+    client: AuthenticatedClient | Client,
+    body: CreateJob,
+    traceparent: None | str | Unset = UNSET,
+
+) -> Response[ErrorBody | JobView]:
+    """ `POST /v1/jobs` — 201 with the new job. With a key already used on the
+    topic: 200 with the existing job when the request is the same, 409
+    otherwise.
+
+     Crash after the INSERT and before indexing: the job is in MySQL and is
+    indexed by the reconciler's overdue probe; nothing is lost.
+
+    Args:
+        traceparent (None | str | Unset):
+        body (CreateJob): Body of `POST /v1/jobs`, and each item of `POST /v1/jobs/batch`.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[ErrorBody | JobView]
+     """
+
+
+    kwargs = _get_kwargs(
+        body=body,
+traceparent=traceparent,
+
+    )
+
+    response = await client.get_async_httpx_client().request(
+        **kwargs
+    )
+
+    return _build_response(client=client, response=response)
+
+async def asyncio(
+    *,
+    client: AuthenticatedClient | Client,
+    body: CreateJob,
+    traceparent: None | str | Unset = UNSET,
+
+) -> ErrorBody | JobView | None:
+    """ `POST /v1/jobs` — 201 with the new job. With a key already used on the
+    topic: 200 with the existing job when the request is the same, 409
+    otherwise.
+
+     Crash after the INSERT and before indexing: the job is in MySQL and is
+    indexed by the reconciler's overdue probe; nothing is lost.
+
+    Args:
+        traceparent (None | str | Unset):
+        body (CreateJob): Body of `POST /v1/jobs`, and each item of `POST /v1/jobs/batch`.
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        ErrorBody | JobView
+     """
+
+
+    return (await asyncio_detailed(
+        client=client,
+body=body,
+traceparent=traceparent,
+
+    )).parsed

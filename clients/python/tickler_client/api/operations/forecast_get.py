@@ -1,0 +1,297 @@
+from http import HTTPStatus
+from typing import Any, cast
+from urllib.parse import quote
+
+import httpx
+
+from ...client import AuthenticatedClient, Client
+from ...types import Response, UNSET
+from ... import errors
+
+from ...models.error_body import ErrorBody
+from ...models.forecast import Forecast
+from ...types import UNSET, Unset
+from typing import cast
+
+
+
+def _get_kwargs(
+    *,
+    topic: str | Unset = UNSET,
+    from_: str | Unset = UNSET,
+    to: str | Unset = UNSET,
+    bucket: str | Unset = UNSET,
+
+) -> dict[str, Any]:
+    
+
+    
+
+    params: dict[str, Any] = {}
+
+    params["topic"] = topic
+
+    params["from"] = from_
+
+    params["to"] = to
+
+    params["bucket"] = bucket
+
+
+    params = {k: v for k, v in params.items() if v is not UNSET and v is not None}
+
+
+    _kwargs: dict[str, Any] = {
+        "method": "get",
+        "url": "/v1/forecast",
+        "params": params,
+    }
+
+
+    return _kwargs
+
+
+
+def _parse_response(*, client: AuthenticatedClient | Client, response: httpx.Response) -> ErrorBody | Forecast | None:
+    if response.status_code == 200:
+        response_200 = Forecast.from_dict(response.json())
+
+
+
+        return response_200
+
+    if response.status_code == 400:
+        response_400 = ErrorBody.from_dict(response.json())
+
+
+
+        return response_400
+
+    if response.status_code == 401:
+        response_401 = ErrorBody.from_dict(response.json())
+
+
+
+        return response_401
+
+    if response.status_code == 403:
+        response_403 = ErrorBody.from_dict(response.json())
+
+
+
+        return response_403
+
+    if response.status_code == 404:
+        response_404 = ErrorBody.from_dict(response.json())
+
+
+
+        return response_404
+
+    if response.status_code == 409:
+        response_409 = ErrorBody.from_dict(response.json())
+
+
+
+        return response_409
+
+    if response.status_code == 413:
+        response_413 = ErrorBody.from_dict(response.json())
+
+
+
+        return response_413
+
+    if response.status_code == 415:
+        response_415 = ErrorBody.from_dict(response.json())
+
+
+
+        return response_415
+
+    if response.status_code == 429:
+        response_429 = ErrorBody.from_dict(response.json())
+
+
+
+        return response_429
+
+    if response.status_code == 503:
+        response_503 = ErrorBody.from_dict(response.json())
+
+
+
+        return response_503
+
+    if client.raise_on_unexpected_status:
+        raise errors.UnexpectedStatus(response.status_code, response.content)
+    else:
+        return None
+
+
+def _build_response(*, client: AuthenticatedClient | Client, response: httpx.Response) -> Response[ErrorBody | Forecast]:
+    return Response(
+        status_code=HTTPStatus(response.status_code),
+        content=response.content,
+        headers=response.headers,
+        parsed=_parse_response(client=client, response=response),
+    )
+
+
+def sync_detailed(
+    *,
+    client: AuthenticatedClient | Client,
+    topic: str | Unset = UNSET,
+    from_: str | Unset = UNSET,
+    to: str | Unset = UNSET,
+    bucket: str | Unset = UNSET,
+
+) -> Response[ErrorBody | Forecast]:
+    """ `GET /v1/forecast` — pending jobs due per bucket of a range, exactly,
+    and the occurrences active schedules will create there (`projected`),
+    for one topic or every topic the token may read.
+
+    Args:
+        topic (str | Unset):
+        from_ (str | Unset):
+        to (str | Unset):
+        bucket (str | Unset):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[ErrorBody | Forecast]
+     """
+
+
+    kwargs = _get_kwargs(
+        topic=topic,
+from_=from_,
+to=to,
+bucket=bucket,
+
+    )
+
+    response = client.get_httpx_client().request(
+        **kwargs,
+    )
+
+    return _build_response(client=client, response=response)
+
+def sync(
+    *,
+    client: AuthenticatedClient | Client,
+    topic: str | Unset = UNSET,
+    from_: str | Unset = UNSET,
+    to: str | Unset = UNSET,
+    bucket: str | Unset = UNSET,
+
+) -> ErrorBody | Forecast | None:
+    """ `GET /v1/forecast` — pending jobs due per bucket of a range, exactly,
+    and the occurrences active schedules will create there (`projected`),
+    for one topic or every topic the token may read.
+
+    Args:
+        topic (str | Unset):
+        from_ (str | Unset):
+        to (str | Unset):
+        bucket (str | Unset):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        ErrorBody | Forecast
+     """
+
+
+    return sync_detailed(
+        client=client,
+topic=topic,
+from_=from_,
+to=to,
+bucket=bucket,
+
+    ).parsed
+
+async def asyncio_detailed(
+    *,
+    client: AuthenticatedClient | Client,
+    topic: str | Unset = UNSET,
+    from_: str | Unset = UNSET,
+    to: str | Unset = UNSET,
+    bucket: str | Unset = UNSET,
+
+) -> Response[ErrorBody | Forecast]:
+    """ `GET /v1/forecast` — pending jobs due per bucket of a range, exactly,
+    and the occurrences active schedules will create there (`projected`),
+    for one topic or every topic the token may read.
+
+    Args:
+        topic (str | Unset):
+        from_ (str | Unset):
+        to (str | Unset):
+        bucket (str | Unset):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        Response[ErrorBody | Forecast]
+     """
+
+
+    kwargs = _get_kwargs(
+        topic=topic,
+from_=from_,
+to=to,
+bucket=bucket,
+
+    )
+
+    response = await client.get_async_httpx_client().request(
+        **kwargs
+    )
+
+    return _build_response(client=client, response=response)
+
+async def asyncio(
+    *,
+    client: AuthenticatedClient | Client,
+    topic: str | Unset = UNSET,
+    from_: str | Unset = UNSET,
+    to: str | Unset = UNSET,
+    bucket: str | Unset = UNSET,
+
+) -> ErrorBody | Forecast | None:
+    """ `GET /v1/forecast` — pending jobs due per bucket of a range, exactly,
+    and the occurrences active schedules will create there (`projected`),
+    for one topic or every topic the token may read.
+
+    Args:
+        topic (str | Unset):
+        from_ (str | Unset):
+        to (str | Unset):
+        bucket (str | Unset):
+
+    Raises:
+        errors.UnexpectedStatus: If the server returns an undocumented status code and Client.raise_on_unexpected_status is True.
+        httpx.TimeoutException: If the request takes longer than Client.timeout.
+
+    Returns:
+        ErrorBody | Forecast
+     """
+
+
+    return (await asyncio_detailed(
+        client=client,
+topic=topic,
+from_=from_,
+to=to,
+bucket=bucket,
+
+    )).parsed

@@ -1,0 +1,95 @@
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeVar, BinaryIO, TextIO, TYPE_CHECKING, Generator
+
+from attrs import define as _attrs_define
+from attrs import field as _attrs_field
+
+from ..types import UNSET, Unset
+
+from typing import cast
+
+if TYPE_CHECKING:
+  from ..models.batch_item import BatchItem
+
+
+
+
+
+T = TypeVar("T", bound="BatchAnswer")
+
+
+
+@_attrs_define
+class BatchAnswer:
+    """ Answer of `POST /v1/jobs/batch`: one result per item, in order.
+
+        Attributes:
+            results (list[BatchItem]):
+     """
+
+    results: list[BatchItem]
+    additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
+
+
+
+
+
+    def to_dict(self) -> dict[str, Any]:
+        from ..models.batch_item import BatchItem # noqa: PLC0415
+        results = []
+        for results_item_data in self.results:
+            results_item = results_item_data.to_dict()
+            results.append(results_item)
+
+
+
+
+        field_dict: dict[str, Any] = {}
+        field_dict.update(self.additional_properties)
+        field_dict.update({
+            "results": results,
+        })
+
+        return field_dict
+
+
+
+    @classmethod
+    def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.batch_item import BatchItem # noqa: PLC0415
+        d = dict(src_dict)
+        results = []
+        _results = d.pop("results")
+        for results_item_data in (_results):
+            results_item = BatchItem.from_dict(results_item_data)
+
+
+
+            results.append(results_item)
+
+
+        batch_answer = cls(
+            results=results,
+        )
+
+
+        batch_answer.additional_properties = d
+        return batch_answer
+
+    @property
+    def additional_keys(self) -> list[str]:
+        return list(self.additional_properties.keys())
+
+    def __getitem__(self, key: str) -> Any:
+        return self.additional_properties[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.additional_properties[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self.additional_properties[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.additional_properties

@@ -1,0 +1,94 @@
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeVar, BinaryIO, TextIO, TYPE_CHECKING, Generator
+
+from attrs import define as _attrs_define
+from attrs import field as _attrs_field
+
+from ..types import UNSET, Unset
+
+from ..models.bulk_action_type_2_type import BulkActionType2Type
+from typing import cast
+import datetime
+
+
+
+
+
+
+T = TypeVar("T", bound="BulkActionType2")
+
+
+
+@_attrs_define
+class BulkActionType2:
+    """ Pending jobs move to `run_at`.
+
+        Attributes:
+            run_at (datetime.datetime):
+            type_ (BulkActionType2Type):
+     """
+
+    run_at: datetime.datetime
+    type_: BulkActionType2Type
+    additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
+
+
+
+
+
+    def to_dict(self) -> dict[str, Any]:
+        run_at = self.run_at.isoformat()
+
+        type_ = self.type_.value
+
+
+        field_dict: dict[str, Any] = {}
+        field_dict.update(self.additional_properties)
+        field_dict.update({
+            "run_at": run_at,
+            "type": type_,
+        })
+
+        return field_dict
+
+
+
+    @classmethod
+    def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        d = dict(src_dict)
+        run_at = datetime.datetime.fromisoformat(d.pop("run_at"))
+
+
+
+
+        type_ = BulkActionType2Type(d.pop("type"))
+
+
+
+
+        bulk_action_type_2 = cls(
+            run_at=run_at,
+            type_=type_,
+        )
+
+
+        bulk_action_type_2.additional_properties = d
+        return bulk_action_type_2
+
+    @property
+    def additional_keys(self) -> list[str]:
+        return list(self.additional_properties.keys())
+
+    def __getitem__(self, key: str) -> Any:
+        return self.additional_properties[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.additional_properties[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self.additional_properties[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.additional_properties

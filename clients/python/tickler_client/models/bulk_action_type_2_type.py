@@ -1,0 +1,7 @@
+from enum import StrEnum
+
+class BulkActionType2Type(StrEnum):
+    MOVE = "move"
+
+    def __str__(self) -> str:
+        return str(self.value)

@@ -1,0 +1,450 @@
+from __future__ import annotations
+
+from collections.abc import Mapping
+from typing import Any, TypeVar, BinaryIO, TextIO, TYPE_CHECKING, Generator
+
+from attrs import define as _attrs_define
+from attrs import field as _attrs_field
+
+from ..types import UNSET, Unset
+
+from ..types import UNSET, Unset
+from typing import cast
+
+if TYPE_CHECKING:
+  from ..models.job_view_headers import JobViewHeaders
+  from ..models.kafka_position import KafkaPosition
+
+
+
+
+
+T = TypeVar("T", bound="JobView")
+
+
+
+@_attrs_define
+class JobView:
+    """ A job as the API shows it.
+
+        Attributes:
+            ack_timeout_ms (int):
+            attempt (int):
+            backoff_base_ms (int):
+            backoff_cap_ms (int):
+            created_at (str):
+            expects_result (bool):
+            headers (JobViewHeaders):
+            id (int):
+            max_attempts (int):
+            run_at (str):
+            status (str):
+            topic (str):
+            updated_at (str):
+            version (int):
+            ack_deadline (None | str | Unset): While dispatched and waiting for a result: when silence becomes a
+                retry.
+            dispatched_at (None | str | Unset):
+            expires_at (None | str | Unset): Not produced by then, it ends `expired` and is never produced
+                (`expires_at` or `ttl_ms` on create, or an occurrence of a
+                `misfire: skip` schedule).
+            kafka (KafkaPosition | None | Unset):
+            key (None | str | Unset):
+            last_error (None | str | Unset):
+            payload (Any | Unset): A JSON payload, as sent; absent in listings and for bytes.
+            payload_base64 (None | str | Unset): A bytes payload, base64; absent in listings and for JSON.
+            produce_at (None | str | Unset): With a window: the instant tickler decided on in it, when it goes
+                out (`dispatched_at` says when it did).
+            schedule_id (int | None | Unset): The schedule whose occurrence it is.
+            traceparent (None | str | Unset): The W3C trace context of the creating request, put on the record.
+            window_ms (int | None | Unset): Its flexible window: it may go out at any instant of [run_at,
+                run_at + window_ms].
+     """
+
+    ack_timeout_ms: int
+    attempt: int
+    backoff_base_ms: int
+    backoff_cap_ms: int
+    created_at: str
+    expects_result: bool
+    headers: JobViewHeaders
+    id: int
+    max_attempts: int
+    run_at: str
+    status: str
+    topic: str
+    updated_at: str
+    version: int
+    ack_deadline: None | str | Unset = UNSET
+    dispatched_at: None | str | Unset = UNSET
+    expires_at: None | str | Unset = UNSET
+    kafka: KafkaPosition | None | Unset = UNSET
+    key: None | str | Unset = UNSET
+    last_error: None | str | Unset = UNSET
+    payload: Any | Unset = UNSET
+    payload_base64: None | str | Unset = UNSET
+    produce_at: None | str | Unset = UNSET
+    schedule_id: int | None | Unset = UNSET
+    traceparent: None | str | Unset = UNSET
+    window_ms: int | None | Unset = UNSET
+    additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
+
+
+
+
+
+    def to_dict(self) -> dict[str, Any]:
+        from ..models.job_view_headers import JobViewHeaders # noqa: PLC0415
+        from ..models.kafka_position import KafkaPosition # noqa: PLC0415
+        ack_timeout_ms = self.ack_timeout_ms
+
+        attempt = self.attempt
+
+        backoff_base_ms = self.backoff_base_ms
+
+        backoff_cap_ms = self.backoff_cap_ms
+
+        created_at = self.created_at
+
+        expects_result = self.expects_result
+
+        headers = self.headers.to_dict()
+
+        id = self.id
+
+        max_attempts = self.max_attempts
+
+        run_at = self.run_at
+
+        status = self.status
+
+        topic = self.topic
+
+        updated_at = self.updated_at
+
+        version = self.version
+
+        ack_deadline: None | str | Unset
+        if isinstance(self.ack_deadline, Unset):
+            ack_deadline = UNSET
+        else:
+            ack_deadline = self.ack_deadline
+
+        dispatched_at: None | str | Unset
+        if isinstance(self.dispatched_at, Unset):
+            dispatched_at = UNSET
+        else:
+            dispatched_at = self.dispatched_at
+
+        expires_at: None | str | Unset
+        if isinstance(self.expires_at, Unset):
+            expires_at = UNSET
+        else:
+            expires_at = self.expires_at
+
+        kafka: dict[str, Any] | None | Unset
+        if isinstance(self.kafka, Unset):
+            kafka = UNSET
+        elif isinstance(self.kafka, KafkaPosition):
+            kafka = self.kafka.to_dict()
+        else:
+            kafka = self.kafka
+
+        key: None | str | Unset
+        if isinstance(self.key, Unset):
+            key = UNSET
+        else:
+            key = self.key
+
+        last_error: None | str | Unset
+        if isinstance(self.last_error, Unset):
+            last_error = UNSET
+        else:
+            last_error = self.last_error
+
+        payload = self.payload
+
+        payload_base64: None | str | Unset
+        if isinstance(self.payload_base64, Unset):
+            payload_base64 = UNSET
+        else:
+            payload_base64 = self.payload_base64
+
+        produce_at: None | str | Unset
+        if isinstance(self.produce_at, Unset):
+            produce_at = UNSET
+        else:
+            produce_at = self.produce_at
+
+        schedule_id: int | None | Unset
+        if isinstance(self.schedule_id, Unset):
+            schedule_id = UNSET
+        else:
+            schedule_id = self.schedule_id
+
+        traceparent: None | str | Unset
+        if isinstance(self.traceparent, Unset):
+            traceparent = UNSET
+        else:
+            traceparent = self.traceparent
+
+        window_ms: int | None | Unset
+        if isinstance(self.window_ms, Unset):
+            window_ms = UNSET
+        else:
+            window_ms = self.window_ms
+
+
+        field_dict: dict[str, Any] = {}
+        field_dict.update(self.additional_properties)
+        field_dict.update({
+            "ack_timeout_ms": ack_timeout_ms,
+            "attempt": attempt,
+            "backoff_base_ms": backoff_base_ms,
+            "backoff_cap_ms": backoff_cap_ms,
+            "created_at": created_at,
+            "expects_result": expects_result,
+            "headers": headers,
+            "id": id,
+            "max_attempts": max_attempts,
+            "run_at": run_at,
+            "status": status,
+            "topic": topic,
+            "updated_at": updated_at,
+            "version": version,
+        })
+        if ack_deadline is not UNSET:
+            field_dict["ack_deadline"] = ack_deadline
+        if dispatched_at is not UNSET:
+            field_dict["dispatched_at"] = dispatched_at
+        if expires_at is not UNSET:
+            field_dict["expires_at"] = expires_at
+        if kafka is not UNSET:
+            field_dict["kafka"] = kafka
+        if key is not UNSET:
+            field_dict["key"] = key
+        if last_error is not UNSET:
+            field_dict["last_error"] = last_error
+        if payload is not UNSET:
+            field_dict["payload"] = payload
+        if payload_base64 is not UNSET:
+            field_dict["payload_base64"] = payload_base64
+        if produce_at is not UNSET:
+            field_dict["produce_at"] = produce_at
+        if schedule_id is not UNSET:
+            field_dict["schedule_id"] = schedule_id
+        if traceparent is not UNSET:
+            field_dict["traceparent"] = traceparent
+        if window_ms is not UNSET:
+            field_dict["window_ms"] = window_ms
+
+        return field_dict
+
+
+
+    @classmethod
+    def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.job_view_headers import JobViewHeaders # noqa: PLC0415
+        from ..models.kafka_position import KafkaPosition # noqa: PLC0415
+        d = dict(src_dict)
+        ack_timeout_ms = d.pop("ack_timeout_ms")
+
+        attempt = d.pop("attempt")
+
+        backoff_base_ms = d.pop("backoff_base_ms")
+
+        backoff_cap_ms = d.pop("backoff_cap_ms")
+
+        created_at = d.pop("created_at")
+
+        expects_result = d.pop("expects_result")
+
+        headers = JobViewHeaders.from_dict(d.pop("headers"))
+
+
+
+
+        id = d.pop("id")
+
+        max_attempts = d.pop("max_attempts")
+
+        run_at = d.pop("run_at")
+
+        status = d.pop("status")
+
+        topic = d.pop("topic")
+
+        updated_at = d.pop("updated_at")
+
+        version = d.pop("version")
+
+        def _parse_ack_deadline(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        ack_deadline = _parse_ack_deadline(d.pop("ack_deadline", UNSET))
+
+
+        def _parse_dispatched_at(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        dispatched_at = _parse_dispatched_at(d.pop("dispatched_at", UNSET))
+
+
+        def _parse_expires_at(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        expires_at = _parse_expires_at(d.pop("expires_at", UNSET))
+
+
+        def _parse_kafka(data: object) -> KafkaPosition | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                kafka_type_1 = KafkaPosition.from_dict(data)
+
+
+
+                return kafka_type_1
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            return cast(KafkaPosition | None | Unset, data)
+
+        kafka = _parse_kafka(d.pop("kafka", UNSET))
+
+
+        def _parse_key(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        key = _parse_key(d.pop("key", UNSET))
+
+
+        def _parse_last_error(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        last_error = _parse_last_error(d.pop("last_error", UNSET))
+
+
+        payload = d.pop("payload", UNSET)
+
+        def _parse_payload_base64(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        payload_base64 = _parse_payload_base64(d.pop("payload_base64", UNSET))
+
+
+        def _parse_produce_at(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        produce_at = _parse_produce_at(d.pop("produce_at", UNSET))
+
+
+        def _parse_schedule_id(data: object) -> int | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(int | None | Unset, data)
+
+        schedule_id = _parse_schedule_id(d.pop("schedule_id", UNSET))
+
+
+        def _parse_traceparent(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        traceparent = _parse_traceparent(d.pop("traceparent", UNSET))
+
+
+        def _parse_window_ms(data: object) -> int | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(int | None | Unset, data)
+
+        window_ms = _parse_window_ms(d.pop("window_ms", UNSET))
+
+
+        job_view = cls(
+            ack_timeout_ms=ack_timeout_ms,
+            attempt=attempt,
+            backoff_base_ms=backoff_base_ms,
+            backoff_cap_ms=backoff_cap_ms,
+            created_at=created_at,
+            expects_result=expects_result,
+            headers=headers,
+            id=id,
+            max_attempts=max_attempts,
+            run_at=run_at,
+            status=status,
+            topic=topic,
+            updated_at=updated_at,
+            version=version,
+            ack_deadline=ack_deadline,
+            dispatched_at=dispatched_at,
+            expires_at=expires_at,
+            kafka=kafka,
+            key=key,
+            last_error=last_error,
+            payload=payload,
+            payload_base64=payload_base64,
+            produce_at=produce_at,
+            schedule_id=schedule_id,
+            traceparent=traceparent,
+            window_ms=window_ms,
+        )
+
+
+        job_view.additional_properties = d
+        return job_view
+
+    @property
+    def additional_keys(self) -> list[str]:
+        return list(self.additional_properties.keys())
+
+    def __getitem__(self, key: str) -> Any:
+        return self.additional_properties[key]
+
+    def __setitem__(self, key: str, value: Any) -> None:
+        self.additional_properties[key] = value
+
+    def __delitem__(self, key: str) -> None:
+        del self.additional_properties[key]
+
+    def __contains__(self, key: str) -> bool:
+        return key in self.additional_properties
