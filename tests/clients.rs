@@ -13,7 +13,9 @@ fn root() -> PathBuf {
 
 fn venv(name: &str) -> PathBuf {
     let home = std::env::var("HOME").unwrap();
-    PathBuf::from(home).join(".cache/tickler/venv/bin").join(name)
+    PathBuf::from(home)
+        .join(".cache/tickler/venv/bin")
+        .join(name)
 }
 
 /// Every file under `dir`, relative to it.
@@ -58,7 +60,11 @@ async fn the_python_package_is_what_the_served_document_generates() {
         .arg(root().join("tests/client/generator.yaml"))
         .output()
         .expect("openapi-python-client runs (scripts/services tools)");
-    assert!(output.status.success(), "{}", String::from_utf8_lossy(&output.stderr));
+    assert!(
+        output.status.success(),
+        "{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
     let committed = root().join("clients/python/tickler_client");
     let made = files(&generated);
     let kept = files(&committed);
@@ -92,7 +98,11 @@ async fn the_python_readme_examples_run_against_a_live_server() {
         .collect();
     assert_eq!(blocks.len(), 2, "the API example and the Kafka one");
     for block in blocks {
-        let (url, token, topic) = (env.base_url.clone(), env.admin_secret.clone(), env.topic.clone());
+        let (url, token, topic) = (
+            env.base_url.clone(),
+            env.admin_secret.clone(),
+            env.topic.clone(),
+        );
         let code = block.to_owned();
         let output = tokio::task::spawn_blocking(move || {
             Command::new(venv("python"))
@@ -114,5 +124,139 @@ async fn the_python_readme_examples_run_against_a_live_server() {
             String::from_utf8_lossy(&output.stderr)
         );
     }
+    env.finish().await;
+}
+
+/// clients/rust/README.md's example, as written there (the test below
+/// checks the two are the same text).
+async fn rust_readme_example(
+    url: String,
+    token: String,
+    topic: String,
+) -> Result<(), tickler_client::Error> {
+    // README BEGIN
+    use tickler_client::{Client, ErrorCode, JobChange, NewJob};
+
+    let client = Client::new(&url, Some(&token))?;
+    // A reminder 30 days out, idempotent on its key.
+    let job = client
+        .job_create(
+            &NewJob::new(&topic, serde_json::json!({"user": 42}))
+                .key("reminder-42")
+                .delay_ms(30 * 86_400_000),
+        )
+        .await?;
+    assert_eq!(job.status, "pending");
+    // Moved a day later; the version guards against a concurrent change.
+    let moved = client
+        .job_modify(
+            job.id,
+            &JobChange::at_version(job.version).set("delay_ms", (31 * 86_400_000u64).into()),
+        )
+        .await?;
+    assert!(moved.run_at > job.run_at);
+    // The same version again: refused, with its code.
+    let stale = client
+        .job_modify(
+            job.id,
+            &JobChange::at_version(job.version).set("delay_ms", 0.into()),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(stale.code(), Some(&ErrorCode::VersionConflict));
+    let cancelled = client.job_cancel(job.id).await?;
+    assert_eq!(cancelled.outcome, "cancelled");
+    // Many at once: each item's result, in order.
+    let batch = client
+        .jobs_create(&[
+            NewJob::new(&topic, serde_json::json!(1))
+                .key("a")
+                .delay_ms(60_000),
+            NewJob::new(&topic, serde_json::json!(2))
+                .key("b")
+                .delay_ms(60_000),
+        ])
+        .await?;
+    assert!(batch.iter().all(|item| item.result == "created"));
+    // README END
+    Ok(())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_readme_example_runs_against_a_live_server() {
+    let readme = std::fs::read_to_string(root().join("clients/rust/README.md")).unwrap();
+    let block = readme
+        .split("```rust\n")
+        .nth(1)
+        .and_then(|rest| rest.split("```").next())
+        .unwrap();
+    let source = std::fs::read_to_string(root().join("tests/clients.rs")).unwrap();
+    let here = source
+        .split("    // README BEGIN\n")
+        .nth(1)
+        .and_then(|rest| rest.split("    // README END").next())
+        .unwrap();
+    let lines = |text: &str| -> Vec<String> {
+        text.lines()
+            .map(|l| l.trim().to_owned())
+            .filter(|l| !l.is_empty())
+            .collect()
+    };
+    assert_eq!(lines(block), lines(here), "the README shows what runs here");
+
+    let env = TestEnv::start().await;
+    rust_readme_example(
+        env.base_url.clone(),
+        env.admin_secret.clone(),
+        env.topic.clone(),
+    )
+    .await
+    .unwrap();
+    env.finish().await;
+}
+
+/// The Rust client tries a 429 again after its Retry-After, and gives up
+/// with the code after its retries.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_client_retries_a_429_after_retry_after() {
+    let env = TestEnv::start().await;
+    let secret = tickler_testkit::token_create_limited(
+        &env.config.mysql.url,
+        "slow",
+        &["*"],
+        &["read"],
+        Some(1),
+        Some(0),
+    )
+    .await;
+    let patient = tickler_client::Client::builder(&env.base_url)
+        .token(&secret)
+        .build()
+        .unwrap();
+    let started = std::time::Instant::now();
+    for _ in 0..3 {
+        patient
+            .request(reqwest::Method::GET, "/v1/topics", None)
+            .await
+            .unwrap();
+    }
+    assert!(
+        started.elapsed() >= std::time::Duration::from_millis(1_500),
+        "waited for the rate: {:?}",
+        started.elapsed()
+    );
+    let hasty = tickler_client::Client::builder(&env.base_url)
+        .token(&secret)
+        .retries(0)
+        .build()
+        .unwrap();
+    let refused = hasty
+        .request(reqwest::Method::GET, "/v1/topics", None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.code(),
+        Some(&tickler_client::ErrorCode::RateLimited)
+    );
     env.finish().await;
 }

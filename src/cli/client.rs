@@ -4,7 +4,6 @@
 use std::path::Path;
 use std::time::Duration;
 
-use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION};
 use reqwest::{Method, StatusCode};
 use serde_json::Value;
 
@@ -38,10 +37,12 @@ impl ClientError {
     }
 }
 
+/// The CLI's client: [`tickler_client::Client`] (the crate users install),
+/// its answers and errors mapped to the CLI's exit codes. No retries: a
+/// person at a terminal decides.
 #[derive(Clone)]
 pub struct Client {
-    base: String,
-    http: reqwest::Client,
+    inner: tickler_client::Client,
 }
 
 impl Client {
@@ -53,29 +54,16 @@ impl Client {
         token: Option<&str>,
         ca_cert: Option<&Path>,
     ) -> Result<Client, ClientError> {
-        let base = url.trim_end_matches('/').to_owned();
-        if !(base.starts_with("http://") || base.starts_with("https://")) {
-            return Err(ClientError::Usage(format!(
-                "the API address {url:?} must start with http:// or https:// (--url or TICKLER_URL)"
-            )));
-        }
         // rustls needs its crypto chosen once per process; already chosen
         // is as good.
         let _ = rustls::crypto::ring::default_provider().install_default();
-        let mut headers = HeaderMap::new();
-        if let Some(token) = token.filter(|t| !t.is_empty()) {
-            let value = HeaderValue::from_str(&format!("Bearer {token}")).map_err(|_| {
-                ClientError::Usage(
-                    "the token is not a valid header value (--token or TICKLER_TOKEN)".to_owned(),
-                )
-            })?;
-            headers.insert(AUTHORIZATION, value);
-        }
-        let mut builder = reqwest::Client::builder()
-            .default_headers(headers)
-            .connect_timeout(Duration::from_secs(5))
+        let mut builder = tickler_client::Client::builder(url)
+            .retries(0)
             .timeout(Duration::from_secs(60))
             .user_agent(concat!("tickler-cli/", env!("CARGO_PKG_VERSION")));
+        if let Some(token) = token {
+            builder = builder.token(token);
+        }
         if let Some(path) = ca_cert {
             let pem = std::fs::read(path).map_err(|err| {
                 ClientError::Usage(format!(
@@ -83,22 +71,19 @@ impl Client {
                     path.display()
                 ))
             })?;
-            let cert = reqwest::Certificate::from_pem(&pem).map_err(|err| {
-                ClientError::Usage(format!(
-                    "{} is not a PEM certificate: {err}",
-                    path.display()
-                ))
-            })?;
-            builder = builder.add_root_certificate(cert);
+            builder = builder.ca_pem(pem);
         }
-        let http = builder
-            .build()
-            .map_err(|err| ClientError::Usage(format!("cannot make an HTTP client: {err}")))?;
-        Ok(Client { base, http })
+        let inner = builder.build().map_err(|err| match err {
+            tickler_client::Error::Usage(problem) => ClientError::Usage(format!(
+                "{problem} (--url or TICKLER_URL, --token or TICKLER_TOKEN, --ca-cert)"
+            )),
+            other => ClientError::Usage(other.to_string()),
+        })?;
+        Ok(Client { inner })
     }
 
     pub fn base(&self) -> &str {
-        &self.base
+        self.inner.base()
     }
 
     pub async fn get(&self, path: &str) -> Result<Value, ClientError> {
@@ -126,58 +111,36 @@ impl Client {
         path: &str,
         body: Option<&Value>,
     ) -> Result<(StatusCode, Value), ClientError> {
-        let url = format!("{}{path}", self.base);
-        let mut request = self.http.request(method, &url);
-        if let Some(body) = body {
-            request = request.json(body);
-        }
-        let response = request.send().await.map_err(|err| {
-            ClientError::Unavailable(format!(
-                "cannot reach tickler at {}: {} (is it running? --url or TICKLER_URL)",
-                self.base,
-                error_chain(&err)
-            ))
-        })?;
-        let status = response.status();
-        let text = response.text().await.map_err(|err| {
-            ClientError::Unavailable(format!("reading the answer from {url}: {err}"))
-        })?;
-        let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
-        if status.is_success() {
-            return Ok((status, value));
-        }
-        let code = value["error"]["code"].as_str().unwrap_or("").to_owned();
-        let message = value["error"]["message"]
-            .as_str()
-            .map(str::to_owned)
-            .unwrap_or_else(|| text.chars().take(200).collect());
-        if status.is_server_error() || code.is_empty() {
-            return Err(ClientError::Unavailable(format!(
-                "tickler answered {status}{}: {message}",
-                if code.is_empty() {
-                    String::new()
-                } else {
-                    format!(" {code}")
+        match self.inner.request(method, path, body).await {
+            Ok(answer) => Ok(answer),
+            Err(tickler_client::Error::Usage(problem)) => Err(ClientError::Usage(problem)),
+            Err(tickler_client::Error::Unavailable(problem)) => Err(ClientError::Unavailable(
+                format!("{problem} (is it running? --url or TICKLER_URL)"),
+            )),
+            Err(tickler_client::Error::Api {
+                status,
+                code_text,
+                message,
+                body,
+                ..
+            }) => {
+                if status.is_server_error() || code_text.is_empty() {
+                    return Err(ClientError::Unavailable(format!(
+                        "tickler answered {status}{}: {message}",
+                        if code_text.is_empty() {
+                            String::new()
+                        } else {
+                            format!(" {code_text}")
+                        }
+                    )));
                 }
-            )));
+                Err(ClientError::Refused {
+                    status,
+                    code: code_text,
+                    message,
+                    body,
+                })
+            }
         }
-        Err(ClientError::Refused {
-            status,
-            code,
-            message,
-            body: value,
-        })
     }
-}
-
-/// An error with its causes, one line.
-fn error_chain(err: &dyn std::error::Error) -> String {
-    let mut text = err.to_string();
-    let mut source = err.source();
-    while let Some(cause) = source {
-        text.push_str(": ");
-        text.push_str(&cause.to_string());
-        source = cause.source();
-    }
-    text
 }

@@ -1,0 +1,573 @@
+//! A typed client for [tickler](https://github.com/tickler/tickler)'s HTTP
+//! API: schedule, read, move and cancel jobs (one or a batch), recurring
+//! schedules, consumers' results and redrives.
+//!
+//! ```no_run
+//! # async fn run() -> Result<(), tickler_client::Error> {
+//! use tickler_client::{Client, NewJob};
+//! let client = Client::new("http://127.0.0.1:8080", Some("tkl_…"))?;
+//! let job = client
+//!     .job_create(&NewJob::new("billing.charge", serde_json::json!({"invoice": 7}))
+//!         .key("invoice-7")
+//!         .delay_ms(30 * 86_400_000))
+//!     .await?;
+//! client.job_cancel(job.id).await?;
+//! # Ok(()) }
+//! ```
+//!
+//! Every refusal is an [`Error::Api`] with the API's stable [`ErrorCode`];
+//! a 429 or 503 (nothing was written) is tried again after its
+//! `Retry-After`, up to [`ClientBuilder::retries`] times.
+
+use std::collections::BTreeMap;
+use std::time::Duration;
+
+use reqwest::header::{HeaderMap, HeaderValue, AUTHORIZATION, RETRY_AFTER};
+use reqwest::{Method, StatusCode};
+use serde::{Deserialize, Serialize};
+use serde_json::{Map, Value};
+
+/// The API's stable error codes (docs/api.md, "Errors"); a code this
+/// version does not know is [`ErrorCode::Other`].
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ErrorCode {
+    InvalidJson,
+    InvalidRequest,
+    InvalidTopic,
+    InvalidKey,
+    InvalidPayload,
+    InvalidHeaders,
+    InvalidRunAt,
+    InvalidExpiry,
+    InvalidPolicy,
+    InvalidSchedule,
+    InvalidReport,
+    InvalidId,
+    ScheduleTooFar,
+    UnknownTopic,
+    ReservedTopic,
+    PayloadTooLarge,
+    UnsupportedMediaType,
+    NotFound,
+    VersionConflict,
+    KeyConflict,
+    NotPending,
+    NotDead,
+    InFlight,
+    TooLate,
+    Unauthorized,
+    ForbiddenScope,
+    ForbiddenTopic,
+    CrossOrigin,
+    RateLimited,
+    BodyTimeout,
+    Unavailable,
+    Internal,
+    Other(String),
+}
+
+impl ErrorCode {
+    pub fn parse(code: &str) -> ErrorCode {
+        use ErrorCode::*;
+        match code {
+            "invalid_json" => InvalidJson,
+            "invalid_request" => InvalidRequest,
+            "invalid_topic" => InvalidTopic,
+            "invalid_key" => InvalidKey,
+            "invalid_payload" => InvalidPayload,
+            "invalid_headers" => InvalidHeaders,
+            "invalid_run_at" => InvalidRunAt,
+            "invalid_expiry" => InvalidExpiry,
+            "invalid_policy" => InvalidPolicy,
+            "invalid_schedule" => InvalidSchedule,
+            "invalid_report" => InvalidReport,
+            "invalid_id" => InvalidId,
+            "schedule_too_far" => ScheduleTooFar,
+            "unknown_topic" => UnknownTopic,
+            "reserved_topic" => ReservedTopic,
+            "payload_too_large" => PayloadTooLarge,
+            "unsupported_media_type" => UnsupportedMediaType,
+            "not_found" => NotFound,
+            "version_conflict" => VersionConflict,
+            "key_conflict" => KeyConflict,
+            "not_pending" => NotPending,
+            "not_dead" => NotDead,
+            "in_flight" => InFlight,
+            "too_late" => TooLate,
+            "unauthorized" => Unauthorized,
+            "forbidden_scope" => ForbiddenScope,
+            "forbidden_topic" => ForbiddenTopic,
+            "cross_origin" => CrossOrigin,
+            "rate_limited" => RateLimited,
+            "body_timeout" => BodyTimeout,
+            "unavailable" => Unavailable,
+            "internal" => Internal,
+            other => Other(other.to_owned()),
+        }
+    }
+}
+
+/// Why a call failed.
+#[derive(Debug, thiserror::Error)]
+pub enum Error {
+    /// The API answered with an error: its status, stable code and message
+    /// (and the whole answer, for the fields some errors add).
+    #[error("{status} {code_text}: {message}")]
+    Api {
+        status: StatusCode,
+        code: ErrorCode,
+        code_text: String,
+        message: String,
+        body: Value,
+    },
+    /// tickler could not be reached or its answer read.
+    #[error("{0}")]
+    Unavailable(String),
+    /// The client's own settings are wrong (an address, a token, a
+    /// certificate).
+    #[error("{0}")]
+    Usage(String),
+}
+
+impl Error {
+    /// The API's code, for a refusal.
+    pub fn code(&self) -> Option<&ErrorCode> {
+        match self {
+            Error::Api { code, .. } => Some(code),
+            _ => None,
+        }
+    }
+}
+
+/// A job as the API shows it. Fields this version does not name are kept
+/// in `extra`.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+pub struct Job {
+    pub id: u64,
+    pub topic: String,
+    pub key: Option<String>,
+    /// `pending`, `dispatching`, `dispatched`, `succeeded`, `dead`,
+    /// `cancelled` or `expired`.
+    pub status: String,
+    /// RFC 3339, ms, UTC: the time asked for.
+    pub run_at: String,
+    /// With a flexible window: the instant decided in it.
+    #[serde(default)]
+    pub produce_at: Option<String>,
+    pub attempt: u32,
+    pub version: u32,
+    #[serde(default)]
+    pub payload: Option<Value>,
+    #[serde(default)]
+    pub payload_base64: Option<String>,
+    #[serde(default)]
+    pub headers: BTreeMap<String, String>,
+    #[serde(default)]
+    pub last_error: Option<String>,
+    #[serde(default)]
+    pub expires_at: Option<String>,
+    #[serde(default)]
+    pub window_ms: Option<u32>,
+    #[serde(default)]
+    pub schedule_id: Option<u64>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// A job to create: a topic, a payload and a time (`run_at` or
+/// `delay_ms`), and whatever else the API takes (`set`).
+#[derive(Debug, Clone, Serialize)]
+pub struct NewJob(Map<String, Value>);
+
+impl NewJob {
+    /// A job on `topic` with a JSON `payload`, due now unless a time is set.
+    pub fn new(topic: &str, payload: Value) -> NewJob {
+        let mut fields = Map::new();
+        fields.insert("topic".into(), topic.into());
+        fields.insert("payload".into(), payload);
+        NewJob(fields)
+    }
+
+    /// Its key: the idempotency key (one job per topic and key).
+    pub fn key(self, key: &str) -> NewJob {
+        self.set("key", key.into())
+    }
+
+    /// Due this long from now.
+    pub fn delay_ms(self, ms: u64) -> NewJob {
+        self.set("delay_ms", ms.into())
+    }
+
+    /// Due at this RFC 3339 time.
+    pub fn run_at(self, at: &str) -> NewJob {
+        self.set("run_at", at.into())
+    }
+
+    /// Any other field of `POST /v1/jobs` (`headers`, `max_attempts`,
+    /// `expects_result`, `window_ms`, `expires_at`, …).
+    pub fn set(mut self, field: &str, value: Value) -> NewJob {
+        self.0.insert(field.to_owned(), value);
+        self
+    }
+}
+
+/// A change of a job (`PATCH /v1/jobs/{id}`): the version read, and the
+/// fields to change.
+#[derive(Debug, Clone, Serialize)]
+pub struct JobChange(Map<String, Value>);
+
+impl JobChange {
+    pub fn at_version(version: u32) -> JobChange {
+        let mut fields = Map::new();
+        fields.insert("version".into(), version.into());
+        JobChange(fields)
+    }
+
+    pub fn set(mut self, field: &str, value: Value) -> JobChange {
+        self.0.insert(field.to_owned(), value);
+        self
+    }
+}
+
+/// What a batch create did with each item, in order.
+#[derive(Debug, Clone, Deserialize)]
+pub struct BatchItem {
+    /// `created`, `existing` or `error`.
+    pub result: String,
+    #[serde(default)]
+    pub id: Option<u64>,
+    #[serde(default)]
+    pub error: Option<Value>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+#[derive(Debug, Clone, Deserialize)]
+struct BatchAnswer {
+    results: Vec<BatchItem>,
+}
+
+/// The answer of a cancel.
+#[derive(Debug, Clone, Deserialize)]
+pub struct Cancelled {
+    /// `cancelled` (now or already).
+    pub outcome: String,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
+/// Settings of a [`Client`].
+pub struct ClientBuilder {
+    url: String,
+    token: Option<String>,
+    ca_pem: Option<Vec<u8>>,
+    retries: u32,
+    timeout: Duration,
+    user_agent: String,
+}
+
+impl ClientBuilder {
+    /// The bearer token (`tickler token create`).
+    pub fn token(mut self, token: &str) -> ClientBuilder {
+        self.token = Some(token.to_owned()).filter(|t| !t.is_empty());
+        self
+    }
+
+    /// A CA certificate (PEM) to trust besides the system's.
+    pub fn ca_pem(mut self, pem: Vec<u8>) -> ClientBuilder {
+        self.ca_pem = Some(pem);
+        self
+    }
+
+    /// How many times a 429 or 503 is tried again after its Retry-After
+    /// (3; 0 never).
+    pub fn retries(mut self, retries: u32) -> ClientBuilder {
+        self.retries = retries;
+        self
+    }
+
+    /// Longest one call may take (60 s).
+    pub fn timeout(mut self, timeout: Duration) -> ClientBuilder {
+        self.timeout = timeout;
+        self
+    }
+
+    pub fn user_agent(mut self, agent: &str) -> ClientBuilder {
+        self.user_agent = agent.to_owned();
+        self
+    }
+
+    pub fn build(self) -> Result<Client, Error> {
+        let base = self.url.trim_end_matches('/').to_owned();
+        if !(base.starts_with("http://") || base.starts_with("https://")) {
+            return Err(Error::Usage(format!(
+                "the API address {:?} must start with http:// or https://",
+                self.url
+            )));
+        }
+        let mut headers = HeaderMap::new();
+        if let Some(token) = &self.token {
+            let value = HeaderValue::from_str(&format!("Bearer {token}"))
+                .map_err(|_| Error::Usage("the token is not a valid header value".to_owned()))?;
+            headers.insert(AUTHORIZATION, value);
+        }
+        let mut builder = reqwest::Client::builder()
+            .default_headers(headers)
+            .connect_timeout(Duration::from_secs(5))
+            .timeout(self.timeout)
+            .user_agent(self.user_agent);
+        if let Some(pem) = &self.ca_pem {
+            let cert = reqwest::Certificate::from_pem(pem)
+                .map_err(|err| Error::Usage(format!("not a PEM certificate: {err}")))?;
+            builder = builder.add_root_certificate(cert);
+        }
+        let http = builder
+            .build()
+            .map_err(|err| Error::Usage(format!("cannot make an HTTP client: {err}")))?;
+        Ok(Client {
+            base,
+            http,
+            retries: self.retries,
+        })
+    }
+}
+
+/// A client of one tickler API. Cheap to clone.
+#[derive(Clone)]
+pub struct Client {
+    base: String,
+    http: reqwest::Client,
+    retries: u32,
+}
+
+/// Longest a Retry-After is waited for; a longer one is returned as the
+/// error.
+const RETRY_AFTER_MAX: Duration = Duration::from_secs(30);
+
+impl Client {
+    /// A client of the API at `url` with a bearer `token`, and the
+    /// defaults of [`Client::builder`].
+    pub fn new(url: &str, token: Option<&str>) -> Result<Client, Error> {
+        let builder = Client::builder(url);
+        match token {
+            Some(token) => builder.token(token),
+            None => builder,
+        }
+        .build()
+    }
+
+    pub fn builder(url: &str) -> ClientBuilder {
+        ClientBuilder {
+            url: url.to_owned(),
+            token: None,
+            ca_pem: None,
+            retries: 3,
+            timeout: Duration::from_secs(60),
+            user_agent: concat!("tickler-client/", env!("CARGO_PKG_VERSION")).to_owned(),
+        }
+    }
+
+    pub fn base(&self) -> &str {
+        &self.base
+    }
+
+    /// `POST /v1/jobs`: the job made, or the existing one of its topic
+    /// and key when it asks for the same.
+    pub async fn job_create(&self, job: &NewJob) -> Result<Job, Error> {
+        self.json(Method::POST, "/v1/jobs", Some(&job.0)).await
+    }
+
+    /// `POST /v1/jobs/batch`: each item's result, in order.
+    pub async fn jobs_create(&self, jobs: &[NewJob]) -> Result<Vec<BatchItem>, Error> {
+        let body = serde_json::json!({"jobs": jobs.iter().map(|j| &j.0).collect::<Vec<_>>()});
+        let answer: BatchAnswer = self
+            .json(Method::POST, "/v1/jobs/batch", Some(&body))
+            .await?;
+        Ok(answer.results)
+    }
+
+    /// `GET /v1/jobs/{id}`.
+    pub async fn job_get(&self, id: u64) -> Result<Job, Error> {
+        self.json::<(), _>(Method::GET, &format!("/v1/jobs/{id}"), None)
+            .await
+    }
+
+    /// `PATCH /v1/jobs/{id}`: a [`ErrorCode::VersionConflict`] when it
+    /// changed since `version`.
+    pub async fn job_modify(&self, id: u64, change: &JobChange) -> Result<Job, Error> {
+        self.json(Method::PATCH, &format!("/v1/jobs/{id}"), Some(&change.0))
+            .await
+    }
+
+    /// `DELETE /v1/jobs/{id}`: a [`ErrorCode::InFlight`] when it is being
+    /// produced at this moment.
+    pub async fn job_cancel(&self, id: u64) -> Result<Cancelled, Error> {
+        self.json::<(), _>(Method::DELETE, &format!("/v1/jobs/{id}"), None)
+            .await
+    }
+
+    /// `POST /v1/jobs/{id}/result`: a consumer's report of `attempt`
+    /// (`succeeded` or `failed`, with an error).
+    pub async fn result_report(
+        &self,
+        id: u64,
+        attempt: u32,
+        outcome: &str,
+        error: Option<&str>,
+    ) -> Result<Value, Error> {
+        let body = serde_json::json!({"attempt": attempt, "outcome": outcome, "error": error});
+        self.json(Method::POST, &format!("/v1/jobs/{id}/result"), Some(&body))
+            .await
+    }
+
+    /// `POST /v1/jobs/{id}/redrive`: a dead job back to pending.
+    pub async fn job_redrive(&self, id: u64) -> Result<Job, Error> {
+        self.json(
+            Method::POST,
+            &format!("/v1/jobs/{id}/redrive"),
+            Some(&serde_json::json!({})),
+        )
+        .await
+    }
+
+    /// `POST /v1/schedules` with its fields (`topic`, `key`, `cron` and
+    /// `time_zone` or `every_ms`, `payload`, …): the schedule.
+    pub async fn schedule_create(&self, schedule: &Value) -> Result<Value, Error> {
+        self.json(Method::POST, "/v1/schedules", Some(schedule))
+            .await
+    }
+
+    /// `GET /v1/schedules/{id}`.
+    pub async fn schedule_get(&self, id: u64) -> Result<Value, Error> {
+        self.json::<(), _>(Method::GET, &format!("/v1/schedules/{id}"), None)
+            .await
+    }
+
+    /// `DELETE /v1/schedules/{id}`, its pending occurrences cancelled.
+    pub async fn schedule_delete(&self, id: u64) -> Result<Value, Error> {
+        self.json::<(), _>(Method::DELETE, &format!("/v1/schedules/{id}"), None)
+            .await
+    }
+
+    /// Any call: `path` with its query, a JSON body, the JSON answer.
+    pub async fn request(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&Value>,
+    ) -> Result<(StatusCode, Value), Error> {
+        let mut tries = 0;
+        loop {
+            let url = format!("{}{path}", self.base);
+            let mut request = self.http.request(method.clone(), &url);
+            if let Some(body) = body {
+                request = request.json(body);
+            }
+            let response = request.send().await.map_err(|err| {
+                Error::Unavailable(format!(
+                    "cannot reach tickler at {}: {}",
+                    self.base,
+                    error_chain(&err)
+                ))
+            })?;
+            let status = response.status();
+            let retry_after = response
+                .headers()
+                .get(RETRY_AFTER)
+                .and_then(|v| v.to_str().ok())
+                .and_then(|v| v.trim().parse::<u64>().ok())
+                .map(Duration::from_secs);
+            let text = response.text().await.map_err(|err| {
+                Error::Unavailable(format!("reading the answer from {url}: {err}"))
+            })?;
+            let value: Value = serde_json::from_str(&text).unwrap_or(Value::Null);
+            if status.is_success() {
+                return Ok((status, value));
+            }
+            // 429 and 503 write nothing: try again after Retry-After.
+            let again = matches!(
+                status,
+                StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
+            );
+            let wait = retry_after.unwrap_or(Duration::from_secs(1));
+            if again && tries < self.retries && wait <= RETRY_AFTER_MAX {
+                tries += 1;
+                tokio::time::sleep(wait).await;
+                continue;
+            }
+            let code_text = value["error"]["code"].as_str().unwrap_or("").to_owned();
+            let message = value["error"]["message"]
+                .as_str()
+                .map(str::to_owned)
+                .unwrap_or_else(|| text.chars().take(200).collect());
+            return Err(Error::Api {
+                status,
+                code: ErrorCode::parse(&code_text),
+                code_text,
+                message,
+                body: value,
+            });
+        }
+    }
+
+    async fn json<B: Serialize, T: for<'de> Deserialize<'de>>(
+        &self,
+        method: Method,
+        path: &str,
+        body: Option<&B>,
+    ) -> Result<T, Error> {
+        let body = body
+            .map(serde_json::to_value)
+            .transpose()
+            .map_err(|err| Error::Usage(format!("the request does not serialise: {err}")))?;
+        let (_, value) = self.request(method, path, body.as_ref()).await?;
+        serde_json::from_value(value).map_err(|err| {
+            Error::Unavailable(format!(
+                "an answer of {path} this client cannot read: {err}"
+            ))
+        })
+    }
+}
+
+/// An error with its causes, one line.
+fn error_chain(err: &dyn std::error::Error) -> String {
+    let mut text = err.to_string();
+    let mut source = err.source();
+    while let Some(cause) = source {
+        text.push_str(": ");
+        text.push_str(&cause.to_string());
+        source = cause.source();
+    }
+    text
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn codes_parse_and_an_unknown_one_is_kept() {
+        assert_eq!(
+            ErrorCode::parse("version_conflict"),
+            ErrorCode::VersionConflict
+        );
+        assert_eq!(ErrorCode::parse("in_flight"), ErrorCode::InFlight);
+        assert_eq!(
+            ErrorCode::parse("quota_exceeded"),
+            ErrorCode::Other("quota_exceeded".into())
+        );
+    }
+
+    #[test]
+    fn a_bad_address_is_a_usage_error() {
+        assert!(matches!(
+            Client::new("localhost:8080", None),
+            Err(Error::Usage(_))
+        ));
+        let job = NewJob::new("t", serde_json::json!(1)).key("k").delay_ms(5);
+        assert_eq!(
+            serde_json::to_value(&job).unwrap(),
+            serde_json::json!({"topic": "t", "payload": 1, "key": "k", "delay_ms": 5})
+        );
+    }
+}
