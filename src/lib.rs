@@ -111,6 +111,7 @@ pub mod results;
 pub mod schedule;
 pub mod service;
 pub mod store;
+pub mod telemetry;
 pub mod topic_controls;
 pub mod topic_pattern;
 pub mod truth;

@@ -3,6 +3,7 @@
 //! written.
 
 use std::collections::{BTreeMap, HashMap};
+use tracing::Instrument;
 
 use axum::extract::State;
 use axum::http::{HeaderMap, StatusCode};
@@ -549,8 +550,27 @@ pub async fn create(
     caller.topic(&new_job.topic)?;
     topic_preflight(&state, &new_job.topic).await?;
     caller.jobs_admit(&state, 1).await?;
-    let (job, db_now) = match caller.store(&state).job_insert(&new_job).await {
-        Ok(inserted) => inserted,
+    let span = if crate::telemetry::enabled() {
+        tracing::info_span!(
+            "job.create",
+            otel.kind = "server",
+            job.topic = %new_job.topic,
+            job.id = tracing::field::Empty,
+        )
+    } else {
+        tracing::Span::none()
+    };
+    crate::telemetry::parent_set(&span, new_job.trace_parent.as_deref());
+    let inserted = caller
+        .store(&state)
+        .job_insert(&new_job)
+        .instrument(span.clone())
+        .await;
+    let (job, db_now) = match inserted {
+        Ok(inserted) => {
+            span.record("job.id", inserted.0.id);
+            inserted
+        }
         Err(StoreError::DuplicateKey) => {
             let existing = existing_for(&state, &new_job).await?;
             return Ok((StatusCode::OK, Json(JobView::from(existing))));

@@ -10,6 +10,7 @@ use axum::response::{IntoResponse, Response};
 use axum::Json;
 use chrono::Utc;
 use serde::Deserialize;
+use tracing::Instrument;
 
 use super::auth::Caller;
 use super::error::Conflict;
@@ -43,9 +44,22 @@ pub async fn report(
     let report = body.check(Some(id)).map_err(ApiError::InvalidReport)?;
     let job = state.store.job_get(id).await?;
     caller.topic(&job.topic)?;
+    let span = if crate::telemetry::enabled() {
+        tracing::info_span!(
+            "job.result",
+            otel.kind = "server",
+            job.id = id,
+            job.topic = %job.topic,
+            job.attempt = report.attempt,
+        )
+    } else {
+        tracing::Span::none()
+    };
+    crate::telemetry::parent_set(&span, job.trace_parent.as_deref());
     let settled = caller
         .resolver(&state)
         .reports_apply(std::slice::from_ref(&report), CHANNEL_HTTP)
+        .instrument(span)
         .await?;
     let disposition = settled
         .dispositions

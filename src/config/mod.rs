@@ -23,7 +23,7 @@ pub use sections::*;
 /// Every setting, with its default, by section: `[mysql]`, `[redis]`,
 /// `[kafka]`, `[api]`, `[jobs]`, `[cluster]`, `[loader]`, `[schedules]`,
 /// `[dispatcher]`, `[reconciler]`, `[results]`, `[gauges]`, `[notify]`,
-/// `[ingress]` and `[topics."…"]`. Durations carry their unit in the name so
+/// `[audit]`, `[tracing]`, `[ingress]` and `[topics."…"]`. Durations carry their unit in the name so
 /// that `TICKLER_LOADER_WINDOW_MS=600000` reads unambiguously. The flat names
 /// of before the sections (`window_ms`, `TICKLER_CLAIM_LEASE_MS`) are still
 /// read, with a warning naming the new one ([`RENAMED`]).
@@ -65,6 +65,8 @@ pub struct Config {
     pub notify: NotifySettings,
     /// The audit log's retention.
     pub audit: AuditSettings,
+    /// OpenTelemetry traces.
+    pub tracing: TracingSettings,
     /// Scheduling by producing to Kafka: the request topics tickler
     /// consumes, and where it answers (docs/api.md, "Scheduling through
     /// Kafka"). None by default.
@@ -98,6 +100,7 @@ impl Default for Config {
             gauges: GaugesSettings::default(),
             notify: NotifySettings::default(),
             audit: AuditSettings::default(),
+            tracing: TracingSettings::default(),
             ingress: IngressSettings::default(),
             topics: BTreeMap::new(),
             renamed: Vec::new(),
@@ -380,6 +383,8 @@ pub const SECTIONS: &[&str] = &[
     "results",
     "gauges",
     "notify",
+    "audit",
+    "tracing",
 ];
 
 impl Config {

@@ -311,6 +311,30 @@ pub struct GaugesSettings {
     pub burst_drain_per_second: u32,
 }
 
+/// `[tracing]`: OpenTelemetry traces over OTLP (off unless an endpoint is
+/// set).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TracingSettings {
+    /// The OTLP/HTTP endpoint (`http://otel-collector:4318`): spans go to
+    /// its `/v1/traces`, as JSON. None: no traces.
+    pub otlp_endpoint: Option<String>,
+    /// The spans' `service.name`.
+    pub service_name: String,
+    /// How often the spans gathered are sent.
+    pub export_interval_ms: u64,
+}
+
+impl Default for TracingSettings {
+    fn default() -> Self {
+        TracingSettings {
+            otlp_endpoint: None,
+            service_name: "tickler".to_owned(),
+            export_interval_ms: 2_000,
+        }
+    }
+}
+
 /// `[audit]`: the audit log of control-plane changes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

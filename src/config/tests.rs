@@ -558,3 +558,40 @@ fn a_smoothing_pace_of_zero_is_refused_and_unset_smooths_nothing() {
     config.dispatcher.smooth_per_second = Some(1_000);
     assert!(config.validate().is_ok());
 }
+
+#[test]
+fn every_section_is_read_from_the_environment() {
+    figment::Jail::expect_with(|jail| {
+        jail.set_env("TICKLER_AUDIT_RETENTION_DAYS", "30");
+        jail.set_env("TICKLER_TRACING_OTLP_ENDPOINT", "http://collector:4318");
+        jail.set_env("TICKLER_API_DRAIN_MS", "5000");
+        jail.set_env("TICKLER_DISPATCHER_SMOOTH_PER_SECOND", "800");
+        let config = Config::load(None).unwrap();
+        assert_eq!(config.audit.retention_days, 30);
+        assert_eq!(
+            config.tracing.otlp_endpoint.as_deref(),
+            Some("http://collector:4318")
+        );
+        assert_eq!(config.api.drain_ms, 5000);
+        assert_eq!(config.dispatcher.smooth_per_second, Some(800));
+        Ok(())
+    });
+    let defaults = Config::default();
+    let shown = serde_json::to_value(&defaults).unwrap();
+    for (section, value) in shown.as_object().unwrap() {
+        if value.is_object() && !["topics", "ingress"].contains(&section.as_str()) {
+            assert!(
+                SECTIONS.contains(&section.as_str()),
+                "{section} is not in SECTIONS"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_trace_endpoint_must_be_http() {
+    let mut config = Config::default();
+    config.tracing.otlp_endpoint = Some("collector:4317".into());
+    let err = config.validate().unwrap_err().to_string();
+    assert!(err.contains("tracing.otlp_endpoint"), "{err}");
+}

@@ -381,6 +381,20 @@ impl Config {
                 });
             }
         }
+        if let Some(endpoint) = &self.tracing.otlp_endpoint {
+            if !(endpoint.starts_with("http://") || endpoint.starts_with("https://")) {
+                return Err(invalid(
+                    "tracing.otlp_endpoint",
+                    "must start with http:// or https:// (an OTLP/HTTP collector, e.g. http://otel-collector:4318)",
+                ));
+            }
+        }
+        if self.tracing.export_interval_ms < 100 {
+            return Err(invalid(
+                "tracing.export_interval_ms",
+                "must be at least 100",
+            ));
+        }
         if self.dispatcher.smooth_per_second == Some(0) {
             return Err(invalid(
                 "dispatcher.smooth_per_second",

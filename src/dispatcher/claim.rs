@@ -6,6 +6,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::{Duration, Instant};
 
 use futures::future::join_all;
+use tracing::Instrument;
 
 use super::release::{Claimed, DbClock};
 use super::{DispatchReport, Dispatcher, PACE_TICK};
@@ -21,6 +22,19 @@ impl Dispatcher {
     /// compare-and-set on them; returns what was won, to be sent at each
     /// job's time.
     pub(super) async fn pass(&self) -> (DispatchReport, Option<Claimed>) {
+        let span = if crate::telemetry::enabled() {
+            tracing::info_span!("dispatch.claim", jobs = tracing::field::Empty)
+        } else {
+            tracing::Span::none()
+        };
+        let (report, claimed) = self.pass_claim().instrument(span.clone()).await;
+        if claimed.is_some() {
+            span.record("jobs", report.dispatched);
+        }
+        (report, claimed)
+    }
+
+    async fn pass_claim(&self) -> (DispatchReport, Option<Claimed>) {
         self.producer_check();
         let mut report = DispatchReport::default();
         let claim_started = Instant::now();

@@ -25,6 +25,7 @@
 use std::collections::{BTreeMap, HashMap};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
+use tracing::Instrument;
 
 use chrono::{TimeZone, Utc};
 use futures::stream::{FuturesUnordered, StreamExt};
@@ -319,11 +320,17 @@ impl Releaser {
                     let mut done = sent(&job, Err(Failure::Broker(String::new())));
                     *outstanding.entry(job.topic.clone()).or_insert(0) += 1;
                     let acks = self.acks.clone();
+                    // From the hand-over to the broker's answer, in the
+                    // trace of the request that made the job.
+                    let span = produce_span(&job);
                     pending.push(
                         async move {
                             done.result = match delivery.await {
                                 Ok(landed) => {
                                     acks.acked(&done.topic, Instant::now());
+                                    tracing::Span::current()
+                                        .record("kafka.partition", landed.0)
+                                        .record("kafka.offset", landed.1);
                                     Ok(landed)
                                 }
                                 Err(KafkaError::Canceled) => Err(Failure::Broker(
@@ -333,6 +340,7 @@ impl Releaser {
                             };
                             done
                         }
+                        .instrument(span)
                         .boxed(),
                     );
                 }
@@ -476,4 +484,23 @@ mod tests {
         );
         assert!(clock.now_ms() >= 1_000_000);
     }
+}
+
+/// A job's produce span, when traces are exported (else none: the hot
+/// path makes no span a job).
+fn produce_span(job: &Job) -> tracing::Span {
+    if !crate::telemetry::enabled() {
+        return tracing::Span::none();
+    }
+    let span = tracing::info_span!(
+        "job.produce",
+        otel.kind = "producer",
+        job.id = job.id,
+        job.topic = %job.topic,
+        job.attempt = job.attempt,
+        kafka.partition = tracing::field::Empty,
+        kafka.offset = tracing::field::Empty,
+    );
+    crate::telemetry::parent_set(&span, job.trace_parent.as_deref());
+    span
 }

@@ -76,6 +76,29 @@ impl Writer {
         // Each partition's requests in their order; the partitions side by
         // side, as many writes at once as MySQL's CPUs take (requests of
         // different partitions have no order to keep).
+        // With traces exported: each create's span, in its requester's
+        // trace, open while the batch is written.
+        let _spans: Vec<tracing::Span> = if crate::telemetry::enabled() {
+            requests
+                .iter()
+                .filter_map(|request| match request {
+                    Ok(Request::Put(job)) => Some(job),
+                    _ => None,
+                })
+                .map(|job| {
+                    let span = tracing::info_span!(
+                        "ingress.request",
+                        otel.kind = "consumer",
+                        job.topic = %job.topic,
+                        job.key = job.key.as_deref().unwrap_or_default(),
+                    );
+                    crate::telemetry::parent_set(&span, job.trace_parent.as_deref());
+                    span
+                })
+                .collect()
+        } else {
+            Vec::new()
+        };
         let mut partitions: BTreeMap<(&str, i32), Vec<usize>> = BTreeMap::new();
         for (at, record) in batch.records.iter().enumerate() {
             partitions

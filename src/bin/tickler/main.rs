@@ -6,6 +6,7 @@
 
 use std::path::PathBuf;
 use std::process::ExitCode;
+use std::time::Duration;
 
 use anyhow::Context;
 use clap::{Parser, Subcommand};
@@ -129,13 +130,21 @@ async fn main() -> anyhow::Result<ExitCode> {
     // `failpoints` feature only.
     #[cfg(feature = "failpoints")]
     let _failpoints = fail::FailScenario::setup();
-    tracing_subscriber::fmt()
-        .with_env_filter(
-            tracing_subscriber::EnvFilter::try_from_env("TICKLER_LOG")
-                .unwrap_or_else(|_| "info".into()),
-        )
-        .init();
     let cli = Cli::parse();
+    // `serve` reads its configuration first: its traces are set up with
+    // its logs. (A configuration that does not load is said again below.)
+    let serving = matches!(cli.command, Command::Serve)
+        .then(|| Config::load(cli.config.as_deref()).ok())
+        .flatten();
+    let _traces = tickler::telemetry::subscriber_init(serving.as_ref().and_then(|config| {
+        let endpoint = config.tracing.otlp_endpoint.as_deref()?;
+        Some(tickler::telemetry::Export {
+            endpoint,
+            service_name: &config.tracing.service_name,
+            every: Duration::from_millis(config.tracing.export_interval_ms),
+        })
+    }))
+    .map_err(anyhow::Error::msg)?;
     let cli = match cli.command {
         Command::Probe { url } => return Ok(cli::probe(&url).await),
         Command::Jobs { api, command } => {
