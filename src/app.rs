@@ -403,7 +403,12 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
         failure: RoleFailure::default(),
     };
     let readiness = start_roles(&shared, &pools)?;
-    start_recorded(&pools.api, &shared.config).await;
+    // In the background: a MySQL slow to answer at start-up does not hold
+    // the instance back for its audit row.
+    let (audit_store, audit_config) = (pools.api.clone(), shared.config.clone());
+    shared
+        .tracker
+        .spawn(async move { start_recorded(&audit_store, &audit_config).await });
     let http_addr = if shared.config.has_role(Role::Api) {
         Some(start_api(&shared, &pools.api, readiness).await?)
     } else {

@@ -67,7 +67,12 @@ pub fn subscriber_init(export: Option<Export<'_>>) -> Result<Option<TelemetryGua
         ))
         .with_timeout(Duration::from_secs(5))
         .build()
-        .map_err(|err| format!("the OTLP exporter for {}: {err}", export.endpoint))?;
+        .map_err(|err| {
+            format!(
+                "the OTLP exporter for {}: {err}",
+                crate::config::url_masked(export.endpoint)
+            )
+        })?;
     let processor = BatchSpanProcessor::builder(exporter)
         .with_batch_config(
             BatchConfigBuilder::default()
@@ -93,7 +98,7 @@ pub fn subscriber_init(export: Option<Export<'_>>) -> Result<Option<TelemetryGua
         .init();
     ENABLED.store(true, Ordering::Relaxed);
     tracing::info!(
-        endpoint = export.endpoint,
+        endpoint = %crate::config::url_masked(export.endpoint),
         service_name = export.service_name,
         "traces are exported over OTLP"
     );

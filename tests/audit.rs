@@ -306,3 +306,23 @@ async fn a_change_that_cannot_be_recorded_is_not_made() {
     assert_eq!(purged, 1, "the old row, and only it");
     env.finish().await;
 }
+
+/// An audited answer larger than what the row keeps still reaches the
+/// caller whole: a schedule with a payload near the 1 MiB limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_large_answer_reaches_the_caller_whole() {
+    let env = TestEnv::start().await;
+    let payload = "x".repeat(1_040_000);
+    let (status, schedule) = env
+        .post(
+            "/v1/schedules",
+            json!({"topic": env.topic, "key": "big", "every_ms": 3_600_000, "payload": payload}),
+        )
+        .await;
+    assert_eq!(status, 201, "{schedule}");
+    assert_eq!(schedule["payload"].as_str().map(str::len), Some(1_040_000));
+    let rows = audit_all(&env, "&action=schedule.create", 10).await;
+    assert_eq!(rows.len(), 1);
+    assert_eq!(rows[0]["status"], 201);
+    env.finish().await;
+}

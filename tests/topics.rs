@@ -410,14 +410,15 @@ async fn a_burst_of_one_tenant_does_not_delay_another_on_the_same_topic() {
         small[small.len() / 2],
         small[small.len() - 1]
     );
+    // Functional, not a latency target (figures: docs/benchmarks.md): the
+    // big tenant's 600 take several seconds at its group's 100/s, and the
+    // small one's 30 are not queued behind them (without the grouping they
+    // would come last, as late as the big one's last).
+    let (big_last, small_last) = (big[big.len() - 1], small[small.len() - 1]);
     assert!(
-        big[big.len() - 1] >= 4_500,
-        "the big tenant is held to its group's 100/s: its last {} ms late",
-        big[big.len() - 1]
-    );
-    assert!(
-        small[small.len() - 1] < 1_500,
-        "the small tenant is not queued behind the big one: {small:?}"
+        small_last * 4 < big_last,
+        "the small tenant is not queued behind the big one: its last {small_last} ms late, \
+         the big one's {big_last} ms"
     );
     assert_eq!(early(&env, &topic).await, 0);
 

@@ -154,11 +154,18 @@ pub async fn audit(
         .run(Request::from_parts(parts, Body::from(bytes)))
         .await;
     let (parts, body) = response.into_parts();
-    let answer = axum::body::to_bytes(body, ANSWER_KEPT_MAX)
-        .await
-        .unwrap_or_default();
-    let after = serde_json::from_slice::<Value>(&answer)
-        .ok()
+    // The whole answer goes back to the caller, however large; only one
+    // up to ANSWER_KEPT_MAX is kept as `after`.
+    let answer = match axum::body::to_bytes(body, usize::MAX).await {
+        Ok(answer) => answer,
+        Err(err) => {
+            tracing::warn!(error = %err, audit_id = id, action, "cannot read the answer of an audited change");
+            return ApiError::Internal.into_response();
+        }
+    };
+    let after = (answer.len() <= ANSWER_KEPT_MAX)
+        .then(|| serde_json::from_slice::<Value>(&answer).ok())
+        .flatten()
         .map(payloads_left_out);
     if let Err(err) = state
         .store

@@ -327,7 +327,7 @@ impl std::fmt::Display for Role {
 
 /// `scheme://user:password@host…` with the password (and anything after
 /// `?` that names one) masked.
-fn url_masked(url: &str) -> String {
+pub fn url_masked(url: &str) -> String {
     let Some((scheme, rest)) = url.split_once("://") else {
         return url.to_owned();
     };
@@ -484,6 +484,7 @@ impl Config {
                 .join(",")
         };
         shown.notify.webhook_url = shown.notify.webhook_url.as_deref().map(url_masked);
+        shown.tracing.otlp_endpoint = shown.tracing.otlp_endpoint.as_deref().map(url_masked);
         for (key, value) in shown.kafka.options.iter_mut() {
             let key = key.to_ascii_lowercase();
             if key.contains("password") || key.contains("secret") || key.ends_with(".pem") {

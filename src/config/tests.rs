@@ -589,6 +589,17 @@ fn every_section_is_read_from_the_environment() {
 }
 
 #[test]
+fn a_trace_endpoints_credentials_are_masked() {
+    let mut config = Config::default();
+    config.tracing.otlp_endpoint = Some("https://tickler:s3cret@collector:4318".into());
+    let shown = config.masked().to_string();
+    assert!(
+        !shown.contains("s3cret") && shown.contains("tickler:***@collector"),
+        "{shown}"
+    );
+}
+
+#[test]
 fn a_trace_endpoint_must_be_http() {
     let mut config = Config::default();
     config.tracing.otlp_endpoint = Some("collector:4317".into());
