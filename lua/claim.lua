@@ -13,6 +13,8 @@
 -- ARGV[3]  lookahead in milliseconds: ids due up to now + this are taken
 --          (the dispatcher holds them until their time; MySQL's
 --          compare-and-set still refuses any not due within it by its clock)
+-- ARGV[4]  ms added to Redis's clock (optional, 0): `tickler dev`'s
+--          virtual clock, ahead of the real one
 --
 -- Returns  { now_ms, next_at_ms, requeued, id1, id2, ... }
 --          now_ms:   Redis's clock, in ms since the epoch
@@ -25,7 +27,7 @@ local lease_ms = tonumber(ARGV[2])
 local lookahead_ms = tonumber(ARGV[3] or '0')
 
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[4] or '0')
 
 local expired = redis.call('ZRANGEBYSCORE', inflight, '-inf', now, 'LIMIT', 0, limit)
 for _, id in ipairs(expired) do

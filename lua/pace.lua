@@ -15,6 +15,8 @@
 --          from the next free instant, not after every job refused before
 --          them, so a topic whose jobs are grouped serves the groups fairly
 --          rather than first come, first served
+-- ARGV[6]  ms added to Redis's clock (optional, 0): `tickler dev`'s
+--          virtual clock
 --
 -- Returns  {granted, first backlog slot (ms)}; refused job i (from 0)
 --          goes at slot + i * 1000 / rate
@@ -22,7 +24,7 @@ local key = KEYS[1]
 local n, rate, tick = tonumber(ARGV[1]), tonumber(ARGV[2]), tonumber(ARGV[3])
 local forced = tonumber(ARGV[4] or 0)
 local t = redis.call('TIME')
-local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000)
+local now = tonumber(t[1]) * 1000 + math.floor(tonumber(t[2]) / 1000) + tonumber(ARGV[6] or '0')
 local interval = 1000 / rate
 local tat = tonumber(redis.call('HGET', key, 'tat') or 0)
 if tat < now then tat = now end

@@ -20,6 +20,7 @@ use crate::api::Readiness;
 use crate::api::{self, ApiState, ServeLimits};
 use crate::auth::{Principal, TokenCache, TokenCacheConfig};
 use crate::bulk::BulkRunner;
+use crate::clock::Clock;
 use crate::config::{AuthMode, Config, Role};
 use crate::dispatcher::{DispatchError, Dispatcher, DispatcherConfig};
 use crate::index::{self, Index, IndexError};
@@ -76,6 +77,17 @@ pub enum StartError {
         "the roles did not stop within shutdown_timeout_ms ({0:?}): a call to a store does not return; exiting all the same, and the others take over this instance's shards after cluster.instance_ttl_ms"
     )]
     ShutdownTimedOut(Duration),
+    /// `tickler dev` beside a `tickler serve` in one database, or the
+    /// other way round: dev's clock would make the other's jobs due early.
+    #[error(
+        "instance {instance} on {host} is a {} alive in this database: `tickler dev` and `tickler serve` never share one (dev's clock would make serve's jobs due early); give `tickler dev` a database of its own",
+        if *dev { "`tickler serve`" } else { "`tickler dev`" }
+    )]
+    ClockNeighbour {
+        instance: u64,
+        host: String,
+        dev: bool,
+    },
 }
 
 /// The first role of this process to end on its own: it panicked, or it
@@ -200,9 +212,30 @@ async fn listen(addr: &str) -> Result<(TcpListener, SocketAddr), StartError> {
 /// `tickler serve`: starts the configured roles and runs them until SIGTERM
 /// or Ctrl-C, then stops them in order.
 pub async fn serve(config: Config) -> Result<(), StartError> {
+    run_until_signal(config, Clock::real()).await
+}
+
+/// `tickler dev`: applies the migrations, then runs every configured role
+/// on a virtual clock (`POST /v1/dev/clock`) until SIGTERM or Ctrl-C. For
+/// a service's own tests, on a database of their own.
+pub async fn dev(config: Config) -> Result<(), StartError> {
+    let applied = Store::migrate(&config.mysql.url).await?;
+    if !applied.is_empty() {
+        tracing::info!(
+            migrations = applied.len(),
+            "tickler dev: the schema is applied"
+        );
+    }
+    tracing::warn!(
+        "tickler dev: the clock moves on POST /v1/dev/clock; never point it at a database tickler serve uses"
+    );
+    run_until_signal(config, Clock::virtual_time()).await
+}
+
+async fn run_until_signal(config: Config, clock: Clock) -> Result<(), StartError> {
     let shutdown_timeout = Duration::from_millis(config.shutdown_timeout_ms);
     let config_drain_ms = config.api.drain_ms;
-    let running = start(config, CancellationToken::new()).await?;
+    let running = start_on(config, CancellationToken::new(), clock).await?;
     tokio::select! {
         _ = shutdown_signal() => {
             tracing::info!("shutting down: finishing in-flight batches");
@@ -268,19 +301,20 @@ struct Pools {
 }
 
 impl Pools {
-    fn connect(config: &Config) -> Result<Pools, StoreError> {
+    fn connect(config: &Config, clock: &Clock) -> Result<Pools, StoreError> {
         let url = &config.mysql.url;
+        let pool = |size, actor| Store::connect_clocked(url, size, actor, clock);
         Ok(Pools {
-            api: Store::connect_lazy(url, config.mysql.pool_size, Actor::Api)?,
-            dispatcher: Store::connect_lazy(url, 4, Actor::Dispatcher)?,
+            api: pool(config.mysql.pool_size, Actor::Api)?,
+            dispatcher: pool(4, Actor::Dispatcher)?,
             // The loader, the reconciler, the reporter, the purger and the
             // watermarks share it.
-            reconciler: Store::connect_lazy(url, 4, Actor::Reconciler)?,
-            results: Store::connect_lazy(url, 2, Actor::Results)?,
-            membership: Store::connect_lazy(url, 2, Actor::Membership)?,
-            scheduler: Store::connect_lazy(url, 2, Actor::Scheduler)?,
+            reconciler: pool(4, Actor::Reconciler)?,
+            results: pool(2, Actor::Results)?,
+            membership: pool(2, Actor::Membership)?,
+            scheduler: pool(2, Actor::Scheduler)?,
             // Two passes write at once, each a few transactions at once.
-            ingress: Store::connect_lazy(url, crate::ingress::CONNECTIONS, Actor::Ingress)?,
+            ingress: pool(crate::ingress::CONNECTIONS, Actor::Ingress)?,
         })
     }
 }
@@ -381,11 +415,60 @@ fn doubt_margin_check(config: &mut Config, lag: &kafka::ReplicaLag) {
 /// Connects to the stores and starts the configured roles. Returns once
 /// every role is running; they stop when `cancel` fires.
 pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running, StartError> {
+    start_on(config, cancel, Clock::real()).await
+}
+
+/// `tickler dev`: as [`start`], on a virtual clock that `POST
+/// /v1/dev/clock` moves forward (see [`crate::clock`]). Refuses to start
+/// beside an instance of `tickler serve` in the same database.
+pub async fn start_dev(config: Config, cancel: CancellationToken) -> Result<Running, StartError> {
+    start_on(config, cancel, Clock::virtual_time()).await
+}
+
+/// The role name that marks a `tickler dev` instance in `instances.roles`.
+pub const DEV_MARK: &str = "dev-clock";
+
+/// A `tickler dev` and a `tickler serve` never share a database: the dev
+/// clock would make the other's jobs due early. Checked at start-up, by
+/// the instances alive in the database.
+async fn clock_neighbours_check(
+    store: &Store,
+    clock: &Clock,
+    ttl: Duration,
+) -> Result<(), StartError> {
+    let instances = match store.instances_list(ttl).await {
+        Ok(instances) => instances,
+        // A database down at start-up: the instance starts and answers 503
+        // as ever; `tickler dev` insists on an answer.
+        Err(err) if clock.is_virtual() => return Err(StartError::Store(err)),
+        Err(_) => return Ok(()),
+    };
+    let dev = |row: &crate::store::InstanceRow| row.roles.iter().any(|r| r == DEV_MARK);
+    let other = instances
+        .iter()
+        .find(|row| row.live && dev(row) != clock.is_virtual());
+    match other {
+        None => Ok(()),
+        Some(row) => Err(StartError::ClockNeighbour {
+            instance: row.id,
+            host: row.host.clone(),
+            dev: clock.is_virtual(),
+        }),
+    }
+}
+
+async fn start_on(
+    config: Config,
+    cancel: CancellationToken,
+    clock: Clock,
+) -> Result<Running, StartError> {
     let mut config = config;
     let redis_client = probe(&mut config).await?;
     let config = Arc::new(config);
-    let pools = Pools::connect(&config)?;
-    let index = Index::connect_with(redis_client, &config.redis.prefix, config.cluster.shards)?;
+    let pools = Pools::connect(&config, &clock)?;
+    clock_neighbours_check(&pools.membership, &clock, config.instance_ttl()).await?;
+    let index = Index::connect_with(redis_client, &config.redis.prefix, config.cluster.shards)?
+        .with_clock(clock);
     let shared = Shared {
         topics: Topics::new(
             &config.kafka.brokers,
@@ -488,10 +571,16 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<Readiness, StartError> 
     );
 
     // Every instance registers; a dispatcher also shares the shards.
+    let mut membership_config = MembershipConfig::from_config(config);
+    if index.clock().is_virtual() {
+        // Marks the instance as `tickler dev`'s: no `serve` starts beside it.
+        membership_config.info.roles.push_str(",");
+        membership_config.info.roles.push_str(DEV_MARK);
+    }
     let membership = Membership::new(
         pools.membership.clone(),
         index.clone(),
-        MembershipConfig::from_config(config),
+        membership_config,
         wake.clone(),
     );
     let dispatcher_done = CancellationToken::new();

@@ -6,6 +6,8 @@
 //!
 //! Module map:
 //! - [`config`]     — settings from defaults, a file and `TICKLER_*` variables
+//! - [`clock`]      — tickler's now: the stores' clocks, moved only by
+//!   `tickler dev`
 //! - [`job`]        — the job, its states and validation rules; sharding;
 //!   how times are written
 //! - [`policy`]     — a job's result policy: attempts, backoff, ack timeout
@@ -87,6 +89,7 @@ pub mod audit;
 pub mod auth;
 pub mod bulk;
 pub mod cli;
+pub mod clock;
 pub mod config;
 pub mod dispatcher;
 pub mod doctor;

@@ -261,3 +261,141 @@ async fn the_rust_client_retries_a_429_after_retry_after() {
     );
     env.finish().await;
 }
+
+/// The guide's blocks of `lang`.
+fn guide_blocks(lang: &str) -> Vec<String> {
+    let guide = std::fs::read_to_string(root().join("docs/testing-your-service.md")).unwrap();
+    guide
+        .split(&format!("```{lang}\n"))
+        .skip(1)
+        .map(|rest| rest.split("```").next().unwrap().to_owned())
+        .collect()
+}
+
+/// docs/testing-your-service.md's Python test, run by pytest as written
+/// against a live `tickler dev`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_testing_guides_python_test_passes_against_tickler_dev() {
+    let blocks = guide_blocks("python");
+    assert_eq!(blocks.len(), 1, "one complete test");
+    let env = TestEnv::start_dev_with(|_| {}).await;
+    let dir = tickler_testkit::scratch_dir();
+    let file = dir.join("test_reminders.py");
+    std::fs::write(&file, &blocks[0]).unwrap();
+    let (url, token, topic, brokers) = (
+        env.base_url.clone(),
+        env.admin_secret.clone(),
+        env.topic.clone(),
+        env.config.kafka.brokers.clone(),
+    );
+    let output = tokio::task::spawn_blocking(move || {
+        Command::new(venv("python"))
+            .args(["-m", "pytest", "-q", "-p", "no:cacheprovider"])
+            .arg(&file)
+            .current_dir(&dir)
+            .env("PYTHONPATH", root().join("clients/python"))
+            .env("TICKLER_URL", url)
+            .env("TICKLER_TOKEN", token)
+            .env("TICKLER_TOPIC", topic)
+            .env("KAFKA_BROKERS", brokers)
+            .output()
+            .expect("pytest runs (scripts/services tools)")
+    })
+    .await
+    .unwrap();
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    assert!(
+        output.status.success() && stdout.contains("1 passed"),
+        "{stdout}\n{}",
+        String::from_utf8_lossy(&output.stderr)
+    );
+    env.finish().await;
+}
+
+/// docs/testing-your-service.md's Rust test, from its first `let
+/// (topic, …)` on, as written there (the test below checks the page shows
+/// this code).
+async fn guide_rust_test(url: String, token: String, topic: String, brokers: String) {
+    use std::time::Duration;
+
+    use rdkafka::consumer::{Consumer, StreamConsumer};
+    use rdkafka::{ClientConfig, Message};
+    use tickler_client::{Client, NewJob};
+
+    // GUIDE BEGIN
+    /// The service's own code: remind the user 30 days from now.
+    async fn schedule_renewal_reminder(
+        tickler: &Client,
+        topic: &str,
+        user: u64,
+    ) -> Result<u64, tickler_client::Error> {
+        let payload = serde_json::json!({"user": user, "kind": "renewal"});
+        let job = tickler
+            .job_create(
+                &NewJob::new(topic, payload)
+                    .key(&format!("renewal-{user}"))
+                    .delay_ms(30 * 86_400_000),
+            )
+            .await?;
+        Ok(job.id)
+    }
+
+    let tickler = Client::new(&url, Some(&token)).unwrap();
+    let consumer: StreamConsumer = ClientConfig::new()
+        .set("bootstrap.servers", &brokers)
+        .set("group.id", format!("test-{}", std::process::id()))
+        .set("auto.offset.reset", "earliest")
+        .set("fetch.wait.max.ms", "50")
+        .create()
+        .unwrap();
+    consumer.subscribe(&[&topic]).unwrap();
+    let id = schedule_renewal_reminder(&tickler, &topic, 42)
+        .await
+        .unwrap();
+    let early = tokio::time::timeout(Duration::from_secs(2), consumer.recv()).await;
+    assert!(early.is_err(), "nothing before its time");
+
+    tickler
+        .dev_clock_advance(Duration::from_secs(30 * 86_400))
+        .await
+        .unwrap();
+
+    let record = tokio::time::timeout(Duration::from_secs(15), consumer.recv())
+        .await
+        .expect("the reminder went out")
+        .unwrap();
+    assert_eq!(record.key(), Some(&b"renewal-42"[..]));
+    let payload: serde_json::Value = serde_json::from_slice(record.payload().unwrap()).unwrap();
+    assert_eq!(payload, serde_json::json!({"user": 42, "kind": "renewal"}));
+    let sent = tickler.job_get(id).await.unwrap();
+    let dispatched_at = sent.extra["dispatched_at"].as_str().unwrap();
+    let now = tickler.dev_clock().await.unwrap().now;
+    assert!(sent.run_at.as_str() <= dispatched_at && dispatched_at <= now.as_str());
+    // GUIDE END
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_testing_guides_rust_test_passes_against_tickler_dev() {
+    let blocks = guide_blocks("rust");
+    assert_eq!(blocks.len(), 1, "one complete test");
+    let source = std::fs::read_to_string(root().join("tests/clients.rs")).unwrap();
+    let here = source
+        .split("    // GUIDE BEGIN\n")
+        .nth(1)
+        .and_then(|rest| rest.split("    // GUIDE END").next())
+        .unwrap();
+    let code = |text: &str| -> String { text.chars().filter(|c| !c.is_whitespace()).collect() };
+    assert!(
+        code(&blocks[0]).contains(&code(here)),
+        "the guide shows the code that runs here"
+    );
+    let env = TestEnv::start_dev_with(|_| {}).await;
+    guide_rust_test(
+        env.base_url.clone(),
+        env.admin_secret.clone(),
+        env.topic.clone(),
+        env.config.kafka.brokers.clone(),
+    )
+    .await;
+    env.finish().await;
+}

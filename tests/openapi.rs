@@ -239,7 +239,8 @@ async fn the_spec_passes_an_independent_validator_and_names_each_operation_once(
 /// (tests/client/drive.py).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_client_generated_from_the_spec_drives_every_operation() {
-    let env = TestEnv::start().await;
+    // `tickler dev`: every operation of `serve`, and the dev clock's.
+    let env = TestEnv::start_dev_with(|_| {}).await;
     let spec = spec_served(&env).await;
     let mut operations = std::collections::BTreeSet::new();
     for item in spec["paths"].as_object().unwrap().values() {

@@ -543,7 +543,7 @@ pub async fn create(
 ) -> Result<impl IntoResponse, ApiError> {
     caller.require(Scope::Write)?;
     let rules = state.rules.clone();
-    let mut new_job = body.validate(Limits::of(&state), Utc::now(), |topic| {
+    let mut new_job = body.validate(Limits::of(&state), state.index.clock().now(), |topic| {
         rules.policy_for(topic)
     })?;
     new_job.trace_parent = trace_parent_of(&headers);
@@ -673,7 +673,7 @@ pub async fn create_batch(
         )));
     }
     let limits = Limits::of(&state);
-    let now = Utc::now();
+    let now = state.index.clock().now();
     let trace_parent = trace_parent_of(&headers);
     let mut checked: Vec<Result<NewJob, ApiError>> = body
         .jobs
@@ -767,14 +767,15 @@ pub async fn patch(
     ApiJson(body): ApiJson<PatchJob>,
 ) -> Result<Response, ApiError> {
     caller.require(Scope::Write)?;
-    let (version, mut changes, window) = body.validate(Limits::of(&state), Utc::now())?;
+    let (version, mut changes, window) =
+        body.validate(Limits::of(&state), state.index.clock().now())?;
     // A job's topic never changes, so the check holds for the write.
     let job = state.store.job_get(id).await?;
     caller.topic(&job.topic)?;
     window_patched(&job, &mut changes, window);
     // Checked against the job read: a change to it since moves its version,
     // and the write below then refuses the caller's.
-    expiry_check_patched(&job, &changes, Utc::now())?;
+    expiry_check_patched(&job, &changes, state.index.clock().now())?;
     match caller
         .store(&state)
         .job_modify(id, version, &changes)

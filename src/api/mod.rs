@@ -3,6 +3,7 @@
 mod audit;
 mod auth;
 mod bulk;
+mod dev;
 mod error;
 mod forecast;
 mod jobs;
@@ -122,7 +123,17 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/topics/{topic}", get(topics::get).patch(topics::patch))
         .route("/v1/topics/{topic}/pause", post(topics::pause))
         .route("/v1/topics/{topic}/resume", post(topics::resume))
-        .route("/v1/audit", get(audit::list))
+        .route("/v1/audit", get(audit::list));
+    // `tickler dev` only: `tickler serve` has no such route at all.
+    let v1 = if state.index.clock().is_virtual() {
+        v1.route(
+            "/v1/dev/clock",
+            get(dev::clock_get).post(dev::clock_advance),
+        )
+    } else {
+        v1
+    };
+    let v1 = v1
         // The last layer runs first: who is calling, then their body, then
         // the audit log's row of a control-plane change.
         .route_layer(middleware::from_fn_with_state(state.clone(), audit::audit))

@@ -8,7 +8,7 @@ use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
 use super::error::{ErrorBody, ErrorDetail};
-use super::{audit, bulk, forecast, jobs, query, results, schedules, stats, topics};
+use super::{audit, bulk, dev, forecast, jobs, query, results, schedules, stats, topics};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -47,6 +47,8 @@ use super::{audit, bulk, forecast, jobs, query, results, schedules, stats, topic
         topics::resume,
         super::healthz,
         super::readyz,
+        dev::clock_get,
+        dev::clock_advance,
     ),
     components(schemas(ErrorBody, ErrorDetail)),
     security(("bearer" = [])),
@@ -57,6 +59,7 @@ use super::{audit, bulk, forecast, jobs, query, results, schedules, stats, topic
         (name = "operations", description = "Bulk changes, the stores' state, the forecast and the audit log"),
         (name = "schedules", description = "Recurring schedules: each occurrence becomes a job"),
         (name = "topics", description = "Pause, resume and pace a topic's dispatch"),
+        (name = "dev", description = "`tickler dev` only (a service's own tests): the virtual clock. `tickler serve` answers 404"),
     )
 )]
 pub struct ApiDoc;

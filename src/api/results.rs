@@ -8,7 +8,6 @@ use axum::extract::State;
 use axum::http::StatusCode;
 use axum::response::{IntoResponse, Response};
 use axum::Json;
-use chrono::Utc;
 use serde::Deserialize;
 use tracing::Instrument;
 
@@ -161,7 +160,7 @@ pub async fn redrive(
         request.run_at,
         request.delay_ms,
         Limits::of(&state),
-        Utc::now(),
+        state.index.clock().now(),
     )?;
     let job = state.store.job_get(id).await?;
     caller.topic(&job.topic)?;

@@ -22,6 +22,7 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncCommands, Cmd, Pipeline, RedisFuture, Script, Value};
 
+use crate::clock::Clock;
 use crate::config::Config;
 use crate::job::{shard_of, JobId};
 
@@ -131,6 +132,9 @@ pub struct Index {
     /// membership loop keeps this in step).
     shards: Arc<AtomicU32>,
     scripts: Arc<Scripts>,
+    /// Added to Redis's `TIME` where due-ness is decided (see
+    /// [`crate::clock`]): 0 but under `tickler dev`.
+    clock: Clock,
 }
 
 impl std::fmt::Debug for Index {
@@ -252,7 +256,20 @@ impl Index {
                 pace: Script::new(include_str!("../../lua/pace.lua")),
                 rate: Script::new(include_str!("../../lua/rate.lua")),
             }),
+            clock: Clock::real(),
         })
+    }
+
+    /// This handle on `clock` (`tickler dev`'s virtual clock): its claims
+    /// and paces take Redis's clock plus the offset for now.
+    pub fn with_clock(mut self, clock: Clock) -> Index {
+        self.clock = clock;
+        self
+    }
+
+    /// The clock this handle decides due-ness by.
+    pub fn clock(&self) -> &Clock {
+        &self.clock
     }
 
     /// The shard count the keys are laid out for now.
@@ -396,6 +413,7 @@ impl Index {
             .arg(limit)
             .arg(u64::try_from(lease.as_millis()).unwrap_or(u64::MAX))
             .arg(u64::try_from(lookahead.as_millis()).unwrap_or(u64::MAX))
+            .arg(self.clock.offset_ms())
             .invoke_async(&mut self.conn.clone())
             .await?;
         let [now_ms, next_at_ms, requeued, ids @ ..] = reply.as_slice() else {
@@ -509,6 +527,7 @@ impl Index {
             .arg(u64::try_from(tick.as_millis()).unwrap_or(u64::MAX))
             .arg(forced)
             .arg(if fair { "1" } else { "0" })
+            .arg(self.clock.offset_ms())
             .invoke_async(&mut self.conn.clone())
             .await?;
         let [granted, slot] = reply.as_slice() else {
@@ -569,12 +588,13 @@ impl Index {
         Ok((due, inflight))
     }
 
-    /// Redis's clock (`TIME`), in milliseconds since the epoch.
+    /// Redis's clock (`TIME`, plus `tickler dev`'s offset), in milliseconds
+    /// since the epoch.
     pub async fn now_ms(&self) -> Result<i64, IndexError> {
         let (secs, micros): (i64, i64) = redis::cmd("TIME")
             .query_async(&mut self.conn.clone())
             .await?;
-        Ok(secs * 1000 + micros / 1000)
+        Ok(secs * 1000 + micros / 1000 + self.clock.offset_ms())
     }
 
     /// Where `id` sits in the index, if anywhere.

@@ -53,7 +53,7 @@ impl Writer {
     /// The batch's records read and checked, in its order: the request
     /// each asks for, or why it is refused.
     pub async fn requests(&self, batch: &Batch) -> Requests {
-        let now = Utc::now();
+        let now = self.index.clock().now();
         let mut requests: Requests = batch
             .records
             .iter()

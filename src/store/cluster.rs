@@ -170,7 +170,8 @@ impl Store {
         ttl: Duration,
     ) -> Result<Beat, StoreError> {
         let mut beat = QueryBuilder::<MySql>::new(
-            "UPDATE instances SET heartbeat_at = UTC_TIMESTAMP(3) WHERE id = ",
+            // Never back: `tickler dev` moves beats forward with its clock.
+            "UPDATE instances SET heartbeat_at = GREATEST(heartbeat_at, UTC_TIMESTAMP(3)) WHERE id = ",
         );
         beat.push_bind(id).push(" AND heartbeat_at >= ");
         push_alive_since(&mut beat, ttl);
@@ -184,6 +185,31 @@ impl Store {
         } else {
             Beat::Lapsed
         })
+    }
+
+    /// `tickler dev`, about to move its clock `ms` forward: moves every
+    /// instance's last heartbeat and every claim's lease the same way, so
+    /// that the jump kills no instance and puts no claim in doubt (they
+    /// measure real time; due times, ack deadlines and expiries do not
+    /// move, and so fall due). Heartbeats never move back (see
+    /// [`Store::instance_heartbeat`]): a beat racing this cannot undo it.
+    pub async fn dev_clock_leases_shift(&self, ms: i64) -> Result<(), StoreError> {
+        let mut tx = self.begin().await?;
+        sqlx::query(
+            "UPDATE instances SET heartbeat_at = TIMESTAMPADD(MICROSECOND, ? * 1000, heartbeat_at)",
+        )
+        .bind(ms)
+        .execute(&mut *tx)
+        .await?;
+        sqlx::query(
+            "UPDATE jobs SET claim_expires_at = TIMESTAMPADD(MICROSECOND, ? * 1000, claim_expires_at) \
+             WHERE status = 'dispatching' AND claim_expires_at IS NOT NULL",
+        )
+        .bind(ms)
+        .execute(&mut *tx)
+        .await?;
+        tx.commit().await?;
+        Ok(())
     }
 
     /// Puts back the row of `id`; returns whether it was gone.

@@ -31,6 +31,7 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 
+use crate::clock::Clock;
 use crate::config::SchemaBaseline;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlSslMode};
 use sqlx::pool::PoolConnection;
@@ -293,8 +294,23 @@ impl Store {
     /// the trigger that records hand edits (`history_hand_edits =
     /// trigger`) leaves tickler's sessions alone by it.
     pub fn connect_lazy(url: &str, pool_size: u32, actor: Actor) -> Result<Store, StoreError> {
+        Store::connect_clocked(url, pool_size, actor, &Clock::real())
+    }
+
+    /// As [`Store::connect_lazy`], on `clock`: on `tickler dev`'s virtual
+    /// clock every use of a connection starts by setting its session's
+    /// `timestamp` to the server's clock plus the clock's offset (see
+    /// [`crate::clock`]); on a real clock nothing is added.
+    pub fn connect_clocked(
+        url: &str,
+        pool_size: u32,
+        actor: Actor,
+        clock: &Clock,
+    ) -> Result<Store, StoreError> {
         let options = connect_options(url)?;
         let set_actor = format!("SET @tickler_actor = '{}'", actor.as_str());
+        let connect_clock = clock.is_virtual().then(|| clock.clone());
+        let acquire_clock = connect_clock.clone();
         let pool = MySqlPoolOptions::new()
             .max_connections(pool_size)
             .min_connections(0)
@@ -302,6 +318,7 @@ impl Store {
             .acquire_timeout(Duration::from_secs(3))
             .after_connect(move |conn, _meta| {
                 let set_actor = set_actor.clone();
+                let clock = connect_clock.clone();
                 Box::pin(async move {
                     conn.execute(set_actor.as_str()).await?;
                     // Every write here is a compare-and-set on rows found by
@@ -313,14 +330,26 @@ impl Store {
                     if actor == Actor::Membership {
                         causal_reads(conn).await?;
                     }
+                    if let Some(clock) = clock {
+                        session_clock_set(conn, clock.offset_ms()).await?;
+                    }
                     Ok(())
                 })
             })
             // A connection opened before a server answered "not the
             // primary" is closed rather than used again, whether idle or
             // just returned.
-            .before_acquire(|_conn, meta| {
-                Box::pin(async move { Ok(!connection_demoted(meta.age)) })
+            .before_acquire(move |conn, meta| {
+                let clock = acquire_clock.clone();
+                Box::pin(async move {
+                    if connection_demoted(meta.age) {
+                        return Ok(false);
+                    }
+                    if let Some(clock) = clock {
+                        session_clock_set(conn, clock.offset_ms()).await?;
+                    }
+                    Ok(true)
+                })
             })
             .after_release(|_conn, meta| Box::pin(async move { Ok(!connection_demoted(meta.age)) }))
             .connect_lazy_with(options);
@@ -328,6 +357,18 @@ impl Store {
             pool,
             actor: Arc::from(actor.as_str()),
         })
+    }
+
+    /// Whether the database takes a clock `offset_ms` ahead of its own
+    /// (MariaDB before 11.5 takes no `timestamp` past 2038-01-19).
+    pub async fn clock_offset_check(&self, offset_ms: i64) -> Result<(), StoreError> {
+        let mut conn = self.pool.acquire().await?;
+        let set = session_clock_set(&mut conn, offset_ms).await;
+        // Back to the session's clock before the connection goes back.
+        sqlx::query("SET timestamp = DEFAULT")
+            .execute(&mut *conn)
+            .await?;
+        Ok(set?)
     }
 
     /// This handle, writing as `actor` (e.g. `api:billing-svc`) in the jobs'
@@ -567,6 +608,21 @@ fn connect_options(url: &str) -> Result<MySqlConnectOptions, StoreError> {
 /// MySQL rounds extra digits into a `DATETIME(3)` (…59.9996 becomes the
 /// next second) where MariaDB truncates them; truncating here makes both
 /// store the same value, and never one later than asked.
+/// `SET timestamp` to the server's own clock (`SYSDATE(6)`, which that
+/// variable does not move) plus `offset_ms`: from then on the session's
+/// `UTC_TIMESTAMP(3)`, column defaults and triggers read that instant
+/// (frozen until the next use of the connection sets it again).
+async fn session_clock_set(
+    conn: &mut sqlx::MySqlConnection,
+    offset_ms: i64,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("SET timestamp = UNIX_TIMESTAMP(SYSDATE(6)) + ? / 1000")
+        .bind(offset_ms)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
 pub(crate) fn db_time(at: DateTime<Utc>) -> NaiveDateTime {
     crate::job::truncate_to_ms(at).naive_utc()
 }

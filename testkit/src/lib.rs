@@ -194,6 +194,15 @@ pub fn http_with_token(secret: &str) -> reqwest::Client {
         .expect("an HTTP client")
 }
 
+/// `tickler serve`'s start, or `tickler dev`'s.
+async fn app_start(dev: bool, config: Config) -> Result<Running, app::StartError> {
+    if dev {
+        app::start_dev(config, CancellationToken::new()).await
+    } else {
+        app::start(config, CancellationToken::new()).await
+    }
+}
+
 /// One test's world: database, prefix, topic, and a running tickler.
 pub struct TestEnv {
     pub config: Config,
@@ -210,6 +219,8 @@ pub struct TestEnv {
     /// started (`auth = tokens`, the default).
     pub admin_secret: String,
     running: Option<Running>,
+    /// Started as `tickler dev` (a virtual clock).
+    dev: bool,
 }
 
 impl TestEnv {
@@ -219,6 +230,16 @@ impl TestEnv {
 
     /// Starts with the test configuration adjusted by `adjust`.
     pub async fn start_with(adjust: impl FnOnce(&mut Config)) -> TestEnv {
+        TestEnv::start_as(false, adjust).await
+    }
+
+    /// Starts as `tickler dev` does: on a virtual clock that `POST
+    /// /v1/dev/clock` moves.
+    pub async fn start_dev_with(adjust: impl FnOnce(&mut Config)) -> TestEnv {
+        TestEnv::start_as(true, adjust).await
+    }
+
+    async fn start_as(dev: bool, adjust: impl FnOnce(&mut Config)) -> TestEnv {
         init_logging();
         let (db_name, url) = database_create().await;
         let prefix = unique("tickler-t-");
@@ -229,7 +250,7 @@ impl TestEnv {
             .await
             .expect("kafka is running (scripts/services)");
         let admin_secret = token_create(&url, "test-admin", &["*"], &["admin"]).await;
-        let running = app::start(config.clone(), CancellationToken::new())
+        let running = app_start(dev, config.clone())
             .await
             .expect("tickler starts");
         let base_url = running
@@ -247,6 +268,7 @@ impl TestEnv {
             http: http_with_token(&admin_secret),
             admin_secret,
             running: Some(running),
+            dev,
         }
     }
 
@@ -261,7 +283,7 @@ impl TestEnv {
     /// prefix (the API on a new port).
     pub async fn restart(&mut self) {
         self.stop().await;
-        let running = app::start(self.config.clone(), CancellationToken::new())
+        let running = app_start(self.dev, self.config.clone())
             .await
             .expect("tickler starts again");
         if let Some(addr) = running.http_addr {

@@ -17,6 +17,7 @@ sys.path.insert(0, sys.argv[1])
 base_url, token, topic = sys.argv[2], sys.argv[3], sys.argv[4]
 
 from tickler_client import AuthenticatedClient  # noqa: E402
+from tickler_client.api.dev import dev_clock_advance, dev_clock_get  # noqa: E402
 from tickler_client.api.jobs import (  # noqa: E402
     job_cancel, job_create, job_get, job_history, job_modify, jobs_batch_create, jobs_list)
 from tickler_client.api.operations import (  # noqa: E402
@@ -29,7 +30,7 @@ from tickler_client.api.schedules import (  # noqa: E402
 from tickler_client.api.topics import (  # noqa: E402
     topic_get, topic_modify, topic_pause, topic_resume, topics_list)
 from tickler_client.models import (  # noqa: E402
-    BulkRequest, CreateBatch, CreateJob, CreateSchedule, ErrorBody, PatchJob, PatchSchedule,
+    BulkRequest, ClockAdvance, CreateBatch, CreateJob, CreateSchedule, ErrorBody, PatchJob, PatchSchedule,
     PatchTopic, PreviewSchedule, RedriveJob, ReportBody)
 
 client = AuthenticatedClient(base_url=base_url, token=token, raise_on_unexpected_status=True)
@@ -131,5 +132,10 @@ call(topics_list)
 call(topic_resume, topic)
 audit = call(audit_list, action="topic", limit=10)
 assert [e.action for e in audit.entries][:2] == ["topic.resume", "topic.pause"], audit
+
+# Last: the clock of `tickler dev` (the server this runs against), a second on.
+before = call(dev_clock_get)
+moved = call(dev_clock_advance, body=ClockAdvance(advance_ms=1000))
+assert moved.offset_ms == before.offset_ms + 1000 and moved.now > before.now, (before, moved)
 
 print(json.dumps(driven))

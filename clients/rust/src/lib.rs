@@ -49,6 +49,8 @@ pub enum ErrorCode {
     PayloadTooLarge,
     UnsupportedMediaType,
     NotFound,
+    /// No such route: e.g. `/v1/dev/clock` of `tickler serve`.
+    NoRoute,
     VersionConflict,
     KeyConflict,
     NotPending,
@@ -88,6 +90,7 @@ impl ErrorCode {
             "payload_too_large" => PayloadTooLarge,
             "unsupported_media_type" => UnsupportedMediaType,
             "not_found" => NotFound,
+            "no_route" => NoRoute,
             "version_conflict" => VersionConflict,
             "key_conflict" => KeyConflict,
             "not_pending" => NotPending,
@@ -254,6 +257,15 @@ pub struct Cancelled {
     pub outcome: String,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
+}
+
+/// `tickler dev`'s virtual clock.
+#[derive(Debug, Clone, Deserialize)]
+pub struct DevClock {
+    /// tickler's now (RFC 3339, UTC): the database's clock plus `offset_ms`.
+    pub now: String,
+    /// How far the clock has been moved since `tickler dev` started.
+    pub offset_ms: i64,
 }
 
 /// Settings of a [`Client`].
@@ -447,6 +459,21 @@ impl Client {
     pub async fn schedule_delete(&self, id: u64) -> Result<Value, Error> {
         self.json::<(), _>(Method::DELETE, &format!("/v1/schedules/{id}"), None)
             .await
+    }
+
+    /// `GET /v1/dev/clock`: `tickler dev`'s clock ([`ErrorCode::NoRoute`]
+    /// from `tickler serve`, which has none).
+    pub async fn dev_clock(&self) -> Result<DevClock, Error> {
+        self.json::<(), _>(Method::GET, "/v1/dev/clock", None).await
+    }
+
+    /// `POST /v1/dev/clock`: moves `tickler dev`'s clock forward by `by`
+    /// (to the millisecond); what was due by then is produced within about
+    /// a second.
+    pub async fn dev_clock_advance(&self, by: std::time::Duration) -> Result<DevClock, Error> {
+        let ms = u64::try_from(by.as_millis()).unwrap_or(u64::MAX);
+        let body = serde_json::json!({"advance_ms": ms});
+        self.json(Method::POST, "/v1/dev/clock", Some(&body)).await
     }
 
     /// Any call: `path` with its query, a JSON body, the JSON answer.

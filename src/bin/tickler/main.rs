@@ -36,6 +36,12 @@ enum Command {
     /// Run the configured roles (api, loader, dispatcher, reconciler,
     /// results, ingress; all by default) until SIGTERM or Ctrl-C.
     Serve,
+    /// For a service's own tests: apply the schema, then run every
+    /// configured role on a virtual clock that `POST /v1/dev/clock`
+    /// `{"advance_ms": N}` moves forward (docs/testing-your-service.md).
+    /// Give it a database of its own: it refuses to start beside a
+    /// `tickler serve`, and `serve` beside it.
+    Dev,
     /// Apply the database schema (idempotent).
     Migrate {
         /// Stop after this migration (e.g. 28): the first step of upgrading
@@ -133,7 +139,7 @@ async fn main() -> anyhow::Result<ExitCode> {
     let cli = Cli::parse();
     // `serve` reads its configuration first: its traces are set up with
     // its logs. (A configuration that does not load is said again below.)
-    let serving = matches!(cli.command, Command::Serve)
+    let serving = matches!(cli.command, Command::Serve | Command::Dev)
         .then(|| Config::load(cli.config.as_deref()).ok())
         .flatten();
     let _traces = tickler::telemetry::subscriber_init(serving.as_ref().and_then(|config| {
@@ -207,6 +213,15 @@ async fn main() -> anyhow::Result<ExitCode> {
                 eprintln!(
                     "Error: {:#}",
                     anyhow::Error::new(err).context("tickler serve")
+                );
+                std::process::exit(1);
+            }
+        }
+        Command::Dev => {
+            if let Err(err) = tickler::app::dev(config).await {
+                eprintln!(
+                    "Error: {:#}",
+                    anyhow::Error::new(err).context("tickler dev")
                 );
                 std::process::exit(1);
             }

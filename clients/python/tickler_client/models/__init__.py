@@ -21,6 +21,8 @@ from .bulk_request import BulkRequest
 from .bulk_view import BulkView
 from .burst_ahead import BurstAhead
 from .cancel_answer import CancelAnswer
+from .clock_advance import ClockAdvance
+from .clock_view import ClockView
 from .create_batch import CreateBatch
 from .create_job import CreateJob
 from .create_job_headers_type_0 import CreateJobHeadersType0
@@ -94,6 +96,8 @@ __all__ = (
     "BulkView",
     "BurstAhead",
     "CancelAnswer",
+    "ClockAdvance",
+    "ClockView",
     "CreateBatch",
     "CreateJob",
     "CreateJobHeadersType0",
