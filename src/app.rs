@@ -655,6 +655,13 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<Readiness, StartError> 
             crate::watermarks::WatermarksConfig::from_config(config),
         );
         shared.spawn_role("watermarks", service::run(watermarks, cancel.child_token()));
+        shared.spawn_role(
+            "quotas",
+            service::run(
+                crate::quotas::QuotaCounter::new(pools.reconciler.clone(), config),
+                cancel.child_token(),
+            ),
+        );
         let purger = PurgerConfig::from_config(config);
         if purger.retention.is_some() {
             let purger = Purger::new(pools.reconciler.clone(), purger);

@@ -64,12 +64,30 @@ where
     E: Display,
     F: Future<Output = Result<T, E>>,
 {
+    recorded_with_before(store, actor, action, target, Value::Null, request, change).await
+}
+
+/// [`recorded`], with the state `before` the change (Null: none to show).
+pub async fn recorded_with_before<T, E, F>(
+    store: &Store,
+    actor: &str,
+    action: &str,
+    target: Option<String>,
+    before: Value,
+    request: Option<Value>,
+    change: F,
+) -> Result<Result<T, E>, StoreError>
+where
+    T: Serialize,
+    E: Display,
+    F: Future<Output = Result<T, E>>,
+{
     let entry = AuditEntry {
         actor: actor.to_owned(),
         action: action.to_owned(),
         target,
         origin: Some(origin_here()),
-        before: None,
+        before: (!before.is_null()).then_some(before),
         request: request.map(payloads_left_out),
     };
     let id = store.audit_begin(&entry).await?;

@@ -123,6 +123,8 @@ pub struct Principal {
     /// Its rates, shared by every instance (None: unlimited).
     requests: Option<SharedRate>,
     jobs: Option<SharedRate>,
+    /// The token's id when it has a quota: its creates are charged to it.
+    pub quota: Option<u64>,
 }
 
 impl Principal {
@@ -135,6 +137,7 @@ impl Principal {
             topics: None,
             requests: SharedRate::new("anonymous:requests".to_owned(), config.api.rate_requests),
             jobs: SharedRate::new("anonymous:jobs".to_owned(), config.api.rate_jobs),
+            quota: None,
         }
     }
 
@@ -339,6 +342,8 @@ impl TokenCache {
                 format!("token:{}:jobs", row.id),
                 row.rate_jobs.unwrap_or(self.default_jobs),
             ),
+            quota: (row.max_pending_jobs.is_some() || row.max_payload_bytes.is_some())
+                .then_some(row.id),
         }
     }
 }
@@ -388,6 +393,7 @@ mod tests {
             topics: Some(vec!["orders.*".to_owned()]),
             requests: SharedRate::new("t:requests".to_owned(), 3),
             jobs: SharedRate::new("t:jobs".to_owned(), 10),
+            quota: None,
         };
         assert_eq!(principal.actor(), "api:t");
         assert!(principal.topic_allowed("orders.eu"));

@@ -22,6 +22,7 @@
 //!   reading their topic back), jobs Redis lost, ack deadlines passed in
 //!   silence
 //! - [`purger`]     — deletes finished jobs past their retention
+//! - [`quotas`]     — counts again what each token with a quota holds
 //! - [`outcome`]    — what becomes of a job after an attempt: reports, and
 //!   the decision each leads to (pure logic)
 //! - [`resolver`]   — applies an attempt's outcome, from every channel, and
@@ -106,6 +107,7 @@ pub mod notify;
 pub mod outcome;
 pub mod policy;
 pub mod purger;
+pub mod quotas;
 pub mod rate;
 pub mod reconciler;
 pub mod reporter;

@@ -707,7 +707,7 @@ async fn schedules_examples_run_as_written() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn security_examples_run_as_written() {
-    assert_eq!(shell_examples_run("docs/security.md").await.len(), 1);
+    assert_eq!(shell_examples_run("docs/security.md").await.len(), 2);
 }
 
 /// The harness itself: a block that fails, fails.

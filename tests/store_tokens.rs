@@ -24,6 +24,8 @@ async fn create_stores_the_token_as_given_and_refuses_a_taken_name_or_secret() {
             scopes: &scopes,
             rate_requests: Some(50),
             rate_jobs: None,
+            max_pending_jobs: None,
+            max_payload_bytes: None,
         })
         .await
         .unwrap();
@@ -44,6 +46,8 @@ async fn create_stores_the_token_as_given_and_refuses_a_taken_name_or_secret() {
         scopes: &scopes,
         rate_requests: None,
         rate_jobs: Some(0),
+        max_pending_jobs: None,
+        max_payload_bytes: None,
     };
     for (name, secret, why) in [
         ("billing-svc", 8, "the same name"),
@@ -76,6 +80,8 @@ async fn a_revoked_token_is_listed_but_not_active_and_its_name_stays_taken() {
         scopes: &scopes,
         rate_requests: None,
         rate_jobs: None,
+        max_pending_jobs: None,
+        max_payload_bytes: None,
     };
     for (name, secret) in [("zeta", 1), ("alpha", 2), ("mid", 3)] {
         db.store.token_create(&make(name, secret)).await.unwrap();

@@ -138,6 +138,20 @@ async fn dashboard_signs_in_redrives_a_dead_job_shows_history_and_bulk_cancels()
         .screenshot(&shots.join("overview.png"))
         .await
         .unwrap();
+    // A quota on the signed-in token: the overview shows what it holds of it
+    // (once every instance has read the token again, at the next refresh).
+    sqlx::query("UPDATE api_tokens SET max_pending_jobs = 1000 WHERE name = 'test-admin'")
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    browser
+        .wait_for(
+            "#card-quota",
+            |t| t.to_lowercase().contains("quota of test-admin") && t.contains("of 1,000 jobs"),
+            Duration::from_secs(30),
+        )
+        .await
+        .unwrap();
 
     // Redrive: confirm, then the job leaves `dead` in MySQL, by the API.
     browser.click(&button).await.unwrap();

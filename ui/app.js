@@ -606,6 +606,22 @@
       h('div', {class: 'sub'}, sub || '\u00a0'));
   }
 
+  // The calling token's quota: the fuller of its two, as "used of most".
+  function quotaCard(quota) {
+    const parts = [];
+    let fullest = 0;
+    if (quota.max_pending_jobs !== null && quota.max_pending_jobs !== undefined) {
+      parts.push(count(quota.pending_jobs) + ' of ' + count(quota.max_pending_jobs) + ' jobs');
+      fullest = Math.max(fullest, quota.pending_jobs / Math.max(quota.max_pending_jobs, 1));
+    }
+    if (quota.max_payload_bytes !== null && quota.max_payload_bytes !== undefined) {
+      parts.push(count(quota.payload_bytes) + ' of ' + count(quota.max_payload_bytes) + ' bytes');
+      fullest = Math.max(fullest, quota.payload_bytes / Math.max(quota.max_payload_bytes, 1));
+    }
+    return card('quota of ' + quota.token, Math.round(fullest * 100) + ' %', parts.join(' · '),
+      fullest >= 1 ? 'bad' : fullest >= 0.8 ? 'warn' : '', 'card-quota');
+  }
+
   function statsDraw(box, stats) {
     const jobs = stats.jobs || [];
     const byStatus = {};
@@ -628,7 +644,8 @@
         instances.dispatchers === 0 ? 'bad' : '', 'card-instances'),
       card('dead', count(byStatus.dead || 0), 'redrive below', byStatus.dead ? 'warn' : '', 'card-dead'),
       card('results lag', stats.results_lag === null || stats.results_lag === undefined ? '—' : count(stats.results_lag),
-        'reports not yet read', stats.results_lag ? 'warn' : '', 'card-lag')));
+        'reports not yet read', stats.results_lag ? 'warn' : '', 'card-lag'),
+      stats.quota ? quotaCard(stats.quota) : null));
 
     append(box, h('div', {class: 'grid-stats'},
       h('div', null, h('div', {class: 'sub-head'}, 'Jobs by topic and status'), countsTable(jobs)),

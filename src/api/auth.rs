@@ -84,7 +84,10 @@ impl Caller {
 
     /// The API's store, writing as this caller in the jobs' history.
     pub fn store(&self, state: &ApiState) -> Store {
-        state.store.with_actor(&self.0.actor())
+        state
+            .store
+            .with_actor(&self.0.actor())
+            .with_quota(self.0.quota)
     }
 
     pub fn resolver(&self, state: &ApiState) -> Resolver {

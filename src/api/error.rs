@@ -122,6 +122,11 @@ pub enum ApiError {
     CrossOrigin(String),
     #[error("{message}; try again in {retry_after_s} s")]
     RateLimited { retry_after_s: u64, message: String },
+    /// The token's quota of pending jobs or payload bytes would be passed:
+    /// nothing was written. Trying again helps only once some of its jobs
+    /// have left pending (no Retry-After).
+    #[error("{0}; nothing was written")]
+    QuotaExceeded(String),
     #[error("the request body did not arrive within {0} ms")]
     BodyTimeout(u64),
     #[error("the database is unavailable; nothing was written, try again")]
@@ -163,7 +168,9 @@ impl ApiError {
             ApiError::ForbiddenScope(_)
             | ApiError::ForbiddenTopic(_)
             | ApiError::CrossOrigin(_) => StatusCode::FORBIDDEN,
-            ApiError::RateLimited { .. } => StatusCode::TOO_MANY_REQUESTS,
+            ApiError::RateLimited { .. } | ApiError::QuotaExceeded(_) => {
+                StatusCode::TOO_MANY_REQUESTS
+            }
             ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
             ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
@@ -202,6 +209,7 @@ impl ApiError {
             ApiError::ForbiddenTopic(_) => "forbidden_topic",
             ApiError::CrossOrigin(_) => "cross_origin",
             ApiError::RateLimited { .. } => "rate_limited",
+            ApiError::QuotaExceeded(_) => "quota_exceeded",
             ApiError::BodyTimeout(_) => "body_timeout",
             ApiError::Unavailable => "unavailable",
             ApiError::Internal => "internal",
@@ -213,6 +221,7 @@ impl From<StoreError> for ApiError {
     fn from(err: StoreError) -> Self {
         match err {
             StoreError::NotFound(id) => ApiError::NotFound(id),
+            StoreError::QuotaExceeded(message) => ApiError::QuotaExceeded(message),
             StoreError::Unavailable(_) | StoreError::Contention(_) => {
                 tracing::warn!(error = %err, "database unavailable");
                 ApiError::Unavailable

@@ -76,7 +76,7 @@ const ERRORS: [(&str, &str); 9] = [
     ("409", "The job's or schedule's state refuses it now (`version_conflict`, `key_conflict`, ...)"),
     ("413", "Body, URI or headers too large"),
     ("415", "Not `content-type: application/json`"),
-    ("429", "Over the token's rate (`rate_limited`); see Retry-After"),
+    ("429", "Over the token's rate (`rate_limited`; see Retry-After) or its quota (`quota_exceeded`)"),
     ("503", "MySQL does not answer (`unavailable`); nothing was written, try again"),
 ];
 

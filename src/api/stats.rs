@@ -38,6 +38,39 @@ pub struct Stats {
     pub scan_ms: u64,
     /// True when the deployment-wide figures are left out.
     pub partial: bool,
+    /// The calling token's quotas and what it holds of them (null: the
+    /// token has no quota).
+    pub quota: Option<QuotaView>,
+}
+
+/// A token's quotas and usage.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct QuotaView {
+    pub token: String,
+    /// Pending jobs it created, as last counted plus the creates since.
+    pub pending_jobs: u64,
+    /// Null: no limit.
+    pub max_pending_jobs: Option<u64>,
+    /// Payload bytes of those jobs.
+    pub payload_bytes: u64,
+    /// Null: no limit.
+    pub max_payload_bytes: Option<u64>,
+    /// When the usage was last counted exactly (every
+    /// `api.quota_recount_ms`); null before the first count.
+    pub counted_at: Option<String>,
+}
+
+impl From<crate::store::QuotaUsage> for QuotaView {
+    fn from(usage: crate::store::QuotaUsage) -> QuotaView {
+        QuotaView {
+            token: usage.token,
+            pending_jobs: usage.pending_jobs,
+            max_pending_jobs: usage.max_pending_jobs,
+            payload_bytes: usage.payload_bytes,
+            max_payload_bytes: usage.max_payload_bytes,
+            counted_at: usage.counted_at.map(crate::job::time_format),
+        }
+    }
 }
 
 impl Stats {
@@ -61,6 +94,7 @@ impl Stats {
             bursts,
             scan_ms: truth.scan_ms,
             partial: !all,
+            quota: None,
         }
     }
 }
@@ -102,5 +136,9 @@ pub async fn get(State(state): State<ApiState>, caller: Caller) -> Result<Json<S
             }
         }
     };
-    Ok(Json(Stats::of(truth, &caller)))
+    let mut stats = Stats::of(truth, &caller);
+    if let Some(token) = caller.0.quota {
+        stats.quota = state.store.quota_usage(token).await?.map(QuotaView::from);
+    }
+    Ok(Json(stats))
 }

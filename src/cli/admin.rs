@@ -52,9 +52,30 @@ pub enum TokenCommand {
         /// Jobs created per second (default: api_rate_jobs; 0: unlimited).
         #[arg(long)]
         rate_jobs: Option<u32>,
+        /// Quota: the most pending jobs it may hold (default: no limit).
+        #[arg(long)]
+        max_pending_jobs: Option<u64>,
+        /// Quota: the most payload bytes its pending jobs may hold
+        /// (default: no limit).
+        #[arg(long)]
+        max_payload_bytes: Option<u64>,
     },
     /// Every token, revoked ones too; never a secret.
     List,
+    /// One token: its topics, scopes, rates, quotas and what it uses of
+    /// them (counted now).
+    Show { name: String },
+    /// Sets a token's quotas: a number, or `none` for no limit. A quota
+    /// counts the jobs created after it is set.
+    Quota {
+        name: String,
+        /// The most pending jobs (`none`: no limit).
+        #[arg(long)]
+        max_pending_jobs: Option<Limit>,
+        /// The most payload bytes of pending jobs (`none`: no limit).
+        #[arg(long)]
+        max_payload_bytes: Option<Limit>,
+    },
     /// Revoke a token: refused by every instance within token_refresh_ms.
     Revoke { name: String },
 }
@@ -73,6 +94,8 @@ pub async fn token(config: &Config, command: TokenCommand) -> Result<(), AdminEr
             scopes,
             rate_requests,
             rate_jobs,
+            max_pending_jobs,
+            max_payload_bytes,
         } => {
             auth::name_validate(&name).map_err(AdminError::Refused)?;
             for pattern in &topics {
@@ -87,7 +110,9 @@ pub async fn token(config: &Config, command: TokenCommand) -> Result<(), AdminEr
             }
             let secret = auth::secret_generate();
             let asked = json!({"name": name, "topics": topics, "scopes": scopes,
-                               "rate_requests": rate_requests, "rate_jobs": rate_jobs});
+                               "rate_requests": rate_requests, "rate_jobs": rate_jobs,
+                               "max_pending_jobs": max_pending_jobs,
+                               "max_payload_bytes": max_payload_bytes});
             let created = audit::recorded(
                 &store,
                 "cli",
@@ -103,6 +128,8 @@ pub async fn token(config: &Config, command: TokenCommand) -> Result<(), AdminEr
                             scopes: &scopes,
                             rate_requests,
                             rate_jobs,
+                            max_pending_jobs,
+                            max_payload_bytes,
                         })
                         .await
                         .map(|row| TokenShown::from(&row))
@@ -151,6 +178,53 @@ pub async fn token(config: &Config, command: TokenCommand) -> Result<(), AdminEr
                 );
             }
         }
+        TokenCommand::Show { name } => token_show(&store, &name).await?,
+        TokenCommand::Quota {
+            name,
+            max_pending_jobs,
+            max_payload_bytes,
+        } => {
+            let Some(row) = store
+                .token_list()
+                .await?
+                .into_iter()
+                .find(|row| row.name.eq_ignore_ascii_case(&name))
+            else {
+                return Err(AdminError::Refused(format!("no token called {name:?}")));
+            };
+            let jobs = max_pending_jobs.map_or(row.max_pending_jobs, |limit| limit.0);
+            let bytes = max_payload_bytes.map_or(row.max_payload_bytes, |limit| limit.0);
+            let before = json!({"max_pending_jobs": row.max_pending_jobs,
+                                "max_payload_bytes": row.max_payload_bytes});
+            let asked = json!({"max_pending_jobs": jobs, "max_payload_bytes": bytes});
+            let set = audit::recorded_with_before(
+                &store,
+                "cli",
+                "token.quota",
+                Some(row.name.clone()),
+                before,
+                Some(asked.clone()),
+                async {
+                    store
+                        .quota_set(&row.name, jobs, bytes)
+                        .await
+                        .map(|_| asked.clone())
+                },
+            )
+            .await?;
+            set?;
+            if row.max_pending_jobs.is_none() && row.max_payload_bytes.is_none() {
+                // A quota counts what is created from now on.
+                store.quota_recount(row.id).await?;
+            }
+            println!(
+                "token {}: at most {} pending jobs and {} payload bytes; within {} ms on every instance",
+                row.name,
+                jobs.map_or("any number of".to_owned(), |n| n.to_string()),
+                bytes.map_or("any number of".to_owned(), |n| n.to_string()),
+                config.api.token_refresh_ms
+            );
+        }
         TokenCommand::Revoke { name } => {
             let revoked = audit::recorded(
                 &store,
@@ -178,6 +252,67 @@ pub async fn token(config: &Config, command: TokenCommand) -> Result<(), AdminEr
     Ok(())
 }
 
+/// A quota's value on the command line: a number, or `none` for no limit.
+#[derive(Debug, Clone, Copy)]
+pub struct Limit(pub Option<u64>);
+
+impl std::str::FromStr for Limit {
+    type Err = String;
+
+    fn from_str(text: &str) -> Result<Limit, String> {
+        if text.eq_ignore_ascii_case("none") {
+            return Ok(Limit(None));
+        }
+        text.parse::<u64>()
+            .map(|n| Limit(Some(n)))
+            .map_err(|_| format!("{text:?} is neither a whole number nor `none`"))
+    }
+}
+
+/// `tickler token show NAME`.
+async fn token_show(store: &Store, name: &str) -> Result<(), AdminError> {
+    let Some(row) = store
+        .token_list()
+        .await?
+        .into_iter()
+        .find(|row| row.name.eq_ignore_ascii_case(name))
+    else {
+        return Err(AdminError::Refused(format!("no token called {name:?}")));
+    };
+    let rate = |r: Option<u32>| r.map_or("default".to_owned(), |r| r.to_string());
+    let limit = |q: Option<u64>| q.map_or("no limit".to_owned(), |q| q.to_string());
+    println!("token      {}", row.name);
+    println!("created    {}", row.created_at.format("%Y-%m-%dT%H:%M:%SZ"));
+    if let Some(at) = row.revoked_at {
+        println!("revoked    {}", at.format("%Y-%m-%dT%H:%M:%SZ"));
+    }
+    println!("topics     {}", row.topics.join(","));
+    println!("scopes     {}", row.scopes.join(","));
+    println!(
+        "rates      {} requests/s, {} jobs/s",
+        rate(row.rate_requests),
+        rate(row.rate_jobs)
+    );
+    let has_quota = row.max_pending_jobs.is_some() || row.max_payload_bytes.is_some();
+    let usage = if has_quota {
+        Some(store.quota_recount(row.id).await?)
+    } else {
+        None
+    };
+    let used = |n: Option<u64>| n.map_or("-".to_owned(), |n| n.to_string());
+    println!(
+        "pending    {} of {}",
+        used(usage.as_ref().map(|u| u.pending_jobs)),
+        limit(row.max_pending_jobs)
+    );
+    println!(
+        "bytes      {} of {}",
+        used(usage.as_ref().map(|u| u.payload_bytes)),
+        limit(row.max_payload_bytes)
+    );
+    Ok(())
+}
+
 /// A token as the audit log shows it: never its secret or its hash.
 #[derive(Debug, serde::Serialize)]
 struct TokenShown {
@@ -187,6 +322,8 @@ struct TokenShown {
     scopes: Vec<String>,
     rate_requests: Option<u32>,
     rate_jobs: Option<u32>,
+    max_pending_jobs: Option<u64>,
+    max_payload_bytes: Option<u64>,
 }
 
 impl From<&crate::store::TokenRow> for TokenShown {
@@ -198,6 +335,8 @@ impl From<&crate::store::TokenRow> for TokenShown {
             scopes: row.scopes.clone(),
             rate_requests: row.rate_requests,
             rate_jobs: row.rate_jobs,
+            max_pending_jobs: row.max_pending_jobs,
+            max_payload_bytes: row.max_payload_bytes,
         }
     }
 }

@@ -103,6 +103,10 @@ pub struct ApiSettings {
     /// How often the API reads `api_tokens` again: a revoke takes effect
     /// within this long.
     pub token_refresh_ms: u64,
+    /// How often the tokens with a quota have their usage counted again
+    /// (by the reconciler role): a job that left pending stops counting
+    /// within this long.
+    pub quota_recount_ms: u64,
     /// Requests per second one token may make (0: unlimited), unless the
     /// token sets its own; beyond it, 429 with `Retry-After`.
     pub rate_requests: u32,
@@ -506,6 +510,7 @@ impl Default for ApiSettings {
             auth: AuthMode::Tokens,
             allow_anonymous: false,
             token_refresh_ms: 5_000,
+            quota_recount_ms: 5_000,
             rate_requests: 1_000,
             rate_jobs: 50_000,
             tls_cert: None,

@@ -208,6 +208,9 @@ impl Config {
         if self.api.token_refresh_ms < 100 {
             return Err(invalid("api.token_refresh_ms", "must be at least 100"));
         }
+        if self.api.quota_recount_ms < 100 {
+            return Err(invalid("api.quota_recount_ms", "must be at least 100"));
+        }
         if self.api.max_connections == 0 {
             return Err(invalid("api.max_connections", "must be positive"));
         }

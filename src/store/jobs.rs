@@ -341,6 +341,23 @@ impl Store {
     ) -> Result<(Vec<BatchRow>, DateTime<Utc>), StoreError> {
         let mut tx = self.begin().await?;
         let rows = insert_many_with_positions_on(&mut tx, &self.actor, jobs, positions).await?;
+        if let Some(token) = self.quota {
+            // Before the commit: a create past the quota is rolled back whole.
+            let (ids, bytes) =
+                rows.iter()
+                    .zip(jobs)
+                    .fold(
+                        (Vec::new(), 0u64),
+                        |(mut ids, bytes), (row, item)| match row.created() {
+                            Some(job) => {
+                                ids.push(job.id);
+                                (ids, bytes + item.payload.len() as u64)
+                            }
+                            None => (ids, bytes),
+                        },
+                    );
+            super::quotas::charge_on(&mut tx, token, &ids, bytes).await?;
+        }
         let now: NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(3)")
             .fetch_one(&mut *tx)
             .await?;
@@ -471,8 +488,14 @@ impl Store {
         .fetch_one(&mut *tx)
         .await?;
         let now: NaiveDateTime = row.try_get("db_now")?;
-        let job = job_created(job, &row)?;
-        events_record_new(&mut tx, &self.actor, &[&job]).await?;
+        let created = job_created(job, &row)?;
+        events_record_new(&mut tx, &self.actor, &[&created]).await?;
+        if let Some(token) = self.quota {
+            // Before the commit: a create past the quota is rolled back.
+            super::quotas::charge_on(&mut tx, token, &[created.id], job.payload.len() as u64)
+                .await?;
+        }
+        let job = created;
         tx.commit().await?;
         Ok((job, now.and_utc()))
     }

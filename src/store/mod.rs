@@ -15,6 +15,7 @@ mod history;
 mod job_row;
 mod jobs;
 mod migrate;
+mod quotas;
 mod results;
 mod schedules;
 pub mod scratch;
@@ -46,6 +47,7 @@ pub use history::{BrokenTrigger, HandEditsState};
 pub use job_row::WindowEntry;
 pub use jobs::{BatchRow, Cancelled, JobChanges, JobEvent, JobFilter, Modified};
 pub use migrate::newest as schema_newest;
+pub use quotas::QuotaUsage;
 pub use results::{DeadLetter, Decided, Disposition, Redriven};
 pub use schedules::{
     occurrence_placed, Materialized, NewSchedule, PendingOccurrences, Placed, ScheduleDef,
@@ -76,6 +78,10 @@ pub enum StoreError {
     Corrupt(String),
     #[error("migration failed: {0}")]
     Migration(#[from] refinery_core::Error),
+    /// A create through a token would pass its quota (`api_tokens`
+    /// `max_pending_jobs`, `max_payload_bytes`): nothing was written.
+    #[error("{0}")]
+    QuotaExceeded(String),
     /// A migration not applied, and why.
     #[error("migration refused: {0}")]
     MigrationRefused(String),
@@ -283,6 +289,9 @@ pub struct Store {
     /// pool's actor, or the caller's for the API (`api:<token name>`) and a
     /// bulk operation (`bulk:<id>`).
     actor: Arc<str>,
+    /// The API token whose quota this handle's creates are charged to
+    /// (see [`Store::with_quota`]).
+    quota: Option<u64>,
 }
 
 impl Store {
@@ -356,6 +365,7 @@ impl Store {
         Ok(Store {
             pool,
             actor: Arc::from(actor.as_str()),
+            quota: None,
         })
     }
 
@@ -377,6 +387,17 @@ impl Store {
         Store {
             pool: self.pool.clone(),
             actor: Arc::from(actor),
+            quota: self.quota,
+        }
+    }
+
+    /// This handle, charging the jobs it creates to the quota of the API
+    /// token `token` (None: to none). A create that would pass it is
+    /// [`StoreError::QuotaExceeded`], and writes nothing.
+    pub fn with_quota(&self, token: Option<u64>) -> Store {
+        Store {
+            quota: token,
+            ..self.clone()
         }
     }
 

@@ -16,6 +16,10 @@ pub struct TokenRow {
     pub scopes: Vec<String>,
     pub rate_requests: Option<u32>,
     pub rate_jobs: Option<u32>,
+    /// Quotas: the most pending jobs, and payload bytes of pending jobs,
+    /// it may hold (None: no limit).
+    pub max_pending_jobs: Option<u64>,
+    pub max_payload_bytes: Option<u64>,
     pub created_at: DateTime<Utc>,
     pub revoked_at: Option<DateTime<Utc>>,
 }
@@ -29,10 +33,12 @@ pub struct NewToken<'a> {
     pub scopes: &'a [String],
     pub rate_requests: Option<u32>,
     pub rate_jobs: Option<u32>,
+    pub max_pending_jobs: Option<u64>,
+    pub max_payload_bytes: Option<u64>,
 }
 
 const TOKEN_COLUMNS: &str = "id, name, secret_sha256, topics, scopes, rate_requests, rate_jobs, \
-     created_at, revoked_at";
+     max_pending_jobs, max_payload_bytes, created_at, revoked_at";
 
 fn token_from_row(row: &sqlx::mysql::MySqlRow) -> Result<TokenRow, StoreError> {
     let hash: Vec<u8> = row.try_get("secret_sha256")?;
@@ -54,6 +60,8 @@ fn token_from_row(row: &sqlx::mysql::MySqlRow) -> Result<TokenRow, StoreError> {
         scopes: list(row.try_get("scopes")?),
         rate_requests: row.try_get("rate_requests")?,
         rate_jobs: row.try_get("rate_jobs")?,
+        max_pending_jobs: row.try_get("max_pending_jobs")?,
+        max_payload_bytes: row.try_get("max_payload_bytes")?,
         created_at: row.try_get::<NaiveDateTime, _>("created_at")?.and_utc(),
         revoked_at: row
             .try_get::<Option<NaiveDateTime>, _>("revoked_at")?
@@ -67,7 +75,8 @@ impl Store {
     pub async fn token_create(&self, token: &NewToken<'_>) -> Result<TokenRow, StoreError> {
         let id = sqlx::query(
             "INSERT INTO api_tokens (name, secret_sha256, topics, scopes, rate_requests, \
-             rate_jobs, created_at) VALUES (?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(3))",
+             rate_jobs, max_pending_jobs, max_payload_bytes, created_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(3))",
         )
         .bind(token.name)
         .bind(&token.secret_sha256[..])
@@ -75,6 +84,8 @@ impl Store {
         .bind(token.scopes.join(","))
         .bind(token.rate_requests)
         .bind(token.rate_jobs)
+        .bind(token.max_pending_jobs)
+        .bind(token.max_payload_bytes)
         .execute(&self.pool)
         .await?
         .last_insert_id();

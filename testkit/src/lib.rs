@@ -138,6 +138,8 @@ pub async fn token_create_limited(
             scopes: &owned(scopes),
             rate_requests,
             rate_jobs,
+            max_pending_jobs: None,
+            max_payload_bytes: None,
         })
         .await
         .expect("token created");

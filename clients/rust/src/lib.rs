@@ -62,6 +62,8 @@ pub enum ErrorCode {
     ForbiddenTopic,
     CrossOrigin,
     RateLimited,
+    /// The token's quota of pending jobs or payload bytes (never retried).
+    QuotaExceeded,
     BodyTimeout,
     Unavailable,
     Internal,
@@ -102,6 +104,7 @@ impl ErrorCode {
             "forbidden_topic" => ForbiddenTopic,
             "cross_origin" => CrossOrigin,
             "rate_limited" => RateLimited,
+            "quota_exceeded" => QuotaExceeded,
             "body_timeout" => BodyTimeout,
             "unavailable" => Unavailable,
             "internal" => Internal,
@@ -511,11 +514,12 @@ impl Client {
             if status.is_success() {
                 return Ok((status, value));
             }
-            // 429 and 503 write nothing: try again after Retry-After.
+            // 429 and 503 write nothing: try again after Retry-After. A
+            // quota passed is not a matter of seconds: said at once.
             let again = matches!(
                 status,
                 StatusCode::TOO_MANY_REQUESTS | StatusCode::SERVICE_UNAVAILABLE
-            );
+            ) && value["error"]["code"] != "quota_exceeded";
             let wait = retry_after.unwrap_or(Duration::from_secs(1));
             if again && tries < self.retries && wait <= RETRY_AFTER_MAX {
                 tries += 1;
@@ -579,9 +583,10 @@ mod tests {
             ErrorCode::VersionConflict
         );
         assert_eq!(ErrorCode::parse("in_flight"), ErrorCode::InFlight);
+        assert_eq!(ErrorCode::parse("quota_exceeded"), ErrorCode::QuotaExceeded);
         assert_eq!(
-            ErrorCode::parse("quota_exceeded"),
-            ErrorCode::Other("quota_exceeded".into())
+            ErrorCode::parse("a_code_of_tomorrow"),
+            ErrorCode::Other("a_code_of_tomorrow".into())
         );
     }
 

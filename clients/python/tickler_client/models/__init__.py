@@ -56,6 +56,7 @@ from .patch_schedule_headers_type_0 import PatchScheduleHeadersType0
 from .patch_topic import PatchTopic
 from .preview import Preview
 from .preview_schedule import PreviewSchedule
+from .quota_view import QuotaView
 from .ready import Ready
 from .ready_checks import ReadyChecks
 from .redrive_job import RedriveJob
@@ -131,6 +132,7 @@ __all__ = (
     "PatchTopic",
     "Preview",
     "PreviewSchedule",
+    "QuotaView",
     "Ready",
     "ReadyChecks",
     "RedriveJob",

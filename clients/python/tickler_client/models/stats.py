@@ -18,6 +18,7 @@ if TYPE_CHECKING:
   from ..models.lateness_minute import LatenessMinute
   from ..models.live import Live
   from ..models.overdue_view import OverdueView
+  from ..models.quota_view import QuotaView
   from ..models.schedule_stats import ScheduleStats
   from ..models.topic_count import TopicCount
 
@@ -47,6 +48,7 @@ class Stats:
             instances (Live | None | Unset):
             next_due_in_ms (int | None | Unset):
             overdue (None | OverdueView | Unset):
+            quota (None | QuotaView | Unset):
             results_lag (int | None | Unset):
             schedules (None | ScheduleStats | Unset):
             window (Drift | None | Unset):
@@ -62,6 +64,7 @@ class Stats:
     instances: Live | None | Unset = UNSET
     next_due_in_ms: int | None | Unset = UNSET
     overdue: None | OverdueView | Unset = UNSET
+    quota: None | QuotaView | Unset = UNSET
     results_lag: int | None | Unset = UNSET
     schedules: None | ScheduleStats | Unset = UNSET
     window: Drift | None | Unset = UNSET
@@ -78,6 +81,7 @@ class Stats:
         from ..models.lateness_minute import LatenessMinute # noqa: PLC0415
         from ..models.live import Live # noqa: PLC0415
         from ..models.overdue_view import OverdueView # noqa: PLC0415
+        from ..models.quota_view import QuotaView # noqa: PLC0415
         from ..models.schedule_stats import ScheduleStats # noqa: PLC0415
         from ..models.topic_count import TopicCount # noqa: PLC0415
         at = self.at
@@ -136,6 +140,14 @@ class Stats:
         else:
             overdue = self.overdue
 
+        quota: dict[str, Any] | None | Unset
+        if isinstance(self.quota, Unset):
+            quota = UNSET
+        elif isinstance(self.quota, QuotaView):
+            quota = self.quota.to_dict()
+        else:
+            quota = self.quota
+
         results_lag: int | None | Unset
         if isinstance(self.results_lag, Unset):
             results_lag = UNSET
@@ -176,6 +188,8 @@ class Stats:
             field_dict["next_due_in_ms"] = next_due_in_ms
         if overdue is not UNSET:
             field_dict["overdue"] = overdue
+        if quota is not UNSET:
+            field_dict["quota"] = quota
         if results_lag is not UNSET:
             field_dict["results_lag"] = results_lag
         if schedules is not UNSET:
@@ -195,6 +209,7 @@ class Stats:
         from ..models.lateness_minute import LatenessMinute # noqa: PLC0415
         from ..models.live import Live # noqa: PLC0415
         from ..models.overdue_view import OverdueView # noqa: PLC0415
+        from ..models.quota_view import QuotaView # noqa: PLC0415
         from ..models.schedule_stats import ScheduleStats # noqa: PLC0415
         from ..models.topic_count import TopicCount # noqa: PLC0415
         d = dict(src_dict)
@@ -294,6 +309,26 @@ class Stats:
         overdue = _parse_overdue(d.pop("overdue", UNSET))
 
 
+        def _parse_quota(data: object) -> None | QuotaView | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                quota_type_1 = QuotaView.from_dict(data)
+
+
+
+                return quota_type_1
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            return cast(None | QuotaView | Unset, data)
+
+        quota = _parse_quota(d.pop("quota", UNSET))
+
+
         def _parse_results_lag(data: object) -> int | None | Unset:
             if data is None:
                 return data
@@ -355,6 +390,7 @@ class Stats:
             instances=instances,
             next_due_in_ms=next_due_in_ms,
             overdue=overdue,
+            quota=quota,
             results_lag=results_lag,
             schedules=schedules,
             window=window,
