@@ -26,6 +26,7 @@ use crate::dispatcher::{DispatchError, Dispatcher, DispatcherConfig};
 use crate::index::{self, Index, IndexError};
 use crate::ingress::{Ingress, IngressConfig};
 use crate::kafka::{self, Topics};
+use crate::keys::Keyring;
 use crate::loader::{Loader, LoaderConfig};
 use crate::materializer::{Materializer, MaterializerConfig};
 use crate::membership::{Membership, MembershipConfig};
@@ -88,6 +89,10 @@ pub enum StartError {
         host: String,
         dev: bool,
     },
+    /// An `[encryption]` key cannot be read, or the active key is not
+    /// among the keys (the error names keys by their id only).
+    #[error("{0}")]
+    Keys(#[from] crate::keys::KeyError),
 }
 
 /// The first role of this process to end on its own: it panicked, or it
@@ -301,9 +306,12 @@ struct Pools {
 }
 
 impl Pools {
-    fn connect(config: &Config, clock: &Clock) -> Result<Pools, StoreError> {
+    fn connect(config: &Config, clock: &Clock, keys: &Keyring) -> Result<Pools, StoreError> {
         let url = &config.mysql.url;
-        let pool = |size, actor| Store::connect_clocked(url, size, actor, clock);
+        let pool = |size, actor| {
+            Store::connect_clocked(url, size, actor, clock)
+                .map(|store| store.with_keys(keys.clone()))
+        };
         Ok(Pools {
             api: pool(config.mysql.pool_size, Actor::Api)?,
             dispatcher: pool(4, Actor::Dispatcher)?,
@@ -464,8 +472,15 @@ async fn start_on(
 ) -> Result<Running, StartError> {
     let mut config = config;
     let redis_client = probe(&mut config).await?;
+    let keys = Keyring::load(
+        config.encryption.active_key.as_deref(),
+        &config.encryption.keys,
+    )?;
+    if let Some(active) = keys.active() {
+        tracing::info!(active_key = active, keys = ?keys.ids(), "payloads and headers are encrypted at rest");
+    }
     let config = Arc::new(config);
-    let pools = Pools::connect(&config, &clock)?;
+    let pools = Pools::connect(&config, &clock, &keys)?;
     clock_neighbours_check(&pools.membership, &clock, config.instance_ttl()).await?;
     let index = Index::connect_with(redis_client, &config.redis.prefix, config.cluster.shards)?
         .with_clock(clock);

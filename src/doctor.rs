@@ -291,6 +291,11 @@ impl Doctor {
                 .await
                 .unwrap_or_else(|err| unreachable_store("unreadable", err)),
         );
+        findings.push(
+            self.check_keys()
+                .await
+                .unwrap_or_else(|err| unreachable_store("keys", err)),
+        );
         findings.push(self.check_positions().await);
         findings.push(self.check_lag().await);
         findings.extend(self.check_ingress_lag().await);
@@ -490,6 +495,50 @@ impl Doctor {
             ids,
             fix: Some(
                 "last_error says which column; repair it by hand (e.g. UPDATE jobs SET headers = NULL WHERE id = …), then POST /v1/jobs/{id}/redrive".to_owned(),
+            ),
+        })
+    }
+
+    /// Jobs sealed under a key this configuration lacks (`encryption.keys`):
+    /// a retired key removed too soon, or a key file missing. Such a job is
+    /// set aside unsent when it falls due, and its payload cannot be read.
+    async fn check_keys(&self) -> Result<Finding, DoctorError> {
+        const CHECK: &str = "keys";
+        let counts = self.store.key_counts().await?;
+        let missing: Vec<_> = counts
+            .iter()
+            .filter_map(|count| {
+                let key = count.key.as_deref()?;
+                (!self.store.keys().has(key)).then_some((key, count.rows))
+            })
+            .collect();
+        let sealed: u64 = counts
+            .iter()
+            .filter(|c| c.key.is_some())
+            .map(|c| c.rows)
+            .sum();
+        if missing.is_empty() {
+            return Ok(Finding::ok(
+                CHECK,
+                format!("{sealed} jobs are sealed, every one under a key this configuration has"),
+            ));
+        }
+        let count = missing.iter().map(|(_, rows)| rows).sum();
+        let named: Vec<String> = missing
+            .iter()
+            .map(|(key, rows)| format!("{rows} under {key:?}"))
+            .collect();
+        Ok(Finding {
+            check: CHECK,
+            verdict: Verdict::Fail,
+            summary: format!(
+                "{count} jobs are sealed under keys this configuration lacks: {}",
+                named.join(", ")
+            ),
+            count,
+            ids: Vec::new(),
+            fix: Some(
+                "put each key back in encryption.keys (file: or env:) and restart; then run tickler keys rotate, and redrive the jobs set aside as unreadable meanwhile".to_owned(),
             ),
         })
     }

@@ -10,6 +10,7 @@
 //!   `tickler dev`
 //! - [`job`]        — the job, its states and validation rules; sharding;
 //!   how times are written
+//! - [`keys`]       — encryption at rest: AES-256-GCM under named keys
 //! - [`policy`]     — a job's result policy: attempts, backoff, ack timeout
 //! - [`topic_pattern`] — `orders.*`: the topic patterns of tokens and
 //!   `jobs.topics_allowed`
@@ -99,6 +100,7 @@ pub mod index;
 pub mod ingress;
 pub mod job;
 pub mod kafka;
+pub mod keys;
 pub mod loader;
 pub mod materializer;
 pub mod membership;

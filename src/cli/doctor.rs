@@ -25,7 +25,11 @@ pub struct DoctorArgs {
 /// Examines (or, with `--repair`, repairs) and prints the report.
 pub async fn run(config: Config, args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let store = Store::connect_lazy(&config.mysql.url, 2, Actor::Doctor)?;
+    let keys = crate::keys::Keyring::load(
+        config.encryption.active_key.as_deref(),
+        &config.encryption.keys,
+    )?;
+    let store = Store::connect_lazy(&config.mysql.url, 2, Actor::Doctor)?.with_keys(keys);
     // The shards the deployment has now, which a resize may have changed
     // since the configuration was written.
     let shards = match store.shard_leases().await {

@@ -9,6 +9,7 @@ pub mod control;
 pub mod doctor;
 pub mod forecast;
 pub mod jobs;
+pub mod keys;
 
 use std::future::Future;
 use std::path::PathBuf;

@@ -65,6 +65,8 @@ pub struct Config {
     pub notify: NotifySettings,
     /// The audit log's retention.
     pub audit: AuditSettings,
+    /// Payloads and headers encrypted at rest.
+    pub encryption: EncryptionSettings,
     /// OpenTelemetry traces.
     pub tracing: TracingSettings,
     /// Scheduling by producing to Kafka: the request topics tickler
@@ -100,6 +102,7 @@ impl Default for Config {
             gauges: GaugesSettings::default(),
             notify: NotifySettings::default(),
             audit: AuditSettings::default(),
+            encryption: EncryptionSettings::default(),
             tracing: TracingSettings::default(),
             ingress: IngressSettings::default(),
             topics: BTreeMap::new(),
@@ -384,6 +387,7 @@ pub const SECTIONS: &[&str] = &[
     "gauges",
     "notify",
     "audit",
+    "encryption",
     "tracing",
 ];
 

@@ -339,6 +339,20 @@ impl Default for TracingSettings {
     }
 }
 
+/// `[encryption]`: jobs' payloads and headers encrypted at rest
+/// (docs/security.md#encryption-at-rest).
+#[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct EncryptionSettings {
+    /// The key new rows are sealed under; unset: encryption is off (rows
+    /// sealed before still open with their key, if it is in `keys`).
+    pub active_key: Option<String>,
+    /// Every key a row may be sealed under, by id: where to read it,
+    /// `file:PATH` or `env:VARIABLE` (32 bytes, or their base64). The key
+    /// itself is never a setting.
+    pub keys: BTreeMap<String, String>,
+}
+
 /// `[audit]`: the audit log of control-plane changes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

@@ -246,7 +246,9 @@ impl Store {
         filter_push(&mut query, filter);
         query.push(" ORDER BY id LIMIT ").push_bind(limit);
         let rows = query.build().fetch_all(&self.pool).await?;
-        rows.iter().map(job_from_row).collect()
+        rows.iter()
+            .map(|row| job_from_row(row, &self.keys))
+            .collect()
     }
 
     /// Jobs by id, without payloads (those that still exist).
@@ -259,7 +261,9 @@ impl Store {
         ));
         ids_push(&mut query, ids);
         let rows = query.build().fetch_all(&self.pool).await?;
-        rows.iter().map(job_from_row).collect()
+        rows.iter()
+            .map(|row| job_from_row(row, &self.keys))
+            .collect()
     }
 
     /// Records a new operation, owned by `owner_token`; returns its id.

@@ -355,7 +355,7 @@ impl Store {
                 // Decoded one by one: a row this claim won that does not
                 // decode (a hand edit the column accepted) is set aside
                 // below, and never holds up the others.
-                "dispatching" if claimed_by == Some(token) => match job_from_row(row) {
+                "dispatching" if claimed_by == Some(token) => match job_from_row(row, &self.keys) {
                     Ok(job) => outcome.won.push(job),
                     Err(err) => outcome.unreadable.push((id, err.to_string())),
                 },

@@ -12,6 +12,7 @@ use sqlx::Row;
 
 use super::StoreError;
 use crate::job::{Job, JobId, NewJob};
+use crate::keys::{Keyring, Part};
 use crate::policy::Policy;
 
 /// The columns a [`Job`] is read from, with `$payload` in the payload's
@@ -24,7 +25,7 @@ macro_rules! job_columns {
             ", payload_kind, headers, schedule_time, status, attempt, max_attempts, version, \
              created_at, updated_at, dispatched_at, kafka_partition, kafka_offset, last_error, \
              expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, ack_deadline, \
-             trace_parent, schedule_id, expires_at, window_ms, window_start"
+             trace_parent, schedule_id, expires_at, window_ms, window_start, enc_key"
         )
     };
 }
@@ -59,6 +60,7 @@ impl WindowEntry {
 /// clock at that moment.
 pub(super) async fn job_read_back(
     conn: &mut sqlx::MySqlConnection,
+    keys: &Keyring,
     id: JobId,
 ) -> Result<(Job, DateTime<Utc>), StoreError> {
     let row = sqlx::query(&format!(
@@ -69,7 +71,7 @@ pub(super) async fn job_read_back(
     .await?
     .ok_or(StoreError::NotFound(id))?;
     let now: NaiveDateTime = row.try_get("db_now")?;
-    Ok((job_from_row(&row)?, now.and_utc()))
+    Ok((job_from_row(&row, keys)?, now.and_utc()))
 }
 
 /// The columns a job just inserted is read back with: what the database
@@ -123,12 +125,44 @@ pub(super) fn job_created(new: &NewJob, row: &MySqlRow) -> Result<Job, StoreErro
     })
 }
 
-pub(super) fn job_from_row(row: &MySqlRow) -> Result<Job, StoreError> {
+/// A row's payload and headers as they were written: opened with `keys`
+/// when the row names the key they are sealed under (`enc_key`). A row
+/// whose key is missing, or that does not open, is corrupt (set aside
+/// unsent by the dispatcher, named by the doctor), never a panic.
+fn payload_and_headers(
+    row: &MySqlRow,
+    keys: &Keyring,
+    id: JobId,
+) -> Result<(Vec<u8>, Option<String>), StoreError> {
+    let payload: Vec<u8> = row.try_get("payload")?;
+    let headers = text(row, "headers")?;
+    let Some(key) = text(row, "enc_key")? else {
+        return Ok((payload, headers));
+    };
+    let sealed = |err: crate::keys::KeyError| StoreError::Corrupt(format!("job {id}: {err}"));
+    // A listing reads no payload (an empty one is never sealed).
+    let payload = if payload.is_empty() {
+        payload
+    } else {
+        keys.open(&key, id, Part::Payload, &payload)
+            .map_err(sealed)?
+    };
+    let headers = match headers {
+        Some(text) if !text.is_empty() => Some(
+            keys.open_text(&key, id, Part::Headers, &text)
+                .map_err(sealed)?,
+        ),
+        other => other,
+    };
+    Ok((payload, headers))
+}
+
+pub(super) fn job_from_row(row: &MySqlRow, keys: &Keyring) -> Result<Job, StoreError> {
     let id: JobId = row.try_get("id")?;
     let corrupt = |what: &str| StoreError::Corrupt(format!("job {id}: {what}"));
     let status = text(row, "status")?.unwrap_or_default();
     let kind = text(row, "payload_kind")?.unwrap_or_default();
-    let headers = text(row, "headers")?;
+    let (payload, headers) = payload_and_headers(row, keys, id)?;
     let headers = match headers.as_deref() {
         None | Some("") => BTreeMap::new(),
         Some(text) => serde_json::from_str(text)
@@ -145,7 +179,7 @@ pub(super) fn job_from_row(row: &MySqlRow) -> Result<Job, StoreError> {
         id,
         topic: text(row, "topic")?.unwrap_or_default(),
         key: text(row, "job_key")?,
-        payload: row.try_get("payload")?,
+        payload,
         payload_kind: kind.parse().map_err(|_| corrupt("unknown payload_kind"))?,
         headers,
         schedule_time: at("schedule_time")?,

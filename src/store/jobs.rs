@@ -18,6 +18,7 @@ use super::job_row::{
 use super::sql::{run_at_push, topic_patterns_push};
 use super::{Store, StoreError};
 use crate::job::{Expiry, Job, JobId, NewJob, PayloadKind, Schedule, Status, Window};
+use crate::keys::{Keyring, Part};
 
 /// What a modification of a pending job changes; None leaves it as is.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -234,17 +235,21 @@ impl Store {
             }
             None => {}
         }
-        if let Some((payload, kind)) = &changes.payload {
+        if changes.payload.is_some() || changes.headers.is_some() {
+            // Both are written together, under one key (or none): the one
+            // not changed is read, opened and written again with the other.
+            let (payload, headers, key) =
+                resealed(&mut tx, &self.keys, id, &changes.payload, &changes.headers).await?;
             query
                 .push(", payload = ")
                 .push_bind(payload)
-                .push(", payload_kind = ")
-                .push_bind(kind.as_str());
-        }
-        if let Some(headers) = &changes.headers {
-            query
                 .push(", headers = ")
-                .push_bind(headers_encode(headers));
+                .push_bind(headers)
+                .push(", enc_key = ")
+                .push_bind(key);
+        }
+        if let Some((_, kind)) = &changes.payload {
+            query.push(", payload_kind = ").push_bind(kind.as_str());
         }
         if let Some(position) = position {
             query.push(", ingress_position = ").push_bind(position);
@@ -259,7 +264,7 @@ impl Store {
         if applied {
             events_record(&mut tx, &self.actor, &[id], token).await?;
         }
-        let (job, now) = job_read_back(&mut tx, id).await?;
+        let (job, now) = job_read_back(&mut tx, &self.keys, id).await?;
         tx.commit().await?;
         if applied {
             Ok(Modified::Applied(job, now))
@@ -295,7 +300,7 @@ impl Store {
             .await?
             .ok_or(StoreError::NotFound(id))?;
         tx.commit().await?;
-        let job = job_from_row(&row)?;
+        let job = job_from_row(&row, &self.keys)?;
         Ok(match job.status {
             _ if applied => Cancelled::Applied(job),
             // Expired first: never produced either way.
@@ -340,7 +345,8 @@ impl Store {
         positions: Option<&[String]>,
     ) -> Result<(Vec<BatchRow>, DateTime<Utc>), StoreError> {
         let mut tx = self.begin().await?;
-        let rows = insert_many_with_positions_on(&mut tx, &self.actor, jobs, positions).await?;
+        let rows = insert_many_with_positions_on(&mut tx, &self.actor, &self.keys, jobs, positions)
+            .await?;
         if let Some(token) = self.quota {
             // Before the commit: a create past the quota is rolled back whole.
             let (ids, bytes) =
@@ -394,7 +400,9 @@ impl Store {
         // id-order: the keyset paging's order (see above).
         query.push(" ORDER BY id LIMIT ").push_bind(limit);
         let rows = query.build().fetch_all(&self.pool).await?;
-        rows.iter().map(job_from_row).collect()
+        rows.iter()
+            .map(|row| job_from_row(row, &self.keys))
+            .collect()
     }
 
     /// Every recorded change of a job, oldest first.
@@ -444,7 +452,14 @@ impl Store {
     }
 
     async fn job_insert_once(&self, job: &NewJob) -> Result<(Job, DateTime<Utc>), StoreError> {
-        let headers = headers_encode(&job.headers);
+        // Sealed once the row has its id, in this transaction (see
+        // `insert_chunk_on`).
+        let sealing = self.keys.active().is_some();
+        let headers = if sealing {
+            None
+        } else {
+            headers_encode(&job.headers)
+        };
         let (at, delay_us) = match job.schedule {
             Schedule::At(at) => (Some(db_time(at)), None),
             Schedule::After { delay_ms } => (None, Some(delay_ms.saturating_mul(1000))),
@@ -461,7 +476,7 @@ impl Store {
         )
         .bind(&job.topic)
         .bind(&job.key)
-        .bind(&job.payload)
+        .bind(if sealing { &[][..] } else { &job.payload[..] })
         .bind(job.payload_kind.as_str())
         .bind(headers)
         .bind(at)
@@ -490,6 +505,9 @@ impl Store {
         let now: NaiveDateTime = row.try_get("db_now")?;
         let created = job_created(job, &row)?;
         events_record_new(&mut tx, &self.actor, &[&created]).await?;
+        if sealing {
+            seal_on(&mut tx, &self.keys, &[&created]).await?;
+        }
         if let Some(token) = self.quota {
             // Before the commit: a create past the quota is rolled back.
             super::quotas::charge_on(&mut tx, token, &[created.id], job.payload.len() as u64)
@@ -506,7 +524,7 @@ impl Store {
             .fetch_optional(&self.pool)
             .await?
             .ok_or(StoreError::NotFound(id))?;
-        job_from_row(&row)
+        job_from_row(&row, &self.keys)
     }
 
     /// The job holding (topic, key), with the ingress position of the last
@@ -528,7 +546,7 @@ impl Store {
         };
         let position: Option<Vec<u8>> = row.try_get("ingress_position")?;
         let position = position.map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
-        Ok(Some((job_from_row(&row)?, position)))
+        Ok(Some((job_from_row(&row, &self.keys)?, position)))
     }
 
     /// The job holding (topic, key), if any.
@@ -540,7 +558,9 @@ impl Store {
         .bind(key)
         .fetch_optional(&self.pool)
         .await?;
-        row.as_ref().map(job_from_row).transpose()
+        row.as_ref()
+            .map(|row| job_from_row(row, &self.keys))
+            .transpose()
     }
 }
 
@@ -550,10 +570,11 @@ impl Store {
 pub(super) async fn insert_many_on(
     conn: &mut sqlx::MySqlConnection,
     actor: &str,
+    keys: &Keyring,
     jobs: &[NewJob],
 ) -> Result<Vec<BatchRow>, StoreError> {
     let jobs: Vec<&NewJob> = jobs.iter().collect();
-    insert_many_with_positions_on(conn, actor, &jobs, None).await
+    insert_many_with_positions_on(conn, actor, keys, &jobs, None).await
 }
 
 /// Most rows one INSERT statement carries: 16 placeholders a row keeps a
@@ -566,6 +587,7 @@ const INSERT_ROWS_MAX: usize = 2_000;
 async fn insert_many_with_positions_on(
     conn: &mut sqlx::MySqlConnection,
     actor: &str,
+    keys: &Keyring,
     jobs: &[&NewJob],
     positions: Option<&[String]>,
 ) -> Result<Vec<BatchRow>, StoreError> {
@@ -574,7 +596,7 @@ async fn insert_many_with_positions_on(
     for n in statement_rows(jobs.len()) {
         let chunk = &jobs[at..at + n];
         let positions = positions.map(|p| &p[at.min(p.len())..(at + n).min(p.len())]);
-        rows.extend(insert_chunk_on(conn, actor, chunk, positions).await?);
+        rows.extend(insert_chunk_on(conn, actor, keys, chunk, positions).await?);
         at += n;
     }
     Ok(rows)
@@ -607,6 +629,7 @@ fn statement_rows(mut n: usize) -> Vec<usize> {
 async fn insert_chunk_on(
     conn: &mut sqlx::MySqlConnection,
     actor: &str,
+    keys: &Keyring,
     jobs: &[&NewJob],
     positions: Option<&[String]>,
 ) -> Result<Vec<BatchRow>, StoreError> {
@@ -623,6 +646,10 @@ async fn insert_chunk_on(
     } else {
         ") "
     });
+    // Sealed payloads and headers are written once the rows have their
+    // ids (their associated data), in this transaction: the plain ones
+    // never reach the table, its redo log or the binary log.
+    let sealing = keys.active().is_some();
     insert.push_values(jobs.iter().enumerate(), |mut row, (index, job)| {
         let (at, delay_us) = match job.schedule {
             Schedule::At(at) => (Some(db_time(at)), None),
@@ -630,9 +657,13 @@ async fn insert_chunk_on(
         };
         row.push_bind(&job.topic)
             .push_bind(&job.key)
-            .push_bind(&job.payload)
+            .push_bind(if sealing { &[][..] } else { &job.payload[..] })
             .push_bind(job.payload_kind.as_str())
-            .push_bind(headers_encode(&job.headers))
+            .push_bind(if sealing {
+                None
+            } else {
+                headers_encode(&job.headers)
+            })
             .push_unseparated(", COALESCE(")
             .push_bind_unseparated(at)
             .push_unseparated(", TIMESTAMPADD(MICROSECOND, ")
@@ -696,8 +727,95 @@ async fn insert_chunk_on(
         }
         let created: Vec<&Job> = rows.iter().filter_map(BatchRow::created).collect();
         events_record_new(conn, actor, &created).await?;
+        if sealing {
+            seal_on(conn, keys, &created).await?;
+        }
     }
     Ok(rows)
+}
+
+/// A change of job `id`'s payload or headers as the row is to hold both:
+/// (payload, headers, key), sealed under the active key of `keys`, or
+/// plain without one. What the change leaves alone is read from the row
+/// (locked) and opened.
+async fn resealed(
+    conn: &mut sqlx::MySqlConnection,
+    keys: &Keyring,
+    id: JobId,
+    payload: &Option<(Vec<u8>, PayloadKind)>,
+    headers: &Option<BTreeMap<String, String>>,
+) -> Result<(Vec<u8>, Option<String>, Option<String>), StoreError> {
+    let (payload, headers) = match (payload, headers) {
+        (Some((payload, _)), Some(headers)) => (payload.clone(), headers.clone()),
+        _ => {
+            let row = sqlx::query(&format!(
+                "SELECT {JOB_COLUMNS} FROM jobs WHERE id = ? FOR UPDATE"
+            ))
+            .bind(id)
+            .fetch_optional(&mut *conn)
+            .await?
+            .ok_or(StoreError::NotFound(id))?;
+            let current = job_from_row(&row, keys)?;
+            (
+                payload.as_ref().map_or(current.payload, |(p, _)| p.clone()),
+                headers.clone().unwrap_or(current.headers),
+            )
+        }
+    };
+    let text = headers_encode(&headers);
+    Ok(match keys.active() {
+        Some(active) => (
+            keys.seal(id, Part::Payload, &payload).unwrap_or_default(),
+            text.and_then(|text| keys.seal_text(id, Part::Headers, &text)),
+            Some(active.to_owned()),
+        ),
+        None => (payload, text, None),
+    })
+}
+
+/// Writes the payloads and headers of `jobs` (rows in this transaction)
+/// sealed under the active key of `keys`, with the key's id: one UPDATE
+/// joined to the sealed values. `updated_at` is kept: a row sealed at its
+/// create is not a changed row.
+async fn seal_on(
+    conn: &mut sqlx::MySqlConnection,
+    keys: &Keyring,
+    jobs: &[&Job],
+) -> Result<(), StoreError> {
+    let Some(active) = keys.active() else {
+        return Ok(());
+    };
+    // (id, payload, headers or '' for none): no NULL in the derived table.
+    let sealed: Vec<(JobId, Vec<u8>, String)> = jobs
+        .iter()
+        .map(|job| {
+            let payload = keys
+                .seal(job.id, Part::Payload, &job.payload)
+                .unwrap_or_default();
+            let headers = headers_encode(&job.headers)
+                .and_then(|text| keys.seal_text(job.id, Part::Headers, &text))
+                .unwrap_or_default();
+            (job.id, payload, headers)
+        })
+        .collect();
+    for chunk in sealed.chunks(INSERT_ROWS_MAX) {
+        let mut update = super::sql::update_joined(chunk, "s", |query, (id, payload, headers)| {
+            query
+                .push_bind(*id)
+                .push(" AS id, ")
+                .push("CAST(")
+                .push_bind(&payload[..])
+                .push(" AS BINARY) AS p, ")
+                .push_bind(headers.as_str())
+                .push(" AS h");
+        });
+        update
+            .push("SET j.payload = s.p, j.headers = NULLIF(s.h, ''), j.enc_key = ")
+            .push_bind(active)
+            .push(", j.updated_at = j.updated_at");
+        update.build().execute(&mut *conn).await?;
+    }
+    Ok(())
 }
 
 fn headers_encode(headers: &BTreeMap<String, String>) -> Option<String> {

@@ -19,6 +19,7 @@ mod quotas;
 mod results;
 mod schedules;
 pub mod scratch;
+mod sealing;
 mod sql;
 mod stats;
 mod tokens;
@@ -34,6 +35,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 
 use crate::clock::Clock;
 use crate::config::SchemaBaseline;
+use crate::keys::Keyring;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlSslMode};
 use sqlx::pool::PoolConnection;
 use sqlx::{ConnectOptions, Connection, Executor, MySql, Transaction};
@@ -53,6 +55,7 @@ pub use schedules::{
     occurrence_placed, Materialized, NewSchedule, PendingOccurrences, Placed, ScheduleDef,
     ScheduleRow, ScheduleStats, ScheduleStatus, ScheduleUpdate,
 };
+pub use sealing::{KeyCount, Rotation};
 pub use stats::{DeadSince, Overdue, Position, TopicCount, COUNTED};
 pub use tokens::{NewToken, TokenRow};
 pub use topics::{JobPacing, TopicChange, TopicControl};
@@ -292,6 +295,8 @@ pub struct Store {
     /// The API token whose quota this handle's creates are charged to
     /// (see [`Store::with_quota`]).
     quota: Option<u64>,
+    /// Seals the payloads and headers it writes, opens those it reads.
+    keys: Keyring,
 }
 
 impl Store {
@@ -366,6 +371,7 @@ impl Store {
             pool,
             actor: Arc::from(actor.as_str()),
             quota: None,
+            keys: Keyring::none(),
         })
     }
 
@@ -385,9 +391,18 @@ impl Store {
     /// history.
     pub fn with_actor(&self, actor: &str) -> Store {
         Store {
-            pool: self.pool.clone(),
             actor: Arc::from(actor),
-            quota: self.quota,
+            ..self.clone()
+        }
+    }
+
+    /// This handle with `keys`: payloads and headers are sealed under the
+    /// active one as they are written, and opened as they are read (see
+    /// [`crate::keys`]).
+    pub fn with_keys(&self, keys: Keyring) -> Store {
+        Store {
+            keys,
+            ..self.clone()
         }
     }
 
@@ -399,6 +414,11 @@ impl Store {
             quota: token,
             ..self.clone()
         }
+    }
+
+    /// The keys this handle seals and opens payloads and headers with.
+    pub fn keys(&self) -> &Keyring {
+        &self.keys
     }
 
     /// Who writes through this handle, as the history names them.

@@ -187,10 +187,11 @@ impl Store {
             .fetch_one(&mut *tx)
             .await?;
         let row = sqlx::query(
-            "SELECT COUNT(*) AS jobs, CAST(COALESCE(SUM(LENGTH(j.payload)), 0) AS UNSIGNED) AS bytes \
+            "SELECT COUNT(*) AS jobs, CAST(COALESCE(SUM(LENGTH(j.payload) - IF(j.enc_key IS NULL, 0, ?)), 0) AS UNSIGNED) AS bytes \
              FROM token_jobs t JOIN jobs j ON j.id = t.job_id \
              WHERE t.token_id = ? AND j.status = 'pending'",
         )
+        .bind(crate::keys::OVERHEAD as u64)
         .bind(token)
         .fetch_one(&mut *tx)
         .await?;

@@ -568,7 +568,7 @@ impl Store {
         // max_allowed_packet is 16 MiB.
         let per_insert = (INSERT_BYTES_MAX / schedule.def.payload.len().max(1)).max(1);
         for chunk in jobs.chunks(per_insert) {
-            for row in insert_many_on(&mut tx, &self.actor, chunk).await? {
+            for row in insert_many_on(&mut tx, &self.actor, &self.keys, chunk).await? {
                 if let BatchRow::Created(job) = row {
                     done.created.push(job);
                 }
@@ -855,7 +855,9 @@ impl Store {
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        rows.iter().map(job_from_row).collect()
+        rows.iter()
+            .map(|row| job_from_row(row, &self.keys))
+            .collect()
     }
 }
 

@@ -168,7 +168,7 @@ impl Store {
             return Ok(Vec::new());
         }
         let mut query = sqlx::QueryBuilder::<sqlx::MySql>::new(
-            "SELECT id, topic, job_key, headers, window_ms, window_start FROM jobs WHERE id IN ",
+            "SELECT id, topic, job_key, headers, enc_key, window_ms, window_start FROM jobs WHERE id IN ",
         );
         super::sql::push_id_list(&mut query, ids);
         let rows = query.build().fetch_all(&self.pool).await?;
@@ -179,13 +179,27 @@ impl Store {
                 let window_start: Option<NaiveDateTime> = row.try_get("window_start")?;
                 let key: Option<Vec<u8>> = row.try_get("job_key")?;
                 let headers: Option<Vec<u8>> = row.try_get("headers")?;
-                // Pacing never fails on a hand-edited row: its group is
-                // the ungrouped one (the claim sets it aside, if it must).
+                let key_id: Option<Vec<u8>> = row.try_get("enc_key")?;
+                let id: JobId = row.try_get("id")?;
+                // Pacing never fails on a hand-edited row, or one that does
+                // not open: its group is the ungrouped one (the claim sets
+                // it aside, if it must).
+                let headers = match key_id {
+                    None => headers,
+                    Some(key_id) => headers.and_then(|sealed| {
+                        let key_id = String::from_utf8_lossy(&key_id);
+                        let sealed = String::from_utf8_lossy(&sealed);
+                        self.keys
+                            .open_text(&key_id, id, crate::keys::Part::Headers, &sealed)
+                            .ok()
+                            .map(String::into_bytes)
+                    }),
+                };
                 let headers = headers
                     .and_then(|text| serde_json::from_slice(&text).ok())
                     .unwrap_or_default();
                 Ok(JobPacing {
-                    id: row.try_get("id")?,
+                    id,
                     topic: String::from_utf8(topic)
                         .map_err(|_| StoreError::Corrupt("jobs.topic is not UTF-8".to_owned()))?,
                     key: key.map(|key| String::from_utf8_lossy(&key).into_owned()),

@@ -55,6 +55,12 @@ enum Command {
     /// Measure throughput, lateness, burst drain, Redis bytes per job and
     /// reconciler cost against the local services (see docs/benchmarks.md).
     Bench(bench::BenchArgs),
+    /// Encryption at rest: generate a key, see which keys the jobs are
+    /// sealed under, rotate them all to the active key.
+    Keys {
+        #[command(subcommand)]
+        command: tickler::cli::keys::KeysCommand,
+    },
     /// Manage API tokens (stored hashed in the api_tokens table).
     Token {
         #[command(subcommand)]
@@ -228,6 +234,7 @@ async fn main() -> anyhow::Result<ExitCode> {
         }
         Command::Bench(args) => bench::run(&config, args.options()).await?,
         Command::Token { command } => admin::token(&config, command).await?,
+        Command::Keys { command } => tickler::cli::keys::run(&config, command).await?,
         Command::Instances => admin::instances(&config).await?,
         Command::Doctor(args) => return cli::doctor::run(config, args).await,
         Command::Shards { command } => admin::shards(&config, command).await?,

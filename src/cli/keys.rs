@@ -1,0 +1,112 @@
+//! `tickler keys`: encryption at rest from the command line — a new key,
+//! which keys the rows are sealed under, and the rotation that seals them
+//! all again under the active key (docs/security.md#encryption-at-rest).
+
+use std::time::{Duration, Instant};
+
+use clap::Subcommand;
+
+use super::admin::AdminError;
+use crate::config::Config;
+use crate::keys::{self, Keyring};
+use crate::store::{Actor, Store};
+
+#[derive(Subcommand)]
+pub enum KeysCommand {
+    /// Print a new key: 32 random bytes in base64, for a key file or
+    /// variable (`encryption.keys`).
+    Generate,
+    /// The jobs by the key they are sealed under (plain ones too), and
+    /// the keys this configuration has.
+    Status,
+    /// Seal every job not yet under `encryption.active_key` again under
+    /// it — plain ones included — at a bounded rate, while tickler serves.
+    /// Stopped, it resumes where it was on the next run.
+    Rotate {
+        /// Most rows rewritten a second.
+        #[arg(long, default_value_t = 2_000)]
+        rate: u32,
+        /// Stop after this many rows (it resumes there on the next run).
+        #[arg(long)]
+        max_rows: Option<u64>,
+        /// Start over from the first job.
+        #[arg(long)]
+        restart: bool,
+    },
+}
+
+/// Rows a rotation step reads and writes.
+const STEP: u32 = 500;
+
+pub async fn run(config: &Config, command: KeysCommand) -> Result<(), AdminError> {
+    if let KeysCommand::Generate = command {
+        println!("{}", keys::generate());
+        return Ok(());
+    }
+    let ring = Keyring::load(
+        config.encryption.active_key.as_deref(),
+        &config.encryption.keys,
+    )
+    .map_err(|err| AdminError::Refused(err.to_string()))?;
+    Store::migrate(&config.mysql.url).await?;
+    let store = Store::connect_lazy(&config.mysql.url, 2, Actor::Cli)?.with_keys(ring.clone());
+    match command {
+        KeysCommand::Generate => {}
+        KeysCommand::Status => {
+            println!(
+                "active key: {}",
+                ring.active().unwrap_or("none (encryption off)")
+            );
+            println!("keys here:  {}", ring.ids().join(", "));
+            for count in store.key_counts().await? {
+                let note = match &count.key {
+                    None => "plain".to_owned(),
+                    Some(key) if !ring.has(key) => format!("{key}: MISSING here"),
+                    Some(key) => key.clone(),
+                };
+                println!("{:>12} jobs  {note}", count.rows);
+            }
+        }
+        KeysCommand::Rotate {
+            rate,
+            max_rows,
+            restart,
+        } => {
+            let Some(active) = ring.active() else {
+                return Err(AdminError::Refused(
+                    "set encryption.active_key (and its key in encryption.keys) first".to_owned(),
+                ));
+            };
+            if restart {
+                store.rotation_restart().await?;
+            }
+            let started = Instant::now();
+            let step = STEP.min(rate.max(1));
+            let mut seen: u64 = 0;
+            loop {
+                let began = Instant::now();
+                let at = store.rotation_step(step).await?;
+                seen += u64::from(step);
+                println!(
+                    "to {active}: up to job {}, {} rewritten, {} skipped ({:.0} s)",
+                    at.after_id,
+                    at.rewritten,
+                    at.skipped,
+                    started.elapsed().as_secs_f64()
+                );
+                if at.done {
+                    println!("done: every job is sealed under {active}, but {} it could not open (tickler keys status, tickler doctor)", at.skipped);
+                    break;
+                }
+                if max_rows.is_some_and(|most| seen >= most) {
+                    println!("stopped after {seen} rows: run it again to go on");
+                    break;
+                }
+                let pace = Duration::from_secs_f64(f64::from(step) / f64::from(rate.max(1)));
+                tokio::time::sleep(pace.saturating_sub(began.elapsed())).await;
+            }
+        }
+    }
+    store.close().await;
+    Ok(())
+}

@@ -1,0 +1,171 @@
+//! Encryption at rest, as the store does it beyond a job's own write and
+//! read (jobs.rs, job_row.rs): which keys the rows are sealed under, and
+//! `tickler keys rotate`, which seals every row again under the active
+//! key, a batch at a time, from where it last stopped.
+
+use sqlx::Row;
+
+use super::job_row::text;
+use super::{Store, StoreError};
+use crate::job::JobId;
+use crate::keys::Part;
+
+/// Rows of `jobs` by the key they are sealed under.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyCount {
+    /// None: stored plain.
+    pub key: Option<String>,
+    pub rows: u64,
+}
+
+/// Where a rotation toward a key stands.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct Rotation {
+    /// Every job up to this id has been seen.
+    pub after_id: JobId,
+    /// Sealed again under the key, in all.
+    pub rewritten: u64,
+    /// Left as they were: under a key this instance does not have, or
+    /// not opening.
+    pub skipped: u64,
+    /// Whether no job past `after_id` is left to see.
+    pub done: bool,
+}
+
+impl Store {
+    /// Rows by the key they are sealed under (a full scan: for the doctor
+    /// and `tickler keys status`).
+    pub async fn key_counts(&self) -> Result<Vec<KeyCount>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT enc_key, COUNT(*) AS n FROM jobs GROUP BY enc_key ORDER BY enc_key",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                Ok(KeyCount {
+                    key: text(row, "enc_key")?,
+                    rows: u64::try_from(row.try_get::<i64, _>("n")?).unwrap_or(0),
+                })
+            })
+            .collect()
+    }
+
+    /// Where the rotation toward the active key stands (a fresh one from 0).
+    pub async fn rotation(&self) -> Result<Rotation, StoreError> {
+        let Some(active) = self.keys.active() else {
+            return Ok(Rotation::default());
+        };
+        let row = sqlx::query(
+            "SELECT after_id, rewritten, skipped FROM key_rotation WHERE target_key = ?",
+        )
+        .bind(active)
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok(match row {
+            None => Rotation::default(),
+            Some(row) => Rotation {
+                after_id: row.try_get("after_id")?,
+                rewritten: row.try_get("rewritten")?,
+                skipped: row.try_get("skipped")?,
+                done: false,
+            },
+        })
+    }
+
+    /// Starts the rotation toward the active key over from the first job.
+    pub async fn rotation_restart(&self) -> Result<(), StoreError> {
+        if let Some(active) = self.keys.active() {
+            sqlx::query("DELETE FROM key_rotation WHERE target_key = ?")
+                .bind(active)
+                .execute(&self.pool)
+                .await?;
+        }
+        Ok(())
+    }
+
+    /// Seals the next `limit` jobs not yet under the active key (plain,
+    /// or under another key this handle has) again under it, from where
+    /// the rotation stands; records the new position. Each row is written
+    /// only if it did not change meanwhile (its `version`); one that did is
+    /// sealed under the active key by that change already, or is met again
+    /// by a later rotation. `updated_at` and `version` are kept: a rotated
+    /// row is not a changed job.
+    pub async fn rotation_step(&self, limit: u32) -> Result<Rotation, StoreError> {
+        let Some(active) = self.keys.active().map(str::to_owned) else {
+            return Err(StoreError::MigrationRefused(
+                "no encryption.active_key: nothing to rotate to".to_owned(),
+            ));
+        };
+        let mut at = self.rotation().await?;
+        let rows = sqlx::query(
+            "SELECT id, version, payload, headers, enc_key FROM jobs \
+             WHERE id > ? AND (enc_key IS NULL OR enc_key <> ?) ORDER BY id LIMIT ?",
+        )
+        .bind(at.after_id)
+        .bind(&active)
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        at.done = rows.len() < limit as usize;
+        for row in &rows {
+            let id: JobId = row.try_get("id")?;
+            let version: u32 = row.try_get("version")?;
+            at.after_id = id;
+            let payload: Vec<u8> = row.try_get("payload")?;
+            let headers = text(row, "headers")?;
+            let opened = match text(row, "enc_key")? {
+                None => Ok((payload, headers)),
+                Some(key) => self
+                    .keys
+                    .open(&key, id, Part::Payload, &payload)
+                    .and_then(|p| {
+                        let h = match headers.as_deref() {
+                            Some(h) if !h.is_empty() => {
+                                Some(self.keys.open_text(&key, id, Part::Headers, h)?)
+                            }
+                            _ => None,
+                        };
+                        Ok((p, h))
+                    }),
+            };
+            let Ok((payload, headers)) = opened else {
+                at.skipped += 1;
+                continue;
+            };
+            let sealed_payload = self
+                .keys
+                .seal(id, Part::Payload, &payload)
+                .unwrap_or_default();
+            let sealed_headers = headers
+                .filter(|h| !h.is_empty())
+                .and_then(|h| self.keys.seal_text(id, Part::Headers, &h));
+            let written = sqlx::query(
+                "UPDATE jobs SET payload = ?, headers = ?, enc_key = ?, updated_at = updated_at \
+                 WHERE id = ? AND version = ?",
+            )
+            .bind(sealed_payload)
+            .bind(sealed_headers)
+            .bind(&active)
+            .bind(id)
+            .bind(version)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+            at.rewritten += written;
+        }
+        sqlx::query(
+            "INSERT INTO key_rotation (target_key, after_id, rewritten, skipped, updated_at) \
+             VALUES (?, ?, ?, ?, UTC_TIMESTAMP(3)) ON DUPLICATE KEY UPDATE \
+             after_id = VALUES(after_id), rewritten = VALUES(rewritten), \
+             skipped = VALUES(skipped), updated_at = VALUES(updated_at)",
+        )
+        .bind(&active)
+        .bind(at.after_id)
+        .bind(at.rewritten)
+        .bind(at.skipped)
+        .execute(&self.pool)
+        .await?;
+        Ok(at)
+    }
+}

@@ -1,0 +1,329 @@
+//! Encryption at rest (#46): with `encryption.active_key` set, payloads
+//! and headers reach MySQL sealed (AES-256-GCM, the row's id bound in) —
+//! by a single create, a batch, a PATCH and a schedule's occurrence — and
+//! every other column stays plain; the API and Kafka see them as sent. A
+//! ciphertext moved to another row does not open, and the job is set aside
+//! unsent, never crashing a pass; `tickler keys rotate` seals everything
+//! again under a new key, resumably; a key removed too soon is named by
+//! the doctor.
+
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tickler::config::Config;
+use tickler_testkit::{records_read_keys, TestEnv};
+
+fn key_files() -> (String, String) {
+    let dir = tickler_testkit::scratch_dir();
+    let one = dir.join("k1");
+    let two = dir.join("k2");
+    std::fs::write(&one, tickler::keys::generate()).unwrap();
+    std::fs::write(&two, [7u8; 32]).unwrap();
+    (
+        format!("file:{}", one.display()),
+        format!("file:{}", two.display()),
+    )
+}
+
+fn id_of(job: &Value) -> u64 {
+    job["id"].as_u64().expect("a job id")
+}
+
+/// Runs `tickler ARGS` against `env`'s database with `config`'s keys.
+async fn tickler(env: &TestEnv, config: &Config, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tickler"));
+    command
+        .args(args)
+        .env("TICKLER_MYSQL_URL", &env.config.mysql.url)
+        .env("TICKLER_REDIS_URL", &env.config.redis.url)
+        .env("TICKLER_REDIS_PREFIX", &env.config.redis.prefix)
+        .env("TICKLER_KAFKA_BROKERS", &env.config.kafka.brokers)
+        .env(
+            "TICKLER_CLUSTER_SHARDS",
+            env.config.cluster.shards.to_string(),
+        )
+        .env("TICKLER_LOG", "warn")
+        .stdin(Stdio::null());
+    if let Some(active) = &config.encryption.active_key {
+        command.env("TICKLER_ENCRYPTION_ACTIVE_KEY", active);
+    }
+    let keys: Vec<String> = config
+        .encryption
+        .keys
+        .iter()
+        .map(|(id, source)| format!("{id}=\"{source}\""))
+        .collect();
+    command.env(
+        "TICKLER_ENCRYPTION_KEYS",
+        format!("{{{}}}", keys.join(", ")),
+    );
+    tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap()
+}
+
+fn text(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr)
+}
+
+/// (payload, headers, enc_key) as MySQL holds them.
+async fn stored(env: &TestEnv, id: u64) -> (Vec<u8>, Option<String>, Option<String>) {
+    let row: (Vec<u8>, Option<Vec<u8>>, Option<Vec<u8>>) =
+        sqlx::query_as("SELECT payload, headers, enc_key FROM jobs WHERE id = ?")
+            .bind(id)
+            .fetch_one(&env.sql)
+            .await
+            .unwrap();
+    let text = |bytes: Option<Vec<u8>>| bytes.map(|b| String::from_utf8(b).unwrap());
+    (row.0, text(row.1), text(row.2))
+}
+
+fn contains(haystack: &[u8], needle: &str) -> bool {
+    haystack
+        .windows(needle.len())
+        .any(|w| w == needle.as_bytes())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payloads_and_headers_are_sealed_at_rest_and_arrive_plain() {
+    let (k1, _) = key_files();
+    let env = TestEnv::start_with(move |c| {
+        c.encryption.active_key = Some("k1".to_owned());
+        c.encryption.keys.insert("k1".to_owned(), k1);
+    })
+    .await;
+    let consumer = env.consumer();
+    let secret = "card-4242-4242";
+    let single = env
+        .job_create(json!({"key": "single", "payload": {"card": secret},
+            "headers": {"customer": "alice-secret"}, "delay_ms": 2_000}))
+        .await;
+    let (status, batch) = env
+        .post(
+            "/v1/jobs/batch",
+            json!({"jobs": [
+                {"topic": env.topic, "key": "b1", "payload": {"card": secret}, "delay_ms": 2_000},
+                {"topic": env.topic, "key": "b2", "payload_base64": "AAEC", "delay_ms": 3_600_000,
+                 "headers": {"customer": "bob-secret"}}]}),
+        )
+        .await;
+    assert_eq!(status, 200, "{batch}");
+    let later = batch["results"][1]["id"].as_u64().unwrap();
+    // PATCH of the headers alone: the payload is sealed again with them.
+    let (status, patched) = env
+        .request(
+            "PATCH",
+            &format!("/v1/jobs/{later}"),
+            Some(json!({"version": 1, "headers": {"customer": "carol-secret"}}).to_string()),
+        )
+        .await;
+    assert_eq!(status, 200, "{patched}");
+
+    for id in [
+        id_of(&single),
+        batch["results"][0]["id"].as_u64().unwrap(),
+        later,
+    ] {
+        let (payload, headers, key) = stored(&env, id).await;
+        assert_eq!(key.as_deref(), Some("k1"), "job {id}");
+        assert!(
+            !contains(&payload, secret),
+            "job {id}: no plain payload in MySQL"
+        );
+        assert!(
+            !headers.unwrap_or_default().contains("secret"),
+            "job {id}: no plain headers in MySQL"
+        );
+    }
+    // Every other column stays plain: a SQL recipe still reads them.
+    let (topic, job_key, status_text): (String, String, String) = sqlx::query_as(
+        "SELECT CAST(topic AS CHAR), CAST(job_key AS CHAR), CAST(status AS CHAR) FROM jobs WHERE id = ?",
+    )
+    .bind(later)
+    .fetch_one(&env.sql)
+    .await
+    .unwrap();
+    assert_eq!(
+        (topic.as_str(), job_key.as_str(), status_text.as_str()),
+        (env.topic.as_str(), "b2", "pending")
+    );
+    // The API answers them as sent.
+    let (_, read) = env.get(&format!("/v1/jobs/{later}")).await;
+    assert_eq!(read["payload_base64"], json!("AAEC"), "{read}");
+    assert_eq!(read["headers"]["customer"], json!("carol-secret"), "{read}");
+
+    // A schedule's occurrences are sealed as they become jobs.
+    let (status, schedule) = env
+        .post(
+            "/v1/schedules",
+            json!({"topic": env.topic, "key": "digest", "payload": {"card": secret},
+                "every_ms": 3_600_000, "start_at": "2030-01-01T00:00:00Z"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{schedule}");
+    let occurrence: u64 = tickler_testkit::eventually(Duration::from_secs(10), || async {
+        sqlx::query_scalar("SELECT id FROM jobs WHERE schedule_id IS NOT NULL LIMIT 1")
+            .fetch_optional(&env.sql)
+            .await
+            .unwrap()
+    })
+    .await
+    .expect("an occurrence materialized");
+    let (payload, _, key) = stored(&env, occurrence).await;
+    assert_eq!(key.as_deref(), Some("k1"));
+    assert!(!contains(&payload, secret));
+
+    // Kafka receives them plain.
+    let records = records_read_keys(&consumer, 2, Duration::from_secs(20)).await;
+    let record = records
+        .iter()
+        .find(|r| r.key.as_deref() == Some("single"))
+        .expect("the single job arrived");
+    let payload: Value = serde_json::from_slice(&record.payload).unwrap();
+    assert_eq!(payload, json!({"card": secret}));
+    assert_eq!(record.header("customer"), Some("alice-secret"));
+    assert!(records.iter().any(|r| r.key.as_deref() == Some("b1")));
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_moved_ciphertext_is_set_aside_rotation_resumes_and_a_missing_key_is_named() {
+    let (k1, k2) = key_files();
+    let (first, second) = (k1.clone(), k2.clone());
+    let mut env = TestEnv::start_with(move |c| {
+        c.encryption.active_key = Some("k1".to_owned());
+        c.encryption.keys.insert("k1".to_owned(), first);
+    })
+    .await;
+    // A few plain rows from before encryption, written as an operator's
+    // SQL would (or an older tickler).
+    let mut ids = Vec::new();
+    for n in 0..6 {
+        let job = env
+            .job_create(
+                json!({"key": format!("j{n}"), "payload": {"n": n, "s": "secret"},
+                "headers": {"h": format!("v{n}")}, "delay_ms": 3_600_000}),
+            )
+            .await;
+        ids.push(id_of(&job));
+    }
+    sqlx::query(
+        "UPDATE jobs SET payload = '{\"n\":99}', headers = NULL, enc_key = NULL WHERE id = ?",
+    )
+    .bind(ids[5])
+    .execute(&env.sql)
+    .await
+    .unwrap();
+
+    // Job 1's ciphertext copied onto job 0: it does not open there.
+    sqlx::query(
+        "UPDATE jobs a JOIN jobs b ON b.id = ? SET a.payload = b.payload, \
+         a.schedule_time = UTC_TIMESTAMP(3) WHERE a.id = ?",
+    )
+    .bind(ids[1])
+    .bind(ids[0])
+    .execute(&env.sql)
+    .await
+    .unwrap();
+    let (status, body) = env.get(&format!("/v1/jobs/{}", ids[0])).await;
+    assert!(status >= 500 || status == 200, "{status} {body}");
+    // Due now: the dispatcher sets it aside, and goes on with the others.
+    env.status_await(ids[0], "dead", Duration::from_secs(20))
+        .await;
+    let error: String =
+        sqlx::query_scalar("SELECT CAST(last_error AS CHAR) FROM jobs WHERE id = ?")
+            .bind(ids[0])
+            .fetch_one(&env.sql)
+            .await
+            .unwrap();
+    assert!(
+        error.starts_with("unreadable row: ") && error.contains("does not open under key \"k1\""),
+        "{error}"
+    );
+    let later = env
+        .job_create(json!({"key": "after", "payload": 1, "delay_ms": 0}))
+        .await;
+    env.status_await(id_of(&later), "dispatched", Duration::from_secs(20))
+        .await;
+
+    // Rotate to k2, keeping k1 to read with: stopped after 2 rows, resumed.
+    env.stop().await;
+    let (first, second_key) = (k1.clone(), k2.clone());
+    env.config.encryption.active_key = Some("k2".to_owned());
+    env.config.encryption.keys.insert("k1".to_owned(), first);
+    env.config
+        .encryption
+        .keys
+        .insert("k2".to_owned(), second_key);
+    env.restart().await;
+    let config = env.config.clone();
+    let part = tickler(
+        &env,
+        &config,
+        &["keys", "rotate", "--max-rows", "2", "--rate", "2"],
+    )
+    .await;
+    assert!(part.status.success(), "{}", text(&part));
+    assert!(
+        text(&part).contains("run it again to go on"),
+        "{}",
+        text(&part)
+    );
+    let rest = tickler(&env, &config, &["keys", "rotate"]).await;
+    assert!(rest.status.success(), "{}", text(&rest));
+    let done = text(&rest);
+    assert!(done.contains("done:"), "{done}");
+    let under: Vec<(Option<String>, i64)> = sqlx::query_as(
+        "SELECT CAST(enc_key AS CHAR), COUNT(*) FROM jobs GROUP BY enc_key ORDER BY enc_key",
+    )
+    .fetch_all(&env.sql)
+    .await
+    .unwrap();
+    // Everything under k2 but job 0, whose payload opens nowhere.
+    let total: i64 = under.iter().map(|(_, n)| n).sum();
+    assert_eq!(
+        under,
+        vec![
+            (Some("k1".to_owned()), 1),
+            (Some("k2".to_owned()), total - 1)
+        ],
+        "{done}"
+    );
+    for id in &ids[1..] {
+        let (_, job) = env.get(&format!("/v1/jobs/{id}")).await;
+        assert_eq!(job["status"], json!("pending"), "{job}");
+    }
+    let (_, plain) = env.get(&format!("/v1/jobs/{}", ids[5])).await;
+    assert_eq!(
+        plain["payload"],
+        json!({"n": 99}),
+        "the plain row, sealed and read"
+    );
+    let (_, headers) = env.get(&format!("/v1/jobs/{}", ids[2])).await;
+    assert_eq!(headers["headers"]["h"], json!("v2"), "{headers}");
+    let status = tickler(&env, &config, &["keys", "status"]).await;
+    assert!(
+        text(&status).contains("active key: k2"),
+        "{}",
+        text(&status)
+    );
+
+    // k1 removed while a row is still under it: the doctor names it.
+    let mut without = config.clone();
+    without.encryption.keys.remove("k1");
+    let doctor = tickler(&env, &without, &["doctor", "--json"]).await;
+    let report = text(&doctor);
+    assert!(
+        report.contains(r#"1 jobs are sealed under keys this configuration lacks: 1 under \"k1\""#),
+        "{report}"
+    );
+    assert!(!doctor.status.success());
+    // No key material in anything said.
+    let raw = std::fs::read_to_string(k1.trim_start_matches("file:")).unwrap();
+    for said in [&report, &done] {
+        assert!(!said.contains(raw.trim()), "a key was printed");
+    }
+    let _ = second;
+    env.finish().await;
+}
