@@ -98,6 +98,9 @@ impl Store {
             ));
         };
         let mut at = self.rotation().await?;
+        // id-order: a cursor over every row by its id, any engine's ids: a
+        // row created after the rotation passed its id is sealed under the
+        // active key already, as its create wrote it.
         let rows = sqlx::query(
             "SELECT id, version, payload, headers, enc_key FROM jobs \
              WHERE id > ? AND (enc_key IS NULL OR enc_key <> ?) ORDER BY id LIMIT ?",
