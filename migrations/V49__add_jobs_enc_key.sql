@@ -15,3 +15,7 @@ CREATE TABLE key_rotation (
     updated_at DATETIME(3) NOT NULL,
     PRIMARY KEY (target_key)
 ) ENGINE = InnoDB;
+
+-- A schedule's payload and headers (the template of its occurrences),
+-- sealed the same way, with the schedule's id as associated data.
+ALTER TABLE schedules ADD COLUMN enc_key VARCHAR(64) CHARACTER SET ascii COLLATE ascii_bin NULL;

@@ -520,7 +520,7 @@ impl Doctor {
         if missing.is_empty() {
             return Ok(Finding::ok(
                 CHECK,
-                format!("{sealed} jobs are sealed, every one under a key this configuration has"),
+                format!("{sealed} jobs and schedules are sealed, every one under a key this configuration has"),
             ));
         }
         let count = missing.iter().map(|(_, rows)| rows).sum();
@@ -532,7 +532,7 @@ impl Doctor {
             check: CHECK,
             verdict: Verdict::Fail,
             summary: format!(
-                "{count} jobs are sealed under keys this configuration lacks: {}",
+                "{count} jobs and schedules are sealed under keys this configuration lacks: {}",
                 named.join(", ")
             ),
             count,

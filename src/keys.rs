@@ -64,25 +64,32 @@ pub enum KeyError {
     Tampered(String),
 }
 
-/// Which part of a row a value is.
+/// Which part of which row a value is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Part {
+    /// A job's.
     Payload,
     Headers,
+    /// A schedule's (the template of its occurrences).
+    SchedulePayload,
+    ScheduleHeaders,
 }
 
 impl Part {
     fn name(self) -> &'static str {
         match self {
-            Part::Payload => "payload",
-            Part::Headers => "headers",
+            Part::Payload => "jobs:{id}:payload",
+            Part::Headers => "jobs:{id}:headers",
+            Part::SchedulePayload => "schedules:{id}:payload",
+            Part::ScheduleHeaders => "schedules:{id}:headers",
         }
     }
 }
 
-/// The associated data of a job's `part`: the row's identity.
+/// The associated data of row `id`'s `part`: the table, the row's identity
+/// and the column.
 fn aad(id: u64, part: Part) -> Vec<u8> {
-    format!("tickler:jobs:{id}:{}", part.name()).into_bytes()
+    format!("tickler:{}", part.name().replace("{id}", &id.to_string())).into_bytes()
 }
 
 impl Keyring {
@@ -291,6 +298,7 @@ mod tests {
             Err(KeyError::Tampered("k1".into()))
         );
         assert!(keys.open("k1", 7, Part::Headers, &sealed).is_err());
+        assert!(keys.open("k1", 7, Part::SchedulePayload, &sealed).is_err());
         assert!(keys.open("k2", 7, Part::Payload, &sealed).is_err());
         let mut changed = sealed.clone();
         changed[20] ^= 1;

@@ -173,6 +173,34 @@ async fn payloads_and_headers_are_sealed_at_rest_and_arrive_plain() {
     let (payload, _, key) = stored(&env, occurrence).await;
     assert_eq!(key.as_deref(), Some("k1"));
     assert!(!contains(&payload, secret));
+    // The schedule's own template too, bound to the schedule's row.
+    let schedule_id = schedule["id"].as_u64().unwrap();
+    let (template, schedule_key): (Vec<u8>, Option<Vec<u8>>) =
+        sqlx::query_as("SELECT payload, enc_key FROM schedules WHERE id = ?")
+            .bind(schedule_id)
+            .fetch_one(&env.sql)
+            .await
+            .unwrap();
+    assert_eq!(schedule_key.as_deref(), Some(&b"k1"[..]));
+    assert!(!contains(&template, secret));
+    let (_, shown) = env.get(&format!("/v1/schedules/{schedule_id}")).await;
+    assert_eq!(shown["payload"], json!({"card": secret}), "{shown}");
+    // Changed, its pending occurrences follow, each sealed under its id.
+    let (status, changed) = env
+        .request(
+            "PATCH",
+            &format!("/v1/schedules/{schedule_id}"),
+            Some(
+                json!({"version": shown["version"], "payload": {"card": "new-secret"}}).to_string(),
+            ),
+        )
+        .await;
+    assert_eq!(status, 200, "{changed}");
+    let (_, job) = env.get(&format!("/v1/jobs/{occurrence}")).await;
+    assert_eq!(job["payload"], json!({"card": "new-secret"}), "{job}");
+    let (payload, _, key) = stored(&env, occurrence).await;
+    assert_eq!(key.as_deref(), Some("k1"));
+    assert!(!contains(&payload, "new-secret"));
 
     // Kafka receives them plain.
     let records = records_read_keys(&consumer, 2, Duration::from_secs(20)).await;
@@ -215,6 +243,15 @@ async fn a_moved_ciphertext_is_set_aside_rotation_resumes_and_a_missing_key_is_n
     .execute(&env.sql)
     .await
     .unwrap();
+
+    let (status, schedule) = env
+        .post(
+            "/v1/schedules",
+            json!({"topic": env.topic, "key": "sched", "payload": "template",
+                "every_ms": 3_600_000, "start_at": "2030-01-01T00:00:00Z"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{schedule}");
 
     // Job 1's ciphertext copied onto job 0: it does not open there.
     sqlx::query(
@@ -273,6 +310,11 @@ async fn a_moved_ciphertext_is_set_aside_rotation_resumes_and_a_missing_key_is_n
     let rest = tickler(&env, &config, &["keys", "rotate"]).await;
     assert!(rest.status.success(), "{}", text(&rest));
     let done = text(&rest);
+    assert!(
+        text(&part).contains("to k2: 1 schedules rewritten, 0 skipped"),
+        "{}",
+        text(&part)
+    );
     assert!(done.contains("done:"), "{done}");
     let under: Vec<(Option<String>, i64)> = sqlx::query_as(
         "SELECT CAST(enc_key AS CHAR), COUNT(*) FROM jobs GROUP BY enc_key ORDER BY enc_key",
@@ -302,6 +344,13 @@ async fn a_moved_ciphertext_is_set_aside_rotation_resumes_and_a_missing_key_is_n
     );
     let (_, headers) = env.get(&format!("/v1/jobs/{}", ids[2])).await;
     assert_eq!(headers["headers"]["h"], json!("v2"), "{headers}");
+    let (_, read) = env
+        .get(&format!(
+            "/v1/schedules/{}",
+            schedule["id"].as_u64().unwrap()
+        ))
+        .await;
+    assert_eq!(read["payload"], json!("template"), "{read}");
     let status = tickler(&env, &config, &["keys", "status"]).await;
     assert!(
         text(&status).contains("active key: k2"),
@@ -315,7 +364,9 @@ async fn a_moved_ciphertext_is_set_aside_rotation_resumes_and_a_missing_key_is_n
     let doctor = tickler(&env, &without, &["doctor", "--json"]).await;
     let report = text(&doctor);
     assert!(
-        report.contains(r#"1 jobs are sealed under keys this configuration lacks: 1 under \"k1\""#),
+        report.contains(
+            r#"1 jobs and schedules are sealed under keys this configuration lacks: 1 under \"k1\""#
+        ),
         "{report}"
     );
     assert!(!doctor.status.success());

@@ -16,11 +16,12 @@ pub enum KeysCommand {
     /// Print a new key: 32 random bytes in base64, for a key file or
     /// variable (`encryption.keys`).
     Generate,
-    /// The jobs by the key they are sealed under (plain ones too), and
-    /// the keys this configuration has.
+    /// The jobs and schedules by the key they are sealed under (plain ones
+    /// too), and the keys this configuration has.
     Status,
-    /// Seal every job not yet under `encryption.active_key` again under
-    /// it — plain ones included — at a bounded rate, while tickler serves.
+    /// Seal every schedule and job not yet under `encryption.active_key`
+    /// again under it — plain ones included — at a bounded rate, while
+    /// tickler serves.
     /// Stopped, it resumes where it was on the next run.
     Rotate {
         /// Most rows rewritten a second.
@@ -64,7 +65,7 @@ pub async fn run(config: &Config, command: KeysCommand) -> Result<(), AdminError
                     Some(key) if !ring.has(key) => format!("{key}: MISSING here"),
                     Some(key) => key.clone(),
                 };
-                println!("{:>12} jobs  {note}", count.rows);
+                println!("{:>12} rows  {note}", count.rows);
             }
         }
         KeysCommand::Rotate {
@@ -80,6 +81,8 @@ pub async fn run(config: &Config, command: KeysCommand) -> Result<(), AdminError
             if restart {
                 store.rotation_restart().await?;
             }
+            let (schedules, unopened) = store.schedules_reseal().await?;
+            println!("to {active}: {schedules} schedules rewritten, {unopened} skipped");
             let started = Instant::now();
             let step = STEP.min(rate.max(1));
             let mut seen: u64 = 0;

@@ -774,36 +774,66 @@ async fn resealed(
 }
 
 /// Writes the payloads and headers of `jobs` (rows in this transaction)
-/// sealed under the active key of `keys`, with the key's id: one UPDATE
-/// joined to the sealed values. `updated_at` is kept: a row sealed at its
-/// create is not a changed row.
+/// sealed under the active key of `keys`, with the key's id (see
+/// [`seal_sealed_on`]).
 async fn seal_on(
     conn: &mut sqlx::MySqlConnection,
     keys: &Keyring,
     jobs: &[&Job],
 ) -> Result<(), StoreError> {
+    let sealed: Vec<(JobId, Vec<u8>, String)> = jobs
+        .iter()
+        .map(|job| sealed_row(keys, job.id, &job.payload, &job.headers))
+        .collect();
+    seal_sealed_on(conn, keys, &sealed).await
+}
+
+/// Writes one payload and headers to every job of `ids` (a schedule's
+/// pending occurrences, changed with it), each sealed under its own id.
+pub(super) async fn seal_rows_on(
+    conn: &mut sqlx::MySqlConnection,
+    keys: &Keyring,
+    ids: &[JobId],
+    payload: &[u8],
+    headers: &BTreeMap<String, String>,
+) -> Result<(), StoreError> {
+    let sealed: Vec<(JobId, Vec<u8>, String)> = ids
+        .iter()
+        .map(|id| sealed_row(keys, *id, payload, headers))
+        .collect();
+    seal_sealed_on(conn, keys, &sealed).await
+}
+
+/// (id, payload, headers or '' for none), sealed for row `id`.
+fn sealed_row(
+    keys: &Keyring,
+    id: JobId,
+    payload: &[u8],
+    headers: &BTreeMap<String, String>,
+) -> (JobId, Vec<u8>, String) {
+    let payload = keys.seal(id, Part::Payload, payload).unwrap_or_default();
+    let headers = headers_encode(headers)
+        .and_then(|text| keys.seal_text(id, Part::Headers, &text))
+        .unwrap_or_default();
+    (id, payload, headers)
+}
+
+/// Writes sealed (id, payload, headers) rows with the active key's id: one
+/// UPDATE joined to them per chunk. `updated_at` is kept: a row sealed at
+/// its create is not a changed row.
+async fn seal_sealed_on(
+    conn: &mut sqlx::MySqlConnection,
+    keys: &Keyring,
+    sealed: &[(JobId, Vec<u8>, String)],
+) -> Result<(), StoreError> {
     let Some(active) = keys.active() else {
         return Ok(());
     };
-    // (id, payload, headers or '' for none): no NULL in the derived table.
-    let sealed: Vec<(JobId, Vec<u8>, String)> = jobs
-        .iter()
-        .map(|job| {
-            let payload = keys
-                .seal(job.id, Part::Payload, &job.payload)
-                .unwrap_or_default();
-            let headers = headers_encode(&job.headers)
-                .and_then(|text| keys.seal_text(job.id, Part::Headers, &text))
-                .unwrap_or_default();
-            (job.id, payload, headers)
-        })
-        .collect();
     for chunk in sealed.chunks(INSERT_ROWS_MAX) {
         let mut update = super::sql::update_joined(chunk, "s", |query, (id, payload, headers)| {
             query
                 .push_bind(*id)
-                .push(" AS id, ")
-                .push("CAST(")
+                .push(" AS id, CAST(")
                 .push_bind(&payload[..])
                 .push(" AS BINARY) AS p, ")
                 .push_bind(headers.as_str())

@@ -37,7 +37,6 @@ use crate::clock::Clock;
 use crate::config::SchemaBaseline;
 use crate::keys::Keyring;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlSslMode};
-use sqlx::pool::PoolConnection;
 use sqlx::{ConnectOptions, Connection, Executor, MySql, Transaction};
 
 pub use audit::{AuditEntry, AuditFilter, AuditRow};
@@ -424,11 +423,6 @@ impl Store {
     /// Who writes through this handle, as the history names them.
     pub fn actor(&self) -> &str {
         &self.actor
-    }
-
-    /// A connection for a write.
-    async fn acquire(&self) -> Result<PoolConnection<MySql>, StoreError> {
-        Ok(self.pool.acquire().await?)
     }
 
     /// A transaction for a write.

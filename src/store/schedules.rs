@@ -13,6 +13,7 @@ use super::jobs::{insert_many_on, BatchRow};
 use super::sql::{push_id_list, topic_patterns_push};
 use super::{Store, StoreError};
 use crate::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status, Window};
+use crate::keys::{Keyring, Part};
 use crate::policy::Policy;
 use crate::schedule::{self, Bounds, InvalidTiming, Misfire, Progress, Timing};
 
@@ -237,7 +238,8 @@ const SCHEDULE_COLUMNS: &str = "id, topic, schedule_key, payload, payload_kind, 
      expects_result, max_attempts, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
      cron, time_zone, every_ms, start_at, end_at, max_occurrences, misfire, misfire_grace_ms, \
      window_ms, jitter_ms, \
-     status, version, cursor_at, next_at, last_at, occurrences, created_by, created_at, updated_at";
+     status, version, cursor_at, next_at, last_at, occurrences, created_by, created_at, updated_at, \
+     enc_key";
 
 fn bytes_text(row: &MySqlRow, column: &str) -> Result<Option<String>, StoreError> {
     let bytes: Option<Vec<u8>> = row.try_get(column)?;
@@ -249,9 +251,26 @@ fn bytes_text(row: &MySqlRow, column: &str) -> Result<Option<String>, StoreError
         .transpose()
 }
 
-fn schedule_from_row(row: &MySqlRow) -> Result<ScheduleRow, StoreError> {
+fn schedule_from_row(row: &MySqlRow, keys: &Keyring) -> Result<ScheduleRow, StoreError> {
     let id: u64 = row.try_get("id")?;
     let corrupt = |what: &str| StoreError::Corrupt(format!("schedule {id}: {what}"));
+    let sealed = |err: crate::keys::KeyError| StoreError::Corrupt(format!("schedule {id}: {err}"));
+    let payload: Vec<u8> = row.try_get("payload")?;
+    let mut headers_column = bytes_text(row, "headers")?;
+    let payload = match bytes_text(row, "enc_key")? {
+        None => payload,
+        Some(key) => {
+            headers_column = match headers_column {
+                Some(text) if !text.is_empty() => Some(
+                    keys.open_text(&key, id, Part::ScheduleHeaders, &text)
+                        .map_err(sealed)?,
+                ),
+                other => other,
+            };
+            keys.open(&key, id, Part::SchedulePayload, &payload)
+                .map_err(sealed)?
+        }
+    };
     let at = |column: &str| -> Result<DateTime<Utc>, StoreError> {
         let value: NaiveDateTime = row.try_get(column)?;
         Ok(value.and_utc())
@@ -260,7 +279,7 @@ fn schedule_from_row(row: &MySqlRow) -> Result<ScheduleRow, StoreError> {
         let value: Option<NaiveDateTime> = row.try_get(column)?;
         Ok(value.map(|v| v.and_utc()))
     };
-    let headers = match bytes_text(row, "headers")?.as_deref() {
+    let headers = match headers_column.as_deref() {
         None | Some("") => BTreeMap::new(),
         Some(text) => serde_json::from_str(text).map_err(|_| corrupt("headers"))?,
     };
@@ -272,7 +291,7 @@ fn schedule_from_row(row: &MySqlRow) -> Result<ScheduleRow, StoreError> {
         topic: bytes_text(row, "topic")?.unwrap_or_default(),
         key: bytes_text(row, "schedule_key")?.unwrap_or_default(),
         def: ScheduleDef {
-            payload: row.try_get("payload")?,
+            payload,
             payload_kind: kind.parse().map_err(|_| corrupt("payload_kind"))?,
             headers,
             policy: policy_from_row(row)?,
@@ -303,15 +322,43 @@ fn headers_text(headers: &BTreeMap<String, String>) -> Option<String> {
     (!headers.is_empty()).then(|| serde_json::to_string(headers).unwrap_or_default())
 }
 
-/// ` SET` the definition's columns (for an UPDATE).
-fn def_set<'a>(query: &mut QueryBuilder<'a, MySql>, def: &'a ScheduleDef) {
+/// A row's payload and headers as written: (payload, headers, key),
+/// sealed as `payload`/`headers` of row `id` under the active key of
+/// `keys`, or plain without one.
+type Content = (Vec<u8>, Option<String>, Option<String>);
+
+fn content(keys: &Keyring, id: u64, parts: (Part, Part), def: &ScheduleDef) -> Content {
+    let text = headers_text(&def.headers);
+    match keys.active() {
+        Some(active) => (
+            keys.seal(id, parts.0, &def.payload).unwrap_or_default(),
+            text.and_then(|text| keys.seal_text(id, parts.1, &text)),
+            Some(active.to_owned()),
+        ),
+        None => (def.payload.clone(), text, None),
+    }
+}
+
+/// ` SET` the definition's columns (for an UPDATE); the payload and
+/// headers as `content` says (None: left as they are).
+fn def_set<'a>(
+    query: &mut QueryBuilder<'a, MySql>,
+    def: &'a ScheduleDef,
+    content: Option<Content>,
+) {
     query
-        .push(" payload = ")
-        .push_bind(&def.payload)
-        .push(", payload_kind = ")
-        .push_bind(def.payload_kind.as_str())
-        .push(", headers = ")
-        .push_bind(headers_text(&def.headers))
+        .push(" payload_kind = ")
+        .push_bind(def.payload_kind.as_str());
+    if let Some((payload, headers, key)) = content {
+        query
+            .push(", payload = ")
+            .push_bind(payload)
+            .push(", headers = ")
+            .push_bind(headers)
+            .push(", enc_key = ")
+            .push_bind(key);
+    }
+    query
         .push(", expects_result = ")
         .push_bind(def.policy.expects_result)
         .push(", max_attempts = ")
@@ -335,7 +382,9 @@ impl Store {
         next_at: Option<DateTime<Utc>>,
     ) -> Result<ScheduleRow, StoreError> {
         let def = &new.def;
-        let mut conn = self.acquire().await?;
+        // Sealed once the row has its id, in this transaction (as a job's).
+        let sealing = self.keys.active().is_some();
+        let mut tx = self.begin().await?;
         let mut insert = QueryBuilder::<MySql>::new(
             "INSERT INTO schedules (topic, schedule_key, cron, time_zone, every_ms, start_at, \
              end_at, max_occurrences, misfire, misfire_grace_ms, window_ms, jitter_ms, status, \
@@ -364,16 +413,39 @@ impl Store {
             .push_unseparated(", UTC_TIMESTAMP(3))")
             .push_bind(next_at.map(db_time))
             .push_bind(&new.created_by)
-            .push_bind(&def.payload)
+            .push_bind(if sealing { &[][..] } else { &def.payload[..] })
             .push_bind(def.payload_kind.as_str())
-            .push_bind(headers_text(&def.headers))
+            .push_bind(if sealing {
+                None
+            } else {
+                headers_text(&def.headers)
+            })
             .push_bind(def.policy.expects_result)
             .push_bind(def.policy.max_attempts)
             .push_bind(def.policy.backoff_base_ms)
             .push_bind(def.policy.backoff_cap_ms)
             .push_bind(def.policy.ack_timeout_ms);
         insert.push(")");
-        let id = insert.build().execute(&mut *conn).await?.last_insert_id();
+        let id = insert.build().execute(&mut *tx).await?.last_insert_id();
+        if sealing {
+            let (payload, headers, key) = content(
+                &self.keys,
+                id,
+                (Part::SchedulePayload, Part::ScheduleHeaders),
+                def,
+            );
+            sqlx::query(
+                "UPDATE schedules SET payload = ?, headers = ?, enc_key = ?, \
+                 updated_at = updated_at WHERE id = ?",
+            )
+            .bind(payload)
+            .bind(headers)
+            .bind(key)
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
+        }
+        tx.commit().await?;
         self.schedule_get(id).await
     }
 
@@ -385,7 +457,7 @@ impl Store {
         .fetch_optional(&self.pool)
         .await?
         .ok_or(StoreError::NotFound(id))?;
-        schedule_from_row(&row)
+        schedule_from_row(&row, &self.keys)
     }
 
     pub async fn schedule_find_by_key(
@@ -400,7 +472,9 @@ impl Store {
         .bind(key.as_bytes())
         .fetch_optional(&self.pool)
         .await?;
-        row.as_ref().map(schedule_from_row).transpose()
+        row.as_ref()
+            .map(|row| schedule_from_row(row, &self.keys))
+            .transpose()
     }
 
     /// Schedules by id after `after`, optionally of one topic and status,
@@ -427,7 +501,9 @@ impl Store {
         topic_patterns_push(&mut query, topic_patterns);
         query.push(" ORDER BY id LIMIT ").push_bind(limit);
         let rows = query.build().fetch_all(&self.pool).await?;
-        rows.iter().map(schedule_from_row).collect()
+        rows.iter()
+            .map(|row| schedule_from_row(row, &self.keys))
+            .collect()
     }
 
     /// Active schedules whose latest occurrence is within `lookahead` of
@@ -485,7 +561,7 @@ impl Store {
         let Some(row) = row else {
             return Ok(Materialized::default());
         };
-        let schedule = schedule_from_row(&row)?;
+        let schedule = schedule_from_row(&row, &self.keys)?;
         let now: NaiveDateTime = row.try_get("db_now")?;
         let now = now.and_utc();
         let mut done = Materialized {
@@ -607,7 +683,7 @@ impl Store {
         def: &ScheduleDef,
     ) -> Result<ScheduleUpdate, StoreError> {
         let mut tx = self.begin().await?;
-        let current = schedule_lock(&mut tx, id).await?;
+        let current = schedule_lock(&mut tx, &self.keys, id).await?;
         if current.version != version {
             return Ok(ScheduleUpdate::VersionMismatch(Box::new(current)));
         }
@@ -621,8 +697,12 @@ impl Store {
         if retime {
             replaced = occurrences_delete_future(&mut tx, &self.actor, id, now).await?;
         }
+        // The occurrences' payloads and headers: plain in this UPDATE
+        // without an active key; sealed each under its own id after it.
+        let sealing = self.keys.active().is_some();
+        let plain = (!sealing).then(|| (def.payload.clone(), headers_text(&def.headers), None));
         let mut update = QueryBuilder::<MySql>::new("UPDATE jobs SET");
-        def_set(&mut update, def);
+        def_set(&mut update, def, plain);
         // Expiry (misfire = skip) is armed only on occurrences still at
         // their own instant: one someone moved (PATCH, bulk shift or move,
         // which clear expires_at) keeps the time it was moved to, however
@@ -641,9 +721,25 @@ impl Store {
             .push_bind(id)
             .push(" AND status = 'pending'");
         let updated = update.build().execute(&mut *tx).await?.rows_affected();
+        if sealing {
+            let ids: Vec<JobId> = sqlx::query_scalar(
+                "SELECT id FROM jobs WHERE schedule_id = ? AND status = 'pending'",
+            )
+            .bind(id)
+            .fetch_all(&mut *tx)
+            .await?;
+            super::jobs::seal_rows_on(&mut tx, &self.keys, &ids, &def.payload, &def.headers)
+                .await?;
+        }
 
         let mut query = QueryBuilder::<MySql>::new("UPDATE schedules SET");
-        def_set(&mut query, def);
+        let own = content(
+            &self.keys,
+            id,
+            (Part::SchedulePayload, Part::ScheduleHeaders),
+            def,
+        );
+        def_set(&mut query, def, Some(own));
         query
             .push(", cron = ")
             .push_bind(&def.cron)
@@ -702,7 +798,7 @@ impl Store {
         pause: bool,
     ) -> Result<(ScheduleRow, u64), StoreError> {
         let mut tx = self.begin().await?;
-        let current = schedule_lock(&mut tx, id).await?;
+        let current = schedule_lock(&mut tx, &self.keys, id).await?;
         let now: NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(3)")
             .fetch_one(&mut *tx)
             .await?;
@@ -864,6 +960,7 @@ impl Store {
 /// Reads schedule `id` and locks its row until the transaction ends.
 async fn schedule_lock(
     conn: &mut sqlx::MySqlConnection,
+    keys: &Keyring,
     id: u64,
 ) -> Result<ScheduleRow, StoreError> {
     let row = sqlx::query(&format!(
@@ -873,7 +970,7 @@ async fn schedule_lock(
     .fetch_optional(conn)
     .await?
     .ok_or(StoreError::NotFound(id))?;
-    schedule_from_row(&row)
+    schedule_from_row(&row, keys)
 }
 
 /// Deletes the schedule's pending occurrences due after `now` that never

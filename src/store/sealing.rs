@@ -33,11 +33,14 @@ pub struct Rotation {
 }
 
 impl Store {
-    /// Rows by the key they are sealed under (a full scan: for the doctor
-    /// and `tickler keys status`).
+    /// Rows of jobs and schedules by the key they are sealed under (a
+    /// full scan: for the doctor and `tickler keys status`).
     pub async fn key_counts(&self) -> Result<Vec<KeyCount>, StoreError> {
         let rows = sqlx::query(
-            "SELECT enc_key, COUNT(*) AS n FROM jobs GROUP BY enc_key ORDER BY enc_key",
+            "SELECT enc_key, CAST(SUM(n) AS SIGNED) AS n FROM ( \
+             SELECT enc_key, COUNT(*) AS n FROM jobs GROUP BY enc_key \
+             UNION ALL SELECT enc_key, COUNT(*) AS n FROM schedules GROUP BY enc_key) k \
+             GROUP BY enc_key ORDER BY enc_key",
         )
         .fetch_all(&self.pool)
         .await?;
@@ -84,6 +87,84 @@ impl Store {
         Ok(())
     }
 
+    /// Seals every schedule not yet under the active key again under it
+    /// (there are few: all at once, each only if it did not change
+    /// meanwhile). Returns (rewritten, skipped).
+    pub async fn schedules_reseal(&self) -> Result<(u64, u64), StoreError> {
+        let Some(active) = self.keys.active().map(str::to_owned) else {
+            return Ok((0, 0));
+        };
+        let rows = sqlx::query(
+            "SELECT id, version, payload, headers, enc_key FROM schedules \
+             WHERE enc_key IS NULL OR enc_key <> ?",
+        )
+        .bind(&active)
+        .fetch_all(&self.pool)
+        .await?;
+        let (mut rewritten, mut skipped) = (0, 0);
+        for row in &rows {
+            let id: u64 = row.try_get("id")?;
+            let version: u32 = row.try_get("version")?;
+            let parts = (Part::SchedulePayload, Part::ScheduleHeaders);
+            let Some((payload, headers)) = self.reopened(row, id, parts)? else {
+                skipped += 1;
+                continue;
+            };
+            let (payload, headers) = self.resealed(id, parts, &payload, headers);
+            rewritten += sqlx::query(
+                "UPDATE schedules SET payload = ?, headers = ?, enc_key = ?, \
+                 updated_at = updated_at WHERE id = ? AND version = ?",
+            )
+            .bind(payload)
+            .bind(headers)
+            .bind(&active)
+            .bind(id)
+            .bind(version)
+            .execute(&self.pool)
+            .await?
+            .rows_affected();
+        }
+        Ok((rewritten, skipped))
+    }
+
+    /// A row's payload and headers opened (None: it does not open here).
+    fn reopened(
+        &self,
+        row: &sqlx::mysql::MySqlRow,
+        id: u64,
+        parts: (Part, Part),
+    ) -> Result<Option<(Vec<u8>, Option<String>)>, StoreError> {
+        let payload: Vec<u8> = row.try_get("payload")?;
+        let headers = text(row, "headers")?;
+        let Some(key) = text(row, "enc_key")? else {
+            return Ok(Some((payload, headers)));
+        };
+        let opened = self.keys.open(&key, id, parts.0, &payload).and_then(|p| {
+            let h = match headers.as_deref() {
+                Some(h) if !h.is_empty() => Some(self.keys.open_text(&key, id, parts.1, h)?),
+                _ => None,
+            };
+            Ok((p, h))
+        });
+        Ok(opened.ok())
+    }
+
+    /// A payload and headers sealed for row `id` under the active key.
+    fn resealed(
+        &self,
+        id: u64,
+        parts: (Part, Part),
+        payload: &[u8],
+        headers: Option<String>,
+    ) -> (Vec<u8>, Option<String>) {
+        (
+            self.keys.seal(id, parts.0, payload).unwrap_or_default(),
+            headers
+                .filter(|h| !h.is_empty())
+                .and_then(|h| self.keys.seal_text(id, parts.1, &h)),
+        )
+    }
+
     /// Seals the next `limit` jobs not yet under the active key (plain,
     /// or under another key this handle has) again under it, from where
     /// the rotation stands; records the new position. Each row is written
@@ -115,34 +196,12 @@ impl Store {
             let id: JobId = row.try_get("id")?;
             let version: u32 = row.try_get("version")?;
             at.after_id = id;
-            let payload: Vec<u8> = row.try_get("payload")?;
-            let headers = text(row, "headers")?;
-            let opened = match text(row, "enc_key")? {
-                None => Ok((payload, headers)),
-                Some(key) => self
-                    .keys
-                    .open(&key, id, Part::Payload, &payload)
-                    .and_then(|p| {
-                        let h = match headers.as_deref() {
-                            Some(h) if !h.is_empty() => {
-                                Some(self.keys.open_text(&key, id, Part::Headers, h)?)
-                            }
-                            _ => None,
-                        };
-                        Ok((p, h))
-                    }),
-            };
-            let Ok((payload, headers)) = opened else {
+            let parts = (Part::Payload, Part::Headers);
+            let Some((payload, headers)) = self.reopened(row, id, parts)? else {
                 at.skipped += 1;
                 continue;
             };
-            let sealed_payload = self
-                .keys
-                .seal(id, Part::Payload, &payload)
-                .unwrap_or_default();
-            let sealed_headers = headers
-                .filter(|h| !h.is_empty())
-                .and_then(|h| self.keys.seal_text(id, Part::Headers, &h));
+            let (sealed_payload, sealed_headers) = self.resealed(id, parts, &payload, headers);
             let written = sqlx::query(
                 "UPDATE jobs SET payload = ?, headers = ?, enc_key = ?, updated_at = updated_at \
                  WHERE id = ? AND version = ?",
