@@ -351,6 +351,13 @@ async fn a_moved_ciphertext_is_set_aside_rotation_resumes_and_a_missing_key_is_n
         ))
         .await;
     assert_eq!(read["payload"], json!("template"), "{read}");
+    let rotations: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM audit_log WHERE action = 'keys.rotate' AND target = 'k2' AND actor = 'cli'",
+    )
+    .fetch_one(&env.sql)
+    .await
+    .unwrap();
+    assert_eq!(rotations, 2, "each run is in the audit log");
     let status = tickler(&env, &config, &["keys", "status"]).await;
     assert!(
         text(&status).contains("active key: k2"),

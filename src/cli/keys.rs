@@ -78,6 +78,18 @@ pub async fn run(config: &Config, command: KeysCommand) -> Result<(), AdminError
                     "set encryption.active_key (and its key in encryption.keys) first".to_owned(),
                 ));
             };
+            // In the audit log: who rotated to which key, and from where.
+            let asked = serde_json::json!({"rate": rate, "max_rows": max_rows, "restart": restart});
+            let begun = crate::audit::recorded(
+                &store,
+                "cli",
+                "keys.rotate",
+                Some(active.to_owned()),
+                Some(asked),
+                async { Ok::<_, String>(serde_json::json!({"keys": ring.ids()})) },
+            )
+            .await?;
+            begun.map_err(AdminError::Refused)?;
             if restart {
                 store.rotation_restart().await?;
             }
