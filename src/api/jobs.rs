@@ -322,6 +322,35 @@ pub(super) fn payload_parse(
     Ok(Some(parsed))
 }
 
+/// One create request as JSON text (the body of `POST /v1/jobs`, an item
+/// of a batch), checked by every rule the API applies before writing —
+/// the topic's reserved or not too — and built into the job to write,
+/// with the topic's result policy. For `tickler import`, which writes
+/// without the API; the broker's pre-flight is the caller's.
+pub fn create_checked(
+    text: &[u8],
+    config: &crate::config::Config,
+    rules: &crate::config::TopicRules,
+    now: DateTime<Utc>,
+) -> Result<NewJob, ApiError> {
+    let request: CreateJob = serde_json::from_slice(text).map_err(|err| {
+        if err.is_data() {
+            ApiError::InvalidRequest(err.to_string())
+        } else {
+            ApiError::InvalidJson(err.to_string())
+        }
+    })?;
+    let limits = Limits {
+        payload_max_bytes: config.jobs.payload_max_bytes,
+        max_schedule_ahead_days: config.jobs.max_schedule_ahead_days,
+    };
+    let job = request.validate(limits, now, |topic| rules.policy_for(topic))?;
+    if let Some(why) = rules.topic_reserved(&job.topic) {
+        return Err(ApiError::ReservedTopic(why));
+    }
+    Ok(job)
+}
+
 impl CreateJob {
     /// Checks every rule and builds the job to write; `topic_policy` gives
     /// the result policy of the job's topic.

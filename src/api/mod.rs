@@ -32,6 +32,7 @@ use tokio::sync::Notify;
 pub use auth::caller_of;
 pub use error::ApiError;
 pub use forecast::{forecast, Forecast, Range as ForecastRange};
+pub use jobs::create_checked;
 pub use openapi::ApiDoc;
 pub use server::{serve, tls_config, ServeLimits, TlsError};
 pub use stats::StatsCache;

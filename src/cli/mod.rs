@@ -8,6 +8,7 @@ pub mod client;
 pub mod control;
 pub mod doctor;
 pub mod forecast;
+pub mod import;
 pub mod jobs;
 pub mod keys;
 

@@ -262,6 +262,8 @@ pub enum Actor {
     Cli,
     /// `tickler bench`, seeding and measuring.
     Bench,
+    /// `tickler import`, loading jobs from a file.
+    Import,
     /// The Kafka ingress (`ingress:<request topic>` in the history).
     Ingress,
 }
@@ -278,6 +280,7 @@ impl Actor {
             Actor::Doctor => "doctor",
             Actor::Cli => "cli",
             Actor::Bench => "bench",
+            Actor::Import => "import",
             Actor::Ingress => "ingress",
         }
     }

@@ -55,6 +55,11 @@ enum Command {
     /// Measure throughput, lateness, burst drain, Redis bytes per job and
     /// reconciler cost against the local services (see docs/benchmarks.md).
     Bench(bench::BenchArgs),
+    /// Load jobs from a file — NDJSON (one create request per line, the
+    /// API's fields) or CSV (a header row naming them) — with the API's
+    /// checks, idempotent on (topic, key): a rerun resumes. Exit status 1
+    /// when some lines were refused (`--rejects FILE` lists them).
+    Import(tickler::cli::import::ImportArgs),
     /// Encryption at rest: generate a key, see which keys the jobs are
     /// sealed under, rotate them all to the active key.
     Keys {
@@ -234,6 +239,7 @@ async fn main() -> anyhow::Result<ExitCode> {
         }
         Command::Bench(args) => bench::run(&config, args.options()).await?,
         Command::Token { command } => admin::token(&config, command).await?,
+        Command::Import(args) => return tickler::cli::import::run(&config, args).await,
         Command::Keys { command } => tickler::cli::keys::run(&config, command).await?,
         Command::Instances => admin::instances(&config).await?,
         Command::Doctor(args) => return cli::doctor::run(config, args).await,
