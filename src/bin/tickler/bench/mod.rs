@@ -55,6 +55,7 @@ use tickler::store::{scratch, Actor, Store};
 mod args;
 mod cpu;
 mod instances;
+mod reference;
 mod tenants;
 
 pub use args::BenchArgs;
@@ -268,6 +269,17 @@ async fn run_in(
         tickler::index::url_redacted(mysql_url),
         config.redis.prefix,
         config.cluster.shards
+    );
+
+    // The machine's own figures, beside which every figure below reads.
+    let (model, cores) = reference::cpu();
+    let (statements, records) = if options.smoke { (5, 5_000) } else { (100, 100_000) };
+    let (inserted, updated) = reference::database(mysql_url, statements).await?;
+    let reference_topic = format!("tickler-bench-{suffix}.reference");
+    kafka::topic_ensure(&config.kafka.brokers, &reference_topic, 4).await?;
+    let produced = reference::producer(&config, &reference_topic, records).await?;
+    println!(
+        "reference: {model}, {cores} cores; MariaDB alone: {inserted:.0} rows/s by 1000-row INSERTs, {updated:.0} rows/s by 1000-row UPDATEs by id; the producer alone: {produced:.0} records/s (200 bytes)"
     );
 
     let cancel = CancellationToken::new();
