@@ -261,3 +261,62 @@ async fn the_busiest_minute_ahead_is_weighed_against_the_topics_pace() {
     assert_eq!(stats["bursts"][0]["topic"], paced.as_str(), "{stats}");
     env.finish().await;
 }
+
+/// The count of jobs by status and topic is made a chunk at a time (here
+/// of 3 index entries), so that no pass grows with the table; once
+/// complete it is exact — rows awaiting a result (no `status_at`) included
+/// — and `/v1/stats` says how old it is.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_jobs_are_counted_a_chunk_at_a_time_and_exactly() {
+    let env = TestEnv::start_with(|c| {
+        c.roles = vec![Role::Api, Role::Loader, Role::Reconciler];
+        c.gauges.counts_chunk_rows = 3;
+    })
+    .await;
+    let other = tickler_testkit::unique("tickler-test-");
+    tickler::kafka::topic_ensure(&env.config.kafka.brokers, &other, 1)
+        .await
+        .unwrap();
+    let mut ids = Vec::new();
+    for i in 0..10 {
+        let topic = if i % 3 == 0 { &other } else { &env.topic };
+        let job = env
+            .job_create(
+                json!({"topic": topic, "key": format!("c{i}"), "delay_ms": 86_400_000 + i * 1000}),
+            )
+            .await;
+        ids.push(job["id"].as_u64().unwrap());
+    }
+    // Dead, dispatching, and dispatched awaiting a result (no status_at).
+    sqlx::query("UPDATE jobs SET status = 'dead' WHERE id IN (?, ?)")
+        .bind(ids[0])
+        .bind(ids[1])
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    sqlx::query(
+        "UPDATE jobs SET status = 'dispatched', expects_result = TRUE, \
+         ack_deadline = UTC_TIMESTAMP(3) + INTERVAL 1 HOUR WHERE id IN (?, ?, ?)",
+    )
+    .bind(ids[2])
+    .bind(ids[3])
+    .bind(ids[4])
+    .execute(&env.sql)
+    .await
+    .unwrap();
+    let mut exact = env.store.job_counts().await.unwrap();
+    exact.sort_by(|a, b| (&a.status, &a.topic).cmp(&(&b.status, &b.topic)));
+    let mut counts = tickler::truth::Counts::default();
+    let truth =
+        tickler::truth::Truth::compute_with(&env.store, &env.index, &env.config, &mut counts)
+            .await
+            .unwrap();
+    let mut chunked = truth.jobs.clone();
+    chunked.sort_by(|a, b| (&a.status, &a.topic).cmp(&(&b.status, &b.topic)));
+    assert_eq!(chunked, exact);
+    assert_eq!(chunked.iter().map(|c| c.count).sum::<u64>(), 10);
+    assert!(truth.jobs_counted_ms.is_some());
+    let (_, stats) = env.get("/v1/stats").await;
+    assert!(stats["jobs_counted_ms"].as_u64().is_some(), "{stats}");
+    env.finish().await;
+}

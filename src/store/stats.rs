@@ -52,6 +52,81 @@ impl Store {
             .collect()
     }
 
+    /// One chunk of a count of jobs by topic made a chunk at a time (so
+    /// that no pass of the gauges grows with the table): the jobs of
+    /// `status` after `after` in `ix_jobs_status_at`'s order, up to `chunk`
+    /// of them, by topic; and where the next chunk starts (None: the
+    /// status is done). The first chunk of a status (`after` None) also
+    /// counts its rows without a `status_at` (dispatched, awaiting a
+    /// result), which that index keeps apart.
+    pub async fn job_counts_chunk(
+        &self,
+        status: &str,
+        after: Option<(NaiveDateTime, u64)>,
+        chunk: u64,
+    ) -> Result<(Vec<(String, u64)>, Option<(NaiveDateTime, u64)>), StoreError> {
+        // `status = ? AND status_at IS NOT NULL AND (status_at, id) > after`,
+        // spelled out so each engine's range optimizer takes it.
+        let after_sql = if after.is_some() {
+            " AND (status_at > ? OR (status_at = ? AND id > ?))"
+        } else {
+            ""
+        };
+        // id-order: the tiebreaker of a total order over the index's
+        // entries, so a chunk boundary is exact; any order of ids would do.
+        let boundary_sql = format!(
+            "SELECT status_at, id FROM jobs WHERE status = ? AND status_at IS NOT NULL{after_sql} \
+             ORDER BY status_at, id LIMIT 1 OFFSET ?"
+        );
+        let mut boundary = sqlx::query(&boundary_sql).bind(status);
+        if let Some((at, id)) = after {
+            boundary = boundary.bind(at).bind(at).bind(id);
+        }
+        let next: Option<(NaiveDateTime, u64)> = match boundary
+            .bind(chunk.saturating_sub(1))
+            .fetch_optional(&self.pool)
+            .await?
+        {
+            Some(row) => Some((row.try_get("status_at")?, row.try_get("id")?)),
+            None => None,
+        };
+        let mut count_sql = format!(
+            "SELECT topic, COUNT(*) AS n FROM jobs WHERE status = ? AND status_at IS NOT NULL{after_sql}"
+        );
+        if next.is_some() {
+            count_sql.push_str(" AND (status_at < ? OR (status_at = ? AND id <= ?))");
+        }
+        count_sql.push_str(" GROUP BY topic");
+        let mut count = sqlx::query(&count_sql).bind(status);
+        if let Some((at, id)) = after {
+            count = count.bind(at).bind(at).bind(id);
+        }
+        if let Some((at, id)) = next {
+            count = count.bind(at).bind(at).bind(id);
+        }
+        let mut rows = count.fetch_all(&self.pool).await?;
+        if after.is_none() {
+            rows.extend(
+                sqlx::query(
+                    "SELECT topic, COUNT(*) AS n FROM jobs \
+                     WHERE status = ? AND status_at IS NULL GROUP BY topic",
+                )
+                .bind(status)
+                .fetch_all(&self.pool)
+                .await?,
+            );
+        }
+        let counts = rows
+            .iter()
+            .map(|row| {
+                let topic: Vec<u8> = row.try_get("topic")?;
+                let n: i64 = row.try_get("n")?;
+                Ok((String::from_utf8_lossy(&topic).into_owned(), n as u64))
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        Ok((counts, next))
+    }
+
     /// Pending jobs already due, and the age of the oldest. The jobs of a
     /// paused topic are held on purpose: left out here, in the window
     /// count and the next due time (`GET /v1/topics` shows paused topics).
