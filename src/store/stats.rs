@@ -66,12 +66,9 @@ impl Store {
         chunk: u64,
     ) -> Result<(Vec<(String, u64)>, Option<(NaiveDateTime, u64)>), StoreError> {
         // `status = ? AND status_at IS NOT NULL AND (status_at, id) > after`,
-        // spelled out so that each engine's range starts at `after`: a
-        // plain `status_at >= ?` bounds the range, the rest filters in it
-        // (an OR of the two made MariaDB read the status's range from its
-        // start, every chunk further).
+        // spelled out so each engine's range optimizer takes it.
         let after_sql = if after.is_some() {
-            " AND status_at >= ? AND NOT (status_at = ? AND id <= ?)"
+            " AND (status_at > ? OR (status_at = ? AND id > ?))"
         } else {
             ""
         };
@@ -97,7 +94,7 @@ impl Store {
             "SELECT topic, COUNT(*) AS n FROM jobs WHERE status = ? AND status_at IS NOT NULL{after_sql}"
         );
         if next.is_some() {
-            count_sql.push_str(" AND status_at <= ? AND NOT (status_at = ? AND id > ?)");
+            count_sql.push_str(" AND (status_at < ? OR (status_at = ? AND id <= ?))");
         }
         count_sql.push_str(" GROUP BY topic");
         let mut count = sqlx::query(&count_sql).bind(status);
