@@ -36,13 +36,8 @@ pub const OTHER_TOPICS: &str = "_other";
 #[derive(Debug, Clone, Serialize, utoipa::ToSchema)]
 pub struct Truth {
     pub at: String,
-    /// Jobs by status (pending, dispatching, dispatched, dead) and topic,
-    /// exact as of `jobs_counted_ms` ago: counted a chunk of
-    /// `gauges.counts_chunk_rows` at a time, so a large table's count
-    /// spans several passes; empty until the first count completes.
+    /// Jobs by status (pending, dispatching, dispatched, dead) and topic.
     pub jobs: Vec<TopicCount>,
-    /// How long ago the count of `jobs` completed (null: not yet).
-    pub jobs_counted_ms: Option<u64>,
     pub overdue: OverdueView,
     pub window: Drift,
     /// Until the next pending job is due (negative: overdue); null when
@@ -128,8 +123,14 @@ impl Truth {
         let started = Instant::now();
         let at = store.db_now().await?;
         let fresh = Duration::from_millis(config.gauges.counts_interval_ms);
-        let chunk = config.gauges.counts_chunk_rows.max(1);
-        let (jobs, jobs_counted_ms) = counts.jobs_advance(store, fresh, chunk).await?;
+        let jobs = match &counts.0 {
+            Some((counted, jobs)) if counted.elapsed() < fresh => jobs.clone(),
+            _ => {
+                let jobs = store.job_counts().await?;
+                counts.0 = Some((Instant::now(), jobs.clone()));
+                jobs
+            }
+        };
         // A range scan of the next hours' jobs: at the counts' cadence too.
         let bursts = match &counts.1 {
             Some((counted, bursts)) if counted.elapsed() < fresh => bursts.clone(),
@@ -198,7 +199,6 @@ impl Truth {
         Ok(Truth {
             at: crate::job::time_format(at),
             jobs,
-            jobs_counted_ms,
             overdue: OverdueView {
                 count,
                 oldest_age_ms,
@@ -227,81 +227,12 @@ impl Truth {
 }
 
 /// The last count of jobs by status and topic, and the last bursts
-/// ahead, each with when it was made; and the count under way.
+/// ahead, each with when it was made.
 #[derive(Debug, Clone, Default)]
 pub struct Counts(
     Option<(Instant, Vec<TopicCount>)>,
     Option<(Instant, Vec<BurstAhead>)>,
-    Option<Sweep>,
 );
-
-/// A count of jobs by status and topic under way: where it stands in
-/// [`COUNTED`] and in the status's index order, and what it has counted.
-#[derive(Debug, Clone, Default)]
-pub struct Sweep {
-    status: usize,
-    after: Option<(chrono::NaiveDateTime, u64)>,
-    counted: std::collections::BTreeMap<(String, String), u64>,
-}
-
-/// How long one computation of the truth spends counting jobs, at most
-/// (a chunk more): the count of a large table spans several passes.
-const COUNT_BUDGET: Duration = Duration::from_millis(500);
-
-impl Counts {
-    /// Goes on with the count of jobs by status and topic — starting one
-    /// when the last is older than `fresh` — for at most [`COUNT_BUDGET`],
-    /// `chunk` index entries a statement; returns the last complete count
-    /// and how long ago it completed.
-    async fn jobs_advance(
-        &mut self,
-        store: &Store,
-        fresh: Duration,
-        chunk: u64,
-    ) -> Result<(Vec<TopicCount>, Option<u64>), StoreError> {
-        let due = self
-            .0
-            .as_ref()
-            .is_none_or(|(counted, _)| counted.elapsed() >= fresh);
-        if due && self.2.is_none() {
-            self.2 = Some(Sweep::default());
-        }
-        if let Some(sweep) = &mut self.2 {
-            let started = Instant::now();
-            loop {
-                let status = crate::store::COUNTED[sweep.status];
-                let (rows, next) = store.job_counts_chunk(status, sweep.after, chunk).await?;
-                for (topic, n) in rows {
-                    *sweep.counted.entry((status.to_owned(), topic)).or_default() += n;
-                }
-                sweep.after = next;
-                if next.is_none() {
-                    sweep.status += 1;
-                }
-                if sweep.status == crate::store::COUNTED.len() {
-                    let jobs = std::mem::take(&mut sweep.counted)
-                        .into_iter()
-                        .map(|((status, topic), count)| TopicCount {
-                            topic,
-                            status,
-                            count,
-                        })
-                        .collect();
-                    self.0 = Some((Instant::now(), jobs));
-                    self.2 = None;
-                    break;
-                }
-                if started.elapsed() >= COUNT_BUDGET {
-                    break;
-                }
-            }
-        }
-        Ok(match &self.0 {
-            Some((counted, jobs)) => (jobs.clone(), Some(counted.elapsed().as_millis() as u64)),
-            None => (Vec::new(), None),
-        })
-    }
-}
 
 /// Most topics whose burst ahead is named.
 pub const BURSTS_MAX: usize = 20;

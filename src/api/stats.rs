@@ -20,12 +20,8 @@ use crate::truth::{Counts, Drift, LatenessMinute, Live, OverdueView, Truth};
 #[derive(Debug, serde::Serialize, utoipa::ToSchema)]
 pub struct Stats {
     pub at: String,
-    /// Jobs by status and topic, of the token's topics: exact as of
-    /// `jobs_counted_ms` ago (counted a chunk at a time, so a large
-    /// table's count spans several passes).
+    /// Jobs by status and topic, of the token's topics.
     pub jobs: Vec<TopicCount>,
-    /// How long ago the count of `jobs` completed (null: not yet).
-    pub jobs_counted_ms: Option<u64>,
     pub overdue: Option<OverdueView>,
     pub window: Option<Drift>,
     pub next_due_in_ms: Option<i64>,
@@ -87,7 +83,6 @@ impl Stats {
         Stats {
             at: truth.at,
             jobs,
-            jobs_counted_ms: truth.jobs_counted_ms,
             overdue: all.then_some(truth.overdue),
             window: all.then_some(truth.window),
             next_due_in_ms: truth.next_due_in_ms.filter(|_| all),

@@ -303,10 +303,6 @@ pub struct GaugesSettings {
     /// whose cost grows with the table (seconds at ten million live jobs);
     /// at least `truth_interval_ms`.
     pub counts_interval_ms: u64,
-    /// Index entries one statement of that count reads: a count of a
-    /// large table is made a chunk at a time, over several passes, so no
-    /// pass grows with the table.
-    pub counts_chunk_rows: u64,
     /// Most topics the `tickler_jobs` gauge names; the rest are summed
     /// under `topic="_other"`.
     pub topics_max: usize,
@@ -633,7 +629,6 @@ impl Default for GaugesSettings {
         GaugesSettings {
             interval_ms: 15_000,
             counts_interval_ms: 60_000,
-            counts_chunk_rows: 500_000,
             topics_max: 50,
             burst_horizon_ms: 6 * 3_600_000,
             burst_drain_per_second: 10_000,

@@ -41,14 +41,11 @@ class Stats:
             bursts (list[BurstAhead]): The busiest minute ahead of each of the token's topics (the
                 longest to produce first).
             ingress_lag (list[IngressLag]): The ingress group's lag on each request topic.
-            jobs (list[TopicCount]): Jobs by status and topic, of the token's topics: exact as of
-                `jobs_counted_ms` ago (counted a chunk at a time, so a large
-                table's count spans several passes).
+            jobs (list[TopicCount]): Jobs by status and topic, of the token's topics.
             lateness (list[LatenessMinute]):
             partial (bool): True when the deployment-wide figures are left out.
             scan_ms (int):
             instances (Live | None | Unset):
-            jobs_counted_ms (int | None | Unset): How long ago the count of `jobs` completed (null: not yet).
             next_due_in_ms (int | None | Unset):
             overdue (None | OverdueView | Unset):
             quota (None | QuotaView | Unset):
@@ -65,7 +62,6 @@ class Stats:
     partial: bool
     scan_ms: int
     instances: Live | None | Unset = UNSET
-    jobs_counted_ms: int | None | Unset = UNSET
     next_due_in_ms: int | None | Unset = UNSET
     overdue: None | OverdueView | Unset = UNSET
     quota: None | QuotaView | Unset = UNSET
@@ -130,12 +126,6 @@ class Stats:
         else:
             instances = self.instances
 
-        jobs_counted_ms: int | None | Unset
-        if isinstance(self.jobs_counted_ms, Unset):
-            jobs_counted_ms = UNSET
-        else:
-            jobs_counted_ms = self.jobs_counted_ms
-
         next_due_in_ms: int | None | Unset
         if isinstance(self.next_due_in_ms, Unset):
             next_due_in_ms = UNSET
@@ -194,8 +184,6 @@ class Stats:
         })
         if instances is not UNSET:
             field_dict["instances"] = instances
-        if jobs_counted_ms is not UNSET:
-            field_dict["jobs_counted_ms"] = jobs_counted_ms
         if next_due_in_ms is not UNSET:
             field_dict["next_due_in_ms"] = next_due_in_ms
         if overdue is not UNSET:
@@ -289,16 +277,6 @@ class Stats:
             return cast(Live | None | Unset, data)
 
         instances = _parse_instances(d.pop("instances", UNSET))
-
-
-        def _parse_jobs_counted_ms(data: object) -> int | None | Unset:
-            if data is None:
-                return data
-            if isinstance(data, Unset):
-                return data
-            return cast(int | None | Unset, data)
-
-        jobs_counted_ms = _parse_jobs_counted_ms(d.pop("jobs_counted_ms", UNSET))
 
 
         def _parse_next_due_in_ms(data: object) -> int | None | Unset:
@@ -410,7 +388,6 @@ class Stats:
             partial=partial,
             scan_ms=scan_ms,
             instances=instances,
-            jobs_counted_ms=jobs_counted_ms,
             next_due_in_ms=next_due_in_ms,
             overdue=overdue,
             quota=quota,

@@ -273,11 +273,7 @@ async fn run_in(
 
     // The machine's own figures, beside which every figure below reads.
     let (model, cores) = reference::cpu();
-    let (statements, records) = if options.smoke {
-        (5, 5_000)
-    } else {
-        (100, 100_000)
-    };
+    let (statements, records) = if options.smoke { (5, 5_000) } else { (100, 100_000) };
     let (inserted, updated) = reference::database(mysql_url, statements).await?;
     let reference_topic = format!("tickler-bench-{suffix}.reference");
     kafka::topic_ensure(&config.kafka.brokers, &reference_topic, 4).await?;
@@ -1271,28 +1267,13 @@ impl Bench {
             pass.as_secs_f64() * 1000.0,
             far + window_rows
         );
-        // The gauges from the truth over the same table, pass after pass
-        // as the reporter computes them: the count by (status, topic) is
-        // made a chunk at a time across passes; the rest are range scans.
-        let mut counts = tickler::truth::Counts::default();
-        let mut passes = Vec::new();
-        let truth = loop {
-            let truth =
-                tickler::truth::Truth::compute_with(store, index, &self.config, &mut counts)
-                    .await?;
-            passes.push(truth.scan_ms);
-            if truth.jobs_counted_ms.is_some() || passes.len() >= 1_000 {
-                break truth;
-            }
-        };
+        // The gauges from the truth over the same table: the (status,
+        // topic) index is read whole, the rest are range scans.
+        let truth = tickler::truth::Truth::compute(store, index, &self.config).await?;
         let counted: u64 = truth.jobs.iter().map(|c| c.count).sum();
         println!(
-            "reconcile: gauges from the truth: slowest pass {} ms, median {} ms; the count by status and topic complete after {} passes ({counted} live jobs), {} overdue, drift {:?}",
-            passes.iter().max().copied().unwrap_or(0),
-            median_u64(&passes),
-            passes.len(),
-            truth.overdue.count,
-            truth.window.drift
+            "reconcile: gauges from the truth in {} ms ({counted} live jobs counted by status and topic, {} overdue, drift {:?})",
+            truth.scan_ms, truth.overdue.count, truth.window.drift
         );
         self.forecast(store, &topic).await?;
         index.clear().await?;
@@ -1494,11 +1475,4 @@ fn record(consumer: BaseConsumer, records: Records, stop: CancellationToken) {
                 });
         }
     });
-}
-
-/// The median of `values` (0 when empty).
-fn median_u64(values: &[u64]) -> u64 {
-    let mut sorted = values.to_vec();
-    sorted.sort_unstable();
-    sorted.get(sorted.len() / 2).copied().unwrap_or(0)
 }
