@@ -20,7 +20,10 @@ async fn import(env: &TestEnv, args: &[&str]) -> Output {
         .env("TICKLER_REDIS_URL", &env.config.redis.url)
         .env("TICKLER_REDIS_PREFIX", &env.config.redis.prefix)
         .env("TICKLER_KAFKA_BROKERS", &env.config.kafka.brokers)
-        .env("TICKLER_CLUSTER_SHARDS", env.config.cluster.shards.to_string())
+        .env(
+            "TICKLER_CLUSTER_SHARDS",
+            env.config.cluster.shards.to_string(),
+        )
         .env("TICKLER_LOG", "warn")
         .stdin(Stdio::null());
     tokio::task::spawn_blocking(move || command.output().unwrap())
@@ -29,8 +32,7 @@ async fn import(env: &TestEnv, args: &[&str]) -> Output {
 }
 
 fn text(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned()
-        + &String::from_utf8_lossy(&output.stderr)
+    String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr)
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -56,13 +58,20 @@ async fn an_ndjson_file_is_loaded_checked_and_loaded_again_without_doubles() {
     let rejects = dir.join("rejects.ndjson");
     let first = import(
         &env,
-        &[file.to_str().unwrap(), "--rejects", rejects.to_str().unwrap(), "--batch", "2"],
+        &[
+            file.to_str().unwrap(),
+            "--rejects",
+            rejects.to_str().unwrap(),
+            "--batch",
+            "2",
+        ],
     )
     .await;
     let said = text(&first);
     assert_eq!(first.status.code(), Some(1), "{said}");
     assert!(
-        said.contains("8 lines in") && said.contains(": 4 created, 0 already there (same topic and key), 4 refused"),
+        said.contains("8 lines in")
+            && said.contains(": 4 created, 0 already there (same topic and key), 4 refused"),
         "{said}"
     );
     let refused: Vec<Value> = std::fs::read_to_string(&rejects)
@@ -76,10 +85,18 @@ async fn an_ndjson_file_is_loaded_checked_and_loaded_again_without_doubles() {
         .collect();
     assert_eq!(
         named,
-        vec![(3, "invalid_json"), (5, "invalid_key"), (7, "unknown_topic"), (8, "invalid_schedule")],
+        vec![
+            (3, "invalid_json"),
+            (5, "invalid_key"),
+            (7, "unknown_topic"),
+            (8, "invalid_schedule")
+        ],
         "{refused:?}"
     );
-    assert!(said.contains("line 5: invalid_key: import needs a key on every job"), "{said}");
+    assert!(
+        said.contains("line 5: invalid_key: import needs a key on every job"),
+        "{said}"
+    );
     let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs")
         .fetch_one(&env.sql)
         .await
@@ -99,7 +116,11 @@ async fn an_ndjson_file_is_loaded_checked_and_loaded_again_without_doubles() {
     let (_, job) = env.get(&format!("/v1/jobs/{id}")).await;
     assert_eq!(
         (&job["run_at"], &job["headers"]["tenant"], &job["payload"]),
-        (&json!("2030-01-31T09:00:00.000Z"), &json!("acme"), &json!({"n": 2})),
+        (
+            &json!("2030-01-31T09:00:00.000Z"),
+            &json!("acme"),
+            &json!({"n": 2})
+        ),
         "{job}"
     );
     // Due in 1.5 s: indexed by the import, sent on time by tickler.
@@ -145,8 +166,14 @@ async fn a_csv_file_names_its_columns_in_a_header() {
     std::fs::write(&file, csv).unwrap();
     let output = import(&env, &[file.to_str().unwrap()]).await;
     let said = text(&output);
-    assert!(said.contains("3 lines in") && said.contains(": 2 created"), "{said}");
-    assert!(said.contains("line 4: invalid_json: column delay_ms"), "{said}");
+    assert!(
+        said.contains("3 lines in") && said.contains(": 2 created"),
+        "{said}"
+    );
+    assert!(
+        said.contains("line 4: invalid_json: column delay_ms"),
+        "{said}"
+    );
     let id: u64 = sqlx::query_scalar("SELECT id FROM jobs WHERE job_key = 'r-1'")
         .fetch_one(&env.sql)
         .await

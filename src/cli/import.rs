@@ -106,7 +106,9 @@ fn csv_request(header: &csv::StringRecord, record: &csv::StringRecord) -> Result
                 Value::String(cell.to_owned())
             }
             // Any JSON value; a cell that is not JSON is a string payload.
-            "payload" => serde_json::from_str(cell).unwrap_or_else(|_| Value::String(cell.to_owned())),
+            "payload" => {
+                serde_json::from_str(cell).unwrap_or_else(|_| Value::String(cell.to_owned()))
+            }
             _ => serde_json::from_str(cell)
                 .map_err(|_| format!("column {name}: {cell:?} is not a JSON value"))?,
         };
@@ -129,7 +131,11 @@ fn requests(
         )
     };
     let format = args.format.unwrap_or_else(|| {
-        if args.file.extension().is_some_and(|e| e.eq_ignore_ascii_case("csv")) {
+        if args
+            .file
+            .extension()
+            .is_some_and(|e| e.eq_ignore_ascii_case("csv"))
+        {
             Format::Csv
         } else {
             Format::Ndjson
@@ -177,8 +183,8 @@ pub async fn run(config: &Config, args: ImportArgs) -> anyhow::Result<ExitCode> 
         &config.encryption.keys,
     )?;
     Store::migrate(&config.mysql.url).await?;
-    let store = Store::connect_lazy(&config.mysql.url, args.parallel + 1, Actor::Import)?
-        .with_keys(keys);
+    let store =
+        Store::connect_lazy(&config.mysql.url, args.parallel + 1, Actor::Import)?.with_keys(keys);
     let shards = match store.shard_leases().await {
         Ok(leases) if !leases.is_empty() => leases.len() as u32,
         _ => config.cluster.shards,
@@ -192,9 +198,10 @@ pub async fn run(config: &Config, args: ImportArgs) -> anyhow::Result<ExitCode> 
     );
     let rules = config.topic_rules();
     let mut rejects = match &args.rejects {
-        Some(path) => Some(std::io::BufWriter::new(std::fs::File::create(path).map_err(
-            |err| anyhow::anyhow!("cannot write {}: {err}", path.display()),
-        )?)),
+        Some(path) => Some(std::io::BufWriter::new(
+            std::fs::File::create(path)
+                .map_err(|err| anyhow::anyhow!("cannot write {}: {err}", path.display()))?,
+        )),
         None => None,
     };
 
@@ -221,7 +228,8 @@ pub async fn run(config: &Config, args: ImportArgs) -> anyhow::Result<ExitCode> 
                     let exists = match topic_ok.get(&job.topic) {
                         Some(known) => *known,
                         None => {
-                            let known = topics.preflight(config.kafka.topic_check, &job.topic).await;
+                            let known =
+                                topics.preflight(config.kafka.topic_check, &job.topic).await;
                             topic_ok.insert(job.topic.clone(), known);
                             known
                         }
@@ -236,7 +244,11 @@ pub async fn run(config: &Config, args: ImportArgs) -> anyhow::Result<ExitCode> 
                         });
                     }
                 }
-                Err((code, message)) => refusals.push(Refusal { line, code, message }),
+                Err((code, message)) => refusals.push(Refusal {
+                    line,
+                    code,
+                    message,
+                }),
             }
         }
         if !refusals.is_empty() {
@@ -253,7 +265,9 @@ pub async fn run(config: &Config, args: ImportArgs) -> anyhow::Result<ExitCode> 
                     )?;
                 }
                 if tally.first.len() < FIRST_SHOWN {
-                    tally.first.push((refusal.line, refusal.code, refusal.message));
+                    tally
+                        .first
+                        .push((refusal.line, refusal.code, refusal.message));
                 }
             }
         }

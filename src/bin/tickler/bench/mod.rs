@@ -273,7 +273,11 @@ async fn run_in(
 
     // The machine's own figures, beside which every figure below reads.
     let (model, cores) = reference::cpu();
-    let (statements, records) = if options.smoke { (5, 5_000) } else { (100, 100_000) };
+    let (statements, records) = if options.smoke {
+        (5, 5_000)
+    } else {
+        (100, 100_000)
+    };
     let (inserted, updated) = reference::database(mysql_url, statements).await?;
     let reference_topic = format!("tickler-bench-{suffix}.reference");
     kafka::topic_ensure(&config.kafka.brokers, &reference_topic, 4).await?;
