@@ -220,6 +220,62 @@ impl Keyring {
     }
 }
 
+/// A job's two sealed columns, as [`Keyring::open_row`] and
+/// [`Keyring::seal_row`] take them.
+pub const JOB: (Part, Part) = (Part::Payload, Part::Headers);
+/// A schedule's template's two sealed columns.
+pub const SCHEDULE: (Part, Part) = (Part::SchedulePayload, Part::ScheduleHeaders);
+
+impl Keyring {
+    /// Row `id`'s payload and headers (its text column) as stored, opened
+    /// with `key` (None: stored plain, returned as they are). An empty
+    /// payload is a listing's placeholder (a sealed one never is): kept.
+    pub fn open_row(
+        &self,
+        key: Option<&str>,
+        id: u64,
+        parts: (Part, Part),
+        payload: Vec<u8>,
+        headers: Option<String>,
+    ) -> Result<(Vec<u8>, Option<String>), KeyError> {
+        let Some(key) = key else {
+            return Ok((payload, headers));
+        };
+        let payload = if payload.is_empty() {
+            payload
+        } else {
+            self.open(key, id, parts.0, &payload)?
+        };
+        let headers = match headers {
+            Some(text) if !text.is_empty() => Some(self.open_text(key, id, parts.1, &text)?),
+            other => other,
+        };
+        Ok((payload, headers))
+    }
+
+    /// Row `id`'s payload and headers as they are to be stored:
+    /// (payload, headers, key id), sealed under the active key, or plain
+    /// (key None) when encryption is off.
+    pub fn seal_row(
+        &self,
+        id: u64,
+        parts: (Part, Part),
+        payload: &[u8],
+        headers: Option<&str>,
+    ) -> (Vec<u8>, Option<String>, Option<String>) {
+        match self.active() {
+            Some(active) => (
+                self.seal(id, parts.0, payload).unwrap_or_default(),
+                headers
+                    .filter(|text| !text.is_empty())
+                    .and_then(|text| self.seal_text(id, parts.1, text)),
+                Some(active.to_owned()),
+            ),
+            None => (payload.to_vec(), headers.map(str::to_owned), None),
+        }
+    }
+}
+
 /// A new key: 32 random bytes in standard base64, for a key file or
 /// variable (`tickler keys generate`).
 pub fn generate() -> String {

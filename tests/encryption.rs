@@ -263,8 +263,13 @@ async fn a_moved_ciphertext_is_set_aside_rotation_resumes_and_a_missing_key_is_n
     .execute(&env.sql)
     .await
     .unwrap();
+    // Read through the API: an error of tickler's, never the wrong payload.
     let (status, body) = env.get(&format!("/v1/jobs/{}", ids[0])).await;
-    assert!(status >= 500 || status == 200, "{status} {body}");
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (500, &json!("internal")),
+        "{body}"
+    );
     // Due now: the dispatcher sets it aside, and goes on with the others.
     env.status_await(ids[0], "dead", Duration::from_secs(20))
         .await;

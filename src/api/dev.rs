@@ -11,6 +11,7 @@ use super::{ApiError, ApiJson, ApiState};
 use crate::auth::Scope;
 use crate::clock::{AdvanceError, ADVANCE_MOST_MS};
 use crate::job::time_format;
+use crate::store::StoreError;
 
 /// Body of `POST /v1/dev/clock`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -72,11 +73,17 @@ pub async fn clock_advance(
         )));
     }
     let offset = clock.offset_ms().saturating_add(ms);
-    if let Err(err) = state.store.clock_offset_check(offset).await {
-        tracing::info!(error = %err, offset_ms = offset, "the database refused the moved clock");
-        return Err(ApiError::InvalidRequest(format!(
-            "the database takes no clock {offset} ms ahead of its own (MariaDB before 11.5 stops at 2038-01-19)"
-        )));
+    match state.store.clock_offset_check(offset).await {
+        Ok(()) => {}
+        // The server refused the value itself: out of its range.
+        Err(StoreError::Query(err)) => {
+            tracing::info!(error = %err, offset_ms = offset, "the database refused the moved clock");
+            return Err(ApiError::InvalidRequest(format!(
+                "the database takes no clock {offset} ms ahead of its own (MariaDB before 11.5 stops at 2038-01-19)"
+            )));
+        }
+        // Unavailable, failing over: 503 with Retry-After, nothing moved.
+        Err(err) => return Err(err.into()),
     }
     // Leases first, so that no heartbeat or claim looks expired by the
     // moved clock; then the clock.

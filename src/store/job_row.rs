@@ -12,7 +12,7 @@ use sqlx::Row;
 
 use super::StoreError;
 use crate::job::{Job, JobId, NewJob};
-use crate::keys::{Keyring, Part};
+use crate::keys::Keyring;
 use crate::policy::Policy;
 
 /// The columns a [`Job`] is read from, with `$payload` in the payload's
@@ -136,25 +136,9 @@ fn payload_and_headers(
 ) -> Result<(Vec<u8>, Option<String>), StoreError> {
     let payload: Vec<u8> = row.try_get("payload")?;
     let headers = text(row, "headers")?;
-    let Some(key) = text(row, "enc_key")? else {
-        return Ok((payload, headers));
-    };
-    let sealed = |err: crate::keys::KeyError| StoreError::Corrupt(format!("job {id}: {err}"));
-    // A listing reads no payload (an empty one is never sealed).
-    let payload = if payload.is_empty() {
-        payload
-    } else {
-        keys.open(&key, id, Part::Payload, &payload)
-            .map_err(sealed)?
-    };
-    let headers = match headers {
-        Some(text) if !text.is_empty() => Some(
-            keys.open_text(&key, id, Part::Headers, &text)
-                .map_err(sealed)?,
-        ),
-        other => other,
-    };
-    Ok((payload, headers))
+    let key = text(row, "enc_key")?;
+    keys.open_row(key.as_deref(), id, crate::keys::JOB, payload, headers)
+        .map_err(|err| StoreError::Corrupt(format!("job {id}: {err}")))
 }
 
 pub(super) fn job_from_row(row: &MySqlRow, keys: &Keyring) -> Result<Job, StoreError> {

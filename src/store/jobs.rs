@@ -18,7 +18,7 @@ use super::job_row::{
 use super::sql::{run_at_push, topic_patterns_push};
 use super::{Store, StoreError};
 use crate::job::{Expiry, Job, JobId, NewJob, PayloadKind, Schedule, Status, Window};
-use crate::keys::{Keyring, Part};
+use crate::keys::Keyring;
 
 /// What a modification of a pending job changes; None leaves it as is.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -762,15 +762,12 @@ async fn resealed(
             )
         }
     };
-    let text = headers_encode(&headers);
-    Ok(match keys.active() {
-        Some(active) => (
-            keys.seal(id, Part::Payload, &payload).unwrap_or_default(),
-            text.and_then(|text| keys.seal_text(id, Part::Headers, &text)),
-            Some(active.to_owned()),
-        ),
-        None => (payload, text, None),
-    })
+    Ok(keys.seal_row(
+        id,
+        crate::keys::JOB,
+        &payload,
+        headers_encode(&headers).as_deref(),
+    ))
 }
 
 /// Writes the payloads and headers of `jobs` (rows in this transaction)
@@ -811,11 +808,13 @@ fn sealed_row(
     payload: &[u8],
     headers: &BTreeMap<String, String>,
 ) -> (JobId, Vec<u8>, String) {
-    let payload = keys.seal(id, Part::Payload, payload).unwrap_or_default();
-    let headers = headers_encode(headers)
-        .and_then(|text| keys.seal_text(id, Part::Headers, &text))
-        .unwrap_or_default();
-    (id, payload, headers)
+    let (payload, headers, _) = keys.seal_row(
+        id,
+        crate::keys::JOB,
+        payload,
+        headers_encode(headers).as_deref(),
+    );
+    (id, payload, headers.unwrap_or_default())
 }
 
 /// Writes sealed (id, payload, headers) rows with the active key's id: one

@@ -13,7 +13,7 @@ use super::jobs::{insert_many_on, BatchRow};
 use super::sql::{push_id_list, topic_patterns_push};
 use super::{Store, StoreError};
 use crate::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status, Window};
-use crate::keys::{Keyring, Part};
+use crate::keys::Keyring;
 use crate::policy::Policy;
 use crate::schedule::{self, Bounds, InvalidTiming, Misfire, Progress, Timing};
 
@@ -254,23 +254,15 @@ fn bytes_text(row: &MySqlRow, column: &str) -> Result<Option<String>, StoreError
 fn schedule_from_row(row: &MySqlRow, keys: &Keyring) -> Result<ScheduleRow, StoreError> {
     let id: u64 = row.try_get("id")?;
     let corrupt = |what: &str| StoreError::Corrupt(format!("schedule {id}: {what}"));
-    let sealed = |err: crate::keys::KeyError| StoreError::Corrupt(format!("schedule {id}: {err}"));
-    let payload: Vec<u8> = row.try_get("payload")?;
-    let mut headers_column = bytes_text(row, "headers")?;
-    let payload = match bytes_text(row, "enc_key")? {
-        None => payload,
-        Some(key) => {
-            headers_column = match headers_column {
-                Some(text) if !text.is_empty() => Some(
-                    keys.open_text(&key, id, Part::ScheduleHeaders, &text)
-                        .map_err(sealed)?,
-                ),
-                other => other,
-            };
-            keys.open(&key, id, Part::SchedulePayload, &payload)
-                .map_err(sealed)?
-        }
-    };
+    let (payload, headers_column) = keys
+        .open_row(
+            bytes_text(row, "enc_key")?.as_deref(),
+            id,
+            crate::keys::SCHEDULE,
+            row.try_get("payload")?,
+            bytes_text(row, "headers")?,
+        )
+        .map_err(|err| StoreError::Corrupt(format!("schedule {id}: {err}")))?;
     let at = |column: &str| -> Result<DateTime<Utc>, StoreError> {
         let value: NaiveDateTime = row.try_get(column)?;
         Ok(value.and_utc())
@@ -327,16 +319,13 @@ fn headers_text(headers: &BTreeMap<String, String>) -> Option<String> {
 /// `keys`, or plain without one.
 type Content = (Vec<u8>, Option<String>, Option<String>);
 
-fn content(keys: &Keyring, id: u64, parts: (Part, Part), def: &ScheduleDef) -> Content {
-    let text = headers_text(&def.headers);
-    match keys.active() {
-        Some(active) => (
-            keys.seal(id, parts.0, &def.payload).unwrap_or_default(),
-            text.and_then(|text| keys.seal_text(id, parts.1, &text)),
-            Some(active.to_owned()),
-        ),
-        None => (def.payload.clone(), text, None),
-    }
+fn content(keys: &Keyring, id: u64, def: &ScheduleDef) -> Content {
+    keys.seal_row(
+        id,
+        crate::keys::SCHEDULE,
+        &def.payload,
+        headers_text(&def.headers).as_deref(),
+    )
 }
 
 /// ` SET` the definition's columns (for an UPDATE); the payload and
@@ -428,12 +417,7 @@ impl Store {
         insert.push(")");
         let id = insert.build().execute(&mut *tx).await?.last_insert_id();
         if sealing {
-            let (payload, headers, key) = content(
-                &self.keys,
-                id,
-                (Part::SchedulePayload, Part::ScheduleHeaders),
-                def,
-            );
+            let (payload, headers, key) = content(&self.keys, id, def);
             sqlx::query(
                 "UPDATE schedules SET payload = ?, headers = ?, enc_key = ?, \
                  updated_at = updated_at WHERE id = ?",
@@ -733,12 +717,7 @@ impl Store {
         }
 
         let mut query = QueryBuilder::<MySql>::new("UPDATE schedules SET");
-        let own = content(
-            &self.keys,
-            id,
-            (Part::SchedulePayload, Part::ScheduleHeaders),
-            def,
-        );
+        let own = content(&self.keys, id, def);
         def_set(&mut query, def, Some(own));
         query
             .push(", cron = ")

@@ -105,7 +105,7 @@ impl Store {
         for row in &rows {
             let id: u64 = row.try_get("id")?;
             let version: u32 = row.try_get("version")?;
-            let parts = (Part::SchedulePayload, Part::ScheduleHeaders);
+            let parts = crate::keys::SCHEDULE;
             let Some((payload, headers)) = self.reopened(row, id, parts)? else {
                 skipped += 1;
                 continue;
@@ -134,19 +134,12 @@ impl Store {
         id: u64,
         parts: (Part, Part),
     ) -> Result<Option<(Vec<u8>, Option<String>)>, StoreError> {
+        let key = text(row, "enc_key")?;
         let payload: Vec<u8> = row.try_get("payload")?;
-        let headers = text(row, "headers")?;
-        let Some(key) = text(row, "enc_key")? else {
-            return Ok(Some((payload, headers)));
-        };
-        let opened = self.keys.open(&key, id, parts.0, &payload).and_then(|p| {
-            let h = match headers.as_deref() {
-                Some(h) if !h.is_empty() => Some(self.keys.open_text(&key, id, parts.1, h)?),
-                _ => None,
-            };
-            Ok((p, h))
-        });
-        Ok(opened.ok())
+        Ok(self
+            .keys
+            .open_row(key.as_deref(), id, parts, payload, text(row, "headers")?)
+            .ok())
     }
 
     /// A payload and headers sealed for row `id` under the active key.
@@ -157,12 +150,8 @@ impl Store {
         payload: &[u8],
         headers: Option<String>,
     ) -> (Vec<u8>, Option<String>) {
-        (
-            self.keys.seal(id, parts.0, payload).unwrap_or_default(),
-            headers
-                .filter(|h| !h.is_empty())
-                .and_then(|h| self.keys.seal_text(id, parts.1, &h)),
-        )
+        let (payload, headers, _) = self.keys.seal_row(id, parts, payload, headers.as_deref());
+        (payload, headers)
     }
 
     /// Seals the next `limit` jobs not yet under the active key (plain,
@@ -181,13 +170,17 @@ impl Store {
         let mut at = self.rotation().await?;
         // id-order: a cursor over every row by its id, any engine's ids: a
         // row created after the rotation passed its id is sealed under the
-        // active key already, as its create wrote it.
+        // active key already, as its create wrote it. Each step reads the
+        // next `limit` rows whatever their key (a bounded range of the
+        // primary key), the payloads only of those still to seal.
         let rows = sqlx::query(
-            "SELECT id, version, payload, headers, enc_key FROM jobs \
-             WHERE id > ? AND (enc_key IS NULL OR enc_key <> ?) ORDER BY id LIMIT ?",
+            "SELECT id, version, enc_key, IF(enc_key <=> ?, '', payload) AS payload, \
+             IF(enc_key <=> ?, NULL, headers) AS headers \
+             FROM jobs WHERE id > ? ORDER BY id LIMIT ?",
         )
-        .bind(at.after_id)
         .bind(&active)
+        .bind(&active)
+        .bind(at.after_id)
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
@@ -196,7 +189,10 @@ impl Store {
             let id: JobId = row.try_get("id")?;
             let version: u32 = row.try_get("version")?;
             at.after_id = id;
-            let parts = (Part::Payload, Part::Headers);
+            if text(row, "enc_key")?.as_deref() == Some(active.as_str()) {
+                continue;
+            }
+            let parts = crate::keys::JOB;
             let Some((payload, headers)) = self.reopened(row, id, parts)? else {
                 at.skipped += 1;
                 continue;

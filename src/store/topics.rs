@@ -184,19 +184,14 @@ impl Store {
                 // Pacing never fails on a hand-edited row, or one that does
                 // not open: its group is the ungrouped one (the claim sets
                 // it aside, if it must).
-                let headers = match key_id {
-                    None => headers,
-                    Some(key_id) => headers.and_then(|sealed| {
-                        let key_id = String::from_utf8_lossy(&key_id);
-                        let sealed = String::from_utf8_lossy(&sealed);
-                        self.keys
-                            .open_text(&key_id, id, crate::keys::Part::Headers, &sealed)
-                            .ok()
-                            .map(String::into_bytes)
-                    }),
-                };
-                let headers = headers
-                    .and_then(|text| serde_json::from_slice(&text).ok())
+                let key_id = key_id.map(|k| String::from_utf8_lossy(&k).into_owned());
+                let headers = headers.map(|h| String::from_utf8_lossy(&h).into_owned());
+                let headers = self
+                    .keys
+                    .open_row(key_id.as_deref(), id, crate::keys::JOB, Vec::new(), headers)
+                    .ok()
+                    .and_then(|(_, headers)| headers)
+                    .and_then(|text| serde_json::from_str(&text).ok())
                     .unwrap_or_default();
                 Ok(JobPacing {
                     id,
