@@ -21,7 +21,8 @@ use crate::api::{self, ApiState, ServeLimits};
 use crate::auth::{Principal, TokenCache, TokenCacheConfig};
 use crate::bulk::BulkRunner;
 use crate::clock::Clock;
-use crate::config::{AuthMode, Config, Role};
+use crate::compression::Codec;
+use crate::config::{AuthMode, Config, PayloadCompression, Role};
 use crate::dispatcher::{DispatchError, Dispatcher, DispatcherConfig};
 use crate::index::{self, Index, IndexError};
 use crate::ingress::{Ingress, IngressConfig};
@@ -308,9 +309,11 @@ struct Pools {
 impl Pools {
     fn connect(config: &Config, clock: &Clock, keys: &Keyring) -> Result<Pools, StoreError> {
         let url = &config.mysql.url;
+        // One codec for every pool: they share its dictionaries.
+        let codec = Codec::from_settings(&config.compression);
         let pool = |size, actor| {
             Store::connect_clocked(url, size, actor, clock)
-                .map(|store| store.with_keys(keys.clone()))
+                .map(|store| store.with_keys(keys.clone()).with_codec(codec.clone()))
         };
         Ok(Pools {
             api: pool(config.mysql.pool_size, Actor::Api)?,
@@ -479,6 +482,12 @@ async fn start_on(
     if let Some(active) = keys.active() {
         tracing::info!(active_key = active, keys = ?keys.ids(), "payloads and headers are encrypted at rest");
     }
+    if config.compression.payloads == PayloadCompression::Zstd {
+        tracing::info!(
+            level = config.compression.level,
+            "payloads are compressed at rest (zstd)"
+        );
+    }
     let config = Arc::new(config);
     let pools = Pools::connect(&config, &clock, &keys)?;
     clock_neighbours_check(&pools.membership, &clock, config.instance_ttl()).await?;
@@ -507,6 +516,10 @@ async fn start_on(
     shared
         .tracker
         .spawn(async move { start_recorded(&audit_store, &audit_config).await });
+    let (dicts_store, cancel) = (pools.api.clone(), shared.cancel.clone());
+    shared
+        .tracker
+        .spawn(async move { dicts_refresher(&dicts_store, &cancel).await });
     let http_addr = if shared.config.has_role(Role::Api) {
         Some(start_api(&shared, &pools.api, readiness).await?)
     } else {
@@ -529,6 +542,23 @@ async fn start_on(
         tracker: shared.tracker,
         failure: shared.failure,
     })
+}
+
+/// Every instance loads the payload dictionaries (`payload_dicts`) at
+/// start and every few seconds after, so it reads rows compressed with a
+/// new one, and writes with it once it is ripe (`compression`).
+async fn dicts_refresher(store: &Store, cancel: &CancellationToken) {
+    let mut every = tokio::time::interval(Duration::from_secs(5));
+    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    loop {
+        tokio::select! {
+            _ = cancel.cancelled() => return,
+            _ = every.tick() => {}
+        }
+        if let Err(err) = store.dicts_refresh().await {
+            tracing::debug!(error = %err, "cannot load payload dictionaries; trying again");
+        }
+    }
 }
 
 /// The audit log's row of this start-up: the roles and every setting in

@@ -226,6 +226,10 @@ impl From<StoreError> for ApiError {
                 tracing::warn!(error = %err, "database unavailable");
                 ApiError::Unavailable
             }
+            StoreError::DictionaryUnknown(_) => {
+                tracing::warn!(error = %err, "payload dictionary not loaded yet");
+                ApiError::Unavailable
+            }
             other => {
                 tracing::error!(error = %other, "store error");
                 ApiError::Internal

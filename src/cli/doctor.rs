@@ -29,7 +29,11 @@ pub async fn run(config: Config, args: DoctorArgs) -> anyhow::Result<ExitCode> {
         config.encryption.active_key.as_deref(),
         &config.encryption.keys,
     )?;
-    let store = Store::connect_lazy(&config.mysql.url, 2, Actor::Doctor)?.with_keys(keys);
+    let store = Store::connect_lazy(&config.mysql.url, 2, Actor::Doctor)?
+        .with_keys(keys)
+        .with_codec(crate::compression::Codec::from_settings(
+            &config.compression,
+        ));
     // The shards the deployment has now, which a resize may have changed
     // since the configuration was written.
     let shards = match store.shard_leases().await {

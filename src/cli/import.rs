@@ -183,8 +183,13 @@ pub async fn run(config: &Config, args: ImportArgs) -> anyhow::Result<ExitCode> 
         &config.encryption.keys,
     )?;
     Store::migrate(&config.mysql.url).await?;
-    let store =
-        Store::connect_lazy(&config.mysql.url, args.parallel + 1, Actor::Import)?.with_keys(keys);
+    let store = Store::connect_lazy(&config.mysql.url, args.parallel + 1, Actor::Import)?
+        .with_keys(keys)
+        .with_codec(crate::compression::Codec::from_settings(
+            &config.compression,
+        ));
+    // Written with the newest dictionary (`tickler compression train`).
+    store.dicts_refresh().await?;
     let shards = match store.shard_leases().await {
         Ok(leases) if !leases.is_empty() => leases.len() as u32,
         _ => config.cluster.shards,

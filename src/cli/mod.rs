@@ -5,6 +5,7 @@
 pub mod admin;
 pub mod audit;
 pub mod client;
+pub mod compression;
 pub mod control;
 pub mod doctor;
 pub mod forecast;

@@ -67,6 +67,8 @@ pub struct Config {
     pub audit: AuditSettings,
     /// Payloads and headers encrypted at rest.
     pub encryption: EncryptionSettings,
+    /// Payloads compressed at rest.
+    pub compression: CompressionSettings,
     /// OpenTelemetry traces.
     pub tracing: TracingSettings,
     /// Scheduling by producing to Kafka: the request topics tickler
@@ -103,6 +105,7 @@ impl Default for Config {
             notify: NotifySettings::default(),
             audit: AuditSettings::default(),
             encryption: EncryptionSettings::default(),
+            compression: CompressionSettings::default(),
             tracing: TracingSettings::default(),
             ingress: IngressSettings::default(),
             topics: BTreeMap::new(),
@@ -388,6 +391,7 @@ pub const SECTIONS: &[&str] = &[
     "notify",
     "audit",
     "encryption",
+    "compression",
     "tracing",
 ];
 

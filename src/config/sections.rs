@@ -353,6 +353,40 @@ pub struct EncryptionSettings {
     pub keys: BTreeMap<String, String>,
 }
 
+/// `[compression]`: jobs' payloads compressed at rest
+/// (docs/operations.md#payload-compression).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct CompressionSettings {
+    /// `zstd`: new payloads are stored compressed when that is smaller,
+    /// with the newest dictionary (`tickler compression train`) once it is
+    /// ripe; `off`: as given. Compressed rows are read either way.
+    pub payloads: PayloadCompression,
+    /// zstd's level, 1 (fastest) to 19.
+    pub level: i32,
+    /// How long after an instance learns of a new dictionary it writes
+    /// with it: long enough for every other instance to have loaded it.
+    pub dict_delay_ms: u64,
+}
+
+impl Default for CompressionSettings {
+    fn default() -> Self {
+        CompressionSettings {
+            payloads: PayloadCompression::Off,
+            level: 3,
+            dict_delay_ms: 20_000,
+        }
+    }
+}
+
+/// The `compression.payloads` setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum PayloadCompression {
+    Off,
+    Zstd,
+}
+
 /// `[audit]`: the audit log of control-plane changes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]

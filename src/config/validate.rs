@@ -489,6 +489,15 @@ impl Config {
         if !(1..=10_000).contains(&self.results.batch) {
             return Err(invalid("results.batch", "must be between 1 and 10000"));
         }
+        if !(1..=19).contains(&self.compression.level) {
+            return Err(invalid("compression.level", "must be between 1 and 19"));
+        }
+        if self.compression.dict_delay_ms > 3_600_000 {
+            return Err(invalid(
+                "compression.dict_delay_ms",
+                "must be at most 3600000",
+            ));
+        }
         if self.jobs.retention_days > 36_500 {
             return Err(invalid(
                 "jobs.retention_days",

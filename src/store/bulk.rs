@@ -247,7 +247,7 @@ impl Store {
         query.push(" ORDER BY id LIMIT ").push_bind(limit);
         let rows = query.build().fetch_all(&self.pool).await?;
         rows.iter()
-            .map(|row| job_from_row(row, &self.keys))
+            .map(|row| job_from_row(row, &self.keys, &self.codec))
             .collect()
     }
 
@@ -262,7 +262,7 @@ impl Store {
         ids_push(&mut query, ids);
         let rows = query.build().fetch_all(&self.pool).await?;
         rows.iter()
-            .map(|row| job_from_row(row, &self.keys))
+            .map(|row| job_from_row(row, &self.keys, &self.codec))
             .collect()
     }
 

@@ -337,7 +337,20 @@ impl Store {
             }
         };
 
+        // A payload compressed with a dictionary made since the last
+        // refresh: loaded before the rows are decoded.
+        let unknown_dict = rows.iter().any(|row| {
+            matches!(row.try_get::<Option<u16>, _>("payload_zstd"),
+                Ok(Some(dict)) if !self.codec.knows(dict))
+        });
+        if unknown_dict {
+            if let Err(err) = self.dicts_refresh().await {
+                tracing::warn!(error = %err, "cannot load payload dictionaries");
+            }
+        }
+
         let mut outcome = ClaimOutcome::default();
+        let mut deferred = Vec::new();
         let mut seen = Vec::with_capacity(rows.len());
         for row in &rows {
             let id: JobId = row.try_get("id")?;
@@ -355,10 +368,15 @@ impl Store {
                 // Decoded one by one: a row this claim won that does not
                 // decode (a hand edit the column accepted) is set aside
                 // below, and never holds up the others.
-                "dispatching" if claimed_by == Some(token) => match job_from_row(row, &self.keys) {
-                    Ok(job) => outcome.won.push(job),
-                    Err(err) => outcome.unreadable.push((id, err.to_string())),
-                },
+                "dispatching" if claimed_by == Some(token) => {
+                    match job_from_row(row, &self.keys, &self.codec) {
+                        Ok(job) => outcome.won.push(job),
+                        // Not a broken row: released, and claimed again
+                        // once the dictionary is loaded.
+                        Err(StoreError::DictionaryUnknown(dict)) => deferred.push((id, dict)),
+                        Err(err) => outcome.unreadable.push((id, err.to_string())),
+                    }
+                }
                 "pending" if fence_holds == 0 => outcome.fenced.push(id),
                 "pending" if paused != 0 => outcome.paused.push(id),
                 "pending" if expired != 0 && schedule_time <= db_now.and_utc() => {
@@ -367,6 +385,18 @@ impl Store {
                 "pending" => outcome.not_due.push(WindowEntry { id, schedule_time }),
                 _ => outcome.stale.push(id),
             }
+        }
+        if !deferred.is_empty() {
+            let ids: Vec<JobId> = deferred.iter().map(|(id, _)| *id).collect();
+            tracing::warn!(jobs = ?deferred, "payload dictionary not loaded (payload_dicts); released unsent");
+            drop(conn);
+            self.job_release_many(
+                token,
+                &ids,
+                "payload dictionary not loaded yet; released unsent",
+            )
+            .await?;
+            conn = self.pool.acquire().await?;
         }
         for (id, reason) in &outcome.unreadable {
             // Crash before this: the row is dispatching under this claim,

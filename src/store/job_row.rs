@@ -11,6 +11,7 @@ use sqlx::mysql::MySqlRow;
 use sqlx::Row;
 
 use super::StoreError;
+use crate::compression::{Codec, CodecError};
 use crate::job::{Job, JobId, NewJob};
 use crate::keys::Keyring;
 use crate::policy::Policy;
@@ -25,7 +26,7 @@ macro_rules! job_columns {
             ", payload_kind, headers, schedule_time, status, attempt, max_attempts, version, \
              created_at, updated_at, dispatched_at, kafka_partition, kafka_offset, last_error, \
              expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, ack_deadline, \
-             trace_parent, schedule_id, expires_at, window_ms, window_start, enc_key"
+             trace_parent, schedule_id, expires_at, window_ms, window_start, enc_key, payload_zstd"
         )
     };
 }
@@ -61,6 +62,7 @@ impl WindowEntry {
 pub(super) async fn job_read_back(
     conn: &mut sqlx::MySqlConnection,
     keys: &Keyring,
+    codec: &Codec,
     id: JobId,
 ) -> Result<(Job, DateTime<Utc>), StoreError> {
     let row = sqlx::query(&format!(
@@ -71,7 +73,7 @@ pub(super) async fn job_read_back(
     .await?
     .ok_or(StoreError::NotFound(id))?;
     let now: NaiveDateTime = row.try_get("db_now")?;
-    Ok((job_from_row(&row, keys)?, now.and_utc()))
+    Ok((job_from_row(&row, keys, codec)?, now.and_utc()))
 }
 
 /// The columns a job just inserted is read back with: what the database
@@ -126,27 +128,42 @@ pub(super) fn job_created(new: &NewJob, row: &MySqlRow) -> Result<Job, StoreErro
 }
 
 /// A row's payload and headers as they were written: opened with `keys`
-/// when the row names the key they are sealed under (`enc_key`). A row
-/// whose key is missing, or that does not open, is corrupt (set aside
-/// unsent by the dispatcher, named by the doctor), never a panic.
+/// when the row names the key they are sealed under (`enc_key`), then the
+/// payload expanded when the row says it is compressed (`payload_zstd`).
+/// A row whose key is missing, or that does not open or expand, is
+/// corrupt (set aside unsent by the dispatcher, named by the doctor),
+/// never a panic; one whose dictionary this instance has not loaded yet
+/// is [`StoreError::DictionaryUnknown`], a moment's wait.
 fn payload_and_headers(
     row: &MySqlRow,
     keys: &Keyring,
+    codec: &Codec,
     id: JobId,
 ) -> Result<(Vec<u8>, Option<String>), StoreError> {
     let payload: Vec<u8> = row.try_get("payload")?;
     let headers = text(row, "headers")?;
     let key = text(row, "enc_key")?;
-    keys.open_row(key.as_deref(), id, crate::keys::JOB, payload, headers)
-        .map_err(|err| StoreError::Corrupt(format!("job {id}: {err}")))
+    let zstd: Option<u16> = row.try_get("payload_zstd")?;
+    let (payload, headers) = keys
+        .open_row(key.as_deref(), id, crate::keys::JOB, payload, headers)
+        .map_err(|err| StoreError::Corrupt(format!("job {id}: {err}")))?;
+    let payload = codec.unpack(payload, zstd).map_err(|err| match err {
+        CodecError::Unknown(dict) => StoreError::DictionaryUnknown(dict),
+        CodecError::Broken(_) => StoreError::Corrupt(format!("job {id}: {err}")),
+    })?;
+    Ok((payload, headers))
 }
 
-pub(super) fn job_from_row(row: &MySqlRow, keys: &Keyring) -> Result<Job, StoreError> {
+pub(super) fn job_from_row(
+    row: &MySqlRow,
+    keys: &Keyring,
+    codec: &Codec,
+) -> Result<Job, StoreError> {
     let id: JobId = row.try_get("id")?;
     let corrupt = |what: &str| StoreError::Corrupt(format!("job {id}: {what}"));
     let status = text(row, "status")?.unwrap_or_default();
     let kind = text(row, "payload_kind")?.unwrap_or_default();
-    let (payload, headers) = payload_and_headers(row, keys, id)?;
+    let (payload, headers) = payload_and_headers(row, keys, codec, id)?;
     let headers = match headers.as_deref() {
         None | Some("") => BTreeMap::new(),
         Some(text) => serde_json::from_str(text)

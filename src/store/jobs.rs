@@ -17,6 +17,7 @@ use super::job_row::{
 };
 use super::sql::{run_at_push, topic_patterns_push};
 use super::{Store, StoreError};
+use crate::compression::Codec;
 use crate::job::{Expiry, Job, JobId, NewJob, PayloadKind, Schedule, Status, Window};
 use crate::keys::Keyring;
 
@@ -238,15 +239,23 @@ impl Store {
         if changes.payload.is_some() || changes.headers.is_some() {
             // Both are written together, under one key (or none): the one
             // not changed is read, opened and written again with the other.
-            let (payload, headers, key) =
-                resealed(&mut tx, &self.keys, id, &changes.payload, &changes.headers).await?;
+            let (payload, headers, key, zstd) = resealed(
+                &mut tx,
+                (&self.keys, &self.codec),
+                id,
+                &changes.payload,
+                &changes.headers,
+            )
+            .await?;
             query
                 .push(", payload = ")
                 .push_bind(payload)
                 .push(", headers = ")
                 .push_bind(headers)
                 .push(", enc_key = ")
-                .push_bind(key);
+                .push_bind(key)
+                .push(", payload_zstd = ")
+                .push_bind(zstd);
         }
         if let Some((_, kind)) = &changes.payload {
             query.push(", payload_kind = ").push_bind(kind.as_str());
@@ -264,7 +273,7 @@ impl Store {
         if applied {
             events_record(&mut tx, &self.actor, &[id], token).await?;
         }
-        let (job, now) = job_read_back(&mut tx, &self.keys, id).await?;
+        let (job, now) = job_read_back(&mut tx, &self.keys, &self.codec, id).await?;
         tx.commit().await?;
         if applied {
             Ok(Modified::Applied(job, now))
@@ -300,7 +309,7 @@ impl Store {
             .await?
             .ok_or(StoreError::NotFound(id))?;
         tx.commit().await?;
-        let job = job_from_row(&row, &self.keys)?;
+        let job = job_from_row(&row, &self.keys, &self.codec)?;
         Ok(match job.status {
             _ if applied => Cancelled::Applied(job),
             // Expired first: never produced either way.
@@ -345,8 +354,15 @@ impl Store {
         positions: Option<&[String]>,
     ) -> Result<(Vec<BatchRow>, DateTime<Utc>), StoreError> {
         let mut tx = self.begin().await?;
-        let rows = insert_many_with_positions_on(&mut tx, &self.actor, &self.keys, jobs, positions)
-            .await?;
+        let rows = insert_many_with_positions_on(
+            &mut tx,
+            &self.actor,
+            &self.keys,
+            &self.codec,
+            jobs,
+            positions,
+        )
+        .await?;
         if let Some(token) = self.quota {
             // Before the commit: a create past the quota is rolled back whole.
             let (ids, bytes) =
@@ -401,7 +417,7 @@ impl Store {
         query.push(" ORDER BY id LIMIT ").push_bind(limit);
         let rows = query.build().fetch_all(&self.pool).await?;
         rows.iter()
-            .map(|row| job_from_row(row, &self.keys))
+            .map(|row| job_from_row(row, &self.keys, &self.codec))
             .collect()
     }
 
@@ -460,6 +476,8 @@ impl Store {
         } else {
             headers_encode(&job.headers)
         };
+        // Compressed before sealing: a sealed payload does not compress.
+        let (packed, zstd) = self.codec.pack(&job.payload);
         let (at, delay_us) = match job.schedule {
             Schedule::At(at) => (Some(db_time(at)), None),
             Schedule::After { delay_ms } => (None, Some(delay_ms.saturating_mul(1000))),
@@ -468,15 +486,15 @@ impl Store {
         sqlx::query(
             "INSERT INTO jobs (topic, job_key, payload, payload_kind, headers, schedule_time, \
              max_attempts, expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
-             trace_parent, schedule_id, expires_at, window_ms, window_start) \
+             trace_parent, schedule_id, expires_at, window_ms, window_start, payload_zstd) \
              VALUES (?, ?, ?, ?, ?, COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))), \
              ?, ?, ?, ?, ?, ?, ?, COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, \
              COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))))), \
-             ?, COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))))",
+             ?, COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))), ?)",
         )
         .bind(&job.topic)
         .bind(&job.key)
-        .bind(if sealing { &[][..] } else { &job.payload[..] })
+        .bind(if sealing { &[][..] } else { &packed[..] })
         .bind(job.payload_kind.as_str())
         .bind(headers)
         .bind(at)
@@ -495,6 +513,7 @@ impl Store {
         .bind(job.window.map(|window| window.ms))
         .bind(window_start(job).0)
         .bind(window_start(job).1)
+        .bind(zstd)
         .execute(&mut *tx)
         .await?;
         let row = sqlx::query(&format!(
@@ -506,7 +525,8 @@ impl Store {
         let created = job_created(job, &row)?;
         events_record_new(&mut tx, &self.actor, &[&created]).await?;
         if sealing {
-            seal_on(&mut tx, &self.keys, &[&created]).await?;
+            let sealed = sealed_row(&self.keys, created.id, &packed, &created.headers);
+            seal_sealed_on(&mut tx, &self.keys, &[sealed]).await?;
         }
         if let Some(token) = self.quota {
             // Before the commit: a create past the quota is rolled back.
@@ -524,7 +544,7 @@ impl Store {
             .fetch_optional(&self.pool)
             .await?
             .ok_or(StoreError::NotFound(id))?;
-        job_from_row(&row, &self.keys)
+        job_from_row(&row, &self.keys, &self.codec)
     }
 
     /// The job holding (topic, key), with the ingress position of the last
@@ -546,7 +566,10 @@ impl Store {
         };
         let position: Option<Vec<u8>> = row.try_get("ingress_position")?;
         let position = position.map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
-        Ok(Some((job_from_row(&row, &self.keys)?, position)))
+        Ok(Some((
+            job_from_row(&row, &self.keys, &self.codec)?,
+            position,
+        )))
     }
 
     /// The job holding (topic, key), if any.
@@ -559,7 +582,7 @@ impl Store {
         .fetch_optional(&self.pool)
         .await?;
         row.as_ref()
-            .map(|row| job_from_row(row, &self.keys))
+            .map(|row| job_from_row(row, &self.keys, &self.codec))
             .transpose()
     }
 }
@@ -571,10 +594,11 @@ pub(super) async fn insert_many_on(
     conn: &mut sqlx::MySqlConnection,
     actor: &str,
     keys: &Keyring,
+    codec: &Codec,
     jobs: &[NewJob],
 ) -> Result<Vec<BatchRow>, StoreError> {
     let jobs: Vec<&NewJob> = jobs.iter().collect();
-    insert_many_with_positions_on(conn, actor, keys, &jobs, None).await
+    insert_many_with_positions_on(conn, actor, keys, codec, &jobs, None).await
 }
 
 /// Most rows one INSERT statement carries: 16 placeholders a row keeps a
@@ -588,6 +612,7 @@ async fn insert_many_with_positions_on(
     conn: &mut sqlx::MySqlConnection,
     actor: &str,
     keys: &Keyring,
+    codec: &Codec,
     jobs: &[&NewJob],
     positions: Option<&[String]>,
 ) -> Result<Vec<BatchRow>, StoreError> {
@@ -596,7 +621,7 @@ async fn insert_many_with_positions_on(
     for n in statement_rows(jobs.len()) {
         let chunk = &jobs[at..at + n];
         let positions = positions.map(|p| &p[at.min(p.len())..(at + n).min(p.len())]);
-        rows.extend(insert_chunk_on(conn, actor, keys, chunk, positions).await?);
+        rows.extend(insert_chunk_on(conn, actor, keys, codec, chunk, positions).await?);
         at += n;
     }
     Ok(rows)
@@ -630,6 +655,7 @@ async fn insert_chunk_on(
     conn: &mut sqlx::MySqlConnection,
     actor: &str,
     keys: &Keyring,
+    codec: &Codec,
     jobs: &[&NewJob],
     positions: Option<&[String]>,
 ) -> Result<Vec<BatchRow>, StoreError> {
@@ -639,7 +665,8 @@ async fn insert_chunk_on(
     let mut insert = QueryBuilder::<MySql>::new(
         "INSERT INTO jobs (topic, job_key, payload, payload_kind, headers, schedule_time, \
          max_attempts, expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
-         trace_parent, schedule_id, expires_at, window_ms, window_start, create_token",
+         trace_parent, schedule_id, expires_at, window_ms, window_start, create_token, \
+         payload_zstd",
     );
     insert.push(if positions.is_some() {
         ", ingress_position) "
@@ -650,6 +677,9 @@ async fn insert_chunk_on(
     // ids (their associated data), in this transaction: the plain ones
     // never reach the table, its redo log or the binary log.
     let sealing = keys.active().is_some();
+    // Compressed before sealing: a sealed payload does not compress.
+    let packed: Vec<(Vec<u8>, Option<u16>)> =
+        jobs.iter().map(|job| codec.pack(&job.payload)).collect();
     insert.push_values(jobs.iter().enumerate(), |mut row, (index, job)| {
         let (at, delay_us) = match job.schedule {
             Schedule::At(at) => (Some(db_time(at)), None),
@@ -657,7 +687,11 @@ async fn insert_chunk_on(
         };
         row.push_bind(&job.topic)
             .push_bind(&job.key)
-            .push_bind(if sealing { &[][..] } else { &job.payload[..] })
+            .push_bind(if sealing {
+                &[][..]
+            } else {
+                &packed[index].0[..]
+            })
             .push_bind(job.payload_kind.as_str())
             .push_bind(if sealing {
                 None
@@ -691,7 +725,8 @@ async fn insert_chunk_on(
             .push_unseparated(", TIMESTAMPADD(MICROSECOND, ")
             .push_bind_unseparated(window_start(job).1)
             .push_unseparated(", UTC_TIMESTAMP(3)))")
-            .push_bind(token_base | index as u64);
+            .push_bind(token_base | index as u64)
+            .push_bind(packed[index].1);
         if let Some(positions) = positions {
             row.push_bind(positions.get(index).map(String::as_str));
         }
@@ -728,23 +763,32 @@ async fn insert_chunk_on(
         let created: Vec<&Job> = rows.iter().filter_map(BatchRow::created).collect();
         events_record_new(conn, actor, &created).await?;
         if sealing {
-            seal_on(conn, keys, &created).await?;
+            let sealed: Vec<(JobId, Vec<u8>, String)> = rows
+                .iter()
+                .zip(&packed)
+                .filter_map(|(row, (payload, _))| {
+                    let job = row.created()?;
+                    Some(sealed_row(keys, job.id, payload, &job.headers))
+                })
+                .collect();
+            seal_sealed_on(conn, keys, &sealed).await?;
         }
     }
     Ok(rows)
 }
 
 /// A change of job `id`'s payload or headers as the row is to hold both:
-/// (payload, headers, key), sealed under the active key of `keys`, or
-/// plain without one. What the change leaves alone is read from the row
-/// (locked) and opened.
+/// (payload, headers, key, payload_zstd), the payload compressed by
+/// `codec` when it is on, then both sealed under the active key of
+/// `keys`, or plain without one. What the change leaves alone is read from
+/// the row (locked), opened and expanded.
 async fn resealed(
     conn: &mut sqlx::MySqlConnection,
-    keys: &Keyring,
+    (keys, codec): (&Keyring, &Codec),
     id: JobId,
     payload: &Option<(Vec<u8>, PayloadKind)>,
     headers: &Option<BTreeMap<String, String>>,
-) -> Result<(Vec<u8>, Option<String>, Option<String>), StoreError> {
+) -> Result<(Vec<u8>, Option<String>, Option<String>, Option<u16>), StoreError> {
     let (payload, headers) = match (payload, headers) {
         (Some((payload, _)), Some(headers)) => (payload.clone(), headers.clone()),
         _ => {
@@ -755,34 +799,21 @@ async fn resealed(
             .fetch_optional(&mut *conn)
             .await?
             .ok_or(StoreError::NotFound(id))?;
-            let current = job_from_row(&row, keys)?;
+            let current = job_from_row(&row, keys, codec)?;
             (
                 payload.as_ref().map_or(current.payload, |(p, _)| p.clone()),
                 headers.clone().unwrap_or(current.headers),
             )
         }
     };
-    Ok(keys.seal_row(
+    let (packed, zstd) = codec.pack(&payload);
+    let (payload, headers, key) = keys.seal_row(
         id,
         crate::keys::JOB,
-        &payload,
+        &packed,
         headers_encode(&headers).as_deref(),
-    ))
-}
-
-/// Writes the payloads and headers of `jobs` (rows in this transaction)
-/// sealed under the active key of `keys`, with the key's id (see
-/// [`seal_sealed_on`]).
-async fn seal_on(
-    conn: &mut sqlx::MySqlConnection,
-    keys: &Keyring,
-    jobs: &[&Job],
-) -> Result<(), StoreError> {
-    let sealed: Vec<(JobId, Vec<u8>, String)> = jobs
-        .iter()
-        .map(|job| sealed_row(keys, job.id, &job.payload, &job.headers))
-        .collect();
-    seal_sealed_on(conn, keys, &sealed).await
+    );
+    Ok((payload, headers, key, zstd))
 }
 
 /// Writes one payload and headers to every job of `ids` (a schedule's

@@ -9,6 +9,7 @@
 mod audit;
 mod bulk;
 mod cluster;
+mod compression;
 mod dispatch;
 mod forecast;
 mod history;
@@ -34,6 +35,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, NaiveDateTime, Utc};
 
 use crate::clock::Clock;
+use crate::compression::Codec;
 use crate::config::SchemaBaseline;
 use crate::keys::Keyring;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlSslMode};
@@ -42,6 +44,7 @@ use sqlx::{ConnectOptions, Connection, Executor, MySql, Transaction};
 pub use audit::{AuditEntry, AuditFilter, AuditRow};
 pub use bulk::{BulkAction, BulkBatch, BulkFilter, BulkOp, BulkStatus};
 pub use cluster::{Beat, Fence, InstanceInfo, InstanceRow, LeaseRow};
+pub use compression::{CompressionSample, DictInfo};
 pub use dispatch::{ClaimOutcome, Dispatched, Marked};
 pub use forecast::DueCount;
 pub use history::{BrokenTrigger, HandEditsState};
@@ -78,6 +81,10 @@ pub enum StoreError {
     Query(#[source] sqlx::Error),
     #[error("stored row is malformed: {0}")]
     Corrupt(String),
+    /// A payload compressed with a dictionary this instance has not
+    /// loaded yet (`payload_dicts`): it is, within seconds.
+    #[error("payload dictionary {0} is not loaded yet")]
+    DictionaryUnknown(u16),
     #[error("migration failed: {0}")]
     Migration(#[from] refinery_core::Error),
     /// A create through a token would pass its quota (`api_tokens`
@@ -299,6 +306,8 @@ pub struct Store {
     quota: Option<u64>,
     /// Seals the payloads and headers it writes, opens those it reads.
     keys: Keyring,
+    /// Compresses the payloads it writes, expands those it reads.
+    codec: Codec,
 }
 
 impl Store {
@@ -374,6 +383,7 @@ impl Store {
             actor: Arc::from(actor.as_str()),
             quota: None,
             keys: Keyring::none(),
+            codec: Codec::off(),
         })
     }
 
@@ -406,6 +416,21 @@ impl Store {
             keys,
             ..self.clone()
         }
+    }
+
+    /// This handle with `codec`: payloads are compressed as they are
+    /// written when it is on, and expanded as they are read (see
+    /// [`crate::compression`]).
+    pub fn with_codec(&self, codec: Codec) -> Store {
+        Store {
+            codec,
+            ..self.clone()
+        }
+    }
+
+    /// The codec this handle compresses and expands payloads with.
+    pub fn codec(&self) -> &Codec {
+        &self.codec
     }
 
     /// This handle, charging the jobs it creates to the quota of the API

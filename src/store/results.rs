@@ -235,7 +235,7 @@ impl Store {
         if applied {
             events_record(&mut tx, &self.actor, &[id], token).await?;
         }
-        let (job, now) = job_read_back(&mut tx, &self.keys, id).await?;
+        let (job, now) = job_read_back(&mut tx, &self.keys, &self.codec, id).await?;
         tx.commit().await?;
         if applied {
             Ok(Redriven::Applied(job, now))
@@ -348,7 +348,7 @@ impl Store {
                 QueryBuilder::<MySql>::new(format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id IN "));
             push_id_list(&mut query, &ids);
             for row in query.build().fetch_all(&self.pool).await? {
-                match job_from_row(&row, &self.keys) {
+                match job_from_row(&row, &self.keys, &self.codec) {
                     Ok(job) => {
                         jobs.insert(job.id, job);
                     }

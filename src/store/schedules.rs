@@ -628,7 +628,7 @@ impl Store {
         // max_allowed_packet is 16 MiB.
         let per_insert = (INSERT_BYTES_MAX / schedule.def.payload.len().max(1)).max(1);
         for chunk in jobs.chunks(per_insert) {
-            for row in insert_many_on(&mut tx, &self.actor, &self.keys, chunk).await? {
+            for row in insert_many_on(&mut tx, &self.actor, &self.keys, &self.codec, chunk).await? {
                 if let BatchRow::Created(job) = row {
                     done.created.push(job);
                 }
@@ -701,7 +701,10 @@ impl Store {
                  TIMESTAMPADD(MICROSECOND, ",
             )
             .push_bind(u64::from(def.misfire_grace_ms) * 1000)
-            .push(", schedule_time), NULL), version = version + 1 WHERE schedule_id = ")
+            .push(
+                ", schedule_time), NULL), payload_zstd = NULL, version = version + 1 \
+                 WHERE schedule_id = ",
+            )
             .push_bind(id)
             .push(" AND status = 'pending'");
         let updated = update.build().execute(&mut *tx).await?.rows_affected();
@@ -931,7 +934,7 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
-            .map(|row| job_from_row(row, &self.keys))
+            .map(|row| job_from_row(row, &self.keys, &self.codec))
             .collect()
     }
 }

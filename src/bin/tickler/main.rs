@@ -60,6 +60,12 @@ enum Command {
     /// checks, idempotent on (topic, key): a rerun resumes. Exit status 1
     /// when some lines were refused (`--rejects FILE` lists them).
     Import(tickler::cli::import::ImportArgs),
+    /// Payload compression at rest: train a zstd dictionary on the
+    /// newest payloads, see how the newest rows are stored.
+    Compression {
+        #[command(subcommand)]
+        command: tickler::cli::compression::CompressionCommand,
+    },
     /// Encryption at rest: generate a key, see which keys the jobs are
     /// sealed under, rotate them all to the active key.
     Keys {
@@ -241,6 +247,9 @@ async fn main() -> anyhow::Result<ExitCode> {
         Command::Token { command } => admin::token(&config, command).await?,
         Command::Import(args) => return tickler::cli::import::run(&config, args).await,
         Command::Keys { command } => tickler::cli::keys::run(&config, command).await?,
+        Command::Compression { command } => {
+            tickler::cli::compression::run(&config, command).await?
+        }
         Command::Instances => admin::instances(&config).await?,
         Command::Doctor(args) => return cli::doctor::run(config, args).await,
         Command::Shards { command } => admin::shards(&config, command).await?,

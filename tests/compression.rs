@@ -1,0 +1,240 @@
+//! Payload compression at rest (#48): with `compression.payloads = "zstd"`
+//! payloads reach MySQL compressed — plain zstd at first, then with the
+//! dictionary `tickler compression train` makes from the newest payloads
+//! — and the API and Kafka see them as sent. Rows written before, rows
+//! edited by hand (`payload_zstd = NULL`) and sealed rows read as ever; a
+//! row whose dictionary an instance has not loaded waits, never dies.
+
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use serde_json::{json, Value};
+use tickler_testkit::{eventually, records_read_keys, TestEnv};
+
+/// A payload like a reminder service's: ~220 bytes of JSON, different
+/// each time, with the same field names and the same few values.
+fn payload(i: u64) -> Value {
+    let words = [
+        "reminder", "invoice", "renewal", "trial", "payment", "survey",
+    ];
+    let locale = ["en-GB", "de-DE", "fr-FR"][i as usize % 3];
+    let channel = ["email", "sms", "push"][(i / 3) as usize % 3];
+    json!({
+        "user_id": i.wrapping_mul(2_654_435_761) % 1_000_000_007,
+        "order_id": format!("{:08x}-4a1b-9c2d-{:012x}", i.wrapping_mul(40_503) as u32, i * 7_919),
+        "template": format!("{}_v{}", words[i as usize % 6], i % 5),
+        "locale": locale,
+        "channel": channel,
+        "amount": (i % 50_000) as f64 / 100.0,
+        "currency": "EUR",
+        "note": format!("{} {} {}", words[(i / 6) as usize % 6], words[(i / 36) as usize % 6], words[(i / 7) as usize % 6]),
+    })
+}
+
+/// (LENGTH(payload), payload_zstd) as MySQL holds them.
+async fn stored(env: &TestEnv, id: u64) -> (i64, Option<u16>) {
+    sqlx::query_as("SELECT LENGTH(payload), payload_zstd FROM jobs WHERE id = ?")
+        .bind(id)
+        .fetch_one(&env.sql)
+        .await
+        .unwrap()
+}
+
+/// Runs `tickler ARGS` against `env`'s database, compression on.
+async fn tickler(env: &TestEnv, args: &[&str]) -> Output {
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tickler"));
+    command
+        .args(args)
+        .env("TICKLER_MYSQL_URL", &env.config.mysql.url)
+        .env("TICKLER_COMPRESSION_PAYLOADS", "zstd")
+        .env("TICKLER_LOG", "warn")
+        .stdin(Stdio::null());
+    tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap()
+}
+
+fn text(output: &Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr)
+}
+
+async fn batch(env: &TestEnv, from: u64, n: u64, delay_ms: u64) -> Vec<u64> {
+    let jobs: Vec<Value> = (from..from + n)
+        .map(|i| json!({"topic": env.topic, "key": format!("k{i}"), "payload": payload(i), "delay_ms": delay_ms}))
+        .collect();
+    let (status, body) = env.post("/v1/jobs/batch", json!({ "jobs": jobs })).await;
+    assert_eq!(status, 200, "{body}");
+    body["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_u64().expect("created"))
+        .collect()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn payloads_are_stored_compressed_with_a_trained_dictionary_and_arrive_as_sent() {
+    let env = TestEnv::start_with(|c| {
+        c.compression.payloads = tickler::config::PayloadCompression::Zstd;
+        c.compression.dict_delay_ms = 0;
+    })
+    .await;
+    let consumer = env.consumer();
+
+    // No dictionary yet: plain zstd, a little smaller.
+    let first = batch(&env, 0, 400, 3_600_000).await;
+    let plain_len = serde_json::to_vec(&payload(0)).unwrap().len() as i64;
+    let (len, zstd) = stored(&env, first[0]).await;
+    assert_eq!(zstd, Some(0), "compressed without a dictionary");
+    assert!(len < plain_len, "{len} < {plain_len}");
+    let (_, read) = env.get(&format!("/v1/jobs/{}", first[0])).await;
+    assert_eq!(read["payload"], payload(0), "{read}");
+
+    // A dictionary from the newest payloads.
+    let trained = tickler(&env, &["compression", "train", "--samples", "400"]).await;
+    assert!(trained.status.success(), "{}", text(&trained));
+    assert!(
+        text(&trained).contains("dictionary 1:"),
+        "{}",
+        text(&trained)
+    );
+    let (dicts, audited): (i64, i64) = sqlx::query_as(
+        "SELECT (SELECT COUNT(*) FROM payload_dicts), \
+         (SELECT COUNT(*) FROM audit_log WHERE action = 'compression.train')",
+    )
+    .fetch_one(&env.sql)
+    .await
+    .unwrap();
+    assert_eq!((dicts, audited), (1, 1));
+
+    // Every instance loads it within seconds, and writes with it.
+    let with_dict = eventually(Duration::from_secs(15), || async {
+        let id = batch(&env, 10_000 + rand_suffix(), 1, 3_600_000).await[0];
+        (stored(&env, id).await.1 == Some(1)).then_some(id)
+    })
+    .await
+    .expect("new payloads written with dictionary 1");
+    let (len, _) = stored(&env, with_dict).await;
+    assert!(
+        len * 2 < plain_len,
+        "with the dictionary: {len} bytes of {plain_len}"
+    );
+
+    // Due now, compressed with the dictionary: Kafka gets it as sent.
+    let (status, due) = env
+        .post(
+            "/v1/jobs",
+            json!({"topic": env.topic, "key": "due", "payload": payload(77), "delay_ms": 200}),
+        )
+        .await;
+    assert_eq!(status, 201, "{due}");
+    assert_eq!(stored(&env, due["id"].as_u64().unwrap()).await.1, Some(1));
+    let records = records_read_keys(&consumer, 1, Duration::from_secs(20)).await;
+    let record = records
+        .iter()
+        .find(|r| r.key.as_deref() == Some("due"))
+        .expect("due arrived");
+    assert_eq!(
+        serde_json::from_slice::<Value>(&record.payload).unwrap(),
+        payload(77)
+    );
+
+    // A PATCH of the headers alone keeps the payload, compressed again.
+    let (status, patched) = env
+        .request(
+            "PATCH",
+            &format!("/v1/jobs/{}", first[1]),
+            Some(json!({"version": 1, "headers": {"h": "v"}}).to_string()),
+        )
+        .await;
+    assert_eq!(status, 200, "{patched}");
+    assert_eq!(stored(&env, first[1]).await.1, Some(1));
+    let (_, read) = env.get(&format!("/v1/jobs/{}", first[1])).await;
+    assert_eq!(
+        (&read["payload"], &read["headers"]["h"]),
+        (&payload(1), &json!("v")),
+        "{read}"
+    );
+
+    // A hand edit writes the payload as given, payload_zstd NULL.
+    sqlx::query("UPDATE jobs SET payload = '{\"by\":\"hand\"}', payload_zstd = NULL WHERE id = ?")
+        .bind(first[2])
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    let (_, read) = env.get(&format!("/v1/jobs/{}", first[2])).await;
+    assert_eq!(read["payload"], json!({"by": "hand"}), "{read}");
+
+    let status = tickler(&env, &["compression", "status", "--sample", "100"]).await;
+    assert!(status.status.success(), "{}", text(&status));
+    assert!(text(&status).contains("dictionary 1:"), "{}", text(&status));
+    env.finish().await;
+}
+
+fn rand_suffix() -> u64 {
+    rand::random::<u32>() as u64
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_whose_dictionary_is_not_loaded_waits_and_is_sent_once_it_is() {
+    let env = TestEnv::start_with(|c| {
+        c.compression.payloads = tickler::config::PayloadCompression::Zstd;
+        c.compression.dict_delay_ms = 0;
+    })
+    .await;
+    let consumer = env.consumer();
+    batch(&env, 0, 300, 3_600_000).await;
+    let trained = tickler(&env, &["compression", "train", "--samples", "300"]).await;
+    assert!(trained.status.success(), "{}", text(&trained));
+    let id = eventually(Duration::from_secs(15), || async {
+        let id = batch(&env, 20_000 + rand_suffix(), 1, 3_600_000).await[0];
+        (stored(&env, id).await.1 == Some(1)).then_some(id)
+    })
+    .await
+    .expect("written with dictionary 1");
+
+    // As if written by an instance with a dictionary no other has: its
+    // row names dictionary 9, which is not in payload_dicts yet.
+    sqlx::query(
+        "UPDATE jobs SET payload_zstd = 9, schedule_time = UTC_TIMESTAMP(3), job_key = 'late' \
+         WHERE id = ?",
+    )
+    .bind(id)
+    .execute(&env.sql)
+    .await
+    .unwrap();
+    let (status, body) = env.get(&format!("/v1/jobs/{id}")).await;
+    assert_eq!(
+        (status, body["error"]["code"].as_str()),
+        (503, Some("unavailable")),
+        "{body}"
+    );
+    tokio::time::sleep(Duration::from_secs(4)).await;
+    let status_now: String =
+        sqlx::query_scalar("SELECT CAST(status AS CHAR) FROM jobs WHERE id = ?")
+            .bind(id)
+            .fetch_one(&env.sql)
+            .await
+            .unwrap();
+    assert!(
+        status_now == "pending" || status_now == "dispatching",
+        "never set aside for a dictionary not loaded: {status_now}"
+    );
+
+    // The dictionary arrives (a copy of 1, as 9): the job goes out as sent.
+    sqlx::query(
+        "INSERT INTO payload_dicts (id, dict, samples, sample_bytes, created_at) \
+         SELECT 9, dict, samples, sample_bytes, UTC_TIMESTAMP(3) FROM payload_dicts WHERE id = 1",
+    )
+    .execute(&env.sql)
+    .await
+    .unwrap();
+    let records = records_read_keys(&consumer, 1, Duration::from_secs(30)).await;
+    let record = records
+        .iter()
+        .find(|r| r.key.as_deref() == Some("late"))
+        .expect("sent once loaded");
+    let sent: Value = serde_json::from_slice(&record.payload).unwrap();
+    assert_eq!(sent["currency"], json!("EUR"), "{sent}");
+    env.finish().await;
+}
