@@ -564,6 +564,13 @@ declare! {
         unit: Seconds,
         help: "How long the last computation of these gauges took.",
     },
+    TRUTH_COUNT_AGE = Gauge {
+        name: "tickler_jobs_count_age_seconds",
+        unit: Seconds,
+        help: "How old tickler_jobs is: since the oldest status's last \
+            complete count began (counted a bounded step each computation, \
+            gauges.counts_budget_ms); -1 until every status is counted once.",
+    },
 
     // The process's own, under the names Prometheus's client libraries use.
     PROCESS_RSS = Gauge {
@@ -991,6 +998,8 @@ pub struct TruthGauges {
     pub dispatchers_live: usize,
     pub schedules: crate::store::ScheduleStats,
     pub scan_s: f64,
+    /// None: not every status counted through yet; published as -1.
+    pub counts_age_s: Option<f64>,
 }
 
 pub fn truth_jobs(status: &str, topic: &str, count: u64) {
@@ -1041,6 +1050,7 @@ pub fn truth_publish(g: &TruthGauges) {
         .get()
         .set(g.schedules.topics_paused as f64);
     TRUTH_SCAN.get().set(g.scan_s);
+    TRUTH_COUNT_AGE.get().set(or(g.counts_age_s, -1.0));
 }
 
 /// The ingress group's lag on each request topic (-1: not read); 0 on

@@ -201,6 +201,7 @@ impl Reporter {
             dispatchers_live: truth.instances.dispatchers,
             schedules: truth.schedules,
             scan_s: truth.scan_ms as f64 / 1000.0,
+            counts_age_s: self.counts.age().map(|age| age.as_secs_f64()),
         });
     }
 

@@ -19,7 +19,7 @@ use serde::Serialize;
 use crate::config::{Config, Role};
 use crate::index::Index;
 use crate::kafka;
-use crate::store::{Overdue, ScheduleStats, Store, StoreError, TopicCount};
+use crate::store::{CountCursor, Overdue, ScheduleStats, Store, StoreError, TopicCount, COUNTED};
 
 /// A schedule whose next occurrence is this far past its time and still not
 /// a job is behind (`tickler_schedules_behind`).
@@ -110,10 +110,11 @@ impl Truth {
         Truth::compute_with(store, index, config, &mut Counts::default()).await
     }
 
-    /// [`Truth::compute`], counting jobs by status and topic only when
-    /// `counts` is older than `gauges.counts_interval_ms`: that is the one
-    /// figure whose cost grows with the table (an index-only scan of every
-    /// live job: seconds at ten million).
+    /// [`Truth::compute`], going on with the count of jobs by status and
+    /// topic in `counts` for at most `gauges.counts_budget_ms` (the one
+    /// figure whose cost grows with the table: see [`Counts`]), and finding
+    /// the bursts ahead again when they are older than
+    /// `gauges.counts_interval_ms`.
     pub async fn compute_with(
         store: &Store,
         index: &Index,
@@ -123,16 +124,12 @@ impl Truth {
         let started = Instant::now();
         let at = store.db_now().await?;
         let fresh = Duration::from_millis(config.gauges.counts_interval_ms);
-        let jobs = match &counts.0 {
-            Some((counted, jobs)) if counted.elapsed() < fresh => jobs.clone(),
-            _ => {
-                let jobs = store.job_counts().await?;
-                counts.0 = Some((Instant::now(), jobs.clone()));
-                jobs
-            }
-        };
-        // A range scan of the next hours' jobs: at the counts' cadence too.
-        let bursts = match &counts.1 {
+        counts
+            .step(store, Duration::from_millis(config.gauges.counts_budget_ms))
+            .await?;
+        let jobs = counts.jobs();
+        // A range scan of the next hours' jobs: at the counts' cadence.
+        let bursts = match &counts.bursts {
             Some((counted, bursts)) if counted.elapsed() < fresh => bursts.clone(),
             _ => {
                 let bursts = bursts_ahead(
@@ -143,7 +140,7 @@ impl Truth {
                     config.gauges.burst_drain_per_second,
                 )
                 .await?;
-                counts.1 = Some((Instant::now(), bursts.clone()));
+                counts.bursts = Some((Instant::now(), bursts.clone()));
                 bursts
             }
         };
@@ -226,13 +223,116 @@ impl Truth {
     }
 }
 
-/// The last count of jobs by status and topic, and the last bursts
-/// ahead, each with when it was made.
+/// The count of jobs by status and topic, made a bounded step at a time,
+/// and the last bursts ahead with when they were found.
+///
+/// A count of every live job is an index-only read of all of them (8 s
+/// at 11 M rows, minutes at 100 M): too long for one pass, and growing
+/// with the table. So each pass goes on with the count from where the
+/// last one stopped, a page of [`COUNT_PAGE`] index entries at a time,
+/// for at most `gauges.counts_budget_ms`, one status after the other.
+/// Each status's figures are those of its last complete count (exact as
+/// of the moment its pages were read; jobs that changed status during a
+/// count may be counted in both or in neither); until a status's first
+/// count completes, what is counted of it so far. On a table whose live
+/// jobs are read within the budget, every pass counts them all, exactly.
 #[derive(Debug, Clone, Default)]
-pub struct Counts(
-    Option<(Instant, Vec<TopicCount>)>,
-    Option<(Instant, Vec<BurstAhead>)>,
-);
+pub struct Counts {
+    /// Which of [`COUNTED`] is being counted, and where.
+    status: usize,
+    cursor: Option<CountCursor>,
+    partial: BTreeMap<String, u64>,
+    started: Option<Instant>,
+    /// Each status's last complete count, and when it started.
+    done: [Option<(Instant, BTreeMap<String, u64>)>; COUNTED.len()],
+    bursts: Option<(Instant, Vec<BurstAhead>)>,
+    /// Index entries a page reads; 0: [`COUNT_PAGE`].
+    page: u32,
+}
+
+/// Index entries one page of the count reads.
+pub const COUNT_PAGE: u32 = 20_000;
+
+impl Counts {
+    /// A count reading `page` index entries a page (tests).
+    pub fn with_page(page: u32) -> Counts {
+        Counts {
+            page,
+            ..Counts::default()
+        }
+    }
+
+    /// Counts on for at most `budget` (a page at least), or until every
+    /// status has been counted once in this pass.
+    pub async fn step(&mut self, store: &Store, budget: Duration) -> Result<(), StoreError> {
+        let began = Instant::now();
+        let mut completed = 0;
+        loop {
+            let status = COUNTED[self.status];
+            let cursor = match self.cursor {
+                Some(cursor) => cursor,
+                None => {
+                    self.started = Some(Instant::now());
+                    self.partial.clear();
+                    CountCursor::Unset(0)
+                }
+            };
+            let (page, next) = store
+                .job_count_page(
+                    status,
+                    cursor,
+                    if self.page == 0 {
+                        COUNT_PAGE
+                    } else {
+                        self.page
+                    },
+                )
+                .await?;
+            for (topic, n) in page {
+                *self.partial.entry(topic).or_insert(0) += n;
+            }
+            self.cursor = next;
+            if next.is_none() {
+                let started = self.started.take().unwrap_or(began);
+                self.done[self.status] = Some((started, std::mem::take(&mut self.partial)));
+                self.status = (self.status + 1) % COUNTED.len();
+                completed += 1;
+            }
+            if completed >= COUNTED.len() || began.elapsed() >= budget {
+                return Ok(());
+            }
+        }
+    }
+
+    /// Jobs by status and topic: each status's last complete count (what
+    /// is counted so far of one never counted through yet).
+    pub fn jobs(&self) -> Vec<TopicCount> {
+        let mut jobs = Vec::new();
+        for (i, status) in COUNTED.iter().enumerate() {
+            let counted = match &self.done[i] {
+                Some((_, counted)) => counted,
+                None if i == self.status => &self.partial,
+                None => continue,
+            };
+            jobs.extend(counted.iter().map(|(topic, n)| TopicCount {
+                topic: topic.clone(),
+                status: (*status).to_owned(),
+                count: *n,
+            }));
+        }
+        jobs
+    }
+
+    /// How old the oldest status's figures are (since its count began);
+    /// None until every status has been counted through once.
+    pub fn age(&self) -> Option<Duration> {
+        self.done
+            .iter()
+            .map(|done| done.as_ref().map(|(started, _)| started.elapsed()))
+            .collect::<Option<Vec<Duration>>>()
+            .and_then(|ages| ages.into_iter().max())
+    }
+}
 
 /// Most topics whose burst ahead is named.
 pub const BURSTS_MAX: usize = 20;

@@ -15,6 +15,7 @@ use tickler::store::{
     Actor, BatchRow, Cancelled, Dispatched, JobChanges, JobFilter, Modified, StoreError,
     TopicChange, TopicControl, TopicCount, WindowEntry,
 };
+use tickler::truth::Counts;
 use tickler_testkit::store::{job_new, Db, LEASE};
 
 fn ids(jobs: &[Job]) -> Vec<JobId> {
@@ -923,9 +924,18 @@ async fn a_topics_pending_jobs_and_the_topics_of_ids_are_read_by_id() {
 // counts (stats.rs)
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn counts_are_by_topic_for_the_live_statuses_only() {
+async fn counts_are_by_topic_for_the_live_statuses_only_a_bounded_page_at_a_time() {
     let db = Db::new().await;
-    assert!(db.store.job_counts().await.unwrap().is_empty());
+    let mut empty = Counts::default();
+    empty
+        .step(&db.store, Duration::from_secs(60))
+        .await
+        .unwrap();
+    assert!(empty.jobs().is_empty());
+    assert!(
+        empty.age().is_some(),
+        "an empty table is counted through at once"
+    );
     db.job(60_000, 5).await;
     db.job(60_000, 5).await;
     let claimed = db.job(-1_000, 5).await;
@@ -963,8 +973,56 @@ async fn counts_are_by_topic_for_the_live_statuses_only() {
     )
     .await;
 
-    let mut counts = db.store.job_counts().await.unwrap();
-    counts.sort_by(|a, b| (&a.topic, &a.status).cmp(&(&b.topic, &b.status)));
+    // Dispatched, awaiting its result: no status_at, counted by id first.
+    let awaiting = db.job(-1_000, 5).await;
+    db.edit(
+        "UPDATE jobs SET status = 'dispatched', ack_deadline = UTC_TIMESTAMP(3) + INTERVAL 1 HOUR \
+         WHERE id = ?",
+        awaiting,
+    )
+    .await;
+    // Jobs due at the very same instant: the page's cursor breaks the tie by id.
+    for _ in 0..3 {
+        let tied = db.job(60_000, 5).await;
+        db.edit(
+            "UPDATE jobs SET schedule_time = '2031-01-01 00:00:00.000' WHERE id = ?",
+            tied,
+        )
+        .await;
+    }
+
+    // A page of 2 entries, one page a step: five steps read no more than
+    // ten entries, and nothing is complete yet.
+    let mut stepped = Counts::with_page(2);
+    for _ in 0..2 {
+        stepped.step(&db.store, Duration::ZERO).await.unwrap();
+    }
+    let partial: u64 = stepped.jobs().iter().map(|c| c.count).sum();
+    assert!(partial <= 4, "two pages of two: {partial}");
+    assert!(stepped.age().is_none());
+    let mut steps = 2;
+    while stepped.age().is_none() {
+        stepped.step(&db.store, Duration::ZERO).await.unwrap();
+        steps += 1;
+        assert!(steps < 100, "the count completes");
+    }
+    // Counted all at once, with a budget that reads them all.
+    let mut whole = Counts::default();
+    whole
+        .step(&db.store, Duration::from_secs(60))
+        .await
+        .unwrap();
+    let sorted = |counts: &Counts| {
+        let mut jobs = counts.jobs();
+        jobs.sort_by(|a, b| (&a.topic, &a.status).cmp(&(&b.topic, &b.status)));
+        jobs
+    };
+    assert_eq!(
+        sorted(&stepped),
+        sorted(&whole),
+        "paged or not, the same count"
+    );
+    let counts = sorted(&whole);
     let count = |topic: &str, status: &str, count| TopicCount {
         topic: topic.to_owned(),
         status: status.to_owned(),
@@ -975,9 +1033,9 @@ async fn counts_are_by_topic_for_the_live_statuses_only() {
         [
             count("other", "pending", 1),
             count("store-test", "dead", 1),
-            count("store-test", "dispatched", 1),
+            count("store-test", "dispatched", 2),
             count("store-test", "dispatching", 1),
-            count("store-test", "pending", 2),
+            count("store-test", "pending", 5),
         ]
     );
     db.finish().await;

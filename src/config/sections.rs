@@ -299,10 +299,14 @@ pub struct GaugesSettings {
     /// computes the gauges from MySQL: jobs by status and topic, overdue,
     /// drift, results lag.
     pub interval_ms: u64,
-    /// How often the jobs are counted by status and topic, the one gauge
-    /// whose cost grows with the table (seconds at ten million live jobs);
-    /// at least `truth_interval_ms`.
+    /// How often the bursts ahead are found again (a range read of the
+    /// next `burst_horizon_ms`' jobs); at least `interval_ms`.
     pub counts_interval_ms: u64,
+    /// How long each computation of the gauges goes on with the count of
+    /// jobs by status and topic (`tickler_jobs`), which reads every live
+    /// job's index entry: a table larger than that reads takes several
+    /// passes, each bounded (`tickler_jobs_count_age_seconds`).
+    pub counts_budget_ms: u64,
     /// Most topics the `tickler_jobs` gauge names; the rest are summed
     /// under `topic="_other"`.
     pub topics_max: usize,
@@ -663,6 +667,7 @@ impl Default for GaugesSettings {
         GaugesSettings {
             interval_ms: 15_000,
             counts_interval_ms: 60_000,
+            counts_budget_ms: 500,
             topics_max: 50,
             burst_horizon_ms: 6 * 3_600_000,
             burst_drain_per_second: 10_000,

@@ -266,6 +266,12 @@ impl Config {
                 "must be at least gauges.interval_ms and at most 86400000",
             ));
         }
+        if !(10..=60_000).contains(&self.gauges.counts_budget_ms) {
+            return Err(invalid(
+                "gauges.counts_budget_ms",
+                "must be between 10 and 60000",
+            ));
+        }
         if !(500..=600_000).contains(&self.cluster.instance_ttl_ms) {
             return Err(invalid(
                 "cluster.instance_ttl_ms",

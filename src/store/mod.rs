@@ -58,7 +58,7 @@ pub use schedules::{
     ScheduleRow, ScheduleStats, ScheduleStatus, ScheduleUpdate,
 };
 pub use sealing::{KeyCount, Rotation};
-pub use stats::{DeadSince, Overdue, Position, TopicCount, COUNTED};
+pub use stats::{CountCursor, DeadSince, Overdue, Position, TopicCount, COUNTED};
 pub use tokens::{NewToken, TokenRow};
 pub use topics::{JobPacing, TopicChange, TopicControl};
 pub use watermarks::Watermark;

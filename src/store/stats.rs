@@ -1,6 +1,7 @@
 //! Read-only counts for the gauges, `/v1/stats` and the doctor. Each is an
 //! index range scan; none reads far-future rows one by one.
 
+use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
@@ -12,6 +13,22 @@ use super::{Store, StoreError};
 /// The statuses counted by topic: the live ones (finished jobs are counted
 /// by the `_total` counters and purged after `jobs.retention_days`).
 pub const COUNTED: [&str; 4] = ["pending", "dispatching", "dispatched", "dead"];
+
+/// Before every `DATETIME` MySQL takes ('1000-01-01').
+const DATETIME_MIN: NaiveDateTime = match chrono::NaiveDate::from_ymd_opt(1000, 1, 1) {
+    Some(day) => day.and_time(chrono::NaiveTime::MIN),
+    None => NaiveDateTime::MIN,
+};
+
+/// Where a count of one status's jobs by topic has got to
+/// ([`Store::job_count_page`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum CountCursor {
+    /// Among the jobs without a `status_at`, past this id (0: from the start).
+    Unset(u64),
+    /// Past this (`status_at`, id).
+    At(NaiveDateTime, u64),
+}
 
 /// Jobs of one status on one topic.
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
@@ -29,27 +46,65 @@ pub struct Overdue {
 }
 
 impl Store {
-    /// Jobs by status (the [`COUNTED`] ones) and topic: an index-only scan
-    /// of `ix_jobs_status_at`, which holds `topic`.
-    pub async fn job_counts(&self) -> Result<Vec<TopicCount>, StoreError> {
-        let rows = sqlx::query(
-            "SELECT CAST(status AS CHAR) AS status, topic, COUNT(*) AS n FROM jobs \
-             WHERE status IN ('pending', 'dispatching', 'dispatched', 'dead') \
-             GROUP BY status, topic",
-        )
-        .fetch_all(&self.pool)
-        .await?;
-        rows.iter()
-            .map(|row| {
-                let topic: Vec<u8> = row.try_get("topic")?;
-                let n: i64 = row.try_get("n")?;
-                Ok(TopicCount {
-                    topic: String::from_utf8_lossy(&topic).into_owned(),
-                    status: row.try_get("status")?,
-                    count: n as u64,
-                })
-            })
-            .collect()
+    /// One page of a count of the jobs of `status` by topic, in the order
+    /// of `ix_jobs_status_at` (`status_at`, then id) from just past
+    /// `after`: the topics of at most `limit` jobs, and where the next
+    /// page starts (None: the status's range is read to its end). An
+    /// index-only range read of `limit` entries whatever the table's size,
+    /// so a count of any size goes a bounded step at a time
+    /// ([`crate::truth`]). The jobs without a `status_at` (dispatched,
+    /// awaiting their result) come first, by id.
+    pub async fn job_count_page(
+        &self,
+        status: &str,
+        after: CountCursor,
+        limit: u32,
+    ) -> Result<(BTreeMap<String, u64>, Option<CountCursor>), StoreError> {
+        // id-order: ids only break ties within one status_at (and order the
+        // few without one); a page resumes after the (status_at, id) it
+        // ended on, whatever order ids were given in.
+        let rows: Vec<(Vec<u8>, Option<NaiveDateTime>, u64)> = match after {
+            CountCursor::Unset(id) => {
+                sqlx::query_as(
+                    "SELECT topic, status_at, id FROM jobs WHERE status = ? \
+                     AND status_at IS NULL AND id > ? ORDER BY status_at, id LIMIT ?",
+                )
+                .bind(status)
+                .bind(id)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?
+            }
+            CountCursor::At(at, id) => {
+                sqlx::query_as(
+                    "SELECT topic, status_at, id FROM jobs WHERE status = ? \
+                     AND (status_at > ? OR (status_at = ? AND id > ?)) \
+                     ORDER BY status_at, id LIMIT ?",
+                )
+                .bind(status)
+                .bind(at)
+                .bind(at)
+                .bind(id)
+                .bind(limit)
+                .fetch_all(&self.pool)
+                .await?
+            }
+        };
+        let mut counts = BTreeMap::new();
+        for (topic, _, _) in &rows {
+            *counts
+                .entry(String::from_utf8_lossy(topic).into_owned())
+                .or_insert(0) += 1;
+        }
+        let full = rows.len() as u64 >= u64::from(limit);
+        let next = match (rows.last(), after) {
+            (Some((_, Some(at), id)), _) if full => Some(CountCursor::At(*at, *id)),
+            (Some((_, None, id)), _) if full => Some(CountCursor::Unset(*id)),
+            // The jobs without a status_at are read: on to those with one.
+            (_, CountCursor::Unset(_)) => Some(CountCursor::At(DATETIME_MIN, 0)),
+            _ => None,
+        };
+        Ok((counts, next))
     }
 
     /// Pending jobs already due, and the age of the oldest. The jobs of a
