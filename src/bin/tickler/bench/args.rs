@@ -54,6 +54,12 @@ pub struct BenchArgs {
     /// reconcile, instances).
     #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(STAGES))]
     pub stages: Option<Vec<String>>,
+    /// Run in this existing database (on mysql.url's server), kept as it
+    /// is — say, one `scripts/bytes-per-job` loaded with 100 million
+    /// jobs — instead of a new one dropped at the end. The rows the stages
+    /// add stay (their own topics).
+    #[arg(long)]
+    pub database: Option<String>,
 }
 
 impl BenchArgs {
@@ -81,6 +87,7 @@ impl BenchArgs {
             instances: self.instances.unwrap_or(defaults.instances),
             only_instances: self.only_instances,
             stages: self.stages,
+            database: self.database,
             ..defaults
         }
     }

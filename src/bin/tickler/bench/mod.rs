@@ -94,6 +94,8 @@ pub struct BenchOptions {
     pub only_instances: bool,
     /// Only these stages (None: all).
     pub stages: Option<Vec<String>>,
+    /// An existing database to run in, kept (None: a new one, dropped).
+    pub database: Option<String>,
 }
 
 /// Rounds of the ingress stage, each the ingress and the batch API on the
@@ -154,6 +156,7 @@ impl BenchOptions {
             instances: 3,
             only_instances: false,
             stages: None,
+            database: None,
         }
     }
 
@@ -182,6 +185,7 @@ impl BenchOptions {
             instances: 2,
             only_instances: false,
             stages: None,
+            database: None,
         }
     }
 }
@@ -227,6 +231,12 @@ pub async fn run(base: &Config, options: BenchOptions) -> anyhow::Result<()> {
         .iter()
         .any(|stage| options.wants(stage))
     {
+        return instances::run(base, &options, &server_url, &suffix).await;
+    }
+    if let Some(name) = &options.database {
+        let mysql_url = format!("{server_url}/{name}");
+        Store::migrate(&mysql_url).await?;
+        run_in(base, options.clone(), &mysql_url, &suffix).await?;
         return instances::run(base, &options, &server_url, &suffix).await;
     }
     let db_name = format!("tickler_bench_{suffix}");
