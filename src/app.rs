@@ -519,7 +519,7 @@ async fn start_on(
     let (dicts_store, cancel) = (pools.api.clone(), shared.cancel.clone());
     shared
         .tracker
-        .spawn(async move { dicts_refresher(&dicts_store, &cancel).await });
+        .spawn(async move { codecs_upkeep(&dicts_store, &cancel).await });
     let http_addr = if shared.config.has_role(Role::Api) {
         Some(start_api(&shared, &pools.api, readiness).await?)
     } else {
@@ -546,10 +546,15 @@ async fn start_on(
 
 /// Every instance loads the payload dictionaries (`payload_dicts`) at
 /// start and every few seconds after, so it reads rows compressed with a
-/// new one, and writes with it once it is ripe (`compression`).
-async fn dicts_refresher(store: &Store, cancel: &CancellationToken) {
+/// new one, and writes with it once it is ripe (`compression`); and says
+/// which key it seals with (`enc_keys_used`) at start and every few
+/// minutes, for the doctor.
+async fn codecs_upkeep(store: &Store, cancel: &CancellationToken) {
+    const KEY_NOTE_EVERY: u32 = 60;
     let mut every = tokio::time::interval(Duration::from_secs(5));
     every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
+    let mut ticks: u32 = 0;
+    let mut key_noted = false;
     loop {
         tokio::select! {
             _ = cancel.cancelled() => return,
@@ -558,6 +563,15 @@ async fn dicts_refresher(store: &Store, cancel: &CancellationToken) {
         if let Err(err) = store.dicts_refresh().await {
             tracing::debug!(error = %err, "cannot load payload dictionaries; trying again");
         }
+        if !key_noted || ticks % KEY_NOTE_EVERY == 0 {
+            match store.key_used_note().await {
+                Ok(()) => key_noted = true,
+                Err(err) => {
+                    tracing::debug!(error = %err, "cannot note the key this instance seals with; trying again")
+                }
+            }
+        }
+        ticks = ticks.wrapping_add(1);
     }
 }
 

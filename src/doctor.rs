@@ -504,38 +504,45 @@ impl Doctor {
     /// set aside unsent when it falls due, and its payload cannot be read.
     async fn check_keys(&self) -> Result<Finding, DoctorError> {
         const CHECK: &str = "keys";
-        let counts = self.store.key_counts().await?;
-        let missing: Vec<_> = counts
+        // The keys processes said they seal with (`enc_keys_used`), not a
+        // read of every row: bounded at any size of the table.
+        let used = self.store.keys_used().await?;
+        let missing: Vec<_> = used
             .iter()
-            .filter_map(|count| {
-                let key = count.key.as_deref()?;
-                (!self.store.keys().has(key)).then_some((key, count.rows))
-            })
+            .filter(|used| !self.store.keys().has(&used.key))
             .collect();
-        let sealed: u64 = counts
-            .iter()
-            .filter(|c| c.key.is_some())
-            .map(|c| c.rows)
-            .sum();
         if missing.is_empty() {
+            let names: Vec<&str> = used.iter().map(|used| used.key.as_str()).collect();
             return Ok(Finding::ok(
                 CHECK,
-                format!("{sealed} jobs and schedules are sealed, every one under a key this configuration has"),
+                if names.is_empty() {
+                    "no row is sealed (encryption was never on)".to_owned()
+                } else {
+                    format!(
+                        "rows are sealed under {}, every one a key this configuration has",
+                        names.join(", ")
+                    )
+                },
             ));
         }
-        let count = missing.iter().map(|(_, rows)| rows).sum();
         let named: Vec<String> = missing
             .iter()
-            .map(|(key, rows)| format!("{rows} under {key:?}"))
+            .map(|used| {
+                format!(
+                    "{:?} (sealed with until {})",
+                    used.key,
+                    crate::job::time_format(used.last_at)
+                )
+            })
             .collect();
         Ok(Finding {
             check: CHECK,
             verdict: Verdict::Fail,
             summary: format!(
-                "{count} jobs and schedules are sealed under keys this configuration lacks: {}",
+                "rows are sealed under keys this configuration lacks: {} (tickler keys status counts them)",
                 named.join(", ")
             ),
-            count,
+            count: missing.len() as u64,
             ids: Vec::new(),
             fix: Some(
                 "put each key back in encryption.keys (file: or env:) and restart; then run tickler keys rotate, and redrive the jobs set aside as unreadable meanwhile".to_owned(),

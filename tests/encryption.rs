@@ -202,6 +202,13 @@ async fn payloads_and_headers_are_sealed_at_rest_and_arrive_plain() {
     assert_eq!(key.as_deref(), Some("k1"));
     assert!(!contains(&payload, "new-secret"));
 
+    // The instance said which key it seals with, for the doctor.
+    let used: Vec<String> = sqlx::query_scalar("SELECT CAST(key_id AS CHAR) FROM enc_keys_used")
+        .fetch_all(&env.sql)
+        .await
+        .unwrap();
+    assert_eq!(used, ["k1"]);
+
     // Kafka receives them plain.
     let records = records_read_keys(&consumer, 2, Duration::from_secs(20)).await;
     let record = records
@@ -376,17 +383,76 @@ async fn a_moved_ciphertext_is_set_aside_rotation_resumes_and_a_missing_key_is_n
     let doctor = tickler(&env, &without, &["doctor", "--json"]).await;
     let report = text(&doctor);
     assert!(
-        report.contains(
-            r#"1 jobs and schedules are sealed under keys this configuration lacks: 1 under \"k1\""#
-        ),
+        report.contains(r#"rows are sealed under keys this configuration lacks: \"k1\""#),
         "{report}"
     );
     assert!(!doctor.status.success());
+    // Its count, exact, from a read of every row.
+    let status = tickler(&env, &config, &["keys", "status"]).await;
+    assert!(text(&status).contains("1 rows  k1"), "{}", text(&status));
     // No key material in anything said.
     let raw = std::fs::read_to_string(k1.trim_start_matches("file:")).unwrap();
     for said in [&report, &done] {
         assert!(!said.contains(raw.trim()), "a key was printed");
     }
     let _ = second;
+    env.finish().await;
+}
+
+/// A rotation that leaves nothing under the old key forgets it, once no
+/// process has said it seals with it for a while: the doctor, which
+/// reads `enc_keys_used` and never the whole table, stops naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_complete_rotation_forgets_the_old_key_for_the_doctor() {
+    let (k1, k2) = key_files();
+    let first = k1.clone();
+    let mut env = TestEnv::start_with(move |c| {
+        c.encryption.active_key = Some("k1".to_owned());
+        c.encryption.keys.insert("k1".to_owned(), first);
+    })
+    .await;
+    for n in 0..3 {
+        env.job_create(json!({"key": format!("r{n}"), "payload": {"n": n}, "delay_ms": 3_600_000}))
+            .await;
+    }
+    env.stop().await;
+    env.config.encryption.active_key = Some("k2".to_owned());
+    env.config.encryption.keys.insert("k2".to_owned(), k2);
+    let config = env.config.clone();
+    // Recently sealed with: a complete rotation keeps it named.
+    let rotated = tickler(&env, &config, &["keys", "rotate"]).await;
+    assert!(rotated.status.success(), "{}", text(&rotated));
+    let used = |env: &TestEnv| {
+        let sql = env.sql.clone();
+        async move {
+            sqlx::query_scalar::<_, String>(
+                "SELECT CAST(key_id AS CHAR) FROM enc_keys_used ORDER BY key_id",
+            )
+            .fetch_all(&sql)
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(used(&env).await, ["k1", "k2"]);
+    // Quiet for an hour (as if): the next complete rotation forgets it.
+    sqlx::query("UPDATE enc_keys_used SET last_at = last_at - INTERVAL 1 HOUR WHERE key_id = 'k1'")
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    let rotated = tickler(&env, &config, &["keys", "rotate", "--restart"]).await;
+    assert!(
+        text(&rotated).contains("1 other keys no longer in use"),
+        "{}",
+        text(&rotated)
+    );
+    assert_eq!(used(&env).await, ["k2"]);
+    let mut without = config.clone();
+    without.encryption.keys.remove("k1");
+    let doctor = tickler(&env, &without, &["doctor", "--json"]).await;
+    let report = text(&doctor);
+    assert!(
+        report.contains("rows are sealed under k2, every one a key this configuration has"),
+        "{report}"
+    );
     env.finish().await;
 }

@@ -188,8 +188,10 @@ pub async fn run(config: &Config, args: ImportArgs) -> anyhow::Result<ExitCode> 
         .with_codec(crate::compression::Codec::from_settings(
             &config.compression,
         ));
-    // Written with the newest dictionary (`tickler compression train`).
+    // Written with the newest dictionary (`tickler compression train`),
+    // sealed under the active key, noted for the doctor.
     store.dicts_refresh().await?;
+    store.key_used_note().await?;
     let shards = match store.shard_leases().await {
         Ok(leases) if !leases.is_empty() => leases.len() as u32,
         _ => config.cluster.shards,

@@ -93,6 +93,8 @@ pub async fn run(config: &Config, command: KeysCommand) -> Result<(), AdminError
             if restart {
                 store.rotation_restart().await?;
             }
+            store.key_used_note().await?;
+            let run_began = store.db_now().await?;
             let (schedules, unopened) = store.schedules_reseal().await?;
             println!("to {active}: {schedules} schedules rewritten, {unopened} skipped");
             let started = Instant::now();
@@ -111,6 +113,16 @@ pub async fn run(config: &Config, command: KeysCommand) -> Result<(), AdminError
                 );
                 if at.done {
                     println!("done: every job is sealed under {active}, but {} it could not open (tickler keys status, tickler doctor)", at.skipped);
+                    if at.skipped == 0 && unopened == 0 {
+                        // Nothing left under another key: the doctor stops
+                        // naming the keys no process has sealed with for a
+                        // while (every process says so every 5 minutes).
+                        let quiet = run_began - chrono::Duration::minutes(15);
+                        let forgotten = store.keys_used_forget_others(active, quiet).await?;
+                        if forgotten > 0 {
+                            println!("{forgotten} other keys no longer in use (enc_keys_used)");
+                        }
+                    }
                     break;
                 }
                 if max_rows.is_some_and(|most| seen >= most) {

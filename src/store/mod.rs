@@ -57,7 +57,7 @@ pub use schedules::{
     occurrence_placed, Materialized, NewSchedule, PendingOccurrences, Placed, ScheduleDef,
     ScheduleRow, ScheduleStats, ScheduleStatus, ScheduleUpdate,
 };
-pub use sealing::{KeyCount, Rotation};
+pub use sealing::{KeyCount, KeyUsed, Rotation};
 pub use stats::{CountCursor, DeadSince, Overdue, Position, TopicCount, COUNTED};
 pub use tokens::{NewToken, TokenRow};
 pub use topics::{JobPacing, TopicChange, TopicControl};

@@ -3,6 +3,7 @@
 //! `tickler keys rotate`, which seals every row again under the active
 //! key, a batch at a time, from where it last stopped.
 
+use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::Row;
 
 use super::job_row::text;
@@ -32,9 +33,71 @@ pub struct Rotation {
     pub done: bool,
 }
 
+/// A key rows are sealed under, by `enc_keys_used`: when a process first
+/// and last said it seals with it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct KeyUsed {
+    pub key: String,
+    pub first_at: DateTime<Utc>,
+    pub last_at: DateTime<Utc>,
+}
+
 impl Store {
+    /// Notes that this handle seals with its active key (none: nothing to
+    /// note): at a process's start and every few minutes while it runs.
+    pub async fn key_used_note(&self) -> Result<(), StoreError> {
+        let Some(active) = self.keys.active() else {
+            return Ok(());
+        };
+        sqlx::query(
+            "INSERT INTO enc_keys_used (key_id, first_at, last_at) \
+             VALUES (?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3)) \
+             ON DUPLICATE KEY UPDATE last_at = UTC_TIMESTAMP(3)",
+        )
+        .bind(active)
+        .execute(&self.pool)
+        .await?;
+        Ok(())
+    }
+
+    /// The keys rows may be sealed under (`enc_keys_used`): a few rows,
+    /// whatever the size of `jobs`.
+    pub async fn keys_used(&self) -> Result<Vec<KeyUsed>, StoreError> {
+        let rows: Vec<(String, NaiveDateTime, NaiveDateTime)> = sqlx::query_as(
+            "SELECT CAST(key_id AS CHAR), first_at, last_at FROM enc_keys_used ORDER BY key_id",
+        )
+        .fetch_all(&self.pool)
+        .await?;
+        Ok(rows
+            .into_iter()
+            .map(|(key, first_at, last_at)| KeyUsed {
+                key,
+                first_at: first_at.and_utc(),
+                last_at: last_at.and_utc(),
+            })
+            .collect())
+    }
+
+    /// After a rotation to `active` that left nothing behind: forgets
+    /// every other key no process has said it seals with since `since`
+    /// (one still sealing with it says so again within minutes).
+    pub async fn keys_used_forget_others(
+        &self,
+        active: &str,
+        since: DateTime<Utc>,
+    ) -> Result<u64, StoreError> {
+        Ok(
+            sqlx::query("DELETE FROM enc_keys_used WHERE key_id <> ? AND last_at < ?")
+                .bind(active)
+                .bind(super::db_time(since))
+                .execute(&self.pool)
+                .await?
+                .rows_affected(),
+        )
+    }
+
     /// Rows of jobs and schedules by the key they are sealed under (a
-    /// full scan: for the doctor and `tickler keys status`).
+    /// full scan: for `tickler keys status`).
     pub async fn key_counts(&self) -> Result<Vec<KeyCount>, StoreError> {
         let rows = sqlx::query(
             "SELECT enc_key, CAST(SUM(n) AS SIGNED) AS n FROM ( \
