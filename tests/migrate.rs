@@ -831,3 +831,49 @@ async fn a_test_server_starting_leaves_the_shared_tmpdir_alone() {
     drop(mariadb);
     assert!(kept, "starting a test server deleted {}", probe.display());
 }
+
+/// An upgrade past V52 fills `enc_keys_used` with the keys rows were
+/// already sealed under (by a read that locks nothing), so the doctor's
+/// `keys` check knows them without reading the table; once, and not
+/// again on a later `migrate`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_keys_rows_were_sealed_under_are_filled_in_once() {
+    let (mut admin, name, url) = database_empty().await;
+    migrate_to(&url, Some(51));
+    let mut conn = sqlx::MySqlConnection::connect(&url).await.unwrap();
+    for (key, topic) in [("old", "a"), ("old", "b"), ("k2", "c")] {
+        sqlx::query(
+            "INSERT INTO jobs (topic, payload, schedule_time, enc_key) \
+             VALUES (?, 'x', UTC_TIMESTAMP(3), ?)",
+        )
+        .bind(topic)
+        .bind(key)
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    }
+    migrate_to(&url, None);
+    assert_eq!(enc_keys_used(&mut conn).await, ["k2", "old"]);
+    assert_eq!(
+        schema_version(&mut conn).await,
+        tickler::store::schema_newest()
+    );
+    // Filled once: a key forgotten since stays forgotten.
+    sqlx::query("DELETE FROM enc_keys_used WHERE key_id = 'old'")
+        .execute(&mut conn)
+        .await
+        .unwrap();
+    migrate_to(&url, None);
+    assert_eq!(enc_keys_used(&mut conn).await, ["k2"]);
+    drop(conn);
+    sqlx::Executor::execute(&mut admin, format!("DROP DATABASE {name}").as_str())
+        .await
+        .unwrap();
+}
+
+async fn enc_keys_used(conn: &mut sqlx::MySqlConnection) -> Vec<String> {
+    sqlx::query_scalar("SELECT CAST(key_id AS CHAR) FROM enc_keys_used ORDER BY key_id")
+        .fetch_all(conn)
+        .await
+        .unwrap()
+}

@@ -291,6 +291,50 @@ pub async fn baseline_install(conn: &mut MySqlConnection) -> Result<Option<Strin
     )))
 }
 
+/// The migration that marks `enc_keys_used` filled (V53).
+pub const ENC_KEYS_FILLED: u32 = 53;
+
+/// Fills `enc_keys_used` with the keys rows are sealed under, where V53 is
+/// not applied yet: a plain `SELECT DISTINCT` of `jobs` and `schedules`
+/// (a consistent read, no row locked; seconds a ten million rows), then a
+/// few rows inserted. Nothing to do once V53 is recorded, or on a database
+/// that has no `enc_keys_used` yet (a `--to` short of V52).
+pub async fn enc_keys_fill(conn: &mut MySqlConnection) -> Result<(), sqlx::Error> {
+    let tables: i64 = sqlx::query_scalar(
+        "SELECT COUNT(*) FROM information_schema.TABLES WHERE TABLE_SCHEMA = DATABASE() \
+         AND TABLE_NAME IN ('enc_keys_used', 'refinery_schema_history')",
+    )
+    .fetch_one(&mut *conn)
+    .await?;
+    if tables < 2 {
+        return Ok(());
+    }
+    let filled: i64 =
+        sqlx::query_scalar("SELECT COUNT(*) FROM refinery_schema_history WHERE version = ?")
+            .bind(ENC_KEYS_FILLED as i32)
+            .fetch_one(&mut *conn)
+            .await?;
+    if filled > 0 {
+        return Ok(());
+    }
+    let keys: Vec<String> = sqlx::query_scalar(
+        "SELECT CAST(enc_key AS CHAR) FROM jobs WHERE enc_key IS NOT NULL GROUP BY enc_key \
+         UNION SELECT CAST(enc_key AS CHAR) FROM schedules WHERE enc_key IS NOT NULL",
+    )
+    .fetch_all(&mut *conn)
+    .await?;
+    for key in keys {
+        sqlx::query(
+            "INSERT IGNORE INTO enc_keys_used (key_id, first_at, last_at) \
+             VALUES (?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))",
+        )
+        .bind(key)
+        .execute(&mut *conn)
+        .await?;
+    }
+    Ok(())
+}
+
 /// The statements of `schema/baseline.sql`, comments left out.
 fn baseline_statements() -> Vec<String> {
     BASELINE

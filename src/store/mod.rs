@@ -506,6 +506,18 @@ impl Store {
             }
             None => refinery_core::Target::Latest,
         };
+        if to.is_none_or(|to| to >= migrate::ENC_KEYS_FILLED) {
+            // Up to the table, filled by a read that locks nothing, then on.
+            let report = migrate::migrations::runner()
+                .set_abort_divergent(true)
+                .set_target(refinery_core::Target::Version(
+                    migrate::ENC_KEYS_FILLED as i32 - 1,
+                ))
+                .run_async(&mut migrator)
+                .await?;
+            applied.extend(report.applied_migrations().iter().map(|m| m.to_string()));
+            migrate::enc_keys_fill(&mut migrator.conn).await?;
+        }
         let report = migrate::migrations::runner()
             .set_abort_divergent(true)
             .set_target(target)
