@@ -238,3 +238,86 @@ async fn a_row_whose_dictionary_is_not_loaded_waits_and_is_sent_once_it_is() {
     assert_eq!(sent["currency"], json!("EUR"), "{sent}");
     env.finish().await;
 }
+
+/// With encryption at rest on too: compressed, then sealed; a rotation to
+/// another key seals the compressed bytes again, and every read gives the
+/// payload as sent.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compressed_then_sealed_and_rotated_read_as_sent() {
+    let dir = tickler_testkit::scratch_dir();
+    let (one, two) = (dir.join("k1"), dir.join("k2"));
+    std::fs::write(&one, tickler::keys::generate()).unwrap();
+    std::fs::write(&two, tickler::keys::generate()).unwrap();
+    let k1 = format!("file:{}", one.display());
+    let k2 = format!("file:{}", two.display());
+    let first = k1.clone();
+    let mut env = TestEnv::start_with(move |c| {
+        c.compression.payloads = tickler::config::PayloadCompression::Zstd;
+        c.encryption.active_key = Some("k1".to_owned());
+        c.encryption.keys.insert("k1".to_owned(), first);
+    })
+    .await;
+    let consumer = env.consumer();
+    let ids = batch(&env, 0, 3, 3_600_000).await;
+    let (status, single) = env
+        .post(
+            "/v1/jobs",
+            json!({"topic": env.topic, "key": "single", "payload": payload(9), "delay_ms": 1_000}),
+        )
+        .await;
+    assert_eq!(status, 201, "{single}");
+    let sql = env.sql.clone();
+    let key_of = |id: u64| {
+        let sql = sql.clone();
+        async move {
+            sqlx::query_as::<_, (Option<String>, Option<u16>)>(
+                "SELECT CAST(enc_key AS CHAR), payload_zstd FROM jobs WHERE id = ?",
+            )
+            .bind(id)
+            .fetch_one(&sql)
+            .await
+            .unwrap()
+        }
+    };
+    assert_eq!(key_of(ids[0]).await, (Some("k1".to_owned()), Some(0)));
+    assert_eq!(
+        key_of(single["id"].as_u64().unwrap()).await,
+        (Some("k1".to_owned()), Some(0))
+    );
+    let records = records_read_keys(&consumer, 1, Duration::from_secs(20)).await;
+    let record = records
+        .iter()
+        .find(|r| r.key.as_deref() == Some("single"))
+        .expect("arrived");
+    assert_eq!(
+        serde_json::from_slice::<Value>(&record.payload).unwrap(),
+        payload(9)
+    );
+
+    env.stop().await;
+    env.config.encryption.active_key = Some("k2".to_owned());
+    env.config
+        .encryption
+        .keys
+        .insert("k2".to_owned(), k2.clone());
+    let mut command = Command::new(env!("CARGO_BIN_EXE_tickler"));
+    command
+        .args(["keys", "rotate"])
+        .env("TICKLER_MYSQL_URL", &env.config.mysql.url)
+        .env("TICKLER_ENCRYPTION_ACTIVE_KEY", "k2")
+        .env(
+            "TICKLER_ENCRYPTION_KEYS",
+            format!("{{k1=\"{k1}\", k2=\"{k2}\"}}"),
+        )
+        .env("TICKLER_LOG", "warn")
+        .stdin(Stdio::null());
+    let rotated = tokio::task::spawn_blocking(move || command.output().unwrap())
+        .await
+        .unwrap();
+    assert!(rotated.status.success(), "{}", text(&rotated));
+    env.restart().await;
+    assert_eq!(key_of(ids[0]).await, (Some("k2".to_owned()), Some(0)));
+    let (_, read) = env.get(&format!("/v1/jobs/{}", ids[0])).await;
+    assert_eq!(read["payload"], payload(0), "{read}");
+    env.finish().await;
+}

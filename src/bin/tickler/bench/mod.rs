@@ -297,7 +297,12 @@ async fn run_in(
     );
 
     let cancel = CancellationToken::new();
+    let starting = Instant::now();
     let running = tickler::app::start(config.clone(), cancel.clone()).await?;
+    println!(
+        "start: tickler started in {:.0} ms (migrations checked, every role running, the API listening)",
+        starting.elapsed().as_secs_f64() * 1000.0
+    );
     let addr = running.http_addr.context("the bench runs the api role")?;
     let records: Records = Arc::new(Mutex::new(HashMap::new()));
     let stop_consumer = CancellationToken::new();
@@ -1293,7 +1298,8 @@ impl Bench {
         let mut counts = tickler::truth::Counts::default();
         for _ in 0..3 {
             let truth =
-                tickler::truth::Truth::compute_with(store, index, &self.config, &mut counts).await?;
+                tickler::truth::Truth::compute_with(store, index, &self.config, &mut counts)
+                    .await?;
             let counted: u64 = truth.jobs.iter().map(|c| c.count).sum();
             println!(
                 "reconcile: gauges from the truth in {} ms ({counted} live jobs counted by status and topic so far, {} overdue, drift {:?})",
