@@ -1,5 +1,6 @@
 -- zstd dictionaries trained on payloads (`tickler compression train`).
--- Never changed; deleted only while no row names it (`payload_zstd`).
+-- Never changed, and never deleted while a row is compressed with it (a
+-- compressed payload starts with its dictionary's id).
 -- The newest by `created_at` is the one new payloads are written with.
 CREATE TABLE payload_dicts (
     id           SMALLINT UNSIGNED NOT NULL AUTO_INCREMENT,

@@ -9,10 +9,13 @@
 //! (221 bytes of a realistic JSON payload: 181 plain zstd, 71 with a
 //! dictionary).
 //!
-//! The row says how its payload is stored in `payload_zstd`: NULL, as
-//! given; 0, zstd without a dictionary; N, zstd with dictionary N. So old
-//! rows, rows written with compression off and rows edited by hand
-//! (`payload_zstd = NULL`) are read as they are. A payload is stored
+//! The row says whether its payload is compressed in `payload_kind`
+//! (`json+zstd`, `bytes+zstd`: an instant change of the column's ENUM,
+//! where a new column would rebuild the table on MariaDB, its writes
+//! blocked, see docs/upgrades.md); a compressed payload is the dictionary's
+//! id (2 bytes, big-endian, 0 for none) and a zstd frame. So old rows,
+//! rows written with compression off and rows edited by hand
+//! (`payload_kind = 'json'`) are read as they are. A payload is stored
 //! compressed only when that is smaller.
 //!
 //! Dictionaries never change and are never deleted while a row may use
@@ -45,6 +48,10 @@ pub const DICT_MAX_BYTES: usize = 16 * 1024;
 
 /// The dictionary id of plain zstd (no dictionary).
 const NO_DICT: u16 = 0;
+
+/// Bytes before the zstd frame of a compressed payload: the dictionary's
+/// id, big-endian (0: none).
+const HEADER: usize = 2;
 
 /// Compresses and expands payloads; knows the dictionaries. Cheap to
 /// clone (the clones share the dictionaries).
@@ -143,14 +150,6 @@ impl Codec {
         self.0.on
     }
 
-    /// Whether payloads of `payload_zstd` = `dict` can be expanded here.
-    pub fn knows(&self, dict: u16) -> bool {
-        dict == NO_DICT || {
-            let dicts = self.0.dicts.read().unwrap_or_else(|e| e.into_inner());
-            dicts.bytes.contains_key(&dict)
-        }
-    }
-
     /// The ids of the dictionaries loaded.
     pub fn dict_ids(&self) -> Vec<u16> {
         let dicts = self.0.dicts.read().unwrap_or_else(|e| e.into_inner());
@@ -198,12 +197,12 @@ impl Codec {
         }
     }
 
-    /// `payload` as it is to be stored, and the row's `payload_zstd`: the
-    /// payload as given (None) when compression is off, when it is short,
-    /// or when zstd does not make it smaller.
-    pub fn pack(&self, payload: &[u8]) -> (Vec<u8>, Option<u16>) {
+    /// `payload` as it is to be stored, and whether that is compressed: as
+    /// given when compression is off, when it is short, or when zstd does
+    /// not make it smaller.
+    pub fn pack(&self, payload: &[u8]) -> (Vec<u8>, bool) {
         if !self.0.on || payload.len() < MIN_BYTES {
-            return (payload.to_vec(), None);
+            return (payload.to_vec(), false);
         }
         let (id, dict) = self.writing_dict();
         let level = self.0.level;
@@ -216,23 +215,28 @@ impl Codec {
                     slot.insert(compressor(level, dict.as_ref().map(|d| &d.bytes[..])).ok()?)
                 }
             };
-            compressor.compress(payload).ok()
+            let mut packed = Vec::with_capacity(HEADER + payload.len());
+            packed.extend_from_slice(&id.to_be_bytes());
+            packed.extend_from_slice(&compressor.compress(payload).ok()?);
+            Some(packed)
         });
         match packed {
-            Some(packed) if packed.len() < payload.len() => (packed, Some(id)),
-            _ => (payload.to_vec(), None),
+            Some(packed) if packed.len() < payload.len() => (packed, true),
+            _ => (payload.to_vec(), false),
         }
     }
 
-    /// The payload a row stored as `stored` with `payload_zstd` = `zstd`.
-    pub fn unpack(&self, stored: Vec<u8>, zstd: Option<u16>) -> Result<Vec<u8>, CodecError> {
-        let Some(id) = zstd else {
-            return Ok(stored);
-        };
-        if stored.is_empty() {
-            // A listing's row, read without its payload.
+    /// The payload a row stored as `stored`, compressed or not (its
+    /// `payload_kind` says: `json+zstd`, `bytes+zstd`).
+    pub fn unpack(&self, stored: Vec<u8>, compressed: bool) -> Result<Vec<u8>, CodecError> {
+        if !compressed || stored.is_empty() {
+            // As given; or a listing's row, read without its payload.
             return Ok(stored);
         }
+        let (id, frame) = match stored.split_first_chunk::<HEADER>() {
+            Some((id, frame)) => (u16::from_be_bytes(*id), frame),
+            None => return Err(CodecError::Broken("shorter than its header".into())),
+        };
         let dict = if id == NO_DICT {
             None
         } else {
@@ -245,7 +249,7 @@ impl Codec {
                     .ok_or(CodecError::Unknown(id))?,
             )
         };
-        let size = zstd::zstd_safe::get_frame_content_size(&stored)
+        let size = zstd::zstd_safe::get_frame_content_size(frame)
             .ok()
             .flatten()
             .ok_or_else(|| CodecError::Broken("no zstd frame with its size".into()))?;
@@ -264,7 +268,7 @@ impl Codec {
                 }
             };
             decompressor
-                .decompress(&stored, size)
+                .decompress(frame, size)
                 .map_err(|err| CodecError::Broken(err.to_string()))
         })
     }
@@ -316,23 +320,24 @@ mod tests {
     #[test]
     fn off_stores_as_given_and_reads_compressed_rows_anyway() {
         let on = Codec::zstd(3);
-        let (packed, zstd) = on.pack(&payload(1));
-        assert_eq!(zstd, Some(0));
+        let (packed, compressed) = on.pack(&payload(1));
+        assert!(compressed);
+        assert_eq!(packed[..HEADER], [0, 0], "no dictionary");
         assert!(packed.len() < payload(1).len());
         let off = Codec::off();
-        assert_eq!(off.pack(&payload(1)), (payload(1), None));
-        assert_eq!(off.unpack(packed, zstd).unwrap(), payload(1));
+        assert_eq!(off.pack(&payload(1)), (payload(1), false));
+        assert_eq!(off.unpack(packed, true).unwrap(), payload(1));
     }
 
     #[test]
     fn short_and_incompressible_payloads_stay_as_given() {
         let codec = Codec::zstd(3);
-        assert_eq!(codec.pack(b"{\"a\":1}"), (b"{\"a\":1}".to_vec(), None));
+        assert_eq!(codec.pack(b"{\"a\":1}"), (b"{\"a\":1}".to_vec(), false));
         let noise: Vec<u8> = (0..200u32)
             .map(|i| (i.wrapping_mul(2_654_435_761) >> 13) as u8)
             .collect();
-        assert_eq!(codec.pack(&noise), (noise.clone(), None));
-        assert_eq!(codec.unpack(noise.clone(), None).unwrap(), noise);
+        assert_eq!(codec.pack(&noise), (noise.clone(), false));
+        assert_eq!(codec.unpack(noise.clone(), false).unwrap(), noise);
     }
 
     #[test]
@@ -342,8 +347,9 @@ mod tests {
         let writer = Codec::zstd(3);
         let plain_size = writer.pack(&payload(5_000)).0.len();
         writer.learn_ripe(7, dict.clone());
-        let (packed, zstd) = writer.pack(&payload(5_000));
-        assert_eq!(zstd, Some(7));
+        let (packed, compressed) = writer.pack(&payload(5_000));
+        assert!(compressed);
+        assert_eq!(packed[..HEADER], [0, 7], "dictionary 7");
         assert!(
             packed.len() * 2 < plain_size,
             "{} vs {plain_size}",
@@ -352,11 +358,11 @@ mod tests {
 
         let reader = Codec::off();
         assert_eq!(
-            reader.unpack(packed.clone(), zstd),
+            reader.unpack(packed.clone(), true),
             Err(CodecError::Unknown(7))
         );
         reader.learn(vec![(7, dict)], Some((7, Duration::ZERO)));
-        assert_eq!(reader.unpack(packed, zstd).unwrap(), payload(5_000));
+        assert_eq!(reader.unpack(packed, true).unwrap(), payload(5_000));
     }
 
     #[test]
@@ -365,27 +371,29 @@ mod tests {
         let codec = Codec::zstd(3);
         let dict = train(&samples).unwrap();
         codec.learn(vec![(3, dict.clone())], Some((3, Duration::from_secs(1))));
-        assert_eq!(codec.pack(&payload(9)).1, Some(0));
+        assert_eq!(codec.pack(&payload(9)).0[..HEADER], [0, 0]);
         // Made long enough ago (a process started since): ripe at once.
         let late = Codec::zstd(3);
         late.learn(vec![(3, dict)], Some((3, RIPE_AFTER)));
-        assert_eq!(late.pack(&payload(9)).1, Some(3));
+        assert_eq!(late.pack(&payload(9)).0[..HEADER], [0, 3]);
     }
 
     #[test]
     fn a_changed_compressed_payload_is_an_error_not_a_panic() {
         let codec = Codec::zstd(3);
-        let (mut packed, zstd) = codec.pack(&payload(2));
+        let (mut packed, compressed) = codec.pack(&payload(2));
         let last = packed.len() - 1;
         packed[last] ^= 0xFF;
         packed.truncate(last - 3);
         assert!(matches!(
-            codec.unpack(packed, zstd),
+            codec.unpack(packed, compressed),
             Err(CodecError::Broken(_))
         ));
-        assert!(matches!(
-            codec.unpack(b"not zstd".to_vec(), Some(0)),
-            Err(CodecError::Broken(_))
-        ));
+        for broken in [&b"\0\0not zstd"[..], b"\0"] {
+            assert!(matches!(
+                codec.unpack(broken.to_vec(), true),
+                Err(CodecError::Broken(_))
+            ));
+        }
     }
 }

@@ -2,7 +2,7 @@
 //! payloads reach MySQL compressed — plain zstd at first, then with the
 //! dictionary `tickler compression train` makes from the newest payloads
 //! — and the API and Kafka see them as sent. Rows written before, rows
-//! edited by hand (`payload_zstd = NULL`) and sealed rows read as ever; a
+//! edited by hand (`payload_kind = 'json'`) and sealed rows read as ever; a
 //! row whose dictionary an instance has not loaded waits, never dies.
 
 use std::process::{Command, Output, Stdio};
@@ -31,13 +31,19 @@ fn payload(i: u64) -> Value {
     })
 }
 
-/// (LENGTH(payload), payload_zstd) as MySQL holds them.
+/// How MySQL holds job `id`'s payload: its length, and the dictionary it
+/// is compressed with (0: none) when its kind says it is (`json+zstd`).
 async fn stored(env: &TestEnv, id: u64) -> (i64, Option<u16>) {
-    sqlx::query_as("SELECT LENGTH(payload), payload_zstd FROM jobs WHERE id = ?")
-        .bind(id)
-        .fetch_one(&env.sql)
-        .await
-        .unwrap()
+    let (kind, payload): (String, Vec<u8>) =
+        sqlx::query_as("SELECT CAST(payload_kind AS CHAR), payload FROM jobs WHERE id = ?")
+            .bind(id)
+            .fetch_one(&env.sql)
+            .await
+            .unwrap();
+    let dict = kind
+        .ends_with("+zstd")
+        .then(|| u16::from_be_bytes([payload[0], payload[1]]));
+    (payload.len() as i64, dict)
 }
 
 /// Runs `tickler ARGS` against `env`'s database, compression on.
@@ -156,12 +162,14 @@ async fn payloads_are_stored_compressed_with_a_trained_dictionary_and_arrive_as_
         "{read}"
     );
 
-    // A hand edit writes the payload as given, payload_zstd NULL.
-    sqlx::query("UPDATE jobs SET payload = '{\"by\":\"hand\"}', payload_zstd = NULL WHERE id = ?")
-        .bind(first[2])
-        .execute(&env.sql)
-        .await
-        .unwrap();
+    // A hand edit writes the payload as given, of kind 'json'.
+    sqlx::query(
+        "UPDATE jobs SET payload = '{\"by\":\"hand\"}', payload_kind = 'json' WHERE id = ?",
+    )
+    .bind(first[2])
+    .execute(&env.sql)
+    .await
+    .unwrap();
     let (_, read) = env.get(&format!("/v1/jobs/{}", first[2])).await;
     assert_eq!(read["payload"], json!({"by": "hand"}), "{read}");
 
@@ -196,7 +204,8 @@ async fn a_row_whose_dictionary_is_not_loaded_waits_and_is_sent_once_it_is() {
     // As if written by an instance with a dictionary no other has: its
     // row names dictionary 9, which is not in payload_dicts yet.
     sqlx::query(
-        "UPDATE jobs SET payload_zstd = 9, schedule_time = UTC_TIMESTAMP(3), job_key = 'late' \
+        "UPDATE jobs SET payload = CONCAT(UNHEX('0009'), SUBSTRING(payload, 3)), \
+         schedule_time = UTC_TIMESTAMP(3), job_key = 'late' \
          WHERE id = ?",
     )
     .bind(id)
@@ -270,8 +279,8 @@ async fn compressed_then_sealed_and_rotated_read_as_sent() {
     let key_of = |id: u64| {
         let sql = sql.clone();
         async move {
-            sqlx::query_as::<_, (Option<String>, Option<u16>)>(
-                "SELECT CAST(enc_key AS CHAR), payload_zstd FROM jobs WHERE id = ?",
+            sqlx::query_as::<_, (Option<String>, String)>(
+                "SELECT CAST(enc_key AS CHAR), CAST(payload_kind AS CHAR) FROM jobs WHERE id = ?",
             )
             .bind(id)
             .fetch_one(&sql)
@@ -279,10 +288,13 @@ async fn compressed_then_sealed_and_rotated_read_as_sent() {
             .unwrap()
         }
     };
-    assert_eq!(key_of(ids[0]).await, (Some("k1".to_owned()), Some(0)));
+    assert_eq!(
+        key_of(ids[0]).await,
+        (Some("k1".to_owned()), "json+zstd".to_owned())
+    );
     assert_eq!(
         key_of(single["id"].as_u64().unwrap()).await,
-        (Some("k1".to_owned()), Some(0))
+        (Some("k1".to_owned()), "json+zstd".to_owned())
     );
     let records = records_read_keys(&consumer, 1, Duration::from_secs(20)).await;
     let record = records
@@ -316,7 +328,10 @@ async fn compressed_then_sealed_and_rotated_read_as_sent() {
         .unwrap();
     assert!(rotated.status.success(), "{}", text(&rotated));
     env.restart().await;
-    assert_eq!(key_of(ids[0]).await, (Some("k2".to_owned()), Some(0)));
+    assert_eq!(
+        key_of(ids[0]).await,
+        (Some("k2".to_owned()), "json+zstd".to_owned())
+    );
     let (_, read) = env.get(&format!("/v1/jobs/{}", ids[0])).await;
     assert_eq!(read["payload"], payload(0), "{read}");
     env.finish().await;

@@ -146,7 +146,8 @@ impl Store {
         self.dicts_refresh().await?;
         // id-order: a sample of recent rows, not a cursor.
         let rows = sqlx::query(&format!(
-            "SELECT {JOB_COLUMNS}, LENGTH(payload) AS stored FROM jobs ORDER BY id DESC LIMIT ?"
+            "SELECT {JOB_COLUMNS}, LENGTH(payload) AS stored, payload_kind LIKE '%+zstd' AS compressed \
+             FROM jobs ORDER BY id DESC LIMIT ?"
         ))
         .bind(limit)
         .fetch_all(&self.pool)
@@ -156,10 +157,10 @@ impl Store {
             let Ok(job) = job_from_row(row, &self.keys, &self.codec) else {
                 continue;
             };
-            let zstd: Option<u16> = row.try_get("payload_zstd")?;
+            let compressed: i64 = row.try_get("compressed")?;
             let stored: i64 = row.try_get("stored")?;
             sample.rows += 1;
-            sample.compressed += u64::from(zstd.is_some());
+            sample.compressed += u64::from(compressed != 0);
             sample.plain_bytes += job.payload.len() as u64;
             sample.stored_bytes += u64::try_from(stored).unwrap_or(0);
         }

@@ -337,18 +337,7 @@ impl Store {
             }
         };
 
-        // A payload compressed with a dictionary made since the last
-        // refresh: loaded before the rows are decoded.
-        let unknown_dict = rows.iter().any(|row| {
-            matches!(row.try_get::<Option<u16>, _>("payload_zstd"),
-                Ok(Some(dict)) if !self.codec.knows(dict))
-        });
-        if unknown_dict {
-            if let Err(err) = self.dicts_refresh().await {
-                tracing::warn!(error = %err, "cannot load payload dictionaries");
-            }
-        }
-
+        let mut dicts_refreshed = false;
         let mut outcome = ClaimOutcome::default();
         let mut deferred = Vec::new();
         let mut seen = Vec::with_capacity(rows.len());
@@ -369,7 +358,17 @@ impl Store {
                 // decode (a hand edit the column accepted) is set aside
                 // below, and never holds up the others.
                 "dispatching" if claimed_by == Some(token) => {
-                    match job_from_row(row, &self.keys, &self.codec) {
+                    let mut decoded = job_from_row(row, &self.keys, &self.codec);
+                    if matches!(decoded, Err(StoreError::DictionaryUnknown(_))) && !dicts_refreshed
+                    {
+                        // A dictionary made since the last refresh: loaded now.
+                        dicts_refreshed = true;
+                        if let Err(err) = self.dicts_refresh().await {
+                            tracing::warn!(error = %err, "cannot load payload dictionaries");
+                        }
+                        decoded = job_from_row(row, &self.keys, &self.codec);
+                    }
+                    match decoded {
                         Ok(job) => outcome.won.push(job),
                         // Not a broken row: released, and claimed again
                         // once the dictionary is loaded.

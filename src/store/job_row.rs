@@ -12,7 +12,7 @@ use sqlx::Row;
 
 use super::StoreError;
 use crate::compression::{Codec, CodecError};
-use crate::job::{Job, JobId, NewJob};
+use crate::job::{Job, JobId, NewJob, PayloadKind};
 use crate::keys::Keyring;
 use crate::policy::Policy;
 
@@ -26,7 +26,7 @@ macro_rules! job_columns {
             ", payload_kind, headers, schedule_time, status, attempt, max_attempts, version, \
              created_at, updated_at, dispatched_at, kafka_partition, kafka_offset, last_error, \
              expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, ack_deadline, \
-             trace_parent, schedule_id, expires_at, window_ms, window_start, enc_key, payload_zstd"
+             trace_parent, schedule_id, expires_at, window_ms, window_start, enc_key"
         )
     };
 }
@@ -127,9 +127,30 @@ pub(super) fn job_created(new: &NewJob, row: &MySqlRow) -> Result<Job, StoreErro
     })
 }
 
+/// What a row's `payload_kind` stores: the payload's kind, and `+zstd`
+/// when the payload is compressed ([`crate::compression`]).
+pub(super) fn stored_kind(kind: PayloadKind, compressed: bool) -> &'static str {
+    match (kind, compressed) {
+        (PayloadKind::Json, false) => "json",
+        (PayloadKind::Bytes, false) => "bytes",
+        (PayloadKind::Json, true) => "json+zstd",
+        (PayloadKind::Bytes, true) => "bytes+zstd",
+    }
+}
+
+/// A row's `payload_kind` read: the kind, and whether the payload is
+/// compressed.
+fn stored_kind_parse(stored: &str) -> Option<(PayloadKind, bool)> {
+    let (kind, compressed) = match stored.strip_suffix("+zstd") {
+        Some(kind) => (kind, true),
+        None => (stored, false),
+    };
+    Some((kind.parse().ok()?, compressed))
+}
+
 /// A row's payload and headers as they were written: opened with `keys`
 /// when the row names the key they are sealed under (`enc_key`), then the
-/// payload expanded when the row says it is compressed (`payload_zstd`).
+/// payload expanded when the row says it is compressed (`payload_kind`).
 /// A row whose key is missing, or that does not open or expand, is
 /// corrupt (set aside unsent by the dispatcher, named by the doctor),
 /// never a panic; one whose dictionary this instance has not loaded yet
@@ -139,15 +160,15 @@ fn payload_and_headers(
     keys: &Keyring,
     codec: &Codec,
     id: JobId,
+    compressed: bool,
 ) -> Result<(Vec<u8>, Option<String>), StoreError> {
     let payload: Vec<u8> = row.try_get("payload")?;
     let headers = text(row, "headers")?;
     let key = text(row, "enc_key")?;
-    let zstd: Option<u16> = row.try_get("payload_zstd")?;
     let (payload, headers) = keys
         .open_row(key.as_deref(), id, crate::keys::JOB, payload, headers)
         .map_err(|err| StoreError::Corrupt(format!("job {id}: {err}")))?;
-    let payload = codec.unpack(payload, zstd).map_err(|err| match err {
+    let payload = codec.unpack(payload, compressed).map_err(|err| match err {
         CodecError::Unknown(dict) => StoreError::DictionaryUnknown(dict),
         CodecError::Broken(_) => StoreError::Corrupt(format!("job {id}: {err}")),
     })?;
@@ -163,7 +184,9 @@ pub(super) fn job_from_row(
     let corrupt = |what: &str| StoreError::Corrupt(format!("job {id}: {what}"));
     let status = text(row, "status")?.unwrap_or_default();
     let kind = text(row, "payload_kind")?.unwrap_or_default();
-    let (payload, headers) = payload_and_headers(row, keys, codec, id)?;
+    let (kind, compressed) =
+        stored_kind_parse(&kind).ok_or_else(|| corrupt("unknown payload_kind"))?;
+    let (payload, headers) = payload_and_headers(row, keys, codec, id, compressed)?;
     let headers = match headers.as_deref() {
         None | Some("") => BTreeMap::new(),
         Some(text) => serde_json::from_str(text)
@@ -181,7 +204,7 @@ pub(super) fn job_from_row(
         topic: text(row, "topic")?.unwrap_or_default(),
         key: text(row, "job_key")?,
         payload,
-        payload_kind: kind.parse().map_err(|_| corrupt("unknown payload_kind"))?,
+        payload_kind: kind,
         headers,
         schedule_time: at("schedule_time")?,
         status: status.parse().map_err(|_| corrupt("unknown status"))?,

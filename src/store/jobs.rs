@@ -12,7 +12,7 @@ use sqlx::{MySql, QueryBuilder, Row};
 use super::db_time;
 use super::history::{event_token, events_record, events_record_new};
 use super::job_row::{
-    job_created, job_from_row, job_read_back, text, CREATED_COLUMNS, JOB_COLUMNS,
+    job_created, job_from_row, job_read_back, stored_kind, text, CREATED_COLUMNS, JOB_COLUMNS,
     JOB_COLUMNS_NO_PAYLOAD,
 };
 use super::sql::{run_at_push, topic_patterns_push};
@@ -239,7 +239,7 @@ impl Store {
         if changes.payload.is_some() || changes.headers.is_some() {
             // Both are written together, under one key (or none): the one
             // not changed is read, opened and written again with the other.
-            let (payload, headers, key, zstd) = resealed(
+            let (payload, headers, key, kind) = resealed(
                 &mut tx,
                 (&self.keys, &self.codec),
                 id,
@@ -250,15 +250,12 @@ impl Store {
             query
                 .push(", payload = ")
                 .push_bind(payload)
+                .push(", payload_kind = ")
+                .push_bind(kind)
                 .push(", headers = ")
                 .push_bind(headers)
                 .push(", enc_key = ")
-                .push_bind(key)
-                .push(", payload_zstd = ")
-                .push_bind(zstd);
-        }
-        if let Some((_, kind)) = &changes.payload {
-            query.push(", payload_kind = ").push_bind(kind.as_str());
+                .push_bind(key);
         }
         if let Some(position) = position {
             query.push(", ingress_position = ").push_bind(position);
@@ -477,7 +474,7 @@ impl Store {
             headers_encode(&job.headers)
         };
         // Compressed before sealing: a sealed payload does not compress.
-        let (packed, zstd) = self.codec.pack(&job.payload);
+        let (packed, compressed) = self.codec.pack(&job.payload);
         let (at, delay_us) = match job.schedule {
             Schedule::At(at) => (Some(db_time(at)), None),
             Schedule::After { delay_ms } => (None, Some(delay_ms.saturating_mul(1000))),
@@ -486,16 +483,16 @@ impl Store {
         sqlx::query(
             "INSERT INTO jobs (topic, job_key, payload, payload_kind, headers, schedule_time, \
              max_attempts, expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
-             trace_parent, schedule_id, expires_at, window_ms, window_start, payload_zstd) \
+             trace_parent, schedule_id, expires_at, window_ms, window_start) \
              VALUES (?, ?, ?, ?, ?, COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))), \
              ?, ?, ?, ?, ?, ?, ?, COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, \
              COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))))), \
-             ?, COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))), ?)",
+             ?, COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))))",
         )
         .bind(&job.topic)
         .bind(&job.key)
         .bind(if sealing { &[][..] } else { &packed[..] })
-        .bind(job.payload_kind.as_str())
+        .bind(stored_kind(job.payload_kind, compressed))
         .bind(headers)
         .bind(at)
         .bind(delay_us)
@@ -513,7 +510,6 @@ impl Store {
         .bind(job.window.map(|window| window.ms))
         .bind(window_start(job).0)
         .bind(window_start(job).1)
-        .bind(zstd)
         .execute(&mut *tx)
         .await?;
         let row = sqlx::query(&format!(
@@ -665,8 +661,7 @@ async fn insert_chunk_on(
     let mut insert = QueryBuilder::<MySql>::new(
         "INSERT INTO jobs (topic, job_key, payload, payload_kind, headers, schedule_time, \
          max_attempts, expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
-         trace_parent, schedule_id, expires_at, window_ms, window_start, create_token, \
-         payload_zstd",
+         trace_parent, schedule_id, expires_at, window_ms, window_start, create_token",
     );
     insert.push(if positions.is_some() {
         ", ingress_position) "
@@ -678,8 +673,7 @@ async fn insert_chunk_on(
     // never reach the table, its redo log or the binary log.
     let sealing = keys.active().is_some();
     // Compressed before sealing: a sealed payload does not compress.
-    let packed: Vec<(Vec<u8>, Option<u16>)> =
-        jobs.iter().map(|job| codec.pack(&job.payload)).collect();
+    let packed: Vec<(Vec<u8>, bool)> = jobs.iter().map(|job| codec.pack(&job.payload)).collect();
     insert.push_values(jobs.iter().enumerate(), |mut row, (index, job)| {
         let (at, delay_us) = match job.schedule {
             Schedule::At(at) => (Some(db_time(at)), None),
@@ -692,7 +686,7 @@ async fn insert_chunk_on(
             } else {
                 &packed[index].0[..]
             })
-            .push_bind(job.payload_kind.as_str())
+            .push_bind(stored_kind(job.payload_kind, packed[index].1))
             .push_bind(if sealing {
                 None
             } else {
@@ -725,8 +719,7 @@ async fn insert_chunk_on(
             .push_unseparated(", TIMESTAMPADD(MICROSECOND, ")
             .push_bind_unseparated(window_start(job).1)
             .push_unseparated(", UTC_TIMESTAMP(3)))")
-            .push_bind(token_base | index as u64)
-            .push_bind(packed[index].1);
+            .push_bind(token_base | index as u64);
         if let Some(positions) = positions {
             row.push_bind(positions.get(index).map(String::as_str));
         }
@@ -778,7 +771,7 @@ async fn insert_chunk_on(
 }
 
 /// A change of job `id`'s payload or headers as the row is to hold both:
-/// (payload, headers, key, payload_zstd), the payload compressed by
+/// (payload, headers, key, payload_kind), the payload compressed by
 /// `codec` when it is on, then both sealed under the active key of
 /// `keys`, or plain without one. What the change leaves alone is read from
 /// the row (locked), opened and expanded.
@@ -788,9 +781,9 @@ async fn resealed(
     id: JobId,
     payload: &Option<(Vec<u8>, PayloadKind)>,
     headers: &Option<BTreeMap<String, String>>,
-) -> Result<(Vec<u8>, Option<String>, Option<String>, Option<u16>), StoreError> {
-    let (payload, headers) = match (payload, headers) {
-        (Some((payload, _)), Some(headers)) => (payload.clone(), headers.clone()),
+) -> Result<(Vec<u8>, Option<String>, Option<String>, &'static str), StoreError> {
+    let (payload, kind, headers) = match (payload, headers) {
+        (Some((payload, kind)), Some(headers)) => (payload.clone(), *kind, headers.clone()),
         _ => {
             let row = sqlx::query(&format!(
                 "SELECT {JOB_COLUMNS} FROM jobs WHERE id = ? FOR UPDATE"
@@ -800,20 +793,20 @@ async fn resealed(
             .await?
             .ok_or(StoreError::NotFound(id))?;
             let current = job_from_row(&row, keys, codec)?;
-            (
-                payload.as_ref().map_or(current.payload, |(p, _)| p.clone()),
-                headers.clone().unwrap_or(current.headers),
-            )
+            let (payload, kind) = payload
+                .clone()
+                .unwrap_or((current.payload, current.payload_kind));
+            (payload, kind, headers.clone().unwrap_or(current.headers))
         }
     };
-    let (packed, zstd) = codec.pack(&payload);
+    let (packed, compressed) = codec.pack(&payload);
     let (payload, headers, key) = keys.seal_row(
         id,
         crate::keys::JOB,
         &packed,
         headers_encode(&headers).as_deref(),
     );
-    Ok((payload, headers, key, zstd))
+    Ok((payload, headers, key, stored_kind(kind, compressed)))
 }
 
 /// Writes one payload and headers to every job of `ids` (a schedule's

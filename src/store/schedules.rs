@@ -701,10 +701,7 @@ impl Store {
                  TIMESTAMPADD(MICROSECOND, ",
             )
             .push_bind(u64::from(def.misfire_grace_ms) * 1000)
-            .push(
-                ", schedule_time), NULL), payload_zstd = NULL, version = version + 1 \
-                 WHERE schedule_id = ",
-            )
+            .push(", schedule_time), NULL), version = version + 1 WHERE schedule_id = ")
             .push_bind(id)
             .push(" AND status = 'pending'");
         let updated = update.build().execute(&mut *tx).await?.rows_affected();
