@@ -173,6 +173,37 @@ async fn payloads_are_stored_compressed_with_a_trained_dictionary_and_arrive_as_
     let (_, read) = env.get(&format!("/v1/jobs/{}", first[2])).await;
     assert_eq!(read["payload"], json!({"by": "hand"}), "{read}");
 
+    // A schedule's occurrences are compressed as they become jobs; a
+    // change of the schedule writes them again as given.
+    let (status, schedule) = env
+        .post(
+            "/v1/schedules",
+            json!({"topic": env.topic, "key": "digest", "payload": payload(5),
+                "every_ms": 3_600_000, "start_at": "2030-01-01T00:00:00Z"}),
+        )
+        .await;
+    assert_eq!(status, 201, "{schedule}");
+    let occurrence: u64 = eventually(Duration::from_secs(10), || async {
+        sqlx::query_scalar("SELECT id FROM jobs WHERE schedule_id IS NOT NULL LIMIT 1")
+            .fetch_optional(&env.sql)
+            .await
+            .unwrap()
+    })
+    .await
+    .expect("an occurrence");
+    assert_eq!(stored(&env, occurrence).await.1, Some(1));
+    let (status, changed) = env
+        .request(
+            "PATCH",
+            &format!("/v1/schedules/{}", schedule["id"]),
+            Some(json!({"version": schedule["version"], "payload": payload(6)}).to_string()),
+        )
+        .await;
+    assert_eq!(status, 200, "{changed}");
+    assert_eq!(stored(&env, occurrence).await.1, None);
+    let (_, read) = env.get(&format!("/v1/jobs/{occurrence}")).await;
+    assert_eq!(read["payload"], payload(6), "{read}");
+
     let status = tickler(&env, &["compression", "status", "--sample", "100"]).await;
     assert!(status.status.success(), "{}", text(&status));
     assert!(text(&status).contains("dictionary 1:"), "{}", text(&status));
