@@ -251,7 +251,7 @@ pub struct Counts {
 }
 
 /// Index entries one page of the count reads.
-pub const COUNT_PAGE: u32 = 20_000;
+pub const COUNT_PAGE: u32 = 5_000;
 
 impl Counts {
     /// A count reading `page` index entries a page (tests).
@@ -274,7 +274,7 @@ impl Counts {
                 None => {
                     self.started = Some(Instant::now());
                     self.partial.clear();
-                    CountCursor::Unset(0)
+                    CountCursor::Start
                 }
             };
             let (page, next) = store

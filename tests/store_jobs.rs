@@ -991,16 +991,14 @@ async fn counts_are_by_topic_for_the_live_statuses_only_a_bounded_page_at_a_time
         .await;
     }
 
-    // A page of 2 entries, one page a step: five steps read no more than
-    // ten entries, and nothing is complete yet.
+    // Pages of 2 entries (and those sharing the last one's instant), one
+    // a step: the first step counts some of the 5 pending jobs, not all.
     let mut stepped = Counts::with_page(2);
-    for _ in 0..2 {
-        stepped.step(&db.store, Duration::ZERO).await.unwrap();
-    }
+    stepped.step(&db.store, Duration::ZERO).await.unwrap();
     let partial: u64 = stepped.jobs().iter().map(|c| c.count).sum();
-    assert!(partial <= 4, "two pages of two: {partial}");
+    assert!((1..5).contains(&partial), "one page of two: {partial}");
     assert!(stepped.age().is_none());
-    let mut steps = 2;
+    let mut steps = 1;
     while stepped.age().is_none() {
         stepped.step(&db.store, Duration::ZERO).await.unwrap();
         steps += 1;

@@ -5,7 +5,7 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
-use sqlx::Row;
+use sqlx::{MySql, QueryBuilder, Row};
 
 use super::db_time;
 use super::{Store, StoreError};
@@ -24,10 +24,10 @@ const DATETIME_MIN: NaiveDateTime = match chrono::NaiveDate::from_ymd_opt(1000, 
 /// ([`Store::job_count_page`]).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum CountCursor {
-    /// Among the jobs without a `status_at`, past this id (0: from the start).
-    Unset(u64),
-    /// Past this (`status_at`, id).
-    At(NaiveDateTime, u64),
+    /// At the start: the jobs without a `status_at` first.
+    Start,
+    /// Past every job up to this `status_at`.
+    After(NaiveDateTime),
 }
 
 /// Jobs of one status on one topic.
@@ -46,65 +46,68 @@ pub struct Overdue {
 }
 
 impl Store {
-    /// One page of a count of the jobs of `status` by topic, in the order
-    /// of `ix_jobs_status_at` (`status_at`, then id) from just past
-    /// `after`: the topics of at most `limit` jobs, and where the next
-    /// page starts (None: the status's range is read to its end). An
-    /// index-only range read of `limit` entries whatever the table's size,
-    /// so a count of any size goes a bounded step at a time
-    /// ([`crate::truth`]). The jobs without a `status_at` (dispatched,
-    /// awaiting their result) come first, by id.
+    /// One step of a count of the jobs of `status` by topic, in the order
+    /// of `ix_jobs_status_at` from just past `after`: the topics of about
+    /// `limit` jobs — every job up to the `status_at` the `limit`-th one
+    /// has, so jobs sharing an instant are counted together — and where
+    /// the next step starts (None: the status's range is read to its
+    /// end). Two index-only range reads of about `limit` entries whatever
+    /// the table's size, so a count of any size goes a bounded step at a
+    /// time ([`crate::truth`]). The jobs without a `status_at`
+    /// (dispatched, awaiting their result: as many as are in flight) are
+    /// counted in the first step.
+    ///
+    /// Plain ranges on `status_at`, and the index named: at a hundred
+    /// million rows, a page resuming after (`status_at`, id) through an
+    /// `OR` read its status's range from the start on MariaDB when sent
+    /// as a prepared statement (50 s a page, 640,000 rows examined for
+    /// 20,000), though `EXPLAIN` showed the range.
     pub async fn job_count_page(
         &self,
         status: &str,
         after: CountCursor,
         limit: u32,
     ) -> Result<(BTreeMap<String, u64>, Option<CountCursor>), StoreError> {
-        // id-order: ids only break ties within one status_at (and order the
-        // few without one); a page resumes after the (status_at, id) it
-        // ended on, whatever order ids were given in.
-        let rows: Vec<(Vec<u8>, Option<NaiveDateTime>, u64)> = match after {
-            CountCursor::Unset(id) => {
-                sqlx::query_as(
-                    "SELECT topic, status_at, id FROM jobs WHERE status = ? \
-                     AND status_at IS NULL AND id > ? ORDER BY status_at, id LIMIT ?",
-                )
-                .bind(status)
-                .bind(id)
-                .bind(limit)
-                .fetch_all(&self.pool)
-                .await?
-            }
-            CountCursor::At(at, id) => {
-                sqlx::query_as(
-                    "SELECT topic, status_at, id FROM jobs WHERE status = ? \
-                     AND (status_at > ? OR (status_at = ? AND id > ?)) \
-                     ORDER BY status_at, id LIMIT ?",
-                )
-                .bind(status)
-                .bind(at)
-                .bind(at)
-                .bind(id)
-                .bind(limit)
-                .fetch_all(&self.pool)
-                .await?
-            }
+        let offset = limit.max(1) - 1;
+        let (from, unset) = match after {
+            CountCursor::Start => (DATETIME_MIN, true),
+            CountCursor::After(at) => (at, false),
         };
         let mut counts = BTreeMap::new();
-        for (topic, _, _) in &rows {
-            *counts
-                .entry(String::from_utf8_lossy(topic).into_owned())
-                .or_insert(0) += 1;
-        }
-        let full = rows.len() as u64 >= u64::from(limit);
-        let next = match (rows.last(), after) {
-            (Some((_, Some(at), id)), _) if full => Some(CountCursor::At(*at, *id)),
-            (Some((_, None, id)), _) if full => Some(CountCursor::Unset(*id)),
-            // The jobs without a status_at are read: on to those with one.
-            (_, CountCursor::Unset(_)) => Some(CountCursor::At(DATETIME_MIN, 0)),
-            _ => None,
+        let mut add = |rows: Vec<(Vec<u8>, i64)>| {
+            for (topic, n) in rows {
+                *counts
+                    .entry(String::from_utf8_lossy(&topic).into_owned())
+                    .or_insert(0) += u64::try_from(n).unwrap_or(0);
+            }
         };
-        Ok((counts, next))
+        if unset {
+            add(sqlx::query_as(
+                "SELECT topic, COUNT(*) FROM jobs FORCE INDEX (ix_jobs_status_at) \
+                 WHERE status = ? AND status_at IS NULL GROUP BY topic",
+            )
+            .bind(status)
+            .fetch_all(&self.pool)
+            .await?);
+        }
+        let until: Option<NaiveDateTime> = sqlx::query_scalar(&format!(
+            "SELECT status_at FROM jobs FORCE INDEX (ix_jobs_status_at) \
+             WHERE status = ? AND status_at > ? ORDER BY status_at LIMIT 1 OFFSET {offset}"
+        ))
+        .bind(status)
+        .bind(from)
+        .fetch_optional(&self.pool)
+        .await?;
+        let mut query = QueryBuilder::<MySql>::new(
+            "SELECT topic, COUNT(*) FROM jobs FORCE INDEX (ix_jobs_status_at) WHERE status = ",
+        );
+        query.push_bind(status).push(" AND status_at > ").push_bind(from);
+        if let Some(until) = until {
+            query.push(" AND status_at <= ").push_bind(until);
+        }
+        query.push(" GROUP BY topic");
+        add(query.build_query_as().fetch_all(&self.pool).await?);
+        Ok((counts, until.map(CountCursor::After)))
     }
 
     /// Pending jobs already due, and the age of the oldest. The jobs of a
