@@ -101,7 +101,10 @@ impl Store {
         let mut query = QueryBuilder::<MySql>::new(
             "SELECT topic, COUNT(*) FROM jobs FORCE INDEX (ix_jobs_status_at) WHERE status = ",
         );
-        query.push_bind(status).push(" AND status_at > ").push_bind(from);
+        query
+            .push_bind(status)
+            .push(" AND status_at > ")
+            .push_bind(from);
         if let Some(until) = until {
             query.push(" AND status_at <= ").push_bind(until);
         }
