@@ -184,7 +184,7 @@ impl BulkRunner {
                     pause = Duration::from_millis(200);
                     tokio::task::yield_now().await;
                 }
-                Err(err @ (StoreError::Unavailable(_) | StoreError::Contention(_))) => {
+                Err(err) if err.is_transient() => {
                     // A hiccup: the batch wrote nothing; try it again.
                     tracing::warn!(bulk = op.id, "bulk batch failed; trying again");
                     metrics::store_failed("bulk batch", &err);

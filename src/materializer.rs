@@ -113,9 +113,7 @@ impl Service for Materializer {
                 // the others: it is named and skipped.
                 let done = match self.store.schedule_materialize(*id, lookahead).await {
                     Ok(done) => done,
-                    Err(err @ (StoreError::Unavailable(_) | StoreError::Contention(_))) => {
-                        return Err(err)
-                    }
+                    Err(err) if err.is_transient() => return Err(err),
                     Err(err) => {
                         tracing::warn!(schedule_id = id, error = %err, "cannot create this schedule's occurrences; skipping it");
                         report.failed += 1;

@@ -222,12 +222,8 @@ impl From<StoreError> for ApiError {
         match err {
             StoreError::NotFound(id) => ApiError::NotFound(id),
             StoreError::QuotaExceeded(message) => ApiError::QuotaExceeded(message),
-            StoreError::Unavailable(_) | StoreError::Contention(_) => {
-                tracing::warn!(error = %err, "database unavailable");
-                ApiError::Unavailable
-            }
-            StoreError::DictionaryUnknown(_) => {
-                tracing::warn!(error = %err, "payload dictionary not loaded yet");
+            err if err.is_transient() => {
+                tracing::warn!(error = %err, "store unavailable for a moment");
                 ApiError::Unavailable
             }
             other => {

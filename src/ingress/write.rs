@@ -491,7 +491,7 @@ where
                 return Some(Err(err))
             }
             Err(err) => {
-                if !matches!(err, StoreError::Unavailable(_) | StoreError::Contention(_)) {
+                if !err.is_transient() {
                     failures += 1;
                     if failures >= WRITE_FAILURES_MAX {
                         return Some(Err(err));

@@ -229,7 +229,7 @@ impl ResultsConsumer {
             match self.resolver.reports_apply(reports, CHANNEL_TOPIC).await {
                 Ok(_) => return Applied::Yes,
                 Err(err) => {
-                    if !matches!(err, StoreError::Unavailable(_) | StoreError::Contention(_)) {
+                    if !err.is_transient() {
                         failures += 1;
                         if failures >= APPLY_FAILURES_MAX {
                             return Applied::Failed(err);

@@ -389,12 +389,18 @@ impl Store {
             let ids: Vec<JobId> = deferred.iter().map(|(id, _)| *id).collect();
             tracing::warn!(jobs = ?deferred, "payload dictionary not loaded (payload_dicts); released unsent");
             drop(conn);
-            self.job_release_many(
-                token,
-                &ids,
-                "payload dictionary not loaded yet; released unsent",
-            )
-            .await?;
+            // Failing, the claim's lease releases them: the jobs won are
+            // sent all the same.
+            if let Err(err) = self
+                .job_release_many(
+                    token,
+                    &ids,
+                    "payload dictionary not loaded yet; released unsent",
+                )
+                .await
+            {
+                tracing::warn!(error = %err, "cannot release jobs whose dictionary is not loaded; their lease will");
+            }
             conn = self.pool.acquire().await?;
         }
         for (id, reason) in &outcome.unreadable {

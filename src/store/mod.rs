@@ -96,6 +96,21 @@ pub enum StoreError {
     MigrationRefused(String),
 }
 
+impl StoreError {
+    /// A moment's failure that nothing was written by, to wait out and try
+    /// again (the database failing over, a rolled-back conflict, a payload
+    /// dictionary not loaded yet), never the caller's fault nor a reason to
+    /// skip work.
+    pub fn is_transient(&self) -> bool {
+        matches!(
+            self,
+            StoreError::Unavailable(_)
+                | StoreError::Contention(_)
+                | StoreError::DictionaryUnknown(_)
+        )
+    }
+}
+
 impl From<sqlx::Error> for StoreError {
     fn from(err: sqlx::Error) -> Self {
         match err {
