@@ -27,6 +27,7 @@
 
 use std::cell::RefCell;
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, RwLock};
 use std::time::{Duration, Instant};
 
@@ -53,6 +54,12 @@ const NO_DICT: u16 = 0;
 /// id, big-endian (0: none).
 const HEADER: usize = 2;
 
+/// The first schema whose binaries read compressed payloads (V50 added
+/// their kinds): an instance built for an older one (`instances.version`,
+/// `+schema.N`) cannot read them, so compression is held while one is
+/// live.
+pub const SCHEMA: i32 = 50;
+
 /// Compresses and expands payloads; knows the dictionaries. Cheap to
 /// clone (the clones share the dictionaries).
 #[derive(Clone, Debug, Default)]
@@ -65,6 +72,9 @@ struct Inner {
     level: i32,
     /// [`RIPE_AFTER`] unless set (`compression.dict_delay_ms`).
     ripe_after: Option<Duration>,
+    /// New payloads written as given while on: an instance that cannot
+    /// read compressed ones is live (see [`SCHEMA`]).
+    held: AtomicBool,
     dicts: RwLock<Dicts>,
 }
 
@@ -128,6 +138,7 @@ impl Codec {
             on: true,
             level,
             ripe_after: None,
+            held: AtomicBool::new(false),
             dicts: RwLock::default(),
         }))
     }
@@ -138,6 +149,7 @@ impl Codec {
             on: settings.payloads == PayloadCompression::Zstd,
             level: settings.level,
             ripe_after: Some(Duration::from_millis(settings.dict_delay_ms)),
+            held: AtomicBool::new(false),
             dicts: RwLock::default(),
         }))
     }
@@ -148,6 +160,17 @@ impl Codec {
 
     pub fn is_on(&self) -> bool {
         self.0.on
+    }
+
+    /// Holds compression (`true`: new payloads are written as given, and
+    /// compressed ones are still read) or lets it go on; returns whether
+    /// it was held.
+    pub fn hold(&self, held: bool) -> bool {
+        self.0.held.swap(held, Ordering::Relaxed)
+    }
+
+    pub fn is_held(&self) -> bool {
+        self.0.held.load(Ordering::Relaxed)
     }
 
     /// The ids of the dictionaries loaded.
@@ -201,7 +224,7 @@ impl Codec {
     /// given when compression is off, when it is short, or when zstd does
     /// not make it smaller.
     pub fn pack(&self, payload: &[u8]) -> (Vec<u8>, bool) {
-        if !self.0.on || payload.len() < MIN_BYTES {
+        if !self.0.on || self.is_held() || payload.len() < MIN_BYTES {
             return (payload.to_vec(), false);
         }
         let (id, dict) = self.writing_dict();
@@ -327,6 +350,17 @@ mod tests {
         let off = Codec::off();
         assert_eq!(off.pack(&payload(1)), (payload(1), false));
         assert_eq!(off.unpack(packed, true).unwrap(), payload(1));
+    }
+
+    #[test]
+    fn held_stores_as_given_and_still_reads_compressed_rows() {
+        let codec = Codec::zstd(3);
+        let (packed, _) = codec.pack(&payload(2));
+        assert!(!codec.hold(true));
+        assert_eq!(codec.pack(&payload(2)), (payload(2), false));
+        assert_eq!(codec.unpack(packed, true).unwrap(), payload(2));
+        assert!(codec.hold(false));
+        assert!(codec.pack(&payload(2)).1, "compressing again");
     }
 
     #[test]

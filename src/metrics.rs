@@ -564,6 +564,12 @@ declare! {
         unit: Seconds,
         help: "How long the last computation of these gauges took.",
     },
+    COMPRESSION_HELD = Gauge {
+        name: "tickler_compression_held",
+        help: "1 while compression.payloads = zstd is held: a live instance \
+            is built before compression and cannot read compressed payloads, \
+            so new ones are written as given; 0 otherwise.",
+    },
     TRUTH_COUNT_AGE = Gauge {
         name: "tickler_jobs_count_age_seconds",
         unit: Seconds,
@@ -948,6 +954,10 @@ pub fn notify_failed() {
 }
 
 // Instances and shards.
+
+pub fn compression_held(held: bool) {
+    COMPRESSION_HELD.get().set(if held { 1.0 } else { 0.0 });
+}
 
 pub fn instances_live(n: usize) {
     INSTANCES_LIVE.get().set(n as f64);

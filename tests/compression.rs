@@ -367,3 +367,96 @@ async fn compressed_then_sealed_and_rotated_read_as_sent() {
     assert_eq!(read["payload"], payload(0), "{read}");
     env.finish().await;
 }
+
+/// An instance built before compression (V50) cannot read a compressed
+/// payload: it would set the job aside. While one is live, compression is
+/// held (new payloads written as given, `tickler_compression_held` 1), a
+/// new instance or an import with compression on refuses to start, naming
+/// it; once it is gone, compression goes on by itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn compression_is_held_while_an_instance_built_before_it_is_live() {
+    let env = TestEnv::start_with(|c| {
+        c.compression.payloads = tickler::config::PayloadCompression::Zstd;
+        c.compression.dict_delay_ms = 0;
+    })
+    .await;
+    let first = batch(&env, 0, 1, 3_600_000).await[0];
+    assert_eq!(stored(&env, first).await.1, Some(0), "compressed");
+
+    // The version before compression starts beside it, and beats.
+    sqlx::query(
+        "INSERT INTO instances (id, host, pid, version, roles, started_at, heartbeat_at) \
+         VALUES (900001, 'old-host', 4242, '0.1.0+schema.49', 'api', UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))",
+    )
+    .execute(&env.sql)
+    .await
+    .unwrap();
+    let beating = tokio_util::sync::CancellationToken::new();
+    let beats = {
+        let (sql, beating) = (env.sql.clone(), beating.clone());
+        tokio::spawn(async move {
+            while !beating.is_cancelled() {
+                sqlx::query(
+                    "UPDATE instances SET heartbeat_at = UTC_TIMESTAMP(3) WHERE id = 900001",
+                )
+                .execute(&sql)
+                .await
+                .unwrap();
+                tokio::time::sleep(Duration::from_millis(300)).await;
+            }
+        })
+    };
+
+    let held = eventually(Duration::from_secs(15), || async {
+        let id = batch(&env, 1_000 + rand_suffix(), 1, 3_600_000).await[0];
+        stored(&env, id).await.1.is_none().then_some(id)
+    })
+    .await
+    .expect("new payloads written as given while the old instance lives");
+    let (_, read) = env.get(&format!("/v1/jobs/{held}")).await;
+    assert!(read["payload"].is_object(), "{read}");
+    let (_, metrics) = env.metrics_text().await;
+    assert!(metrics.contains("tickler_compression_held 1"), "{metrics}");
+
+    let named = "instance 900001 (old-host pid 4242, version 0.1.0+schema.49)";
+    let refused = tickler::app::start(
+        env.config.clone(),
+        tokio_util::sync::CancellationToken::new(),
+    )
+    .await
+    .err()
+    .expect("a second instance with compression on refuses to start")
+    .to_string();
+    assert!(refused.contains(named), "{refused}");
+    let jobs_before = env.jobs_count().await;
+    let dir = tickler_testkit::scratch_dir();
+    let file = dir.join("held.ndjson");
+    std::fs::write(
+        &file,
+        json!({"topic": env.topic, "key": "imported", "payload": payload(1), "delay_ms": 3_600_000})
+            .to_string(),
+    )
+    .unwrap();
+    let import = tickler(&env, &["import", file.to_str().unwrap()]).await;
+    assert!(!import.status.success(), "{}", text(&import));
+    assert!(text(&import).contains(named), "{}", text(&import));
+    assert_eq!(env.jobs_count().await, jobs_before, "nothing imported");
+
+    // Gone: compression goes on again.
+    beating.cancel();
+    beats.await.unwrap();
+    sqlx::query("DELETE FROM instances WHERE id = 900001")
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    eventually(Duration::from_secs(15), || async {
+        let id = batch(&env, 2_000 + rand_suffix(), 1, 3_600_000).await[0];
+        stored(&env, id).await.1.is_some().then_some(())
+    })
+    .await
+    .expect("compressed again once no older instance is live");
+    let (_, metrics) = env.metrics_text().await;
+    assert!(metrics.contains("tickler_compression_held 0"), "{metrics}");
+    let _ = std::fs::remove_dir_all(&dir);
+    env.finish().await;
+}

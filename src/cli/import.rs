@@ -192,6 +192,16 @@ pub async fn run(config: &Config, args: ImportArgs) -> anyhow::Result<ExitCode> 
     // sealed under the active key, noted for the doctor.
     store.dicts_refresh().await?;
     store.key_used_note().await?;
+    if store.codec().is_on() {
+        let older = store
+            .instances_unable_to_expand(config.instance_ttl())
+            .await?;
+        anyhow::ensure!(
+            older.is_empty(),
+            "compression.payloads = \"zstd\", and these live instances are built before compression and cannot read compressed payloads: {}. Upgrade or stop them first, or import with compression.payloads = \"off\"",
+            crate::store::instances_describe(&older)
+        );
+    }
     let shards = match store.shard_leases().await {
         Ok(leases) if !leases.is_empty() => leases.len() as u32,
         _ => config.cluster.shards,

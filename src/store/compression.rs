@@ -9,8 +9,23 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, QueryBuilder, Row};
 
 use super::job_row::{job_from_row, JOB_COLUMNS};
+use super::migrate::built_for;
 use super::sql::push_id_list;
-use super::{Store, StoreError};
+use super::{InstanceRow, Store, StoreError};
+
+/// Instances as an operator finds them: id, host, pid and version each.
+pub fn describe(instances: &[InstanceRow]) -> String {
+    instances
+        .iter()
+        .map(|row| {
+            format!(
+                "instance {} ({} pid {}, version {})",
+                row.id, row.host, row.pid, row.version
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
 
 /// A dictionary, without its bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -33,6 +48,42 @@ pub struct CompressionSample {
 }
 
 impl Store {
+    /// The live instances (heartbeat within `ttl`) built before
+    /// compression (schema [`crate::compression::SCHEMA`]): they cannot
+    /// read a compressed payload, and would set its job aside.
+    pub async fn instances_unable_to_expand(
+        &self,
+        ttl: std::time::Duration,
+    ) -> Result<Vec<InstanceRow>, StoreError> {
+        Ok(self
+            .instances_list(ttl)
+            .await?
+            .into_iter()
+            .filter(|row| row.live && built_for(&row.version) < crate::compression::SCHEMA)
+            .collect())
+    }
+
+    /// Holds this handle's compression while an instance that cannot read
+    /// compressed payloads is live, and lets it go on once none is;
+    /// returns those instances.
+    pub async fn compression_guard(
+        &self,
+        ttl: std::time::Duration,
+    ) -> Result<Vec<InstanceRow>, StoreError> {
+        let older = self.instances_unable_to_expand(ttl).await?;
+        let was = self.codec().hold(!older.is_empty());
+        if !older.is_empty() && !was {
+            tracing::warn!(
+                instances = %describe(&older),
+                "compression held: these instances cannot read compressed payloads; new payloads are written as given until they are gone"
+            );
+        } else if older.is_empty() && was {
+            tracing::info!("compression goes on: every live instance reads compressed payloads");
+        }
+        crate::metrics::compression_held(!older.is_empty());
+        Ok(older)
+    }
+
     /// Loads the dictionaries this handle's codec does not know yet, and
     /// tells it the newest. A few rows' read when nothing is new.
     pub async fn dicts_refresh(&self) -> Result<(), StoreError> {
