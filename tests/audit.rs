@@ -4,26 +4,18 @@
 //! secrets never do; only admins read it; a change that cannot be recorded
 //! is not made.
 
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tickler_testkit::{http_with_token, token_create, TestEnv};
+use tickler_testkit::{http_with_token, output, token_create, TestEnv};
 
 /// Runs `tickler ARGS` with `env` (the API's address and `token`, the
 /// database's URL).
 async fn tickler(env: &TestEnv, token: &str, args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tickler"));
-    command
-        .args(args)
-        .env("TICKLER_URL", &env.base_url)
-        .env("TICKLER_TOKEN", token)
-        .env("TICKLER_MYSQL_URL", &env.config.mysql.url)
-        .env("TICKLER_LOG", "warn")
-        .stdin(Stdio::null());
-    tokio::task::spawn_blocking(move || command.output().unwrap())
-        .await
-        .unwrap()
+    let mut command = env.command(env!("CARGO_BIN_EXE_tickler"));
+    command.args(args).env("TICKLER_TOKEN", token);
+    output(command).await
 }
 
 /// Every row, newest first, read a page of `limit` at a time.

@@ -5,11 +5,11 @@
 //! edited by hand (`payload_kind = 'json'`) and sealed rows read as ever; a
 //! row whose dictionary an instance has not loaded waits, never dies.
 
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tickler_testkit::{eventually, records_read_keys, TestEnv};
+use tickler_testkit::{eventually, output, output_text as text, records_read_keys, TestEnv};
 
 /// A payload like a reminder service's: ~220 bytes of JSON, different
 /// each time, with the same field names and the same few values.
@@ -46,22 +46,13 @@ async fn stored(env: &TestEnv, id: u64) -> (i64, Option<u16>) {
     (payload.len() as i64, dict)
 }
 
-/// Runs `tickler ARGS` against `env`'s database, compression on.
+/// Runs `tickler ARGS` against `env`, compression on.
 async fn tickler(env: &TestEnv, args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tickler"));
+    let mut command = env.command(env!("CARGO_BIN_EXE_tickler"));
     command
         .args(args)
-        .env("TICKLER_MYSQL_URL", &env.config.mysql.url)
-        .env("TICKLER_COMPRESSION_PAYLOADS", "zstd")
-        .env("TICKLER_LOG", "warn")
-        .stdin(Stdio::null());
-    tokio::task::spawn_blocking(move || command.output().unwrap())
-        .await
-        .unwrap()
-}
-
-fn text(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr)
+        .env("TICKLER_COMPRESSION_PAYLOADS", "zstd");
+    output(command).await
 }
 
 async fn batch(env: &TestEnv, from: u64, n: u64, delay_ms: u64) -> Vec<u64> {
@@ -343,20 +334,15 @@ async fn compressed_then_sealed_and_rotated_read_as_sent() {
         .encryption
         .keys
         .insert("k2".to_owned(), k2.clone());
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tickler"));
+    let mut command = env.command(env!("CARGO_BIN_EXE_tickler"));
     command
         .args(["keys", "rotate"])
-        .env("TICKLER_MYSQL_URL", &env.config.mysql.url)
         .env("TICKLER_ENCRYPTION_ACTIVE_KEY", "k2")
         .env(
             "TICKLER_ENCRYPTION_KEYS",
             format!("{{k1=\"{k1}\", k2=\"{k2}\"}}"),
-        )
-        .env("TICKLER_LOG", "warn")
-        .stdin(Stdio::null());
-    let rotated = tokio::task::spawn_blocking(move || command.output().unwrap())
-        .await
-        .unwrap();
+        );
+    let rotated = output(command).await;
     assert!(rotated.status.success(), "{}", text(&rotated));
     env.restart().await;
     assert_eq!(

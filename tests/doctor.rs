@@ -4,7 +4,6 @@
 //! recorded Kafka position holds another record or none — says how to fix
 //! it, exits 1, and `--repair` fixes the safe ones.
 
-use std::process::Command;
 use std::time::Duration;
 
 use chrono::Utc;
@@ -37,20 +36,9 @@ fn finding<'a>(report: &'a Report, check: &str) -> &'a Finding {
 }
 
 fn doctor_bin(env: &TestEnv, args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_tickler"))
+    env.command(env!("CARGO_BIN_EXE_tickler"))
         .arg("doctor")
         .args(args)
-        .env("TICKLER_MYSQL_URL", &env.config.mysql.url)
-        .env("TICKLER_REDIS_URL", &env.config.redis.url)
-        .env("TICKLER_REDIS_PREFIX", &env.config.redis.prefix)
-        .env("TICKLER_KAFKA_BROKERS", &env.config.kafka.brokers)
-        .env("TICKLER_RESULTS_TOPIC", &env.config.results.topic)
-        .env("TICKLER_RESULTS_GROUP", &env.config.results.group)
-        .env(
-            "TICKLER_CLUSTER_SHARDS",
-            env.config.cluster.shards.to_string(),
-        )
-        .env("TICKLER_LOG", "warn")
         .output()
         .unwrap()
 }

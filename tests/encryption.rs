@@ -7,12 +7,12 @@
 //! again under a new key, resumably; a key removed too soon is named by
 //! the doctor.
 
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
 use serde_json::{json, Value};
 use tickler::config::Config;
-use tickler_testkit::{records_read_keys, TestEnv};
+use tickler_testkit::{output, output_text as text, records_read_keys, TestEnv};
 
 fn key_files() -> (String, String) {
     let dir = tickler_testkit::scratch_dir();
@@ -30,21 +30,10 @@ fn id_of(job: &Value) -> u64 {
     job["id"].as_u64().expect("a job id")
 }
 
-/// Runs `tickler ARGS` against `env`'s database with `config`'s keys.
+/// Runs `tickler ARGS` against `env` with `config`'s keys.
 async fn tickler(env: &TestEnv, config: &Config, args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tickler"));
-    command
-        .args(args)
-        .env("TICKLER_MYSQL_URL", &env.config.mysql.url)
-        .env("TICKLER_REDIS_URL", &env.config.redis.url)
-        .env("TICKLER_REDIS_PREFIX", &env.config.redis.prefix)
-        .env("TICKLER_KAFKA_BROKERS", &env.config.kafka.brokers)
-        .env(
-            "TICKLER_CLUSTER_SHARDS",
-            env.config.cluster.shards.to_string(),
-        )
-        .env("TICKLER_LOG", "warn")
-        .stdin(Stdio::null());
+    let mut command = env.command(env!("CARGO_BIN_EXE_tickler"));
+    command.args(args);
     if let Some(active) = &config.encryption.active_key {
         command.env("TICKLER_ENCRYPTION_ACTIVE_KEY", active);
     }
@@ -58,13 +47,7 @@ async fn tickler(env: &TestEnv, config: &Config, args: &[&str]) -> Output {
         "TICKLER_ENCRYPTION_KEYS",
         format!("{{{}}}", keys.join(", ")),
     );
-    tokio::task::spawn_blocking(move || command.output().unwrap())
-        .await
-        .unwrap()
-}
-
-fn text(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr)
+    output(command).await
 }
 
 /// (payload, headers, enc_key) as MySQL holds them.

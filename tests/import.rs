@@ -4,34 +4,15 @@
 //! nothing twice; a job due within the window is in Redis as soon as it
 //! is written.
 
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 
 use serde_json::{json, Value};
-use tickler_testkit::TestEnv;
+use tickler_testkit::{output, output_text as text, TestEnv};
 
 async fn import(env: &TestEnv, args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tickler"));
-    command
-        .arg("import")
-        .args(args)
-        .arg("--quiet")
-        .env("TICKLER_MYSQL_URL", &env.config.mysql.url)
-        .env("TICKLER_REDIS_URL", &env.config.redis.url)
-        .env("TICKLER_REDIS_PREFIX", &env.config.redis.prefix)
-        .env("TICKLER_KAFKA_BROKERS", &env.config.kafka.brokers)
-        .env(
-            "TICKLER_CLUSTER_SHARDS",
-            env.config.cluster.shards.to_string(),
-        )
-        .env("TICKLER_LOG", "warn")
-        .stdin(Stdio::null());
-    tokio::task::spawn_blocking(move || command.output().unwrap())
-        .await
-        .unwrap()
-}
-
-fn text(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr)
+    let mut command = env.command(env!("CARGO_BIN_EXE_tickler"));
+    command.arg("import").args(args).arg("--quiet");
+    output(command).await
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

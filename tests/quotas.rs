@@ -4,26 +4,18 @@
 //! leave pending give their room back at the next count; the usage is in
 //! `/v1/stats` and `tickler token show`.
 
-use std::process::{Command, Output, Stdio};
+use std::process::Output;
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tickler_testkit::{eventually, http_with_token, token_create, TestEnv};
+use tickler_testkit::{
+    eventually, http_with_token, output, output_text as text, token_create, TestEnv,
+};
 
 async fn tickler(env: &TestEnv, args: &[&str]) -> Output {
-    let mut command = Command::new(env!("CARGO_BIN_EXE_tickler"));
-    command
-        .args(args)
-        .env("TICKLER_MYSQL_URL", &env.config.mysql.url)
-        .env("TICKLER_LOG", "warn")
-        .stdin(Stdio::null());
-    tokio::task::spawn_blocking(move || command.output().unwrap())
-        .await
-        .unwrap()
-}
-
-fn text(output: &Output) -> String {
-    String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr)
+    let mut command = env.command(env!("CARGO_BIN_EXE_tickler"));
+    command.args(args);
+    output(command).await
 }
 
 async fn count(env: &TestEnv, sql: &str) -> i64 {

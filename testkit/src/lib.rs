@@ -445,6 +445,42 @@ impl TestEnv {
     pub fn consumer(&self) -> StreamConsumer {
         consumer_from_beginning(&self.config.kafka.brokers, &self.topic)
     }
+
+    /// The `tickler` binary at `bin` (a test's
+    /// `env!("CARGO_BIN_EXE_tickler")`) set to this world: its MySQL,
+    /// Redis and prefix, Kafka, shards, results topic and API (with the
+    /// admin token); logging warnings only, no standard input.
+    pub fn command(&self, bin: &str) -> std::process::Command {
+        let mut command = std::process::Command::new(bin);
+        command
+            .env("TICKLER_MYSQL_URL", &self.config.mysql.url)
+            .env("TICKLER_REDIS_URL", &self.config.redis.url)
+            .env("TICKLER_REDIS_PREFIX", &self.config.redis.prefix)
+            .env("TICKLER_KAFKA_BROKERS", &self.config.kafka.brokers)
+            .env("TICKLER_RESULTS_TOPIC", &self.config.results.topic)
+            .env("TICKLER_RESULTS_GROUP", &self.config.results.group)
+            .env(
+                "TICKLER_CLUSTER_SHARDS",
+                self.config.cluster.shards.to_string(),
+            )
+            .env("TICKLER_URL", &self.base_url)
+            .env("TICKLER_TOKEN", &self.admin_secret)
+            .env("TICKLER_LOG", "warn")
+            .stdin(std::process::Stdio::null());
+        command
+    }
+}
+
+/// Runs `command` to its end, off the runtime's threads.
+pub async fn output(mut command: std::process::Command) -> std::process::Output {
+    tokio::task::spawn_blocking(move || command.output().expect("the command runs"))
+        .await
+        .expect("the command's thread")
+}
+
+/// What a command printed: standard output, then standard error.
+pub fn output_text(output: &std::process::Output) -> String {
+    String::from_utf8_lossy(&output.stdout).into_owned() + &String::from_utf8_lossy(&output.stderr)
 }
 
 /// A producer for the tests' own records (requests, reports, records
