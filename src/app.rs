@@ -494,6 +494,25 @@ async fn compression_readers_check(store: &Store, config: &Config) -> Result<(),
     }
 }
 
+/// Holds compression while an instance that cannot read compressed
+/// payloads is live (new payloads written as given), and lets it go on
+/// once none is.
+async fn compression_readers_follow(store: &Store, ttl: Duration) -> Result<(), StoreError> {
+    let older = store.instances_unable_to_expand(ttl).await?;
+    let held = !older.is_empty();
+    let was = store.codec().hold(held);
+    if held && !was {
+        tracing::warn!(
+            instances = %crate::store::instances_describe(&older),
+            "compression held: these instances cannot read compressed payloads; new payloads are written as given until they are gone"
+        );
+    } else if !held && was {
+        tracing::info!("compression goes on: every live instance reads compressed payloads");
+    }
+    crate::metrics::compression_held(held);
+    Ok(())
+}
+
 async fn start_on(
     config: Config,
     cancel: CancellationToken,
@@ -596,7 +615,7 @@ async fn codecs_upkeep(store: &Store, ttl: Duration, cancel: &CancellationToken)
             tracing::debug!(error = %err, "cannot load payload dictionaries; trying again");
         }
         if store.codec().is_on() {
-            if let Err(err) = store.compression_guard(ttl).await {
+            if let Err(err) = compression_readers_follow(store, ttl).await {
                 tracing::debug!(error = %err, "cannot read which instances are live; trying again");
             }
         }

@@ -60,6 +60,20 @@ impl InstanceRow {
     }
 }
 
+/// Instances as an operator finds them: id, host, pid and version each.
+pub fn instances_describe(instances: &[InstanceRow]) -> String {
+    instances
+        .iter()
+        .map(|row| {
+            format!(
+                "instance {} ({} pid {}, version {})",
+                row.id, row.host, row.pid, row.version
+            )
+        })
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
 /// A row of `shard_leases`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct LeaseRow {

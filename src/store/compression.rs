@@ -13,20 +13,6 @@ use super::migrate::built_for;
 use super::sql::push_id_list;
 use super::{InstanceRow, Store, StoreError};
 
-/// Instances as an operator finds them: id, host, pid and version each.
-pub fn describe(instances: &[InstanceRow]) -> String {
-    instances
-        .iter()
-        .map(|row| {
-            format!(
-                "instance {} ({} pid {}, version {})",
-                row.id, row.host, row.pid, row.version
-            )
-        })
-        .collect::<Vec<_>>()
-        .join(", ")
-}
-
 /// A dictionary, without its bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct DictInfo {
@@ -61,27 +47,6 @@ impl Store {
             .into_iter()
             .filter(|row| row.live && built_for(&row.version) < crate::compression::SCHEMA)
             .collect())
-    }
-
-    /// Holds this handle's compression while an instance that cannot read
-    /// compressed payloads is live, and lets it go on once none is;
-    /// returns those instances.
-    pub async fn compression_guard(
-        &self,
-        ttl: std::time::Duration,
-    ) -> Result<Vec<InstanceRow>, StoreError> {
-        let older = self.instances_unable_to_expand(ttl).await?;
-        let was = self.codec().hold(!older.is_empty());
-        if !older.is_empty() && !was {
-            tracing::warn!(
-                instances = %describe(&older),
-                "compression held: these instances cannot read compressed payloads; new payloads are written as given until they are gone"
-            );
-        } else if older.is_empty() && was {
-            tracing::info!("compression goes on: every live instance reads compressed payloads");
-        }
-        crate::metrics::compression_held(!older.is_empty());
-        Ok(older)
     }
 
     /// Loads the dictionaries this handle's codec does not know yet, and

@@ -43,8 +43,8 @@ use sqlx::{ConnectOptions, Connection, Executor, MySql, Transaction};
 
 pub use audit::{AuditEntry, AuditFilter, AuditRow};
 pub use bulk::{BulkAction, BulkBatch, BulkFilter, BulkOp, BulkStatus};
-pub use cluster::{Beat, Fence, InstanceInfo, InstanceRow, LeaseRow};
-pub use compression::{describe as instances_describe, CompressionSample, DictInfo};
+pub use cluster::{instances_describe, Beat, Fence, InstanceInfo, InstanceRow, LeaseRow};
+pub use compression::{CompressionSample, DictInfo};
 pub use dispatch::{ClaimOutcome, Dispatched, Marked};
 pub use forecast::DueCount;
 pub use history::{BrokenTrigger, HandEditsState};
