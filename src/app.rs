@@ -90,12 +90,6 @@ pub enum StartError {
         host: String,
         dev: bool,
     },
-    /// `compression.payloads = "zstd"` while an instance built before
-    /// compression is live: it would set every compressed job aside.
-    #[error(
-        "compression.payloads = \"zstd\", and these live instances are built before compression and cannot read compressed payloads: {0}. Upgrade or stop them first, or start with compression.payloads = \"off\" (docs/upgrades.md, \"Payload compression\")"
-    )]
-    CompressionUnreadable(String),
     /// An `[encryption]` key cannot be read, or the active key is not
     /// among the keys (the error names keys by their id only).
     #[error("{0}")]
@@ -474,45 +468,6 @@ async fn clock_neighbours_check(
     }
 }
 
-/// Compression is not turned on beside an instance that cannot read
-/// compressed payloads (one built before V50). Checked at start-up; while
-/// serving, [`codecs_upkeep`] holds compression if one comes back.
-async fn compression_readers_check(store: &Store, config: &Config) -> Result<(), StartError> {
-    if !store.codec().is_on() {
-        return Ok(());
-    }
-    match store
-        .instances_unable_to_expand(config.instance_ttl())
-        .await
-    {
-        Ok(older) if !older.is_empty() => Err(StartError::CompressionUnreadable(
-            crate::store::instances_describe(&older),
-        )),
-        // A database down at start-up: the instance starts, and the upkeep
-        // checks again once it answers.
-        _ => Ok(()),
-    }
-}
-
-/// Holds compression while an instance that cannot read compressed
-/// payloads is live (new payloads written as given), and lets it go on
-/// once none is.
-async fn compression_readers_follow(store: &Store, ttl: Duration) -> Result<(), StoreError> {
-    let older = store.instances_unable_to_expand(ttl).await?;
-    let held = !older.is_empty();
-    let was = store.codec().hold(held);
-    if held && !was {
-        tracing::warn!(
-            instances = %crate::store::instances_describe(&older),
-            "compression held: these instances cannot read compressed payloads; new payloads are written as given until they are gone"
-        );
-    } else if !held && was {
-        tracing::info!("compression goes on: every live instance reads compressed payloads");
-    }
-    crate::metrics::compression_held(held);
-    Ok(())
-}
-
 async fn start_on(
     config: Config,
     cancel: CancellationToken,
@@ -536,7 +491,8 @@ async fn start_on(
     let config = Arc::new(config);
     let pools = Pools::connect(&config, &clock, &keys)?;
     clock_neighbours_check(&pools.membership, &clock, config.instance_ttl()).await?;
-    compression_readers_check(&pools.membership, &config).await?;
+    // Held before any role writes, if an older instance is live.
+    crate::codec_upkeep::start(&pools.api, config.instance_ttl()).await;
     let index = Index::connect_with(redis_client, &config.redis.prefix, config.cluster.shards)?
         .with_clock(clock);
     let shared = Shared {
@@ -562,14 +518,11 @@ async fn start_on(
     shared
         .tracker
         .spawn(async move { start_recorded(&audit_store, &audit_config).await });
-    let (dicts_store, cancel, ttl) = (
+    shared.tracker.spawn(crate::codec_upkeep::run(
         pools.api.clone(),
-        shared.cancel.clone(),
         shared.config.instance_ttl(),
-    );
-    shared
-        .tracker
-        .spawn(async move { codecs_upkeep(&dicts_store, ttl, &cancel).await });
+        shared.cancel.clone(),
+    ));
     let http_addr = if shared.config.has_role(Role::Api) {
         Some(start_api(&shared, &pools.api, readiness).await?)
     } else {
@@ -592,43 +545,6 @@ async fn start_on(
         tracker: shared.tracker,
         failure: shared.failure,
     })
-}
-
-/// Every instance loads the payload dictionaries (`payload_dicts`) at
-/// start and every few seconds after, so it reads rows compressed with a
-/// new one, and writes with it once it is ripe (`compression`); and says
-/// which key it seals with (`enc_keys_used`) at start and every few
-/// minutes, for the doctor. With compression on, it holds compression
-/// while an instance that cannot read compressed payloads is live.
-async fn codecs_upkeep(store: &Store, ttl: Duration, cancel: &CancellationToken) {
-    const KEY_NOTE_EVERY: u32 = 60;
-    let mut every = tokio::time::interval(Duration::from_secs(5));
-    every.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
-    let mut ticks: u32 = 0;
-    let mut key_noted = false;
-    loop {
-        tokio::select! {
-            _ = cancel.cancelled() => return,
-            _ = every.tick() => {}
-        }
-        if let Err(err) = store.dicts_refresh().await {
-            tracing::debug!(error = %err, "cannot load payload dictionaries; trying again");
-        }
-        if store.codec().is_on() {
-            if let Err(err) = compression_readers_follow(store, ttl).await {
-                tracing::debug!(error = %err, "cannot read which instances are live; trying again");
-            }
-        }
-        if !key_noted || ticks % KEY_NOTE_EVERY == 0 {
-            match store.key_used_note().await {
-                Ok(()) => key_noted = true,
-                Err(err) => {
-                    tracing::debug!(error = %err, "cannot note the key this instance seals with; trying again")
-                }
-            }
-        }
-        ticks = ticks.wrapping_add(1);
-    }
 }
 
 /// The audit log's row of this start-up: the roles and every setting in

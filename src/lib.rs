@@ -92,6 +92,7 @@ pub mod auth;
 pub mod bulk;
 pub mod cli;
 pub mod clock;
+pub mod codec_upkeep;
 pub mod compression;
 pub mod config;
 pub mod dispatcher;

@@ -192,16 +192,16 @@ pub async fn run(config: &Config, args: ImportArgs) -> anyhow::Result<ExitCode> 
     // sealed under the active key, noted for the doctor.
     store.dicts_refresh().await?;
     store.key_used_note().await?;
-    if store.codec().is_on() {
-        let older = store
-            .instances_unable_to_expand(config.instance_ttl())
-            .await?;
-        anyhow::ensure!(
-            older.is_empty(),
-            "compression.payloads = \"zstd\", and these live instances are built before compression and cannot read compressed payloads: {}. Upgrade or stop them first, or import with compression.payloads = \"off\"",
-            crate::store::instances_describe(&older)
-        );
-    }
+    // Written as given while an instance that cannot read compressed
+    // payloads is live, checked again every few seconds.
+    crate::codec_upkeep::start(&store, config.instance_ttl()).await;
+    let upkeep = tokio_util::sync::CancellationToken::new();
+    tokio::spawn(crate::codec_upkeep::run(
+        store.clone(),
+        config.instance_ttl(),
+        upkeep.clone(),
+    ));
+    let _upkeep = upkeep.drop_guard();
     let shards = match store.shard_leases().await {
         Ok(leases) if !leases.is_empty() => leases.len() as u32,
         _ => config.cluster.shards,
