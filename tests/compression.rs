@@ -71,11 +71,7 @@ async fn batch(env: &TestEnv, from: u64, n: u64, delay_ms: u64) -> Vec<u64> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn payloads_are_stored_compressed_with_a_trained_dictionary_and_arrive_as_sent() {
-    let env = TestEnv::start_with(|c| {
-        c.compression.payloads = tickler::config::PayloadCompression::Zstd;
-        c.compression.dict_delay_ms = 0;
-    })
-    .await;
+    let env = compressing().await;
     let consumer = env.consumer();
 
     // No dictionary yet: plain zstd, a little smaller.
@@ -201,17 +197,22 @@ async fn payloads_are_stored_compressed_with_a_trained_dictionary_and_arrive_as_
     env.finish().await;
 }
 
+/// A tickler compressing payloads, writing with a new dictionary at once.
+async fn compressing() -> TestEnv {
+    TestEnv::start_with(|c| {
+        c.compression.payloads = tickler::config::PayloadCompression::Zstd;
+        c.compression.dict_delay_ms = 0;
+    })
+    .await
+}
+
 fn rand_suffix() -> u64 {
     rand::random::<u32>() as u64
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_row_whose_dictionary_is_not_loaded_waits_and_is_sent_once_it_is() {
-    let env = TestEnv::start_with(|c| {
-        c.compression.payloads = tickler::config::PayloadCompression::Zstd;
-        c.compression.dict_delay_ms = 0;
-    })
-    .await;
+    let env = compressing().await;
     let consumer = env.consumer();
     batch(&env, 0, 300, 3_600_000).await;
     let trained = tickler(&env, &["compression", "train", "--samples", "300"]).await;
@@ -362,11 +363,7 @@ async fn compressed_then_sealed_and_rotated_read_as_sent() {
 /// gone, compression goes on by itself.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn compression_is_held_while_an_instance_built_before_it_is_live() {
-    let env = TestEnv::start_with(|c| {
-        c.compression.payloads = tickler::config::PayloadCompression::Zstd;
-        c.compression.dict_delay_ms = 0;
-    })
-    .await;
+    let env = compressing().await;
     let first = batch(&env, 0, 1, 3_600_000).await[0];
     assert_eq!(stored(&env, first).await.1, Some(0), "compressed");
 

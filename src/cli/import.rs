@@ -190,10 +190,10 @@ pub async fn run(config: &Config, args: ImportArgs) -> anyhow::Result<ExitCode> 
         ));
     // Written with the newest dictionary (`tickler compression train`),
     // sealed under the active key, noted for the doctor.
-    store.dicts_refresh().await?;
     store.key_used_note().await?;
-    // Written as given while an instance that cannot read compressed
-    // payloads is live, checked again every few seconds.
+    // Dictionaries loaded, and written as given while an instance that
+    // cannot read compressed payloads is live; both read again every few
+    // seconds.
     crate::codec_upkeep::start(&store, config.instance_ttl()).await;
     let upkeep = tokio_util::sync::CancellationToken::new();
     tokio::spawn(crate::codec_upkeep::run(
