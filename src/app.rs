@@ -79,6 +79,12 @@ pub enum StartError {
         "the roles did not stop within shutdown_timeout_ms ({0:?}): a call to a store does not return; exiting all the same, and the others take over this instance's shards after cluster.instance_ttl_ms"
     )]
     ShutdownTimedOut(Duration),
+    /// A configured key does not open the canary sealed under its id by
+    /// the first process that held it (`enc_key_canaries`).
+    #[error(
+        "encryption key(s) {0}: not the key material rows were sealed under with this id (enc_key_canaries); check the key's file or variable, or give new material a new id"
+    )]
+    KeyCanary(String),
     /// `tickler dev` beside a `tickler serve` in one database, or the
     /// other way round: dev's clock would make the other's jobs due early.
     #[error(
@@ -437,34 +443,29 @@ pub async fn start_dev(config: Config, cancel: CancellationToken) -> Result<Runn
 }
 
 /// The role name that marks a `tickler dev` instance in `instances.roles`.
-pub const DEV_MARK: &str = "dev-clock";
+pub use crate::clock_guard::DEV_MARK;
 
 /// A `tickler dev` and a `tickler serve` never share a database: the dev
 /// clock would make the other's jobs due early. Checked at start-up, by
-/// the instances alive in the database.
+/// the instances alive in the database (and after, see
+/// [`crate::clock_guard`]).
 async fn clock_neighbours_check(
     store: &Store,
     clock: &Clock,
     ttl: Duration,
 ) -> Result<(), StartError> {
-    let instances = match store.instances_list(ttl).await {
-        Ok(instances) => instances,
-        // A database down at start-up: the instance starts and answers 503
-        // as ever; `tickler dev` insists on an answer.
-        Err(err) if clock.is_virtual() => return Err(StartError::Store(err)),
-        Err(_) => return Ok(()),
-    };
-    let dev = |row: &crate::store::InstanceRow| row.roles.iter().any(|r| r == DEV_MARK);
-    let other = instances
-        .iter()
-        .find(|row| row.live && dev(row) != clock.is_virtual());
-    match other {
-        None => Ok(()),
-        Some(row) => Err(StartError::ClockNeighbour {
+    match crate::clock_guard::neighbour_find(store, clock, ttl).await {
+        Ok(None) => Ok(()),
+        Ok(Some(row)) => Err(StartError::ClockNeighbour {
             instance: row.id,
             host: row.host.clone(),
             dev: clock.is_virtual(),
         }),
+        // A database down at start-up: the instance starts and answers 503
+        // as ever (the guard checks again once it answers); `tickler dev`
+        // insists on an answer.
+        Err(err) if clock.is_virtual() => Err(StartError::Store(err)),
+        Err(_) => Ok(()),
     }
 }
 
@@ -490,6 +491,10 @@ async fn start_on(
     }
     let config = Arc::new(config);
     let pools = Pools::connect(&config, &clock, &keys)?;
+    let wrong = pools.api.key_canaries_check().await?;
+    if !wrong.is_empty() {
+        return Err(StartError::KeyCanary(wrong.join(", ")));
+    }
     clock_neighbours_check(&pools.membership, &clock, config.instance_ttl()).await?;
     // Held before any role writes, if an older instance is live.
     crate::codec_upkeep::start(&pools.api, config.instance_ttl()).await;
@@ -523,6 +528,16 @@ async fn start_on(
         shared.config.instance_ttl(),
         shared.cancel.clone(),
     ));
+    // A dev instance that finds a serve one stops: the role ends.
+    shared.spawn_role(
+        "clock guard",
+        crate::clock_guard::run(
+            pools.membership.clone(),
+            shared.index.clock().clone(),
+            shared.config.instance_ttl(),
+            shared.cancel.child_token(),
+        ),
+    );
     let http_addr = if shared.config.has_role(Role::Api) {
         Some(start_api(&shared, &pools.api, readiness).await?)
     } else {

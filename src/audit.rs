@@ -16,24 +16,44 @@ use crate::store::{AuditEntry, Store, StoreError};
 /// out of the audit log, which says who changed what, not what it sends.
 const PAYLOAD_FIELDS: [&str; 2] = ["payload", "payload_base64"];
 
-/// `value` with every payload replaced by what it was (`"<left out>"`).
-pub fn payloads_left_out(mut value: Value) -> Value {
-    fn walk(value: &mut Value) {
+/// The field encryption at rest seals with the payload (jobs' and
+/// schedules' `headers`): left out too wherever it is on, or a sealed
+/// job's headers would be kept plain beside their ciphertext.
+const SEALED_FIELD: &str = "headers";
+
+/// Whether the audit log leaves headers out as well as payloads: this
+/// process holds an encryption key. Any key, not only an active one:
+/// rows sealed before encryption was held back, or turned off, still
+/// open, and their headers must stay sealed.
+pub fn headers_sealed(store: &Store) -> bool {
+    !store.keys().ids().is_empty()
+}
+
+/// `value` as the audit log keeps it: every payload replaced by
+/// `"<left out>"`, and, with `headers_too` ([`headers_sealed`]), every
+/// `headers` (names and values) replaced by `"<sealed>"`.
+pub fn contents_left_out(mut value: Value, headers_too: bool) -> Value {
+    fn walk(value: &mut Value, headers_too: bool) {
         match value {
             Value::Object(map) => {
                 for (key, field) in map.iter_mut() {
-                    if PAYLOAD_FIELDS.contains(&key.as_str()) && !field.is_null() {
+                    if field.is_null() {
+                        continue;
+                    }
+                    if PAYLOAD_FIELDS.contains(&key.as_str()) {
                         *field = Value::String("<left out>".to_owned());
+                    } else if headers_too && key == SEALED_FIELD {
+                        *field = Value::String("<sealed>".to_owned());
                     } else {
-                        walk(field);
+                        walk(field, headers_too);
                     }
                 }
             }
-            Value::Array(items) => items.iter_mut().for_each(walk),
+            Value::Array(items) => items.iter_mut().for_each(|item| walk(item, headers_too)),
             _ => {}
         }
     }
-    walk(&mut value);
+    walk(&mut value, headers_too);
     value
 }
 
@@ -82,20 +102,23 @@ where
     E: Display,
     F: Future<Output = Result<T, E>>,
 {
+    let sealed = headers_sealed(store);
     let entry = AuditEntry {
         actor: actor.to_owned(),
         action: action.to_owned(),
         target,
         origin: Some(origin_here()),
-        before: (!before.is_null()).then_some(before),
-        request: request.map(payloads_left_out),
+        before: (!before.is_null()).then(|| contents_left_out(before, sealed)),
+        request: request.map(|request| contents_left_out(request, sealed)),
     };
     let id = store.audit_begin(&entry).await?;
     let outcome = change.await;
     let (status, after) = match &outcome {
         Ok(answer) => (
             200,
-            serde_json::to_value(answer).ok().map(payloads_left_out),
+            serde_json::to_value(answer)
+                .ok()
+                .map(|answer| contents_left_out(answer, sealed)),
         ),
         Err(err) => (0, Some(json!({"error": err.to_string()}))),
     };
@@ -111,16 +134,35 @@ mod tests {
 
     #[test]
     fn payloads_are_left_out_wherever_they_are() {
-        let shown = payloads_left_out(json!({
-            "topic": "t", "payload": {"card": "4111"},
-            "jobs": [{"payload_base64": "AAEC", "key": "k"}],
-            "schedule": {"payload": null}
-        }));
+        let shown = contents_left_out(
+            json!({
+                "topic": "t", "payload": {"card": "4111"},
+                "jobs": [{"payload_base64": "AAEC", "key": "k"}],
+                "schedule": {"payload": null}
+            }),
+            false,
+        );
         assert_eq!(
             shown,
             json!({"topic": "t", "payload": "<left out>",
                    "jobs": [{"payload_base64": "<left out>", "key": "k"}],
                    "schedule": {"payload": null}})
         );
+    }
+
+    #[test]
+    fn with_encryption_on_headers_are_left_out_too_names_and_all() {
+        let body = json!({
+            "headers": {"customer": "alice"},
+            "sample": [{"id": 1, "headers": {"x-card": "4111"}, "payload": null}],
+            "schedule": {"headers": null}
+        });
+        assert_eq!(
+            contents_left_out(body.clone(), true),
+            json!({"headers": "<sealed>",
+                   "sample": [{"id": 1, "headers": "<sealed>", "payload": null}],
+                   "schedule": {"headers": null}})
+        );
+        assert_eq!(contents_left_out(body.clone(), false), body);
     }
 }

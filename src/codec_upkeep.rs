@@ -11,12 +11,19 @@
 //! written as given — and it goes on by itself once none is. So a rolling
 //! upgrade that turns compression on in the same step never stalls: the
 //! new instances start held, and compress once the old ones are gone.
+//!
+//! Sealing follows the same rule (#57): new rows are sealed under the
+//! active key only while every live instance holds it (`instances.enc_keys`);
+//! until then under the newest key they all hold, or plain while an
+//! instance built before sealing is live. So "add the key, make it active,
+//! restart one by one" never seals a row that a live instance cannot open.
 
 use std::time::Duration;
 
 use tokio_util::sync::CancellationToken;
 
-use crate::store::{instances_describe, Store, StoreError};
+use crate::keys::Hold;
+use crate::store::{instance_may_hold, instances_describe, Store, StoreError, SEALING_SCHEMA};
 
 /// How often the dictionaries and the live instances are read again.
 pub const EVERY: Duration = Duration::from_secs(5);
@@ -31,6 +38,12 @@ const KEY_NOTE_EVERY: u32 = 60;
 pub async fn start(store: &Store, ttl: Duration) {
     if let Err(err) = store.dicts_refresh().await {
         tracing::debug!(error = %err, "cannot load payload dictionaries yet");
+    }
+    if store.keys().active().is_some() {
+        if let Err(err) = sealers_follow(store, ttl).await {
+            tracing::warn!(error = %err, "cannot read which keys the live instances hold; sealing plain until it can");
+            hold_keys(store, Hold::Plain);
+        }
     }
     if store.codec().is_on() && readers_follow(store, ttl).await.is_err() {
         store.codec().hold(true);
@@ -55,6 +68,11 @@ pub async fn run(store: Store, ttl: Duration, cancel: CancellationToken) {
         if store.codec().is_on() {
             if let Err(err) = readers_follow(&store, ttl).await {
                 tracing::debug!(error = %err, "cannot read which instances are live; trying again");
+            }
+        }
+        if store.keys().active().is_some() {
+            if let Err(err) = sealers_follow(&store, ttl).await {
+                tracing::debug!(error = %err, "cannot read which keys the live instances hold; trying again");
             }
         }
         if !key_noted || ticks % KEY_NOTE_EVERY == 0 {
@@ -86,4 +104,84 @@ async fn readers_follow(store: &Store, ttl: Duration) -> Result<(), StoreError> 
     }
     crate::metrics::compression_held(held);
     Ok(())
+}
+
+/// Holds the active key back while a live instance lacks it: new rows are
+/// sealed under the newest key every live instance holds (by when a
+/// process last sealed with it), or plain while one opens nothing (built
+/// before sealing, or holding none of this instance's keys).
+async fn sealers_follow(store: &Store, ttl: Duration) -> Result<(), StoreError> {
+    let Some(active) = store.keys().active().map(str::to_owned) else {
+        return Ok(());
+    };
+    let live: Vec<_> = store
+        .instances_list(ttl)
+        .await?
+        .into_iter()
+        .filter(|row| row.live)
+        .collect();
+    // A payload sealed with its headers' presence bound opens only in
+    // builds from V55 on.
+    let unbound = live
+        .iter()
+        .any(|row| crate::store::built_for(&row.version) < crate::keys::HEADERS_BOUND_SCHEMA);
+    store.keys().unbind_headers(unbound);
+    let lacking: Vec<_> = live
+        .iter()
+        .filter(|row| !instance_may_hold(&row.version, row.enc_keys.as_deref(), &active))
+        .cloned()
+        .collect();
+    let hold = if lacking.is_empty() {
+        Hold::No
+    } else if lacking
+        .iter()
+        .any(|row| crate::store::built_for(&row.version) < SEALING_SCHEMA)
+    {
+        Hold::Plain
+    } else {
+        // The newest key every live instance holds, by its last use.
+        let mut used = store.keys_used().await?;
+        used.sort_by_key(|key| std::cmp::Reverse(key.last_at));
+        let mut candidates: Vec<String> = used.into_iter().map(|key| key.key).collect();
+        candidates.extend(store.keys().ids());
+        candidates
+            .into_iter()
+            .find(|key| {
+                store.keys().has(key)
+                    && live
+                        .iter()
+                        .all(|row| instance_may_hold(&row.version, row.enc_keys.as_deref(), key))
+            })
+            .map_or(Hold::Plain, Hold::To)
+    };
+    if hold != store.keys().held() {
+        match &hold {
+            Hold::No => {
+                tracing::info!(active_key = %active, "every live instance holds the active key: new rows are sealed under it")
+            }
+            Hold::To(key) => tracing::warn!(
+                active_key = %active,
+                sealing_key = %key,
+                instances = %instances_describe(&lacking),
+                "active key held back: these live instances lack it; new rows are sealed under a key they all hold until they have it"
+            ),
+            Hold::Plain => tracing::warn!(
+                active_key = %active,
+                instances = %instances_describe(&lacking),
+                "sealing held: these live instances open no key this instance has (or are built before encryption at rest); new rows are written plain until they are gone"
+            ),
+        }
+    }
+    hold_keys(store, hold);
+    Ok(())
+}
+
+fn hold_keys(store: &Store, hold: Hold) {
+    let gauge = match &hold {
+        Hold::No => 0,
+        Hold::To(_) => 1,
+        Hold::Plain => 2,
+    };
+    store.keys().hold(hold);
+    crate::metrics::sealing_held(gauge);
 }

@@ -22,8 +22,10 @@
 //! them. Every instance loads new ones every few seconds; a new dictionary
 //! is used for writing only [`RIPE_AFTER`] after this instance learnt of
 //! it, so the others have it too by the time rows need it. A row whose
-//! dictionary an instance does not know yet is [`CodecError::Unknown`]:
-//! a moment's wait, never a broken row.
+//! dictionary an instance does not know is [`CodecError::Unknown`]: the
+//! store loads `payload_dicts` afresh and reads the row again, and one
+//! still unknown then is a broken row (no instance writes with a
+//! dictionary before it is in the table), never a wait without end.
 
 use std::cell::RefCell;
 use std::collections::HashMap;
@@ -46,6 +48,13 @@ pub const MIN_BYTES: usize = 32;
 
 /// Most bytes of a trained dictionary.
 pub const DICT_MAX_BYTES: usize = 16 * 1024;
+
+/// Most bytes a stored frame may expand to: the largest payload limit
+/// any configuration takes (`jobs.payload_max_bytes` is below 16 MiB).
+/// A frame whose header claims more (a row edited by hand, a restored
+/// one) is refused before anything is allocated for it: the header is
+/// the row's word, and a row is hostile input.
+pub const EXPAND_MAX_BYTES: usize = 16 * 1024 * 1024;
 
 /// The dictionary id of plain zstd (no dictionary).
 const NO_DICT: u16 = 0;
@@ -276,7 +285,14 @@ impl Codec {
             .ok()
             .flatten()
             .ok_or_else(|| CodecError::Broken("no zstd frame with its size".into()))?;
-        let size = usize::try_from(size).map_err(|_| CodecError::Broken("too large".into()))?;
+        let size = usize::try_from(size)
+            .ok()
+            .filter(|size| *size <= EXPAND_MAX_BYTES)
+            .ok_or_else(|| {
+                CodecError::Broken(format!(
+                    "its frame claims {size} bytes, past the {EXPAND_MAX_BYTES} any payload may have"
+                ))
+            })?;
         DECOMPRESSORS.with(|cell| {
             let mut decompressors = cell.borrow_mut();
             let fingerprint = dict.as_ref().map_or(0, |dict| dict.fingerprint);
@@ -410,6 +426,36 @@ mod tests {
         let late = Codec::zstd(3);
         late.learn(vec![(3, dict)], Some((3, RIPE_AFTER)));
         assert_eq!(late.pack(&payload(9)).0[..HEADER], [0, 3]);
+    }
+
+    #[test]
+    fn a_frame_claiming_more_than_any_payload_is_refused_before_allocating() {
+        // 18 bytes: the dictionary id, then a zstd frame header whose
+        // content size field says 2^63 bytes, and one empty raw block.
+        let mut bomb = vec![0u8, 0];
+        bomb.extend_from_slice(&[0x28, 0xB5, 0x2F, 0xFD]); // magic
+        bomb.push(0xE0); // 8-byte content size, single segment
+        bomb.extend_from_slice(&(1u64 << 63).to_le_bytes());
+        bomb.extend_from_slice(&[0x01, 0x00, 0x00]); // last raw block, 0 bytes
+        assert_eq!(bomb.len(), 18);
+        for codec in [Codec::off(), Codec::zstd(3)] {
+            let err = codec.unpack(bomb.clone(), true).unwrap_err();
+            assert!(
+                matches!(&err, CodecError::Broken(why) if why.contains("past the")),
+                "{err:?}"
+            );
+        }
+        // Just past the ceiling is refused; a real payload at it is not.
+        let big = vec![b'a'; EXPAND_MAX_BYTES + 1];
+        let (packed, compressed) = Codec::zstd(1).pack(&big);
+        assert!(compressed);
+        assert!(Codec::off().unpack(packed, true).is_err());
+        let at = vec![b'a'; EXPAND_MAX_BYTES];
+        let (packed, _) = Codec::zstd(1).pack(&at);
+        assert_eq!(
+            Codec::off().unpack(packed, true).unwrap().len(),
+            EXPAND_MAX_BYTES
+        );
     }
 
     #[test]

@@ -9,6 +9,12 @@
 //! other column, does not open. The row names its key in `enc_key`; rows
 //! written before encryption was on have none, and stay readable.
 //!
+//! A payload sealed beside headers binds their presence too (its
+//! associated data ends `:with-headers`), so a row whose headers are set
+//! NULL by hand does not open; rows sealed before that (and while an
+//! instance built before it is live, see [`HEADERS_BOUND_SCHEMA`]) are
+//! read as they were written.
+//!
 //! A key never reaches a log, an error or the API: `Keyring`'s `Debug`
 //! names the key ids only, and every error names a key by its id.
 
@@ -23,18 +29,49 @@ use base64::Engine;
 pub const OVERHEAD: usize = NONCE_LEN + 16;
 const NONCE_LEN: usize = 12;
 
+/// The first schema whose binaries open a payload sealed with its
+/// headers' presence bound (V55): while an instance built for an older one
+/// is live, payloads are sealed without it.
+pub const HEADERS_BOUND_SCHEMA: i32 = 55;
+
 /// Most characters of a key id (`jobs.enc_key` is `VARCHAR(64)`).
 pub const KEY_ID_MAX: usize = 64;
 
 /// The keys this process knows, and the one new rows are sealed under.
 /// Cheap to clone.
+///
+/// The active key is held back — new rows sealed under another key — while
+/// a live instance lacks it (see `crate::codec_upkeep`): a fleet halfway
+/// through adding a key never seals a row some of its instances cannot
+/// open. A write takes [`Keyring::sealing`] once and seals with that, so
+/// a row's `enc_key` always names the key its values are sealed under.
 #[derive(Clone, Default)]
 pub struct Keyring(Arc<Inner>);
 
 #[derive(Default)]
 struct Inner {
     active: Option<String>,
-    keys: HashMap<String, Aes256Gcm>,
+    keys: Arc<HashMap<String, Aes256Gcm>>,
+    /// Shared by a ring and its [`Keyring::sealing`] snapshots.
+    held: Arc<std::sync::RwLock<Hold>>,
+    /// Shared too: payloads are sealed without their headers' presence
+    /// bound (an instance built before that is live).
+    unbound: Arc<std::sync::atomic::AtomicBool>,
+    /// In a snapshot: `unbound` as it was when taken.
+    unbound_then: Option<bool>,
+}
+
+/// What new rows are sealed under instead of the active key.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub enum Hold {
+    /// The active key.
+    #[default]
+    No,
+    /// Another key every live instance has.
+    To(String),
+    /// Written plain: a live instance opens no sealed row at all (built
+    /// before encryption at rest).
+    Plain,
 }
 
 impl std::fmt::Debug for Keyring {
@@ -73,6 +110,8 @@ pub enum Part {
     /// A schedule's (the template of its occurrences).
     SchedulePayload,
     ScheduleHeaders,
+    /// A key's canary (`enc_key_canaries`), by the key id's hash.
+    Canary,
 }
 
 impl Part {
@@ -82,6 +121,7 @@ impl Part {
             Part::Headers => "jobs:{id}:headers",
             Part::SchedulePayload => "schedules:{id}:payload",
             Part::ScheduleHeaders => "schedules:{id}:headers",
+            Part::Canary => "enc_key_canaries:{id}",
         }
     }
 }
@@ -90,6 +130,13 @@ impl Part {
 /// and the column.
 fn aad(id: u64, part: Part) -> Vec<u8> {
     format!("tickler:{}", part.name().replace("{id}", &id.to_string())).into_bytes()
+}
+
+/// As [`aad`], for a payload sealed beside headers it binds.
+fn aad_with_headers(id: u64, part: Part) -> Vec<u8> {
+    let mut aad = aad(id, part);
+    aad.extend_from_slice(b":with-headers");
+    aad
 }
 
 impl Keyring {
@@ -119,7 +166,10 @@ impl Keyring {
         }
         Ok(Keyring(Arc::new(Inner {
             active: active.map(str::to_owned),
-            keys: ring,
+            keys: Arc::new(ring),
+            held: Arc::default(),
+            unbound: Arc::default(),
+            unbound_then: None,
         })))
     }
 
@@ -136,9 +186,63 @@ impl Keyring {
         Keyring::from_keys(active, keys)
     }
 
-    /// The key new rows are sealed under (None: encryption is off).
+    /// The key new rows are sealed under (None: encryption is off): the
+    /// configured one, or in a [`Keyring::sealing`] snapshot the one it
+    /// seals with.
     pub fn active(&self) -> Option<&str> {
         self.0.active.as_deref()
+    }
+
+    /// This ring as new rows are to be sealed now: its active key unless
+    /// that is held ([`Keyring::hold`]). Taken once per write.
+    pub fn sealing(&self) -> Keyring {
+        if self.0.active.is_none() {
+            return self.clone();
+        }
+        let held = self.held();
+        let active = match (&held, &self.0.active) {
+            (_, None) => None,
+            (Hold::To(key), Some(_)) if self.has(key) => Some(key.clone()),
+            (Hold::No | Hold::To(_), Some(active)) => Some(active.clone()),
+            (Hold::Plain, Some(_)) => None,
+        };
+        Keyring(Arc::new(Inner {
+            active,
+            keys: Arc::clone(&self.0.keys),
+            held: Arc::clone(&self.0.held),
+            unbound: Arc::clone(&self.0.unbound),
+            unbound_then: Some(self.unbound()),
+        }))
+    }
+
+    /// Seals payloads without binding their headers' presence (`true`:
+    /// an instance built before [`HEADERS_BOUND_SCHEMA`] is live), or with.
+    pub fn unbind_headers(&self, unbound: bool) {
+        self.0
+            .unbound
+            .store(unbound, std::sync::atomic::Ordering::Relaxed);
+    }
+
+    fn unbound(&self) -> bool {
+        self.0
+            .unbound_then
+            .unwrap_or_else(|| self.0.unbound.load(std::sync::atomic::Ordering::Relaxed))
+    }
+
+    /// Holds the active key back (or lets it go on with [`Hold::No`]);
+    /// returns the hold it replaces.
+    pub fn hold(&self, hold: Hold) -> Hold {
+        let mut held = self.0.held.write().unwrap_or_else(|e| e.into_inner());
+        std::mem::replace(&mut *held, hold)
+    }
+
+    /// The hold in force.
+    pub fn held(&self) -> Hold {
+        self.0
+            .held
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
     }
 
     /// Whether this keyring has the key `id`.
@@ -156,18 +260,16 @@ impl Keyring {
     /// `plain` as job `id`'s `part`, sealed under the active key; None
     /// when encryption is off.
     pub fn seal(&self, id: u64, part: Part, plain: &[u8]) -> Option<Vec<u8>> {
+        self.seal_with(&aad(id, part), plain)
+    }
+
+    fn seal_with(&self, aad: &[u8], plain: &[u8]) -> Option<Vec<u8>> {
         let active = self.0.active.as_ref()?;
         let cipher = &self.0.keys[active];
         let nonce_bytes: [u8; NONCE_LEN] = rand::random();
         let nonce = Nonce::from_slice(&nonce_bytes);
         let sealed = cipher
-            .encrypt(
-                nonce,
-                Payload {
-                    msg: plain,
-                    aad: &aad(id, part),
-                },
-            )
+            .encrypt(nonce, Payload { msg: plain, aad })
             .expect("AES-GCM seals any value below 64 GiB");
         let mut out = Vec::with_capacity(NONCE_LEN + sealed.len());
         out.extend_from_slice(&nonce_bytes);
@@ -177,6 +279,10 @@ impl Keyring {
 
     /// Opens job `id`'s `part` sealed under `key`.
     pub fn open(&self, key: &str, id: u64, part: Part, sealed: &[u8]) -> Result<Vec<u8>, KeyError> {
+        self.open_with(key, &aad(id, part), sealed)
+    }
+
+    fn open_with(&self, key: &str, aad: &[u8], sealed: &[u8]) -> Result<Vec<u8>, KeyError> {
         let cipher = self
             .0
             .keys
@@ -187,13 +293,7 @@ impl Keyring {
         }
         let (nonce, body) = sealed.split_at(NONCE_LEN);
         cipher
-            .decrypt(
-                Nonce::from_slice(nonce),
-                Payload {
-                    msg: body,
-                    aad: &aad(id, part),
-                },
-            )
+            .decrypt(Nonce::from_slice(nonce), Payload { msg: body, aad })
             .map_err(|_| KeyError::Tampered(key.to_owned()))
     }
 
@@ -220,6 +320,44 @@ impl Keyring {
     }
 }
 
+/// What every key's canary seals.
+const CANARY: &[u8] = b"tickler: this key opens what was sealed under its id";
+
+/// The row identity a key's canary is sealed with: its id, hashed.
+fn canary_id(key: &str) -> u64 {
+    key.bytes().fold(0xcbf2_9ce4_8422_2325_u64, |hash, byte| {
+        (hash ^ u64::from(byte)).wrapping_mul(0x0100_0000_01b3)
+    })
+}
+
+impl Keyring {
+    /// A canary for key `key` (None: this ring lacks it): what
+    /// [`Keyring::canary_opens`] opens only with the same key material.
+    pub fn canary_seal(&self, key: &str) -> Option<Vec<u8>> {
+        let cipher = self.0.keys.get(key)?;
+        let nonce_bytes: [u8; NONCE_LEN] = rand::random();
+        let sealed = cipher
+            .encrypt(
+                Nonce::from_slice(&nonce_bytes),
+                Payload {
+                    msg: CANARY,
+                    aad: &aad(canary_id(key), Part::Canary),
+                },
+            )
+            .expect("AES-GCM seals any value below 64 GiB");
+        let mut out = nonce_bytes.to_vec();
+        out.extend_from_slice(&sealed);
+        Some(out)
+    }
+
+    /// Whether this ring's key `key` opens `sealed`, a canary made under
+    /// that id (by any process).
+    pub fn canary_opens(&self, key: &str, sealed: &[u8]) -> bool {
+        self.open(key, canary_id(key), Part::Canary, sealed)
+            .is_ok_and(|plain| plain == CANARY)
+    }
+}
+
 /// A job's two sealed columns, as [`Keyring::open_row`] and
 /// [`Keyring::seal_row`] take them.
 pub const JOB: (Part, Part) = (Part::Payload, Part::Headers);
@@ -228,23 +366,31 @@ pub const SCHEDULE: (Part, Part) = (Part::SchedulePayload, Part::ScheduleHeaders
 
 impl Keyring {
     /// Row `id`'s payload and headers (its text column) as stored, opened
-    /// with `key` (None: stored plain, returned as they are). An empty
-    /// payload is a listing's placeholder (a sealed one never is): kept.
+    /// with `key` (None: stored plain, returned as they are). A payload
+    /// not read (None: a listing's row) opens as empty; a sealed payload
+    /// is never empty, so an empty one under a key (blanked by hand) does
+    /// not open.
     pub fn open_row(
         &self,
         key: Option<&str>,
         id: u64,
         parts: (Part, Part),
-        payload: Vec<u8>,
+        payload: Option<Vec<u8>>,
         headers: Option<String>,
     ) -> Result<(Vec<u8>, Option<String>), KeyError> {
         let Some(key) = key else {
-            return Ok((payload, headers));
+            return Ok((payload.unwrap_or_default(), headers));
         };
-        let payload = if payload.is_empty() {
-            payload
-        } else {
-            self.open(key, id, parts.0, &payload)?
+        let with_headers = headers.as_deref().is_some_and(|text| !text.is_empty());
+        let payload = match payload {
+            None => Vec::new(),
+            // Beside headers: bound to them, or sealed before binding
+            // (or while an older instance was live). Without: unbound
+            // only, so headers removed by hand leave it unopened.
+            Some(sealed) if with_headers => self
+                .open_with(key, &aad_with_headers(id, parts.0), &sealed)
+                .or_else(|_| self.open(key, id, parts.0, &sealed))?,
+            Some(sealed) => self.open(key, id, parts.0, &sealed)?,
         };
         let headers = match headers {
             Some(text) if !text.is_empty() => Some(self.open_text(key, id, parts.1, &text)?),
@@ -264,13 +410,21 @@ impl Keyring {
         headers: Option<&str>,
     ) -> (Vec<u8>, Option<String>, Option<String>) {
         match self.active() {
-            Some(active) => (
-                self.seal(id, parts.0, payload).unwrap_or_default(),
-                headers
+            Some(active) => {
+                let headers = headers
                     .filter(|text| !text.is_empty())
-                    .and_then(|text| self.seal_text(id, parts.1, text)),
-                Some(active.to_owned()),
-            ),
+                    .and_then(|text| self.seal_text(id, parts.1, text));
+                let aad = if headers.is_some() && !self.unbound() {
+                    aad_with_headers(id, parts.0)
+                } else {
+                    aad(id, parts.0)
+                };
+                (
+                    self.seal_with(&aad, payload).unwrap_or_default(),
+                    headers,
+                    Some(active.to_owned()),
+                )
+            }
             None => (payload.to_vec(), headers.map(str::to_owned), None),
         }
     }
@@ -372,6 +526,95 @@ mod tests {
         assert_eq!(
             keys.open_text("k1", 7, Part::Headers, &text).unwrap(),
             "{\"a\":\"b\"}"
+        );
+    }
+
+    #[test]
+    fn a_canary_opens_only_under_the_same_key_material() {
+        let keys = ring("k1");
+        let canary = keys.canary_seal("k1").unwrap();
+        assert!(keys.canary_opens("k1", &canary));
+        assert!(!keys.canary_opens("k2", &canary), "another id");
+        let impostor = Keyring::from_keys(None, [("k1".to_owned(), [9u8; 32])]).unwrap();
+        assert!(
+            !impostor.canary_opens("k1", &canary),
+            "other bytes under the id"
+        );
+        assert_eq!(keys.canary_seal("k9"), None);
+    }
+
+    #[test]
+    fn a_held_ring_seals_under_the_key_it_is_held_to_in_one_snapshot() {
+        let keys = ring("k2");
+        assert_eq!(keys.sealing().active(), Some("k2"));
+        assert_eq!(keys.hold(Hold::To("k1".into())), Hold::No);
+        let snapshot = keys.sealing();
+        assert_eq!(snapshot.active(), Some("k1"));
+        let (payload, _, key) = snapshot.seal_row(5, JOB, b"x", None);
+        assert_eq!(key.as_deref(), Some("k1"));
+        assert_eq!(keys.open("k1", 5, Part::Payload, &payload).unwrap(), b"x");
+        // Held to a key the ring lacks: the active one (never a row
+        // naming a key it was not sealed under).
+        keys.hold(Hold::To("k9".into()));
+        assert_eq!(keys.sealing().active(), Some("k2"));
+        keys.hold(Hold::Plain);
+        assert_eq!(keys.sealing().seal_row(5, JOB, b"x", None).2, None);
+        // The snapshot taken before keeps its key.
+        assert_eq!(snapshot.active(), Some("k1"));
+        keys.hold(Hold::No);
+        assert_eq!(keys.sealing().active(), Some("k2"));
+    }
+
+    #[test]
+    fn a_sealed_row_with_its_payload_blanked_does_not_open() {
+        let keys = ring("k1");
+        let (payload, headers, key) = keys.seal_row(3, JOB, b"{}", Some("{\"a\":\"b\"}"));
+        assert!(keys
+            .open_row(key.as_deref(), 3, JOB, Some(payload), headers.clone())
+            .is_ok());
+        assert_eq!(
+            keys.open_row(key.as_deref(), 3, JOB, Some(Vec::new()), headers.clone()),
+            Err(KeyError::Tampered("k1".into()))
+        );
+        // A listing's row, read without its payload, opens its headers.
+        let (payload, headers) = keys
+            .open_row(key.as_deref(), 3, JOB, None, headers)
+            .unwrap();
+        assert!(payload.is_empty());
+        assert_eq!(headers.as_deref(), Some("{\"a\":\"b\"}"));
+    }
+
+    #[test]
+    fn a_sealed_row_with_its_headers_removed_does_not_open() {
+        let keys = ring("k1");
+        let headers = Some("{\"tenant\":\"a\"}");
+        let (payload, sealed_headers, key) = keys.seal_row(4, JOB, b"{}", headers);
+        let key = key.as_deref();
+        assert!(keys
+            .open_row(key, 4, JOB, Some(payload.clone()), sealed_headers)
+            .is_ok());
+        for removed in [None, Some(String::new())] {
+            assert_eq!(
+                keys.open_row(key, 4, JOB, Some(payload.clone()), removed),
+                Err(KeyError::Tampered("k1".into()))
+            );
+        }
+        // A row without headers opens without them.
+        let (bare, none, _) = keys.seal_row(4, JOB, b"{}", None);
+        assert_eq!(none, None);
+        assert!(keys.open_row(key, 4, JOB, Some(bare), None).is_ok());
+        // Sealed unbound (an older instance live): read either way, as
+        // an older build reads it.
+        keys.unbind_headers(true);
+        let (old, old_headers, _) = keys.sealing().seal_row(4, JOB, b"{}", headers);
+        keys.unbind_headers(false);
+        assert!(keys
+            .open_row(key, 4, JOB, Some(old.clone()), old_headers)
+            .is_ok());
+        assert_eq!(keys.open("k1", 4, Part::Payload, &old).unwrap(), b"{}");
+        assert!(
+            keys.open("k1", 4, Part::Payload, &payload).is_err(),
+            "bound: an older build cannot open it"
         );
     }
 

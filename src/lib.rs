@@ -33,6 +33,8 @@
 //!   replies
 //! - [`membership`] — instances know each other; shard leases and fencing;
 //!   a dead instance's claims put in doubt
+//! - [`clock_guard`] — `tickler dev` and `tickler serve` never share a
+//!   database: checked at start, before each clock move and while running
 //! - [`auth`]       — API tokens: secrets, scopes, topic patterns; the cache
 //! - [`topic_controls`] — topic controls (pause, pace): this instance's copy
 //! - [`schedule`]   — recurring schedules: cron and intervals in a time
@@ -92,6 +94,7 @@ pub mod auth;
 pub mod bulk;
 pub mod cli;
 pub mod clock;
+pub mod clock_guard;
 pub mod codec_upkeep;
 pub mod compression;
 pub mod config;

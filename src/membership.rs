@@ -102,6 +102,15 @@ impl MembershipConfig {
                 ingress_group: (config.has_role(Role::Ingress)
                     && !config.ingress.topics.is_empty())
                 .then(|| config.ingress.group.clone()),
+                enc_keys: Some(
+                    config
+                        .encryption
+                        .keys
+                        .keys()
+                        .cloned()
+                        .collect::<Vec<_>>()
+                        .join(","),
+                ),
             },
         }
     }

@@ -570,6 +570,13 @@ declare! {
             is built before compression and cannot read compressed payloads, \
             so new ones are written as given; 0 otherwise.",
     },
+    SEALING_HELD = Gauge {
+        name: "tickler_sealing_held",
+        help: "0 while new rows are sealed under encryption.active_key; 1 \
+            while it is held back because a live instance lacks it (sealed \
+            under a key they all hold); 2 while sealing is held (written \
+            plain) because a live instance opens no key this one has.",
+    },
     TRUTH_COUNT_AGE = Gauge {
         name: "tickler_jobs_count_age_seconds",
         unit: Seconds,
@@ -957,6 +964,10 @@ pub fn notify_failed() {
 
 pub fn compression_held(held: bool) {
     COMPRESSION_HELD.get().set(if held { 1.0 } else { 0.0 });
+}
+
+pub fn sealing_held(state: u8) {
+    SEALING_HELD.get().set(f64::from(state));
 }
 
 pub fn instances_live(n: usize) {

@@ -195,6 +195,63 @@ async fn cancel_answers_cancelled_too_late_or_in_flight() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_job_whose_row_does_not_decode_is_cancelled_and_answered_cancelled() {
+    let env = TestEnv::start().await;
+    let payload_broken = env
+        .job_create(json!({"payload": {"n": 1}, "delay_ms": 600_000}))
+        .await["id"]
+        .as_u64()
+        .unwrap();
+    let headers_broken = env
+        .job_create(json!({"payload": 2, "headers": {"h": "v"}, "delay_ms": 600_000}))
+        .await["id"]
+        .as_u64()
+        .unwrap();
+    // By hand: a payload that says it is compressed and does not expand,
+    // headers that are not a JSON object.
+    sqlx::query("UPDATE jobs SET payload_kind = 'json+zstd', payload = x'0000ffff' WHERE id = ?")
+        .bind(payload_broken)
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE jobs SET headers = '7' WHERE id = ?")
+        .bind(headers_broken)
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    for id in [payload_broken, headers_broken] {
+        let (status, reply) = cancel(&env, id).await;
+        assert_eq!(
+            (status, reply["outcome"].as_str()),
+            (200, Some("cancelled")),
+            "{reply}"
+        );
+        assert_eq!(reply["job"]["id"], id, "{reply}");
+        assert_eq!(reply["job"]["status"], "cancelled", "{reply}");
+        // Answered without what does not decode.
+        assert!(reply["job"]["payload"].is_null(), "{reply}");
+        assert_eq!(reply["job"]["headers"], json!({}), "{reply}");
+        assert_eq!(env.job_status(id).await, "cancelled");
+        let recorded: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM job_events WHERE job_id = ? AND status = 'cancelled'",
+        )
+        .bind(id)
+        .fetch_one(&env.sql)
+        .await
+        .unwrap();
+        assert_eq!(recorded, 1, "the cancel is in the history");
+        assert!(!env.redis_holds(id).await);
+        let (status, reply) = cancel(&env, id).await;
+        assert_eq!(
+            (status, reply["outcome"].as_str()),
+            (200, Some("cancelled")),
+            "again: {reply}"
+        );
+    }
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_answered_cancelled_never_reaches_kafka_even_racing_dispatch() {
     let env = TestEnv::start().await;
     let consumer = env.consumer();

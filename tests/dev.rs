@@ -203,3 +203,47 @@ async fn the_clock_refuses_bad_moves_and_is_not_served_by_serve() {
     serve.finish().await;
     env.finish().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_dev_that_finds_a_serve_beside_it_moves_no_clock_and_stops() {
+    let env = TestEnv::start_dev_with(|_| {}).await;
+    let (status, _) = env.post("/v1/dev/clock", json!({"advance_ms": 1000})).await;
+    assert_eq!(status, 200);
+    // A `tickler serve` that started while the database did not answer
+    // (so it checked nothing): its row, alive.
+    sqlx::query(
+        "INSERT INTO instances (host, pid, version, roles, ttl_ms, started_at, heartbeat_at) \
+         VALUES ('prod-1', 1, '0.0.0+schema.1', 'api,dispatcher', 120000, \
+         UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))",
+    )
+    .execute(&env.sql)
+    .await
+    .unwrap();
+    let (status, body) = env.post("/v1/dev/clock", json!({"advance_ms": 1000})).await;
+    assert_eq!(
+        (status, &body["error"]["code"]),
+        (409, &json!("clock_neighbour")),
+        "{body}"
+    );
+    assert!(body["error"]["message"]
+        .as_str()
+        .unwrap()
+        .contains("prod-1"));
+    // Within the guard's period (and its shutdown), dev is gone.
+    let began = Instant::now();
+    let mut stopped = false;
+    while began.elapsed() < Duration::from_secs(30) {
+        let answer = reqwest::Client::new()
+            .get(format!("{}/healthz", env.base_url))
+            .timeout(Duration::from_secs(2))
+            .send()
+            .await;
+        if answer.is_err() {
+            stopped = true;
+            break;
+        }
+        tokio::time::sleep(Duration::from_millis(250)).await;
+    }
+    assert!(stopped, "tickler dev stops beside a serve");
+    env.finish().await;
+}

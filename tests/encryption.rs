@@ -5,7 +5,9 @@
 //! ciphertext moved to another row does not open, and the job is set aside
 //! unsent, never crashing a pass; `tickler keys rotate` seals everything
 //! again under a new key, resumably; a key removed too soon is named by
-//! the doctor.
+//! the doctor. And no plaintext is left behind (#57): no table holds a
+//! sealed job's payload or headers plain — not the audit log, not a
+//! compression dictionary.
 
 use std::process::Output;
 use std::time::Duration;
@@ -253,11 +255,12 @@ async fn a_moved_ciphertext_is_set_aside_rotation_resumes_and_a_missing_key_is_n
     .execute(&env.sql)
     .await
     .unwrap();
-    // Read through the API: an error of tickler's, never the wrong payload.
+    // Read through the API: an error naming the row, never the wrong
+    // payload.
     let (status, body) = env.get(&format!("/v1/jobs/{}", ids[0])).await;
     assert_eq!(
         (status, &body["error"]["code"]),
-        (500, &json!("internal")),
+        (500, &json!("unreadable_row")),
         "{body}"
     );
     // Due now: the dispatcher sets it aside, and goes on with the others.
@@ -424,7 +427,7 @@ async fn a_complete_rotation_forgets_the_old_key_for_the_doctor() {
         .unwrap();
     let rotated = tickler(&env, &config, &["keys", "rotate", "--restart"]).await;
     assert!(
-        text(&rotated).contains("1 other keys no longer in use"),
+        text(&rotated).contains("key k1 no longer in use"),
         "{}",
         text(&rotated)
     );
@@ -437,5 +440,233 @@ async fn a_complete_rotation_forgets_the_old_key_for_the_doctor() {
         report.contains("rows are sealed under k2, every one a key this configuration has"),
         "{report}"
     );
+    env.finish().await;
+}
+
+/// Where `markers` are found in the test's database: every column of
+/// every table (information_schema's list, so a table added later is
+/// searched too), each value's raw bytes, as `table.column: marker`.
+async fn markers_stored(env: &TestEnv, markers: &[&str]) -> Vec<String> {
+    let columns: Vec<(String, String)> = sqlx::query_as(
+        "SELECT CAST(TABLE_NAME AS CHAR), CAST(COLUMN_NAME AS CHAR) FROM information_schema.COLUMNS \
+         WHERE TABLE_SCHEMA = DATABASE() ORDER BY TABLE_NAME, ORDINAL_POSITION",
+    )
+    .fetch_all(&env.sql)
+    .await
+    .unwrap();
+    assert!(columns.len() > 50, "every table's columns: {columns:?}");
+    let mut found = Vec::new();
+    for (table, column) in columns {
+        let values: Vec<Option<Vec<u8>>> =
+            sqlx::query_scalar(&format!("SELECT CAST(`{column}` AS BINARY) FROM `{table}`"))
+                .fetch_all(&env.sql)
+                .await
+                .unwrap();
+        for marker in markers {
+            if values.iter().flatten().any(|value| contains(value, marker)) {
+                found.push(format!("{table}.{column}: {marker}"));
+            }
+        }
+    }
+    found
+}
+
+/// Issue 57: with encryption at rest on, a sealed job's payload and
+/// headers are plain nowhere in MySQL — not in the audit rows of a bulk
+/// preview (its sample), a redrive (the job before and after), a bulk
+/// redrive, a schedule's create, change, pause and delete (its template),
+/// nor in a dictionary `tickler compression train` makes (it passes
+/// sealed payloads over) — and the webhook's secret path is not in the
+/// start-up's row.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn no_plaintext_of_a_sealed_job_is_left_anywhere_in_mysql() {
+    let (k1, _) = key_files();
+    let marker = tickler_testkit::unique("plainmarker");
+    let hook_secret = tickler_testkit::unique("hooksecret");
+    let key_source = k1.clone();
+    let hook = format!("http://127.0.0.1:9/services/T000/B000/{hook_secret}");
+    let env = TestEnv::start_with(move |c| {
+        c.encryption.active_key = Some("k1".to_owned());
+        c.encryption.keys.insert("k1".to_owned(), key_source);
+        c.notify.webhook_url = Some(hook);
+    })
+    .await;
+    let topic = env.topic.clone();
+    // A control: rows written plain by hand, to train on, one of them
+    // marked — the search finds what is there.
+    let control = tickler_testkit::unique("controlmarker");
+    for i in 0..150 {
+        let note = if i == 0 {
+            control.clone()
+        } else {
+            format!("plain note {i}")
+        };
+        sqlx::query(
+            "INSERT INTO jobs (topic, payload, payload_kind, schedule_time) \
+             VALUES (?, ?, 'json', UTC_TIMESTAMP(3) + INTERVAL 1 YEAR)",
+        )
+        .bind(&topic)
+        .bind(
+            json!({"template": format!("reminder_v{}", i % 5), "locale": "en-GB", "note": note})
+                .to_string(),
+        )
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    }
+    // Sealed jobs, payload and headers (a name and a value) marked.
+    let jobs: Vec<Value> = (0..120)
+        .map(|i| {
+            json!({"topic": topic, "key": format!("m-{i}"), "delay_ms": 3_600_000,
+                   "payload": {"note": format!("{marker} {i}"), "template": "reminder_v1"},
+                   "headers": {"x-note": marker, format!("x-{marker}"): "1"}})
+        })
+        .collect();
+    let (status, batch) = env.post("/v1/jobs/batch", json!({ "jobs": jobs })).await;
+    assert_eq!(status, 200, "{batch}");
+    let ids: Vec<u64> = batch["results"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|r| r["id"].as_u64().expect("created"))
+        .collect();
+
+    // A bulk preview: its sample carries the headers, to the caller only.
+    let (status, preview) = env
+        .post(
+            "/v1/jobs/bulk",
+            json!({"filter": {"topic": topic, "key_prefix": "m-"}, "action": {"type": "cancel"}, "dry_run": true}),
+        )
+        .await;
+    assert_eq!(status, 200, "{preview}");
+    assert_eq!(
+        preview["sample"][0]["headers"]["x-note"],
+        json!(marker),
+        "{preview}"
+    );
+
+    // Dead jobs (by hand), redriven one by one and in bulk, previewed too.
+    sqlx::query("UPDATE jobs SET status = 'dead', last_error = 'failed' WHERE id IN (?, ?, ?)")
+        .bind(ids[0])
+        .bind(ids[1])
+        .bind(ids[2])
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    let (status, redriven) = env
+        .post(&format!("/v1/jobs/{}/redrive", ids[0]), json!({}))
+        .await;
+    assert_eq!(status, 200, "{redriven}");
+    let dead_filter = json!({"topic": topic, "status": "dead", "key_prefix": "m-"});
+    let (status, preview) = env
+        .post(
+            "/v1/jobs/bulk",
+            json!({"filter": dead_filter, "action": {"type": "redrive"}, "dry_run": true}),
+        )
+        .await;
+    assert_eq!(status, 200, "{preview}");
+    let (status, started) = env
+        .post(
+            "/v1/jobs/bulk",
+            json!({"filter": dead_filter, "action": {"type": "redrive"}, "dry_run": false}),
+        )
+        .await;
+    assert_eq!(status, 202, "{started}");
+    let op = started["id"].as_u64().unwrap();
+    tickler_testkit::eventually(Duration::from_secs(30), || async {
+        let (_, op) = env.get(&format!("/v1/bulk/{op}")).await;
+        (op["status"] != "running").then_some(())
+    })
+    .await
+    .expect("the bulk redrive finished");
+    env.status_await(ids[0], "dispatched", Duration::from_secs(20))
+        .await;
+
+    // Schedules: created, changed, paused, resumed, deleted.
+    let template = |n: u32| {
+        json!({"topic": topic, "key": format!("digest-{n}"), "every_ms": 3_600_000,
+               "start_at": "2030-01-01T00:00:00Z",
+               "payload": {"note": format!("{marker} schedule {n}")},
+               "headers": {"x-note": marker, format!("x-{marker}"): "1"}})
+    };
+    let mut schedules = Vec::new();
+    for n in 0..2 {
+        let (status, schedule) = env.post("/v1/schedules", template(n)).await;
+        assert_eq!(status, 201, "{schedule}");
+        schedules.push(schedule);
+    }
+    let id = schedules[0]["id"].as_u64().unwrap();
+    let (status, changed) = env
+        .request(
+            "PATCH",
+            &format!("/v1/schedules/{id}"),
+            Some(
+                json!({"version": schedules[0]["version"],
+                       "payload": {"note": format!("{marker} changed")},
+                       "headers": {"x-note": format!("{marker} changed")}})
+                .to_string(),
+            ),
+        )
+        .await;
+    assert_eq!(status, 200, "{changed}");
+    for action in ["pause", "resume"] {
+        let (status, body) = env
+            .post(&format!("/v1/schedules/{id}/{action}"), json!({}))
+            .await;
+        assert_eq!(status, 200, "{action}: {body}");
+    }
+    let gone = schedules[1]["id"].as_u64().unwrap();
+    let (status, body) = env
+        .request("DELETE", &format!("/v1/schedules/{gone}"), None)
+        .await;
+    assert!((200..300).contains(&status), "{status} {body}");
+
+    // A dictionary: from the plain rows only, the sealed ones passed over.
+    let trained = tickler(
+        &env,
+        &env.config,
+        &["compression", "train", "--samples", "1000"],
+    )
+    .await;
+    assert!(trained.status.success(), "{}", text(&trained));
+    assert!(
+        text(&trained).contains("of the newest 1000 jobs are sealed"),
+        "{}",
+        text(&trained)
+    );
+
+    // Each write that audits left its row.
+    let audited: Vec<String> =
+        sqlx::query_scalar("SELECT DISTINCT CAST(action AS CHAR) FROM audit_log ORDER BY 1")
+            .fetch_all(&env.sql)
+            .await
+            .unwrap();
+    for action in [
+        "bulk.preview",
+        "bulk.start",
+        "compression.train",
+        "instance.start",
+        "job.redrive",
+        "schedule.create",
+        "schedule.delete",
+        "schedule.modify",
+        "schedule.pause",
+        "schedule.resume",
+    ] {
+        assert!(
+            audited.iter().any(|a| a == action),
+            "{action} in {audited:?}"
+        );
+    }
+    let found = markers_stored(&env, &[&marker, &hook_secret, &control]).await;
+    assert!(
+        found.contains(&format!("jobs.payload: {control}")),
+        "the search finds the control, written plain by hand: {found:?}"
+    );
+    let leaked: Vec<&String> = found
+        .iter()
+        .filter(|at| at.ends_with(&marker) || at.ends_with(&hook_secret))
+        .collect();
+    assert!(leaked.is_empty(), "plain in MySQL: {leaked:?}");
     env.finish().await;
 }

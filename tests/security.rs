@@ -647,3 +647,46 @@ async fn the_token_cache_learns_created_tokens_and_forgets_revoked_ones() {
     ));
     env.finish().await;
 }
+
+/// A webhook's URL is its credential (Slack's
+/// `https://hooks.slack.com/services/T…/B…/XXXX`): its path is shown
+/// masked by `tickler config` and in the audit log's row of a start-up.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_webhooks_secret_path_is_masked_in_tickler_config_and_the_start_row() {
+    let secret = unique("XXXXhook");
+    // Nothing answers on port 9: a notification, if any, goes nowhere.
+    let hook = format!("http://127.0.0.1:9/services/T000/B000/{secret}");
+    let url = hook.clone();
+    let env = TestEnv::start_with(move |c| c.notify.webhook_url = Some(url)).await;
+    // Written as the instance starts, beside its start.
+    let started: String = tickler_testkit::eventually(Duration::from_secs(10), || async {
+        sqlx::query_scalar(
+            "SELECT CAST(after_json AS CHAR) FROM audit_log \
+             WHERE action = 'instance.start' AND after_json IS NOT NULL",
+        )
+        .fetch_optional(&env.sql)
+        .await
+        .unwrap()
+    })
+    .await
+    .expect("the start-up's row");
+    assert!(!started.contains(&secret), "{started}");
+    assert!(!started.contains("/services/"), "{started}");
+    assert!(started.contains("http://127.0.0.1:9/***"), "{started}");
+
+    let mut command = env.command(env!("CARGO_BIN_EXE_tickler"));
+    command
+        .arg("config")
+        .env("TICKLER_NOTIFY_WEBHOOK_URL", &hook);
+    let printed = tickler_testkit::output(command).await;
+    let shown = tickler_testkit::output_text(&printed);
+    assert!(printed.status.success(), "{shown}");
+    assert!(!shown.contains(&secret), "{shown}");
+    let shown: Value = serde_json::from_slice(&printed.stdout).unwrap();
+    assert_eq!(
+        shown["notify"]["webhook_url"],
+        json!("http://127.0.0.1:9/***"),
+        "{shown}"
+    );
+    env.finish().await;
+}

@@ -22,6 +22,7 @@ fn info(host: &str, pid: u32) -> InstanceInfo {
         ttl: None,
         quiet: None,
         ingress_group: None,
+        enc_keys: None,
     }
 }
 
@@ -388,6 +389,7 @@ async fn a_claim_under_a_lost_lease_or_by_a_dead_instance_wins_nothing() {
             ttl: None,
             quiet: None,
             ingress_group: None,
+            enc_keys: None,
         })
         .await
         .unwrap();

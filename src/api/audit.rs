@@ -24,7 +24,7 @@ use super::auth::Caller;
 use super::query::time_parse;
 use super::server::PeerAddr;
 use super::{ApiError, ApiState};
-use crate::audit::payloads_left_out;
+use crate::audit::{contents_left_out, headers_sealed};
 use crate::auth::Scope;
 use crate::job::time_format;
 use crate::store::{AuditEntry, AuditFilter, AuditRow};
@@ -91,7 +91,7 @@ async fn before_of(state: &ApiState, action: &str, target: Option<&str>) -> Opti
         }
         _ => None,
     };
-    shown.map(payloads_left_out)
+    shown.map(|shown| contents_left_out(shown, headers_sealed(&state.store)))
 }
 
 /// Every `/v1` request on an audited route: its row first, then the
@@ -135,13 +135,16 @@ pub async fn audit(
                 });
         }
     }
+    // With encryption on, headers are sealed at rest: they are left out
+    // here as payloads always are, or this row would keep them plain.
+    let sealed = headers_sealed(&state.store);
     let entry = AuditEntry {
         actor: caller.0.actor(),
         action: action.to_owned(),
         before: before_of(&state, action, target.as_deref()).await,
         target,
         origin,
-        request: asked.map(payloads_left_out),
+        request: asked.map(|asked| contents_left_out(asked, sealed)),
     };
     let id = match state.store.audit_begin(&entry).await {
         Ok(id) => id,
@@ -166,7 +169,7 @@ pub async fn audit(
     let after = (answer.len() <= ANSWER_KEPT_MAX)
         .then(|| serde_json::from_slice::<Value>(&answer).ok())
         .flatten()
-        .map(payloads_left_out);
+        .map(|answer| contents_left_out(answer, sealed));
     if let Err(err) = state
         .store
         .audit_end(id, parts.status.as_u16(), after.as_ref())

@@ -72,6 +72,16 @@ pub async fn clock_advance(
             "advance_ms must be between 1 and {ADVANCE_MOST_MS} (ten years)"
         )));
     }
+    // Never beside a `tickler serve` (one may have started while the
+    // database did not answer): its jobs would fall due early.
+    if let Some(row) =
+        crate::clock_guard::neighbour_find(&state.store, clock, state.config.instance_ttl()).await?
+    {
+        return Err(ApiError::ClockNeighbour(format!(
+            "instance {} on {} is a `tickler serve` alive in this database: the clock is not moved (it would make its jobs due early); give `tickler dev` a database of its own",
+            row.id, row.host
+        )));
+    }
     let offset = clock.offset_ms().saturating_add(ms);
     match state.store.clock_offset_check(offset).await {
         Ok(()) => {}

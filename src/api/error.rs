@@ -131,6 +131,14 @@ pub enum ApiError {
     BodyTimeout(u64),
     #[error("the database is unavailable; nothing was written, try again")]
     Unavailable,
+    /// `POST /v1/dev/clock` beside a live `tickler serve`: nothing moved.
+    #[error("{0}")]
+    ClockNeighbour(String),
+    /// The job is stored in a form that does not decode (edited by hand,
+    /// restored, sealed under a key this instance lacks): that row only;
+    /// `tickler doctor` names it.
+    #[error("job stored unreadable: {0}")]
+    Unreadable(String),
     #[error("internal error")]
     Internal,
 }
@@ -163,7 +171,8 @@ impl ApiError {
             ApiError::HeadersTooLarge { .. } => StatusCode::REQUEST_HEADER_FIELDS_TOO_LARGE,
             ApiError::KeyConflict { .. }
             | ApiError::Conflict { .. }
-            | ApiError::ScheduleConflict { .. } => StatusCode::CONFLICT,
+            | ApiError::ScheduleConflict { .. }
+            | ApiError::ClockNeighbour(_) => StatusCode::CONFLICT,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::ForbiddenScope(_)
             | ApiError::ForbiddenTopic(_)
@@ -173,7 +182,7 @@ impl ApiError {
             }
             ApiError::BodyTimeout(_) => StatusCode::REQUEST_TIMEOUT,
             ApiError::Unavailable => StatusCode::SERVICE_UNAVAILABLE,
-            ApiError::Internal => StatusCode::INTERNAL_SERVER_ERROR,
+            ApiError::Internal | ApiError::Unreadable(_) => StatusCode::INTERNAL_SERVER_ERROR,
         }
     }
 
@@ -212,6 +221,8 @@ impl ApiError {
             ApiError::QuotaExceeded(_) => "quota_exceeded",
             ApiError::BodyTimeout(_) => "body_timeout",
             ApiError::Unavailable => "unavailable",
+            ApiError::Unreadable(_) => "unreadable_row",
+            ApiError::ClockNeighbour(_) => "clock_neighbour",
             ApiError::Internal => "internal",
         }
     }
@@ -222,6 +233,14 @@ impl From<StoreError> for ApiError {
         match err {
             StoreError::NotFound(id) => ApiError::NotFound(id),
             StoreError::QuotaExceeded(message) => ApiError::QuotaExceeded(message),
+            StoreError::Corrupt(why) => {
+                tracing::warn!(error = %why, "a stored row does not decode");
+                ApiError::Unreadable(why)
+            }
+            err @ StoreError::KeyMissing { .. } => {
+                tracing::warn!(error = %err, "a stored row is sealed under a key this instance lacks");
+                ApiError::Unreadable(err.to_string())
+            }
             err if err.is_transient() => {
                 tracing::warn!(error = %err, "store unavailable for a moment");
                 ApiError::Unavailable

@@ -845,12 +845,16 @@ pub async fn cancel(
     JobIdPath(id): JobIdPath,
 ) -> Result<Response, ApiError> {
     caller.require(Scope::Write)?;
-    let job = state.store.job_get(id).await?;
-    caller.topic(&job.topic)?;
+    // The topic alone: a row whose payload does not decode is cancelled
+    // all the same.
+    caller.topic(&state.store.job_topic(id).await?)?;
+    // Once the cancel has committed, nothing after it fails the answer: it
+    // is definitive, and says so.
     let job = match caller.store(&state).job_cancel(id).await? {
         Cancelled::Applied(job) => {
             if let Err(err) = state.index.job_remove_many(&[job.id]).await {
-                // Harmless: the dispatcher's CAS refuses a cancelled job.
+                // Harmless: the dispatcher's CAS refuses a cancelled job,
+                // and the reconciler drops it from Redis.
                 metrics::index_failed("drop a cancelled job", 1, &err);
             }
             job

@@ -15,7 +15,8 @@ pub enum CompressionCommand {
     /// Train a zstd dictionary on the payloads of the jobs created last,
     /// and store it (`payload_dicts`): every instance writes new payloads
     /// with it once it is ripe (`compression.dict_delay_ms`). Rows written
-    /// before keep theirs.
+    /// before keep theirs. Payloads sealed by encryption at rest are
+    /// passed over: a dictionary holds fragments of its samples in plain.
     Train {
         /// Payloads to train on (the newest jobs').
         #[arg(long, default_value_t = 10_000)]
@@ -45,13 +46,30 @@ pub async fn run(config: &Config, command: CompressionCommand) -> Result<(), Adm
         .with_codec(Codec::from_settings(&config.compression));
     match command {
         CompressionCommand::Train { samples } => {
-            let payloads = store.payload_samples(samples).await?;
+            let found = store.payload_samples(samples).await?;
+            // A dictionary keeps fragments of what it was trained on, in
+            // plain: sealed payloads are never among its samples.
+            let sealed_note = if found.sealed > 0 {
+                format!(
+                    " ({} sealed ones passed over: a dictionary is trained on payloads stored plain only, docs/security.md#no-plaintext-left-behind)",
+                    found.sealed
+                )
+            } else {
+                String::new()
+            };
+            let payloads = found.payloads;
             if payloads.len() < SAMPLES_MIN {
                 return Err(AdminError::Refused(format!(
-                    "{} payloads of {} bytes or more among the newest {samples} jobs: a dictionary needs {SAMPLES_MIN} at least",
+                    "{} plain payloads of {} bytes or more among the newest {samples} jobs{sealed_note}: a dictionary needs {SAMPLES_MIN} at least",
                     payloads.len(),
                     compression::MIN_BYTES
                 )));
+            }
+            if found.sealed > 0 {
+                println!(
+                    "{} of the newest {samples} jobs are sealed (encryption at rest) and passed over",
+                    found.sealed
+                );
             }
             let sample_bytes: u64 = payloads.iter().map(|p| p.len() as u64).sum();
             let dict = compression::train(&payloads)

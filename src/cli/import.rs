@@ -188,13 +188,21 @@ pub async fn run(config: &Config, args: ImportArgs) -> anyhow::Result<ExitCode> 
         .with_codec(crate::compression::Codec::from_settings(
             &config.compression,
         ));
+    let wrong = store.key_canaries_check().await?;
+    if !wrong.is_empty() {
+        anyhow::bail!(
+            "encryption key(s) {}: not the key material rows were sealed under with this id (enc_key_canaries)",
+            wrong.join(", ")
+        );
+    }
+    // Held to a key every live instance has (see `codec_upkeep`).
+    crate::codec_upkeep::start(&store, config.instance_ttl()).await;
     // Written with the newest dictionary (`tickler compression train`),
     // sealed under the active key, noted for the doctor.
     store.key_used_note().await?;
     // Dictionaries loaded, and written as given while an instance that
     // cannot read compressed payloads is live; both read again every few
-    // seconds.
-    crate::codec_upkeep::start(&store, config.instance_ttl()).await;
+    // seconds (started above).
     let upkeep = tokio_util::sync::CancellationToken::new();
     tokio::spawn(crate::codec_upkeep::run(
         store.clone(),

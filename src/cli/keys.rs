@@ -78,6 +78,37 @@ pub async fn run(config: &Config, command: KeysCommand) -> Result<(), AdminError
                     "set encryption.active_key (and its key in encryption.keys) first".to_owned(),
                 ));
             };
+            let wrong = store.key_canaries_check().await?;
+            if !wrong.is_empty() {
+                return Err(AdminError::Refused(format!(
+                    "encryption key(s) {}: not the key material rows were sealed under with this id (enc_key_canaries)",
+                    wrong.join(", ")
+                )));
+            }
+            // Phase two of a rotation: every live instance must hold the
+            // key first (phase one), or it could not open what is rewritten.
+            let lacking: Vec<_> = store
+                .instances_list(config.instance_ttl())
+                .await?
+                .into_iter()
+                .filter(|row| {
+                    row.live
+                        && !crate::store::instance_may_hold(
+                            &row.version,
+                            row.enc_keys.as_deref(),
+                            active,
+                        )
+                })
+                .collect();
+            if !lacking.is_empty() {
+                return Err(AdminError::Refused(format!(
+                    "these live instances lack key {active}, and could not open a row rewritten under it: {}; give every instance the key first (docs/security.md#rotating-a-key)",
+                    crate::store::instances_describe(&lacking)
+                )));
+            }
+            // Rows rewritten as every live instance reads them (headers
+            // bound only once none is built before that).
+            crate::codec_upkeep::start(&store, config.instance_ttl()).await;
             // In the audit log: who rotated to which key, and from where.
             let asked = serde_json::json!({"rate": rate, "max_rows": max_rows, "restart": restart});
             let begun = crate::audit::recorded(
@@ -112,15 +143,21 @@ pub async fn run(config: &Config, command: KeysCommand) -> Result<(), AdminError
                     started.elapsed().as_secs_f64()
                 );
                 if at.done {
-                    println!("done: every job is sealed under {active}, but {} it could not open (tickler keys status, tickler doctor)", at.skipped);
+                    println!("done: every job is sealed under {active}, but {} skipped: under a key this process lacks, not opening, or changed during the rotation (tickler keys status, tickler doctor; run it again with --restart)", at.skipped);
                     if at.skipped == 0 && unopened == 0 {
-                        // Nothing left under another key: the doctor stops
-                        // naming the keys no process has sealed with for a
-                        // while (every process says so every 5 minutes).
+                        // The doctor stops naming a key no process has
+                        // sealed with for a while (every process says so
+                        // every 5 minutes) and no row is sealed under.
                         let quiet = run_began - chrono::Duration::minutes(15);
-                        let forgotten = store.keys_used_forget_others(active, quiet).await?;
-                        if forgotten > 0 {
-                            println!("{forgotten} other keys no longer in use (enc_keys_used)");
+                        for used in store.keys_used().await? {
+                            if used.key == active {
+                                continue;
+                            }
+                            if store.key_rows_exist(&used.key).await? {
+                                println!("key {} still seals rows written during the rotation: kept; run it again with --restart", used.key);
+                            } else if store.key_used_forget(&used.key, quiet).await? > 0 {
+                                println!("key {} no longer in use (enc_keys_used)", used.key);
+                            }
                         }
                     }
                     break;

@@ -370,6 +370,22 @@ pub fn url_masked(url: &str) -> String {
     format!("{scheme}://{authority}{tail}")
 }
 
+/// A URL whose path is its secret — an incoming webhook's
+/// (`https://hooks.slack.com/services/T…/B…/XXXX`, Mattermost's
+/// `/hooks/…`) — as [`url_masked`] shows it, with all after the host
+/// (path, query, fragment) masked: `https://hooks.slack.com/***`.
+pub fn url_path_masked(url: &str) -> String {
+    let masked = url_masked(url);
+    let Some((scheme, rest)) = masked.split_once("://") else {
+        // Not a URL: nothing in it can be told from a secret.
+        return "***".to_owned();
+    };
+    match rest.find(['/', '?', '#']) {
+        Some(at) => format!("{scheme}://{}/***", &rest[..at]),
+        None => masked,
+    }
+}
+
 /// Flat names that stay names of their setting, without a warning: the
 /// contract users build on names `TICKLER_HTTP_ADDR`.
 pub const KEPT: &[&str] = &["http_addr"];
@@ -474,7 +490,8 @@ impl Config {
     }
 
     /// The settings as JSON, with every secret masked (`***`): passwords
-    /// in URLs, and `kafka_options` whose name says password or secret.
+    /// in URLs, the webhook's path, and `kafka_options` whose name says
+    /// password or secret.
     /// What `tickler config` prints.
     pub fn masked(&self) -> serde_json::Value {
         let mut shown = self.clone();
@@ -491,7 +508,8 @@ impl Config {
                 .collect::<Vec<_>>()
                 .join(",")
         };
-        shown.notify.webhook_url = shown.notify.webhook_url.as_deref().map(url_masked);
+        // A webhook's URL is its credential: its path is the secret.
+        shown.notify.webhook_url = shown.notify.webhook_url.as_deref().map(url_path_masked);
         shown.tracing.otlp_endpoint = shown.tracing.otlp_endpoint.as_deref().map(url_masked);
         for (key, value) in shown.kafka.options.iter_mut() {
             let key = key.to_ascii_lowercase();

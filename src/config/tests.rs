@@ -53,6 +53,30 @@ fn kafka_options_may_not_change_a_safety_setting_and_the_refusal_names_it() {
 }
 
 #[test]
+fn a_webhooks_secret_path_is_masked_where_the_settings_are_shown() {
+    let mut config = Config::default();
+    config.notify.webhook_url =
+        Some("https://hooks.slack.com/services/T000/B000/XXXXsecretXXXX".to_owned());
+    let shown = config.masked();
+    assert_eq!(
+        shown["notify"]["webhook_url"],
+        serde_json::json!("https://hooks.slack.com/***")
+    );
+    for secret in ["XXXXsecretXXXX", "T000", "/services"] {
+        assert!(!shown.to_string().contains(secret), "{secret} in {shown}");
+    }
+    assert_eq!(
+        url_path_masked("https://u:pw@hooks.example:8443/hooks/abc?x=1#f"),
+        "https://u:***@hooks.example:8443/***"
+    );
+    assert_eq!(
+        url_path_masked("https://hooks.example"),
+        "https://hooks.example"
+    );
+    assert_eq!(url_path_masked("not a url /abc"), "***");
+}
+
+#[test]
 fn the_printed_configuration_masks_every_secret() {
     let mut config = Config::default();
     config.mysql.url = "mysql://tickler:hunter2@db:3306/tickler?ssl-mode=required".to_owned();
@@ -75,7 +99,7 @@ fn the_printed_configuration_masks_every_secret() {
         "{shown}"
     );
     assert!(shown.contains("SASL_SSL"));
-    assert!(shown.contains("token=***&x=1"), "{shown}");
+    assert!(shown.contains("\"https://hooks.example/***\""), "{shown}");
 
     let mut sentinel = Config::default();
     sentinel.redis.url =

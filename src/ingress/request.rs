@@ -120,6 +120,12 @@ pub enum RequestError {
     /// A create or move for a job that was cancelled.
     #[error("{0}")]
     NotPending(String),
+    /// The job the request names is stored in a form that cannot be read
+    /// (edited by hand, restored): the row is left as it is for repair.
+    #[error(
+        "the job with this key is stored unreadable ({0}); repair it, then send the request again"
+    )]
+    Unreadable(String),
     /// The database keeps refusing it for a reason other than being down.
     #[error("the request could not be written; it is skipped")]
     Internal,
@@ -141,6 +147,7 @@ impl RequestError {
             RequestError::UnknownTopic(_) => "unknown_topic",
             RequestError::NotFound { .. } => "not_found",
             RequestError::NotPending(_) => "not_pending",
+            RequestError::Unreadable(_) => "unreadable_row",
             RequestError::Internal => "internal",
         }
     }

@@ -25,6 +25,9 @@ use super::request::{request_parse, target_allowed, Request, RequestError};
 /// Failures other than "database unavailable" before a request is
 /// answered `internal` and skipped.
 const WRITE_FAILURES_MAX: u32 = 3;
+
+/// Tries of a write that meets a payload dictionary not loaded yet.
+const DICT_WAIT_TRIES: u32 = 8;
 /// A run of creates is written as at most this many transactions at once:
 /// two of 1,000 rows drained fastest on two cores; four of 500 cost MySQL
 /// more per row, eight more again (docs/benchmarks-history.md, "Scheduling through
@@ -472,7 +475,11 @@ impl Writer {
 
 /// Runs `write` until it is done, waiting while MySQL is unavailable or
 /// rolls it back for contention; gives up after `WRITE_FAILURES_MAX` other
-/// failures. None when cancelled while waiting.
+/// failures, at once on a row that does not decode, and after
+/// `DICT_WAIT_TRIES` on a payload dictionary not loaded (about 11 s: two
+/// loads of `payload_dicts`, after which an absent one is a broken row).
+/// One request's row never holds up its pass without bound. None when
+/// cancelled while waiting.
 async fn write_retrying<T, F, Fut>(
     cancel: &CancellationToken,
     mut write: F,
@@ -483,6 +490,7 @@ where
 {
     let mut delay = Duration::from_millis(100);
     let mut failures = 0;
+    let mut dict_waits = 0;
     loop {
         match write().await {
             Ok(done) => return Some(Ok(done)),
@@ -490,8 +498,17 @@ where
             Err(err @ (StoreError::DuplicateKey | StoreError::NotFound(_))) => {
                 return Some(Err(err))
             }
+            // The row's own problem: waiting changes nothing.
+            Err(err @ (StoreError::Corrupt(_) | StoreError::KeyMissing { .. })) => {
+                return Some(Err(err))
+            }
             Err(err) => {
-                if !err.is_transient() {
+                if matches!(err, StoreError::DictionaryUnknown(_)) {
+                    dict_waits += 1;
+                    if dict_waits >= DICT_WAIT_TRIES {
+                        return Some(Err(err));
+                    }
+                } else if !err.is_transient() {
                     failures += 1;
                     if failures >= WRITE_FAILURES_MAX {
                         return Some(Err(err));
@@ -508,8 +525,22 @@ where
     }
 }
 
-/// A request the database keeps refusing: logged, answered `internal`.
+/// A request the database keeps refusing: logged, answered `internal`;
+/// one naming a row that does not decode, answered `unreadable_row`.
 fn internal(err: &StoreError) -> RequestOutcome {
+    let unreadable = match err {
+        StoreError::Corrupt(why) => Some(why.clone()),
+        StoreError::KeyMissing { .. } => Some(err.to_string()),
+        StoreError::DictionaryUnknown(dict) => {
+            Some(format!("payload dictionary {dict} is not in payload_dicts"))
+        }
+        _ => None,
+    };
+    if let Some(why) = unreadable {
+        metrics::store_failed("ingress request", err);
+        tracing::warn!(error = %err, "an ingress request names a row that does not decode; answered unreadable_row");
+        return RequestOutcome::Refused(RequestError::Unreadable(why));
+    }
     metrics::store_failed("ingress request", err);
     tracing::error!(error = %err, "cannot write an ingress request; skipping it");
     RequestOutcome::Refused(RequestError::Internal)

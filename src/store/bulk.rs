@@ -12,7 +12,7 @@ use sqlx::{MySql, QueryBuilder, Row};
 
 use super::db_time;
 use super::history::{event_token, events_record};
-use super::job_row::{job_from_row, JOB_COLUMNS_NO_PAYLOAD};
+use super::job_row::{job_from_row_listed, JOB_COLUMNS_NO_PAYLOAD};
 use super::sql::{run_at_push, topic_patterns_push};
 use super::{Store, StoreError};
 use crate::job::{Job, JobId, Status};
@@ -247,7 +247,7 @@ impl Store {
         query.push(" ORDER BY id LIMIT ").push_bind(limit);
         let rows = query.build().fetch_all(&self.pool).await?;
         rows.iter()
-            .map(|row| job_from_row(row, &self.keys, &self.codec))
+            .map(|row| job_from_row_listed(row, &self.keys, &self.codec))
             .collect()
     }
 
@@ -262,7 +262,7 @@ impl Store {
         ids_push(&mut query, ids);
         let rows = query.build().fetch_all(&self.pool).await?;
         rows.iter()
-            .map(|row| job_from_row(row, &self.keys, &self.codec))
+            .map(|row| job_from_row_listed(row, &self.keys, &self.codec))
             .collect()
     }
 
@@ -422,8 +422,8 @@ impl Store {
                             .push_bind(token)
                             .push(", status = 'pending', max_attempts = attempt + ");
                         update.push_bind(attempts).push(
-                            ", attempt = attempt + 1, schedule_time = UTC_TIMESTAMP(3), \
-                                 ack_deadline = NULL, version = version + 1 \
+                            ", attempt = LEAST(attempt, 4294967294) + 1, schedule_time = UTC_TIMESTAMP(3), \
+                                 ack_deadline = NULL, version = version % 4294967295 + 1 \
                                  WHERE status = 'dead'",
                         );
                         ids_push(&mut update, &of_topic);
@@ -453,7 +453,7 @@ impl Store {
                         }
                         _ => {}
                     }
-                    update.push("version = version + 1");
+                    update.push("version = version % 4294967295 + 1");
                     match action {
                         BulkAction::Cancel {} => {
                             update.push(", status = 'cancelled'");

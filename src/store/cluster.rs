@@ -35,6 +35,9 @@ pub struct InstanceInfo {
     pub quiet: Option<Duration>,
     /// The `ingress.group` whose request partitions it reads, if any.
     pub ingress_group: Option<String>,
+    /// The ids of the encryption keys it holds, comma-separated (None:
+    /// not said).
+    pub enc_keys: Option<String>,
 }
 
 /// A row of `instances`, with whether it is alive by the database's clock.
@@ -48,6 +51,9 @@ pub struct InstanceRow {
     pub roles: Vec<String>,
     /// The `ingress.group` whose request partitions it reads, if any.
     pub ingress_group: Option<String>,
+    /// The ids of the encryption keys it holds; None for an instance built
+    /// before it said (V54).
+    pub enc_keys: Option<Vec<String>>,
     pub started_at: DateTime<Utc>,
     pub heartbeat_at: DateTime<Utc>,
     /// Heartbeat within the TTL.
@@ -249,8 +255,8 @@ impl Store {
     ) -> Result<(u64, bool), StoreError> {
         let result = sqlx::query(
             "INSERT INTO instances (id, host, pid, pid_namespace, version, roles, ttl_ms, quiet_ms, \
-             ingress_group, started_at, heartbeat_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3)) \
+             ingress_group, enc_keys, started_at, heartbeat_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3)) \
              ON DUPLICATE KEY UPDATE heartbeat_at = UTC_TIMESTAMP(3)",
         )
         .bind(id)
@@ -262,6 +268,7 @@ impl Store {
         .bind(info.ttl.map(duration_ms))
         .bind(info.quiet.map(duration_ms))
         .bind(&info.ingress_group)
+        .bind(&info.enc_keys)
         .execute(&self.pool)
         .await?;
         // 1: inserted; 2 (or 0, the same millisecond): updated.
@@ -273,7 +280,8 @@ impl Store {
     /// clock), in id order.
     pub async fn instances_list(&self, ttl: Duration) -> Result<Vec<InstanceRow>, StoreError> {
         let mut query = QueryBuilder::<MySql>::new(
-            "SELECT id, host, pid, pid_namespace, version, roles, ingress_group, started_at, heartbeat_at, \
+            "SELECT id, host, pid, pid_namespace, version, roles, ingress_group, enc_keys, \
+             started_at, heartbeat_at, \
              heartbeat_at >= ",
         );
         push_alive_since_own(&mut query, ttl);
@@ -292,6 +300,15 @@ impl Store {
                     version: row.try_get("version")?,
                     roles: roles.split(',').map(str::to_owned).collect(),
                     ingress_group: row.try_get("ingress_group")?,
+                    // Hostile input like any column: ids that are not
+                    // ASCII are no key this process has.
+                    enc_keys: row.try_get::<Option<Vec<u8>>, _>("enc_keys")?.map(|ids| {
+                        String::from_utf8_lossy(&ids)
+                            .split(',')
+                            .filter(|id| !id.is_empty())
+                            .map(str::to_owned)
+                            .collect()
+                    }),
                     started_at: row.try_get::<NaiveDateTime, _>("started_at")?.and_utc(),
                     heartbeat_at: row.try_get::<NaiveDateTime, _>("heartbeat_at")?.and_utc(),
                     live: live != 0,

@@ -23,6 +23,15 @@ pub struct DictInfo {
     pub created_at: DateTime<Utc>,
 }
 
+/// Payloads to train a dictionary on ([`Store::payload_samples`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct PayloadSamples {
+    /// The plain rows' payloads, as given.
+    pub payloads: Vec<Vec<u8>>,
+    /// Rows passed over because they are sealed (encryption at rest).
+    pub sealed: u32,
+}
+
 /// How the newest rows are stored: their payloads' bytes as given and as
 /// stored, and how many are compressed.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
@@ -110,24 +119,36 @@ impl Store {
             .collect()
     }
 
-    /// Up to `limit` payloads (as given: opened and expanded) of the jobs
-    /// created last, to train a dictionary on. Rows that do not read are
-    /// left out.
-    pub async fn payload_samples(&self, limit: u32) -> Result<Vec<Vec<u8>>, StoreError> {
+    /// The payloads (as given: expanded) of those of the `limit` jobs
+    /// created last that are stored plain, to train a dictionary on. Rows
+    /// sealed under a key (`enc_key`) are counted and never opened: a
+    /// dictionary holds fragments of its samples, and `payload_dicts` is
+    /// not sealed, so one trained on sealed payloads would keep them plain
+    /// beside their ciphertext. Rows that do not read are left out.
+    pub async fn payload_samples(&self, limit: u32) -> Result<PayloadSamples, StoreError> {
         self.dicts_refresh().await?;
         // id-order: a sample of recent rows, not a cursor; any order would do.
         let rows = sqlx::query(&format!(
-            "SELECT {JOB_COLUMNS} FROM jobs ORDER BY id DESC LIMIT ?"
+            "SELECT {JOB_COLUMNS}, enc_key IS NOT NULL AS sealed FROM jobs ORDER BY id DESC LIMIT ?"
         ))
         .bind(limit)
         .fetch_all(&self.pool)
         .await?;
-        Ok(rows
-            .iter()
-            .filter_map(|row| job_from_row(row, &self.keys, &self.codec).ok())
-            .map(|job| job.payload)
-            .filter(|payload| payload.len() >= crate::compression::MIN_BYTES)
-            .collect())
+        let mut samples = PayloadSamples::default();
+        for row in &rows {
+            let sealed: i64 = row.try_get("sealed")?;
+            if sealed != 0 {
+                samples.sealed += 1;
+                continue;
+            }
+            let Ok(job) = job_from_row(row, &self.keys, &self.codec) else {
+                continue;
+            };
+            if job.payload.len() >= crate::compression::MIN_BYTES {
+                samples.payloads.push(job.payload);
+            }
+        }
+        Ok(samples)
     }
 
     /// Stores a new dictionary; returns its id. Every instance writes with

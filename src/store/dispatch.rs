@@ -273,7 +273,7 @@ impl Store {
         // and scans all of it, once per claim (a 50,000-job burst on a new
         // table read 50,000 rows for every 8,000 claimed).
         let mut update = QueryBuilder::<MySql>::new(
-            "UPDATE jobs FORCE INDEX (PRIMARY) SET status = 'dispatching', version = version + 1, \
+            "UPDATE jobs FORCE INDEX (PRIMARY) SET status = 'dispatching', version = version % 4294967295 + 1, \
              updated_at = updated_at, claim_token = ",
         );
         update
@@ -338,8 +338,10 @@ impl Store {
         };
 
         let mut dicts_refreshed = false;
+        let mut dicts_loaded = false;
         let mut outcome = ClaimOutcome::default();
-        let mut deferred = Vec::new();
+        let mut deferred: Vec<(JobId, String)> = Vec::new();
+        let mut keys_held: std::collections::HashMap<String, bool> = Default::default();
         let mut seen = Vec::with_capacity(rows.len());
         for row in &rows {
             let id: JobId = row.try_get("id")?;
@@ -363,16 +365,49 @@ impl Store {
                     {
                         // A dictionary made since the last refresh: loaded now.
                         dicts_refreshed = true;
-                        if let Err(err) = self.dicts_refresh().await {
-                            tracing::warn!(error = %err, "cannot load payload dictionaries");
+                        match self.dicts_refresh().await {
+                            Ok(()) => dicts_loaded = true,
+                            Err(err) => {
+                                tracing::warn!(error = %err, "cannot load payload dictionaries")
+                            }
                         }
+                    }
+                    if dicts_refreshed && matches!(decoded, Err(StoreError::DictionaryUnknown(_))) {
                         decoded = job_from_row(row, &self.keys, &self.codec);
+                        if dicts_loaded {
+                            // Still unknown once loaded afresh: not in the
+                            // table, a broken row.
+                            decoded = decoded.map_err(super::jobs::dictionary_absent(row));
+                        }
                     }
                     match decoded {
                         Ok(job) => outcome.won.push(job),
                         // Not a broken row: released, and claimed again
                         // once the dictionary is loaded.
-                        Err(StoreError::DictionaryUnknown(dict)) => deferred.push((id, dict)),
+                        Err(StoreError::DictionaryUnknown(dict)) => {
+                            deferred.push((id, format!("payload dictionary {dict}")))
+                        }
+                        Err(err @ StoreError::KeyMissing { .. }) => {
+                            let StoreError::KeyMissing { ref key, .. } = err else {
+                                unreachable!("matched above")
+                            };
+                            // Left to an instance that holds the key, if
+                            // one is live; set aside only when none is.
+                            let held = match keys_held.get(key) {
+                                Some(held) => *held,
+                                None => {
+                                    let held =
+                                        self.key_held_live(key, fence.ttl).await.unwrap_or(true);
+                                    keys_held.insert(key.clone(), held);
+                                    held
+                                }
+                            };
+                            if held {
+                                deferred.push((id, format!("encryption key {key:?}")));
+                            } else {
+                                outcome.unreadable.push((id, err.to_string()));
+                            }
+                        }
                         Err(err) => outcome.unreadable.push((id, err.to_string())),
                     }
                 }
@@ -387,15 +422,16 @@ impl Store {
         }
         if !deferred.is_empty() {
             let ids: Vec<JobId> = deferred.iter().map(|(id, _)| *id).collect();
-            tracing::warn!(jobs = ?deferred, "payload dictionary not loaded (payload_dicts); released unsent");
+            tracing::warn!(jobs = ?deferred, "rows this instance cannot open yet (a payload dictionary not loaded, or a key another live instance holds); released unsent");
             drop(conn);
             // Failing, the claim's lease releases them: the jobs won are
-            // sent all the same.
+            // sent all the same. The index's claim of them lapses and
+            // brings them back after the lease: a wait, not a hot loop.
             if let Err(err) = self
                 .job_release_many(
                     token,
                     &ids,
-                    "payload dictionary not loaded yet; released unsent",
+                    "not readable by the instance that claimed it (a payload dictionary not loaded yet, or sealed under a key it lacks that another live instance holds); released unsent",
                 )
                 .await
             {
@@ -410,7 +446,7 @@ impl Store {
             let mut tx = sqlx::Connection::begin(&mut *conn).await?;
             let event = event_token();
             sqlx::query(
-                "UPDATE jobs SET event_token = ?, status = 'dead', version = version + 1, \
+                "UPDATE jobs SET event_token = ?, status = 'dead', version = version % 4294967295 + 1, \
                  claim_token = NULL, claimed_by = NULL, claimed_at = NULL, \
                  claim_expires_at = NULL, last_error = ? \
                  WHERE id = ? AND status = 'dispatching' AND claim_token = ?",
@@ -460,7 +496,7 @@ impl Store {
             // A job expecting a result waits for it until the ack
             // deadline, counted on the database's clock.
             query.push("SET j.event_token = ").push_bind(token).push(
-                ", j.status = 'dispatched', j.version = j.version + 1, \
+                ", j.status = 'dispatched', j.version = j.version % 4294967295 + 1, \
                      j.claim_token = NULL, j.claimed_by = NULL, j.claim_expires_at = NULL, \
                      j.claimed_at = NULL, j.dispatched_at = d.t, \
                      j.kafka_partition = d.p, j.kafka_offset = d.o, \
@@ -654,7 +690,7 @@ impl Store {
             // `last_error` before the claim columns: a single-table
             // UPDATE assigns left to right, and it reads `claimed_by`.
             let done = sqlx::query(&format!(
-                "UPDATE jobs SET event_token = ?, status = 'pending', version = version + 1, \
+                "UPDATE jobs SET event_token = ?, status = 'pending', version = version % 4294967295 + 1, \
                  last_error = IF(COALESCE(claimed_by, 0) = 0, last_error, \
                    'claim expired: the dispatcher died, stalled or lost its mark; not found on kafka, produced again'), \
                  {CLAIM_NONE} \
@@ -830,7 +866,7 @@ impl Store {
         let token = event_token();
         let mut query = QueryBuilder::<MySql>::new("UPDATE jobs SET event_token = ");
         query.push_bind(token).push(
-            ", status = 'expired', version = version + 1, \
+            ", status = 'expired', version = version % 4294967295 + 1, \
              last_error = IF(schedule_id IS NULL, 'expired: not produced by its expires_at', \
              'expired: not produced within its schedule''s misfire grace (misfire = skip)') \
              WHERE status = 'pending' AND expires_at <= UTC_TIMESTAMP(3) AND attempt = 1 AND id IN ",
@@ -859,7 +895,7 @@ impl Store {
         let mut query = QueryBuilder::<MySql>::new("UPDATE jobs SET event_token = ");
         query
             .push_bind(event)
-            .push(", status = 'pending', version = version + 1, ")
+            .push(", status = 'pending', version = version % 4294967295 + 1, ")
             .push(CLAIM_NONE)
             .push(", last_error = ");
         query

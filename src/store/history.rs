@@ -271,7 +271,7 @@ impl Store {
             )
             .execute(&mut *tx)
             .await?;
-            sqlx::query("UPDATE jobs SET attempt = attempt + 1 WHERE id = ?")
+            sqlx::query("UPDATE jobs SET attempt = LEAST(attempt, 4294967294) + 1 WHERE id = ?")
                 .bind(inserted.last_insert_id())
                 .execute(&mut *tx)
                 .await?;

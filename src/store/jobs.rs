@@ -12,8 +12,8 @@ use sqlx::{MySql, QueryBuilder, Row};
 use super::db_time;
 use super::history::{event_token, events_record, events_record_new};
 use super::job_row::{
-    job_created, job_from_row, job_read_back, stored_kind, text, CREATED_COLUMNS, JOB_COLUMNS,
-    JOB_COLUMNS_NO_PAYLOAD,
+    job_created, job_from_row, job_from_row_listed, job_from_row_without_body, job_read_back,
+    stored_kind, text, CREATED_COLUMNS, JOB_COLUMNS, JOB_COLUMNS_NO_PAYLOAD,
 };
 use super::sql::{run_at_push, topic_patterns_push};
 use super::{Store, StoreError};
@@ -143,6 +143,12 @@ impl Store {
         // One transaction, so the answer reads the row as this change left
         // it, not as a dispatcher took it a moment later.
         let mut tx = self.begin().await?;
+        // What the job counts for against a token's quota, read before the
+        // UPDATE rewrites its payload; charged below if it applies.
+        let counted = match changes.payload {
+            Some(_) => super::quotas::job_counted_on(&mut tx, id).await?,
+            None => None,
+        };
         let token = event_token();
         let mut query = QueryBuilder::<MySql>::new("UPDATE jobs SET ");
         // First, so that it compares the time the row had: a move to the
@@ -166,7 +172,7 @@ impl Store {
             }
             None => {}
         }
-        query.push("version = version + 1");
+        query.push("version = version % 4294967295 + 1");
         // Before `schedule_time` is set: a `ttl_ms` counts from the new
         // time, written out, or from the time the row has.
         match (&changes.expiry, changes.schedule) {
@@ -241,7 +247,7 @@ impl Store {
             // not changed is read, opened and written again with the other.
             let (payload, headers, key, kind) = resealed(
                 &mut tx,
-                (&self.keys, &self.codec),
+                (&self.keys.sealing(), &self.codec),
                 id,
                 &changes.payload,
                 &changes.headers,
@@ -269,8 +275,21 @@ impl Store {
         let applied = query.build().execute(&mut *tx).await?.rows_affected() == 1;
         if applied {
             events_record(&mut tx, &self.actor, &[id], token).await?;
+            if let (Some((owner, counted)), Some((payload, _))) = (counted, &changes.payload) {
+                // Before the commit: a payload grown past its token's
+                // quota is rolled back with the whole change (the
+                // ingress's is only counted: no quota refuses it).
+                super::quotas::payload_recharge_on(
+                    &mut tx,
+                    owner,
+                    id,
+                    (counted, payload.len() as u64),
+                    position.is_none(),
+                )
+                .await?;
+            }
         }
-        let (job, now) = job_read_back(&mut tx, &self.keys, &self.codec, id).await?;
+        let (job, now) = job_read_back(&mut tx, self, id).await?;
         tx.commit().await?;
         if applied {
             Ok(Modified::Applied(job, now))
@@ -284,11 +303,20 @@ impl Store {
     /// Cancels a pending job. The compare-and-set on `status = 'pending'` is
     /// what makes an `Applied` answer definitive: the dispatcher's own CAS
     /// can no longer win.
+    ///
+    /// Once it has committed, nothing fails it: a row whose payload or
+    /// headers do not decode (broken by hand, a key or dictionary this
+    /// instance lacks) is cancelled like any other and answered without
+    /// them ([`job_from_row_without_body`]).
     pub async fn job_cancel(&self, id: JobId) -> Result<Cancelled, StoreError> {
+        super::contention_retry(|| self.job_cancel_once(id)).await
+    }
+
+    async fn job_cancel_once(&self, id: JobId) -> Result<Cancelled, StoreError> {
         let mut tx = self.begin().await?;
         let token = event_token();
         let applied = sqlx::query(
-            "UPDATE jobs SET event_token = ?, status = 'cancelled', version = version + 1 \
+            "UPDATE jobs SET event_token = ?, status = 'cancelled', version = version % 4294967295 + 1 \
              WHERE id = ? AND status = 'pending'",
         )
         .bind(token)
@@ -306,7 +334,17 @@ impl Store {
             .await?
             .ok_or(StoreError::NotFound(id))?;
         tx.commit().await?;
-        let job = job_from_row(&row, &self.keys, &self.codec)?;
+        let job = match job_from_row(&row, &self.keys, &self.codec) {
+            Ok(job) => job,
+            Err(err) => {
+                tracing::warn!(
+                    job_id = id,
+                    error = %err,
+                    "a cancelled job's payload or headers do not decode; answered without them"
+                );
+                job_from_row_without_body(&row)?
+            }
+        };
         Ok(match job.status {
             _ if applied => Cancelled::Applied(job),
             // Expired first: never produced either way.
@@ -354,7 +392,7 @@ impl Store {
         let rows = insert_many_with_positions_on(
             &mut tx,
             &self.actor,
-            &self.keys,
+            &self.keys.sealing(),
             &self.codec,
             jobs,
             positions,
@@ -362,20 +400,12 @@ impl Store {
         .await?;
         if let Some(token) = self.quota {
             // Before the commit: a create past the quota is rolled back whole.
-            let (ids, bytes) =
-                rows.iter()
-                    .zip(jobs)
-                    .fold(
-                        (Vec::new(), 0u64),
-                        |(mut ids, bytes), (row, item)| match row.created() {
-                            Some(job) => {
-                                ids.push(job.id);
-                                (ids, bytes + item.payload.len() as u64)
-                            }
-                            None => (ids, bytes),
-                        },
-                    );
-            super::quotas::charge_on(&mut tx, token, &ids, bytes).await?;
+            let created: Vec<(JobId, u64)> = rows
+                .iter()
+                .zip(jobs)
+                .filter_map(|(row, item)| Some((row.created()?.id, item.payload.len() as u64)))
+                .collect();
+            super::quotas::charge_on(&mut tx, token, &created).await?;
         }
         let now: NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(3)")
             .fetch_one(&mut *tx)
@@ -414,7 +444,7 @@ impl Store {
         query.push(" ORDER BY id LIMIT ").push_bind(limit);
         let rows = query.build().fetch_all(&self.pool).await?;
         rows.iter()
-            .map(|row| job_from_row(row, &self.keys, &self.codec))
+            .map(|row| job_from_row_listed(row, &self.keys, &self.codec))
             .collect()
     }
 
@@ -467,7 +497,9 @@ impl Store {
     async fn job_insert_once(&self, job: &NewJob) -> Result<(Job, DateTime<Utc>), StoreError> {
         // Sealed once the row has its id, in this transaction (see
         // `insert_chunk_on`).
-        let sealing = self.keys.active().is_some();
+        // One key for the whole write (see `Keyring::sealing`).
+        let keys = self.keys.sealing();
+        let sealing = keys.active().is_some();
         let headers = if sealing {
             None
         } else {
@@ -521,17 +553,29 @@ impl Store {
         let created = job_created(job, &row)?;
         events_record_new(&mut tx, &self.actor, &[&created]).await?;
         if sealing {
-            let sealed = sealed_row(&self.keys, created.id, &packed, &created.headers);
-            seal_sealed_on(&mut tx, &self.keys, &[sealed]).await?;
+            let sealed = sealed_row(&keys, created.id, &packed, &created.headers);
+            seal_sealed_on(&mut tx, &keys, &[sealed]).await?;
         }
         if let Some(token) = self.quota {
             // Before the commit: a create past the quota is rolled back.
-            super::quotas::charge_on(&mut tx, token, &[created.id], job.payload.len() as u64)
+            super::quotas::charge_on(&mut tx, token, &[(created.id, job.payload.len() as u64)])
                 .await?;
         }
         let job = created;
         tx.commit().await?;
         Ok((job, now.and_utc()))
+    }
+
+    /// A job's topic alone: what a caller's topic scope is checked against
+    /// before a write, read without decoding the rest of the row (a cancel
+    /// of a row whose payload does not decode goes through).
+    pub async fn job_topic(&self, id: JobId) -> Result<String, StoreError> {
+        let row = sqlx::query("SELECT topic FROM jobs WHERE id = ?")
+            .bind(id)
+            .fetch_optional(&self.pool)
+            .await?
+            .ok_or(StoreError::NotFound(id))?;
+        Ok(text(&row, "topic")?.unwrap_or_default())
     }
 
     pub async fn job_get(&self, id: JobId) -> Result<Job, StoreError> {
@@ -540,7 +584,20 @@ impl Store {
             .fetch_optional(&self.pool)
             .await?
             .ok_or(StoreError::NotFound(id))?;
-        job_from_row(&row, &self.keys, &self.codec)
+        self.job_decode(&row).await
+    }
+
+    /// A job read from `row`; a payload dictionary not loaded yet is
+    /// loaded once and the row read again, so that a dictionary absent
+    /// from `payload_dicts` is a broken row at once, not a wait.
+    pub(super) async fn job_decode(&self, row: &sqlx::mysql::MySqlRow) -> Result<Job, StoreError> {
+        match job_from_row(row, &self.keys, &self.codec) {
+            Err(StoreError::DictionaryUnknown(_)) => {
+                self.dicts_refresh().await?;
+                job_from_row(row, &self.keys, &self.codec).map_err(dictionary_absent(row))
+            }
+            decoded => decoded,
+        }
     }
 
     /// The job holding (topic, key), with the ingress position of the last
@@ -562,10 +619,7 @@ impl Store {
         };
         let position: Option<Vec<u8>> = row.try_get("ingress_position")?;
         let position = position.map(|bytes| String::from_utf8_lossy(&bytes).into_owned());
-        Ok(Some((
-            job_from_row(&row, &self.keys, &self.codec)?,
-            position,
-        )))
+        Ok(Some((self.job_decode(&row).await?, position)))
     }
 
     /// The job holding (topic, key), if any.
@@ -577,9 +631,10 @@ impl Store {
         .bind(key)
         .fetch_optional(&self.pool)
         .await?;
-        row.as_ref()
-            .map(|row| job_from_row(row, &self.keys, &self.codec))
-            .transpose()
+        match row {
+            Some(row) => Ok(Some(self.job_decode(&row).await?)),
+            None => Ok(None),
+        }
     }
 }
 
@@ -914,5 +969,22 @@ mod tests {
                 .all(|rows| *rows <= INSERT_ROWS_MAX && *rows > 0));
             assert!(sizes.len() <= n / INSERT_ROWS_MAX + 2);
         }
+    }
+}
+
+/// A dictionary still unknown after `payload_dicts` was loaded afresh: not
+/// in the table, so the row is broken (no instance writes with one before
+/// it is there).
+pub(super) fn dictionary_absent(
+    row: &sqlx::mysql::MySqlRow,
+) -> impl Fn(StoreError) -> StoreError + '_ {
+    move |err| {
+        match err {
+        StoreError::DictionaryUnknown(dict) => StoreError::Corrupt(format!(
+            "job {}: compressed payload does not expand: its dictionary {dict} is not in payload_dicts",
+            row.try_get::<JobId, _>("id").unwrap_or_default()
+        )),
+        err => err,
+    }
     }
 }

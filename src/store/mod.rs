@@ -44,20 +44,20 @@ use sqlx::{ConnectOptions, Connection, Executor, MySql, Transaction};
 pub use audit::{AuditEntry, AuditFilter, AuditRow};
 pub use bulk::{BulkAction, BulkBatch, BulkFilter, BulkOp, BulkStatus};
 pub use cluster::{instances_describe, Beat, Fence, InstanceInfo, InstanceRow, LeaseRow};
-pub use compression::{CompressionSample, DictInfo};
+pub use compression::{CompressionSample, DictInfo, PayloadSamples};
 pub use dispatch::{ClaimOutcome, Dispatched, Marked};
 pub use forecast::DueCount;
 pub use history::{BrokenTrigger, HandEditsState};
 pub use job_row::WindowEntry;
 pub use jobs::{BatchRow, Cancelled, JobChanges, JobEvent, JobFilter, Modified};
-pub use migrate::newest as schema_newest;
+pub use migrate::{built_for, newest as schema_newest};
 pub use quotas::QuotaUsage;
 pub use results::{DeadLetter, Decided, Disposition, Redriven};
 pub use schedules::{
     occurrence_placed, Materialized, NewSchedule, PendingOccurrences, Placed, ScheduleDef,
     ScheduleRow, ScheduleStats, ScheduleStatus, ScheduleUpdate,
 };
-pub use sealing::{KeyCount, KeyUsed, Rotation};
+pub use sealing::{instance_may_hold, KeyCount, KeyUsed, Rotation, SCHEMA as SEALING_SCHEMA};
 pub use stats::{CountCursor, DeadSince, Overdue, Position, TopicCount, COUNTED};
 pub use tokens::{NewToken, TokenRow};
 pub use topics::{JobPacing, TopicChange, TopicControl};
@@ -85,6 +85,13 @@ pub enum StoreError {
     /// loaded yet (`payload_dicts`): it is, within seconds.
     #[error("payload dictionary {0} is not loaded yet")]
     DictionaryUnknown(u16),
+    /// A row sealed under a key this instance does not hold: another live
+    /// instance may (a fleet halfway through adding a key), and the row is
+    /// left to it; when none does, it is set aside like a broken row.
+    #[error(
+        "job {id}: sealed under key {key:?}, which this instance does not have (encryption.keys)"
+    )]
+    KeyMissing { id: u64, key: String },
     #[error("migration failed: {0}")]
     Migration(#[from] refinery_core::Error),
     /// A create through a token would pass its quota (`api_tokens`
@@ -121,10 +128,10 @@ impl From<sqlx::Error> for StoreError {
             | sqlx::Error::WorkerCrashed => StoreError::Unavailable(err),
             sqlx::Error::Database(ref db) if db.is_unique_violation() => StoreError::DuplicateKey,
             sqlx::Error::Database(ref db) => {
-                let number = db
+                let refusal = db
                     .try_downcast_ref::<sqlx::mysql::MySqlDatabaseError>()
-                    .map(|e| e.number());
-                match number.map(server_refusal_kind) {
+                    .map(|e| server_refusal_kind(e.number(), e.message()));
+                match refusal {
                     Some(Some(Refusal::Contention)) => StoreError::Contention(err),
                     Some(Some(Refusal::NotNow)) => StoreError::Unavailable(err),
                     Some(Some(Refusal::NotPrimary)) => {
@@ -155,10 +162,11 @@ enum Refusal {
     NotPrimary,
 }
 
-/// The server-side error numbers (MySQL 8, MariaDB, Galera, TiDB) that say
-/// "not now" rather than "this request is wrong". Everything else is a
-/// failure of the statement.
-fn server_refusal_kind(number: u16) -> Option<Refusal> {
+/// The server-side error numbers (MySQL 8, MariaDB, Galera, Group
+/// Replication, Aurora, TiDB) that say "not now" rather than "this request
+/// is wrong", with the server's `message` for the one number that needs it
+/// (1105). Everything else is a failure of the statement.
+fn server_refusal_kind(number: u16, message: &str) -> Option<Refusal> {
     match number {
         // 1213: deadlock (and Galera's certification failure), 1205: lock
         // wait timeout, 1467: the same on a table's AUTO-INC lock, 3100:
@@ -166,12 +174,28 @@ fn server_refusal_kind(number: u16) -> Option<Refusal> {
         // conflict (at COMMIT in optimistic mode), 8002 a locking read's
         // conflict, 8022 the transaction's retry failed, 8028 the table's
         // schema changed under the transaction.
-        1213 | 1205 | 1467 | 3100 | 9007 | 8002 | 8022 | 8028 => Some(Refusal::Contention),
+        //
+        // 1180, "Got error N during COMMIT": the engine refused the commit
+        // and rolled the transaction back whole; on Galera, its
+        // certification failed or a replicated write aborted it
+        // (brute-force abort), so nothing was committed anywhere. 3101,
+        // Group Replication's "Plugin instructed the server to rollback
+        // the current transaction": it lost certification to another
+        // member's write, and was rolled back.
+        1213 | 1205 | 1467 | 1180 | 3100 | 3101 | 9007 | 8002 | 8022 | 8028 => {
+            Some(Refusal::Contention)
+        }
+        // 1105 is ER_UNKNOWN_ERROR, every server's and proxy's catch-all:
+        // a refusal only when its text names a failover or a server that
+        // takes no writes (Aurora during a failover).
+        1105 => unknown_error_refusal(message),
         // 1290: running with --read-only / --super-read-only, 1836: in
         // read-only mode, 1047: Galera's "WSREP has not yet prepared node
         // for application use" (a node that left its cluster's primary
-        // component).
-        1290 | 1836 | 1047 => Some(Refusal::NotPrimary),
+        // component), 1792: a READ ONLY transaction, which tickler never
+        // starts, so the server made it one (an Aurora writer demoted to a
+        // reader by a failover).
+        1290 | 1836 | 1047 | 1792 => Some(Refusal::NotPrimary),
         // 1040: too many connections, 1203: the account's
         // max_user_connections, 1226: an account resource limit, 1053:
         // server shutdown in progress, 1927 (MariaDB) and 3169 (MySQL): the
@@ -203,6 +227,30 @@ fn server_refusal_kind(number: u16) -> Option<Refusal> {
         | 8027 => Some(Refusal::NotNow),
         _ => None,
     }
+}
+
+/// The texts of an error 1105 that say the server takes no writes at the
+/// moment: Aurora's during a failover ("The MySQL server is running with
+/// the --read-only option…", "…failover in progress…"), a proxy's "not the
+/// primary". Compared without case; any other 1105 is the statement's.
+fn unknown_error_refusal(message: &str) -> Option<Refusal> {
+    const NOT_PRIMARY: [&str; 10] = [
+        "failover",
+        "fail over",
+        "failing over",
+        "read-only",
+        "read only",
+        "read_only",
+        "not primary",
+        "not the primary",
+        "not a primary",
+        "not the master",
+    ];
+    let message = message.to_ascii_lowercase();
+    NOT_PRIMARY
+        .iter()
+        .any(|text| message.contains(text))
+        .then_some(Refusal::NotPrimary)
 }
 
 /// When a server last answered "not the primary", as nanoseconds after
@@ -752,10 +800,11 @@ mod tests {
     #[test]
     fn a_servers_not_now_is_told_from_a_statements_fault() {
         // A switchover's read-only primary, a Galera node out of its
-        // cluster: not the primary.
-        for number in [1290, 1836, 1047] {
+        // cluster, a READ ONLY transaction the server imposed: not the
+        // primary.
+        for number in [1290, 1836, 1047, 1792] {
             assert_eq!(
-                server_refusal_kind(number),
+                server_refusal_kind(number, ""),
                 Some(Refusal::NotPrimary),
                 "{number}"
             );
@@ -765,7 +814,7 @@ mod tests {
             1040, 1203, 1053, 1927, 3169, 1317, 4031, 2006, 2013, 1969, 3024, 9003,
         ] {
             assert_eq!(
-                server_refusal_kind(number),
+                server_refusal_kind(number, ""),
                 Some(Refusal::NotNow),
                 "{number}"
             );
@@ -774,7 +823,7 @@ mod tests {
         // deadlock).
         for number in [1213, 1205, 1467, 3100, 9007] {
             assert_eq!(
-                server_refusal_kind(number),
+                server_refusal_kind(number, ""),
                 Some(Refusal::Contention),
                 "{number}"
             );
@@ -782,7 +831,59 @@ mod tests {
         // The statement's own fault: a syntax error, a missing table, a
         // bad value, access denied.
         for number in [1064, 1146, 1366, 1045, 1142] {
-            assert_eq!(server_refusal_kind(number), None, "{number}");
+            assert_eq!(server_refusal_kind(number, ""), None, "{number}");
+        }
+    }
+
+    #[test]
+    fn a_commit_rolled_back_by_galera_or_group_replication_is_contention() {
+        // Galera: certification failed, or a replicated write aborted the
+        // transaction at its COMMIT; nothing was committed.
+        for message in [
+            "Got error 149 \"Lock deadlock; Try restarting transaction\" during COMMIT",
+            "Got error 6 \"No such device or address\" during COMMIT",
+        ] {
+            assert_eq!(
+                server_refusal_kind(1180, message),
+                Some(Refusal::Contention),
+                "{message}"
+            );
+        }
+        // Group Replication: certification lost to another member.
+        assert_eq!(
+            server_refusal_kind(
+                3101,
+                "Plugin instructed the server to rollback the current transaction."
+            ),
+            Some(Refusal::Contention)
+        );
+    }
+
+    #[test]
+    fn an_unknown_error_is_a_refusal_only_when_it_names_a_failover() {
+        // Aurora's during a failover, and a proxy's: not the primary.
+        for message in [
+            "The MySQL server is running with the --read-only option so it cannot execute this statement",
+            "The MySQL server is running with the --super-read-only option so it cannot execute this statement",
+            "Aurora failover in progress, try again",
+            "Database is failing over",
+            "Running in read only mode",
+            "target is not the primary",
+        ] {
+            assert_eq!(
+                server_refusal_kind(1105, message),
+                Some(Refusal::NotPrimary),
+                "{message}"
+            );
+        }
+        // Any other 1105 is the statement's own failure.
+        for message in [
+            "",
+            "Unknown error",
+            "[planner:1105] Column 'x' in field list is ambiguous",
+            "value too large for the primary key",
+        ] {
+            assert_eq!(server_refusal_kind(1105, message), None, "{message}");
         }
     }
 

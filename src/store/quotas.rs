@@ -1,13 +1,20 @@
 //! Quotas per API token: `api_tokens.max_pending_jobs` and
 //! `max_payload_bytes`, the usage in `token_usage`, the jobs counted in
-//! `token_jobs` (V48).
+//! `token_jobs` (V48) with the payload bytes each counts for (V56).
 //!
 //! A create through a token with a quota charges its jobs in its own
 //! transaction, after its INSERT and before its commit: one conditional
 //! UPDATE of the token's usage row, which matches nothing when the charge
-//! would pass a quota, and the whole create is then rolled back. Jobs
-//! leave the usage at the next recount, which counts the token's pending
-//! jobs exactly under the usage row's lock.
+//! would pass a quota, and the whole create is then rolled back. A change
+//! of a counted job's payload charges (or gives back) the difference to
+//! the token the job counts for, the same way. Jobs leave the usage at the
+//! next recount, which counts the token's pending jobs exactly under the
+//! usage row's lock.
+//!
+//! A payload's bytes are its length as the client gave it, before
+//! compression and sealing: what the create charges, kept in
+//! `token_jobs.payload_bytes`, is what the recount adds up. (Rows written
+//! before V56 have none there, and count their stored length.)
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, QueryBuilder, Row};
@@ -29,59 +36,179 @@ pub struct QuotaUsage {
     pub counted_at: Option<DateTime<Utc>>,
 }
 
-/// Charges `jobs` created jobs of `bytes` payload bytes to `token`'s usage
+/// Charges created `jobs`, each (id, payload bytes), to `token`'s usage
 /// on `conn` (inside the create's transaction), and notes the jobs in
-/// `token_jobs`. `Err(QuotaExceeded)` when a quota would be passed: the
-/// caller's transaction must then be rolled back.
+/// `token_jobs` with their bytes. `Err(QuotaExceeded)` when a quota would
+/// be passed: the caller's transaction must then be rolled back.
 pub(super) async fn charge_on(
     conn: &mut sqlx::MySqlConnection,
     token: u64,
-    ids: &[JobId],
-    bytes: u64,
+    jobs: &[(JobId, u64)],
 ) -> Result<(), StoreError> {
-    if ids.is_empty() {
+    if jobs.is_empty() {
         return Ok(());
     }
-    let jobs = ids.len() as u64;
-    for first in [true, false] {
+    let bytes = jobs.iter().map(|(_, bytes)| bytes).sum();
+    usage_charge_on(conn, token, jobs.len() as u64, bytes).await?;
+    let mut note =
+        QueryBuilder::<MySql>::new("INSERT INTO token_jobs (token_id, job_id, payload_bytes) ");
+    note.push_values(jobs, |mut row, (id, bytes)| {
+        row.push_bind(token).push_bind(*id).push_bind(*bytes);
+    });
+    note.build().execute(&mut *conn).await?;
+    Ok(())
+}
+
+/// Adds `jobs` pending jobs (0 for a payload change) and `bytes` payload
+/// bytes to `token`'s usage on `conn`, unless that passes one of its
+/// quotas: then `Err(QuotaExceeded)`, and the caller's transaction must be
+/// rolled back.
+///
+/// A token's first charge finds no usage row (a quota set in SQL): the row
+/// is made, then charged. Two first charges racing both find none; the
+/// second's INSERT then waits for the first's commit and finds its row, so
+/// whether this INSERT made the row or found it never decides: the second
+/// UPDATE, reading the row as committed, does (an `INSERT IGNORE` would
+/// take a shared lock there, and two of them a deadlock on the UPDATE).
+async fn usage_charge_on(
+    conn: &mut sqlx::MySqlConnection,
+    token: u64,
+    jobs: u64,
+    bytes: u64,
+) -> Result<(), StoreError> {
+    for row_made in [false, true] {
         let charged = sqlx::query(
             "UPDATE token_usage u JOIN api_tokens t ON t.id = u.token_id \
              SET u.pending_jobs = u.pending_jobs + ?, u.payload_bytes = u.payload_bytes + ? \
              WHERE u.token_id = ? \
-             AND (t.max_pending_jobs IS NULL OR u.pending_jobs + ? <= t.max_pending_jobs) \
+             AND (? = 0 OR t.max_pending_jobs IS NULL OR u.pending_jobs + ? <= t.max_pending_jobs) \
              AND (t.max_payload_bytes IS NULL OR u.payload_bytes + ? <= t.max_payload_bytes)",
         )
         .bind(jobs)
         .bind(bytes)
         .bind(token)
         .bind(jobs)
+        .bind(jobs)
         .bind(bytes)
         .execute(&mut *conn)
         .await?
         .rows_affected();
         if charged > 0 {
-            break;
+            return Ok(());
         }
-        // No usage row yet (a quota set in SQL), or over a quota.
-        let inserted = sqlx::query("INSERT IGNORE INTO token_usage (token_id) VALUES (?)")
-            .bind(token)
-            .execute(&mut *conn)
-            .await?
-            .rows_affected();
-        if !first || inserted == 0 {
-            let usage = usage_on(conn, token).await?;
-            return Err(StoreError::QuotaExceeded(exceeded_message(
-                usage.as_ref(),
-                jobs,
-                bytes,
-            )));
+        if !row_made {
+            // No usage row yet, or over a quota: which, the UPDATE above
+            // tells once the row surely exists.
+            usage_missing_pause().await;
+            usage_row_ensure_on(conn, token).await?;
         }
     }
-    let mut note = QueryBuilder::<MySql>::new("INSERT INTO token_jobs (token_id, job_id) ");
-    note.push_values(ids, |mut row, id| {
-        row.push_bind(token).push_bind(*id);
-    });
-    note.build().execute(&mut *conn).await?;
+    let usage = usage_on(conn, token).await?;
+    Err(StoreError::QuotaExceeded(exceeded_message(
+        usage.as_ref(),
+        jobs,
+        bytes,
+    )))
+}
+
+/// With the `failpoints` feature, the fail point `quota-usage-missing` set
+/// to `return(<ms>)` pauses a charge that found no usage row that long
+/// before it makes the row: the tests make every first create of a token
+/// find none. Without it, nothing at all.
+async fn usage_missing_pause() {
+    #[cfg(feature = "failpoints")]
+    if let Some(Some(ms)) = fail::eval("quota-usage-missing", |ms| {
+        ms.and_then(|ms| ms.parse::<u64>().ok())
+    }) {
+        tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+    }
+}
+
+/// Makes `token`'s usage row if it has none, and locks it either way (an
+/// exclusive lock, which the UPDATE that follows keeps: no lock upgrade for
+/// two transactions to deadlock on).
+async fn usage_row_ensure_on(
+    conn: &mut sqlx::MySqlConnection,
+    token: u64,
+) -> Result<(), StoreError> {
+    sqlx::query(
+        "INSERT INTO token_usage (token_id) VALUES (?) \
+         ON DUPLICATE KEY UPDATE token_id = token_id",
+    )
+    .bind(token)
+    .execute(&mut *conn)
+    .await?;
+    Ok(())
+}
+
+/// What a job counts for in `token_jobs`: the payload bytes of a row, as
+/// charged, or its stored length less the sealing's overhead for a row
+/// noted before V56 (`t` the `token_jobs` row, `j` the job). One bind: the
+/// overhead.
+const COUNTED_BYTES: &str = "COALESCE(t.payload_bytes, \
+     GREATEST(CAST(LENGTH(j.payload) AS SIGNED) - IF(j.enc_key IS NULL, 0, ?), 0))";
+
+/// The token job `id` counts for, and the payload bytes it counts for
+/// now; None when it counts for none (created through a token without a
+/// quota, by a schedule, by the ingress). Read on `conn` before a change
+/// of its payload, in the change's transaction: a change that commits
+/// meanwhile moves the job's version, and the caller's then applies
+/// nothing.
+pub(super) async fn job_counted_on(
+    conn: &mut sqlx::MySqlConnection,
+    id: JobId,
+) -> Result<Option<(u64, u64)>, StoreError> {
+    let row = sqlx::query(&format!(
+        "SELECT t.token_id, CAST({COUNTED_BYTES} AS UNSIGNED) AS bytes \
+         FROM token_jobs t JOIN jobs j ON j.id = t.job_id WHERE t.job_id = ? LIMIT 1"
+    ))
+    .bind(crate::keys::OVERHEAD as i64)
+    .bind(id)
+    .fetch_optional(&mut *conn)
+    .await?;
+    row.map(|row| Ok((row.try_get("token_id")?, row.try_get("bytes")?)))
+        .transpose()
+}
+
+/// Charges a change of job `id`'s payload from `counted` bytes (as
+/// [`job_counted_on`] read them) to `bytes` to `token`, on `conn` inside
+/// the change's transaction, after its compare-and-set applied and before
+/// its commit. `enforce` (an API change): a payload grown past the token's
+/// `max_payload_bytes` is `Err(QuotaExceeded)`, and the change must be
+/// rolled back. Otherwise (the Kafka ingress, which no quota refuses) the
+/// growth is only counted. One shrunk gives its room back at once.
+pub(super) async fn payload_recharge_on(
+    conn: &mut sqlx::MySqlConnection,
+    token: u64,
+    id: JobId,
+    (counted, bytes): (u64, u64),
+    enforce: bool,
+) -> Result<(), StoreError> {
+    if bytes > counted && enforce {
+        usage_charge_on(conn, token, 0, bytes - counted).await?;
+    } else if bytes > counted {
+        usage_row_ensure_on(conn, token).await?;
+        sqlx::query("UPDATE token_usage SET payload_bytes = payload_bytes + ? WHERE token_id = ?")
+            .bind(bytes - counted)
+            .bind(token)
+            .execute(&mut *conn)
+            .await?;
+    } else if bytes < counted {
+        sqlx::query(
+            "UPDATE token_usage SET payload_bytes = payload_bytes - LEAST(payload_bytes, ?) \
+             WHERE token_id = ?",
+        )
+        .bind(counted - bytes)
+        .bind(token)
+        .execute(&mut *conn)
+        .await?;
+    }
+    sqlx::query("UPDATE token_jobs SET payload_bytes = ? WHERE token_id = ? AND job_id = ?")
+        .bind(bytes)
+        .bind(token)
+        .bind(id)
+        .execute(&mut *conn)
+        .await?;
     Ok(())
 }
 
@@ -91,7 +218,7 @@ fn exceeded_message(usage: Option<&QuotaUsage>, jobs: u64, bytes: u64) -> String
         return "the token's quota cannot be read".to_owned();
     };
     match (usage.max_pending_jobs, usage.max_payload_bytes) {
-        (Some(max), _) if usage.pending_jobs + jobs > max => format!(
+        (Some(max), _) if jobs > 0 && usage.pending_jobs + jobs > max => format!(
             "token {} holds {} pending jobs of its quota of {max}; {jobs} more would pass it",
             usage.token, usage.pending_jobs
         ),
@@ -178,20 +305,14 @@ impl Store {
     /// forgets the jobs finished for good. Returns the usage.
     pub async fn quota_recount(&self, token: u64) -> Result<QuotaUsage, StoreError> {
         let mut tx = self.begin().await?;
-        sqlx::query("INSERT IGNORE INTO token_usage (token_id) VALUES (?)")
-            .bind(token)
-            .execute(&mut *tx)
-            .await?;
-        sqlx::query("SELECT pending_jobs FROM token_usage WHERE token_id = ? FOR UPDATE")
-            .bind(token)
-            .fetch_one(&mut *tx)
-            .await?;
-        let row = sqlx::query(
-            "SELECT COUNT(*) AS jobs, CAST(COALESCE(SUM(LENGTH(j.payload) - IF(j.enc_key IS NULL, 0, ?)), 0) AS UNSIGNED) AS bytes \
+        // Made if missing, and locked.
+        usage_row_ensure_on(&mut tx, token).await?;
+        let row = sqlx::query(&format!(
+            "SELECT COUNT(*) AS jobs, CAST(COALESCE(SUM({COUNTED_BYTES}), 0) AS UNSIGNED) AS bytes \
              FROM token_jobs t JOIN jobs j ON j.id = t.job_id \
-             WHERE t.token_id = ? AND j.status = 'pending'",
-        )
-        .bind(crate::keys::OVERHEAD as u64)
+             WHERE t.token_id = ? AND j.status = 'pending'"
+        ))
+        .bind(crate::keys::OVERHEAD as i64)
         .bind(token)
         .fetch_one(&mut *tx)
         .await?;

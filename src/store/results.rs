@@ -219,9 +219,9 @@ impl Store {
         // left to right (MySQL, MariaDB) or all at once.
         let applied = sqlx::query(
             "UPDATE jobs SET event_token = ?, status = 'pending', max_attempts = attempt + ?, \
-             attempt = attempt + 1, \
+             attempt = LEAST(attempt, 4294967294) + 1, \
              schedule_time = COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))), \
-             ack_deadline = NULL, version = version + 1 WHERE id = ? AND status = 'dead'",
+             ack_deadline = NULL, version = version % 4294967295 + 1 WHERE id = ? AND status = 'dead'",
         )
         .bind(token)
         .bind(attempts)
@@ -235,7 +235,7 @@ impl Store {
         if applied {
             events_record(&mut tx, &self.actor, &[id], token).await?;
         }
-        let (job, now) = job_read_back(&mut tx, &self.keys, &self.codec, id).await?;
+        let (job, now) = job_read_back(&mut tx, self, id).await?;
         tx.commit().await?;
         if applied {
             Ok(Redriven::Applied(job, now))
@@ -532,9 +532,9 @@ async fn finish(
         update.push("SET j.event_token = ").push_bind(token).push(
             ", \
              j.schedule_time = IF(c.d >= 0, TIMESTAMPADD(MICROSECOND, c.d, UTC_TIMESTAMP(3)), j.schedule_time), \
-             j.attempt = IF(c.d >= 0, j.attempt + 1, j.attempt), \
+             j.attempt = IF(c.d >= 0, LEAST(j.attempt, 4294967294) + 1, j.attempt), \
              j.last_error = IF(c.e = '', j.last_error, c.e), \
-             j.ack_deadline = NULL, j.version = j.version + 1, j.status = c.s \
+             j.ack_deadline = NULL, j.version = j.version % 4294967295 + 1, j.status = c.s \
              WHERE j.version = c.v",
         );
         update.build().execute(&mut *tx).await?;

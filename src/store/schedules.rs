@@ -8,7 +8,7 @@ use sqlx::{MySql, QueryBuilder, Row};
 
 use super::db_time;
 use super::history::{event_token, events_insert_rows, events_record_schedule, EventRow};
-use super::job_row::{job_from_row, policy_from_row, JOB_COLUMNS_NO_PAYLOAD};
+use super::job_row::{job_from_row_listed, policy_from_row, JOB_COLUMNS_NO_PAYLOAD};
 use super::jobs::{insert_many_on, BatchRow};
 use super::sql::{push_id_list, topic_patterns_push};
 use super::{Store, StoreError};
@@ -259,7 +259,7 @@ fn schedule_from_row(row: &MySqlRow, keys: &Keyring) -> Result<ScheduleRow, Stor
             bytes_text(row, "enc_key")?.as_deref(),
             id,
             crate::keys::SCHEDULE,
-            row.try_get("payload")?,
+            Some(row.try_get::<Vec<u8>, _>("payload")?),
             bytes_text(row, "headers")?,
         )
         .map_err(|err| StoreError::Corrupt(format!("schedule {id}: {err}")))?;
@@ -371,8 +371,10 @@ impl Store {
         next_at: Option<DateTime<Utc>>,
     ) -> Result<ScheduleRow, StoreError> {
         let def = &new.def;
-        // Sealed once the row has its id, in this transaction (as a job's).
-        let sealing = self.keys.active().is_some();
+        // Sealed once the row has its id, in this transaction (as a job's),
+        // under one key for the whole write.
+        let keys = self.keys.sealing();
+        let sealing = keys.active().is_some();
         let mut tx = self.begin().await?;
         let mut insert = QueryBuilder::<MySql>::new(
             "INSERT INTO schedules (topic, schedule_key, cron, time_zone, every_ms, start_at, \
@@ -417,7 +419,7 @@ impl Store {
         insert.push(")");
         let id = insert.build().execute(&mut *tx).await?.last_insert_id();
         if sealing {
-            let (payload, headers, key) = content(&self.keys, id, def);
+            let (payload, headers, key) = content(&keys, id, def);
             sqlx::query(
                 "UPDATE schedules SET payload = ?, headers = ?, enc_key = ?, \
                  updated_at = updated_at WHERE id = ?",
@@ -627,8 +629,9 @@ impl Store {
         // One statement per few MiB of payloads: MariaDB's default
         // max_allowed_packet is 16 MiB.
         let per_insert = (INSERT_BYTES_MAX / schedule.def.payload.len().max(1)).max(1);
+        let keys = self.keys.sealing();
         for chunk in jobs.chunks(per_insert) {
-            for row in insert_many_on(&mut tx, &self.actor, &self.keys, &self.codec, chunk).await? {
+            for row in insert_many_on(&mut tx, &self.actor, &keys, &self.codec, chunk).await? {
                 if let BatchRow::Created(job) = row {
                     done.created.push(job);
                 }
@@ -683,7 +686,8 @@ impl Store {
         }
         // The occurrences' payloads and headers: plain in this UPDATE
         // without an active key; sealed each under its own id after it.
-        let sealing = self.keys.active().is_some();
+        let keys = self.keys.sealing();
+        let sealing = keys.active().is_some();
         let plain = (!sealing).then(|| (def.payload.clone(), headers_text(&def.headers), None));
         let mut update = QueryBuilder::<MySql>::new("UPDATE jobs SET");
         def_set(&mut update, def, plain);
@@ -701,7 +705,9 @@ impl Store {
                  TIMESTAMPADD(MICROSECOND, ",
             )
             .push_bind(u64::from(def.misfire_grace_ms) * 1000)
-            .push(", schedule_time), NULL), version = version + 1 WHERE schedule_id = ")
+            .push(
+                ", schedule_time), NULL), version = version % 4294967295 + 1 WHERE schedule_id = ",
+            )
             .push_bind(id)
             .push(" AND status = 'pending'");
         let updated = update.build().execute(&mut *tx).await?.rows_affected();
@@ -712,12 +718,11 @@ impl Store {
             .bind(id)
             .fetch_all(&mut *tx)
             .await?;
-            super::jobs::seal_rows_on(&mut tx, &self.keys, &ids, &def.payload, &def.headers)
-                .await?;
+            super::jobs::seal_rows_on(&mut tx, &keys, &ids, &def.payload, &def.headers).await?;
         }
 
         let mut query = QueryBuilder::<MySql>::new("UPDATE schedules SET");
-        let own = content(&self.keys, id, def);
+        let own = content(&keys, id, def);
         def_set(&mut query, def, Some(own));
         query
             .push(", cron = ")
@@ -740,7 +745,7 @@ impl Store {
             .push_bind(def.window_ms)
             .push(", jitter_ms = ")
             .push_bind(def.jitter_ms)
-            .push(", version = version + 1");
+            .push(", version = version % 4294967295 + 1");
         if retime {
             // From now (or the new start), with the occurrences that stay
             // counted; the next pass creates what the new times ask for.
@@ -787,7 +792,7 @@ impl Store {
             (true, ScheduleStatus::Active) => {
                 deleted = occurrences_delete_future(&mut tx, &self.actor, id, db_time(now)).await?;
                 sqlx::query(
-                    "UPDATE schedules SET status = 'paused', version = version + 1, \
+                    "UPDATE schedules SET status = 'paused', version = version % 4294967295 + 1, \
                      cursor_at = ?, last_at = NULL, next_at = ?, \
                      occurrences = GREATEST(CAST(occurrences AS SIGNED) - ?, 0) WHERE id = ?",
                 )
@@ -802,7 +807,7 @@ impl Store {
                 let cursor = current.cursor_at.max(now);
                 let next_at = current.def.first_after(cursor);
                 sqlx::query(
-                    "UPDATE schedules SET status = ?, version = version + 1, cursor_at = ?, \
+                    "UPDATE schedules SET status = ?, version = version % 4294967295 + 1, cursor_at = ?, \
                      last_at = NULL, next_at = ? WHERE id = ?",
                 )
                 .bind(if next_at.is_some() { "active" } else { "ended" })
@@ -844,7 +849,7 @@ impl Store {
             gone += occurrences_delete_future(&mut tx, &self.actor, id, now).await?;
             let token = event_token();
             gone += sqlx::query(
-                "UPDATE jobs SET event_token = ?, status = 'cancelled', version = version + 1, \
+                "UPDATE jobs SET event_token = ?, status = 'cancelled', version = version % 4294967295 + 1, \
                  last_error = 'cancelled: its schedule was deleted' \
                  WHERE schedule_id = ? AND status = 'pending'",
             )
@@ -931,7 +936,7 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         rows.iter()
-            .map(|row| job_from_row(row, &self.keys, &self.codec))
+            .map(|row| job_from_row_listed(row, &self.keys, &self.codec))
             .collect()
     }
 }

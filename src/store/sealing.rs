@@ -42,11 +42,77 @@ pub struct KeyUsed {
     pub last_at: DateTime<Utc>,
 }
 
+/// The first schema whose binaries open sealed rows (V49 added `enc_key`):
+/// an instance built for an older one sends a sealed payload as it is
+/// stored, so nothing is sealed while one is live.
+pub const SCHEMA: i32 = 49;
+
+/// Whether a live instance described by `version` and `enc_keys` (its
+/// `instances` row) holds key `key`, or may: one built after sealing but
+/// before instances said which keys they hold (V54) is given the benefit
+/// of the doubt.
+pub fn instance_may_hold(version: &str, enc_keys: Option<&[String]>, key: &str) -> bool {
+    match enc_keys {
+        Some(ids) => ids.iter().any(|id| id == key),
+        None => super::migrate::built_for(version) >= SCHEMA,
+    }
+}
+
 impl Store {
+    /// Checks every key this handle holds against its canary in
+    /// `enc_key_canaries`, writing the canary of a key id that has none
+    /// (the first process to hold it). Returns the ids of the keys that
+    /// do not open theirs: the same id with other key material, which
+    /// would set aside every row the other material sealed.
+    pub async fn key_canaries_check(&self) -> Result<Vec<String>, StoreError> {
+        let mut wrong = Vec::new();
+        for key in self.keys.ids() {
+            let Some(made) = self.keys.canary_seal(&key) else {
+                continue;
+            };
+            // Two processes starting at once: one canary wins, and the
+            // other checks its key against it.
+            sqlx::query(
+                "INSERT INTO enc_key_canaries (key_id, sealed, created_at) \
+                 VALUES (?, ?, UTC_TIMESTAMP(3)) ON DUPLICATE KEY UPDATE key_id = key_id",
+            )
+            .bind(&key)
+            .bind(&made)
+            .execute(&self.pool)
+            .await?;
+            let stored: Option<Vec<u8>> =
+                sqlx::query_scalar("SELECT sealed FROM enc_key_canaries WHERE key_id = ?")
+                    .bind(&key)
+                    .fetch_optional(&self.pool)
+                    .await?;
+            if !stored.is_some_and(|sealed| self.keys.canary_opens(&key, &sealed)) {
+                wrong.push(key);
+            }
+        }
+        Ok(wrong)
+    }
+
+    /// Whether a live dispatching instance (by each one's own TTL, `ttl`
+    /// for those that name none) holds key `key`, or may (see
+    /// [`instance_may_hold`]): one that will claim a row sealed under it.
+    pub async fn key_held_live(
+        &self,
+        key: &str,
+        ttl: std::time::Duration,
+    ) -> Result<bool, StoreError> {
+        Ok(self
+            .instances_list(ttl)
+            .await?
+            .iter()
+            .filter(|row| row.live && row.has_role(crate::config::Role::Dispatcher))
+            .any(|row| instance_may_hold(&row.version, row.enc_keys.as_deref(), key)))
+    }
+
     /// Notes that this handle seals with its active key (none: nothing to
     /// note): at a process's start and every few minutes while it runs.
     pub async fn key_used_note(&self) -> Result<(), StoreError> {
-        let Some(active) = self.keys.active() else {
+        let keys = self.keys.sealing();
+        let Some(active) = keys.active() else {
             return Ok(());
         };
         sqlx::query(
@@ -78,17 +144,30 @@ impl Store {
             .collect())
     }
 
-    /// After a rotation to `active` that left nothing behind: forgets
-    /// every other key no process has said it seals with since `since`
-    /// (one still sealing with it says so again within minutes).
-    pub async fn keys_used_forget_others(
+    /// Whether any job or schedule is sealed under `key` (a scan of both
+    /// tables: for the end of a rotation, before its key is forgotten).
+    pub async fn key_rows_exist(&self, key: &str) -> Result<bool, StoreError> {
+        let found: i64 = sqlx::query_scalar(
+            "SELECT (EXISTS (SELECT 1 FROM jobs WHERE enc_key = ?) \
+             OR EXISTS (SELECT 1 FROM schedules WHERE enc_key = ?)) + 0",
+        )
+        .bind(key)
+        .bind(key)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(found != 0)
+    }
+
+    /// Forgets key `key` in `enc_keys_used` if no process has said it
+    /// seals with it since `since`.
+    pub async fn key_used_forget(
         &self,
-        active: &str,
+        key: &str,
         since: DateTime<Utc>,
     ) -> Result<u64, StoreError> {
         Ok(
-            sqlx::query("DELETE FROM enc_keys_used WHERE key_id <> ? AND last_at < ?")
-                .bind(active)
+            sqlx::query("DELETE FROM enc_keys_used WHERE key_id = ? AND last_at < ?")
+                .bind(key)
                 .bind(super::db_time(since))
                 .execute(&self.pool)
                 .await?
@@ -164,7 +243,7 @@ impl Store {
         .bind(&active)
         .fetch_all(&self.pool)
         .await?;
-        let (mut rewritten, mut skipped) = (0, 0);
+        let (mut rewritten, mut skipped) = (0, 0u64);
         for row in &rows {
             let id: u64 = row.try_get("id")?;
             let version: u32 = row.try_get("version")?;
@@ -174,6 +253,7 @@ impl Store {
                 continue;
             };
             let (payload, headers) = self.resealed(id, parts, &payload, headers);
+            let before = rewritten;
             rewritten += sqlx::query(
                 "UPDATE schedules SET payload = ?, headers = ?, enc_key = ?, \
                  updated_at = updated_at WHERE id = ? AND version = ?",
@@ -186,6 +266,10 @@ impl Store {
             .execute(&self.pool)
             .await?
             .rows_affected();
+            if rewritten == before {
+                // Changed under the rotation (see `rotation_step`).
+                skipped += 1;
+            }
         }
         Ok((rewritten, skipped))
     }
@@ -201,7 +285,13 @@ impl Store {
         let payload: Vec<u8> = row.try_get("payload")?;
         Ok(self
             .keys
-            .open_row(key.as_deref(), id, parts, payload, text(row, "headers")?)
+            .open_row(
+                key.as_deref(),
+                id,
+                parts,
+                Some(payload),
+                text(row, "headers")?,
+            )
             .ok())
     }
 
@@ -274,6 +364,13 @@ impl Store {
             .await?
             .rows_affected();
             at.rewritten += written;
+            // Changed under the rotation: its change sealed it under the
+            // key its writer held, maybe not this one. Counted skipped, so
+            // the old keys are not forgotten on its word; a rotation run
+            // again meets it.
+            if written == 0 {
+                at.skipped += 1;
+            }
         }
         sqlx::query(
             "INSERT INTO key_rotation (target_key, after_id, rewritten, skipped, updated_at) \

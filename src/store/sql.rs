@@ -1,5 +1,11 @@
 //! SQL fragments the store's files share: below every one of them, so that
 //! none has to import another for a piece of a statement.
+//!
+//! Counters never overflow on a row edited by hand (#57): an `INT
+//! UNSIGNED` at its top would fail the statement, and with it every other
+//! row of a batch. `version` wraps (`version % 4294967295 + 1`: after
+//! 4294967295 comes 1), `attempt` stops at the top (`LEAST(attempt,
+//! 4294967294) + 1`), written so in every statement that counts them.
 
 use std::time::Duration;
 

@@ -188,7 +188,7 @@ impl Store {
                 let headers = headers.map(|h| String::from_utf8_lossy(&h).into_owned());
                 let headers = self
                     .keys
-                    .open_row(key_id.as_deref(), id, crate::keys::JOB, Vec::new(), headers)
+                    .open_row(key_id.as_deref(), id, crate::keys::JOB, None, headers)
                     .ok()
                     .and_then(|(_, headers)| headers)
                     .and_then(|text| serde_json::from_str(&text).ok())

@@ -161,6 +161,7 @@ pub async fn fence_all(store: &tickler::store::Store, shards: u32) -> tickler::s
         ttl: None,
         quiet: None,
         ingress_group: None,
+        enc_keys: None,
     };
     store.shard_leases_ensure(shards).await.unwrap();
     let instance = store.instance_register(&info).await.unwrap();
