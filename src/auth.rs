@@ -125,6 +125,9 @@ pub struct Principal {
     jobs: Option<SharedRate>,
     /// The token's id when it has a quota: its creates are charged to it.
     pub quota: Option<u64>,
+    /// The token's id (None: an anonymous caller): what a topic grouped by
+    /// token groups its jobs by.
+    pub token_id: Option<u64>,
 }
 
 impl Principal {
@@ -138,6 +141,7 @@ impl Principal {
             requests: SharedRate::new("anonymous:requests".to_owned(), config.api.rate_requests),
             jobs: SharedRate::new("anonymous:jobs".to_owned(), config.api.rate_jobs),
             quota: None,
+            token_id: None,
         }
     }
 
@@ -344,6 +348,7 @@ impl TokenCache {
             ),
             quota: (row.max_pending_jobs.is_some() || row.max_payload_bytes.is_some())
                 .then_some(row.id),
+            token_id: Some(row.id),
         }
     }
 }
@@ -394,6 +399,7 @@ mod tests {
             requests: SharedRate::new("t:requests".to_owned(), 3),
             jobs: SharedRate::new("t:jobs".to_owned(), 10),
             quota: None,
+            token_id: Some(1),
         };
         assert_eq!(principal.actor(), "api:t");
         assert!(principal.topic_allowed("orders.eu"));

@@ -1,6 +1,8 @@
 //! Fair dispatch by tenant: what a topic's jobs are grouped by (a key
-//! prefix or a header's value), so that each group gets its own pace and a
-//! burst of one never delays the others. Pure: the dispatcher applies it
+//! prefix, a header's value, or the API token that created the job), so
+//! that each group gets its own pace and a burst of one never delays the
+//! others. A key or a header is the creator's choice, so one tenant can
+//! put its jobs in another's group; the token cannot be chosen (#57). Pure: the dispatcher applies it
 //! (`dispatcher/claim.rs`), the API and the configuration parse it.
 
 use std::collections::BTreeMap;
@@ -15,18 +17,25 @@ pub const UNGROUPED: &str = "";
 const GROUP_NAME_MAX: usize = 100;
 
 /// What a topic's jobs are grouped by: `key:SEP` (the key up to the first
-/// `SEP`, e.g. `key::` makes `acme:order-1` group `acme`) or `header:NAME`
-/// (that header's value, e.g. `header:tenant`).
+/// `SEP`, e.g. `key::` makes `acme:order-1` group `acme`), `header:NAME`
+/// (that header's value, e.g. `header:tenant`) or `token` (the API token
+/// that created the job: `token-ID`; jobs made without one — by the
+/// ingress, an import, a schedule — are ungrouped).
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum GroupBy {
     KeyPrefix(String),
     Header(String),
+    Token,
 }
 
 impl GroupBy {
-    /// Parses `key:SEP` (a separator of 1 to 8 characters) or
-    /// `header:NAME` (1 to 100 of letters, digits, `-`, `_`, `.`).
+    /// Parses `key:SEP` (a separator of 1 to 8 characters),
+    /// `header:NAME` (1 to 100 of letters, digits, `-`, `_`, `.`) or
+    /// `token`.
     pub fn parse(text: &str) -> Result<GroupBy, String> {
+        if text == "token" {
+            return Ok(GroupBy::Token);
+        }
         if let Some(separator) = text.strip_prefix("key:") {
             let valid = !separator.is_empty()
                 && separator.len() <= 8
@@ -52,21 +61,26 @@ impl GroupBy {
             return Ok(GroupBy::Header(name.to_owned()));
         }
         Err(format!(
-            "group_by {text:?} is neither key:SEPARATOR (key::) nor header:NAME (header:tenant)"
+            "group_by {text:?} is none of key:SEPARATOR (key::), header:NAME (header:tenant) and token"
         ))
     }
 
-    /// The group of a job with this key and these headers.
+    /// The group of a job with this key and these headers, created by
+    /// the API token `token` (None: by none).
     pub fn group_of<'a>(
         &self,
         key: Option<&'a str>,
         headers: &'a BTreeMap<String, String>,
+        token: Option<u64>,
     ) -> String {
         let name = match self {
             GroupBy::KeyPrefix(separator) => key
                 .and_then(|key| key.split_once(separator.as_str()))
                 .map_or(UNGROUPED, |(prefix, _)| prefix),
             GroupBy::Header(header) => headers.get(header).map_or(UNGROUPED, String::as_str),
+            GroupBy::Token => {
+                return token.map_or_else(|| UNGROUPED.to_owned(), |id| format!("token-{id}"))
+            }
         };
         if name.len() <= GROUP_NAME_MAX {
             return name.to_owned();
@@ -89,6 +103,7 @@ impl fmt::Display for GroupBy {
         match self {
             GroupBy::KeyPrefix(separator) => write!(f, "key:{separator}"),
             GroupBy::Header(name) => write!(f, "header:{name}"),
+            GroupBy::Token => write!(f, "token"),
         }
     }
 }
@@ -134,32 +149,48 @@ mod tests {
         let by_key = GroupBy::parse("key::").unwrap();
         assert_eq!(by_key, GroupBy::KeyPrefix(":".into()));
         let none = headers(&[]);
-        assert_eq!(by_key.group_of(Some("acme:order-1"), &none), "acme");
+        assert_eq!(by_key.group_of(Some("acme:order-1"), &none, None), "acme");
         assert_eq!(
-            by_key.group_of(Some("acme:a:b"), &none),
+            by_key.group_of(Some("acme:a:b"), &none, None),
             "acme",
             "up to the first"
         );
-        assert_eq!(by_key.group_of(Some("plain"), &none), UNGROUPED);
-        assert_eq!(by_key.group_of(None, &none), UNGROUPED);
+        assert_eq!(by_key.group_of(Some("plain"), &none, None), UNGROUPED);
+        assert_eq!(by_key.group_of(None, &none, None), UNGROUPED);
         let by_header = GroupBy::parse("header:tenant").unwrap();
         assert_eq!(by_header.to_string(), "header:tenant");
         assert_eq!(
-            by_header.group_of(None, &headers(&[("tenant", "globex")])),
+            by_header.group_of(None, &headers(&[("tenant", "globex")]), None),
             "globex"
         );
-        assert_eq!(by_header.group_of(Some("x:y"), &none), UNGROUPED);
+        assert_eq!(by_header.group_of(Some("x:y"), &none, Some(3)), UNGROUPED);
         let long = "é".repeat(80);
-        let shortened = by_header.group_of(None, &headers(&[("tenant", &long)]));
+        let shortened = by_header.group_of(None, &headers(&[("tenant", &long)]), None);
         assert!(
             shortened.len() < 100 && shortened.contains('…'),
             "{shortened}"
         );
         assert_ne!(
             shortened,
-            by_header.group_of(None, &headers(&[("tenant", &"é".repeat(81))])),
+            by_header.group_of(None, &headers(&[("tenant", &"é".repeat(81))]), None),
             "distinct values stay distinct"
         );
+    }
+
+    #[test]
+    fn a_group_by_token_is_the_creating_token_whatever_the_key_or_headers_say() {
+        let by_token = GroupBy::parse("token").unwrap();
+        assert_eq!(by_token.to_string(), "token");
+        let forged = headers(&[("tenant", "acme")]);
+        assert_eq!(
+            by_token.group_of(Some("acme:x"), &forged, Some(7)),
+            "token-7"
+        );
+        assert_eq!(
+            by_token.group_of(Some("acme:x"), &forged, Some(8)),
+            "token-8"
+        );
+        assert_eq!(by_token.group_of(Some("acme:x"), &forged, None), UNGROUPED);
     }
 
     #[test]
@@ -173,6 +204,8 @@ mod tests {
             "header:",
             "header:a b",
             "tenant",
+            "tokens",
+            "token:",
             "body:x",
         ] {
             let err = GroupBy::parse(bad).unwrap_err();

@@ -1,7 +1,8 @@
 //! The quota counter (part of the reconciler's role): counts again, every
 //! `api.quota_recount_ms`, what each token with a quota holds — its
 //! pending jobs and their payload bytes — so that jobs which left pending
-//! (sent, cancelled, expired) stop counting against it. Creates charge
+//! (sent, cancelled, expired) stop counting against it; and forgets the
+//! done jobs of tokens noted without a quota (topics grouped by token). Creates charge
 //! their jobs as they commit (see `store::quotas`); this pass only ever
 //! gives room back, exactly.
 
@@ -40,9 +41,9 @@ impl Service for QuotaCounter {
     }
 
     async fn run_once(&mut self, _now: DateTime<Utc>) -> Result<usize, StoreError> {
-        let tokens = self.store.quota_usages().await?;
-        for usage in &tokens {
-            self.store.quota_recount(usage.token_id).await?;
+        let tokens = self.store.quota_tokens_counted().await?;
+        for token in &tokens {
+            self.store.quota_recount(*token).await?;
         }
         Ok(tokens.len())
     }

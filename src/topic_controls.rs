@@ -133,6 +133,24 @@ impl TopicControls {
         })
     }
 
+    /// Whether `topic`'s jobs are grouped by the token that created them:
+    /// a create through a token then notes it (`token_jobs`).
+    pub fn grouped_by_token(&self, topic: &str) -> bool {
+        self.grouping(topic)
+            .is_some_and(|grouping| grouping.by == GroupBy::Token)
+    }
+
+    /// Whether any topic is grouped by token (else the dispatcher's pacing
+    /// does not read who created its jobs).
+    pub fn any_grouped_by_token(&self) -> bool {
+        let api = self
+            .read()
+            .groups
+            .values()
+            .any(|(by, _)| by.as_deref() == Some("token"));
+        api || self.rules.any_grouped_by_token()
+    }
+
     pub fn is_paused(&self, topic: &str) -> bool {
         self.read().paused.contains(topic)
     }

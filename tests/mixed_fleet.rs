@@ -306,3 +306,97 @@ async fn a_row_under_a_key_another_live_instance_holds_waits_for_it() {
     b.shutdown().await;
     env.finish().await;
 }
+
+/// Registers a live instance row as an older build would (`version`
+/// `…+schema.N`, no `enc_keys`); returns its id.
+async fn older_instance(env: &TestEnv, schema: i32) -> u64 {
+    sqlx::query(
+        "INSERT INTO instances (host, pid, version, roles, ttl_ms, started_at, heartbeat_at) \
+         VALUES ('older', 1, ?, 'api,dispatcher', 120000, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))",
+    )
+    .bind(format!("0.9.0+schema.{schema}"))
+    .execute(&env.sql)
+    .await
+    .unwrap()
+    .last_insert_id()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn older_builds_beside_hold_sealing_and_headers_binding_until_they_are_gone() {
+    let (k1, _, _) = key_files();
+    let env = TestEnv::start_with(move |c| keyed(c, "k1", &[("k1", &k1)])).await;
+    let create = |key: &'static str| {
+        let env = &env;
+        async move {
+            env.job_create(json!({"key": key, "payload": {"k": key},
+                "headers": {"tenant": "a"}, "delay_ms": 600_000}))
+                .await["id"]
+                .as_u64()
+                .unwrap()
+        }
+    };
+    let stored_payload = |id: u64| {
+        let sql = env.sql.clone();
+        async move {
+            sqlx::query_scalar::<_, Vec<u8>>("SELECT payload FROM jobs WHERE id = ?")
+                .bind(id)
+                .fetch_one(&sql)
+                .await
+                .unwrap()
+        }
+    };
+    let keys = env.store.keys().clone();
+
+    // Built before encryption at rest (V49): it would send ciphertext.
+    let oldest = older_instance(&env, 40).await;
+    held_await(&env, Hold::Plain).await;
+    let plain = create("plain").await;
+    assert_eq!(row(&env, plain).await.1, None, "written plain");
+    sqlx::query("DELETE FROM instances WHERE id = ?")
+        .bind(oldest)
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    held_await(&env, Hold::No).await;
+
+    // Built after sealing, before V55: it opens a payload sealed the old
+    // way only, so the headers are not bound while it is live.
+    let older = older_instance(&env, 53).await;
+    let unbound = eventually(Duration::from_secs(20), || async {
+        let id = create("unbound").await;
+        let payload = stored_payload(id).await;
+        sqlx::query("DELETE FROM jobs WHERE id = ?")
+            .bind(id)
+            .execute(&env.sql)
+            .await
+            .unwrap();
+        keys.open("k1", id, tickler::keys::Part::Payload, &payload)
+            .is_ok()
+            .then_some(())
+    })
+    .await;
+    assert!(unbound.is_some(), "an older build can open what is sealed");
+    sqlx::query("DELETE FROM instances WHERE id = ?")
+        .bind(older)
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    let bound = eventually(Duration::from_secs(20), || async {
+        let id = create("bound").await;
+        let payload = stored_payload(id).await;
+        sqlx::query("DELETE FROM jobs WHERE id = ?")
+            .bind(id)
+            .execute(&env.sql)
+            .await
+            .unwrap();
+        keys.open("k1", id, tickler::keys::Part::Payload, &payload)
+            .is_err()
+            .then_some(())
+    })
+    .await;
+    assert!(
+        bound.is_some(),
+        "headers bound once every instance reads it"
+    );
+    env.finish().await;
+}

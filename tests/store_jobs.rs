@@ -902,11 +902,14 @@ async fn a_topics_pending_jobs_and_the_topics_of_ids_are_read_by_id() {
 
     let topics: Vec<(u64, String, bool)> = db
         .store
-        .job_pacing(&[other, overdue, 999_999])
+        .job_pacing(&[other, overdue, 999_999], true)
         .await
         .unwrap()
         .into_iter()
-        .map(|job| (job.id, job.topic, job.window_end.is_some()))
+        .map(|job| {
+            assert_eq!(job.token, None, "created without a token");
+            (job.id, job.topic, job.window_end.is_some())
+        })
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
         .collect();
@@ -916,7 +919,7 @@ async fn a_topics_pending_jobs_and_the_topics_of_ids_are_read_by_id() {
     ];
     expected.sort_unstable();
     assert_eq!(topics, expected, "ids without a row are left out");
-    assert!(db.store.job_pacing(&[]).await.unwrap().is_empty());
+    assert!(db.store.job_pacing(&[], false).await.unwrap().is_empty());
     db.finish().await;
 }
 

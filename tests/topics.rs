@@ -436,6 +436,85 @@ async fn a_burst_of_one_tenant_does_not_delay_another_on_the_same_topic() {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_tenant_cannot_forge_its_way_into_another_tenants_group_by_token() {
+    let env = env_start().await;
+    let topic = env.topic.clone();
+    let (status, view) = env
+        .request(
+            "PATCH",
+            &format!("/v1/topics/{topic}"),
+            Some(json!({"group_by": "token", "group_max_per_second": 100}).to_string()),
+        )
+        .await;
+    assert_eq!(status, 200, "{view}");
+    assert_eq!(view["group_by"], "token");
+    let url = &env.config.mysql.url;
+    let (big, small) = (
+        tickler_testkit::token_create(url, "big", &["*"], &["write"]).await,
+        tickler_testkit::token_create(url, "small", &["*"], &["write"]).await,
+    );
+    tokio::time::sleep(Duration::from_millis(1_500)).await;
+    // The big tenant floods; both say they are tenant "small" in the key
+    // and the header a key or header grouping would read.
+    let job = |who: &str, i: usize| {
+        json!({"topic": topic, "delay_ms": 3_000, "payload": i, "key": format!("small:{who}-{i}"),
+               "headers": {"tenant": "small"}})
+    };
+    for (secret, who, n) in [(&big, "big", 600), (&small, "small", 30)] {
+        let http = tickler_testkit::http_with_token(secret);
+        let items: Vec<Value> = (0..n).map(|i| job(who, i)).collect();
+        let (status, answer) = env
+            .request_with(
+                &http,
+                "POST",
+                "/v1/jobs/batch",
+                Some(json!({"jobs": items}).to_string()),
+            )
+            .await;
+        assert_eq!(status, 200, "{answer}");
+    }
+    all_dispatched(&env, &topic, 630, Duration::from_secs(40)).await;
+    let last_late = |who: &'static str| {
+        let sql = env.sql.clone();
+        let topic = topic.clone();
+        async move {
+            let late: i64 = sqlx::query_scalar(
+                "SELECT CAST(MAX(TIMESTAMPDIFF(MICROSECOND, schedule_time, dispatched_at)) / 1000 AS SIGNED) \
+                 FROM jobs WHERE topic = ? AND job_key LIKE ?",
+            )
+            .bind(&topic)
+            .bind(format!("small:{who}-%"))
+            .fetch_one(&sql)
+            .await
+            .unwrap();
+            late
+        }
+    };
+    let (big_last, small_last) = (last_late("big").await, last_late("small").await);
+    eprintln!(
+        "by token: big (600 at 100/s) last {big_last} ms late; small (30) last {small_last} ms"
+    );
+    assert!(
+        small_last * 4 < big_last,
+        "the small tenant is not queued behind the big one, whatever the big one's keys and \
+         headers say: its last {small_last} ms late, the big one's {big_last} ms"
+    );
+    // The quota counter forgets the notes of jobs gone out.
+    let env_store = env.store.clone();
+    let counter_pass = tickler::quotas::QuotaCounter::new(env_store, &env.config)
+        .run_once(chrono::Utc::now())
+        .await
+        .unwrap();
+    assert!(counter_pass >= 2, "both tokens counted: {counter_pass}");
+    let noted: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM token_jobs")
+        .fetch_one(&env.sql)
+        .await
+        .unwrap();
+    assert_eq!(noted, 0, "notes of jobs gone out are forgotten");
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_pace_slower_than_one_job_a_tick_still_lets_jobs_through() {
     let env = env_start().await;
     let topic = env.topic.clone();

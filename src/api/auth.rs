@@ -90,6 +90,24 @@ impl Caller {
             .with_quota(self.0.quota)
     }
 
+    /// [`Caller::store`] for creating jobs on `topics`: when one of them
+    /// groups its jobs by token (`group_by = "token"`), the jobs are noted
+    /// as this token's (`token_jobs`, as a quota's are, without a limit
+    /// unless it has one), so its tenant's group is the one no key or
+    /// header can forge.
+    pub fn store_creating<'a>(
+        &self,
+        state: &ApiState,
+        mut topics: impl Iterator<Item = &'a str>,
+    ) -> Store {
+        let noted = self.0.quota.or_else(|| {
+            self.0
+                .token_id
+                .filter(|_| topics.any(|topic| state.controls.grouped_by_token(topic)))
+        });
+        state.store.with_actor(&self.0.actor()).with_quota(noted)
+    }
+
     pub fn resolver(&self, state: &ApiState) -> Resolver {
         state.resolver.with_store(self.store(state))
     }

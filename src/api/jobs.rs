@@ -591,7 +591,7 @@ pub async fn create(
     };
     crate::telemetry::parent_set(&span, new_job.trace_parent.as_deref());
     let inserted = caller
-        .store(&state)
+        .store_creating(&state, std::iter::once(new_job.topic.as_str()))
         .job_insert(&new_job)
         .instrument(span.clone())
         .await;
@@ -738,7 +738,10 @@ pub async fn create_batch(
         (Vec::new(), now)
     } else {
         caller.jobs_admit(&state, valid.len()).await?;
-        caller.store(&state).job_insert_many(&valid).await?
+        caller
+            .store_creating(&state, valid.iter().map(|job| job.topic.as_str()))
+            .job_insert_many(&valid)
+            .await?
     };
     let created: Vec<&Job> = rows.iter().filter_map(BatchRow::created).collect();
     metrics::jobs_created(created.len());

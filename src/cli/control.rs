@@ -33,7 +33,7 @@ pub enum TopicsCommand {
     /// `--per-second` (across every instance); `--clear` removes both.
     Group {
         topic: String,
-        /// `key:SEPARATOR` or `header:NAME`.
+        /// `key:SEPARATOR`, `header:NAME` or `token` (the creating API token).
         #[arg(required_unless_present = "clear")]
         group_by: Option<String>,
         /// Each group's pace, jobs per second (at least 1).

@@ -51,6 +51,14 @@ impl TopicRules {
         self.topics.get(topic).and_then(|t| t.max_per_second)
     }
 
+    /// Whether a configured topic groups its jobs by the token that
+    /// created them (`group_by = "token"`).
+    pub fn any_grouped_by_token(&self) -> bool {
+        self.topics
+            .values()
+            .any(|t| t.group_by.as_deref() == Some("token"))
+    }
+
     /// The configured grouping of `topic` (`group_by`, checked at start-up)
     /// and its groups' pace.
     pub fn grouping_for(&self, topic: &str) -> (Option<&str>, Option<u32>) {

@@ -104,7 +104,8 @@ impl Dispatcher {
         if ids.is_empty() || (smooth.is_none() && !self.controls.any_paced()) {
             return ids;
         }
-        let jobs = match self.store.job_pacing(&ids).await {
+        let with_token = self.controls.any_grouped_by_token();
+        let jobs = match self.store.job_pacing(&ids, with_token).await {
             Ok(jobs) => jobs,
             Err(err) => {
                 tracing::warn!(error = %err, "cannot read the topics of claimed jobs to pace them; trying again shortly");
@@ -188,7 +189,9 @@ impl Dispatcher {
     ) -> Vec<JobId> {
         let mut groups: BTreeMap<String, Vec<JobId>> = BTreeMap::new();
         for job in jobs {
-            let group = grouping.by.group_of(job.key.as_deref(), &job.headers);
+            let group = grouping
+                .by
+                .group_of(job.key.as_deref(), &job.headers, job.token);
             groups.entry(group).or_default().push(job.id);
         }
         let Some(rate) = grouping.per_second else {

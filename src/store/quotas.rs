@@ -279,6 +279,20 @@ impl Store {
         rows.iter().map(usage_of).collect()
     }
 
+    /// The tokens whose usage the quota counter counts again: those with a
+    /// quota, and those whose jobs were noted without one (a topic grouped
+    /// by token), so that their `token_jobs` rows are forgotten once the
+    /// jobs are done.
+    pub async fn quota_tokens_counted(&self) -> Result<Vec<u64>, StoreError> {
+        Ok(sqlx::query_scalar(
+            "SELECT t.id FROM api_tokens t WHERE t.revoked_at IS NULL \
+             AND (t.max_pending_jobs IS NOT NULL OR t.max_payload_bytes IS NOT NULL \
+             OR EXISTS (SELECT 1 FROM token_usage u WHERE u.token_id = t.id)) ORDER BY t.id",
+        )
+        .fetch_all(&self.pool)
+        .await?)
+    }
+
     /// Sets the token `name`'s quotas (None: no limit); `Ok(false)` when
     /// there is no such token.
     pub async fn quota_set(

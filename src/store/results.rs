@@ -15,7 +15,9 @@ use sqlx::{MySql, QueryBuilder, Row, Transaction};
 
 use super::db_time;
 use super::history::{event_token, events_record};
-use super::job_row::{job_from_row, job_read_back, policy_from_row, JOB_COLUMNS};
+use super::job_row::{
+    job_from_row, job_from_row_without_body, job_read_back, policy_from_row, JOB_COLUMNS,
+};
 use super::sql::{push_id_list, update_joined};
 use super::{Store, StoreError, WindowEntry};
 use crate::job::{Job, JobId, Schedule, Status};
@@ -308,7 +310,8 @@ impl Store {
     /// `claim` (the caller's token) and `lease`: no other instance takes them
     /// until the lease expires, and a record that failed is tried again when
     /// it does. Entries whose job is gone are dropped. An entry whose job's
-    /// row does not decode (a hand edit the column accepts) is left out and
+    /// payload or headers do not decode (a hand edit the column accepts) goes
+    /// without them; one whose other columns do not decode is left out and
     /// logged: it is claimed again after its lease, until the row is
     /// repaired, and the letters claimed beside it go on.
     pub async fn dead_letter_claim(
@@ -352,14 +355,30 @@ impl Store {
                     Ok(job) => {
                         jobs.insert(job.id, job);
                     }
+                    // Its payload or headers do not decode: the letter
+                    // goes without them (the job, its attempt and error
+                    // say what died), rather than wait without end for
+                    // a repair.
                     Err(err) => {
                         let id: JobId = row.try_get("id")?;
-                        tracing::warn!(
-                            job = id,
-                            error = %err,
-                            "a dead job's row does not decode: its dead letter waits until the row is repaired"
-                        );
-                        unreadable.insert(id);
+                        match job_from_row_without_body(&row) {
+                            Ok(job) => {
+                                tracing::warn!(
+                                    job = id,
+                                    error = %err,
+                                    "a dead job's payload or headers do not decode: its dead letter goes without them"
+                                );
+                                jobs.insert(job.id, job);
+                            }
+                            Err(_) => {
+                                tracing::warn!(
+                                    job = id,
+                                    error = %err,
+                                    "a dead job's row does not decode: its dead letter waits until the row is repaired"
+                                );
+                                unreadable.insert(id);
+                            }
+                        }
                     }
                 }
             }

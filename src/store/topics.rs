@@ -33,6 +33,9 @@ pub struct JobPacing {
     /// Its key and headers: what its group is read from.
     pub key: Option<String>,
     pub headers: std::collections::BTreeMap<String, String>,
+    /// The API token that created it, when asked for and noted (see
+    /// `group_by = "token"`).
+    pub token: Option<u64>,
     /// The end of its flexible window (`window_start` + `window_ms`), if it
     /// has one.
     pub window_end: Option<DateTime<Utc>>,
@@ -161,15 +164,26 @@ impl Store {
     }
 
     /// The topic of each of these jobs, and the end of its flexible window
-    /// if it has one (what the dispatcher's pacing needs); ids without a
-    /// row are left out.
-    pub async fn job_pacing(&self, ids: &[JobId]) -> Result<Vec<JobPacing>, StoreError> {
+    /// if it has one (what the dispatcher's pacing needs), with the token
+    /// that created it when `with_token` (from `token_jobs`, by its job
+    /// index: a topic grouped by token); ids without a row are left out.
+    pub async fn job_pacing(
+        &self,
+        ids: &[JobId],
+        with_token: bool,
+    ) -> Result<Vec<JobPacing>, StoreError> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
         let mut query = sqlx::QueryBuilder::<sqlx::MySql>::new(
-            "SELECT id, topic, job_key, headers, enc_key, window_ms, window_start FROM jobs WHERE id IN ",
+            "SELECT id, topic, job_key, headers, enc_key, window_ms, window_start, ",
         );
+        query.push(if with_token {
+            "(SELECT MIN(t.token_id) FROM token_jobs t WHERE t.job_id = jobs.id) AS token_id"
+        } else {
+            "CAST(NULL AS UNSIGNED) AS token_id"
+        });
+        query.push(" FROM jobs WHERE id IN ");
         super::sql::push_id_list(&mut query, ids);
         let rows = query.build().fetch_all(&self.pool).await?;
         rows.iter()
@@ -199,6 +213,7 @@ impl Store {
                         .map_err(|_| StoreError::Corrupt("jobs.topic is not UTF-8".to_owned()))?,
                     key: key.map(|key| String::from_utf8_lossy(&key).into_owned()),
                     headers,
+                    token: row.try_get::<Option<u64>, _>("token_id")?,
                     window_end: window_ms.zip(window_start).map(|(ms, start)| {
                         start.and_utc() + chrono::Duration::milliseconds(i64::from(ms))
                     }),
