@@ -276,6 +276,13 @@ async fn a_row_nemesis_costs_only_the_rows_it_touches() {
     };
     let rounds = setting("TICKLER_NEMESIS_ROUNDS", 3);
     let percent = setting("TICKLER_NEMESIS_PERCENT", 25).min(100);
+    // Only the edits naming one of these columns (all by default).
+    let only = std::env::var("TICKLER_NEMESIS_ONLY").unwrap_or_default();
+    let edits: Vec<&str> = EDITS
+        .iter()
+        .copied()
+        .filter(|edit| only.is_empty() || only.split(',').any(|column| edit.starts_with(column)))
+        .collect();
     let (env, requests, replies) = ingress_env(|_| {}).await;
     let other = env.another().await;
     let other_url = format!("http://{}", other.http_addr.expect("an API"));
@@ -320,7 +327,7 @@ async fn a_row_nemesis_costs_only_the_rows_it_touches() {
         let (victims, spared) = ids.split_at(ids.len() * percent / 100);
         for id in victims {
             let picks = rng.random_range(1..=3);
-            let mut sets: Vec<&str> = EDITS.choose_multiple(&mut rng, picks).copied().collect();
+            let mut sets: Vec<&str> = edits.choose_multiple(&mut rng, picks).copied().collect();
             sets.dedup();
             let query = format!("UPDATE jobs SET {} WHERE id = ?", sets.join(", "));
             let garbage: Vec<u8> = if rng.random_bool(0.5) {

@@ -439,27 +439,46 @@ impl Store {
             }
             conn = self.pool.acquire().await?;
         }
-        for (id, reason) in &outcome.unreadable {
-            // Crash before this: the row is dispatching under this claim,
-            // never sent; after the lease it is read back, found absent,
-            // claimed again, and set aside then.
-            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+        if !outcome.unreadable.is_empty() {
+            // All of the pass's in one statement and one commit: each
+            // broken row costs the jobs claimed beside it no round trip.
+            // Crash before this: the rows are dispatching under this
+            // claim, never sent; after the lease they are read back, found
+            // absent, claimed again, and set aside then.
+            let errors: Vec<(JobId, String)> = outcome
+                .unreadable
+                .iter()
+                .map(|(id, reason)| {
+                    (
+                        *id,
+                        format!(
+                            "{UNREADABLE_PREFIX}{reason}; repair the row by hand, then redrive it"
+                        ),
+                    )
+                })
+                .collect();
             let event = event_token();
-            sqlx::query(
-                "UPDATE jobs SET event_token = ?, status = 'dead', version = version % 4294967295 + 1, \
-                 claim_token = NULL, claimed_by = NULL, claimed_at = NULL, \
-                 claim_expires_at = NULL, last_error = ? \
-                 WHERE id = ? AND status = 'dispatching' AND claim_token = ?",
-            )
-            .bind(event)
-            .bind(format!(
-                "{UNREADABLE_PREFIX}{reason}; repair the row by hand, then redrive it"
-            ))
-            .bind(*id)
-            .bind(token)
-            .execute(&mut *tx)
-            .await?;
-            events_record(&mut tx, &self.actor, &[*id], event).await?;
+            let mut update = super::sql::update_joined(&errors, "u", |query, (id, error)| {
+                query
+                    .push_bind(*id)
+                    .push(" AS id, ")
+                    .push_bind(error.as_str())
+                    .push(" AS e");
+            });
+            update
+                .push("SET j.event_token = ")
+                .push_bind(event)
+                .push(
+                    ", j.status = 'dead', j.version = j.version % 4294967295 + 1, \
+                     j.claim_token = NULL, j.claimed_by = NULL, j.claimed_at = NULL, \
+                     j.claim_expires_at = NULL, j.last_error = u.e \
+                     WHERE j.status = 'dispatching' AND j.claim_token = ",
+                )
+                .push_bind(token);
+            let ids: Vec<JobId> = errors.iter().map(|(id, _)| *id).collect();
+            let mut tx = sqlx::Connection::begin(&mut *conn).await?;
+            update.build().execute(&mut *tx).await?;
+            events_record(&mut tx, &self.actor, &ids, event).await?;
             tx.commit().await?;
         }
         outcome
