@@ -287,7 +287,7 @@ impl Store {
         Ok(sqlx::query_scalar(
             "SELECT t.id FROM api_tokens t WHERE t.revoked_at IS NULL \
              AND (t.max_pending_jobs IS NOT NULL OR t.max_payload_bytes IS NOT NULL \
-             OR EXISTS (SELECT 1 FROM token_usage u WHERE u.token_id = t.id)) ORDER BY t.id",
+             OR EXISTS (SELECT 1 FROM token_usage u WHERE u.token_id = t.id))",
         )
         .fetch_all(&self.pool)
         .await?)
