@@ -40,7 +40,7 @@ use crate::kafka::readback::{self, Sought};
 use crate::metrics;
 use crate::resolver::Resolver;
 use crate::service::{PassError, Service};
-use crate::store::{Dispatched, Store, StoreError, WindowEntry};
+use crate::store::{Dispatched, Doubt, Store, StoreError, WindowEntry};
 
 #[derive(Debug, Clone)]
 pub struct ReconcilerConfig {
@@ -359,7 +359,7 @@ pub async fn doubts_settle(
     limit: u32,
     skip: &HashSet<String>,
 ) -> Result<DoubtsSettled, ReconcileError> {
-    let mut settled = DoubtsSettled::default();
+    let settled = DoubtsSettled::default();
     let topics = store.job_doubt_topics().await?;
     let mut doubts = Vec::new();
     for (topic, _) in topics
@@ -372,6 +372,12 @@ pub async fn doubts_settle(
     if doubts.is_empty() {
         return Ok(settled);
     }
+    // A claim no record can be stamped for yet (a row set `dispatching` by
+    // hand ahead of its time: its record would be no older than its
+    // schedule) is absent without a read: a read-back costs the broker and
+    // the cores the dispatcher shares (docs/faults.md, the row nemesis).
+    let now = store.db_now().await?;
+    let (unstamped, doubts): (Vec<_>, Vec<_>) = doubts.into_iter().partition(|d| d.since > now);
     let sought: Vec<Sought> = doubts
         .iter()
         .map(|d| Sought {
@@ -382,16 +388,42 @@ pub async fn doubts_settle(
         })
         .collect();
     let reading = std::time::Instant::now();
+    let read = if sought.is_empty() {
+        readback::ReadBack::default()
+    } else {
+        read_back_find(read_back, &sought, &doubts).await
+    };
+    tracing::debug!(
+        num_jobs = doubts.len(),
+        unstamped = unstamped.len(),
+        found = read.found.len(),
+        read_ms = reading.elapsed().as_millis() as u64,
+        oldest_claim_age_ms = doubts
+            .iter()
+            .map(|d| (Utc::now() - d.since).num_milliseconds())
+            .max()
+            .unwrap_or(0),
+        "claims in doubt read back"
+    );
+    settle_read(store, index, doubts, unstamped, read, now, settled).await
+}
+
+/// Reads the topics of `doubts` back for the records `sought`.
+async fn read_back_find(
+    read_back: &ReadBack<'_>,
+    sought: &[Sought],
+    doubts: &[Doubt],
+) -> readback::ReadBack {
     let resume = std::mem::take(
         &mut *read_back
             .resume
             .lock()
             .unwrap_or_else(|poisoned| poisoned.into_inner()),
     );
-    let read = match readback::records_find(
+    match readback::records_find(
         read_back.brokers,
         read_back.options,
-        &sought,
+        sought,
         read_back.wait,
         resume,
     )
@@ -415,18 +447,20 @@ pub async fn doubts_settle(
                 ..readback::ReadBack::default()
             }
         }
-    };
-    tracing::debug!(
-        num_jobs = doubts.len(),
-        found = read.found.len(),
-        read_ms = reading.elapsed().as_millis() as u64,
-        oldest_claim_age_ms = doubts
-            .iter()
-            .map(|d| (Utc::now() - d.since).num_milliseconds())
-            .max()
-            .unwrap_or(0),
-        "claims in doubt read back"
-    );
+    }
+}
+
+/// Settles `doubts` by what `read` found of them, and `unstamped` (no
+/// record can exist yet) as absent.
+async fn settle_read(
+    store: &Store,
+    index: &Index,
+    doubts: Vec<Doubt>,
+    unstamped: Vec<Doubt>,
+    read: readback::ReadBack,
+    now: DateTime<Utc>,
+    mut settled: DoubtsSettled,
+) -> Result<DoubtsSettled, ReconcileError> {
     // Claims of topics that could not be read stay in doubt (a cancel
     // answers in_flight) until a later pass reads them.
     let (doubts, unsettled): (Vec<_>, Vec<_>) = doubts
@@ -441,15 +475,19 @@ pub async fn doubts_settle(
     }
     settled.failed = read.failed;
     settled.resuming = read.resuming;
-    let mut concluded: Vec<String> = doubts.iter().map(|d| d.topic.clone()).collect();
+    let mut concluded: Vec<String> = doubts
+        .iter()
+        .chain(&unstamped)
+        .map(|d| d.topic.clone())
+        .collect();
     concluded.sort_unstable();
     concluded.dedup();
     settled.concluded = concluded;
     let found = read.found;
-    let now = store.db_now().await?;
-    let (landed, absent): (Vec<_>, Vec<_>) = doubts
+    let (landed, mut absent): (Vec<_>, Vec<_>) = doubts
         .into_iter()
         .partition(|d| found.contains_key(&(d.id, d.attempt)));
+    absent.extend(unstamped);
     let marks: Vec<Dispatched> = landed
         .iter()
         .filter_map(|d| {

@@ -871,3 +871,51 @@ async fn rows_set_dispatching_by_hand(env: &TestEnv, n: u64, spread: Duration) -
         .await
         .unwrap()
 }
+
+/// A row set `dispatching` by hand ahead of its time has no record that
+/// could be stamped yet: it is settled absent without reading its topic
+/// (here the broker named does not answer, so a read would leave it in
+/// doubt), and goes out at its time. One due already is read back.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_row_set_dispatching_ahead_of_its_time_is_settled_without_a_read() {
+    let env = api_only(|_| {}).await;
+    let ahead = env
+        .job_create(serde_json::json!({"key": "ahead", "payload": 1, "delay_ms": 600_000}))
+        .await["id"]
+        .as_u64()
+        .unwrap();
+    let due = env
+        .job_create(serde_json::json!({"key": "due", "payload": 1, "delay_ms": 0}))
+        .await["id"]
+        .as_u64()
+        .unwrap();
+    sqlx::query(
+        "UPDATE jobs SET status = 'dispatching', claim_token = NULL, claimed_by = NULL, \
+         claim_expires_at = NULL WHERE id IN (?, ?)",
+    )
+    .bind(ahead)
+    .bind(due)
+    .execute(&env.sql)
+    .await
+    .unwrap();
+    let resume = std::sync::Mutex::new(tickler::kafka::readback::Resume::default());
+    let nowhere = "127.0.0.1:9".to_owned();
+    let settled = tickler::reconciler::doubts_settle(
+        &env.store,
+        &env.index,
+        &tickler::reconciler::ReadBack {
+            brokers: &nowhere,
+            options: &env.config.kafka.options,
+            wait: Duration::from_millis(500),
+            resume: &resume,
+        },
+        1_000,
+        &std::collections::HashSet::new(),
+    )
+    .await
+    .unwrap();
+    assert_eq!(settled.absent, 1, "{settled:?}");
+    assert_eq!(env.job_status(ahead).await, "pending", "settled without a read");
+    assert_eq!(env.job_status(due).await, "dispatching", "left for a read");
+    env.finish().await;
+}

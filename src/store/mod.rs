@@ -45,7 +45,7 @@ pub use audit::{AuditEntry, AuditFilter, AuditRow};
 pub use bulk::{BulkAction, BulkBatch, BulkFilter, BulkOp, BulkStatus};
 pub use cluster::{instances_describe, Beat, Fence, InstanceInfo, InstanceRow, LeaseRow};
 pub use compression::{CompressionSample, DictInfo, PayloadSamples};
-pub use dispatch::{ClaimOutcome, Dispatched, Marked};
+pub use dispatch::{ClaimOutcome, Dispatched, Doubt, Marked};
 pub use forecast::DueCount;
 pub use history::{BrokenTrigger, HandEditsState};
 pub use job_row::WindowEntry;
