@@ -915,7 +915,11 @@ async fn a_row_set_dispatching_ahead_of_its_time_is_settled_without_a_read() {
     .await
     .unwrap();
     assert_eq!(settled.absent, 1, "{settled:?}");
-    assert_eq!(env.job_status(ahead).await, "pending", "settled without a read");
+    assert_eq!(
+        env.job_status(ahead).await,
+        "pending",
+        "settled without a read"
+    );
     assert_eq!(env.job_status(due).await, "dispatching", "left for a read");
     env.finish().await;
 }
