@@ -39,10 +39,12 @@ pub async fn start(store: &Store, ttl: Duration) {
     if let Err(err) = store.dicts_refresh().await {
         tracing::debug!(error = %err, "cannot load payload dictionaries yet");
     }
+    // Unread, sealing stays under the active key: never plain for a
+    // database that did not answer (an instance that lacks the key leaves
+    // such rows to one that holds it).
     if store.keys().active().is_some() {
         if let Err(err) = sealers_follow(store, ttl).await {
-            tracing::warn!(error = %err, "cannot read which keys the live instances hold; sealing plain until it can");
-            hold_keys(store, Hold::Plain);
+            tracing::warn!(error = %err, "cannot read which keys the live instances hold; sealing under the active key until it can");
         }
     }
     if store.codec().is_on() && readers_follow(store, ttl).await.is_err() {
@@ -108,8 +110,10 @@ async fn readers_follow(store: &Store, ttl: Duration) -> Result<(), StoreError> 
 
 /// Holds the active key back while a live instance lacks it: new rows are
 /// sealed under the newest key every live instance holds (by when a
-/// process last sealed with it), or plain while one opens nothing (built
-/// before sealing, or holding none of this instance's keys).
+/// process last sealed with it), or plain only while one is built before
+/// sealing (it would send a sealed payload as stored). When no key is held
+/// by all, the active key: what an instance lacks, it leaves to one that
+/// holds it — never plaintext for a misconfigured instance.
 async fn sealers_follow(store: &Store, ttl: Duration) -> Result<(), StoreError> {
     let Some(active) = store.keys().active().map(str::to_owned) else {
         return Ok(());
@@ -152,7 +156,7 @@ async fn sealers_follow(store: &Store, ttl: Duration) -> Result<(), StoreError> 
                         .iter()
                         .all(|row| instance_may_hold(&row.version, row.enc_keys.as_deref(), key))
             })
-            .map_or(Hold::Plain, Hold::To)
+            .map_or(Hold::No, Hold::To)
     };
     if hold != store.keys().held() {
         match &hold {
@@ -168,7 +172,7 @@ async fn sealers_follow(store: &Store, ttl: Duration) -> Result<(), StoreError> 
             Hold::Plain => tracing::warn!(
                 active_key = %active,
                 instances = %instances_describe(&lacking),
-                "sealing held: these live instances open no key this instance has (or are built before encryption at rest); new rows are written plain until they are gone"
+                "sealing held: these live instances are built before encryption at rest and would send sealed payloads as stored; new rows are written plain until they are gone"
             ),
         }
     }

@@ -575,7 +575,7 @@ declare! {
         help: "0 while new rows are sealed under encryption.active_key; 1 \
             while it is held back because a live instance lacks it (sealed \
             under a key they all hold); 2 while sealing is held (written \
-            plain) because a live instance opens no key this one has.",
+            plain) because a live instance is built before encryption at rest.",
     },
     TRUTH_COUNT_AGE = Gauge {
         name: "tickler_jobs_count_age_seconds",

@@ -161,6 +161,33 @@ async fn a_key_file_with_other_material_under_a_known_id_is_refused_at_start() {
         err.contains("k1") && err.contains("enc_key_canaries"),
         "{err}"
     );
+
+    // As after an upgrade from a build without canaries: rows sealed
+    // under k1, no canary yet. The wrong material, first to start, is
+    // refused by the rows (not trusted to set the canary); the right one
+    // starts and sets it.
+    env.job_create(json!({"key": "sealed", "payload": {"n": 1}, "delay_ms": 600_000}))
+        .await;
+    sqlx::query("DELETE FROM enc_key_canaries")
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    let mut wrong = env.config.clone();
+    keyed(&mut wrong, "k1", &[("k1", &impostor)]);
+    let err = match tickler::app::start(wrong, CancellationToken::new()).await {
+        Ok(_) => panic!("the first instance since canaries, with other material, starts"),
+        Err(err) => err.to_string(),
+    };
+    assert!(err.contains("k1"), "{err}");
+    let canaries: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM enc_key_canaries")
+        .fetch_one(&env.sql)
+        .await
+        .unwrap();
+    assert_eq!(canaries, 0, "no canary set by the wrong key");
+    let right = tickler::app::start(env.config.clone(), CancellationToken::new())
+        .await
+        .expect("the right key starts");
+    right.shutdown().await;
     env.finish().await;
 }
 

@@ -137,7 +137,7 @@ pub enum ApiError {
     /// The job is stored in a form that does not decode (edited by hand,
     /// restored, sealed under a key this instance lacks): that row only;
     /// `tickler doctor` names it.
-    #[error("job stored unreadable: {0}")]
+    #[error("stored row does not decode: {0}")]
     Unreadable(String),
     #[error("internal error")]
     Internal,

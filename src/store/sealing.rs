@@ -66,10 +66,23 @@ impl Store {
     /// would set aside every row the other material sealed.
     pub async fn key_canaries_check(&self) -> Result<Vec<String>, StoreError> {
         let mut wrong = Vec::new();
+        let used: Vec<String> = self.keys_used().await?.into_iter().map(|k| k.key).collect();
         for key in self.keys.ids() {
             let Some(made) = self.keys.canary_seal(&key) else {
                 continue;
             };
+            let known: Option<Vec<u8>> =
+                sqlx::query_scalar("SELECT sealed FROM enc_key_canaries WHERE key_id = ?")
+                    .bind(&key)
+                    .fetch_optional(&self.pool)
+                    .await?;
+            // The first to hold an id since canaries exist (an upgrade):
+            // its key must open rows already sealed under that id, or it
+            // would set a wrong canary for every right key after it.
+            if known.is_none() && used.contains(&key) && !self.key_opens_its_rows(&key).await? {
+                wrong.push(key);
+                continue;
+            }
             // Two processes starting at once: one canary wins, and the
             // other checks its key against it.
             sqlx::query(
@@ -90,6 +103,30 @@ impl Store {
             }
         }
         Ok(wrong)
+    }
+
+    /// Whether `key` opens a few of the jobs sealed under it (true when
+    /// none is found, or one opens: a row damaged by hand does not make a
+    /// right key wrong). A scan of `jobs` until it finds them (no index on
+    /// `enc_key`): once per key id, at the first start that holds it.
+    async fn key_opens_its_rows(&self, key: &str) -> Result<bool, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, payload, headers, enc_key FROM jobs \
+             WHERE enc_key = ? AND LENGTH(payload) > 0 LIMIT 3",
+        )
+        .bind(key)
+        .fetch_all(&self.pool)
+        .await?;
+        if rows.is_empty() {
+            return Ok(true);
+        }
+        for row in &rows {
+            let id: u64 = row.try_get("id")?;
+            if self.reopened(row, id, crate::keys::JOB)?.is_some() {
+                return Ok(true);
+            }
+        }
+        Ok(false)
     }
 
     /// Whether a live dispatching instance (by each one's own TTL, `ttl`
