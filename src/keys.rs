@@ -196,15 +196,14 @@ impl Keyring {
     /// This ring as new rows are to be sealed now: its active key unless
     /// that is held ([`Keyring::hold`]). Taken once per write.
     pub fn sealing(&self) -> Keyring {
-        if self.0.active.is_none() {
-            return self.clone();
-        }
-        let held = self.held();
-        let active = match (&held, &self.0.active) {
-            (_, None) => None,
-            (Hold::To(key), Some(_)) if self.has(key) => Some(key.clone()),
-            (Hold::No | Hold::To(_), Some(active)) => Some(active.clone()),
-            (Hold::Plain, Some(_)) => None,
+        // Not held (the usual case, on every write): the ring itself, no
+        // allocation; its active key is fixed, and whether headers are
+        // bound is read once per row sealed.
+        let active = match self.held() {
+            _ if self.0.active.is_none() => return self.clone(),
+            Hold::To(key) if self.has(&key) => Some(key),
+            Hold::No | Hold::To(_) => return self.clone(),
+            Hold::Plain => None,
         };
         Keyring(Arc::new(Inner {
             active,
