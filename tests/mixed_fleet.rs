@@ -348,77 +348,67 @@ async fn older_instance(env: &TestEnv, schema: i32) -> u64 {
     .last_insert_id()
 }
 
+/// Whether a job created now has a payload an older build (which binds
+/// nothing but the row and column) opens; the job is deleted after.
+async fn opens_as_an_older_build(env: &TestEnv) -> bool {
+    let id = env
+        .job_create(json!({"key": "probe", "payload": {"k": 1},
+            "headers": {"tenant": "a"}, "delay_ms": 600_000}))
+        .await["id"]
+        .as_u64()
+        .unwrap();
+    let payload: Vec<u8> = sqlx::query_scalar("SELECT payload FROM jobs WHERE id = ?")
+        .bind(id)
+        .fetch_one(&env.sql)
+        .await
+        .unwrap();
+    sqlx::query("DELETE FROM jobs WHERE id = ?")
+        .bind(id)
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    env.store
+        .keys()
+        .open("k1", id, tickler::keys::Part::Payload, &payload)
+        .is_ok()
+}
+
+async fn instance_gone(env: &TestEnv, id: u64) {
+    sqlx::query("DELETE FROM instances WHERE id = ?")
+        .bind(id)
+        .execute(&env.sql)
+        .await
+        .unwrap();
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn older_builds_beside_hold_sealing_and_headers_binding_until_they_are_gone() {
     let (k1, _, _) = key_files();
     let env = TestEnv::start_with(move |c| keyed(c, "k1", &[("k1", &k1)])).await;
-    let create = |key: &'static str| {
-        let env = &env;
-        async move {
-            env.job_create(json!({"key": key, "payload": {"k": key},
-                "headers": {"tenant": "a"}, "delay_ms": 600_000}))
-                .await["id"]
-                .as_u64()
-                .unwrap()
-        }
-    };
-    let stored_payload = |id: u64| {
-        let sql = env.sql.clone();
-        async move {
-            sqlx::query_scalar::<_, Vec<u8>>("SELECT payload FROM jobs WHERE id = ?")
-                .bind(id)
-                .fetch_one(&sql)
-                .await
-                .unwrap()
-        }
-    };
-    let keys = env.store.keys().clone();
 
     // Built before encryption at rest (V49): it would send ciphertext.
     let oldest = older_instance(&env, 40).await;
     held_await(&env, Hold::Plain).await;
-    let plain = create("plain").await;
-    assert_eq!(row(&env, plain).await.1, None, "written plain");
-    sqlx::query("DELETE FROM instances WHERE id = ?")
-        .bind(oldest)
-        .execute(&env.sql)
-        .await
+    let plain = env
+        .job_create(json!({"key": "plain", "payload": 1, "delay_ms": 600_000}))
+        .await["id"]
+        .as_u64()
         .unwrap();
+    assert_eq!(row(&env, plain).await.1, None, "written plain");
+    instance_gone(&env, oldest).await;
     held_await(&env, Hold::No).await;
 
     // Built after sealing, before V55: it opens a payload sealed the old
     // way only, so the headers are not bound while it is live.
     let older = older_instance(&env, 53).await;
     let unbound = eventually(Duration::from_secs(20), || async {
-        let id = create("unbound").await;
-        let payload = stored_payload(id).await;
-        sqlx::query("DELETE FROM jobs WHERE id = ?")
-            .bind(id)
-            .execute(&env.sql)
-            .await
-            .unwrap();
-        keys.open("k1", id, tickler::keys::Part::Payload, &payload)
-            .is_ok()
-            .then_some(())
+        opens_as_an_older_build(&env).await.then_some(())
     })
     .await;
     assert!(unbound.is_some(), "an older build can open what is sealed");
-    sqlx::query("DELETE FROM instances WHERE id = ?")
-        .bind(older)
-        .execute(&env.sql)
-        .await
-        .unwrap();
+    instance_gone(&env, older).await;
     let bound = eventually(Duration::from_secs(20), || async {
-        let id = create("bound").await;
-        let payload = stored_payload(id).await;
-        sqlx::query("DELETE FROM jobs WHERE id = ?")
-            .bind(id)
-            .execute(&env.sql)
-            .await
-            .unwrap();
-        keys.open("k1", id, tickler::keys::Part::Payload, &payload)
-            .is_err()
-            .then_some(())
+        (!opens_as_an_older_build(&env).await).then_some(())
     })
     .await;
     assert!(
