@@ -491,9 +491,15 @@ async fn start_on(
     }
     let config = Arc::new(config);
     let pools = Pools::connect(&config, &clock, &keys)?;
-    let wrong = pools.api.key_canaries_check().await?;
-    if !wrong.is_empty() {
-        return Err(StartError::KeyCanary(wrong.join(", ")));
+    // A database down at start-up does not stop it (as ever): the keys
+    // are then checked at the next start that reaches it.
+    match pools.api.key_canaries_check().await {
+        Ok(wrong) if !wrong.is_empty() => return Err(StartError::KeyCanary(wrong.join(", "))),
+        Ok(_) => {}
+        Err(err) if err.is_transient() => {
+            tracing::warn!(error = %err, "mysql does not answer: the keys' canaries are not checked at this start")
+        }
+        Err(err) => return Err(err.into()),
     }
     clock_neighbours_check(&pools.membership, &clock, config.instance_ttl()).await?;
     // Held before any role writes, if an older instance is live.
