@@ -18,30 +18,30 @@ use tokio_util::task::TaskTracker;
 
 use crate::api::Readiness;
 use crate::api::{self, ApiState, ServeLimits};
-use crate::auth::{Principal, TokenCache, TokenCacheConfig};
-use crate::bulk::BulkRunner;
-use crate::clock::Clock;
-use crate::compression::Codec;
 use crate::config::{AuthMode, Config, PayloadCompression, Role};
-use crate::dispatcher::{DispatchError, Dispatcher, DispatcherConfig};
+use crate::domain::clock::Clock;
+use crate::domain::compression::Codec;
+use crate::domain::keys::Keyring;
 use crate::index::{self, Index, IndexError};
-use crate::ingress::{Ingress, IngressConfig};
 use crate::kafka::{self, Topics};
-use crate::keys::Keyring;
-use crate::loader::{Loader, LoaderConfig};
-use crate::materializer::{Materializer, MaterializerConfig};
-use crate::membership::{Membership, MembershipConfig};
 use crate::metrics;
-use crate::purger::{Purger, PurgerConfig};
-use crate::reconciler::{Reconciler, ReconcilerConfig};
-use crate::reporter::{Reporter, ReporterConfig};
-use crate::resolver::Resolver;
-use crate::results::{
+use crate::roles::auth::{Principal, TokenCache, TokenCacheConfig};
+use crate::roles::bulk::BulkRunner;
+use crate::roles::dispatcher::{DispatchError, Dispatcher, DispatcherConfig};
+use crate::roles::ingress::{Ingress, IngressConfig};
+use crate::roles::loader::{Loader, LoaderConfig};
+use crate::roles::materializer::{Materializer, MaterializerConfig};
+use crate::roles::membership::{Membership, MembershipConfig};
+use crate::roles::purger::{Purger, PurgerConfig};
+use crate::roles::reconciler::{Reconciler, ReconcilerConfig};
+use crate::roles::reporter::{Reporter, ReporterConfig};
+use crate::roles::resolver::Resolver;
+use crate::roles::results::{
     DeadLetterConfig, DeadLetterProducer, ResultsConsumer, ResultsConsumerConfig,
 };
-use crate::service;
+use crate::roles::service;
+use crate::roles::topic_controls::{ControlsRefresher, ControlsRefresherConfig, TopicControls};
 use crate::store::{self, Actor, Store, StoreError};
-use crate::topic_controls::{ControlsRefresher, ControlsRefresherConfig, TopicControls};
 
 #[derive(Debug, thiserror::Error)]
 pub enum StartError {
@@ -99,7 +99,7 @@ pub enum StartError {
     /// An `[encryption]` key cannot be read, or the active key is not
     /// among the keys (the error names keys by their id only).
     #[error("{0}")]
-    Keys(#[from] crate::keys::KeyError),
+    Keys(#[from] crate::domain::keys::KeyError),
 }
 
 /// The first role of this process to end on its own: it panicked, or it
@@ -331,7 +331,7 @@ impl Pools {
             membership: pool(2, Actor::Membership)?,
             scheduler: pool(2, Actor::Scheduler)?,
             // Two passes write at once, each a few transactions at once.
-            ingress: pool(crate::ingress::CONNECTIONS, Actor::Ingress)?,
+            ingress: pool(crate::roles::ingress::CONNECTIONS, Actor::Ingress)?,
         })
     }
 }
@@ -436,25 +436,25 @@ pub async fn start(config: Config, cancel: CancellationToken) -> Result<Running,
 }
 
 /// `tickler dev`: as [`start`], on a virtual clock that `POST
-/// /v1/dev/clock` moves forward (see [`crate::clock`]). Refuses to start
+/// /v1/dev/clock` moves forward (see [`crate::domain::clock`]). Refuses to start
 /// beside an instance of `tickler serve` in the same database.
 pub async fn start_dev(config: Config, cancel: CancellationToken) -> Result<Running, StartError> {
     start_on(config, cancel, Clock::virtual_time()).await
 }
 
 /// The role name that marks a `tickler dev` instance in `instances.roles`.
-pub use crate::clock_guard::DEV_MARK;
+pub use crate::roles::clock_guard::DEV_MARK;
 
 /// A `tickler dev` and a `tickler serve` never share a database: the dev
 /// clock would make the other's jobs due early. Checked at start-up, by
 /// the instances alive in the database (and after, see
-/// [`crate::clock_guard`]).
+/// [`crate::roles::clock_guard`]).
 async fn clock_neighbours_check(
     store: &Store,
     clock: &Clock,
     ttl: Duration,
 ) -> Result<(), StartError> {
-    match crate::clock_guard::neighbour_find(store, clock, ttl).await {
+    match crate::roles::clock_guard::neighbour_find(store, clock, ttl).await {
         Ok(None) => Ok(()),
         Ok(Some(row)) => Err(StartError::ClockNeighbour {
             instance: row.id,
@@ -503,7 +503,7 @@ async fn start_on(
     }
     clock_neighbours_check(&pools.membership, &clock, config.instance_ttl()).await?;
     // Held before any role writes, if an older instance is live.
-    crate::codec_upkeep::start(&pools.api, config.instance_ttl()).await;
+    crate::roles::codec_upkeep::start(&pools.api, config.instance_ttl()).await;
     let index = Index::connect_with(redis_client, &config.redis.prefix, config.cluster.shards)?
         .with_clock(clock);
     let shared = Shared {
@@ -529,7 +529,7 @@ async fn start_on(
     shared
         .tracker
         .spawn(async move { start_recorded(&audit_store, &audit_config).await });
-    shared.tracker.spawn(crate::codec_upkeep::run(
+    shared.tracker.spawn(crate::roles::codec_upkeep::run(
         pools.api.clone(),
         shared.config.instance_ttl(),
         shared.cancel.clone(),
@@ -537,7 +537,7 @@ async fn start_on(
     // A dev instance that finds a serve one stops: the role ends.
     shared.spawn_role(
         "clock guard",
-        crate::clock_guard::run(
+        crate::roles::clock_guard::run(
             pools.membership.clone(),
             shared.index.clock().clone(),
             shared.config.instance_ttl(),
@@ -573,7 +573,7 @@ async fn start_on(
 /// starts regardless (the settings are also in its log).
 async fn start_recorded(store: &Store, config: &Config) {
     let roles: Vec<&str> = config.roles.iter().map(|role| role.as_str()).collect();
-    let written = crate::audit::recorded(
+    let written = crate::roles::audit::recorded(
         store,
         "instance",
         "instance.start",
@@ -702,15 +702,15 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<Readiness, StartError> 
             shared.resolver(&pools.reconciler),
         );
         shared.spawn_role("reconciler", service::run(reconciler, cancel.child_token()));
-        let watermarks = crate::watermarks::Watermarks::new(
+        let watermarks = crate::roles::watermarks::Watermarks::new(
             pools.reconciler.clone(),
-            crate::watermarks::WatermarksConfig::from_config(config),
+            crate::roles::watermarks::WatermarksConfig::from_config(config),
         );
         shared.spawn_role("watermarks", service::run(watermarks, cancel.child_token()));
         shared.spawn_role(
             "quotas",
             service::run(
-                crate::quotas::QuotaCounter::new(pools.reconciler.clone(), config),
+                crate::roles::quotas::QuotaCounter::new(pools.reconciler.clone(), config),
                 cancel.child_token(),
             ),
         );

@@ -7,7 +7,7 @@
 use std::time::Duration;
 
 use serde_json::{json, Value};
-use tickler::service::Service;
+use tickler::roles::service::Service;
 use tickler::store::{BulkAction, BulkFilter};
 use tickler_testkit::{eventually, TestEnv};
 
@@ -535,7 +535,7 @@ async fn the_runner_takes_over_a_stalled_operation_in_one_pass() {
     .await
     .unwrap();
     let tracker = tokio_util::task::TaskTracker::new();
-    let mut runner = tickler::bulk::BulkRunner::new(
+    let mut runner = tickler::roles::bulk::BulkRunner::new(
         store.clone(),
         env.index.clone(),
         &env.config,

@@ -290,8 +290,8 @@ async fn a_row_whose_dictionary_is_absent_is_set_aside_and_sent_once_repaired() 
 async fn compressed_then_sealed_and_rotated_read_as_sent() {
     let dir = tickler_testkit::scratch_dir();
     let (one, two) = (dir.join("k1"), dir.join("k2"));
-    std::fs::write(&one, tickler::keys::generate()).unwrap();
-    std::fs::write(&two, tickler::keys::generate()).unwrap();
+    std::fs::write(&one, tickler::domain::keys::generate()).unwrap();
+    std::fs::write(&two, tickler::domain::keys::generate()).unwrap();
     let k1 = format!("file:{}", one.display());
     let k2 = format!("file:{}", two.display());
     let first = k1.clone();

@@ -6,7 +6,7 @@ use std::time::Duration;
 use serde_json::json;
 use tickler::config::Role;
 use tickler::index::Location;
-use tickler::service::Service;
+use tickler::roles::service::Service;
 use tickler_testkit::{eventually, records_read, TestEnv};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -305,10 +305,10 @@ async fn a_job_on_a_missing_topic_fails_its_attempts_alone_and_holds_up_no_other
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn one_dispatcher_pass_reports_what_became_of_each_claimed_id() {
     use std::sync::Arc;
-    use tickler::dispatcher::{Dispatcher, DispatcherConfig};
     use tickler::kafka::Topics;
-    use tickler::membership::{Membership, MembershipConfig};
-    use tickler::resolver::Resolver;
+    use tickler::roles::dispatcher::{Dispatcher, DispatcherConfig};
+    use tickler::roles::membership::{Membership, MembershipConfig};
+    use tickler::roles::resolver::Resolver;
 
     // The API alone: the pass below is the only dispatcher.
     let env = TestEnv::start_with(|c| {
@@ -380,7 +380,7 @@ async fn one_dispatcher_pass_reports_what_became_of_each_claimed_id() {
         topics,
         resolver,
         holding,
-        tickler::topic_controls::TopicControls::new(env.store.clone(), &config),
+        tickler::roles::topic_controls::TopicControls::new(env.store.clone(), &config),
     )
     .unwrap();
     let report = dispatcher.run_once().await;

@@ -614,7 +614,7 @@ fn result_records_parse(file: &str) -> usize {
         if block.kind() != "example: result record" {
             continue;
         }
-        tickler::outcome::report_parse(block.text.trim().as_bytes())
+        tickler::domain::outcome::report_parse(block.text.trim().as_bytes())
             .unwrap_or_else(|e| panic!("{}: the results topic refuses it: {e}", block.at()));
         parsed += 1;
     }

@@ -11,7 +11,7 @@ use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
 use serde_json::json;
 use tickler::config::Role;
-use tickler::doctor::{Doctor, DoctorConfig, DoctorReport as Report, Finding, Verdict};
+use tickler::roles::doctor::{Doctor, DoctorConfig, DoctorReport as Report, Finding, Verdict};
 use tickler_testkit::TestEnv;
 
 /// A tickler serving only the API: nothing repairs what the test breaks.
@@ -148,7 +148,7 @@ async fn the_doctor_reads_back_recorded_kafka_positions() {
         let topic = env.topic.clone();
         async move {
             let headers = OwnedHeaders::new().insert(Header {
-                key: tickler::job::HEADER_JOB_ID,
+                key: tickler::domain::job::HEADER_JOB_ID,
                 value: Some(job_id.as_bytes()),
             });
             producer

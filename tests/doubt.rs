@@ -13,14 +13,14 @@ use rdkafka::producer::FutureRecord;
 use serde_json::{json, Value};
 use tickler::config::Config;
 use tickler::config::Role;
-use tickler::dispatcher::{Dispatcher, DispatcherConfig};
 use tickler::kafka::{TopicState, Topics};
-use tickler::membership::{Membership, MembershipConfig};
-use tickler::reconciler::{ReconcileReport, Reconciler, ReconcilerConfig};
-use tickler::resolver::Resolver;
-use tickler::service::Service;
+use tickler::roles::dispatcher::{Dispatcher, DispatcherConfig};
+use tickler::roles::membership::{Membership, MembershipConfig};
+use tickler::roles::reconciler::{ReconcileReport, Reconciler, ReconcilerConfig};
+use tickler::roles::resolver::Resolver;
+use tickler::roles::service::Service;
+use tickler::roles::topic_controls::TopicControls;
 use tickler::store::Fence;
-use tickler::topic_controls::TopicControls;
 use tickler_testkit::{eventually, fence_all, records_read, TestEnv};
 use tokio::sync::Notify;
 
@@ -827,11 +827,11 @@ async fn settle_reading_for(
     env: &TestEnv,
     resume: &std::sync::Mutex<tickler::kafka::readback::Resume>,
     wait: Duration,
-) -> tickler::reconciler::DoubtsSettled {
-    tickler::reconciler::doubts_settle(
+) -> tickler::roles::reconciler::DoubtsSettled {
+    tickler::roles::reconciler::doubts_settle(
         &env.store,
         &env.index,
-        &tickler::reconciler::ReadBack {
+        &tickler::roles::reconciler::ReadBack {
             brokers: &env.config.kafka.brokers,
             options: &env.config.kafka.options,
             wait,
@@ -900,10 +900,10 @@ async fn a_row_set_dispatching_ahead_of_its_time_is_settled_without_a_read() {
     .unwrap();
     let resume = std::sync::Mutex::new(tickler::kafka::readback::Resume::default());
     let nowhere = "127.0.0.1:9".to_owned();
-    let settled = tickler::reconciler::doubts_settle(
+    let settled = tickler::roles::reconciler::doubts_settle(
         &env.store,
         &env.index,
-        &tickler::reconciler::ReadBack {
+        &tickler::roles::reconciler::ReadBack {
             brokers: &nowhere,
             options: &env.config.kafka.options,
             wait: Duration::from_millis(500),

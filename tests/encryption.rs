@@ -20,7 +20,7 @@ fn key_files() -> (String, String) {
     let dir = tickler_testkit::scratch_dir();
     let one = dir.join("k1");
     let two = dir.join("k2");
-    std::fs::write(&one, tickler::keys::generate()).unwrap();
+    std::fs::write(&one, tickler::domain::keys::generate()).unwrap();
     std::fs::write(&two, [7u8; 32]).unwrap();
     (
         format!("file:{}", one.display()),

@@ -107,7 +107,7 @@ async fn request_send(
         })
         .insert(Header {
             key: "tickler-run-at",
-            value: Some(tickler::job::time_format(at).as_str()),
+            value: Some(tickler::domain::job::time_format(at).as_str()),
         });
     producer
         .send(

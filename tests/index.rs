@@ -230,18 +230,18 @@ async fn a_claim_with_a_lookahead_takes_what_is_due_within_it() {
 }
 
 /// A pending job due at `at`, as MySQL has just created it.
-fn job_created(id: u64, at: chrono::DateTime<Utc>) -> tickler::job::Job {
-    tickler::job::Job {
+fn job_created(id: u64, at: chrono::DateTime<Utc>) -> tickler::domain::job::Job {
+    tickler::domain::job::Job {
         id,
         topic: "t".to_owned(),
         key: None,
         payload: Vec::new(),
-        payload_kind: tickler::job::PayloadKind::Bytes,
+        payload_kind: tickler::domain::job::PayloadKind::Bytes,
         headers: Default::default(),
         schedule_time: at,
-        status: tickler::job::Status::Pending,
+        status: tickler::domain::job::Status::Pending,
         attempt: 0,
-        policy: tickler::policy::Policy::default(),
+        policy: tickler::domain::policy::Policy::default(),
         version: 1,
         created_at: at,
         updated_at: at,

@@ -15,9 +15,9 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::Value;
 use tickler::config::Role;
 use tickler::config::{Config, IngressTopic};
-use tickler::ingress::{Ingress, IngressConfig};
-use tickler::job::time_format;
+use tickler::domain::job::time_format;
 use tickler::kafka;
+use tickler::roles::ingress::{Ingress, IngressConfig};
 use tickler_testkit::chronos::{self, Expected, Services, World};
 use tickler_testkit::{
     consumer_from_beginning, eventually, records_read, records_read_keys, unique, Record, TestEnv,
@@ -906,10 +906,11 @@ async fn the_request_groups_lag_is_in_the_stats_and_the_doctors_findings() {
         serde_json::json!([{"topic": s.requests, "lag": 3}]),
         "{stats}"
     );
-    let config = tickler::doctor::DoctorConfig::from_config(&s.env.config);
-    let report = tickler::doctor::Doctor::new(s.env.store.clone(), s.env.index.clone(), config)
-        .run_once()
-        .await;
+    let config = tickler::roles::doctor::DoctorConfig::from_config(&s.env.config);
+    let report =
+        tickler::roles::doctor::Doctor::new(s.env.store.clone(), s.env.index.clone(), config)
+            .run_once()
+            .await;
     let lag = report
         .findings
         .iter()

@@ -8,10 +8,10 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use tickler::config::Config;
+use tickler::domain::job::{NewJob, PayloadKind, Schedule};
+use tickler::domain::policy::Policy;
 use tickler::index::Index;
-use tickler::job::{NewJob, PayloadKind, Schedule};
-use tickler::membership::{Membership, MembershipConfig};
-use tickler::policy::Policy;
+use tickler::roles::membership::{Membership, MembershipConfig};
 use tickler::store::{Actor, Store};
 use tickler_testkit::{database_create, database_drop, redis_url, test_config, unique};
 

@@ -327,8 +327,8 @@ async fn the_baseline_schema_is_the_schema_the_migrations_make() {
     }
 }
 
-fn job_with_key(job: &tickler::job::NewJob, key: &str) -> tickler::job::NewJob {
-    tickler::job::NewJob {
+fn job_with_key(job: &tickler::domain::job::NewJob, key: &str) -> tickler::domain::job::NewJob {
+    tickler::domain::job::NewJob {
         key: Some(key.to_owned()),
         ..job.clone()
     }

@@ -11,7 +11,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tickler::config::Config;
-use tickler::keys::Hold;
+use tickler::domain::keys::Hold;
 use tickler_testkit::{eventually, output, output_text, records_read_keys, TestEnv};
 use tokio_util::sync::CancellationToken;
 
@@ -25,9 +25,12 @@ fn key_files() -> (String, String, String) {
         format!("file:{}", path.display())
     };
     (
-        write("k1", tickler::keys::generate().into_bytes()),
+        write("k1", tickler::domain::keys::generate().into_bytes()),
         write("k2", vec![7u8; 32]),
-        write("k1-impostor", tickler::keys::generate().into_bytes()),
+        write(
+            "k1-impostor",
+            tickler::domain::keys::generate().into_bytes(),
+        ),
     )
 }
 
@@ -369,7 +372,7 @@ async fn opens_as_an_older_build(env: &TestEnv) -> bool {
         .unwrap();
     env.store
         .keys()
-        .open("k1", id, tickler::keys::Part::Payload, &payload)
+        .open("k1", id, tickler::domain::keys::Part::Payload, &payload)
         .is_ok()
 }
 

@@ -9,10 +9,10 @@ use std::time::Duration;
 use chrono::Utc;
 use serde_json::json;
 use tickler::config::Role;
-use tickler::purger::{PurgeReport, Purger, PurgerConfig};
-use tickler::reconciler::{Reconciler, ReconcilerConfig};
-use tickler::resolver::Resolver;
-use tickler::service::Service;
+use tickler::roles::purger::{PurgeReport, Purger, PurgerConfig};
+use tickler::roles::reconciler::{Reconciler, ReconcilerConfig};
+use tickler::roles::resolver::Resolver;
+use tickler::roles::service::Service;
 use tickler_testkit::{records_read, TestEnv};
 use tokio::sync::Notify;
 

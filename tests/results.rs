@@ -11,7 +11,7 @@ use rdkafka::producer::{FutureProducer, FutureRecord};
 use serde_json::{json, Value};
 use tickler::config::Role;
 use tickler::kafka;
-use tickler::service::Service;
+use tickler::roles::service::Service;
 use tickler::store::Dispatched;
 use tickler_testkit::chronos::{Services, World};
 use tickler_testkit::procs::PrivateMariadb;
@@ -677,7 +677,7 @@ async fn a_restart_while_results_are_in_flight_loses_none() {
     // timeout expires the dead member at once. Kafka expires members on a
     // timer and has no such race: a test-side adaptation to the broker.
     tokio::time::sleep(Duration::from_millis(
-        u64::from(tickler::results::RESULTS_SESSION_TIMEOUT_MS) + 2_000,
+        u64::from(tickler::roles::results::RESULTS_SESSION_TIMEOUT_MS) + 2_000,
     ))
     .await;
     world.restart_tickler().await;
@@ -901,7 +901,7 @@ async fn a_far_retry_reported_before_the_mark_leaves_no_claim_in_redis() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_dead_letter_producer_produces_each_owed_record_once() {
     use std::sync::Arc;
-    use tickler::results::{DeadLetterConfig, DeadLetterProducer, DeadLettersReport};
+    use tickler::roles::results::{DeadLetterConfig, DeadLetterProducer, DeadLettersReport};
     let dead = unique("tickler-dead-");
     // The API only: no other producer empties the outbox.
     let env = TestEnv::start_with(|c| {
@@ -993,7 +993,7 @@ async fn the_dead_letter_producer_produces_each_owed_record_once() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_results_consumer_applies_a_batch_and_commits_it() {
     use std::sync::Arc;
-    use tickler::results::{ResultsConsumer, ResultsConsumerConfig};
+    use tickler::roles::results::{ResultsConsumer, ResultsConsumerConfig};
     // No results role: this test's consumer is the group's only member.
     let env = TestEnv::start_with(|c| {
         c.roles = vec![Role::Api, Role::Loader, Role::Dispatcher];
@@ -1006,7 +1006,7 @@ async fn the_results_consumer_applies_a_batch_and_commits_it() {
     let id = id_of(&job);
     record_await(&consumer, id, 1).await;
 
-    let resolver = tickler::resolver::Resolver::new(
+    let resolver = tickler::roles::resolver::Resolver::new(
         env.store.clone(),
         env.index.clone(),
         &env.config,

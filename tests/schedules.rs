@@ -10,7 +10,7 @@ use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use serde_json::{json, Value};
-use tickler::service::Service;
+use tickler::roles::service::Service;
 use tickler_testkit::{eventually, records_read, Record, TestEnv};
 
 fn at(text: &str) -> DateTime<Utc> {
@@ -272,10 +272,10 @@ async fn a_monthly_schedule_for_years_holds_one_row_and_nothing_in_redis() {
     .await;
     let id = schedule["id"].as_u64().unwrap();
     // A few passes of the materializer, then one of the loader.
-    let mut materializer = tickler::materializer::Materializer::new(
+    let mut materializer = tickler::roles::materializer::Materializer::new(
         env.store.clone(),
         env.index.clone(),
-        tickler::materializer::MaterializerConfig::from_config(&env.config),
+        tickler::roles::materializer::MaterializerConfig::from_config(&env.config),
         std::sync::Arc::new(tokio::sync::Notify::new()),
     );
     let mut created = Vec::new();
@@ -760,9 +760,9 @@ async fn a_schedules_jitter_and_window_place_its_occurrences() {
     let (_, job) = env.get(&format!("/v1/jobs/{job_id}")).await;
     let run_at = at(job["run_at"].as_str().unwrap());
     let produce_at = at(job["produce_at"].as_str().unwrap());
-    let instant = at(&tickler::job::time_format(tickler::job::truncate_to_ms(
-        start,
-    )));
+    let instant = at(&tickler::domain::job::time_format(
+        tickler::domain::job::truncate_to_ms(start),
+    ));
     assert!(
         // the jitter keeps its last tenth, at most a second, free: 59 s here
         run_at >= instant && run_at <= instant + chrono::Duration::seconds(59),

@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tickler::kafka;
-use tickler::service::Service;
+use tickler::roles::service::Service;
 use tickler_testkit::{http_with_token, token_create, token_create_limited, unique, TestEnv};
 use tokio::io::AsyncWriteExt;
 
@@ -617,7 +617,7 @@ async fn a_token_with_the_longest_name_writes_and_is_named_in_full() {
 /// read, a revoked one is forgotten by it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_token_cache_learns_created_tokens_and_forgets_revoked_ones() {
-    use tickler::auth::{AuthError, TokenCache, TokenCacheConfig, TokensReport};
+    use tickler::roles::auth::{AuthError, TokenCache, TokenCacheConfig, TokensReport};
     let env = TestEnv::start().await;
     let mut cache = TokenCache::new(
         env.store.clone(),

@@ -6,7 +6,7 @@
 use std::time::Duration;
 
 use chrono::{Duration as Span, Utc};
-use tickler::job::{Job, JobId, NewJob, Schedule, Status};
+use tickler::domain::job::{Job, JobId, NewJob, Schedule, Status};
 use tickler::store::{Actor, BatchRow, BulkAction, BulkFilter, BulkOp, BulkStatus, Store};
 use tickler_testkit::store::{job_new, Db, LEASE};
 
@@ -513,7 +513,7 @@ async fn apply_shifts_and_moves_pending_jobs_clearing_only_an_occurrences_expiry
         .store
         .job_insert_many(&[NewJob {
             schedule: Schedule::At(due_at + Span::seconds(7)),
-            window: Some(tickler::job::Window {
+            window: Some(tickler::domain::job::Window {
                 ms: 60_000,
                 start: Schedule::At(due_at),
             }),

@@ -8,7 +8,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use tickler::config::Role;
-use tickler::job::{JobId, Status};
+use tickler::domain::job::{JobId, Status};
 use tickler::store::{Beat, Cancelled, Dispatched, Fence, InstanceInfo, LeaseRow, Store};
 use tickler_testkit::store::{Db, LEASE, SHARDS};
 

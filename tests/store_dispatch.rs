@@ -7,9 +7,9 @@
 use std::time::Duration;
 
 use chrono::{DateTime, Duration as Span, Utc};
-use tickler::job::{Job, JobId, NewJob, Schedule, Status};
-use tickler::outcome::{Outcome, ResultReport};
-use tickler::policy::Policy;
+use tickler::domain::job::{Job, JobId, NewJob, Schedule, Status};
+use tickler::domain::outcome::{Outcome, ResultReport};
+use tickler::domain::policy::Policy;
 use tickler::store::{
     BatchRow, Cancelled, ClaimOutcome, Dispatched, JobChanges, Modified, TopicChange, WindowEntry,
 };

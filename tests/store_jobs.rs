@@ -9,13 +9,13 @@ use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
 use chrono::{DateTime, Duration as Span, Utc};
-use tickler::job::{Expiry, Job, JobId, NewJob, PayloadKind, Schedule, Status};
-use tickler::policy::Policy;
+use tickler::domain::job::{Expiry, Job, JobId, NewJob, PayloadKind, Schedule, Status};
+use tickler::domain::policy::Policy;
+use tickler::roles::reporter::truth::Counts;
 use tickler::store::{
     Actor, BatchRow, Cancelled, Dispatched, JobChanges, JobFilter, Modified, StoreError,
     TopicChange, TopicControl, TopicCount, WindowEntry,
 };
-use tickler::truth::Counts;
 use tickler_testkit::store::{job_new, Db, LEASE};
 
 fn ids(jobs: &[Job]) -> Vec<JobId> {
@@ -291,7 +291,10 @@ async fn insert_many_answers_one_row_per_item_in_order_and_takes_a_key_once() {
     assert!(a.id < none.id && none.id < b.id, "ids in item order");
     assert_eq!(
         (b.schedule_id, b.expires_at),
-        (Some(77), Some(tickler::job::truncate_to_ms(expires)))
+        (
+            Some(77),
+            Some(tickler::domain::job::truncate_to_ms(expires))
+        )
     );
     assert_eq!((a.schedule_id, a.expires_at), (None, None));
     assert!(b.schedule_time >= now + Span::seconds(120));

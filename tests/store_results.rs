@@ -6,9 +6,9 @@
 use std::time::Duration;
 
 use chrono::Duration as Span;
-use tickler::job::{JobId, NewJob, Schedule, Status};
-use tickler::outcome::{Ignored, Outcome, ResultReport};
-use tickler::policy::Policy;
+use tickler::domain::job::{JobId, NewJob, Schedule, Status};
+use tickler::domain::outcome::{Ignored, Outcome, ResultReport};
+use tickler::domain::policy::Policy;
 use tickler::store::{Actor, Disposition, Redriven, StoreError};
 use tickler_testkit::store::{job_new, Db, LEASE};
 

@@ -1,16 +1,16 @@
 //! The store's methods on `schedules` (src/store/schedules.rs) and the
 //! occurrences they create as jobs: what each answers, what it leaves in the
 //! schedule's row and in its occurrences, and what it leaves alone. The
-//! planning rules themselves (src/schedule.rs) have unit tests of their own;
+//! planning rules themselves (src/domain/schedule.rs) have unit tests of their own;
 //! here, that the store applies a plan and keeps its progress.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Duration as Span, Utc};
-use tickler::job::{JobId, NewJob, PayloadKind, Schedule, Status};
-use tickler::policy::Policy;
-use tickler::schedule::{occurrence_key, Misfire};
+use tickler::domain::job::{JobId, NewJob, PayloadKind, Schedule, Status};
+use tickler::domain::policy::Policy;
+use tickler::domain::schedule::{occurrence_key, Misfire};
 use tickler::store::{
     Actor, BatchRow, NewSchedule, PendingOccurrences, ScheduleDef, ScheduleRow, ScheduleStatus,
     ScheduleUpdate, StoreError, TopicChange,
@@ -1020,7 +1020,7 @@ async fn jitter_and_window_place_each_occurrence_from_its_key() {
         tickler::store::occurrence_placed("t", "renewal@x", at, &def)
     );
     let window = placed.window.expect("a window");
-    let tickler::job::Schedule::At(start) = window.start else {
+    let tickler::domain::job::Schedule::At(start) = window.start else {
         panic!("absolute")
     };
     assert!(

@@ -13,7 +13,7 @@ use std::time::Duration;
 
 use serde_json::{json, Value};
 use tickler::config::Role;
-use tickler::service::Service;
+use tickler::roles::service::Service;
 use tickler_testkit::{consumer_from_beginning, eventually, records_read, unique, TestEnv};
 
 /// A tickler that does not refuse a topic created after it read the
@@ -154,7 +154,8 @@ async fn a_pause_and_resume_by_hand_in_sql_is_honoured() {
         .await
         .unwrap();
     // A pause by hand takes hold within CONTROLS_FRESH (2 s).
-    tokio::time::sleep(tickler::topic_controls::CONTROLS_FRESH + Duration::from_millis(500)).await;
+    tokio::time::sleep(tickler::roles::topic_controls::CONTROLS_FRESH + Duration::from_millis(500))
+        .await;
     jobs_create(&env, &topic, 10, |_| 300).await;
     tokio::time::sleep(Duration::from_secs(3)).await;
     assert_eq!(count(&env, &topic, "pending").await, 10, "paused by hand");
@@ -501,7 +502,7 @@ async fn a_tenant_cannot_forge_its_way_into_another_tenants_group_by_token() {
     );
     // The quota counter forgets the notes of jobs gone out.
     let env_store = env.store.clone();
-    let counter_pass = tickler::quotas::QuotaCounter::new(env_store, &env.config)
+    let counter_pass = tickler::roles::quotas::QuotaCounter::new(env_store, &env.config)
         .run_once(chrono::Utc::now())
         .await
         .unwrap();
@@ -546,7 +547,7 @@ async fn a_pace_slower_than_one_job_a_tick_still_lets_jobs_through() {
 /// dispatcher had taken them out while the topic was paused).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_controls_refresher_reports_a_pause_and_reindexes_the_resumed_topic() {
-    use tickler::topic_controls::{
+    use tickler::roles::topic_controls::{
         ControlsRefresher, ControlsRefresherConfig, ControlsReport, TopicControls,
     };
     // The API only: no dispatcher takes the jobs, no other refresher

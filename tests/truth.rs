@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::DurationRound;
 use serde_json::{json, Value};
 use tickler::config::Role;
-use tickler::service::Service;
+use tickler::roles::service::Service;
 use tickler_testkit::{eventually, records_read, TestEnv};
 
 /// A tickler without a dispatcher, so due jobs stay due.
@@ -149,8 +149,8 @@ async fn a_traceparent_travels_with_its_job_to_the_record() {
 async fn only_the_live_reconciler_with_the_lowest_id_reports() {
     use std::collections::BTreeMap;
     use std::sync::Arc;
-    use tickler::membership::Ownership;
-    use tickler::reporter::{Reporter, ReporterConfig, ReporterReport};
+    use tickler::roles::membership::Ownership;
+    use tickler::roles::reporter::{Reporter, ReporterConfig, ReporterReport};
     let env = start_without_dispatcher().await;
     let sql = env.sql.clone();
     // The running instance registers as it starts.
@@ -237,9 +237,10 @@ async fn the_busiest_minute_ahead_is_weighed_against_the_topics_pace() {
     )
     .await;
 
-    let truth = tickler::truth::Truth::compute(&env.store, &env.index, &env.config)
-        .await
-        .unwrap();
+    let truth =
+        tickler::roles::reporter::truth::Truth::compute(&env.store, &env.index, &env.config)
+            .await
+            .unwrap();
     let found: Vec<(&str, u64, u32, f64)> = truth
         .bursts
         .iter()
@@ -254,7 +255,7 @@ async fn the_busiest_minute_ahead_is_weighed_against_the_topics_pace() {
     );
     assert_eq!(
         truth.bursts[0].at,
-        tickler::job::time_format(minute),
+        tickler::domain::job::time_format(minute),
         "the minute it starts"
     );
     let (_, stats) = env.get("/v1/stats").await;

@@ -6,7 +6,7 @@
 //! Audited: topic pause, resume and PATCH; schedule create, PATCH, pause,
 //! resume and delete; bulk operations and their previews; redrives. Token
 //! changes, doctor repairs and start-ups are written by the CLI and the
-//! instance themselves (`crate::audit`).
+//! instance themselves (`crate::roles::audit`).
 
 use axum::body::Body;
 use axum::extract::{MatchedPath, Query, Request, State};
@@ -24,9 +24,9 @@ use super::auth::Caller;
 use super::query::time_parse;
 use super::server::PeerAddr;
 use super::{ApiError, ApiState};
-use crate::audit::{contents_left_out, headers_sealed};
-use crate::auth::Scope;
-use crate::job::time_format;
+use crate::domain::job::time_format;
+use crate::roles::audit::{contents_left_out, headers_sealed};
+use crate::roles::auth::Scope;
 use crate::store::{AuditEntry, AuditFilter, AuditRow};
 
 const LIST_DEFAULT: u32 = 100;

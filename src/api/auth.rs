@@ -15,8 +15,8 @@ use axum::middleware::Next;
 use axum::response::{IntoResponse, Response};
 
 use super::{ApiError, ApiState};
-use crate::auth::{AuthError, Principal, Scope, Throttled};
-use crate::resolver::Resolver;
+use crate::roles::auth::{AuthError, Principal, Scope, Throttled};
+use crate::roles::resolver::Resolver;
 use crate::store::Store;
 
 /// The caller of this request, as `authenticate` found them.

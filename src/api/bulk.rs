@@ -1,6 +1,6 @@
 //! Bulk changes: `POST /v1/jobs/bulk` previews (`dry_run`) or starts an
 //! operation over every job a filter matches; `GET /v1/bulk/{id}` follows
-//! it. The bulk runner (`crate::bulk`) works through an operation in
+//! it. The bulk runner (`crate::roles::bulk`) works through an operation in
 //! bounded batches, each its own transaction, and takes over operations
 //! whose instance stopped moving them.
 
@@ -15,11 +15,11 @@ use super::auth::Caller;
 use super::query::{status_parse, time_parse};
 use super::view::JobView;
 use super::{ApiError, ApiJson, ApiState};
-use crate::auth::Scope;
 use crate::config::Config;
-use crate::job::time_format;
-use crate::job::{self, JobId, Status};
-use crate::policy::{Policy, PolicyOverrides, ATTEMPTS_MAX, DELAY_MAX_MS};
+use crate::domain::job::time_format;
+use crate::domain::job::{self, JobId, Status};
+use crate::domain::policy::{Policy, PolicyOverrides, ATTEMPTS_MAX, DELAY_MAX_MS};
+use crate::roles::auth::Scope;
 use crate::store::{BulkAction, BulkFilter, BulkOp};
 
 /// Most ids a filter may list.

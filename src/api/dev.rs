@@ -8,9 +8,9 @@ use serde::{Deserialize, Serialize};
 
 use super::auth::Caller;
 use super::{ApiError, ApiJson, ApiState};
-use crate::auth::Scope;
-use crate::clock::{AdvanceError, ADVANCE_MOST_MS};
-use crate::job::time_format;
+use crate::domain::clock::{AdvanceError, ADVANCE_MOST_MS};
+use crate::domain::job::time_format;
+use crate::roles::auth::Scope;
 use crate::store::StoreError;
 
 /// Body of `POST /v1/dev/clock`.
@@ -75,7 +75,8 @@ pub async fn clock_advance(
     // Never beside a `tickler serve` (one may have started while the
     // database did not answer): its jobs would fall due early.
     if let Some(row) =
-        crate::clock_guard::neighbour_find(&state.store, clock, state.config.instance_ttl()).await?
+        crate::roles::clock_guard::neighbour_find(&state.store, clock, state.config.instance_ttl())
+            .await?
     {
         return Err(ApiError::ClockNeighbour(format!(
             "instance {} on {} is a `tickler serve` alive in this database: the clock is not moved (it would make its jobs due early); give `tickler dev` a database of its own",

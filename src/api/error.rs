@@ -9,7 +9,7 @@ use serde_json::{json, Value};
 
 use super::view::JobView;
 
-use crate::job::InvalidJob;
+use crate::domain::job::InvalidJob;
 use crate::store::StoreError;
 
 /// The body of every error answer. Some carry more beside `error`: a 409

@@ -14,9 +14,9 @@ use serde::{Deserialize, Serialize};
 use super::auth::Caller;
 use super::query::time_parse;
 use super::{ApiError, ApiState};
-use crate::auth::Scope;
-use crate::job::{self, time_format};
-use crate::schedule::{self, Buckets, Projected};
+use crate::domain::job::{self, time_format};
+use crate::domain::schedule::{self, Buckets, Projected};
+use crate::roles::auth::Scope;
 use crate::store::{DueCount, ScheduleStatus, Store, StoreError};
 
 /// Most buckets one answer holds.

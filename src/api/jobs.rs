@@ -19,12 +19,12 @@ use super::auth::Caller;
 use super::error::Conflict;
 use super::view::JobView;
 use super::{ApiError, ApiJson, ApiState, JobIdPath};
-use crate::auth::Scope;
-use crate::job::{
+use crate::domain::job::{
     self, time_format, Expiry, InvalidJob, Job, JobId, NewJob, PayloadKind, Schedule, Window,
 };
+use crate::domain::policy::{Policy, PolicyOverrides};
 use crate::metrics;
-use crate::policy::{Policy, PolicyOverrides};
+use crate::roles::auth::Scope;
 use crate::store::{BatchRow, Cancelled, JobChanges, Modified, StoreError};
 
 /// Body of `POST /v1/jobs`, and each item of `POST /v1/jobs/batch`.

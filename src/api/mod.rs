@@ -37,11 +37,11 @@ pub use openapi::ApiDoc;
 pub use server::{serve, tls_config, ServeLimits, TlsError};
 pub use stats::StatsCache;
 
-use crate::auth::{Principal, Scope, TokenCache};
 use crate::config::Config;
 use crate::index::Index;
 use crate::kafka::Topics;
-use crate::resolver::Resolver;
+use crate::roles::auth::{Principal, Scope, TokenCache};
+use crate::roles::resolver::Resolver;
 use crate::store::Store;
 
 /// What every handler shares.
@@ -63,9 +63,9 @@ pub struct ApiState {
     /// The last `/v1/stats` computation, reused for a moment.
     pub stats: stats::StatsCache,
     /// Works through bulk operations in the background.
-    pub bulk: crate::bulk::BulkRunner,
+    pub bulk: crate::roles::bulk::BulkRunner,
     /// Paused and paced topics, as this instance last read them.
-    pub controls: crate::topic_controls::TopicControls,
+    pub controls: crate::roles::topic_controls::TopicControls,
     /// The active API tokens (`auth = tokens`).
     pub tokens: TokenCache,
     /// The caller of every request when `auth = none`.
@@ -81,7 +81,7 @@ pub struct Readiness {
     /// Cancelled when the instance starts to drain (SIGTERM).
     pub draining: tokio_util::sync::CancellationToken,
     /// The dispatcher's shards; None without the dispatcher role.
-    pub ownership: Option<tokio::sync::watch::Receiver<crate::membership::Ownership>>,
+    pub ownership: Option<tokio::sync::watch::Receiver<crate::roles::membership::Ownership>>,
 }
 
 /// Largest request body read: room for a maximal payload as base64 (4/3)
@@ -204,7 +204,7 @@ async fn method_not_allowed(method: Method, uri: Uri) -> ApiError {
 /// The `{id}` of a job's path, in its one canonical spelling; anything
 /// else (a sign, leading zeros, 0, bytes that are not UTF-8) is
 /// `invalid_id`.
-pub struct JobIdPath(pub crate::job::JobId);
+pub struct JobIdPath(pub crate::domain::job::JobId);
 
 impl<S: Send + Sync> FromRequestParts<S> for JobIdPath {
     type Rejection = ApiError;

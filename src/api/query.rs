@@ -10,9 +10,9 @@ use serde::{Deserialize, Serialize};
 use super::auth::Caller;
 use super::view::JobView;
 use super::{ApiError, ApiState, JobIdPath};
-use crate::auth::Scope;
-use crate::job::time_format;
-use crate::job::{self, JobId, Status};
+use crate::domain::job::time_format;
+use crate::domain::job::{self, JobId, Status};
+use crate::roles::auth::Scope;
 use crate::store::JobFilter;
 
 const LIST_DEFAULT: u32 = 100;

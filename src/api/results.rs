@@ -16,10 +16,10 @@ use super::error::Conflict;
 use super::jobs::{index_follow, schedule_parse, Limits};
 use super::view::JobView;
 use super::{ApiError, ApiJson, ApiState, JobIdPath};
-use crate::auth::Scope;
-use crate::outcome::{Ignored, ReportBody};
-use crate::policy::ATTEMPTS_MAX;
-use crate::resolver::CHANNEL_HTTP;
+use crate::domain::outcome::{Ignored, ReportBody};
+use crate::domain::policy::ATTEMPTS_MAX;
+use crate::roles::auth::Scope;
+use crate::roles::resolver::CHANNEL_HTTP;
 use crate::store::{Disposition, Redriven};
 
 /// 200 `{"applied": true, "job"}` when the report moved the job;
@@ -30,7 +30,7 @@ use crate::store::{Disposition, Redriven};
 #[utoipa::path(
     post, path = "/v1/jobs/{id}/result", operation_id = "job_result_report", tag = "results",
     params(("id" = u64, Path, description = "The job's id")),
-    request_body = crate::outcome::ReportBody,
+    request_body = crate::domain::outcome::ReportBody,
     responses((status = 200, description = "Applied, or ignored with the reason", body = ReportAnswer))
 )]
 pub async fn report(

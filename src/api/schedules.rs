@@ -15,12 +15,12 @@ use serde_json::value::RawValue;
 use super::auth::Caller;
 use super::jobs::{payload_parse, present, raw_present, topic_preflight, Limits};
 use super::{ApiError, ApiJson, ApiState};
-use crate::auth::Scope;
-use crate::job::time_format;
-use crate::job::{self, InvalidJob, JobId, PayloadKind};
-use crate::materializer;
-use crate::policy::PolicyOverrides;
-use crate::schedule::{self, InvalidTiming, Misfire, Timing};
+use crate::domain::job::time_format;
+use crate::domain::job::{self, InvalidJob, JobId, PayloadKind};
+use crate::domain::policy::PolicyOverrides;
+use crate::domain::schedule::{self, InvalidTiming, Misfire, Timing};
+use crate::roles::auth::Scope;
+use crate::roles::materializer;
 use crate::store::{
     NewSchedule, PendingOccurrences, ScheduleDef, ScheduleRow, ScheduleStatus, ScheduleUpdate,
     StoreError,
@@ -302,10 +302,10 @@ fn def_check(def: &ScheduleDef, now: DateTime<Utc>) -> Result<Option<DateTime<Ut
         ));
     }
     for (name, value) in [("window_ms", def.window_ms), ("jitter_ms", def.jitter_ms)] {
-        if value.is_some_and(|ms| ms > crate::job::WINDOW_MAX_MS) {
+        if value.is_some_and(|ms| ms > crate::domain::job::WINDOW_MAX_MS) {
             return Err(ApiError::InvalidSchedule(format!(
                 "{name} must be 0 to {} (a day)",
-                crate::job::WINDOW_MAX_MS
+                crate::domain::job::WINDOW_MAX_MS
             )));
         }
     }

@@ -1,4 +1,4 @@
-//! `GET /v1/stats`: the truth as it is now (see [`crate::truth`]), for the
+//! `GET /v1/stats`: the truth as it is now (see [`crate::roles::reporter::truth`]), for the
 //! dashboard and scripts.
 
 use std::sync::Arc;
@@ -10,9 +10,9 @@ use tokio::sync::Mutex;
 
 use super::auth::Caller;
 use super::{ApiError, ApiState};
-use crate::auth::Scope;
+use crate::roles::auth::Scope;
+use crate::roles::reporter::truth::{Counts, Drift, LatenessMinute, Live, OverdueView, Truth};
 use crate::store::TopicCount;
-use crate::truth::{Counts, Drift, LatenessMinute, Live, OverdueView, Truth};
 
 /// The answer of `GET /v1/stats`: [`Truth`], with the deployment-wide
 /// figures left out (null) for a token limited to some topics — they would
@@ -29,12 +29,12 @@ pub struct Stats {
     pub instances: Option<Live>,
     pub results_lag: Option<i64>,
     /// The ingress group's lag on each request topic.
-    pub ingress_lag: Vec<crate::truth::IngressLag>,
+    pub ingress_lag: Vec<crate::roles::reporter::truth::IngressLag>,
     /// Schedules by status, those behind, and paused topics.
     pub schedules: Option<crate::store::ScheduleStats>,
     /// The busiest minute ahead of each of the token's topics (the
     /// longest to produce first).
-    pub bursts: Vec<crate::truth::BurstAhead>,
+    pub bursts: Vec<crate::roles::reporter::truth::BurstAhead>,
     pub scan_ms: u64,
     /// True when the deployment-wide figures are left out.
     pub partial: bool,
@@ -68,7 +68,7 @@ impl From<crate::store::QuotaUsage> for QuotaView {
             max_pending_jobs: usage.max_pending_jobs,
             payload_bytes: usage.payload_bytes,
             max_payload_bytes: usage.max_payload_bytes,
-            counted_at: usage.counted_at.map(crate::job::time_format),
+            counted_at: usage.counted_at.map(crate::domain::job::time_format),
         }
     }
 }

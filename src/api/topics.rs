@@ -10,12 +10,12 @@ use serde::{Deserialize, Serialize};
 use super::auth::Caller;
 use super::jobs::present;
 use super::{ApiError, ApiJson, ApiState};
-use crate::auth::Scope;
-use crate::grouping::GroupBy;
-use crate::job;
-use crate::job::time_format;
+use crate::domain::grouping::GroupBy;
+use crate::domain::job;
+use crate::domain::job::time_format;
+use crate::roles::auth::Scope;
+use crate::roles::topic_controls;
 use crate::store::{TopicChange, TopicControl};
-use crate::topic_controls;
 
 /// A topic's controls.
 #[derive(Debug, Serialize, utoipa::ToSchema)]

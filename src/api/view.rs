@@ -9,7 +9,7 @@ use base64::Engine;
 use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
-use crate::job::{time_format, Job, JobId, PayloadKind};
+use crate::domain::job::{time_format, Job, JobId, PayloadKind};
 
 /// A job as the API shows it.
 #[derive(Debug, Clone, Serialize, Deserialize, utoipa::ToSchema)]

@@ -6,11 +6,11 @@ use clap::Subcommand;
 
 use serde_json::json;
 
-use crate::audit;
-use crate::auth;
 use crate::config::{Config, HandEdits};
+use crate::domain::topic_pattern;
+use crate::roles::audit;
+use crate::roles::auth;
 use crate::store::{Actor, HandEditsState, NewToken, Store, StoreError};
-use crate::topic_pattern;
 
 /// Why an admin command did nothing.
 #[derive(Debug, thiserror::Error)]

@@ -5,9 +5,9 @@
 use clap::Subcommand;
 
 use super::admin::AdminError;
-use crate::compression::{self, Codec};
 use crate::config::{Config, PayloadCompression};
-use crate::keys::Keyring;
+use crate::domain::compression::{self, Codec};
+use crate::domain::keys::Keyring;
 use crate::store::{Actor, Store};
 
 #[derive(Subcommand)]
@@ -75,7 +75,7 @@ pub async fn run(config: &Config, command: CompressionCommand) -> Result<(), Adm
             let dict = compression::train(&payloads)
                 .map_err(|err| AdminError::Refused(format!("zstd could not train: {err}")))?;
             let asked = serde_json::json!({"samples": samples});
-            let stored = crate::audit::recorded(
+            let stored = crate::roles::audit::recorded(
                 &store,
                 "cli",
                 "compression.train",

@@ -6,8 +6,8 @@ use anyhow::Context;
 use std::process::ExitCode;
 
 use crate::config::Config;
-use crate::doctor::{Doctor, DoctorConfig, DoctorReport, Verdict};
 use crate::index::{self, Index};
+use crate::roles::doctor::{Doctor, DoctorConfig, DoctorReport, Verdict};
 use crate::store::{Actor, Store};
 
 /// `tickler doctor`'s arguments.
@@ -25,13 +25,13 @@ pub struct DoctorArgs {
 /// Examines (or, with `--repair`, repairs) and prints the report.
 pub async fn run(config: Config, args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let _ = rustls::crypto::ring::default_provider().install_default();
-    let keys = crate::keys::Keyring::load(
+    let keys = crate::domain::keys::Keyring::load(
         config.encryption.active_key.as_deref(),
         &config.encryption.keys,
     )?;
     let store = Store::connect_lazy(&config.mysql.url, 2, Actor::Doctor)?
         .with_keys(keys)
-        .with_codec(crate::compression::Codec::from_settings(
+        .with_codec(crate::domain::compression::Codec::from_settings(
             &config.compression,
         ));
     // The shards the deployment has now, which a resize may have changed
@@ -46,7 +46,7 @@ pub async fn run(config: Config, args: DoctorArgs) -> anyhow::Result<ExitCode> {
     let report = if args.repair {
         // Written before the repair and completed after it, as every
         // control-plane change: no audit log, no repair.
-        crate::audit::recorded(&store, "cli", "doctor.repair", None, None, async {
+        crate::roles::audit::recorded(&store, "cli", "doctor.repair", None, None, async {
             Ok::<_, std::convert::Infallible>(doctor.repair().await)
         })
         .await

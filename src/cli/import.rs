@@ -20,9 +20,9 @@ use serde_json::{json, Map, Value};
 use tokio::sync::{Mutex, Notify, Semaphore};
 
 use crate::config::{Config, TopicRules};
+use crate::domain::job::NewJob;
+use crate::domain::keys::Keyring;
 use crate::index::{self, Index};
-use crate::job::NewJob;
-use crate::keys::Keyring;
 use crate::store::{Actor, BatchRow, Store};
 
 #[derive(Debug, Args)]
@@ -185,7 +185,7 @@ pub async fn run(config: &Config, args: ImportArgs) -> anyhow::Result<ExitCode> 
     Store::migrate(&config.mysql.url).await?;
     let store = Store::connect_lazy(&config.mysql.url, args.parallel + 1, Actor::Import)?
         .with_keys(keys)
-        .with_codec(crate::compression::Codec::from_settings(
+        .with_codec(crate::domain::compression::Codec::from_settings(
             &config.compression,
         ));
     let wrong = store.key_canaries_check().await?;
@@ -196,7 +196,7 @@ pub async fn run(config: &Config, args: ImportArgs) -> anyhow::Result<ExitCode> 
         );
     }
     // Held to a key every live instance has (see `codec_upkeep`).
-    crate::codec_upkeep::start(&store, config.instance_ttl()).await;
+    crate::roles::codec_upkeep::start(&store, config.instance_ttl()).await;
     // Written with the newest dictionary (`tickler compression train`),
     // sealed under the active key, noted for the doctor.
     store.key_used_note().await?;
@@ -204,7 +204,7 @@ pub async fn run(config: &Config, args: ImportArgs) -> anyhow::Result<ExitCode> 
     // cannot read compressed payloads is live; both read again every few
     // seconds (started above).
     let upkeep = tokio_util::sync::CancellationToken::new();
-    tokio::spawn(crate::codec_upkeep::run(
+    tokio::spawn(crate::roles::codec_upkeep::run(
         store.clone(),
         config.instance_ttl(),
         upkeep.clone(),
@@ -305,7 +305,7 @@ pub async fn run(config: &Config, args: ImportArgs) -> anyhow::Result<ExitCode> 
             writes.spawn(async move {
                 let _permit = permit;
                 let (rows, db_now) = store.job_insert_many(&jobs).await?;
-                let created: Vec<&crate::job::Job> =
+                let created: Vec<&crate::domain::job::Job> =
                     rows.iter().filter_map(BatchRow::created).collect();
                 // Those due within the window: in Redis now, as the API
                 // does (the loader finds only what enters the window).

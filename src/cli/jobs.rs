@@ -190,7 +190,7 @@ pub struct BulkArgs {
     no_wait: bool,
 }
 
-pub use crate::job::duration_parse;
+pub use crate::domain::job::duration_parse;
 
 fn schedule(at: &Option<String>, after: Option<i64>, body: &mut Map<String, Value>) {
     if let Some(at) = at {

@@ -8,7 +8,7 @@ use clap::Subcommand;
 
 use super::admin::AdminError;
 use crate::config::Config;
-use crate::keys::{self, Keyring};
+use crate::domain::keys::{self, Keyring};
 use crate::store::{Actor, Store};
 
 #[derive(Subcommand)]
@@ -108,10 +108,10 @@ pub async fn run(config: &Config, command: KeysCommand) -> Result<(), AdminError
             }
             // Rows rewritten as every live instance reads them (headers
             // bound only once none is built before that).
-            crate::codec_upkeep::start(&store, config.instance_ttl()).await;
+            crate::roles::codec_upkeep::start(&store, config.instance_ttl()).await;
             // In the audit log: who rotated to which key, and from where.
             let asked = serde_json::json!({"rate": rate, "max_rows": max_rows, "restart": restart});
-            let begun = crate::audit::recorded(
+            let begun = crate::roles::audit::recorded(
                 &store,
                 "cli",
                 "keys.rotate",

@@ -6,8 +6,8 @@
 use std::collections::BTreeMap;
 
 use super::{JobsSettings, TopicConfig};
-use crate::policy::Policy;
-use crate::topic_pattern;
+use crate::domain::policy::Policy;
+use crate::domain::topic_pattern;
 
 /// Built once from the configuration ([`super::Config::topic_rules`]) and
 /// shared.

@@ -6,7 +6,7 @@ use std::collections::BTreeMap;
 use serde::{Deserialize, Serialize};
 
 use super::{HandEdits, SchemaBaseline, TopicCheck};
-use crate::policy::{Policy, PolicyOverrides};
+use crate::domain::policy::{Policy, PolicyOverrides};
 
 /// `[mysql]`: mySQL, the source of truth: where it is, the pool, and how `tickler migrate` installs the schema.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]

@@ -7,7 +7,7 @@ use super::{
     durations_bounded, invalid, AuthMode, Config, ConfigError, Role, DISPATCH_LOOKAHEAD_MAX_MS,
     INGRESS_TOPIC_MAX,
 };
-use crate::{job, topic_pattern};
+use crate::domain::{job, topic_pattern};
 
 /// librdkafka settings tickler's promises rest on, with why: `kafka_options`
 /// (applied after tickler's own) may not change them.
@@ -370,9 +370,11 @@ impl Config {
         }
         for (topic, settings) in &self.topics {
             if let Some(by) = &settings.group_by {
-                crate::grouping::GroupBy::parse(by).map_err(|problem| ConfigError::Invalid {
-                    field: "topics.group_by".into(),
-                    problem: format!("for topic {topic:?}: {problem}"),
+                crate::domain::grouping::GroupBy::parse(by).map_err(|problem| {
+                    ConfigError::Invalid {
+                        field: "topics.group_by".into(),
+                        problem: format!("for topic {topic:?}: {problem}"),
+                    }
                 })?;
             }
             if settings.group_max_per_second == Some(0) {

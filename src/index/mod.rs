@@ -22,9 +22,9 @@ use redis::aio::{ConnectionLike, ConnectionManager, ConnectionManagerConfig};
 use redis::cluster_async::ClusterConnection;
 use redis::{AsyncCommands, Cmd, Pipeline, RedisFuture, Script, Value};
 
-use crate::clock::Clock;
 use crate::config::Config;
-use crate::job::{shard_of, JobId};
+use crate::domain::clock::Clock;
+use crate::domain::job::{shard_of, JobId};
 
 pub mod scratch;
 pub mod sentinel;
@@ -133,7 +133,7 @@ pub struct Index {
     shards: Arc<AtomicU32>,
     scripts: Arc<Scripts>,
     /// Added to Redis's `TIME` where due-ness is decided (see
-    /// [`crate::clock`]): 0 but under `tickler dev`.
+    /// [`crate::domain::clock`]): 0 but under `tickler dev`.
     clock: Clock,
 }
 
@@ -156,12 +156,12 @@ pub async fn follow(
     index: &Index,
     window: Duration,
     wake: &tokio::sync::Notify,
-    jobs: &[&crate::job::Job],
+    jobs: &[&crate::domain::job::Job],
     db_now: DateTime<Utc>,
 ) {
-    use crate::job::Status;
+    use crate::domain::job::Status;
     let horizon = db_now + window;
-    let (inside, outside): (Vec<&crate::job::Job>, Vec<&crate::job::Job>) = jobs
+    let (inside, outside): (Vec<&crate::domain::job::Job>, Vec<&crate::domain::job::Job>) = jobs
         .iter()
         .partition(|job| job.status == Status::Pending && job.schedule_time < horizon);
     let add: Vec<(JobId, DateTime<Utc>)> = inside.iter().map(|j| (j.id, j.schedule_time)).collect();
@@ -185,11 +185,11 @@ pub async fn follow_created(
     index: &Index,
     window: Duration,
     wake: &tokio::sync::Notify,
-    jobs: &[&crate::job::Job],
+    jobs: &[&crate::domain::job::Job],
     db_now: DateTime<Utc>,
 ) {
     let horizon = db_now + window;
-    let near: Vec<&crate::job::Job> = jobs
+    let near: Vec<&crate::domain::job::Job> = jobs
         .iter()
         .copied()
         .filter(|job| job.schedule_time < horizon)

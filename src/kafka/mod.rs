@@ -26,7 +26,7 @@ use rdkafka::producer::Producer as _;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 
-use crate::service::Service;
+use crate::roles::service::Service;
 
 /// The settings every tickler Kafka client shares.
 pub fn client_config(brokers: &str) -> ClientConfig {
@@ -590,7 +590,7 @@ pub async fn record_at(
         while std::time::Instant::now() < deadline {
             match consumer.poll(Duration::from_millis(100)) {
                 Some(Ok(message)) if message.offset() == offset => {
-                    let job_id = header_value(&message, crate::job::HEADER_JOB_ID)
+                    let job_id = header_value(&message, crate::domain::job::HEADER_JOB_ID)
                         .map(|v| String::from_utf8_lossy(v).into_owned());
                     return Ok(RecordAt::Found(job_id));
                 }

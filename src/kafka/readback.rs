@@ -20,7 +20,7 @@ use rdkafka::message::{Message, Timestamp};
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::{Offset, TopicPartitionList};
 
-use crate::job::{self, JobId};
+use crate::domain::job::{self, JobId};
 
 /// How much earlier than its claim a record's timestamp may read when
 /// nothing better is known: records carry the database's time as their

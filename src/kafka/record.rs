@@ -6,7 +6,7 @@ use std::borrow::Cow;
 
 use rdkafka::message::{Header, OwnedHeaders};
 
-use crate::job::{self, Job};
+use crate::domain::job::{self, Job};
 
 /// A record to produce. librdkafka copies the key, value and each header
 /// as the record is queued.

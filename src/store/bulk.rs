@@ -15,7 +15,7 @@ use super::history::{event_token, events_record};
 use super::job_row::{job_from_row_listed, JOB_COLUMNS_NO_PAYLOAD};
 use super::sql::{run_at_push, topic_patterns_push};
 use super::{Store, StoreError};
-use crate::job::{Job, JobId, Status};
+use crate::domain::job::{Job, JobId, Status};
 
 /// Which jobs an operation covers. Every field narrows; the API requires at
 /// least one besides `topic_patterns`.

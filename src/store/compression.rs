@@ -44,7 +44,7 @@ pub struct CompressionSample {
 
 impl Store {
     /// The live instances (heartbeat within `ttl`) built before
-    /// compression (schema [`crate::compression::SCHEMA`]): they cannot
+    /// compression (schema [`crate::domain::compression::SCHEMA`]): they cannot
     /// read a compressed payload, and would set its job aside.
     pub async fn instances_unable_to_expand(
         &self,
@@ -54,7 +54,7 @@ impl Store {
             .instances_list(ttl)
             .await?
             .into_iter()
-            .filter(|row| row.live && built_for(&row.version) < crate::compression::SCHEMA)
+            .filter(|row| row.live && built_for(&row.version) < crate::domain::compression::SCHEMA)
             .collect())
     }
 
@@ -144,7 +144,7 @@ impl Store {
             let Ok(job) = job_from_row(row, &self.keys, &self.codec) else {
                 continue;
             };
-            if job.payload.len() >= crate::compression::MIN_BYTES {
+            if job.payload.len() >= crate::domain::compression::MIN_BYTES {
                 samples.payloads.push(job.payload);
             }
         }
@@ -152,7 +152,7 @@ impl Store {
     }
 
     /// Stores a new dictionary; returns its id. Every instance writes with
-    /// it once it is ripe ([`crate::compression::RIPE_AFTER`]).
+    /// it once it is ripe ([`crate::domain::compression::RIPE_AFTER`]).
     pub async fn dict_insert(
         &self,
         dict: &[u8],

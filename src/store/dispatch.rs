@@ -17,7 +17,7 @@ use super::history::{event_token, events_insert_rows, events_record, EventRow};
 use super::job_row::{job_from_row, text, WindowEntry, JOB_COLUMNS, UNREADABLE_PREFIX};
 use super::sql::{micros, push_id_list, update_joined};
 use super::{Store, StoreError};
-use crate::job::{Job, JobId, Status};
+use crate::domain::job::{Job, JobId, Status};
 
 /// The claim columns of a job no claim holds, as a release puts them back:
 /// the placeholders a job is created with (the columns' defaults since

@@ -27,7 +27,7 @@ use super::db_time;
 use super::sql::push_id_list;
 use super::{Store, StoreError};
 use crate::config::HandEdits;
-use crate::job::{Job, JobId};
+use crate::domain::job::{Job, JobId};
 
 /// A fresh token for one changing statement (never 0, the column's default).
 pub(super) fn event_token() -> u64 {

@@ -11,10 +11,10 @@ use sqlx::mysql::MySqlRow;
 use sqlx::Row;
 
 use super::StoreError;
-use crate::compression::{Codec, CodecError};
-use crate::job::{Job, JobId, NewJob, PayloadKind};
-use crate::keys::Keyring;
-use crate::policy::Policy;
+use crate::domain::compression::{Codec, CodecError};
+use crate::domain::job::{Job, JobId, NewJob, PayloadKind};
+use crate::domain::keys::Keyring;
+use crate::domain::policy::Policy;
 
 /// The columns a [`Job`] is read from, with `$payload` in the payload's
 /// place (listings read everything but the payload, which may be large).
@@ -128,7 +128,7 @@ pub(super) fn job_created(new: &NewJob, row: &MySqlRow) -> Result<Job, StoreErro
 }
 
 /// What a row's `payload_kind` stores: the payload's kind, and `+zstd`
-/// when the payload is compressed ([`crate::compression`]).
+/// when the payload is compressed ([`crate::domain::compression`]).
 pub(super) fn stored_kind(kind: PayloadKind, compressed: bool) -> &'static str {
     match (kind, compressed) {
         (PayloadKind::Json, false) => "json",
@@ -167,9 +167,15 @@ fn payload_and_headers(
     let headers = text(row, "headers")?;
     let key = text(row, "enc_key")?;
     let (payload, headers) = keys
-        .open_row(key.as_deref(), id, crate::keys::JOB, payload, headers)
+        .open_row(
+            key.as_deref(),
+            id,
+            crate::domain::keys::JOB,
+            payload,
+            headers,
+        )
         .map_err(|err| match err {
-            crate::keys::KeyError::Missing(key) => StoreError::KeyMissing { id, key },
+            crate::domain::keys::KeyError::Missing(key) => StoreError::KeyMissing { id, key },
             err => StoreError::Corrupt(format!("job {id}: {err}")),
         })?;
     let payload = codec.unpack(payload, compressed).map_err(|err| match err {

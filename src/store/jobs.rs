@@ -17,9 +17,9 @@ use super::job_row::{
 };
 use super::sql::{run_at_push, topic_patterns_push};
 use super::{Store, StoreError};
-use crate::compression::Codec;
-use crate::job::{Expiry, Job, JobId, NewJob, PayloadKind, Schedule, Status, Window};
-use crate::keys::Keyring;
+use crate::domain::compression::Codec;
+use crate::domain::job::{Expiry, Job, JobId, NewJob, PayloadKind, Schedule, Status, Window};
+use crate::domain::keys::Keyring;
 
 /// What a modification of a pending job changes; None leaves it as is.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -857,7 +857,7 @@ async fn resealed(
     let (packed, compressed) = codec.pack(&payload);
     let (payload, headers, key) = keys.seal_row(
         id,
-        crate::keys::JOB,
+        crate::domain::keys::JOB,
         &packed,
         headers_encode(&headers).as_deref(),
     );
@@ -889,7 +889,7 @@ fn sealed_row(
 ) -> (JobId, Vec<u8>, String) {
     let (payload, headers, _) = keys.seal_row(
         id,
-        crate::keys::JOB,
+        crate::domain::keys::JOB,
         payload,
         headers_encode(headers).as_deref(),
     );

@@ -34,10 +34,10 @@ use std::time::{Duration, Instant};
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 
-use crate::clock::Clock;
-use crate::compression::Codec;
 use crate::config::SchemaBaseline;
-use crate::keys::Keyring;
+use crate::domain::clock::Clock;
+use crate::domain::compression::Codec;
+use crate::domain::keys::Keyring;
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlSslMode};
 use sqlx::{ConnectOptions, Connection, Executor, MySql, Transaction};
 
@@ -388,7 +388,7 @@ impl Store {
     /// As [`Store::connect_lazy`], on `clock`: on `tickler dev`'s virtual
     /// clock every use of a connection starts by setting its session's
     /// `timestamp` to the server's clock plus the clock's offset (see
-    /// [`crate::clock`]); on a real clock nothing is added.
+    /// [`crate::domain::clock`]); on a real clock nothing is added.
     pub fn connect_clocked(
         url: &str,
         pool_size: u32,
@@ -473,7 +473,7 @@ impl Store {
 
     /// This handle with `keys`: payloads and headers are sealed under the
     /// active one as they are written, and opened as they are read (see
-    /// [`crate::keys`]).
+    /// [`crate::domain::keys`]).
     pub fn with_keys(&self, keys: Keyring) -> Store {
         Store {
             keys,
@@ -483,7 +483,7 @@ impl Store {
 
     /// This handle with `codec`: payloads are compressed as they are
     /// written when it is on, and expanded as they are read (see
-    /// [`crate::compression`]).
+    /// [`crate::domain::compression`]).
     pub fn with_codec(&self, codec: Codec) -> Store {
         Store {
             codec,
@@ -762,7 +762,7 @@ async fn session_clock_set(
 }
 
 pub(crate) fn db_time(at: DateTime<Utc>) -> NaiveDateTime {
-    crate::job::truncate_to_ms(at).naive_utc()
+    crate::domain::job::truncate_to_ms(at).naive_utc()
 }
 
 #[cfg(test)]

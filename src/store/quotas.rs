@@ -20,7 +20,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, QueryBuilder, Row};
 
 use super::{Store, StoreError};
-use crate::job::JobId;
+use crate::domain::job::JobId;
 
 /// A token's quotas and what it uses of them.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -162,7 +162,7 @@ pub(super) async fn job_counted_on(
         "SELECT t.token_id, CAST({COUNTED_BYTES} AS UNSIGNED) AS bytes \
          FROM token_jobs t JOIN jobs j ON j.id = t.job_id WHERE t.job_id = ? LIMIT 1"
     ))
-    .bind(crate::keys::OVERHEAD as i64)
+    .bind(crate::domain::keys::OVERHEAD as i64)
     .bind(id)
     .fetch_optional(&mut *conn)
     .await?;
@@ -326,7 +326,7 @@ impl Store {
              FROM token_jobs t JOIN jobs j ON j.id = t.job_id \
              WHERE t.token_id = ? AND j.status = 'pending'"
         ))
-        .bind(crate::keys::OVERHEAD as i64)
+        .bind(crate::domain::keys::OVERHEAD as i64)
         .bind(token)
         .fetch_one(&mut *tx)
         .await?;

@@ -20,8 +20,8 @@ use super::job_row::{
 };
 use super::sql::{push_id_list, update_joined};
 use super::{Store, StoreError, WindowEntry};
-use crate::job::{Job, JobId, Schedule, Status};
-use crate::outcome::{self, Decision, Ignored, JobState, ResultReport};
+use crate::domain::job::{Job, JobId, Schedule, Status};
+use crate::domain::outcome::{self, Decision, Ignored, JobState, ResultReport};
 
 /// What became of one report.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -12,10 +12,10 @@ use super::job_row::{job_from_row_listed, policy_from_row, JOB_COLUMNS_NO_PAYLOA
 use super::jobs::{insert_many_on, BatchRow};
 use super::sql::{push_id_list, topic_patterns_push};
 use super::{Store, StoreError};
-use crate::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status, Window};
-use crate::keys::Keyring;
-use crate::policy::Policy;
-use crate::schedule::{self, Bounds, InvalidTiming, Misfire, Progress, Timing};
+use crate::domain::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status, Window};
+use crate::domain::keys::Keyring;
+use crate::domain::policy::Policy;
+use crate::domain::schedule::{self, Bounds, InvalidTiming, Misfire, Progress, Timing};
 
 /// `schedules.status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
@@ -85,7 +85,7 @@ impl ScheduleDef {
             max_occurrences: self.max_occurrences,
             misfire: self.misfire,
             misfire_grace: Duration::milliseconds(i64::from(self.misfire_grace_ms)),
-            create_max: crate::schedule::create_max_per_pass(
+            create_max: crate::domain::schedule::create_max_per_pass(
                 self.payload.len()
                     + self
                         .headers
@@ -136,12 +136,12 @@ pub fn occurrence_placed(
     def: &ScheduleDef,
 ) -> Placed {
     let jitter = def.jitter_ms.map_or(0, |ms| {
-        crate::job::window_offset_ms(topic, Some(&format!("jitter {key}")), ms)
+        crate::domain::job::window_offset_ms(topic, Some(&format!("jitter {key}")), ms)
     });
     let start = run_at + Duration::milliseconds(jitter as i64);
     match def.window_ms {
         Some(ms) => {
-            let offset = crate::job::window_offset_ms(topic, Some(key), ms);
+            let offset = crate::domain::job::window_offset_ms(topic, Some(key), ms);
             Placed {
                 at: start + Duration::milliseconds(offset as i64),
                 window: Some(Window {
@@ -258,7 +258,7 @@ fn schedule_from_row(row: &MySqlRow, keys: &Keyring) -> Result<ScheduleRow, Stor
         .open_row(
             bytes_text(row, "enc_key")?.as_deref(),
             id,
-            crate::keys::SCHEDULE,
+            crate::domain::keys::SCHEDULE,
             Some(row.try_get::<Vec<u8>, _>("payload")?),
             bytes_text(row, "headers")?,
         )
@@ -322,7 +322,7 @@ type Content = (Vec<u8>, Option<String>, Option<String>);
 fn content(keys: &Keyring, id: u64, def: &ScheduleDef) -> Content {
     keys.seal_row(
         id,
-        crate::keys::SCHEDULE,
+        crate::domain::keys::SCHEDULE,
         &def.payload,
         headers_text(&def.headers).as_deref(),
     )

@@ -9,7 +9,7 @@ use sqlx::Connection;
 
 use super::{Store, StoreError};
 use crate::config::HandEdits;
-use crate::job::Status;
+use crate::domain::job::Status;
 
 /// Creates database `name` on the server at `server_url` (a MySQL URL
 /// without a database) and applies the migrations, then `hand_edits` as

@@ -8,8 +8,8 @@ use sqlx::Row;
 
 use super::job_row::text;
 use super::{Store, StoreError};
-use crate::job::JobId;
-use crate::keys::Part;
+use crate::domain::job::JobId;
+use crate::domain::keys::Part;
 
 /// Rows of `jobs` by the key they are sealed under.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -125,7 +125,7 @@ impl Store {
         }
         for row in &rows {
             let id: u64 = row.try_get("id")?;
-            if self.reopened(row, id, crate::keys::JOB)?.is_some() {
+            if self.reopened(row, id, crate::domain::keys::JOB)?.is_some() {
                 return Ok(true);
             }
         }
@@ -287,7 +287,7 @@ impl Store {
         for row in &rows {
             let id: u64 = row.try_get("id")?;
             let version: u32 = row.try_get("version")?;
-            let parts = crate::keys::SCHEDULE;
+            let parts = crate::domain::keys::SCHEDULE;
             let Some((payload, headers)) = self.reopened(row, id, parts)? else {
                 skipped += 1;
                 continue;
@@ -385,7 +385,7 @@ impl Store {
             if text(row, "enc_key")?.as_deref() == Some(active.as_str()) {
                 continue;
             }
-            let parts = crate::keys::JOB;
+            let parts = crate::domain::keys::JOB;
             let Some((payload, headers)) = self.reopened(row, id, parts)? else {
                 at.skipped += 1;
                 continue;

@@ -13,7 +13,7 @@ use chrono::{DateTime, Utc};
 use sqlx::{MySql, QueryBuilder};
 
 use super::db_time;
-use crate::job::JobId;
+use crate::domain::job::JobId;
 
 /// `(?, ?, …)`: `ids` bound, for an `IN`.
 pub(super) fn push_id_list(query: &mut QueryBuilder<'_, MySql>, ids: &[JobId]) {
@@ -94,7 +94,7 @@ pub(super) fn topic_patterns_push(
 }
 
 /// The SQL `LIKE` pattern (escape character `!`) matching the topics a
-/// topic pattern (`crate::topic_pattern`) matches; topic names have no `%`
+/// topic pattern (`crate::domain::topic_pattern`) matches; topic names have no `%`
 /// or `!`, only `_` to escape.
 fn pattern_like(pattern: &str) -> String {
     let mut like = String::with_capacity(pattern.len() + 4);

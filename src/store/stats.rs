@@ -53,7 +53,7 @@ impl Store {
     /// the next step starts (None: the status's range is read to its
     /// end). Two index-only range reads of about `limit` entries whatever
     /// the table's size, so a count of any size goes a bounded step at a
-    /// time ([`crate::truth`]). The jobs without a `status_at`
+    /// time ([`crate::roles::reporter::truth`]). The jobs without a `status_at`
     /// (dispatched, awaiting their result: as many as are in flight) are
     /// counted in the first step.
     ///
@@ -225,7 +225,7 @@ impl Store {
     pub async fn job_unreadable(
         &self,
         limit: u32,
-    ) -> Result<(u64, Vec<crate::job::JobId>), StoreError> {
+    ) -> Result<(u64, Vec<crate::domain::job::JobId>), StoreError> {
         let pattern = format!("{}%", super::job_row::UNREADABLE_PREFIX);
         let count: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM jobs WHERE status = 'dead' AND last_error LIKE ?",
@@ -248,7 +248,7 @@ impl Store {
 /// A job's recorded Kafka position.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct Position {
-    pub id: crate::job::JobId,
+    pub id: crate::domain::job::JobId,
     pub topic: String,
     pub partition: i32,
     pub offset: i64,
@@ -261,7 +261,7 @@ impl Store {
         &self,
         window: Duration,
         limit: u32,
-    ) -> Result<Vec<(crate::job::JobId, DateTime<Utc>)>, StoreError> {
+    ) -> Result<Vec<(crate::domain::job::JobId, DateTime<Utc>)>, StoreError> {
         let window_us = i64::try_from(window.as_micros()).unwrap_or(i64::MAX);
         let rows = sqlx::query(
             "SELECT id, status_at AS schedule_time FROM jobs WHERE status = 'pending' \
@@ -284,8 +284,11 @@ impl Store {
     /// The status of each of `ids` that still exists.
     pub async fn job_statuses(
         &self,
-        ids: &[crate::job::JobId],
-    ) -> Result<std::collections::HashMap<crate::job::JobId, crate::job::Status>, StoreError> {
+        ids: &[crate::domain::job::JobId],
+    ) -> Result<
+        std::collections::HashMap<crate::domain::job::JobId, crate::domain::job::Status>,
+        StoreError,
+    > {
         let mut statuses = std::collections::HashMap::new();
         for chunk in ids.chunks(1_000) {
             let mut query = sqlx::QueryBuilder::<sqlx::MySql>::new(
@@ -341,7 +344,7 @@ pub struct DeadSince {
     pub topic: String,
     pub count: u64,
     /// Some of their ids.
-    pub ids: Vec<crate::job::JobId>,
+    pub ids: Vec<crate::domain::job::JobId>,
 }
 
 impl Store {
@@ -353,7 +356,7 @@ impl Store {
         since: DateTime<Utc>,
         until: DateTime<Utc>,
         limit: u32,
-    ) -> Result<Vec<(crate::job::JobId, String, DateTime<Utc>)>, StoreError> {
+    ) -> Result<Vec<(crate::domain::job::JobId, String, DateTime<Utc>)>, StoreError> {
         let rows = sqlx::query(
             "SELECT id, topic, updated_at FROM jobs WHERE status = 'dead' \
              AND updated_at > ? AND updated_at <= ? ORDER BY updated_at LIMIT ?",

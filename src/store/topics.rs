@@ -7,7 +7,7 @@ use sqlx::Row;
 use super::db_time;
 use super::job_row::WindowEntry;
 use super::{Store, StoreError};
-use crate::job::JobId;
+use crate::domain::job::JobId;
 
 /// A topic's controls as stored.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -202,7 +202,13 @@ impl Store {
                 let headers = headers.map(|h| String::from_utf8_lossy(&h).into_owned());
                 let headers = self
                     .keys
-                    .open_row(key_id.as_deref(), id, crate::keys::JOB, None, headers)
+                    .open_row(
+                        key_id.as_deref(),
+                        id,
+                        crate::domain::keys::JOB,
+                        None,
+                        headers,
+                    )
                     .ok()
                     .and_then(|(_, headers)| headers)
                     .and_then(|text| serde_json::from_str(&text).ok())

@@ -128,12 +128,12 @@ pub async fn token_create_limited(
     rate_jobs: Option<u32>,
 ) -> String {
     let store = Store::connect_lazy(mysql_url, 1, tickler::store::Actor::Api).unwrap();
-    let secret = tickler::auth::secret_generate();
+    let secret = tickler::roles::auth::secret_generate();
     let owned = |list: &[&str]| list.iter().map(|s| s.to_string()).collect::<Vec<_>>();
     store
         .token_create(&tickler::store::NewToken {
             name,
-            secret_sha256: tickler::auth::secret_hash(&secret),
+            secret_sha256: tickler::roles::auth::secret_hash(&secret),
             topics: &owned(topics),
             scopes: &owned(scopes),
             rate_requests,
@@ -392,11 +392,11 @@ impl TestEnv {
     }
 
     /// A loader over this test's stores, driven by the test (`run_once`).
-    pub fn loader(&self) -> tickler::loader::Loader {
-        tickler::loader::Loader::new(
+    pub fn loader(&self) -> tickler::roles::loader::Loader {
+        tickler::roles::loader::Loader::new(
             self.store.clone(),
             self.index.clone(),
-            tickler::loader::LoaderConfig::from_config(&self.config),
+            tickler::roles::loader::LoaderConfig::from_config(&self.config),
             std::sync::Arc::new(tokio::sync::Notify::new()),
         )
     }

@@ -7,8 +7,8 @@ use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{Duration as Span, Utc};
-use tickler::job::{JobId, NewJob, PayloadKind, Schedule};
-use tickler::policy::Policy;
+use tickler::domain::job::{JobId, NewJob, PayloadKind, Schedule};
+use tickler::domain::policy::Policy;
 use tickler::store::{Actor, Dispatched, Fence, Store};
 
 use crate::{database_create, database_drop, fence_all, mysql_server_url};

@@ -13,7 +13,7 @@ use rdkafka::Offset;
 use serde_json::json;
 
 use tickler::config::Config;
-use tickler::job::{HEADER_JOB_ID, HEADER_SCHEDULED_AT};
+use tickler::domain::job::{HEADER_JOB_ID, HEADER_SCHEDULED_AT};
 use tickler::kafka;
 use tickler::kafka::tail::header;
 

@@ -28,7 +28,7 @@ use tokio_util::sync::CancellationToken;
 
 use super::{percentiles, record, until, Bench, BenchOptions, Records};
 use tickler::config::Config;
-use tickler::job::shard_of;
+use tickler::domain::job::shard_of;
 use tickler::kafka;
 use tickler::store::{scratch, Actor, Store};
 

@@ -42,14 +42,14 @@ use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use tickler::config::Config;
+use tickler::domain::job::Status;
 use tickler::index::Index;
-use tickler::job::Status;
 use tickler::kafka;
 use tickler::kafka::tail::header;
-use tickler::loader::{Loader, LoaderConfig};
-use tickler::reconciler::{Reconciler, ReconcilerConfig};
-use tickler::resolver::Resolver;
-use tickler::service::Service;
+use tickler::roles::loader::{Loader, LoaderConfig};
+use tickler::roles::reconciler::{Reconciler, ReconcilerConfig};
+use tickler::roles::resolver::Resolver;
+use tickler::roles::service::Service;
 use tickler::store::{scratch, Actor, Store};
 
 mod args;
@@ -366,7 +366,7 @@ async fn run_in(
     // so nothing else touches the rows and keys they measure.
     let store = Store::connect_lazy(
         &config.mysql.url,
-        tickler::ingress::CONNECTIONS.max(4),
+        tickler::roles::ingress::CONNECTIONS.max(4),
         Actor::Bench,
     )?;
     let index = Index::connect(
@@ -646,9 +646,15 @@ impl Bench {
             let record = kafka::Record::to(&topic, 3)
                 .key(id.as_bytes())
                 .value(b"{}")
-                .header(tickler::job::HEADER_JOB_ID, id.as_bytes())
-                .header(tickler::job::HEADER_SCHEDULED_AT, scheduled.as_bytes())
-                .header(tickler::job::HEADER_DISPATCHED_AT, scheduled.as_bytes());
+                .header(tickler::domain::job::HEADER_JOB_ID, id.as_bytes())
+                .header(
+                    tickler::domain::job::HEADER_SCHEDULED_AT,
+                    scheduled.as_bytes(),
+                )
+                .header(
+                    tickler::domain::job::HEADER_DISPATCHED_AT,
+                    scheduled.as_bytes(),
+                );
             match producer.send(record) {
                 Ok(delivery) => deliveries.push(delivery),
                 Err(err) => bail!("floor: send failed: {err}"),
@@ -771,7 +777,7 @@ impl Bench {
     /// pass to the last row written, to compare with the schedule stage's.
     async fn ingress(&self, store: &Store, index: &Index) -> anyhow::Result<()> {
         let target = self.topic();
-        let far = tickler::job::time_format(Utc::now() + chrono::Duration::days(30));
+        let far = tickler::domain::job::time_format(Utc::now() + chrono::Duration::days(30));
         // Rounds, the API first in every other one: the second of two runs
         // on the same table meets what the first left (pages to flush, a
         // bigger index), so neither path always pays it.
@@ -830,7 +836,7 @@ impl Bench {
         far: &str,
         replies: bool,
     ) -> anyhow::Result<f64> {
-        use tickler::ingress::{Ingress, IngressConfig};
+        use tickler::roles::ingress::{Ingress, IngressConfig};
 
         let requests = format!("{target}-requests-{round}");
         let replies = replies.then(|| format!("{target}-replies-{round}"));
@@ -881,8 +887,11 @@ impl Bench {
             kafka::Record::to(requests, 2)
                 .key(key.as_bytes())
                 .value(payload.as_bytes())
-                .header(tickler::ingress::HEADER_TARGET_TOPIC, target.as_bytes())
-                .header(tickler::ingress::HEADER_RUN_AT, far.as_bytes())
+                .header(
+                    tickler::roles::ingress::HEADER_TARGET_TOPIC,
+                    target.as_bytes(),
+                )
+                .header(tickler::roles::ingress::HEADER_RUN_AT, far.as_bytes())
         }
         // One request first, taken before the others are produced: the
         // consumer's first fetch is not the ingress's pace.
@@ -1295,11 +1304,15 @@ impl Bench {
         // topic) index is read whole, the rest are range scans.
         // Three computations, as the reporter makes them one after the
         // other: each goes on with the count where the last stopped.
-        let mut counts = tickler::truth::Counts::default();
+        let mut counts = tickler::roles::reporter::truth::Counts::default();
         for _ in 0..3 {
-            let truth =
-                tickler::truth::Truth::compute_with(store, index, &self.config, &mut counts)
-                    .await?;
+            let truth = tickler::roles::reporter::truth::Truth::compute_with(
+                store,
+                index,
+                &self.config,
+                &mut counts,
+            )
+            .await?;
             let counted: u64 = truth.jobs.iter().map(|c| c.count).sum();
             println!(
                 "reconcile: gauges from the truth in {} ms ({counted} live jobs counted by status and topic so far, {} overdue, drift {:?})",
@@ -1489,9 +1502,9 @@ fn record(consumer: BaseConsumer, records: Records, stop: CancellationToken) {
             let received_at_ms = Utc::now().timestamp_millis();
             let header = |name: &str| -> Option<i64> { header(&message, name)?.parse().ok() };
             let (Some(id), Some(scheduled_at_ms), Some(dispatched_at_ms)) = (
-                header(tickler::job::HEADER_JOB_ID),
-                header(tickler::job::HEADER_SCHEDULED_AT),
-                header(tickler::job::HEADER_DISPATCHED_AT),
+                header(tickler::domain::job::HEADER_JOB_ID),
+                header(tickler::domain::job::HEADER_SCHEDULED_AT),
+                header(tickler::domain::job::HEADER_DISPATCHED_AT),
             ) else {
                 continue;
             };

@@ -1,0 +1,30 @@
+//! The domain: pure logic, no store, no network. What a job is and the
+//! rules it is checked by; what becomes of it after an attempt; when a
+//! schedule fires. Every floor above uses it; it uses only the
+//! configuration's types.
+//!
+//! - [`job`]        — the job, its states and validation rules; the one
+//!   builder of a new job ([`job::JobRequest`]); sharding; how times are
+//!   written
+//! - [`policy`]     — a job's result policy: attempts, backoff, ack timeout
+//! - [`outcome`]    — what becomes of a job after an attempt: reports, and
+//!   the decision each leads to
+//! - [`schedule`]   — recurring schedules: cron and intervals in a time
+//!   zone, misfires
+//! - [`topic_pattern`] — `orders.*`: the topic patterns of tokens and
+//!   `jobs.topics_allowed`
+//! - [`grouping`]   — which group a job belongs to for fair dispatch
+//! - [`clock`]      — tickler's now: the stores' clocks, moved only by
+//!   `tickler dev`
+//! - [`keys`]       — encryption at rest: AES-256-GCM under named keys
+//! - [`compression`] — payload compression: zstd with trained dictionaries
+
+pub mod clock;
+pub mod compression;
+pub mod grouping;
+pub mod job;
+pub mod keys;
+pub mod outcome;
+pub mod policy;
+pub mod schedule;
+pub mod topic_pattern;

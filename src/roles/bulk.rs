@@ -1,0 +1,257 @@
+//! The bulk runner: works through bulk operations (`POST /v1/jobs/bulk`) in
+//! batches of one transaction each, those this instance started and those
+//! another instance left stalled, and brings Redis along with each batch.
+//! The API starts operations; this role carries them out.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use chrono::{DateTime, Utc};
+use tokio::sync::Notify;
+use tokio_util::sync::CancellationToken;
+use tokio_util::task::TaskTracker;
+
+use crate::config::{Config, TopicRules};
+use crate::domain::job::{Job, JobId};
+use crate::index::Index;
+use crate::metrics;
+use crate::roles::service::Service;
+use crate::store::{BulkAction, BulkOp, BulkStatus, Store, StoreError};
+
+/// Works through bulk operations: those this instance started, and those
+/// another left stalled.
+#[derive(Clone)]
+pub struct BulkRunner {
+    store: Store,
+    index: Index,
+    /// Each topic's policy: a requeue grants the job its topic's attempts.
+    rules: Arc<TopicRules>,
+    /// A job changed to be due within this is indexed at once.
+    window: Duration,
+    runner: BulkRunnerConfig,
+    wake: Arc<Notify>,
+    tracker: TaskTracker,
+    /// Stops the work of every operation (spawned by the API as well as
+    /// taken over): each is resumed from its cursor by whoever finds it
+    /// stalled.
+    cancel: CancellationToken,
+}
+
+/// The runner's settings, with their defaults.
+#[derive(Debug, Clone)]
+pub struct BulkRunnerConfig {
+    /// Jobs per batch: one transaction each.
+    pub batch: u32,
+    /// An operation nobody moved for this long is taken over.
+    pub stale: Duration,
+    /// How often to look for a stalled operation.
+    pub adopt_every: Duration,
+}
+
+impl Default for BulkRunnerConfig {
+    fn default() -> Self {
+        BulkRunnerConfig {
+            batch: 500,
+            stale: Duration::from_secs(30),
+            adopt_every: Duration::from_secs(5),
+        }
+    }
+}
+
+/// What one look for stalled operations did.
+#[derive(Debug, Default, PartialEq, Eq)]
+pub struct BulkRunnerReport {
+    /// The operation taken over (and now worked through in the background).
+    pub adopted: Option<u64>,
+}
+
+impl BulkRunner {
+    pub fn new(
+        store: Store,
+        index: Index,
+        config: &Config,
+        wake: Arc<Notify>,
+        tracker: TaskTracker,
+        cancel: CancellationToken,
+    ) -> BulkRunner {
+        BulkRunner {
+            store,
+            index,
+            rules: Arc::new(config.topic_rules()),
+            window: config.window(),
+            runner: BulkRunnerConfig::default(),
+            wake,
+            tracker,
+            cancel,
+        }
+    }
+
+    /// Works through `op` in the background, until done or shutdown.
+    pub fn spawn(&self, op: BulkOp) {
+        self.tracker.spawn(self.clone().work(op));
+    }
+}
+
+/// Every `adopt_every`, takes over one operation nobody has moved for
+/// `stale`.
+impl Service for BulkRunner {
+    type Report = BulkRunnerReport;
+    type Error = StoreError;
+    const NAME: &'static str = "bulk runner";
+    const PASS: &'static str = "bulk stalled";
+
+    fn interval(&self) -> Duration {
+        self.runner.adopt_every
+    }
+
+    /// Takes over one stalled operation, if there is one, and works
+    /// through it in the background.
+    async fn run_once(&mut self, _now: DateTime<Utc>) -> Result<BulkRunnerReport, StoreError> {
+        let owner_token = rand::random::<u64>() >> 1;
+        let Some(op) = self
+            .store
+            .bulk_adopt_stalled(self.runner.stale, owner_token)
+            .await?
+        else {
+            return Ok(BulkRunnerReport::default());
+        };
+        tracing::warn!(
+            bulk = op.id,
+            done = op.done,
+            total = op.total,
+            "taking over a stalled bulk operation"
+        );
+        let adopted = Some(op.id);
+        self.spawn(op);
+        Ok(BulkRunnerReport { adopted })
+    }
+}
+
+impl BulkRunner {
+    /// Long because it is one loop with its three exits (done, cancelled,
+    /// failed) and the back-off between batches.
+    async fn work(self, mut op: BulkOp) {
+        let store = self.store.with_actor(&format!("bulk:{}", op.id));
+        let mut pause = Duration::from_millis(200);
+        loop {
+            if self.cancel.is_cancelled() {
+                // Resumed from its cursor by whoever finds it stalled.
+                return;
+            }
+            let step = async {
+                let batch = store.bulk_next(&op, self.runner.batch).await?;
+                if batch.is_empty() {
+                    return Ok(None);
+                }
+                let last = batch.last().map(|(id, _)| *id).unwrap_or(op.cursor_id);
+                let applied = store
+                    .bulk_apply(&op, &batch, |topic| {
+                        self.rules.policy_for(topic).max_attempts
+                    })
+                    .await?;
+                Ok::<_, StoreError>(Some((batch.len() as u64, last, applied)))
+            };
+            match step.await {
+                Ok(None) => {
+                    op.status = BulkStatus::Done;
+                    if let Err(err) = store.bulk_finish(&op, BulkStatus::Done, None).await {
+                        tracing::warn!(bulk = op.id, error = %err, "recording a finished bulk operation; it is taken over and finished again");
+                    }
+                    tracing::info!(
+                        bulk = op.id,
+                        changed = op.changed,
+                        skipped = op.skipped,
+                        "bulk operation done"
+                    );
+                    return;
+                }
+                Ok(Some((_, _, None))) => {
+                    // Taken over, or this batch had committed after all.
+                    if !self.reread(&store, &mut op).await {
+                        tracing::info!(
+                            bulk = op.id,
+                            "bulk operation taken over by another instance"
+                        );
+                        return;
+                    }
+                }
+                Ok(Some((examined, last, Some(batch)))) => {
+                    op.cursor_id = last;
+                    op.done += examined;
+                    op.changed += batch.changed.len() as u64;
+                    op.skipped += batch.skipped;
+                    self.index_follow(&op.action, &batch.changed).await;
+                    pause = Duration::from_millis(200);
+                    tokio::task::yield_now().await;
+                }
+                Err(err) if err.is_transient() => {
+                    // A hiccup: the batch wrote nothing; try it again.
+                    tracing::warn!(bulk = op.id, "bulk batch failed; trying again");
+                    metrics::store_failed("bulk batch", &err);
+                    tokio::select! {
+                        _ = self.cancel.cancelled() => return,
+                        _ = tokio::time::sleep(pause) => {}
+                    }
+                    pause = (pause * 2).min(Duration::from_secs(5));
+                    // The batch may have committed before the connection
+                    // broke: go on from the cursor the row holds.
+                    if !self.reread(&store, &mut op).await {
+                        return;
+                    }
+                }
+                Err(err) => {
+                    tracing::error!(bulk = op.id, error = %err, "bulk operation failed");
+                    if let Err(err) = store
+                        .bulk_finish(&op, BulkStatus::Failed, Some(&err.to_string()))
+                        .await
+                    {
+                        tracing::warn!(bulk = op.id, error = %err, "recording a failed bulk operation");
+                    }
+                    return;
+                }
+            }
+        }
+    }
+
+    /// Reads `op` again; false when it is no longer this runner's (taken
+    /// over, or finished). A read that fails keeps `op` as it was: the
+    /// next batch's compare-and-set on the cursor decides.
+    async fn reread(&self, store: &Store, op: &mut BulkOp) -> bool {
+        match store.bulk_get(op.id).await {
+            Ok(Some(row))
+                if row.owner_token == op.owner_token && row.status == BulkStatus::Running =>
+            {
+                *op = row;
+                true
+            }
+            Ok(_) => false,
+            Err(_) => true,
+        }
+    }
+
+    /// Brings Redis along with a batch's changes; what fails here is
+    /// repaired by the loader's scan of edited rows and the reconciler.
+    async fn index_follow(&self, action: &BulkAction, changed: &[JobId]) {
+        if changed.is_empty() {
+            return;
+        }
+        if matches!(action, BulkAction::Cancel {}) {
+            if let Err(err) = self.index.job_remove_many(changed).await {
+                metrics::index_failed("unindex bulk-cancelled jobs", changed.len(), &err);
+            }
+            return;
+        }
+        let (jobs, now) = match futures::try_join!(
+            self.store.job_get_many(changed),
+            self.store.db_now()
+        ) {
+            Ok(read) => read,
+            Err(err) => {
+                tracing::warn!(error = %err, "reading bulk-changed jobs back; the loader indexes them");
+                return;
+            }
+        };
+        let jobs: Vec<&Job> = jobs.iter().collect();
+        crate::index::follow(&self.index, self.window, &self.wake, &jobs, now).await;
+    }
+}

@@ -1,0 +1,54 @@
+//! The roles: what an instance runs, each service on the one loop of
+//! [`service`], writing through [`store`](crate::store) and making
+//! [`index`](crate::index) follow. Which role runs which services is said
+//! once, in `crate::app`'s role table.
+//!
+//! - [`service`]    — the one loop of every role that works in passes
+//! - [`loader`]     — moves jobs entering the window from MySQL to Redis
+//! - [`dispatcher`] — claims due jobs, wins the MySQL CAS, produces to Kafka
+//! - [`reconciler`] — repairs from MySQL: claims in doubt (settled by
+//!   reading their topic back), jobs Redis lost, ack deadlines passed in
+//!   silence
+//! - [`purger`]     — deletes finished jobs past their retention
+//! - [`materializer`] — a schedule's occurrences become jobs
+//! - [`membership`] — instances know each other; shard leases and fencing;
+//!   a dead instance's claims put in doubt
+//! - [`watermarks`] — the loader's and reconciler's shared high-water marks
+//! - [`quotas`]     — counts again what each token with a quota holds
+//! - [`bulk`]       — the bulk runner: carries out bulk operations in batches
+//! - [`topic_controls`] — topic controls (pause, pace): this instance's copy
+//! - [`resolver`]   — applies an attempt's outcome, from every channel, and
+//!   makes Redis follow
+//! - [`results`]    — consumes the results topic; produces dead letters
+//! - [`ingress`]    — jobs scheduled by producing to a request topic;
+//!   replies
+//! - [`codec_upkeep`] — which key seals and which dictionary compresses
+//! - [`reporter`]   — the truth of the three stores as gauges
+//!   ([`reporter::truth`]), and the webhook ([`reporter::notify`])
+//! - [`auth`]       — API tokens: secrets, scopes, topic patterns; the
+//!   cache; the shared rate limit ([`auth::rate`])
+//! - [`audit`]      — the audit log's writers outside the API
+//! - [`clock_guard`] — `tickler dev` and `tickler serve` never share a
+//!   database
+//! - [`doctor`]     — checks the stores against each other; the safe repairs
+
+pub mod audit;
+pub mod auth;
+pub mod bulk;
+pub mod clock_guard;
+pub mod codec_upkeep;
+pub mod dispatcher;
+pub mod doctor;
+pub mod ingress;
+pub mod loader;
+pub mod materializer;
+pub mod membership;
+pub mod purger;
+pub mod quotas;
+pub mod reconciler;
+pub mod reporter;
+pub mod resolver;
+pub mod results;
+pub mod service;
+pub mod topic_controls;
+pub mod watermarks;

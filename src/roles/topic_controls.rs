@@ -1,0 +1,352 @@
+//! Topic controls: which topics are paused and how fast each may be
+//! dispatched. MySQL's `topic_controls` is the truth (set through the API
+//! or by hand); every instance keeps a copy, read again every second.
+//!
+//! A pause is enforced by the dispatcher's compare-and-set in MySQL, which
+//! refuses the jobs of a paused topic. That check costs, so the claim makes
+//! it only while this copy names a paused topic or is older than
+//! `CONTROLS_FRESH` (2 s): every instance reads the table every second, and
+//! a pause through the API answers only `PAUSE_SETTLE` (3 s) after it
+//! commits, when no instance can still trust a copy that misses it. From
+//! then on nothing of the topic is produced: the dispatcher asks this copy
+//! again before each send, so a job claimed before the pause and still
+//! held is withheld too. A pause by hand in SQL takes hold within 2 s.
+//! The copy also serves pacing (the dispatcher asks the topic's shared pace
+//! in Redis only for topics that have one) and noticing a resume (the
+//! paused topic's jobs left the index; they go back in).
+
+use std::collections::{HashMap, HashSet};
+use std::sync::{Arc, RwLock};
+use std::time::{Duration, Instant};
+
+use chrono::{DateTime, Utc};
+use tokio::sync::Notify;
+
+use crate::config::{Config, TopicRules};
+use crate::domain::grouping::{GroupBy, Grouping};
+use crate::index::{Index, IndexError};
+use crate::metrics;
+use crate::roles::service::Service;
+use crate::store::{Store, StoreError};
+
+/// How often every instance reads the controls again.
+pub const CONTROLS_REFRESH: Duration = Duration::from_secs(1);
+/// A copy read longer ago than this is not trusted to say that no topic is
+/// paused: the claim then checks pauses in MySQL itself.
+pub const CONTROLS_FRESH: Duration = Duration::from_secs(2);
+/// How long a pause waits after it commits before it answers: by then
+/// every instance either read it or no longer trusts an older copy.
+pub const PAUSE_SETTLE: Duration = Duration::from_millis(3_000);
+/// A claim this young may be sent on a copy of the controls too old to be
+/// trusted: it was decided after any pause that has answered by now, so it
+/// saw it (`PAUSE_SETTLE` − `CONTROLS_FRESH`, with room to spare; counted
+/// from before the compare-and-set was sent).
+pub const CLAIM_TRUSTED: Duration = Duration::from_millis(500);
+
+#[derive(Debug, Default)]
+struct Snapshot {
+    paused: HashSet<String>,
+    /// Paces set through the API (or by hand), jobs per second.
+    rates: HashMap<String, u32>,
+    /// Groupings set through the API (or by hand): what by (as stored)
+    /// and the groups' pace.
+    groups: HashMap<String, (Option<String>, Option<u32>)>,
+    /// When this copy was read (None: never).
+    read_at: Option<Instant>,
+}
+
+/// This instance's copy of the topic controls, kept fresh by the
+/// [`ControlsRefresher`]. Cheap to clone.
+#[derive(Clone)]
+pub struct TopicControls {
+    snapshot: Arc<RwLock<Snapshot>>,
+    store: Store,
+    /// The paces of the configuration (`[topics."…"] max_per_second`).
+    rules: Arc<TopicRules>,
+}
+
+#[derive(Debug, thiserror::Error)]
+pub enum ControlError {
+    #[error(transparent)]
+    Store(#[from] StoreError),
+    #[error(transparent)]
+    Index(#[from] IndexError),
+}
+
+impl TopicControls {
+    pub fn new(store: Store, config: &Config) -> TopicControls {
+        TopicControls {
+            snapshot: Arc::default(),
+            store,
+            rules: Arc::new(config.topic_rules()),
+        }
+    }
+
+    fn read(&self) -> std::sync::RwLockReadGuard<'_, Snapshot> {
+        self.snapshot
+            .read()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// The pace of `topic`, jobs per second: the API's, else the
+    /// configuration's, else none.
+    pub fn rate(&self, topic: &str) -> Option<u32> {
+        self.read()
+            .rates
+            .get(topic)
+            .copied()
+            .or_else(|| self.rules.max_per_second_for(topic))
+            .filter(|rate| *rate > 0)
+    }
+
+    /// Whether any topic has a pace, of its own or its groups' (else the
+    /// dispatcher skips pacing).
+    pub fn any_paced(&self) -> bool {
+        let snapshot = self.read();
+        !snapshot.rates.is_empty()
+            || snapshot.groups.values().any(|(_, rate)| rate.is_some())
+            || self.rules.any_paced()
+    }
+
+    /// How `topic`'s jobs are grouped for fair dispatch, if they are: each
+    /// of `group_by` and `group_max_per_second` the API's, else the
+    /// configuration's. A `group_by` edited by hand into something that
+    /// does not parse groups nothing (logged).
+    pub fn grouping(&self, topic: &str) -> Option<Grouping> {
+        let (api_by, api_rate) = self.read().groups.get(topic).cloned().unwrap_or_default();
+        let (config_by, config_rate) = self.rules.grouping_for(topic);
+        let by = api_by.or_else(|| config_by.map(str::to_owned))?;
+        let by = match GroupBy::parse(&by) {
+            Ok(by) => by,
+            Err(problem) => {
+                tracing::warn!(
+                    topic,
+                    problem,
+                    "topic_controls.group_by does not parse; the topic's jobs are not grouped"
+                );
+                return None;
+            }
+        };
+        Some(Grouping {
+            by,
+            per_second: api_rate.or(config_rate).filter(|rate| *rate > 0),
+        })
+    }
+
+    /// Whether `topic`'s jobs are grouped by the token that created them:
+    /// a create through a token then notes it (`token_jobs`).
+    pub fn grouped_by_token(&self, topic: &str) -> bool {
+        self.grouping(topic)
+            .is_some_and(|grouping| grouping.by == GroupBy::Token)
+    }
+
+    /// Whether any topic is grouped by token (else the dispatcher's pacing
+    /// does not read who created its jobs).
+    pub fn any_grouped_by_token(&self) -> bool {
+        let api = self
+            .read()
+            .groups
+            .values()
+            .any(|(by, _)| by.as_deref() == Some("token"));
+        api || self.rules.any_grouped_by_token()
+    }
+
+    pub fn is_paused(&self, topic: &str) -> bool {
+        self.read().paused.contains(topic)
+    }
+
+    /// Whether a job of `topic`, claimed by a compare-and-set sent at
+    /// local instant `claimed` (and so decided after it), may be sent now. Not if this copy says the
+    /// topic is paused. If the copy is too old to say (MySQL unreachable
+    /// for a while), only a claim younger than [`CLAIM_TRUSTED`]: a pause
+    /// answers [`PAUSE_SETTLE`] after it commits, and by then either this
+    /// copy was read after the pause, or the claim was decided after it
+    /// (and so checked it). So once a pause has answered, nothing more of
+    /// the topic is sent, however long a job was held.
+    pub fn send_allowed(&self, topic: &str, claimed: Instant) -> bool {
+        let snapshot = self.read();
+        if snapshot.paused.contains(topic) {
+            return false;
+        }
+        let fresh = snapshot
+            .read_at
+            .is_some_and(|at| at.elapsed() <= CONTROLS_FRESH);
+        fresh || claimed.elapsed() < CLAIM_TRUSTED
+    }
+
+    /// Whether the claim must check paused topics in MySQL: some topic is
+    /// paused, or this copy is too old to say that none is. Left out, the
+    /// compare-and-set is about a third faster on MariaDB (docs/benchmarks-history.md).
+    pub fn claim_checks_pauses(&self) -> bool {
+        let snapshot = self.read();
+        !snapshot.paused.is_empty()
+            || snapshot
+                .read_at
+                .is_none_or(|at| at.elapsed() > CONTROLS_FRESH)
+    }
+
+    /// Reads the controls again; returns the topics paused before and not
+    /// now (resumed).
+    pub async fn refresh(&self) -> Result<Vec<String>, StoreError> {
+        let read_at = Instant::now();
+        let rows = self.store.topic_controls().await?;
+        let mut fresh = Snapshot {
+            read_at: Some(read_at),
+            ..Snapshot::default()
+        };
+        for row in rows {
+            if row.paused {
+                fresh.paused.insert(row.topic.clone());
+            }
+            if row.group_by.is_some() || row.group_max_per_second.is_some() {
+                fresh.groups.insert(
+                    row.topic.clone(),
+                    (row.group_by.clone(), row.group_max_per_second),
+                );
+            }
+            if let Some(rate) = row.max_per_second {
+                fresh.rates.insert(row.topic, rate);
+            }
+        }
+        let mut snapshot = self
+            .snapshot
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let resumed = snapshot
+            .paused
+            .iter()
+            .filter(|topic| !fresh.paused.contains(*topic))
+            .cloned()
+            .collect();
+        *snapshot = fresh;
+        Ok(resumed)
+    }
+}
+
+/// The refresher's settings.
+#[derive(Debug, Clone)]
+pub struct ControlsRefresherConfig {
+    /// How often the controls are read again.
+    pub every: Duration,
+    /// A resumed topic's jobs due within this go back in the index.
+    pub window: Duration,
+}
+
+impl Default for ControlsRefresherConfig {
+    fn default() -> Self {
+        ControlsRefresherConfig::from_config(&Config::default())
+    }
+}
+
+impl ControlsRefresherConfig {
+    pub fn from_config(config: &Config) -> Self {
+        ControlsRefresherConfig {
+            every: CONTROLS_REFRESH,
+            window: config.window(),
+        }
+    }
+}
+
+/// What one read of the controls did.
+#[derive(Debug, Default, Clone, PartialEq, Eq)]
+pub struct ControlsReport {
+    /// Topics paused now.
+    pub paused: usize,
+    /// Topics paused at the read before and not now.
+    pub resumed: Vec<String>,
+    /// Jobs of resumed topics put back in the index.
+    pub reindexed: u64,
+}
+
+/// Keeps this instance's [`TopicControls`] fresh. With `reindex` (the
+/// reconciler's role), a topic seen resuming has its jobs due within the
+/// window put back in the index — however it was resumed (the API, or an
+/// UPDATE by hand).
+pub struct ControlsRefresher {
+    controls: TopicControls,
+    config: ControlsRefresherConfig,
+    reindex: Option<(Index, Arc<Notify>)>,
+}
+
+impl ControlsRefresher {
+    pub fn new(
+        controls: TopicControls,
+        config: ControlsRefresherConfig,
+        reindex: Option<(Index, Arc<Notify>)>,
+    ) -> Self {
+        ControlsRefresher {
+            controls,
+            config,
+            reindex,
+        }
+    }
+}
+
+impl Service for ControlsRefresher {
+    type Report = ControlsReport;
+    type Error = StoreError;
+    const NAME: &'static str = "topic controls";
+    const PASS: &'static str = "topic controls";
+
+    fn interval(&self) -> Duration {
+        self.config.every
+    }
+
+    /// Reads the controls once and re-indexes the topics that resumed. A
+    /// topic that cannot be re-indexed is named in the log and left to the
+    /// reconciler's overdue probe.
+    async fn run_once(&mut self, _now: DateTime<Utc>) -> Result<ControlsReport, StoreError> {
+        let resumed = self.controls.refresh().await?;
+        let mut report = ControlsReport {
+            paused: self.controls.read().paused.len(),
+            ..ControlsReport::default()
+        };
+        if let Some((index, wake)) = &self.reindex {
+            for topic in &resumed {
+                match topic_reindex(&self.controls.store, index, topic, self.config.window).await {
+                    Ok(n) => {
+                        tracing::info!(
+                            topic,
+                            num_jobs = n,
+                            "topic resumed: its due jobs are back in the index"
+                        );
+                        report.reindexed += n;
+                        wake.notify_one();
+                    }
+                    Err(err) => {
+                        tracing::warn!(topic, error = %err, "cannot re-index a resumed topic; the overdue probe will")
+                    }
+                }
+            }
+        }
+        report.resumed = resumed;
+        Ok(report)
+    }
+}
+
+/// Puts the pending jobs of `topic` due within `window` of now back in the
+/// index (those already there are left alone). Returns how many were read.
+pub async fn topic_reindex(
+    store: &Store,
+    index: &Index,
+    topic: &str,
+    window: Duration,
+) -> Result<u64, ControlError> {
+    const PAGE: u32 = 5_000;
+    let until: DateTime<Utc> = store.db_now().await? + window;
+    let mut after = 0;
+    let mut total = 0;
+    loop {
+        let page = store
+            .job_list_pending_topic(topic, until, after, PAGE)
+            .await?;
+        let entries: Vec<_> = page.iter().map(|e| (e.id, e.schedule_time)).collect();
+        index.job_refeed_many(&entries).await?;
+        total += page.len() as u64;
+        metrics::loader_indexed(page.len());
+        match page.last() {
+            Some(last) if page.len() == PAGE as usize => after = last.id,
+            _ => return Ok(total),
+        }
+    }
+}
