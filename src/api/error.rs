@@ -10,6 +10,7 @@ use serde_json::{json, Value};
 use super::view::JobView;
 
 use crate::domain::job::InvalidJob;
+use crate::domain::request::Refusal;
 use crate::store::StoreError;
 
 /// The body of every error answer. Some carry more beside `error`: a 409
@@ -141,6 +142,17 @@ pub enum ApiError {
     Unreadable(String),
     #[error("internal error")]
     Internal,
+}
+
+impl From<Refusal> for ApiError {
+    fn from(refusal: Refusal) -> ApiError {
+        match refusal {
+            Refusal::Job(invalid) => ApiError::InvalidJob(invalid),
+            Refusal::Window(why) => ApiError::InvalidSchedule(why),
+            Refusal::Expiry(why) => ApiError::InvalidExpiry(why),
+            Refusal::Policy(why) => ApiError::InvalidPolicy(why),
+        }
+    }
 }
 
 impl ApiError {

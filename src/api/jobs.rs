@@ -23,6 +23,7 @@ use crate::domain::job::{
     self, time_format, Expiry, InvalidJob, Job, JobId, NewJob, PayloadKind, Schedule, Window,
 };
 use crate::domain::policy::{Policy, PolicyOverrides};
+use crate::domain::request::{JobRequest, Limits};
 use crate::metrics;
 use crate::roles::auth::Scope;
 use crate::store::{BatchRow, Cancelled, JobChanges, Modified, StoreError};
@@ -110,19 +111,11 @@ where
     Option::<T>::deserialize(deserializer).map(Some)
 }
 
-/// The limits a job is checked against.
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    pub payload_max_bytes: usize,
-    pub max_schedule_ahead_days: u64,
-}
-
-impl Limits {
-    pub fn of(state: &ApiState) -> Limits {
-        Limits {
-            payload_max_bytes: state.config.jobs.payload_max_bytes,
-            max_schedule_ahead_days: state.config.jobs.max_schedule_ahead_days,
-        }
+/// The limits of this deployment's jobs.
+pub fn limits_of(state: &ApiState) -> Limits {
+    Limits {
+        payload_max_bytes: state.config.jobs.payload_max_bytes,
+        max_schedule_ahead_days: state.config.jobs.max_schedule_ahead_days,
     }
 }
 
@@ -134,23 +127,18 @@ pub(super) fn schedule_parse(
     limits: Limits,
     now: DateTime<Utc>,
 ) -> Result<Option<Schedule>, ApiError> {
-    let max_ahead_ms = limits.max_schedule_ahead_days.saturating_mul(86_400_000);
-    let too_far = InvalidJob::TooFar {
-        max_days: limits.max_schedule_ahead_days,
-    };
-    match (run_at, delay_ms) {
-        (Some(_), Some(_)) => Err(ApiError::InvalidSchedule(
-            "give run_at (RFC 3339 time) or delay_ms, not both".to_owned(),
-        )),
-        (None, None) => Ok(None),
+    let schedule = match (run_at, delay_ms) {
+        (Some(_), Some(_)) => {
+            return Err(ApiError::InvalidSchedule(
+                "give run_at (RFC 3339 time) or delay_ms, not both".to_owned(),
+            ))
+        }
+        (None, None) => return Ok(None),
         (None, Some(delay_ms)) => {
             let delay_ms = u64::try_from(delay_ms).map_err(|_| {
                 ApiError::InvalidSchedule("delay_ms must be zero or more".to_owned())
             })?;
-            if delay_ms > max_ahead_ms {
-                return Err(too_far.into());
-            }
-            Ok(Some(Schedule::After { delay_ms }))
+            Schedule::After { delay_ms }
         }
         (Some(run_at), None) => {
             let at = DateTime::parse_from_rfc3339(&run_at)
@@ -168,13 +156,11 @@ pub(super) fn schedule_parse(
                     "run_at {run_at:?} is after 9999-12-31T23:59:59.999Z"
                 )));
             }
-            let ahead_ms = (at - now).num_milliseconds();
-            if ahead_ms > 0 && ahead_ms as u64 > max_ahead_ms {
-                return Err(too_far.into());
-            }
-            Ok(Some(Schedule::At(job::truncate_to_ms(at))))
+            Schedule::At(job::truncate_to_ms(at))
         }
-    }
+    };
+    limits.horizon_check(&schedule, now)?;
+    Ok(Some(schedule))
 }
 
 /// Decides where a moved (or re-windowed) job goes out in its window: the
@@ -352,6 +338,40 @@ pub fn create_checked(
 }
 
 impl CreateJob {
+    /// The request as typed fields, for [`JobRequest::build`]: what is
+    /// the JSON form's own (a payload as JSON or base64, `run_at` or
+    /// `delay_ms`, `expires_at` or `ttl_ms`) is read here.
+    pub fn request(self, limits: Limits, now: DateTime<Utc>) -> Result<JobRequest, ApiError> {
+        let topic = self.topic.ok_or(InvalidJob::Topic)?;
+        let headers = self.headers.unwrap_or_default();
+        let schedule =
+            schedule_parse(self.run_at, self.delay_ms, limits, now)?.ok_or_else(|| {
+                ApiError::InvalidSchedule("give run_at (RFC 3339 time) or delay_ms".to_owned())
+            })?;
+        let window_ms = window_parse(self.window_ms)?.unwrap_or(0);
+        let expiry = expiry_parse(self.expires_at.map(Some), self.ttl_ms)?.flatten();
+        let (payload, payload_kind) = payload_parse(self.payload, self.payload_base64, limits)?
+            .unwrap_or((Vec::new(), PayloadKind::Bytes));
+        Ok(JobRequest {
+            topic,
+            key: self.key,
+            payload,
+            payload_kind,
+            headers,
+            schedule,
+            window_ms,
+            expiry,
+            policy: PolicyOverrides {
+                expects_result: self.expects_result,
+                max_attempts: self.max_attempts,
+                backoff_base_ms: self.backoff_base_ms,
+                backoff_cap_ms: self.backoff_cap_ms,
+                ack_timeout_ms: self.ack_timeout_ms,
+            },
+            trace_parent: None,
+        })
+    }
+
     /// Checks every rule and builds the job to write; `topic_policy` gives
     /// the result policy of the job's topic.
     pub fn validate(
@@ -360,68 +380,9 @@ impl CreateJob {
         now: DateTime<Utc>,
         topic_policy: impl FnOnce(&str) -> Policy,
     ) -> Result<NewJob, ApiError> {
-        let topic = self.topic.ok_or(InvalidJob::Topic)?;
-        job::topic_validate(&topic)?;
-        if let Some(key) = &self.key {
-            job::key_validate_unreserved(key)?;
-        }
-        let headers = self.headers.unwrap_or_default();
-        job::headers_validate(&headers)?;
-        let schedule =
-            schedule_parse(self.run_at, self.delay_ms, limits, now)?.ok_or_else(|| {
-                ApiError::InvalidSchedule("give run_at (RFC 3339 time) or delay_ms".to_owned())
-            })?;
-        let window = window_parse(self.window_ms)?.map(|ms| {
-            let offset = job::window_offset_ms(&topic, self.key.as_deref(), ms);
-            (
-                Window {
-                    ms,
-                    start: schedule,
-                },
-                offset,
-            )
-        });
-        // An expiry comes after the window's end, where the job may go out.
-        let latest = window.map_or(schedule, |(w, _)| schedule.later_by(u64::from(w.ms)));
-        let (expires_at, expires_after_ms) =
-            match expiry_parse(self.expires_at.map(Some), self.ttl_ms)? {
-                Some(Some(expiry)) => {
-                    job::expiry_resolve(expiry, &latest, now).map_err(ApiError::InvalidExpiry)?
-                }
-                _ => (None, None),
-            };
-        // A ttl after a delay is added to the decided instant, in the
-        // database: from there to the window's end, then the ttl.
-        let expires_after_ms = match (expires_after_ms, window) {
-            (Some(ttl), Some((w, offset))) => Some(ttl + u64::from(w.ms) - offset),
-            (ttl, _) => ttl,
-        };
-        let schedule = window.map_or(schedule, |(_, offset)| schedule.later_by(offset));
-        let (payload, payload_kind) = payload_parse(self.payload, self.payload_base64, limits)?
-            .unwrap_or((Vec::new(), PayloadKind::Bytes));
-        let overrides = PolicyOverrides {
-            expects_result: self.expects_result,
-            max_attempts: self.max_attempts,
-            backoff_base_ms: self.backoff_base_ms,
-            backoff_cap_ms: self.backoff_cap_ms,
-            ack_timeout_ms: self.ack_timeout_ms,
-        };
-        let policy = overrides.over(topic_policy(&topic));
-        policy.validate().map_err(ApiError::InvalidPolicy)?;
-        Ok(NewJob {
-            topic,
-            key: self.key,
-            payload,
-            payload_kind,
-            headers,
-            schedule,
-            policy,
-            trace_parent: None,
-            schedule_id: None,
-            expires_at,
-            expires_after_ms,
-            window: window.map(|(w, _)| w),
-        })
+        self.request(limits, now)?
+            .build(limits, now, topic_policy)
+            .map_err(ApiError::from)
     }
 }
 
@@ -572,7 +533,7 @@ pub async fn create(
 ) -> Result<impl IntoResponse, ApiError> {
     caller.require(Scope::Write)?;
     let rules = state.rules.clone();
-    let mut new_job = body.validate(Limits::of(&state), state.index.clock().now(), |topic| {
+    let mut new_job = body.validate(limits_of(&state), state.index.clock().now(), |topic| {
         rules.policy_for(topic)
     })?;
     new_job.trace_parent = trace_parent_of(&headers);
@@ -701,7 +662,7 @@ pub async fn create_batch(
             body.jobs.len()
         )));
     }
-    let limits = Limits::of(&state);
+    let limits = limits_of(&state);
     let now = state.index.clock().now();
     let trace_parent = trace_parent_of(&headers);
     let mut checked: Vec<Result<NewJob, ApiError>> = body
@@ -800,7 +761,7 @@ pub async fn patch(
 ) -> Result<Response, ApiError> {
     caller.require(Scope::Write)?;
     let (version, mut changes, window) =
-        body.validate(Limits::of(&state), state.index.clock().now())?;
+        body.validate(limits_of(&state), state.index.clock().now())?;
     // A job's topic never changes, so the check holds for the write.
     let job = state.store.job_get(id).await?;
     caller.topic(&job.topic)?;

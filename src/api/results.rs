@@ -13,7 +13,7 @@ use tracing::Instrument;
 
 use super::auth::Caller;
 use super::error::Conflict;
-use super::jobs::{index_follow, schedule_parse, Limits};
+use super::jobs::{index_follow, limits_of, schedule_parse};
 use super::view::JobView;
 use super::{ApiError, ApiJson, ApiState, JobIdPath};
 use crate::domain::outcome::{Ignored, ReportBody};
@@ -159,7 +159,7 @@ pub async fn redrive(
     let schedule = schedule_parse(
         request.run_at,
         request.delay_ms,
-        Limits::of(&state),
+        limits_of(&state),
         state.index.clock().now(),
     )?;
     let job = state.store.job_get(id).await?;

@@ -13,7 +13,7 @@ use serde::{Deserialize, Serialize};
 use serde_json::value::RawValue;
 
 use super::auth::Caller;
-use super::jobs::{payload_parse, present, raw_present, topic_preflight, Limits};
+use super::jobs::{limits_of, payload_parse, present, raw_present, topic_preflight};
 use super::{ApiError, ApiJson, ApiState};
 use crate::domain::job::time_format;
 use crate::domain::job::{self, InvalidJob, JobId, PayloadKind};
@@ -343,7 +343,7 @@ impl CreateSchedule {
         let headers = self.headers.unwrap_or_default();
         job::headers_validate(&headers)?;
         let (payload, payload_kind) =
-            payload_parse(self.payload, self.payload_base64, Limits::of(state))?
+            payload_parse(self.payload, self.payload_base64, limits_of(state))?
                 .unwrap_or((Vec::new(), PayloadKind::Bytes));
         let policy = PolicyOverrides {
             expects_result: self.expects_result,
@@ -401,7 +401,7 @@ impl PatchSchedule {
             )
         })?;
         let mut def = current.clone();
-        if let Some(parsed) = payload_parse(self.payload, self.payload_base64, Limits::of(state))? {
+        if let Some(parsed) = payload_parse(self.payload, self.payload_base64, limits_of(state))? {
             (def.payload, def.payload_kind) = parsed;
         }
         if let Some(headers) = self.headers {

@@ -3,9 +3,10 @@
 //! schedule fires. Every floor above uses it; it uses only the
 //! configuration's types.
 //!
-//! - [`job`]        — the job, its states and validation rules; the one
-//!   builder of a new job ([`job::JobRequest`]); sharding; how times are
-//!   written
+//! - [`job`]        — the job, its states and validation rules; sharding;
+//!   how times are written
+//! - [`request`]    — a create request and the rules it is checked by: the
+//!   one builder of a new job, whichever edge it comes from
 //! - [`policy`]     — a job's result policy: attempts, backoff, ack timeout
 //! - [`outcome`]    — what becomes of a job after an attempt: reports, and
 //!   the decision each leads to
@@ -26,5 +27,6 @@ pub mod job;
 pub mod keys;
 pub mod outcome;
 pub mod policy;
+pub mod request;
 pub mod schedule;
 pub mod topic_pattern;

@@ -6,9 +6,10 @@ use std::collections::BTreeMap;
 use std::sync::Arc;
 use std::time::Duration;
 
-use super::request::{Limits, RequestError, RequestRecord};
+use super::request::{RequestError, RequestRecord};
 use crate::config::{Config, TopicCheck};
 use crate::domain::job::{Job, Status};
+use crate::domain::request::Limits;
 use crate::kafka::Received;
 
 /// How long a pass waits for more records already on their way.

@@ -12,8 +12,9 @@ use std::collections::BTreeMap;
 
 use chrono::{DateTime, TimeZone, Utc};
 
-use crate::domain::job::{self, Expiry, InvalidJob, NewJob, PayloadKind, Schedule, Window};
+use crate::domain::job::{self, Expiry, InvalidJob, NewJob, PayloadKind, Schedule};
 use crate::domain::policy::{Policy, PolicyOverrides};
+use crate::domain::request::{JobRequest, Limits, Refusal};
 
 /// Where the job goes: the topic its record is produced to.
 pub const HEADER_TARGET_TOPIC: &str = "tickler-target-topic";
@@ -153,13 +154,6 @@ impl RequestError {
     }
 }
 
-/// The limits a request is checked against (the API's).
-#[derive(Debug, Clone, Copy)]
-pub struct Limits {
-    pub payload_max_bytes: usize,
-    pub max_schedule_ahead_days: u64,
-}
-
 /// Reads and checks a request record. `now` only bounds the horizon (and
 /// stands in for a record without a timestamp); due-ness is the database's
 /// call. `topic_policy` gives the target topic's result policy.
@@ -234,86 +228,64 @@ pub fn request_parse(
     let Some(payload) = record.value else {
         return Ok(Request::Cancel { topic, key });
     };
-    job::headers_validate(&passed)?;
-    if payload.len() > limits.payload_max_bytes {
-        return Err(InvalidJob::PayloadTooLarge {
-            size: payload.len(),
-            limit: limits.payload_max_bytes,
-        }
-        .into());
-    }
     let schedule = schedule_parse(
         ours.remove(HEADER_RUN_AT),
         ours.remove(HEADER_DELAY_MS),
         record.timestamp_ms,
-        limits,
-        now,
     )?;
-    let window = match ours.remove(HEADER_WINDOW_MS) {
-        None => None,
-        Some(text) => {
-            let ms: u32 = text
-                .trim()
-                .parse()
-                .ok()
-                .filter(|ms| *ms <= job::WINDOW_MAX_MS)
-                .ok_or_else(|| {
-                    RequestError::Schedule(format!(
-                        "{HEADER_WINDOW_MS} {text:?} is not a whole number of milliseconds from 0 to {}",
-                        job::WINDOW_MAX_MS
-                    ))
-                })?;
-            (ms > 0).then(|| {
-                let offset = job::window_offset_ms(&topic, Some(&key), ms);
-                (
-                    Window {
-                        ms,
-                        start: schedule,
-                    },
-                    offset,
-                )
-            })
-        }
+    let window_ms = match ours.remove(HEADER_WINDOW_MS) {
+        None => 0,
+        Some(text) => text
+            .trim()
+            .parse()
+            .ok()
+            .filter(|ms| *ms <= job::WINDOW_MAX_MS)
+            .ok_or_else(|| {
+                RequestError::Schedule(format!(
+                    "{HEADER_WINDOW_MS} {text:?} is not a whole number of milliseconds from 0 to {}",
+                    job::WINDOW_MAX_MS
+                ))
+            })?,
     };
-    // An expiry comes after the window's end, where the job may go out.
-    let latest = window.map_or(schedule, |(w, _)| schedule.later_by(u64::from(w.ms)));
-    let expires_at = match ours.remove(HEADER_EXPIRES_AT) {
+    let expiry = match ours.remove(HEADER_EXPIRES_AT) {
         Some(text) => {
             let at = DateTime::parse_from_rfc3339(text.trim()).map_err(|err| {
                 RequestError::Expiry(format!(
                     "{HEADER_EXPIRES_AT} {text:?} is not an RFC 3339 time ({err}), e.g. 2030-01-31T09:05:00.000Z"
                 ))
             })?;
-            job::expiry_resolve(Expiry::At(at.with_timezone(&Utc)), &latest, now)
-                .map_err(|err| RequestError::Expiry(format!("{HEADER_EXPIRES_AT}: {err}")))?
-                .0
+            Some(Expiry::At(at.with_timezone(&Utc)))
         }
         None => None,
     };
-    let overrides = PolicyOverrides {
+    let policy = PolicyOverrides {
         expects_result: flag_parse(&mut ours, HEADER_EXPECTS_RESULT)?,
         max_attempts: number_parse(&mut ours, HEADER_MAX_ATTEMPTS)?,
         backoff_base_ms: number_parse(&mut ours, HEADER_BACKOFF_BASE_MS)?,
         backoff_cap_ms: number_parse(&mut ours, HEADER_BACKOFF_CAP_MS)?,
         ack_timeout_ms: number_parse(&mut ours, HEADER_ACK_TIMEOUT_MS)?,
     };
-    let policy = overrides.over(topic_policy(&topic));
-    policy.validate().map_err(RequestError::Policy)?;
-    let schedule = window.map_or(schedule, |(_, offset)| schedule.later_by(offset));
-    Ok(Request::Put(NewJob {
+    let request = JobRequest {
         topic,
         key: Some(key),
         payload: payload.to_vec(),
         payload_kind: PayloadKind::Bytes,
         headers: passed,
         schedule,
+        window_ms,
+        expiry,
         policy,
         trace_parent,
-        schedule_id: None,
-        expires_at,
-        expires_after_ms: None,
-        window: window.map(|(w, _)| w),
-    }))
+    };
+    request
+        .build(limits, now, topic_policy)
+        .map(Request::Put)
+        .map_err(|refusal| match refusal {
+            Refusal::Job(invalid) => invalid.into(),
+            Refusal::Window(why) => RequestError::Schedule(why),
+            Refusal::Expiry(why) => RequestError::Expiry(format!("{HEADER_EXPIRES_AT}: {why}")),
+            Refusal::Policy(why) => RequestError::Policy(why),
+        })
 }
 
 /// `tickler-run-at` or `tickler-delay-ms`, exactly one. A delay counts from
@@ -323,13 +295,7 @@ fn schedule_parse(
     run_at: Option<&str>,
     delay_ms: Option<&str>,
     timestamp_ms: Option<i64>,
-    limits: Limits,
-    now: DateTime<Utc>,
 ) -> Result<Schedule, RequestError> {
-    let max_ahead_ms = limits.max_schedule_ahead_days.saturating_mul(86_400_000);
-    let too_far = InvalidJob::TooFar {
-        max_days: limits.max_schedule_ahead_days,
-    };
     let at = match (run_at, delay_ms) {
         (Some(_), Some(_)) => {
             return Err(RequestError::Schedule(format!(
@@ -347,9 +313,6 @@ fn schedule_parse(
                     "{HEADER_DELAY_MS} {delay:?} is not a whole number of milliseconds, zero or more"
                 ))
             })?;
-            if delay_ms > max_ahead_ms {
-                return Err(too_far.into());
-            }
             let Some(from_ms) = timestamp_ms.filter(|ms| *ms >= 0) else {
                 // No timestamp to count from: the database's now.
                 return Ok(Schedule::After { delay_ms });
@@ -374,10 +337,6 @@ fn schedule_parse(
             "the job's time {} is after 9999-12-31T23:59:59.999Z",
             job::time_format(at)
         )));
-    }
-    let ahead_ms = (at - now).num_milliseconds();
-    if ahead_ms > 0 && ahead_ms as u64 > max_ahead_ms {
-        return Err(too_far.into());
     }
     Ok(Schedule::At(job::truncate_to_ms(at)))
 }

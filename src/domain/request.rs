@@ -1,0 +1,261 @@
+//! A create request and the rules it is checked by — the only place they
+//! stand. Every edge reads its own wire format (the API's JSON, the
+//! ingress's Kafka headers, `tickler import`'s lines) into a
+//! [`JobRequest`] of typed fields; [`JobRequest::build`] checks it and
+//! decides what is written: the instant in a window, the expiry, the
+//! policy over the topic's. A new job field is added here once, then to
+//! the store's insert, and to each wire format that carries it.
+
+use std::collections::BTreeMap;
+
+use chrono::{DateTime, Utc};
+
+use crate::domain::job::{
+    self, Expiry, InvalidJob, NewJob, PayloadKind, Schedule, Window, WINDOW_MAX_MS,
+};
+use crate::domain::policy::{Policy, PolicyOverrides};
+
+/// The limits a job is checked against (`jobs.payload_max_bytes`,
+/// `jobs.max_schedule_ahead_days`).
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    pub payload_max_bytes: usize,
+    pub max_schedule_ahead_days: u64,
+}
+
+impl Limits {
+    /// Whether a payload of `size` bytes may be stored.
+    pub fn payload_check(&self, size: usize) -> Result<(), InvalidJob> {
+        if size > self.payload_max_bytes {
+            return Err(InvalidJob::PayloadTooLarge {
+                size,
+                limit: self.payload_max_bytes,
+            });
+        }
+        Ok(())
+    }
+
+    /// Whether `schedule` lies within the horizon from `now` (the past is
+    /// accepted: such a job is due at once).
+    pub fn horizon_check(&self, schedule: &Schedule, now: DateTime<Utc>) -> Result<(), InvalidJob> {
+        let max_ahead_ms = self.max_schedule_ahead_days.saturating_mul(86_400_000);
+        let ahead_ms = match *schedule {
+            Schedule::After { delay_ms } => delay_ms,
+            Schedule::At(at) => u64::try_from((at - now).num_milliseconds()).unwrap_or(0),
+        };
+        if ahead_ms > max_ahead_ms {
+            return Err(InvalidJob::TooFar {
+                max_days: self.max_schedule_ahead_days,
+            });
+        }
+        Ok(())
+    }
+}
+
+/// What a caller asks to create, read from its wire format but not yet
+/// checked.
+#[derive(Debug, Clone, PartialEq)]
+pub struct JobRequest {
+    pub topic: String,
+    pub key: Option<String>,
+    pub payload: Vec<u8>,
+    pub payload_kind: PayloadKind,
+    pub headers: BTreeMap<String, String>,
+    /// The time asked for (a window's start, with one).
+    pub schedule: Schedule,
+    /// A flexible window's length; 0 for none.
+    pub window_ms: u32,
+    pub expiry: Option<Expiry>,
+    /// The result policy asked for; the rest comes from the topic's.
+    pub policy: PolicyOverrides,
+    /// The W3C `traceparent` of the request.
+    pub trace_parent: Option<String>,
+}
+
+/// Why a request is refused. Each edge words it in its own terms (the
+/// API's error codes, the ingress's replies).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Refusal {
+    /// A rule of the job itself: topic, key, headers, payload, horizon.
+    Job(InvalidJob),
+    /// The window's length.
+    Window(String),
+    /// The expiry does not come after the job is due, or is out of range.
+    Expiry(String),
+    /// The result policy, over the topic's, is not one tickler runs.
+    Policy(String),
+}
+
+impl From<InvalidJob> for Refusal {
+    fn from(err: InvalidJob) -> Refusal {
+        Refusal::Job(err)
+    }
+}
+
+impl JobRequest {
+    /// A request for `topic` at `schedule`, with nothing else.
+    pub fn new(topic: impl Into<String>, schedule: Schedule) -> JobRequest {
+        JobRequest {
+            topic: topic.into(),
+            key: None,
+            payload: Vec::new(),
+            payload_kind: PayloadKind::Bytes,
+            headers: BTreeMap::new(),
+            schedule,
+            window_ms: 0,
+            expiry: None,
+            policy: PolicyOverrides::default(),
+            trace_parent: None,
+        }
+    }
+
+    /// Checks every create rule and builds the job to write. `now` bounds
+    /// the horizon and stands for the database's clock a delay counts
+    /// from; `topic_policy` gives the result policy of the job's topic.
+    ///
+    /// A window decides the instant in it once: from the topic and key for
+    /// a keyed job (the same request lands on the same instant), drawn
+    /// for an unkeyed one. An expiry comes after the window's end; a ttl
+    /// after a delay is added, in the database, to the instant decided.
+    pub fn build(
+        self,
+        limits: Limits,
+        now: DateTime<Utc>,
+        topic_policy: impl FnOnce(&str) -> Policy,
+    ) -> Result<NewJob, Refusal> {
+        job::topic_validate(&self.topic)?;
+        if let Some(key) = &self.key {
+            job::key_validate_unreserved(key)?;
+        }
+        job::headers_validate(&self.headers)?;
+        limits.horizon_check(&self.schedule, now)?;
+        limits.payload_check(self.payload.len())?;
+        if self.window_ms > WINDOW_MAX_MS {
+            return Err(Refusal::Window(format!(
+                "window_ms must be 0 to {WINDOW_MAX_MS} (a day)"
+            )));
+        }
+        let window = (self.window_ms > 0).then(|| {
+            let offset = job::window_offset_ms(&self.topic, self.key.as_deref(), self.window_ms);
+            let window = Window {
+                ms: self.window_ms,
+                start: self.schedule,
+            };
+            (window, offset)
+        });
+        // An expiry comes after the window's end, where the job may go out.
+        let latest = window.map_or(self.schedule, |(w, _)| {
+            self.schedule.later_by(u64::from(w.ms))
+        });
+        let (expires_at, expires_after_ms) = match self.expiry {
+            Some(expiry) => job::expiry_resolve(expiry, &latest, now).map_err(Refusal::Expiry)?,
+            None => (None, None),
+        };
+        // A ttl after a delay counts from the window's end: from the
+        // decided instant to the end, then the ttl.
+        let expires_after_ms = match (expires_after_ms, window) {
+            (Some(ttl), Some((w, offset))) => Some(ttl + u64::from(w.ms) - offset),
+            (ttl, _) => ttl,
+        };
+        let schedule = window.map_or(self.schedule, |(_, offset)| self.schedule.later_by(offset));
+        let policy = self.policy.over(topic_policy(&self.topic));
+        policy.validate().map_err(Refusal::Policy)?;
+        Ok(NewJob {
+            topic: self.topic,
+            key: self.key,
+            payload: self.payload,
+            payload_kind: self.payload_kind,
+            headers: self.headers,
+            schedule,
+            policy,
+            trace_parent: self.trace_parent,
+            schedule_id: None,
+            expires_at,
+            expires_after_ms,
+            window: window.map(|(w, _)| w),
+        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const LIMITS: Limits = Limits {
+        payload_max_bytes: 16,
+        max_schedule_ahead_days: 10,
+    };
+
+    fn now() -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339("2030-01-01T00:00:00Z")
+            .unwrap()
+            .with_timezone(&Utc)
+    }
+
+    fn build(request: JobRequest) -> Result<NewJob, Refusal> {
+        request.build(LIMITS, now(), |_| Policy::default())
+    }
+
+    #[test]
+    fn each_rule_refuses_with_its_reason() {
+        let at = Schedule::At(now() + chrono::Duration::hours(1));
+        assert!(build(JobRequest::new("t", at)).is_ok());
+        assert_eq!(
+            build(JobRequest::new("a b", at)),
+            Err(Refusal::Job(InvalidJob::Topic))
+        );
+        let far = Schedule::After {
+            delay_ms: 10 * 86_400_000 + 1,
+        };
+        assert_eq!(
+            build(JobRequest::new("t", far)),
+            Err(Refusal::Job(InvalidJob::TooFar { max_days: 10 }))
+        );
+        let mut big = JobRequest::new("t", at);
+        big.payload = vec![0; 17];
+        assert_eq!(
+            build(big),
+            Err(Refusal::Job(InvalidJob::PayloadTooLarge {
+                size: 17,
+                limit: 16
+            }))
+        );
+        let mut wide = JobRequest::new("t", at);
+        wide.window_ms = WINDOW_MAX_MS + 1;
+        assert!(matches!(build(wide), Err(Refusal::Window(_))));
+        let mut early = JobRequest::new("t", at);
+        early.expiry = Some(Expiry::At(now()));
+        assert!(matches!(build(early), Err(Refusal::Expiry(_))));
+        let mut policy = JobRequest::new("t", at);
+        policy.policy.max_attempts = Some(0);
+        assert!(matches!(build(policy), Err(Refusal::Policy(_))));
+        let mut reserved = JobRequest::new("t", at);
+        reserved.headers.insert("tickler-x".into(), "1".into());
+        assert!(matches!(
+            build(reserved),
+            Err(Refusal::Job(InvalidJob::Header(_)))
+        ));
+    }
+
+    #[test]
+    fn the_past_is_due_at_once_not_refused() {
+        let past = Schedule::At(now() - chrono::Duration::days(400));
+        assert!(build(JobRequest::new("t", past)).is_ok());
+    }
+
+    #[test]
+    fn a_window_moves_the_instant_and_the_expiry_follows_its_end() {
+        let start = now() + chrono::Duration::hours(1);
+        let mut request = JobRequest::new("t", Schedule::At(start));
+        request.key = Some("k".into());
+        request.window_ms = 600_000;
+        request.expiry = Some(Expiry::AfterRun { ttl_ms: 60_000 });
+        let job = build(request.clone()).unwrap();
+        let Schedule::At(at) = job.schedule else {
+            panic!("absolute")
+        };
+        assert!(at >= start && at <= start + chrono::Duration::minutes(10));
+        assert_eq!(job.expires_at, Some(start + chrono::Duration::minutes(11)));
+        assert_eq!(build(request).unwrap().schedule, job.schedule, "keyed");
+    }
+}
