@@ -694,12 +694,12 @@ fn process_sample() {
 
 // Jobs coming in.
 
-pub fn job_created() {
-    JOBS_CREATED.get().increment(1);
-}
-
+/// Jobs created, from any edge (counted by the jobs service).
 pub fn jobs_created(n: usize) {
-    JOBS_CREATED.get().increment(n as u64);
+    if n > 0 {
+        JOBS_CREATED.get().increment(n as u64);
+        tracing::debug!(num_jobs = n, "jobs created");
+    }
 }
 
 pub fn api_connection_opened() {

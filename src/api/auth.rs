@@ -16,6 +16,7 @@ use axum::response::{IntoResponse, Response};
 
 use super::{ApiError, ApiState};
 use crate::roles::auth::{AuthError, Principal, Scope, Throttled};
+use crate::roles::jobs::Jobs;
 use crate::roles::resolver::Resolver;
 use crate::store::Store;
 
@@ -106,6 +107,21 @@ impl Caller {
                 .filter(|_| topics.any(|topic| state.controls.grouped_by_token(topic)))
         });
         state.store.with_actor(&self.0.actor()).with_quota(noted)
+    }
+
+    /// The jobs service, writing as this caller.
+    pub fn jobs(&self, state: &ApiState) -> Jobs {
+        state.jobs().writing_as(self.store(state))
+    }
+
+    /// [`Caller::jobs`] for creating jobs on `topics` (see
+    /// [`Caller::store_creating`]).
+    pub fn jobs_creating<'a>(
+        &self,
+        state: &ApiState,
+        topics: impl Iterator<Item = &'a str>,
+    ) -> Jobs {
+        state.jobs().writing_as(self.store_creating(state, topics))
     }
 
     pub fn resolver(&self, state: &ApiState) -> Resolver {

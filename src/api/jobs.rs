@@ -24,9 +24,9 @@ use crate::domain::job::{
 };
 use crate::domain::policy::{Policy, PolicyOverrides};
 use crate::domain::request::{JobRequest, Limits};
-use crate::metrics;
 use crate::roles::auth::Scope;
-use crate::store::{BatchRow, Cancelled, JobChanges, Modified, StoreError};
+use crate::roles::jobs::Jobs;
+use crate::store::{BatchRow, Cancelled, JobChanges, Modified};
 
 /// Body of `POST /v1/jobs`, and each item of `POST /v1/jobs/batch`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -308,35 +308,6 @@ pub(super) fn payload_parse(
     Ok(Some(parsed))
 }
 
-/// One create request as JSON text (the body of `POST /v1/jobs`, an item
-/// of a batch), checked by every rule the API applies before writing —
-/// the topic's reserved or not too — and built into the job to write,
-/// with the topic's result policy. For `tickler import`, which writes
-/// without the API; the broker's pre-flight is the caller's.
-pub fn create_checked(
-    text: &[u8],
-    config: &crate::config::Config,
-    rules: &crate::config::TopicRules,
-    now: DateTime<Utc>,
-) -> Result<NewJob, ApiError> {
-    let request: CreateJob = serde_json::from_slice(text).map_err(|err| {
-        if err.is_data() {
-            ApiError::InvalidRequest(err.to_string())
-        } else {
-            ApiError::InvalidJson(err.to_string())
-        }
-    })?;
-    let limits = Limits {
-        payload_max_bytes: config.jobs.payload_max_bytes,
-        max_schedule_ahead_days: config.jobs.max_schedule_ahead_days,
-    };
-    let job = request.validate(limits, now, |topic| rules.policy_for(topic))?;
-    if let Some(why) = rules.topic_reserved(&job.topic) {
-        return Err(ApiError::ReservedTopic(why));
-    }
-    Ok(job)
-}
-
 impl CreateJob {
     /// The request as typed fields, for [`JobRequest::build`]: what is
     /// the JSON form's own (a payload as JSON or base64, `run_at` or
@@ -462,31 +433,6 @@ pub(super) fn id_parse(id: &str) -> Result<JobId, ApiError> {
         })
 }
 
-/// Makes Redis follow a job MySQL has just written: indexed at its time if
-/// it is pending and due within the window, otherwise not in Redis at all.
-/// A failure is logged, never returned: MySQL has the truth, and the loader
-/// and reconciler repair the index.
-pub(super) async fn index_follow(state: &ApiState, jobs: &[&Job], db_now: DateTime<Utc>) {
-    index_follow_with(&state.index, &state.config, &state.wake, jobs, db_now).await
-}
-
-/// [`index_follow`] for jobs just created ([`crate::index::follow_created`]).
-async fn index_follow_created(state: &ApiState, jobs: &[&Job], db_now: DateTime<Utc>) {
-    let window = state.config.window();
-    crate::index::follow_created(&state.index, window, &state.wake, jobs, db_now).await
-}
-
-/// [`index_follow`] with the parts it needs.
-pub(super) async fn index_follow_with(
-    index: &crate::index::Index,
-    config: &crate::config::Config,
-    wake: &tokio::sync::Notify,
-    jobs: &[&Job],
-    db_now: DateTime<Utc>,
-) {
-    crate::index::follow(index, config.window(), wake, jobs, db_now).await
-}
-
 /// Whether jobs may be created for `topic`: never for a reserved topic
 /// (tickler's results and dead-letter topics, Kafka's `__*`, anything
 /// outside `jobs.topics_allowed`). Then the pre-flight check of `kafka.topic_check`: a
@@ -551,25 +497,13 @@ pub async fn create(
         tracing::Span::none()
     };
     crate::telemetry::parent_set(&span, new_job.trace_parent.as_deref());
-    let inserted = caller
-        .store_creating(&state, std::iter::once(new_job.topic.as_str()))
-        .job_insert(&new_job)
-        .instrument(span.clone())
-        .await;
-    let (job, db_now) = match inserted {
-        Ok(inserted) => {
-            span.record("job.id", inserted.0.id);
-            inserted
-        }
-        Err(StoreError::DuplicateKey) => {
-            let existing = existing_for(&state, &new_job).await?;
-            return Ok((StatusCode::OK, Json(JobView::from(existing))));
-        }
-        Err(err) => return Err(err.into()),
+    let jobs = caller.jobs_creating(&state, std::iter::once(new_job.topic.as_str()));
+    let created = jobs.create(&new_job).instrument(span.clone()).await?;
+    let Some(job) = created else {
+        let existing = existing_for(&jobs, &new_job).await?;
+        return Ok((StatusCode::OK, Json(JobView::from(existing))));
     };
-    metrics::job_created();
-    tracing::debug!(job_id = job.id, topic = %job.topic, "job created");
-    index_follow_created(&state, &[&job], db_now).await;
+    span.record("job.id", job.id);
     Ok((StatusCode::CREATED, Json(JobView::from(job))))
 }
 
@@ -583,11 +517,10 @@ fn trace_parent_of(headers: &HeaderMap) -> Option<String> {
 }
 
 /// The job already holding (topic, key), if the request matches it.
-async fn existing_for(state: &ApiState, new_job: &NewJob) -> Result<Job, ApiError> {
+async fn existing_for(jobs: &Jobs, new_job: &NewJob) -> Result<Job, ApiError> {
     let key = new_job.key.as_deref().unwrap_or_default();
-    let existing = state
-        .store
-        .job_find_by_key(&new_job.topic, key)
+    let existing = jobs
+        .find(&new_job.topic, key)
         .await?
         .ok_or(ApiError::Internal)?;
     if new_job.asks_for_same(&existing) {
@@ -695,18 +628,14 @@ pub async fn create_batch(
         .iter()
         .filter_map(|c| c.as_ref().ok().cloned())
         .collect();
-    let (rows, db_now) = if valid.is_empty() {
-        (Vec::new(), now)
+    let jobs = caller.jobs_creating(&state, valid.iter().map(|job| job.topic.as_str()));
+    let rows = if valid.is_empty() {
+        Vec::new()
     } else {
         caller.jobs_admit(&state, valid.len()).await?;
-        caller
-            .store_creating(&state, valid.iter().map(|job| job.topic.as_str()))
-            .job_insert_many(&valid)
-            .await?
+        let valid: Vec<&NewJob> = valid.iter().collect();
+        jobs.create_many(&valid, None).await?
     };
-    let created: Vec<&Job> = rows.iter().filter_map(BatchRow::created).collect();
-    metrics::jobs_created(created.len());
-    index_follow_created(&state, &created, db_now).await;
 
     let mut rows = rows.into_iter().zip(valid.iter());
     let mut results = Vec::with_capacity(checked.len());
@@ -715,7 +644,7 @@ pub async fn create_batch(
             Err(err) => BatchItem::error(err),
             Ok(_) => match rows.next() {
                 Some((BatchRow::Created(job), _)) => BatchItem::found("created", &job),
-                Some((BatchRow::Duplicate, new_job)) => match existing_for(&state, new_job).await {
+                Some((BatchRow::Duplicate, new_job)) => match existing_for(&jobs, new_job).await {
                     Ok(job) => BatchItem::found("existing", &job),
                     Err(err) => BatchItem::error(err),
                 },
@@ -770,14 +699,11 @@ pub async fn patch(
     // and the write below then refuses the caller's.
     expiry_check_patched(&job, &changes, state.index.clock().now())?;
     match caller
-        .store(&state)
-        .job_modify(id, version, &changes)
+        .jobs(&state)
+        .modify(id, version, &changes, None)
         .await?
     {
-        Modified::Applied(job, db_now) => {
-            index_follow(&state, &[&job], db_now).await;
-            Ok(Json(JobView::from(job)).into_response())
-        }
+        Modified::Applied(job, _) => Ok(Json(JobView::from(job)).into_response()),
         Modified::VersionMismatch(job) => Err(ApiError::Conflict {
             conflict: Conflict::Version,
             message: format!(
@@ -814,15 +740,8 @@ pub async fn cancel(
     caller.topic(&state.store.job_topic(id).await?)?;
     // Once the cancel has committed, nothing after it fails the answer: it
     // is definitive, and says so.
-    let job = match caller.store(&state).job_cancel(id).await? {
-        Cancelled::Applied(job) => {
-            if let Err(err) = state.index.job_remove_many(&[job.id]).await {
-                // Harmless: the dispatcher's CAS refuses a cancelled job,
-                // and the reconciler drops it from Redis.
-                metrics::index_failed("drop a cancelled job", 1, &err);
-            }
-            job
-        }
+    let job = match caller.jobs(&state).cancel(id).await? {
+        Cancelled::Applied(job) => job,
         Cancelled::Already(job) => job,
         Cancelled::InFlight(job) => {
             return Err(ApiError::Conflict {

@@ -32,7 +32,7 @@ use tokio::sync::Notify;
 pub use auth::caller_of;
 pub use error::ApiError;
 pub use forecast::{forecast, Forecast, Range as ForecastRange};
-pub use jobs::create_checked;
+pub use jobs::CreateJob;
 pub use openapi::ApiDoc;
 pub use server::{serve, tls_config, ServeLimits, TlsError};
 pub use stats::StatsCache;
@@ -72,6 +72,19 @@ pub struct ApiState {
     pub anonymous: Option<Arc<Principal>>,
     /// What `/readyz` asks besides the stores.
     pub ready: Readiness,
+}
+
+impl ApiState {
+    /// The jobs service, writing through this instance's store (see
+    /// [`auth::Caller::jobs`] for a caller's).
+    pub fn jobs(&self) -> crate::roles::jobs::Jobs {
+        crate::roles::jobs::Jobs::new(
+            self.store.clone(),
+            self.index.clone(),
+            self.config.window(),
+            self.wake.clone(),
+        )
+    }
 }
 
 /// What `/readyz` asks besides the stores: whether the instance is

@@ -13,7 +13,7 @@ use tracing::Instrument;
 
 use super::auth::Caller;
 use super::error::Conflict;
-use super::jobs::{index_follow, limits_of, schedule_parse};
+use super::jobs::{limits_of, schedule_parse};
 use super::view::JobView;
 use super::{ApiError, ApiJson, ApiState, JobIdPath};
 use crate::domain::outcome::{Ignored, ReportBody};
@@ -172,16 +172,8 @@ pub async fn redrive(
             "max_attempts must be between 1 and {ATTEMPTS_MAX}"
         )));
     }
-    match caller
-        .store(&state)
-        .job_redrive(id, attempts, schedule)
-        .await?
-    {
-        Redriven::Applied(job, db_now) => {
-            index_follow(&state, &[&job], db_now).await;
-            tracing::info!(job_id = id, attempt = job.attempt, "job redriven");
-            Ok(Json(JobView::from(job)).into_response())
-        }
+    match caller.jobs(&state).redrive(id, attempts, schedule).await? {
+        Redriven::Applied(job, _) => Ok(Json(JobView::from(job)).into_response()),
         Redriven::NotDead(job) => Err(ApiError::Conflict {
             conflict: Conflict::NotDead,
             message: format!("job {id} is {}: only dead jobs can be redriven", job.status),

@@ -496,9 +496,7 @@ async fn materialize_now(state: &ApiState, caller: &Caller, id: u64) {
         .schedule_materialize(id, lookahead)
         .await
     {
-        Ok(done) => {
-            materializer::follow(&state.index, state.config.window(), &state.wake, &done).await
-        }
+        Ok(done) => materializer::follow(&state.jobs(), &done).await,
         // The materializer's next pass does it.
         Err(err) => tracing::warn!(schedule_id = id, error = %err, "cannot create occurrences now"),
     }

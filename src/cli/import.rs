@@ -19,10 +19,13 @@ use clap::{Args, ValueEnum};
 use serde_json::{json, Map, Value};
 use tokio::sync::{Mutex, Notify, Semaphore};
 
+use crate::api::{ApiError, CreateJob};
 use crate::config::{Config, TopicRules};
 use crate::domain::job::NewJob;
 use crate::domain::keys::Keyring;
+use crate::domain::request::Limits;
 use crate::index::{self, Index};
+use crate::roles::jobs::Jobs;
 use crate::store::{Actor, BatchRow, Store};
 
 #[derive(Debug, Args)]
@@ -75,15 +78,36 @@ struct Refusal {
     message: String,
 }
 
-/// Checks a line's request; a job needs a key here.
+/// Checks a line's request — the API's JSON form, with the create rules
+/// every edge applies ([`JobRequest::build`]) and the topics nobody may
+/// write to; a job needs a key here. Refused: the API's error code and
+/// message.
 fn checked(
     text: &[u8],
     config: &Config,
     rules: &TopicRules,
     now: chrono::DateTime<chrono::Utc>,
 ) -> Result<NewJob, (String, String)> {
-    let job = crate::api::create_checked(text, config, rules, now)
-        .map_err(|err| (err.code().to_owned(), err.to_string()))?;
+    let refused = |err: ApiError| (err.code().to_owned(), err.to_string());
+    let request: CreateJob = serde_json::from_slice(text).map_err(|err| {
+        refused(if err.is_data() {
+            ApiError::InvalidRequest(err.to_string())
+        } else {
+            ApiError::InvalidJson(err.to_string())
+        })
+    })?;
+    let limits = Limits {
+        payload_max_bytes: config.jobs.payload_max_bytes,
+        max_schedule_ahead_days: config.jobs.max_schedule_ahead_days,
+    };
+    let job = request
+        .request(limits, now)
+        .map_err(refused)?
+        .build(limits, now, |topic| rules.policy_for(topic))
+        .map_err(|refusal| refused(refusal.into()))?;
+    if let Some(why) = rules.topic_reserved(&job.topic) {
+        return Err(refused(ApiError::ReservedTopic(why)));
+    }
     if job.key.is_none() {
         return Err((
             "invalid_key".to_owned(),
@@ -232,7 +256,12 @@ pub async fn run(config: &Config, args: ImportArgs) -> anyhow::Result<ExitCode> 
 
     let tally = Arc::new(Mutex::new(Tally::default()));
     let slots = Arc::new(Semaphore::new(args.parallel as usize));
-    let wake = Arc::new(Notify::new());
+    let service = Jobs::new(
+        store.clone(),
+        index,
+        config.window(),
+        Arc::new(Notify::new()),
+    );
     let mut writes = tokio::task::JoinSet::new();
     let mut topic_ok: HashMap<String, bool> = HashMap::new();
     let started = Instant::now();
@@ -299,21 +328,18 @@ pub async fn run(config: &Config, args: ImportArgs) -> anyhow::Result<ExitCode> 
         if batch.len() >= args.batch as usize || (last && !batch.is_empty()) {
             let jobs: Vec<NewJob> = batch.drain(..).map(|(_, job)| job).collect();
             let permit = slots.clone().acquire_owned().await?;
-            let (store, index, tally, wake) =
-                (store.clone(), index.clone(), tally.clone(), wake.clone());
-            let window = config.window();
+            let (jobs_service, tally) = (service.clone(), tally.clone());
             writes.spawn(async move {
                 let _permit = permit;
-                let (rows, db_now) = store.job_insert_many(&jobs).await?;
-                let created: Vec<&crate::domain::job::Job> =
-                    rows.iter().filter_map(BatchRow::created).collect();
-                // Those due within the window: in Redis now, as the API
-                // does (the loader finds only what enters the window).
-                index::follow_created(&index, window, &wake, &created, db_now).await;
+                let jobs: Vec<&NewJob> = jobs.iter().collect();
+                // Those due within the window go into Redis now, as the
+                // API's do (the loader finds only what enters the window).
+                let rows = jobs_service.create_many(&jobs, None).await?;
+                let created = rows.iter().filter_map(BatchRow::created).count();
                 let mut tally = tally.lock().await;
                 tally.lines += rows.len() as u64;
-                tally.created += created.len() as u64;
-                tally.existing += (rows.len() - created.len()) as u64;
+                tally.created += created as u64;
+                tally.existing += (rows.len() - created) as u64;
                 Ok::<(), crate::store::StoreError>(())
             });
         }

@@ -15,6 +15,7 @@ use crate::config::{Config, TopicRules};
 use crate::domain::job::{Job, JobId};
 use crate::index::Index;
 use crate::metrics;
+use crate::roles::jobs::Jobs;
 use crate::roles::service::Service;
 use crate::store::{BulkAction, BulkOp, BulkStatus, Store, StoreError};
 
@@ -23,13 +24,11 @@ use crate::store::{BulkAction, BulkOp, BulkStatus, Store, StoreError};
 #[derive(Clone)]
 pub struct BulkRunner {
     store: Store,
-    index: Index,
+    /// Makes Redis follow what a batch changed.
+    jobs: Jobs,
     /// Each topic's policy: a requeue grants the job its topic's attempts.
     rules: Arc<TopicRules>,
-    /// A job changed to be due within this is indexed at once.
-    window: Duration,
     runner: BulkRunnerConfig,
-    wake: Arc<Notify>,
     tracker: TaskTracker,
     /// Stops the work of every operation (spawned by the API as well as
     /// taken over): each is resumed from its cursor by whoever finds it
@@ -75,12 +74,10 @@ impl BulkRunner {
         cancel: CancellationToken,
     ) -> BulkRunner {
         BulkRunner {
+            jobs: Jobs::new(store.clone(), index, config.window(), wake),
             store,
-            index,
             rules: Arc::new(config.topic_rules()),
-            window: config.window(),
             runner: BulkRunnerConfig::default(),
-            wake,
             tracker,
             cancel,
         }
@@ -236,9 +233,9 @@ impl BulkRunner {
             return;
         }
         if matches!(action, BulkAction::Cancel {}) {
-            if let Err(err) = self.index.job_remove_many(changed).await {
-                metrics::index_failed("unindex bulk-cancelled jobs", changed.len(), &err);
-            }
+            self.jobs
+                .unindex(changed, "unindex bulk-cancelled jobs")
+                .await;
             return;
         }
         let (jobs, now) = match futures::try_join!(
@@ -252,6 +249,6 @@ impl BulkRunner {
             }
         };
         let jobs: Vec<&Job> = jobs.iter().collect();
-        crate::index::follow(&self.index, self.window, &self.wake, &jobs, now).await;
+        self.jobs.follow(&jobs, now).await;
     }
 }

@@ -16,8 +16,9 @@ use chrono::{DateTime, Utc};
 use tokio::sync::Notify;
 
 use crate::config::Config;
-use crate::index::{self, Index};
+use crate::index::Index;
 use crate::metrics;
+use crate::roles::jobs::Jobs;
 use crate::roles::service::Service;
 use crate::store::{Materialized, Store, StoreError};
 
@@ -68,19 +69,17 @@ pub struct MaterializeReport {
 
 pub struct Materializer {
     store: Store,
-    index: Index,
+    /// Indexes the occurrences due within the window.
+    jobs: Jobs,
     config: MaterializerConfig,
-    /// Wakes the dispatcher when an occurrence is indexed.
-    wake: Arc<Notify>,
 }
 
 impl Materializer {
     pub fn new(store: Store, index: Index, config: MaterializerConfig, wake: Arc<Notify>) -> Self {
         Materializer {
+            jobs: Jobs::new(store.clone(), index, config.window, wake),
             store,
-            index,
             config,
-            wake,
         }
     }
 }
@@ -123,7 +122,7 @@ impl Service for Materializer {
                 progressed |= !done.created.is_empty() || done.skipped > 0;
                 report.created += done.created.len();
                 report.skipped += done.skipped;
-                follow(&self.index, self.config.window, &self.wake, &done).await;
+                follow(&self.jobs, &done).await;
             }
             // Another page only while this one made progress (a schedule
             // whose next occurrence cannot be created — a duplicate key,
@@ -143,14 +142,14 @@ impl Service for Materializer {
 }
 
 /// Counts what a materialization did and indexes the occurrences due
-/// within `window`.
-pub async fn follow(index: &Index, window: Duration, wake: &Notify, done: &Materialized) {
+/// within the window.
+pub async fn follow(jobs: &Jobs, done: &Materialized) {
     metrics::schedule_occurrences(done.created.len());
     if done.skipped > 0 {
         metrics::schedule_misfires_skipped(done.skipped);
     }
     if let Some(now) = done.db_now {
-        let jobs: Vec<_> = done.created.iter().collect();
-        index::follow_created(index, window, wake, &jobs, now).await;
+        let created: Vec<_> = done.created.iter().collect();
+        jobs.index_created(&created, now).await;
     }
 }

@@ -3,6 +3,8 @@
 //! [`index`](crate::index) follow. Which role runs which services is said
 //! once, in `crate::app`'s role table.
 //!
+//! - [`jobs`]       — the jobs service: the one way a job is created,
+//!   modified, cancelled or redriven, from every edge
 //! - [`service`]    — the one loop of every role that works in passes
 //! - [`loader`]     — moves jobs entering the window from MySQL to Redis
 //! - [`dispatcher`] — claims due jobs, wins the MySQL CAS, produces to Kafka
@@ -40,6 +42,7 @@ pub mod codec_upkeep;
 pub mod dispatcher;
 pub mod doctor;
 pub mod ingress;
+pub mod jobs;
 pub mod loader;
 pub mod materializer;
 pub mod membership;

@@ -5,7 +5,6 @@
 //! one semantics. What an outcome leads to is decided in [`crate::domain::outcome`].
 
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::sync::Notify;
 
@@ -14,7 +13,8 @@ use crate::domain::job::JobId;
 use crate::domain::outcome::ResultReport;
 use crate::index::Index;
 use crate::metrics;
-use crate::store::{Decided, Disposition, Store, StoreError, WindowEntry};
+use crate::roles::jobs::Jobs;
+use crate::store::{Decided, Disposition, Store, StoreError};
 
 /// `channel` label of the results metrics: a report from the results
 /// topic, or through the API.
@@ -27,13 +27,10 @@ pub const CHANNEL_HTTP: &str = "http";
 #[derive(Clone)]
 pub struct Resolver {
     store: Store,
-    index: Index,
+    /// Makes Redis follow a retry.
+    jobs: Jobs,
     /// Which topics have dead letters.
     rules: Arc<TopicRules>,
-    /// A retry due within this goes back in Redis at once.
-    window: Duration,
-    /// Wakes the local dispatcher when a retry enters the window.
-    wake: Arc<Notify>,
     /// Wakes the dead-letter producer when a job died.
     dead_letters: Arc<Notify>,
 }
@@ -42,6 +39,7 @@ impl Resolver {
     /// This resolver, writing through `store` (the API's, for a caller).
     pub fn with_store(&self, store: Store) -> Resolver {
         Resolver {
+            jobs: self.jobs.writing_as(store.clone()),
             store,
             ..self.clone()
         }
@@ -55,11 +53,9 @@ impl Resolver {
         dead_letters: Arc<Notify>,
     ) -> Resolver {
         Resolver {
+            jobs: Jobs::new(store.clone(), index, config.window(), wake),
             store,
-            index,
             rules: Arc::new(config.topic_rules()),
-            window: config.window(),
-            wake,
             dead_letters,
         }
     }
@@ -132,35 +128,8 @@ impl Resolver {
 
     async fn follow(&self, settled: &Decided) {
         self.count(settled);
-        let Some(db_now) = settled.db_now else {
-            return;
-        };
-        let horizon = db_now + self.window;
-        // A retry inside the window goes to the due set at its time, out of
-        // the in-flight set (a report can come before the dispatcher's mark,
-        // which then leaves the entry alone); one beyond it leaves Redis.
-        let (inside, beyond): (Vec<&WindowEntry>, Vec<&WindowEntry>) = settled
-            .retried
-            .iter()
-            .partition(|entry| entry.schedule_time < horizon);
-        if !beyond.is_empty() {
-            let ids: Vec<JobId> = beyond.iter().map(|entry| entry.id).collect();
-            if let Err(err) = self.index.job_remove_many(&ids).await {
-                // Harmless: the lease expires and the claim finds the row
-                // not due, beyond the window.
-                metrics::index_failed("drop far retries", ids.len(), &err);
-            }
-        }
-        if inside.is_empty() {
-            return;
-        }
-        let back: Vec<(JobId, i64)> = inside
-            .iter()
-            .map(|entry| (entry.id, entry.schedule_time.timestamp_millis()))
-            .collect();
-        match self.index.job_requeue_many(&back).await {
-            Ok(_) => self.wake.notify_one(),
-            Err(err) => metrics::index_failed("index retried jobs", back.len(), &err),
+        if let Some(db_now) = settled.db_now {
+            self.jobs.retried(&settled.retried, db_now).await;
         }
     }
 }

@@ -383,6 +383,16 @@ impl Store {
         super::contention_retry(|| self.job_insert_many_once(jobs, Some(positions))).await
     }
 
+    /// [`Store::job_insert_many`] of borrowed jobs, with the ingress's
+    /// positions when given.
+    pub async fn job_insert_all(
+        &self,
+        jobs: &[&NewJob],
+        positions: Option<&[String]>,
+    ) -> Result<(Vec<BatchRow>, DateTime<Utc>), StoreError> {
+        super::contention_retry(|| self.job_insert_many_once(jobs, positions)).await
+    }
+
     async fn job_insert_many_once(
         &self,
         jobs: &[&NewJob],

@@ -38,6 +38,7 @@ use crate::config::Config;
 use crate::index::Index;
 use crate::kafka::{self, GroupConsumer, KafkaError, Producer, Received, Topics};
 use crate::metrics;
+use crate::roles::jobs::Jobs;
 use crate::roles::membership::Ownership;
 use crate::store::Store;
 
@@ -146,9 +147,7 @@ impl Ingress {
         let config = Arc::new(config);
         Ok(Ingress {
             writer: Writer {
-                store,
-                index,
-                wake,
+                jobs: Jobs::new(store, index, config.window, wake),
                 topics,
                 rules: Arc::new(app.topic_rules()),
                 config: config.clone(),

@@ -232,6 +232,8 @@ pub fn request_parse(
         ours.remove(HEADER_RUN_AT),
         ours.remove(HEADER_DELAY_MS),
         record.timestamp_ms,
+        limits,
+        now,
     )?;
     let window_ms = match ours.remove(HEADER_WINDOW_MS) {
         None => 0,
@@ -295,6 +297,8 @@ fn schedule_parse(
     run_at: Option<&str>,
     delay_ms: Option<&str>,
     timestamp_ms: Option<i64>,
+    limits: Limits,
+    now: DateTime<Utc>,
 ) -> Result<Schedule, RequestError> {
     let at = match (run_at, delay_ms) {
         (Some(_), Some(_)) => {
@@ -313,6 +317,8 @@ fn schedule_parse(
                     "{HEADER_DELAY_MS} {delay:?} is not a whole number of milliseconds, zero or more"
                 ))
             })?;
+            // Too far is too far from whichever instant it counts.
+            limits.horizon_check(&Schedule::After { delay_ms }, now)?;
             let Some(from_ms) = timestamp_ms.filter(|ms| *ms >= 0) else {
                 // No timestamp to count from: the database's now.
                 return Ok(Schedule::After { delay_ms });

@@ -9,16 +9,15 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use chrono::{DateTime, Utc};
-use tokio::sync::Notify;
 use tokio_util::sync::CancellationToken;
 
 use super::pass::{Batch, IngressConfig, RequestOutcome, Taken};
 use crate::config::TopicRules;
-use crate::domain::job::{Expiry, Job, NewJob, Status};
-use crate::index::{self, Index};
+use crate::domain::job::{Expiry, NewJob, Status};
 use crate::kafka::Topics;
 use crate::metrics;
-use crate::store::{BatchRow, Cancelled, JobChanges, Modified, Store, StoreError};
+use crate::roles::jobs::Jobs;
+use crate::store::{BatchRow, Cancelled, JobChanges, Modified, StoreError};
 
 use super::request::{request_parse, target_allowed, Request, RequestError};
 
@@ -43,9 +42,8 @@ pub type Requests = Vec<Result<Request, RequestError>>;
 /// Writes requests; cheap to clone.
 #[derive(Clone)]
 pub struct Writer {
-    pub(super) store: Store,
-    pub(super) index: Index,
-    pub(super) wake: Arc<Notify>,
+    /// Writes as the ingress, making Redis follow.
+    pub(super) jobs: Jobs,
     pub(super) topics: Topics,
     /// The policies of target topics, and the topics nobody may target.
     pub(super) rules: Arc<TopicRules>,
@@ -56,7 +54,7 @@ impl Writer {
     /// The batch's records read and checked, in its order: the request
     /// each asks for, or why it is refused.
     pub async fn requests(&self, batch: &Batch) -> Requests {
-        let now = self.index.clock().now();
+        let now = self.jobs.clock().now();
         let mut requests: Requests = batch
             .records
             .iter()
@@ -230,9 +228,14 @@ impl Writer {
         }
     }
 
-    /// The store, writing as `ingress:<request topic>` in the history.
-    fn store_for(&self, request_topic: &str) -> Store {
-        self.store.with_actor(&format!("ingress:{request_topic}"))
+    /// The jobs service, writing as `ingress:<request topic>` in the
+    /// history.
+    fn jobs_for(&self, request_topic: &str) -> Jobs {
+        let store = self
+            .jobs
+            .store()
+            .with_actor(&format!("ingress:{request_topic}"));
+        self.jobs.writing_as(store)
     }
 
     /// A run of creates from one partition: one multi-row insert, then the
@@ -245,7 +248,7 @@ impl Writer {
         outcomes: &mut Vec<(usize, RequestOutcome)>,
         cancel: &CancellationToken,
     ) -> Option<()> {
-        let store = self.store_for(&batch.records[run[0]].topic);
+        let jobs = self.jobs_for(&batch.records[run[0]].topic);
         // A run's (topic, key)s are distinct, so its creates do not depend
         // on each other: a long run is written as two transactions at once,
         // as the API's concurrent batches are, to use more than one of
@@ -265,7 +268,7 @@ impl Writer {
             .max(WRITE_ROWS_MIN);
         let written = futures::future::join_all(
             run.chunks(size)
-                .map(|chunk| self.creates_apply(&store, batch, requests, chunk, cancel)),
+                .map(|chunk| self.creates_apply(&jobs, batch, requests, chunk, cancel)),
         )
         .await;
         for part in written {
@@ -278,7 +281,7 @@ impl Writer {
     /// already, what [`Writer::put_taken`] says.
     async fn creates_apply(
         &self,
-        store: &Store,
+        service: &Jobs,
         batch: &Batch,
         requests: &[Result<Request, RequestError>],
         run: &[usize],
@@ -293,22 +296,12 @@ impl Writer {
             })
             .unzip();
         let positions: Vec<String> = records.iter().map(|record| record.position()).collect();
-        match write_retrying(cancel, || {
-            store.job_insert_many_with_positions(&jobs, &positions)
-        })
-        .await?
-        {
-            Ok((rows, db_now)) => {
-                let created: Vec<&Job> = rows.iter().filter_map(BatchRow::created).collect();
-                metrics::jobs_created(created.len());
-                // Crash here: the jobs are in MySQL; the loader or the
-                // overdue probe indexes them.
-                let window = self.config.window;
-                index::follow_created(&self.index, window, &self.wake, &created, db_now).await;
+        match write_retrying(cancel, || service.create_many(&jobs, Some(&positions))).await? {
+            Ok(rows) => {
                 for (((at, job), record), row) in run.iter().zip(&jobs).zip(&records).zip(rows) {
                     let outcome = match row {
                         BatchRow::Created(created) => RequestOutcome::Created(created),
-                        BatchRow::Duplicate => self.put_taken(store, job, record, cancel).await?,
+                        BatchRow::Duplicate => self.put_taken(service, job, record, cancel).await?,
                     };
                     outcomes.push((*at, outcome));
                 }
@@ -318,7 +311,7 @@ impl Writer {
                 // hold up the others.
                 tracing::warn!(error = %err, num_jobs = jobs.len(), "ingress insert failed; writing the requests one by one");
                 for ((at, job), record) in run.iter().zip(&jobs).zip(&records) {
-                    outcomes.push((*at, self.put_one(store, job, record, cancel).await?));
+                    outcomes.push((*at, self.put_one(service, job, record, cancel).await?));
                 }
             }
         }
@@ -328,27 +321,17 @@ impl Writer {
     /// One create, alone.
     async fn put_one(
         &self,
-        store: &Store,
+        service: &Jobs,
         job: &NewJob,
         record: &Taken,
         cancel: &CancellationToken,
     ) -> Option<RequestOutcome> {
         let jobs = [job];
         let positions = [record.position()];
-        match write_retrying(cancel, || {
-            store.job_insert_many_with_positions(&jobs, &positions)
-        })
-        .await?
-        {
-            Ok((mut rows, db_now)) => match rows.pop() {
-                Some(BatchRow::Created(created)) => {
-                    metrics::job_created();
-                    let window = self.config.window;
-                    index::follow_created(&self.index, window, &self.wake, &[&created], db_now)
-                        .await;
-                    Some(RequestOutcome::Created(created))
-                }
-                _ => self.put_taken(store, job, record, cancel).await,
+        match write_retrying(cancel, || service.create_many(&jobs, Some(&positions))).await? {
+            Ok(mut rows) => match rows.pop() {
+                Some(BatchRow::Created(created)) => Some(RequestOutcome::Created(created)),
+                _ => self.put_taken(service, job, record, cancel).await,
             },
             Err(err) => Some(internal(&err)),
         }
@@ -359,7 +342,7 @@ impl Writer {
     /// says.
     async fn put_taken(
         &self,
-        store: &Store,
+        service: &Jobs,
         job: &NewJob,
         record: &Taken,
         cancel: &CancellationToken,
@@ -368,13 +351,15 @@ impl Writer {
         // A job changed between reading and moving it is read again.
         for _ in 0..WRITE_FAILURES_MAX {
             let (existing, position) = match write_retrying(cancel, || {
-                store.job_find_by_key_with_position(&job.topic, key)
+                service
+                    .store()
+                    .job_find_by_key_with_position(&job.topic, key)
             })
             .await?
             {
                 Ok(Some(found)) => found,
                 // Purged (or deleted by hand) since the insert found it.
-                Ok(None) => return Box::pin(self.put_one(store, job, record, cancel)).await,
+                Ok(None) => return Box::pin(self.put_one(service, job, record, cancel)).await,
                 Err(err) => return Some(internal(&err)),
             };
             // Read again after a crash: applied already (or a later request
@@ -400,29 +385,12 @@ impl Writer {
                 }),
                 window: Some(job.window),
             };
-            match write_retrying(cancel, || {
-                store.job_modify_with_position(
-                    existing.id,
-                    existing.version,
-                    &changes,
-                    &position_now,
-                )
-            })
-            .await?
-            {
-                Ok(Modified::Applied(moved, db_now)) => {
-                    // Crash here: the row has its new time; an earlier one
-                    // is found by the loader's scan of edited rows.
-                    index::follow(
-                        &self.index,
-                        self.config.window,
-                        &self.wake,
-                        &[&moved],
-                        db_now,
-                    )
-                    .await;
-                    return Some(RequestOutcome::Moved(moved));
-                }
+            let modify =
+                || service.modify(existing.id, existing.version, &changes, Some(&position_now));
+            match write_retrying(cancel, modify).await? {
+                // Crash after the commit: the row has its new time; an
+                // earlier one is found by the loader's scan of edited rows.
+                Ok(Modified::Applied(moved, _)) => return Some(RequestOutcome::Moved(moved)),
                 Ok(Modified::NotPending(settled)) => {
                     return Some(RequestOutcome::of_settled(settled))
                 }
@@ -442,27 +410,21 @@ impl Writer {
         key: &str,
         cancel: &CancellationToken,
     ) -> Option<RequestOutcome> {
-        let store = self.store_for(request_topic);
+        let service = self.jobs_for(request_topic);
         let not_found = || {
             RequestOutcome::Refused(RequestError::NotFound {
                 topic: topic.to_owned(),
                 key: key.to_owned(),
             })
         };
-        let job = match write_retrying(cancel, || store.job_find_by_key(topic, key)).await? {
+        let job = match write_retrying(cancel, || service.find(topic, key)).await? {
             Ok(Some(job)) => job,
             Ok(None) => return Some(not_found()),
             Err(err) => return Some(internal(&err)),
         };
         Some(
-            match write_retrying(cancel, || store.job_cancel(job.id)).await? {
-                Ok(Cancelled::Applied(job)) => {
-                    if let Err(err) = self.index.job_remove_many(&[job.id]).await {
-                        // Harmless: the dispatcher's CAS refuses a cancelled job.
-                        metrics::index_failed("drop a cancelled job", 1, &err);
-                    }
-                    RequestOutcome::Cancelled(job)
-                }
+            match write_retrying(cancel, || service.cancel(job.id)).await? {
+                Ok(Cancelled::Applied(job)) => RequestOutcome::Cancelled(job),
                 Ok(Cancelled::Already(job)) => RequestOutcome::Cancelled(job),
                 Ok(Cancelled::InFlight(job)) => RequestOutcome::InFlight(job),
                 Ok(Cancelled::TooLate(job)) => RequestOutcome::TooLate(job),
