@@ -737,10 +737,18 @@ pub fn ingress_partitions(n: usize) {
 }
 
 /// A request the ingress refused, by request topic and code.
-pub fn ingress_refused(topic: &str, code: &'static str) {
+/// An ingress request refused (answered with `code`), at its position.
+pub fn ingress_refused(
+    topic: &str,
+    partition: i32,
+    offset: i64,
+    code: &'static str,
+    error: &dyn std::fmt::Display,
+) {
     INGRESS_REFUSED
         .with([topic.to_owned().into(), code.into()])
         .increment(1);
+    tracing::info!(topic, partition, offset, code, error = %error, "ingress request refused");
 }
 
 pub fn ingress_replies_failed(n: usize) {
@@ -775,14 +783,19 @@ pub fn produce_failed(n: usize) {
 }
 
 /// A send refused because of the job (not the broker's health).
-pub fn produce_refused(topic: &str, reason: &'static str) {
+/// A job's record refused by the broker for the job's own sake.
+pub fn produce_refused(job_id: u64, topic: &str, reason: &'static str, error: &str) {
     PRODUCE_REFUSED
         .with([topic_label(topic).into(), reason.into()])
         .increment(1);
+    tracing::warn!(job_id, topic, reason, error, "record refused");
 }
 
-pub fn producer_restarted() {
+/// The Kafka producer replaced, after `failed_passes` failed passes or a
+/// fatal error.
+pub fn producer_restarted(failed_passes: u32, fatal: &dyn std::fmt::Debug) {
     PRODUCER_RESTARTS.get().increment(1);
+    tracing::warn!(failed_passes, fatal = ?fatal, "replacing the kafka producer");
 }
 
 pub fn dispatch_withheld(reason: &'static str, n: usize) {
@@ -798,8 +811,13 @@ pub fn dispatch_paced(topic: &str, n: usize) {
         .increment(n as u64);
 }
 
-pub fn rate_fallback() {
+/// A rate counted on this instance rather than in Redis: logged when Redis
+/// has just failed (`why`), not while the instance rests from asking it.
+pub fn rate_fallback(why: Option<&dyn std::fmt::Display>) {
     RATE_FALLBACK.get().increment(1);
+    if let Some(why) = why {
+        tracing::warn!("the shared API rates {why}; counting on this instance for a second");
+    }
 }
 
 pub fn dispatch_smoothed(n: usize) {
@@ -826,9 +844,13 @@ pub fn dispatch_fenced(n: usize) {
     }
 }
 
-pub fn jobs_unreadable(n: usize) {
-    if n > 0 {
-        JOBS_UNREADABLE.get().increment(n as u64);
+/// Claimed rows that do not decode, set aside as dead: `(id, why)`.
+pub fn jobs_unreadable(rows: &[(u64, String)]) {
+    for (id, why) in rows {
+        tracing::error!(job_id = id, error = %why, "claimed row does not decode; set aside as dead");
+    }
+    if !rows.is_empty() {
+        JOBS_UNREADABLE.get().increment(rows.len() as u64);
     }
 }
 
@@ -851,6 +873,8 @@ pub fn reconciler_refed(n: u64) {
     }
 }
 
+/// Claims in doubt settled by reading their topic back: `produced`
+/// found there (marked), `absent` not (produced again).
 pub fn doubts_settled(produced: usize, absent: usize) {
     if produced > 0 {
         DOUBTS_SETTLED
@@ -862,6 +886,10 @@ pub fn doubts_settled(produced: usize, absent: usize) {
         DOUBTS_SETTLED
             .with(["absent".into()])
             .increment(absent as u64);
+        tracing::info!(
+            num_jobs = absent,
+            "claims in doubt not found on kafka: produced again"
+        );
     }
 }
 
@@ -883,12 +911,17 @@ pub fn result_ignored(channel: &'static str, reason: &'static str) {
         .increment(1);
 }
 
-pub fn result_malformed() {
+/// A record of the results topic that is not a report, skipped.
+pub fn result_malformed(partition: i32, offset: i64, error: &dyn std::fmt::Display) {
     RESULTS_MALFORMED.get().increment(1);
+    tracing::warn!(partition, offset, error = %error, "skipping a malformed record on the results topic");
 }
 
-pub fn result_failed() {
+/// A report the database keeps refusing, skipped (`report`: how the log
+/// names it).
+pub fn result_failed(job_id: u64, attempt: u32, outcome: &str, error: &dyn std::fmt::Display) {
     RESULTS_FAILED.get().increment(1);
+    tracing::error!(job_id, attempt, outcome, error = %error, "cannot apply a result report; skipping it");
 }
 
 pub fn ack_timeouts(n: usize) {
@@ -956,8 +989,10 @@ pub fn pass_failed(what: &'static str, error: &dyn std::fmt::Display) {
     tracing::warn!(what, error = %error, "pass failed");
 }
 
-pub fn notify_failed() {
+/// A notification the webhook did not take (`why`); sent again next round.
+pub fn notify_failed(event: &dyn std::fmt::Display, why: &dyn std::fmt::Display) {
     NOTIFY_FAILED.get().increment(1);
+    tracing::warn!(%event, "the notify webhook {why}; the notification is sent again next round");
 }
 
 // Instances and shards.
@@ -982,8 +1017,12 @@ pub fn shards_owned(n: usize) {
     SHARDS_OWNED.get().set(n as f64);
 }
 
-pub fn shards_acquired(n: usize) {
-    SHARD_TAKEOVERS.get().increment(n as u64);
+/// Shards this instance took over.
+pub fn shards_acquired(shards: &[u32]) {
+    if !shards.is_empty() {
+        SHARD_TAKEOVERS.get().increment(shards.len() as u64);
+        tracing::info!(shards = ?shards, "shards taken over");
+    }
 }
 
 pub fn membership_failed() {

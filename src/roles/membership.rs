@@ -695,10 +695,7 @@ impl Membership {
                 taken.push(*shard);
             }
         }
-        if !taken.is_empty() {
-            tracing::info!(shards = ?taken, "shards taken over");
-            metrics::shards_acquired(taken.len());
-        }
+        metrics::shards_acquired(&taken);
         Ok(taken.len())
     }
 

@@ -519,10 +519,6 @@ async fn settle_read(
     settled.absent = moved.len();
     metrics::doubts_settled(settled.produced, settled.absent);
     if !moved.is_empty() {
-        tracing::info!(
-            num_jobs = moved.len(),
-            "claims in doubt not found on kafka: produced again"
-        );
         let entries: Vec<_> = moved.iter().map(|e| (e.id, e.schedule_time)).collect();
         index.job_refeed_many(&entries).await?;
     }

@@ -122,7 +122,7 @@ impl SharedRate {
             return self.local(need);
         };
         if redis_resting() {
-            metrics::rate_fallback();
+            metrics::rate_fallback(None);
             return self.local(need);
         }
         let want = (self.per_second.get() / TAKE_DIVISOR).max(n);
@@ -137,17 +137,14 @@ impl SharedRate {
                 never: false,
             }),
             Ok(Err(err)) => {
-                tracing::warn!(error = %err, "the shared API rates are out of reach; counting on this instance for a second");
                 redis_failed();
-                metrics::rate_fallback();
+                let why = format!("are out of reach ({err})");
+                metrics::rate_fallback(Some(&why));
                 self.local(need)
             }
             Err(_) => {
-                tracing::warn!(
-                    "the shared API rates answer slowly; counting on this instance for a second"
-                );
                 redis_failed();
-                metrics::rate_fallback();
+                metrics::rate_fallback(Some(&"answer slowly"));
                 self.local(need)
             }
         }

@@ -362,10 +362,7 @@ impl Dispatcher {
         if !outcome.unreadable.is_empty() {
             // Set aside as dead by the compare-and-set itself; the others
             // of the pass go on.
-            for (id, reason) in &outcome.unreadable {
-                tracing::error!(job_id = id, error = %reason, "claimed row does not decode; set aside as dead");
-            }
-            metrics::jobs_unreadable(outcome.unreadable.len());
+            metrics::jobs_unreadable(&outcome.unreadable);
             let ids: Vec<JobId> = outcome.unreadable.iter().map(|(id, _)| *id).collect();
             if let Err(err) = self.index.job_remove_many(&ids).await {
                 metrics::index_failed("drop unreadable jobs", ids.len(), &err);

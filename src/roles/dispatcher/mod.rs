@@ -472,8 +472,7 @@ impl Dispatcher {
         }
         match producer_create(&self.config) {
             Ok(fresh) => {
-                tracing::warn!(failed_passes = passes, fatal = ?fatal, "replacing the kafka producer");
-                metrics::producer_restarted();
+                metrics::producer_restarted(passes, &fatal);
                 self.failed_passes.store(0, Ordering::Relaxed);
                 match self.producer.write() {
                     Ok(mut producer) => *producer = fresh,

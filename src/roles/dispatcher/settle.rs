@@ -147,8 +147,7 @@ impl Settler {
             };
             match failure {
                 Failure::Refused { reason, message } => {
-                    tracing::warn!(job_id = sent.id, topic = %sent.topic, reason, error = %message, "record refused");
-                    metrics::produce_refused(&sent.topic, reason);
+                    metrics::produce_refused(sent.id, &sent.topic, reason, &message);
                     if reason == "unknown_topic" {
                         self.topics.forget(&sent.topic);
                     }

@@ -357,15 +357,8 @@ impl Ingress {
                 None => counts.push((counted, 1)),
             }
             if let RequestOutcome::Refused(err) = outcome {
-                metrics::ingress_refused(&record.topic, err.code());
-                tracing::info!(
-                    topic = %record.topic,
-                    partition = record.partition,
-                    offset = record.offset,
-                    code = err.code(),
-                    error = %err,
-                    "ingress request refused"
-                );
+                let (partition, offset) = (record.partition, record.offset);
+                metrics::ingress_refused(&record.topic, partition, offset, err.code(), err);
             }
         }
         for ((topic, outcome), n) in counts {

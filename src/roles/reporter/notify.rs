@@ -135,15 +135,15 @@ impl Notifier {
         match sent {
             Ok(response) if response.status().is_success() => true,
             Ok(response) => {
-                tracing::warn!(status = %response.status(), event = %body["event"], "the notify webhook refused a notification; it is sent again next round");
-                metrics::notify_failed();
+                let why = format!("refused a notification ({})", response.status());
+                metrics::notify_failed(&body["event"], &why);
                 false
             }
             Err(err) => {
                 // Without the URL: a webhook's URL often holds its secret.
                 let err = err.without_url();
-                tracing::warn!(error = %err, event = %body["event"], "the notify webhook did not answer; the notification is sent again next round");
-                metrics::notify_failed();
+                let why = format!("did not answer ({err})");
+                metrics::notify_failed(&body["event"], &why);
                 false
             }
         }

@@ -257,14 +257,7 @@ enum Applied {
 /// whole and counted, so the ones behind it go on. Its job is not changed;
 /// if it expects a result, its ack deadline retries it.
 fn report_skip(report: &ResultReport, err: &StoreError) {
-    metrics::result_failed();
-    tracing::error!(
-        job_id = report.job_id,
-        attempt = report.attempt,
-        outcome = report.outcome.as_str(),
-        error = %err,
-        "cannot apply a result report; skipping it"
-    );
+    metrics::result_failed(report.job_id, report.attempt, report.outcome.as_str(), err);
 }
 
 /// Adds a record of the results topic to the batch: its report, or a count
@@ -283,13 +276,7 @@ fn record_take(
         Ok(parsed) => reports.push(parsed),
         Err(err) => {
             report.malformed += 1;
-            metrics::result_malformed();
-            tracing::warn!(
-                partition = message.partition(),
-                offset = message.offset(),
-                error = %err,
-                "skipping a malformed record on the results topic"
-            );
+            metrics::result_malformed(message.partition(), message.offset(), &err);
         }
     }
 }
