@@ -97,6 +97,9 @@ async fn before_of(state: &ApiState, action: &str, target: Option<&str>) -> Opti
 /// Every `/v1` request on an audited route: its row first, then the
 /// handler, then the row completed with the answer. Runs after the caller
 /// is known and the body is read.
+///
+/// Long because the audited request is read in order: its action and caller,
+/// its row written first, the handler, then the row completed.
 pub async fn audit(
     State(state): State<ApiState>,
     matched: Option<MatchedPath>,

@@ -34,6 +34,10 @@ pub enum CompressionCommand {
 /// Fewer payloads than this make a poor dictionary (zstd may refuse).
 const SAMPLES_MIN: usize = 100;
 
+/// Runs a `compression` command.
+///
+/// Long because it is one match over the `compression` subcommands, and
+/// training's steps (sample, train, store, report) are read in order.
 pub async fn run(config: &Config, command: CompressionCommand) -> Result<(), AdminError> {
     let ring = Keyring::load(
         config.encryption.active_key.as_deref(),

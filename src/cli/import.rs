@@ -201,6 +201,9 @@ fn requests(
 
 /// `tickler import FILE`. Exit status 0 when every line was created or
 /// already there, 1 when some were refused.
+///
+/// Long because it is one loop over the file's lines — read, check, batch,
+/// write — with the stores opened before it and the summary after.
 pub async fn run(config: &Config, args: ImportArgs) -> anyhow::Result<ExitCode> {
     let keys = Keyring::load(
         config.encryption.active_key.as_deref(),

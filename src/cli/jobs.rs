@@ -244,79 +244,7 @@ pub async fn run(client: &Client, command: JobsCommand, json: bool) -> Result<()
             }
         }
         JobsCommand::List(args) => list(client, args, json).await?,
-        JobsCommand::Create(args) => {
-            let mut body = Map::new();
-            body.insert("topic".into(), json!(args.topic));
-            if let Some(key) = args.key {
-                body.insert("key".into(), json!(key));
-            }
-            schedule(&args.when.at, args.when.after, &mut body);
-            if let Some(payload) = args.payload {
-                let value: Value = serde_json::from_str(&payload)
-                    .map_err(|err| ClientError::Usage(format!("--payload is not JSON: {err}")))?;
-                body.insert("payload".into(), value);
-            }
-            if let Some(path) = args.payload_file {
-                let bytes = if path == "-" {
-                    let mut bytes = Vec::new();
-                    std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
-                        .map_err(|err| ClientError::Usage(format!("reading stdin: {err}")))?;
-                    bytes
-                } else {
-                    std::fs::read(&path)
-                        .map_err(|err| ClientError::Usage(format!("reading {path}: {err}")))?
-                };
-                use base64::Engine;
-                body.insert(
-                    "payload_base64".into(),
-                    json!(base64::engine::general_purpose::STANDARD.encode(bytes)),
-                );
-            }
-            if let Some(encoded) = args.payload_base64 {
-                body.insert("payload_base64".into(), json!(encoded));
-            }
-            if !args.headers.is_empty() {
-                let mut headers = Map::new();
-                for pair in &args.headers {
-                    let (name, value) = pair.split_once('=').ok_or_else(|| {
-                        ClientError::Usage(format!("--header {pair:?} is not NAME=VALUE"))
-                    })?;
-                    headers.insert(name.to_owned(), json!(value));
-                }
-                body.insert("headers".into(), Value::Object(headers));
-            }
-            if args.expects_result {
-                body.insert("expects_result".into(), json!(true));
-            }
-            if let Some(n) = args.max_attempts {
-                body.insert("max_attempts".into(), json!(n));
-            }
-            if let Some(at) = args.expires_at {
-                body.insert("expires_at".into(), json!(at));
-            }
-            if let Some(ms) = args.ttl {
-                body.insert("ttl_ms".into(), json!(ms));
-            }
-            if let Some(ms) = args.window {
-                body.insert("window_ms".into(), json!(ms));
-            }
-            let (status, job) = client.post("/v1/jobs", &Value::Object(body)).await?;
-            if json {
-                print_json(&job);
-            } else {
-                let what = if status.as_u16() == 201 {
-                    "created"
-                } else {
-                    "exists already"
-                };
-                println!(
-                    "job {} {what}: {} at {}",
-                    job["id"],
-                    job["topic"].as_str().unwrap_or(""),
-                    job["run_at"].as_str().unwrap_or("")
-                );
-            }
-        }
+        JobsCommand::Create(args) => create(client, args, json).await?,
         JobsCommand::Move { id, when } => {
             let job = client.get(&format!("/v1/jobs/{id}")).await?;
             let mut body = Map::new();
@@ -364,29 +292,109 @@ pub async fn run(client: &Client, command: JobsCommand, json: bool) -> Result<()
                 );
             }
         }
-        JobsCommand::History { id } => {
-            let history = client.get(&format!("/v1/jobs/{id}/history")).await?;
-            if json {
-                print_json(&history);
-            } else {
-                let rows: Vec<Vec<String>> = history["events"]
-                    .as_array()
-                    .into_iter()
-                    .flatten()
-                    .map(|e| {
-                        vec![
-                            text(&e["at"]),
-                            text(&e["actor"]),
-                            text(&e["status"]),
-                            text(&e["run_at"]),
-                            text(&e["attempt"]),
-                        ]
-                    })
-                    .collect();
-                print_table(&["at", "actor", "status", "run_at", "attempt"], &rows);
-            }
-        }
+        JobsCommand::History { id } => history(client, id, json).await?,
         JobsCommand::Bulk(args) => bulk(client, args, json).await?,
+    }
+    Ok(())
+}
+
+/// `tickler jobs create`: the flags as the API's create body.
+async fn create(client: &Client, args: CreateArgs, json: bool) -> Result<(), ClientError> {
+    let mut body = Map::new();
+    body.insert("topic".into(), json!(args.topic));
+    if let Some(key) = args.key {
+        body.insert("key".into(), json!(key));
+    }
+    schedule(&args.when.at, args.when.after, &mut body);
+    if let Some(payload) = args.payload {
+        let value: Value = serde_json::from_str(&payload)
+            .map_err(|err| ClientError::Usage(format!("--payload is not JSON: {err}")))?;
+        body.insert("payload".into(), value);
+    }
+    if let Some(path) = args.payload_file {
+        let bytes = if path == "-" {
+            let mut bytes = Vec::new();
+            std::io::Read::read_to_end(&mut std::io::stdin(), &mut bytes)
+                .map_err(|err| ClientError::Usage(format!("reading stdin: {err}")))?;
+            bytes
+        } else {
+            std::fs::read(&path)
+                .map_err(|err| ClientError::Usage(format!("reading {path}: {err}")))?
+        };
+        use base64::Engine;
+        body.insert(
+            "payload_base64".into(),
+            json!(base64::engine::general_purpose::STANDARD.encode(bytes)),
+        );
+    }
+    if let Some(encoded) = args.payload_base64 {
+        body.insert("payload_base64".into(), json!(encoded));
+    }
+    if !args.headers.is_empty() {
+        let mut headers = Map::new();
+        for pair in &args.headers {
+            let (name, value) = pair.split_once('=').ok_or_else(|| {
+                ClientError::Usage(format!("--header {pair:?} is not NAME=VALUE"))
+            })?;
+            headers.insert(name.to_owned(), json!(value));
+        }
+        body.insert("headers".into(), Value::Object(headers));
+    }
+    if args.expects_result {
+        body.insert("expects_result".into(), json!(true));
+    }
+    if let Some(n) = args.max_attempts {
+        body.insert("max_attempts".into(), json!(n));
+    }
+    if let Some(at) = args.expires_at {
+        body.insert("expires_at".into(), json!(at));
+    }
+    if let Some(ms) = args.ttl {
+        body.insert("ttl_ms".into(), json!(ms));
+    }
+    if let Some(ms) = args.window {
+        body.insert("window_ms".into(), json!(ms));
+    }
+    let (status, job) = client.post("/v1/jobs", &Value::Object(body)).await?;
+    if json {
+        print_json(&job);
+    } else {
+        let what = if status.as_u16() == 201 {
+            "created"
+        } else {
+            "exists already"
+        };
+        println!(
+            "job {} {what}: {} at {}",
+            job["id"],
+            job["topic"].as_str().unwrap_or(""),
+            job["run_at"].as_str().unwrap_or("")
+        );
+    }
+    Ok(())
+}
+
+/// `tickler jobs history`: a job's recorded changes, as a table.
+async fn history(client: &Client, id: u64, json: bool) -> Result<(), ClientError> {
+    let history = client.get(&format!("/v1/jobs/{id}/history")).await?;
+    if json {
+        print_json(&history);
+    } else {
+        let rows: Vec<Vec<String>> = history["events"]
+            .as_array()
+            .into_iter()
+            .flatten()
+            .map(|e| {
+                vec![
+                    text(&e["at"]),
+                    text(&e["actor"]),
+                    text(&e["status"]),
+                    text(&e["run_at"]),
+                    text(&e["attempt"]),
+                ]
+            })
+            .collect();
+        print_table(&["at", "actor", "status", "run_at", "attempt"], &rows);
     }
     Ok(())
 }

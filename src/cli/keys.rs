@@ -39,6 +39,11 @@ pub enum KeysCommand {
 /// Rows a rotation step reads and writes.
 const STEP: u32 = 500;
 
+/// Runs a `keys` command.
+///
+/// Long because it is one match over the `keys` subcommands, and a
+/// rotation's steps (schedules re-sealed, jobs in steps, old keys forgotten)
+/// are read in order.
 pub async fn run(config: &Config, command: KeysCommand) -> Result<(), AdminError> {
     if let KeysCommand::Generate = command {
         println!("{}", keys::generate());

@@ -163,6 +163,10 @@ fn read_groups(sought: &[Sought], now: DateTime<Utc>) -> Vec<ReadGroup> {
 /// to read stops where `wait` ran out, and the returned [`Resume`] says
 /// where: given back next pass, the reading goes on from there. Fails only
 /// when no reader can be made.
+///
+/// Long because it is one blocking read, group by group: a reader made, every
+/// partition assigned from its offset, polled to its end or the deadline, and
+/// where it stopped kept for the next pass.
 pub async fn records_find(
     brokers: &str,
     options: &BTreeMap<String, String>,

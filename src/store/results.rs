@@ -314,6 +314,10 @@ impl Store {
     /// without them; one whose other columns do not decode is left out and
     /// logged: it is claimed again after its lease, until the row is
     /// repaired, and the letters claimed beside it go on.
+    ///
+    /// Long because the claim is read in order: the lease taken in one
+    /// UPDATE, what it took read, their jobs read and decoded, the gone ones
+    /// dropped.
     pub async fn dead_letter_claim(
         &self,
         claim: u64,
@@ -518,6 +522,10 @@ fn change_push(
 
 /// Writes the changes (one UPDATE joined to them as a derived table), the
 /// dead-letter outbox rows, and commits.
+///
+/// Long because it is the one write of a settlement: the joined UPDATE, the
+/// history, the dead-letter rows, the retries read back for Redis, the
+/// counts, then the commit.
 async fn finish(
     mut tx: Transaction<'_, MySql>,
     actor: &str,

@@ -273,6 +273,10 @@ impl Dispatcher {
     /// jobs until their time and sends them, the acknowledger waits for the
     /// broker's answers, the settler records them. At most twice a batch
     /// per shard held are between the claim and their record at once.
+    ///
+    /// Long because it is the dispatcher's whole life in order — its tasks
+    /// started, the claim loop, the two ways out (a task that broke, a drain) —
+    /// and each part uses the handles the start made.
     pub async fn run(self, cancel: CancellationToken) {
         let mut failures = 0u32;
         tracing::info!("dispatcher started");

@@ -319,6 +319,9 @@ impl Ingress {
 
     /// A pass whose writes are done: counted, then handed to answering
     /// once the pass before it is answered.
+    ///
+    /// Long because a pass's end is read in order: given up or not, its
+    /// outcomes counted, then handed to answering after the pass before.
     async fn written(
         &self,
         pass: Writing,

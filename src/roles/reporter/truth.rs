@@ -115,6 +115,9 @@ impl Truth {
     /// figure whose cost grows with the table: see [`Counts`]), and finding
     /// the bursts ahead again when they are older than
     /// `gauges.counts_interval_ms`.
+    ///
+    /// Long because it reads each figure in turn (MySQL's, Redis's, then
+    /// Kafka's lags), each a few lines, and builds the answer from them.
     pub async fn compute_with(
         store: &Store,
         index: &Index,

@@ -491,6 +491,9 @@ impl Bench {
     /// `missing`, a job on that topic (which the broker does not have) is
     /// due at the start of every second too: the healthy jobs' lateness
     /// must not change.
+    ///
+    /// Long because the stage is one measurement read in order: schedule at a
+    /// steady rate, consume what arrives, then print the percentiles.
     async fn lateness(&self, missing: Option<&str>) -> anyhow::Result<()> {
         let rate = self.options.rate;
         let secs = self.options.lateness_secs;
@@ -827,6 +830,10 @@ impl Bench {
     /// topic grows), joined to its group with one request first; then the
     /// round's requests produced and taken into MySQL. Returns requests
     /// per second.
+    ///
+    /// Long because a round is one measurement read in order: produce the
+    /// requests, start the ingress, wait for every answer, then print the
+    /// figures.
     async fn ingress_round(
         &self,
         round: usize,

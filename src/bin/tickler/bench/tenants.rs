@@ -14,6 +14,9 @@ use serde_json::{json, Value};
 use super::{percentiles, Bench};
 
 impl Bench {
+    /// Long because the stage is three measurements read in order (the small
+    /// tenant alone, beside the big one grouped, beside it ungrouped), then
+    /// the figures printed.
     pub(super) async fn tenants(&self) -> anyhow::Result<()> {
         let (big, small, pace) = (
             self.options.tenants_big,
