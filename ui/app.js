@@ -8,12 +8,14 @@
 //
 // Views are hash routes, so a page can be linked and reloaded:
 //   #/              overview: /v1/stats, overdue and dead jobs
-//   #/jobs          lookup by id or topic + key; with ?topic=… a listing
+//   #/jobs          lookup by id or topic + key; with ?topic=…&status=… a listing
 //   #/jobs/{id}     one job and its history
 //   #/bulk          bulk changes: preview (dry run), apply, progress
 //   #/bulk/{id}     the progress of one bulk operation
 //   #/schedules     every schedule, with pause and resume
 //   #/topics        paused and paced topics; pause a topic by name
+//   #/forecast      what falls due ahead, by topic (?topic=…&span=…)
+//   #/audit         who changed the rules, newest first (?action=…&actor=…)
 // Elements tests look for carry ids or data-* attributes (data-action,
 // data-job, data-topic, data-status); keep them stable.
 
