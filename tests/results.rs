@@ -337,7 +337,7 @@ async fn a_retry_months_away_costs_nothing_in_redis() {
     .await;
     assert_eq!(body["job"]["status"], "pending", "{body}");
     assert_eq!(row(&env, id).await.delay_ms, month_ms as i64);
-    // A loader pass from scratch (no watermark: the whole window, and every
+    // A loader pass from scratch (no high-water mark: the whole window, and every
     // edited row) leaves it out of Redis.
     let now = env.store.db_now().await.unwrap();
     env.loader().run_once(now).await.unwrap();

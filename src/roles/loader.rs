@@ -1,17 +1,17 @@
 //! The loader: moves pending jobs entering the window from MySQL into the
 //! Redis index, incrementally. Each pass reads only the slice of time that
-//! entered the window since the last pass (a watermark), so its cost follows
+//! entered the window since the last pass (a high-water mark), so its cost follows
 //! the arrival rate, never the number of far-future jobs.
 //!
-//! The first pass after start has no watermark and indexes everything
+//! The first pass after start has no high-water mark and indexes everything
 //! pending up to the window's end (overdue jobs included): that is how a
 //! restarted tickler, or one facing an empty Redis, rebuilds the index.
 //!
 //! Each pass first checks the index's sentinel keys; if Redis has lost them
-//! (FLUSHALL, restart), the watermark is dropped and the window re-indexed
+//! (FLUSHALL, restart), the high-water mark is dropped and the window re-indexed
 //! in that same pass.
 //!
-//! Each pass re-reads a short overlap below the watermark, so a job whose
+//! Each pass re-reads a short overlap below the high-water mark, so a job whose
 //! INSERT committed just after a pass read past its time is still found.
 //! Re-adding an id is idempotent.
 //!
@@ -40,13 +40,13 @@ pub struct LoaderConfig {
     pub interval: Duration,
     /// Rows read per query.
     pub batch: u32,
-    /// How far below the watermark each pass re-reads, and how far back
+    /// How far below the high-water mark each pass re-reads, and how far back
     /// before the last pass each scan for changed rows starts (covers
     /// transactions that committed after the pass read).
     pub overlap: Duration,
 }
 
-/// How far below the watermark each pass re-reads: longer than a
+/// How far below the high-water mark each pass re-reads: longer than a
 /// transaction that inserts jobs stays open.
 pub const OVERLAP: Duration = Duration::from_secs(10);
 
@@ -81,7 +81,7 @@ pub struct LoadReport {
     /// Jobs added to (or refreshed in) the index.
     pub indexed: usize,
     /// Everything pending before this time is now indexed.
-    pub watermark: DateTime<Utc>,
+    pub high_water: DateTime<Utc>,
     /// Whether this pass found the index lost and rebuilt it.
     pub rebuilt: bool,
 }
@@ -91,7 +91,7 @@ pub struct Loader {
     index: Index,
     config: LoaderConfig,
     wake: Arc<Notify>,
-    watermark: Option<DateTime<Utc>>,
+    high_water: Option<DateTime<Utc>>,
     /// Database time of the last scan for changed rows.
     edits_scanned_at: Option<DateTime<Utc>>,
 }
@@ -103,7 +103,7 @@ impl Loader {
             index,
             config,
             wake,
-            watermark: None,
+            high_water: None,
             edits_scanned_at: None,
         }
     }
@@ -137,7 +137,7 @@ impl Loader {
     }
 }
 
-/// A failed pass is retried from the same watermark.
+/// A failed pass is retried from the same high-water mark.
 impl Service for Loader {
     type Report = LoadReport;
     type Error = LoadError;
@@ -157,21 +157,21 @@ impl Service for Loader {
     /// `now + window` that entered since the last pass.
     async fn run_once(&mut self, now: DateTime<Utc>) -> Result<LoadReport, LoadError> {
         // Redis lost its data (FLUSHALL, restart without persistence): start
-        // over without a watermark, re-indexing the whole window now rather
+        // over without a high-water mark, re-indexing the whole window now rather
         // than waiting for the reconciler to find jobs overdue.
         let mut rebuilt = false;
         if !self.index.intact().await? {
-            if self.watermark.is_some() {
+            if self.high_water.is_some() {
                 metrics::index_rebuilt();
                 rebuilt = true;
             }
             self.index.mark_intact().await?;
-            self.watermark = None;
+            self.high_water = None;
         }
         let until = now + self.config.window;
         // Never move backwards, even if the database clock does.
-        let until = self.watermark.map_or(until, |w| w.max(until));
-        let from = self.watermark.map(|w| w - self.config.overlap);
+        let until = self.high_water.map_or(until, |w| w.max(until));
+        let from = self.high_water.map(|w| w - self.config.overlap);
         let mut indexed = 0;
         let mut after: Option<WindowEntry> = None;
         loop {
@@ -187,7 +187,7 @@ impl Service for Loader {
                 break;
             }
         }
-        self.watermark = Some(until);
+        self.high_water = Some(until);
         indexed += self.load_edited(now, until).await?;
         if indexed > 0 {
             metrics::loader_indexed(indexed);
@@ -195,14 +195,14 @@ impl Service for Loader {
         }
         Ok(LoadReport {
             indexed,
-            watermark: until,
+            high_water: until,
             rebuilt,
         })
     }
 
     fn passed(&self, report: &LoadReport) -> bool {
         if report.indexed > 0 {
-            tracing::debug!(num_jobs = report.indexed, watermark = %report.watermark, "loader pass");
+            tracing::debug!(num_jobs = report.indexed, high_water = %report.high_water, "loader pass");
         }
         false
     }
