@@ -20,7 +20,6 @@ use crate::api::Readiness;
 use crate::api::{self, ApiState, ServeLimits};
 use crate::config::{AuthMode, Config, PayloadCompression, Role};
 use crate::domain::clock::Clock;
-use crate::domain::compression::Codec;
 use crate::domain::keys::Keyring;
 use crate::index::{self, Index, IndexError};
 use crate::kafka::{self, Topics};
@@ -316,7 +315,7 @@ impl Pools {
     fn connect(config: &Config, clock: &Clock, keys: &Keyring) -> Result<Pools, StoreError> {
         let url = &config.mysql.url;
         // One codec for every pool: they share its dictionaries.
-        let codec = Codec::from_settings(&config.compression);
+        let codec = config.compression.codec();
         let pool = |size, actor| {
             Store::connect_clocked(url, size, actor, clock)
                 .map(|store| store.with_keys(keys.clone()).with_codec(codec.clone()))

@@ -47,7 +47,7 @@ pub async fn run(config: &Config, command: CompressionCommand) -> Result<(), Adm
     Store::migrate(&config.mysql.url).await?;
     let store = Store::connect_lazy(&config.mysql.url, 2, Actor::Cli)?
         .with_keys(ring)
-        .with_codec(Codec::from_settings(&config.compression));
+        .with_codec(config.compression.codec());
     match command {
         CompressionCommand::Train { samples } => {
             let found = store.payload_samples(samples).await?;

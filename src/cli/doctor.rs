@@ -31,9 +31,7 @@ pub async fn run(config: Config, args: DoctorArgs) -> anyhow::Result<ExitCode> {
     )?;
     let store = Store::connect_lazy(&config.mysql.url, 2, Actor::Doctor)?
         .with_keys(keys)
-        .with_codec(crate::domain::compression::Codec::from_settings(
-            &config.compression,
-        ));
+        .with_codec(config.compression.codec());
     // The shards the deployment has now, which a resize may have changed
     // since the configuration was written.
     let shards = match store.shard_leases().await {

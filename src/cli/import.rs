@@ -212,9 +212,7 @@ pub async fn run(config: &Config, args: ImportArgs) -> anyhow::Result<ExitCode> 
     Store::migrate(&config.mysql.url).await?;
     let store = Store::connect_lazy(&config.mysql.url, args.parallel + 1, Actor::Import)?
         .with_keys(keys)
-        .with_codec(crate::domain::compression::Codec::from_settings(
-            &config.compression,
-        ));
+        .with_codec(config.compression.codec());
     let wrong = store.key_canaries_check().await?;
     if !wrong.is_empty() {
         anyhow::bail!(

@@ -383,6 +383,17 @@ impl Default for CompressionSettings {
     }
 }
 
+impl CompressionSettings {
+    /// The payload codec these settings describe.
+    pub fn codec(&self) -> crate::domain::compression::Codec {
+        crate::domain::compression::Codec::new(
+            self.payloads == PayloadCompression::Zstd,
+            self.level,
+            std::time::Duration::from_millis(self.dict_delay_ms),
+        )
+    }
+}
+
 /// The `compression.payloads` setting.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]

@@ -35,8 +35,6 @@ use std::time::{Duration, Instant};
 
 use zstd::zstd_safe::CParameter;
 
-use crate::config::{CompressionSettings, PayloadCompression};
-
 /// How long after an instance learns of a new dictionary it starts
 /// writing with it, by default (`compression.dict_delay_ms`): several
 /// refreshes of every other instance.
@@ -152,12 +150,14 @@ impl Codec {
         }))
     }
 
-    /// As `[compression]` says.
-    pub fn from_settings(settings: &CompressionSettings) -> Codec {
+    /// Compressing new payloads or not (`on`), at zstd's `level`, with a
+    /// new dictionary once it is `ripe_after` old (`[compression]`: see
+    /// `CompressionSettings::codec`).
+    pub fn new(on: bool, level: i32, ripe_after: Duration) -> Codec {
         Codec(Arc::new(Inner {
-            on: settings.payloads == PayloadCompression::Zstd,
-            level: settings.level,
-            ripe_after: Some(Duration::from_millis(settings.dict_delay_ms)),
+            on,
+            level,
+            ripe_after: Some(ripe_after),
             held: AtomicBool::new(false),
             dicts: RwLock::default(),
         }))

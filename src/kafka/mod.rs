@@ -26,8 +26,6 @@ use rdkafka::producer::Producer as _;
 use rdkafka::types::RDKafkaErrorCode;
 use rdkafka::ClientConfig;
 
-use crate::roles::service::Service;
-
 /// The settings every tickler Kafka client shares.
 pub fn client_config(brokers: &str) -> ClientConfig {
     let mut config = ClientConfig::new();
@@ -288,6 +286,11 @@ impl Topics {
         }
     }
 
+    /// How often its metadata is refreshed (`kafka.topic_refresh_ms`).
+    pub fn refresh_every(&self) -> Duration {
+        self.inner.refresh
+    }
+
     fn known(&self) -> std::sync::RwLockReadGuard<'_, Known> {
         self.inner
             .known
@@ -401,24 +404,6 @@ impl Topics {
             Ok(Err(err)) => tracing::warn!(error = %err, "cannot fetch kafka topic metadata"),
             Err(err) => tracing::warn!(error = %err, "kafka metadata task failed"),
         }
-    }
-}
-
-/// Refreshes the topic metadata every `refresh`; a failed fetch is logged
-/// and the topics known are kept.
-impl Service for Topics {
-    type Report = ();
-    type Error = std::convert::Infallible;
-    const NAME: &'static str = "kafka topics";
-    const PASS: &'static str = "kafka topics";
-
-    fn interval(&self) -> Duration {
-        self.inner.refresh
-    }
-
-    async fn run_once(&mut self, _now: chrono::DateTime<chrono::Utc>) -> Result<(), Self::Error> {
-        self.refresh_if_older(self.inner.refresh / 2).await;
-        Ok(())
     }
 }
 

@@ -24,6 +24,8 @@
 //! - [`results`]    — consumes the results topic; produces dead letters
 //! - [`ingress`]    — jobs scheduled by producing to a request topic;
 //!   replies
+//! - [`kafka_topics`] — the broker's topics, refreshed for the pre-flight
+//!   check and the dispatcher
 //! - [`codec_upkeep`] — which key seals and which dictionary compresses
 //! - [`reporter`]   — the truth of the three stores as gauges
 //!   ([`reporter::truth`]), and the webhook ([`reporter::notify`])
@@ -43,6 +45,7 @@ pub mod dispatcher;
 pub mod doctor;
 pub mod ingress;
 pub mod jobs;
+pub mod kafka_topics;
 pub mod loader;
 pub mod materializer;
 pub mod membership;
