@@ -6,7 +6,9 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use serde_json::Value;
 use sqlx::{MySql, QueryBuilder, Row};
 
-use super::{db_time, Store, StoreError};
+use super::error::StoreError;
+use super::sql::db_time;
+use super::Store;
 
 /// Longest `target` and `origin` kept (the columns' width).
 const TEXT_MAX: usize = 300;

@@ -10,11 +10,11 @@ use serde::{Deserialize, Serialize};
 use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, QueryBuilder, Row};
 
-use super::db_time;
+use super::error::{contention_retry, StoreError};
 use super::history::{event_token, events_record};
 use super::job_row::{job_from_row_listed, JOB_COLUMNS_NO_PAYLOAD};
-use super::sql::{run_at_push, topic_patterns_push};
-use super::{Store, StoreError};
+use super::sql::{db_time, run_at_push, topic_patterns_push};
+use super::Store;
 use crate::domain::job::{Job, JobId, Status};
 
 /// Which jobs an operation covers. Every field narrows; the API requires at
@@ -365,7 +365,7 @@ impl Store {
         let Some(last) = batch.last().map(|(id, _)| *id) else {
             return Ok(Some(BulkBatch::default()));
         };
-        super::contention_retry(|| self.bulk_apply_once(op, batch, last, &attempts_for)).await
+        contention_retry(|| self.bulk_apply_once(op, batch, last, &attempts_for)).await
     }
 
     /// Long because it is one transaction: lock the batch, apply the

@@ -13,8 +13,9 @@ use std::time::Duration;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, QueryBuilder, Row};
 
+use super::error::StoreError;
 use super::sql::micros;
-use super::{Store, StoreError};
+use super::Store;
 use crate::config::Role;
 
 /// Who an instance is, as its row says.

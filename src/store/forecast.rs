@@ -6,9 +6,9 @@
 use chrono::{DateTime, Utc};
 use sqlx::{MySql, QueryBuilder, Row};
 
-use super::db_time;
-use super::sql::topic_patterns_push;
-use super::{Store, StoreError};
+use super::error::StoreError;
+use super::sql::{db_time, topic_patterns_push};
+use super::Store;
 
 /// Pending jobs of one topic due in one bucket.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -23,9 +23,9 @@
 use chrono::NaiveDateTime;
 use sqlx::{MySql, MySqlConnection, QueryBuilder};
 
-use super::db_time;
-use super::sql::push_id_list;
-use super::{Store, StoreError};
+use super::error::StoreError;
+use super::sql::{db_time, push_id_list};
+use super::Store;
 use crate::config::HandEdits;
 use crate::domain::job::{Job, JobId};
 

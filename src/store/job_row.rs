@@ -10,7 +10,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::mysql::MySqlRow;
 use sqlx::Row;
 
-use super::StoreError;
+use super::error::StoreError;
 use crate::domain::compression::{Codec, CodecError};
 use crate::domain::job::{Job, JobId, NewJob, PayloadKind};
 use crate::domain::keys::Keyring;

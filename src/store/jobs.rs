@@ -9,14 +9,14 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, QueryBuilder, Row};
 
-use super::db_time;
+use super::error::{contention_retry, StoreError};
 use super::history::{event_token, events_record, events_record_new};
 use super::job_row::{
     job_created, job_from_row, job_from_row_listed, job_from_row_without_body, job_read_back,
     stored_kind, text, CREATED_COLUMNS, JOB_COLUMNS, JOB_COLUMNS_NO_PAYLOAD,
 };
-use super::sql::{run_at_push, topic_patterns_push};
-use super::{Store, StoreError};
+use super::sql::{db_time, run_at_push, topic_patterns_push};
+use super::Store;
 use crate::domain::compression::Codec;
 use crate::domain::job::{Expiry, Job, JobId, NewJob, PayloadKind, Schedule, Status, Window};
 use crate::domain::keys::Keyring;
@@ -309,7 +309,7 @@ impl Store {
     /// instance lacks) is cancelled like any other and answered without
     /// them ([`job_from_row_without_body`]).
     pub async fn job_cancel(&self, id: JobId) -> Result<Cancelled, StoreError> {
-        super::contention_retry(|| self.job_cancel_once(id)).await
+        contention_retry(|| self.job_cancel_once(id)).await
     }
 
     async fn job_cancel_once(&self, id: JobId) -> Result<Cancelled, StoreError> {
@@ -369,7 +369,7 @@ impl Store {
         jobs: &[NewJob],
     ) -> Result<(Vec<BatchRow>, DateTime<Utc>), StoreError> {
         let jobs: Vec<&NewJob> = jobs.iter().collect();
-        super::contention_retry(|| self.job_insert_many_once(&jobs, None)).await
+        contention_retry(|| self.job_insert_many_once(&jobs, None)).await
     }
 
     /// [`Store::job_insert_many`] for the Kafka ingress: each job with the
@@ -380,7 +380,7 @@ impl Store {
         jobs: &[&NewJob],
         positions: &[String],
     ) -> Result<(Vec<BatchRow>, DateTime<Utc>), StoreError> {
-        super::contention_retry(|| self.job_insert_many_once(jobs, Some(positions))).await
+        contention_retry(|| self.job_insert_many_once(jobs, Some(positions))).await
     }
 
     /// [`Store::job_insert_many`] of borrowed jobs, with the ingress's
@@ -501,7 +501,7 @@ impl Store {
     /// loader or the overdue probe; the caller (who got no answer) may retry
     /// with the same key to get it back.
     pub async fn job_insert(&self, job: &NewJob) -> Result<(Job, DateTime<Utc>), StoreError> {
-        super::contention_retry(|| self.job_insert_once(job)).await
+        contention_retry(|| self.job_insert_once(job)).await
     }
 
     async fn job_insert_once(&self, job: &NewJob) -> Result<(Job, DateTime<Utc>), StoreError> {

@@ -19,7 +19,8 @@
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, QueryBuilder, Row};
 
-use super::{Store, StoreError};
+use super::error::StoreError;
+use super::Store;
 use crate::domain::job::JobId;
 
 /// A token's quotas and what it uses of them.

@@ -6,12 +6,12 @@ use chrono::{DateTime, Duration, NaiveDateTime, Utc};
 use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, QueryBuilder, Row};
 
-use super::db_time;
+use super::error::{contention_retry, StoreError};
 use super::history::{event_token, events_insert_rows, events_record_schedule, EventRow};
 use super::job_row::{job_from_row_listed, policy_from_row, JOB_COLUMNS_NO_PAYLOAD};
 use super::jobs::{insert_many_on, BatchRow};
-use super::sql::{push_id_list, topic_patterns_push};
-use super::{Store, StoreError};
+use super::sql::{db_time, push_id_list, topic_patterns_push};
+use super::Store;
 use crate::domain::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status, Window};
 use crate::domain::keys::Keyring;
 use crate::domain::policy::Policy;
@@ -526,7 +526,7 @@ impl Store {
         id: u64,
         lookahead: std::time::Duration,
     ) -> Result<Materialized, StoreError> {
-        super::contention_retry(|| self.schedule_materialize_once(id, lookahead)).await
+        contention_retry(|| self.schedule_materialize_once(id, lookahead)).await
     }
 
     /// Long because it is one transaction under the schedule's row lock: plan

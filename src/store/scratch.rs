@@ -7,7 +7,8 @@ use std::time::Duration;
 use chrono::{DateTime, Utc};
 use sqlx::Connection;
 
-use super::{Store, StoreError};
+use super::error::StoreError;
+use super::Store;
 use crate::config::HandEdits;
 use crate::domain::job::Status;
 
@@ -74,7 +75,7 @@ impl Store {
                 .bind(topic)
                 .bind(done)
                 .bind(step_us)
-                .bind(super::db_time(from))
+                .bind(super::sql::db_time(from))
                 .bind(n)
                 .execute(&self.pool)
                 .await?;

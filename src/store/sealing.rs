@@ -6,8 +6,9 @@
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::Row;
 
+use super::error::StoreError;
 use super::job_row::text;
-use super::{Store, StoreError};
+use super::Store;
 use crate::domain::job::JobId;
 use crate::domain::keys::Part;
 
@@ -208,7 +209,7 @@ impl Store {
         Ok(
             sqlx::query("DELETE FROM enc_keys_used WHERE key_id = ? AND last_at < ?")
                 .bind(key)
-                .bind(super::db_time(since))
+                .bind(super::sql::db_time(since))
                 .execute(&self.pool)
                 .await?
                 .rows_affected(),

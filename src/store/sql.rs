@@ -1,5 +1,8 @@
 //! SQL fragments the store's files share: below every one of them, so that
-//! none has to import another for a piece of a statement.
+//! none has to import another for a piece of a statement. With them, the
+//! two helpers for time: a bound time as the database stores it
+//! ([`db_time`]), and a session's clock set for a virtual clock
+//! ([`session_clock_set`]).
 //!
 //! Counters never overflow on a row edited by hand (#57): an `INT
 //! UNSIGNED` at its top would fail the statement, and with it every other
@@ -9,11 +12,36 @@
 
 use std::time::Duration;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, QueryBuilder};
 
-use super::db_time;
 use crate::domain::job::JobId;
+
+/// A time as a `DATETIME(3)` bind: truncated to the millisecond first.
+/// MySQL rounds extra digits into a `DATETIME(3)` (…59.9996 becomes the
+/// next second) where MariaDB truncates them; truncating here makes both
+/// store the same value, and never one later than asked.
+pub(super) fn db_time(at: DateTime<Utc>) -> NaiveDateTime {
+    crate::domain::job::truncate_to_ms(at).naive_utc()
+}
+
+/// Sets this session's `timestamp` to the server's own clock plus
+/// `offset_ms` (`SYSDATE(6)`, which that variable does not move). From
+/// then on the session's `NOW()` and `UTC_TIMESTAMP(3)`, column defaults
+/// and triggers read that one instant, which stands still until it is set
+/// again: the pool of a store on a virtual clock sets it as it opens a
+/// connection and again each time the connection is acquired
+/// (`super::pool`), so it holds for one use of the connection.
+pub(super) async fn session_clock_set(
+    conn: &mut sqlx::MySqlConnection,
+    offset_ms: i64,
+) -> Result<(), sqlx::Error> {
+    sqlx::query("SET timestamp = UNIX_TIMESTAMP(SYSDATE(6)) + ? / 1000")
+        .bind(offset_ms)
+        .execute(conn)
+        .await?;
+    Ok(())
+}
 
 /// `(?, ?, …)`: `ids` bound, for an `IN`.
 pub(super) fn push_id_list(query: &mut QueryBuilder<'_, MySql>, ids: &[JobId]) {
@@ -114,6 +142,14 @@ fn pattern_like(pattern: &str) -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_bound_time_is_truncated_to_the_millisecond_never_rounded_up() {
+        let at = DateTime::parse_from_rfc3339("2026-12-31T23:59:59.9996Z")
+            .unwrap()
+            .with_timezone(&Utc);
+        assert_eq!(db_time(at).to_string(), "2026-12-31 23:59:59.999");
+    }
 
     #[test]
     fn topic_patterns_become_like_patterns_that_match_the_same_topics() {

@@ -7,8 +7,9 @@ use std::time::Duration;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, QueryBuilder, Row};
 
-use super::db_time;
-use super::{Store, StoreError};
+use super::error::StoreError;
+use super::sql::db_time;
+use super::Store;
 
 /// The statuses counted by topic: the live ones (finished jobs are counted
 /// by the `_total` counters and purged after `jobs.retention_days`).

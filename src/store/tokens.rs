@@ -3,7 +3,8 @@
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::Row;
 
-use super::{Store, StoreError};
+use super::error::StoreError;
+use super::Store;
 
 /// A token as stored, without its secret.
 #[derive(Debug, Clone, PartialEq, Eq)]

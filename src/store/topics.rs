@@ -4,9 +4,10 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::mysql::MySqlRow;
 use sqlx::Row;
 
-use super::db_time;
+use super::error::StoreError;
 use super::job_row::WindowEntry;
-use super::{Store, StoreError};
+use super::sql::db_time;
+use super::Store;
 use crate::domain::job::JobId;
 
 /// A topic's controls as stored.

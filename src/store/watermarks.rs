@@ -7,7 +7,9 @@
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, QueryBuilder, Row};
 
-use super::{db_time, Store, StoreError};
+use super::error::StoreError;
+use super::sql::db_time;
+use super::Store;
 
 /// One topic's watermark.
 #[derive(Debug, Clone, PartialEq, Eq)]
