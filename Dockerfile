@@ -3,7 +3,7 @@
 # bud`). A build stage compiles the release binary; the runtime is Debian
 # slim with the three libraries it links (OpenSSL, zlib, and the CA
 # certificates), a non-root user, and `tickler serve` by default.
-# docs/operations.md ("Deploy") takes it on to Kubernetes or systemd.
+# docs/deploy.md takes it on to Kubernetes or systemd.
 
 FROM rust:1-bookworm AS build
 WORKDIR /src

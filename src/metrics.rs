@@ -446,7 +446,7 @@ declare! {
             kafka_message_timeout_ms, then produced again if not found.",
     },
 
-    // Gauges from the truth (src/truth.rs): one instance, the reporter, publishes
+    // Gauges from the truth (src/roles/reporter/truth.rs): one instance, the reporter, publishes
     // them; every other publishes 0.
     TRUTH_REPORTER = Gauge {
         name: "tickler_truth_reporter",

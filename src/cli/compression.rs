@@ -1,6 +1,6 @@
 //! `tickler compression`: payload compression from the command line — a
 //! dictionary trained on the deployment's own payloads, and how well the
-//! newest rows compress (docs/operations.md#payload-compression).
+//! newest rows compress (docs/data.md#payload-compression).
 
 use clap::Subcommand;
 

@@ -358,7 +358,7 @@ pub struct EncryptionSettings {
 }
 
 /// `[compression]`: jobs' payloads compressed at rest
-/// (docs/operations.md#payload-compression).
+/// (docs/data.md#payload-compression).
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct CompressionSettings {

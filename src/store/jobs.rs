@@ -390,7 +390,7 @@ impl Store {
         jobs: &[&NewJob],
         positions: Option<&[String]>,
     ) -> Result<(Vec<BatchRow>, DateTime<Utc>), StoreError> {
-        super::contention_retry(|| self.job_insert_many_once(jobs, positions)).await
+        contention_retry(|| self.job_insert_many_once(jobs, positions)).await
     }
 
     async fn job_insert_many_once(
