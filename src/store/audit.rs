@@ -7,8 +7,8 @@ use serde_json::Value;
 use sqlx::{MySql, QueryBuilder, Row};
 
 use super::error::StoreError;
+use super::handle::Store;
 use super::sql::db_time;
-use super::Store;
 
 /// Longest `target` and `origin` kept (the columns' width).
 const TEXT_MAX: usize = 300;

@@ -11,10 +11,10 @@ use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, QueryBuilder, Row};
 
 use super::error::{contention_retry, StoreError};
+use super::handle::Store;
 use super::history::{event_token, events_record};
 use super::job_row::{job_from_row_listed, JOB_COLUMNS_NO_PAYLOAD};
 use super::sql::{db_time, run_at_push, topic_patterns_push};
-use super::Store;
 use crate::domain::job::{Job, JobId, Status};
 
 /// Which jobs an operation covers. Every field narrows; the API requires at

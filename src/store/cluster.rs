@@ -14,8 +14,8 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, QueryBuilder, Row};
 
 use super::error::StoreError;
+use super::handle::Store;
 use super::sql::micros;
-use super::Store;
 use crate::config::Role;
 
 /// Who an instance is, as its row says.

@@ -10,10 +10,10 @@ use sqlx::{MySql, QueryBuilder, Row};
 
 use super::cluster::InstanceRow;
 use super::error::StoreError;
+use super::handle::Store;
 use super::job_row::{job_from_row, JOB_COLUMNS};
 use super::migrate::built_for;
 use super::sql::push_id_list;
-use super::Store;
 
 /// A dictionary, without its bytes.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -13,10 +13,10 @@ use sqlx::{MySql, QueryBuilder, Row};
 
 use super::cluster::{push_alive_since_own, push_fence, Fence};
 use super::error::StoreError;
+use super::handle::Store;
 use super::history::{event_token, events_insert_rows, events_record, EventRow};
 use super::job_row::{job_from_row, text, WindowEntry, JOB_COLUMNS, UNREADABLE_PREFIX};
 use super::sql::{db_time, micros, push_id_list, update_joined};
-use super::Store;
 use crate::domain::job::{Job, JobId, Status};
 
 /// The claim columns of a job no claim holds, as a release puts them back:

@@ -7,8 +7,8 @@ use chrono::{DateTime, Utc};
 use sqlx::{MySql, QueryBuilder, Row};
 
 use super::error::StoreError;
+use super::handle::Store;
 use super::sql::{db_time, topic_patterns_push};
-use super::Store;
 
 /// Pending jobs of one topic due in one bucket.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -24,8 +24,8 @@ use chrono::NaiveDateTime;
 use sqlx::{MySql, MySqlConnection, QueryBuilder};
 
 use super::error::StoreError;
+use super::handle::Store;
 use super::sql::{db_time, push_id_list};
-use super::Store;
 use crate::config::HandEdits;
 use crate::domain::job::{Job, JobId};
 

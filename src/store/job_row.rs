@@ -62,7 +62,7 @@ impl WindowEntry {
 /// `Store::job_decode`).
 pub(super) async fn job_read_back(
     conn: &mut sqlx::MySqlConnection,
-    store: &super::Store,
+    store: &super::handle::Store,
     id: JobId,
 ) -> Result<(Job, DateTime<Utc>), StoreError> {
     let row = sqlx::query(&format!(

@@ -10,13 +10,13 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, QueryBuilder, Row};
 
 use super::error::{contention_retry, StoreError};
+use super::handle::Store;
 use super::history::{event_token, events_record, events_record_new};
 use super::job_row::{
     job_created, job_from_row, job_from_row_listed, job_from_row_without_body, job_read_back,
     stored_kind, text, CREATED_COLUMNS, JOB_COLUMNS, JOB_COLUMNS_NO_PAYLOAD,
 };
 use super::sql::{db_time, run_at_push, topic_patterns_push};
-use super::Store;
 use crate::domain::compression::Codec;
 use crate::domain::job::{Expiry, Job, JobId, NewJob, PayloadKind, Schedule, Status, Window};
 use crate::domain::keys::Keyring;

@@ -29,9 +29,14 @@ use futures::future::BoxFuture;
 use refinery_core::traits::r#async::{AsyncMigrate, AsyncQuery, AsyncTransaction};
 use refinery_core::Migration;
 use sqlx::mysql::MySqlRow;
-use sqlx::{Connection, Executor, MySqlConnection, Row};
+use sqlx::{ConnectOptions, Connection, Executor, MySqlConnection, Row};
 use time::format_description::well_known::Rfc3339;
 use time::OffsetDateTime;
+
+use super::handle::Store;
+use super::pool::{connect_options, server_is_tidb};
+use super::StoreError;
+use crate::config::SchemaBaseline;
 
 refinery::embed_migrations!("migrations");
 
@@ -213,15 +218,6 @@ impl Migrator {
             rows.iter().map(migration_from_row).collect()
         })
     }
-}
-
-/// Whether the server is TiDB (its `VERSION()` says so, e.g.
-/// `8.0.11-TiDB-v7.5.1`).
-pub async fn server_is_tidb(conn: &mut MySqlConnection) -> Result<bool, sqlx::Error> {
-    let version: Vec<u8> = sqlx::query_scalar("SELECT VERSION()")
-        .fetch_one(conn)
-        .await?;
-    Ok(String::from_utf8_lossy(&version).contains("TiDB"))
 }
 
 /// Installs `schema/baseline.sql` and records the migrations it stands for
@@ -418,6 +414,76 @@ impl AsyncQuery<Vec<Migration>> for Migrator {
 }
 
 impl AsyncMigrate for Migrator {}
+
+/// The schema's migrations, applied through the handle's constructors.
+impl Store {
+    /// Applies every migration in `migrations/` not yet applied; returns the
+    /// names of those it applied.
+    pub async fn migrate(url: &str) -> Result<Vec<String>, StoreError> {
+        Store::migrate_to(url, None).await
+    }
+
+    /// [`Store::migrate`], stopping after migration `to` when given: a live
+    /// upgrade applies what the running version can work beside first
+    /// (docs/upgrades.md, "Upgrading a live deployment").
+    pub async fn migrate_to(url: &str, to: Option<u32>) -> Result<Vec<String>, StoreError> {
+        Store::migrate_with(url, to, SchemaBaseline::Auto).await
+    }
+
+    /// [`Store::migrate_to`], installing an empty database's schema from
+    /// `schema/baseline.sql` as `baseline` says (TiDB's cannot run every
+    /// migration as written).
+    pub async fn migrate_with(
+        url: &str,
+        to: Option<u32>,
+        baseline: SchemaBaseline,
+    ) -> Result<Vec<String>, StoreError> {
+        let mut conn = connect_options(url)?.connect().await?;
+        let mut applied = Vec::new();
+        let wanted = match baseline {
+            SchemaBaseline::On => true,
+            SchemaBaseline::Off => false,
+            SchemaBaseline::Auto => server_is_tidb(&mut conn).await?,
+        };
+        let short_of_baseline = to.is_some_and(|to| i64::from(to) < i64::from(BASELINE_VERSION));
+        if wanted && !short_of_baseline {
+            if let Some(done) = baseline_install(&mut conn).await? {
+                applied.push(done);
+            }
+        }
+        contracting_check(
+            &mut conn,
+            to.map(|to| i32::try_from(to).unwrap_or(i32::MAX)),
+        )
+        .await
+        .map_err(StoreError::MigrationRefused)?;
+        let mut migrator = Migrator::new(conn);
+        let target = match to {
+            Some(version) => {
+                refinery_core::Target::Version(i32::try_from(version).unwrap_or(i32::MAX))
+            }
+            None => refinery_core::Target::Latest,
+        };
+        if to.is_none_or(|to| to >= ENC_KEYS_FILLED) {
+            // Up to the table, filled by a read that locks nothing, then on.
+            let report = migrations::runner()
+                .set_abort_divergent(true)
+                .set_target(refinery_core::Target::Version(ENC_KEYS_FILLED as i32 - 1))
+                .run_async(&mut migrator)
+                .await?;
+            applied.extend(report.applied_migrations().iter().map(|m| m.to_string()));
+            enc_keys_fill(&mut migrator.conn).await?;
+        }
+        let report = migrations::runner()
+            .set_abort_divergent(true)
+            .set_target(target)
+            .run_async(&mut migrator)
+            .await?;
+        let _ = migrator.conn.close().await;
+        applied.extend(report.applied_migrations().iter().map(|m| m.to_string()));
+        Ok(applied)
+    }
+}
 
 #[cfg(test)]
 mod tests {

@@ -9,11 +9,11 @@ use std::str::FromStr;
 use std::time::Duration;
 
 use sqlx::mysql::{MySqlConnectOptions, MySqlPool, MySqlPoolOptions, MySqlSslMode};
-use sqlx::{ConnectOptions, Connection, Executor};
+use sqlx::{ConnectOptions, Connection, Executor, MySqlConnection};
 
 use super::error::StoreError;
 use super::failover::connection_demoted;
-use super::migrate;
+
 use super::sql::session_clock_set;
 use crate::domain::clock::Clock;
 
@@ -105,7 +105,7 @@ async fn causal_reads(conn: &mut sqlx::MySqlConnection) -> Result<(), sqlx::Erro
 /// a statement's locks being taken when it runs, not on a conflict found at
 /// COMMIT (TiDB's default has been pessimistic since v3.0.8).
 async fn server_refusal(conn: &mut sqlx::MySqlConnection) -> Option<String> {
-    if !migrate::server_is_tidb(conn).await.unwrap_or(false) {
+    if !server_is_tidb(conn).await.unwrap_or(false) {
         return None;
     }
     let mode: Vec<u8> = sqlx::query_scalar("SELECT @@tidb_txn_mode")
@@ -201,6 +201,15 @@ pub(super) fn connect_options(url: &str) -> Result<MySqlConnectOptions, StoreErr
         .charset("utf8mb4")
         .pipes_as_concat(false)
         .disable_statement_logging())
+}
+
+/// Whether the server is TiDB (its `VERSION()` says so, e.g.
+/// `8.0.11-TiDB-v7.5.1`).
+pub async fn server_is_tidb(conn: &mut MySqlConnection) -> Result<bool, sqlx::Error> {
+    let version: Vec<u8> = sqlx::query_scalar("SELECT VERSION()")
+        .fetch_one(conn)
+        .await?;
+    Ok(String::from_utf8_lossy(&version).contains("TiDB"))
 }
 
 #[cfg(test)]

@@ -20,7 +20,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, QueryBuilder, Row};
 
 use super::error::StoreError;
-use super::Store;
+use super::handle::Store;
 use crate::domain::job::JobId;
 
 /// A token's quotas and what it uses of them.

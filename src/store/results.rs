@@ -14,13 +14,13 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, QueryBuilder, Row, Transaction};
 
 use super::error::StoreError;
+use super::handle::Store;
 use super::history::{event_token, events_record};
 use super::job_row::{
     job_from_row, job_from_row_without_body, job_read_back, policy_from_row, WindowEntry,
     JOB_COLUMNS,
 };
 use super::sql::{db_time, push_id_list, update_joined};
-use super::Store;
 use crate::domain::job::{Job, JobId, Schedule, Status};
 use crate::domain::outcome::{self, Decision, Ignored, JobState, ResultReport};
 

@@ -7,11 +7,11 @@ use sqlx::mysql::MySqlRow;
 use sqlx::{MySql, QueryBuilder, Row};
 
 use super::error::{contention_retry, StoreError};
+use super::handle::Store;
 use super::history::{event_token, events_insert_rows, events_record_schedule, EventRow};
 use super::job_row::{job_from_row_listed, policy_from_row, JOB_COLUMNS_NO_PAYLOAD};
 use super::jobs::{insert_many_on, BatchRow};
 use super::sql::{db_time, push_id_list, topic_patterns_push};
-use super::Store;
 use crate::domain::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status, Window};
 use crate::domain::keys::Keyring;
 use crate::domain::policy::Policy;

@@ -8,7 +8,7 @@ use chrono::{DateTime, Utc};
 use sqlx::Connection;
 
 use super::error::StoreError;
-use super::Store;
+use super::handle::Store;
 use crate::config::HandEdits;
 use crate::domain::job::Status;
 
@@ -27,7 +27,7 @@ pub async fn scratch_database_create(
     conn.close().await?;
     let url = format!("{server_url}/{name}");
     Store::migrate(&url).await?;
-    let store = Store::connect_lazy(&url, 1, super::Actor::Cli)?;
+    let store = Store::connect_lazy(&url, 1, super::handle::Actor::Cli)?;
     let hand_edits = store.hand_edits_apply(hand_edits).await;
     store.close().await;
     hand_edits?;

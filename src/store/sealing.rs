@@ -7,8 +7,8 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::Row;
 
 use super::error::StoreError;
+use super::handle::Store;
 use super::job_row::text;
-use super::Store;
 use crate::domain::job::JobId;
 use crate::domain::keys::Part;
 

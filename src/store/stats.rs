@@ -8,8 +8,8 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, QueryBuilder, Row};
 
 use super::error::StoreError;
+use super::handle::Store;
 use super::sql::db_time;
-use super::Store;
 
 /// The statuses counted by topic: the live ones (finished jobs are counted
 /// by the `_total` counters and purged after `jobs.retention_days`).

@@ -4,7 +4,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::Row;
 
 use super::error::StoreError;
-use super::Store;
+use super::handle::Store;
 
 /// A token as stored, without its secret.
 #[derive(Debug, Clone, PartialEq, Eq)]

@@ -5,9 +5,9 @@ use sqlx::mysql::MySqlRow;
 use sqlx::Row;
 
 use super::error::StoreError;
+use super::handle::Store;
 use super::job_row::WindowEntry;
 use super::sql::db_time;
-use super::Store;
 use crate::domain::job::JobId;
 
 /// A topic's controls as stored.

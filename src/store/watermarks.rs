@@ -8,8 +8,8 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, QueryBuilder, Row};
 
 use super::error::StoreError;
+use super::handle::Store;
 use super::sql::db_time;
-use super::Store;
 
 /// One topic's watermark.
 #[derive(Debug, Clone, PartialEq, Eq)]
