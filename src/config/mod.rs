@@ -187,46 +187,6 @@ pub const RENAMED: &[(&str, &str)] = &[
     ("notify_repeat_ms", "notify.repeat_ms"),
 ];
 
-/// The `history_hand_edits` setting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum HandEdits {
-    /// Triggers on `jobs` record what sessions without `@tickler_actor`
-    /// (people, scripts) change, as actor `sql`. Creating them takes the
-    /// TRIGGER privilege, and SUPER (or `log_bin_trust_function_creators =
-    /// 1`) where binary logging is on.
-    Trigger,
-    /// No trigger: hand edits leave no history rows.
-    Off,
-    /// `tickler migrate` installs nothing and drops nothing. The default: a
-    /// new database records no hand edits, and every row a claim or a mark
-    /// changes is spared the trigger (about 5 µs of MariaDB's ~68 per
-    /// dispatched job in the burst, docs/benchmarks.md); one upgraded from a
-    /// version that installed the triggers by default keeps them until `off`
-    /// is set.
-    Keep,
-}
-
-/// The `schema_baseline` setting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SchemaBaseline {
-    /// On TiDB (its `VERSION()` says so), whose server refuses some of the
-    /// migrations' statements; the migrations elsewhere.
-    Auto,
-    On,
-    Off,
-}
-
-/// The `topic_check` setting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TopicCheck {
-    Reject,
-    Warn,
-    Off,
-}
-
 /// A setting that cannot work, with what is wrong in words.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -273,14 +233,6 @@ fn invalid(field: &'static str, problem: &str) -> ConfigError {
         problem: problem.to_owned(),
     }
 }
-
-/// Longest name of a request topic: the history's `actor` column (110
-/// characters) holds `ingress:<topic>`.
-pub const INGRESS_TOPIC_MAX: usize = 100;
-
-/// Longest `dispatch_lookahead_ms`: a job claimed ahead can no longer be
-/// cancelled, so the stretch stays short.
-pub const DISPATCH_LOOKAHEAD_MAX_MS: u64 = 1_000;
 
 /// What an instance does (`roles`); every instance also keeps its
 /// membership and its copy of the topic controls.

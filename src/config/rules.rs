@@ -29,13 +29,7 @@ impl Default for TopicRules {
 impl TopicRules {
     /// The result policy of jobs that set none themselves.
     pub fn policy_default(&self) -> Policy {
-        Policy {
-            expects_result: self.jobs.expects_result,
-            max_attempts: self.jobs.max_attempts,
-            backoff_base_ms: self.jobs.backoff_base_ms,
-            backoff_cap_ms: self.jobs.backoff_cap_ms,
-            ack_timeout_ms: self.jobs.ack_timeout_ms,
-        }
+        self.jobs.policy()
     }
 
     /// The result policy of jobs on `topic`, before the request's own.
