@@ -200,7 +200,7 @@ pub enum ConfigError {
 }
 
 /// The longest duration any `*_ms` setting may have: ten years. A job's
-/// time is bounded by `max_schedule_ahead_days`; no interval, lease or
+/// time is bounded by `jobs.max_schedule_ahead_days`; no interval, lease or
 /// window needs more, and much more overflows the time arithmetic it is
 /// used in (a panic in a role, not an error at start-up).
 pub const DURATION_MAX_MS: u64 = 10 * 365 * 86_400_000;
@@ -408,8 +408,8 @@ impl Config {
             .map_err(|err| ConfigError::Load(Box::new(err)))?;
         config.renamed = renamed;
         // A lease left at its default follows the timeouts it must cover: a
-        // deployment that raised `kafka_message_timeout_ms` or
-        // `doubt_margin_ms` (or the lookahead) gets the least lease that
+        // deployment that raised `kafka.message_timeout_ms` or
+        // `kafka.doubt_margin_ms` (or the lookahead) gets the least lease that
         // leaves a claim time to send, rather than a refusal to start. A
         // lease set by hand is checked as set.
         if config.dispatcher.claim_lease_ms == DispatcherSettings::default().claim_lease_ms {
@@ -442,7 +442,7 @@ impl Config {
     }
 
     /// The settings as JSON, with every secret masked (`***`): passwords
-    /// in URLs, the webhook's path, and `kafka_options` whose name says
+    /// in URLs, the webhook's path, and `kafka.options` whose name says
     /// password or secret.
     /// What `tickler config` prints.
     pub fn masked(&self) -> serde_json::Value {
@@ -492,10 +492,10 @@ impl Config {
         }
     }
 
-    /// The shortest `claim_lease_ms` that leaves a claim time to be held
-    /// until its job is due (`dispatch_lookahead_ms`), then half a second
+    /// The shortest `dispatcher.claim_lease_ms` that leaves a claim time to be held
+    /// until its job is due (`dispatcher.lookahead_ms`), then half a second
     /// to be handed to the producer, whose record then lands or is given up
-    /// (`kafka_message_timeout_ms`) `doubt_margin_ms` before the lease ends.
+    /// (`kafka.message_timeout_ms`) `doubt_margin_ms` before the lease ends.
     pub fn claim_lease_least(&self, doubt_margin_ms: u64) -> u64 {
         self.dispatcher.lookahead_ms + self.kafka.message_timeout_ms + doubt_margin_ms + 500
     }

@@ -76,7 +76,7 @@ impl TopicRules {
 
     /// Why jobs may not be created for `topic`, if they may not: tickler's
     /// own topics (results, dead letters), Kafka's internal ones (`__*`),
-    /// and anything outside `topics_allowed`. A job on the results topic
+    /// and anything outside `jobs.topics_allowed`. A job on the results topic
     /// would be read as a report about someone else's job.
     pub fn topic_reserved(&self, topic: &str) -> Option<String> {
         if topic == self.results_topic {
@@ -109,7 +109,7 @@ impl TopicRules {
                 .any(|p| topic_pattern::matches(p, topic))
         {
             return Some(format!(
-                "topic {topic:?} is outside topics_allowed ({})",
+                "topic {topic:?} is outside jobs.topics_allowed ({})",
                 self.jobs.topics_allowed.join(", ")
             ));
         }

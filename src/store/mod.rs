@@ -379,7 +379,7 @@ impl Store {
     ///
     /// `actor` names who changes rows through this handle in the jobs'
     /// history (see [`Actor`]). Each connection also sets `@tickler_actor`:
-    /// the trigger that records hand edits (`history_hand_edits =
+    /// the trigger that records hand edits (`mysql.history_hand_edits =
     /// trigger`) leaves tickler's sessions alone by it.
     pub fn connect_lazy(url: &str, pool_size: u32, actor: Actor) -> Result<Store, StoreError> {
         Store::connect_clocked(url, pool_size, actor, &Clock::real())
@@ -654,7 +654,7 @@ async fn server_refusal(conn: &mut sqlx::MySqlConnection) -> Option<String> {
         .await
         .ok()?;
     (String::from_utf8_lossy(&mode).eq_ignore_ascii_case("optimistic")).then(|| {
-        "mysql_url: this TiDB runs optimistic transactions (tidb_txn_mode = 'optimistic'); \
+        "mysql.url: this TiDB runs optimistic transactions (tidb_txn_mode = 'optimistic'); \
          tickler needs pessimistic ones: SET GLOBAL tidb_txn_mode = 'pessimistic' \
          (docs/scaling.md, \"TiDB\")"
             .to_owned()

@@ -26,7 +26,7 @@ pub struct ApiSettings {
     /// `tokens`: every `/v1` call carries `Authorization: Bearer <secret>`
     /// of a token made by `tickler token create`. `none`: anyone who
     /// reaches the port may do anything; allowed only on a loopback
-    /// `http_addr` unless `allow_anonymous` says otherwise.
+    /// `addr` unless `allow_anonymous` says otherwise.
     pub auth: AuthMode,
     /// Lets `auth = none` listen on an address other than loopback. Meant
     /// for a private network behind something that authenticates.

@@ -157,7 +157,7 @@ pub struct TopicConfig {
     /// instance; without it the groups only share `max_per_second` fairly.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub group_max_per_second: Option<u32>,
-    /// Overrides `dead_letter_topic`; `""` turns dead letters off here.
+    /// Overrides `jobs.dead_letter_topic`; `""` turns dead letters off here.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dead_letter_topic: Option<String>,
 }

@@ -92,7 +92,7 @@ pub struct RedisSettings {
     /// Prefix of every Redis key, so several deployments can share a Redis.
     pub prefix: String,
     /// Run the index on a Redis Cluster with the cluster client (implied
-    /// when `redis_url` lists several comma-separated seed URLs).
+    /// when `url` lists several comma-separated seed URLs).
     pub cluster: bool,
     /// With `rediss://`: PEM file of the CA that signed Redis's
     /// certificate (the system's roots otherwise)...
