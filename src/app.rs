@@ -784,9 +784,9 @@ async fn start_api(
         }
         AuthMode::None => {
             if addr.ip().is_loopback() {
-                tracing::info!("auth = none: the API takes any caller on loopback");
+                tracing::info!("api.auth = none: the API takes any caller on loopback");
             } else {
-                tracing::warn!(%addr, "auth = none and api.allow_anonymous = true: anyone who reaches the API may produce to any topic and change any job");
+                tracing::warn!(%addr, "api.auth = none and api.allow_anonymous = true: anyone who reaches the API may produce to any topic and change any job");
             }
             Some(Arc::new(Principal::anonymous(config)))
         }

@@ -178,7 +178,7 @@ declare! {
         name: "tickler_jobs_unknown_topic_total",
         labels: ["topic"],
         help: "Jobs created for a topic the broker does not have \
-            (topic_check = warn), or found so by the dispatcher, by topic.",
+            (kafka.topic_check = warn), or found so by the dispatcher, by topic.",
     },
     INGRESS_REQUESTS = Counter {
         name: "tickler_ingress_requests_total",
@@ -405,7 +405,7 @@ declare! {
     },
     NOTIFY_FAILED = Counter {
         name: "tickler_notify_failed_total",
-        help: "Notifications the webhook (notify_webhook_url) did not take; \
+        help: "Notifications the webhook (notify.webhook_url) did not take; \
             each is sent again next round.",
     },
 
@@ -443,7 +443,7 @@ declare! {
         name: "tickler_dead_instance_rescued_total",
         help: "Jobs a dead instance held in dispatching, put in doubt without \
             waiting for the claim lease: read back after \
-            kafka_message_timeout_ms, then produced again if not found.",
+            kafka.message_timeout_ms, then produced again if not found.",
     },
 
     // Gauges from the truth (src/roles/reporter/truth.rs): one instance, the reporter, publishes
@@ -457,7 +457,7 @@ declare! {
         name: "tickler_jobs",
         labels: ["status", "topic"],
         help: "Jobs by status (pending, dispatching, dispatched, dead) and \
-            topic, from MySQL; topics past gauge_topics_max are summed under \
+            topic, from MySQL; topics past gauges.topics_max are summed under \
             topic=\"_other\". Reported by one instance \
             (tickler_truth_reporter = 1), 0 elsewhere.",
     },
@@ -715,7 +715,7 @@ pub fn api_refused(code: &'static str) {
     API_REFUSED.with([code.into()]).increment(1);
 }
 
-/// A job accepted for a topic the broker does not have (`topic_check =
+/// A job accepted for a topic the broker does not have (`kafka.topic_check =
 /// warn`): counted and logged.
 pub fn job_unknown_topic(topic: &str) {
     JOBS_UNKNOWN_TOPIC
@@ -1151,7 +1151,7 @@ pub fn watermarks(lags: &[(String, f64)]) {
 }
 
 /// Distinct topics a counter labelled by topic names at most, in a process:
-/// with `topic_check = warn` or `off` a caller may name any topic, and each
+/// with `kafka.topic_check = warn` or `off` a caller may name any topic, and each
 /// name would be a series of its own for good. Past it, topics are counted
 /// under `_other`, as the truth's gauges sum the topics past theirs.
 pub const TOPIC_LABELS_MAX: usize = 200;

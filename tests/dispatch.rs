@@ -218,7 +218,7 @@ async fn many_jobs_due_together_are_each_produced_once() {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_job_on_a_missing_topic_fails_its_attempts_alone_and_holds_up_no_other_topic() {
-    // topic_check off lets the job in, as a topic deleted after create would.
+    // kafka.topic_check off lets the job in, as a topic deleted after create would.
     let env = TestEnv::start_with(|c| c.kafka.topic_check = tickler::config::TopicCheck::Off).await;
     let consumer = env.consumer();
     let missing = tickler_testkit::unique("tickler-missing-");

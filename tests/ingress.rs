@@ -656,7 +656,7 @@ async fn kill_9_while_requests_stream_in_loses_and_doubles_none() {
         unique("tickler-t-ingress-")
     );
     // Replies are not retried (docs/api.md): one the broker does not
-    // acknowledge within kafka_message_timeout_ms is lost by design. The
+    // acknowledge within kafka.message_timeout_ms is lost by design. The
     // fault settings' 2 s was once too short for tansu under the whole
     // suite (269 of 300 answered); this test is about kill -9, so it gives
     // replies the default 10 s (and the claims the lease that needs).

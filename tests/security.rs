@@ -200,7 +200,7 @@ async fn a_token_sees_and_changes_only_its_topics_and_is_named_in_the_history() 
         "{history}"
     );
 
-    // Revoked: refused within token_refresh_ms.
+    // Revoked: refused within api.token_refresh_ms.
     let store = tickler::store::Store::connect_lazy(url, 1, tickler::store::Actor::Api).unwrap();
     assert!(store.token_revoke("billing-svc").await.unwrap());
     let refused = tickler_testkit::eventually(Duration::from_secs(5), || async {

@@ -46,10 +46,10 @@ pub enum TokenCommand {
         /// redrive), metrics. Repeat or separate with commas.
         #[arg(long = "scope", required = true, value_delimiter = ',')]
         scopes: Vec<String>,
-        /// Requests per second (default: api_rate_requests; 0: unlimited).
+        /// Requests per second (default: api.rate_requests; 0: unlimited).
         #[arg(long)]
         rate_requests: Option<u32>,
-        /// Jobs created per second (default: api_rate_jobs; 0: unlimited).
+        /// Jobs created per second (default: api.rate_jobs; 0: unlimited).
         #[arg(long)]
         rate_jobs: Option<u32>,
         /// Quota: the most pending jobs it may hold (default: no limit).
@@ -76,7 +76,7 @@ pub enum TokenCommand {
         #[arg(long)]
         max_payload_bytes: Option<Limit>,
     },
-    /// Revoke a token: refused by every instance within token_refresh_ms.
+    /// Revoke a token: refused by every instance within api.token_refresh_ms.
     Revoke { name: String },
 }
 

@@ -187,46 +187,6 @@ pub const RENAMED: &[(&str, &str)] = &[
     ("notify_repeat_ms", "notify.repeat_ms"),
 ];
 
-/// The `history_hand_edits` setting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum HandEdits {
-    /// Triggers on `jobs` record what sessions without `@tickler_actor`
-    /// (people, scripts) change, as actor `sql`. Creating them takes the
-    /// TRIGGER privilege, and SUPER (or `log_bin_trust_function_creators =
-    /// 1`) where binary logging is on.
-    Trigger,
-    /// No trigger: hand edits leave no history rows.
-    Off,
-    /// `tickler migrate` installs nothing and drops nothing. The default: a
-    /// new database records no hand edits, and every row a claim or a mark
-    /// changes is spared the trigger (about 5 µs of MariaDB's ~68 per
-    /// dispatched job in the burst, docs/benchmarks.md); one upgraded from a
-    /// version that installed the triggers by default keeps them until `off`
-    /// is set.
-    Keep,
-}
-
-/// The `schema_baseline` setting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum SchemaBaseline {
-    /// On TiDB (its `VERSION()` says so), whose server refuses some of the
-    /// migrations' statements; the migrations elsewhere.
-    Auto,
-    On,
-    Off,
-}
-
-/// The `topic_check` setting.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
-#[serde(rename_all = "lowercase")]
-pub enum TopicCheck {
-    Reject,
-    Warn,
-    Off,
-}
-
 /// A setting that cannot work, with what is wrong in words.
 #[derive(Debug, thiserror::Error)]
 pub enum ConfigError {
@@ -240,7 +200,7 @@ pub enum ConfigError {
 }
 
 /// The longest duration any `*_ms` setting may have: ten years. A job's
-/// time is bounded by `max_schedule_ahead_days`; no interval, lease or
+/// time is bounded by `jobs.max_schedule_ahead_days`; no interval, lease or
 /// window needs more, and much more overflows the time arithmetic it is
 /// used in (a panic in a role, not an error at start-up).
 pub const DURATION_MAX_MS: u64 = 10 * 365 * 86_400_000;
@@ -273,14 +233,6 @@ fn invalid(field: &'static str, problem: &str) -> ConfigError {
         problem: problem.to_owned(),
     }
 }
-
-/// Longest name of a request topic: the history's `actor` column (110
-/// characters) holds `ingress:<topic>`.
-pub const INGRESS_TOPIC_MAX: usize = 100;
-
-/// Longest `dispatch_lookahead_ms`: a job claimed ahead can no longer be
-/// cancelled, so the stretch stays short.
-pub const DISPATCH_LOOKAHEAD_MAX_MS: u64 = 1_000;
 
 /// What an instance does (`roles`); every instance also keeps its
 /// membership and its copy of the topic controls.
@@ -456,8 +408,8 @@ impl Config {
             .map_err(|err| ConfigError::Load(Box::new(err)))?;
         config.renamed = renamed;
         // A lease left at its default follows the timeouts it must cover: a
-        // deployment that raised `kafka_message_timeout_ms` or
-        // `doubt_margin_ms` (or the lookahead) gets the least lease that
+        // deployment that raised `kafka.message_timeout_ms` or
+        // `kafka.doubt_margin_ms` (or the lookahead) gets the least lease that
         // leaves a claim time to send, rather than a refusal to start. A
         // lease set by hand is checked as set.
         if config.dispatcher.claim_lease_ms == DispatcherSettings::default().claim_lease_ms {
@@ -490,7 +442,7 @@ impl Config {
     }
 
     /// The settings as JSON, with every secret masked (`***`): passwords
-    /// in URLs, the webhook's path, and `kafka_options` whose name says
+    /// in URLs, the webhook's path, and `kafka.options` whose name says
     /// password or secret.
     /// What `tickler config` prints.
     pub fn masked(&self) -> serde_json::Value {
@@ -540,10 +492,10 @@ impl Config {
         }
     }
 
-    /// The shortest `claim_lease_ms` that leaves a claim time to be held
-    /// until its job is due (`dispatch_lookahead_ms`), then half a second
+    /// The shortest `dispatcher.claim_lease_ms` that leaves a claim time to be held
+    /// until its job is due (`dispatcher.lookahead_ms`), then half a second
     /// to be handed to the producer, whose record then lands or is given up
-    /// (`kafka_message_timeout_ms`) `doubt_margin_ms` before the lease ends.
+    /// (`kafka.message_timeout_ms`) `doubt_margin_ms` before the lease ends.
     pub fn claim_lease_least(&self, doubt_margin_ms: u64) -> u64 {
         self.dispatcher.lookahead_ms + self.kafka.message_timeout_ms + doubt_margin_ms + 500
     }

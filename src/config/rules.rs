@@ -29,13 +29,7 @@ impl Default for TopicRules {
 impl TopicRules {
     /// The result policy of jobs that set none themselves.
     pub fn policy_default(&self) -> Policy {
-        Policy {
-            expects_result: self.jobs.expects_result,
-            max_attempts: self.jobs.max_attempts,
-            backoff_base_ms: self.jobs.backoff_base_ms,
-            backoff_cap_ms: self.jobs.backoff_cap_ms,
-            ack_timeout_ms: self.jobs.ack_timeout_ms,
-        }
+        self.jobs.policy()
     }
 
     /// The result policy of jobs on `topic`, before the request's own.
@@ -82,7 +76,7 @@ impl TopicRules {
 
     /// Why jobs may not be created for `topic`, if they may not: tickler's
     /// own topics (results, dead letters), Kafka's internal ones (`__*`),
-    /// and anything outside `topics_allowed`. A job on the results topic
+    /// and anything outside `jobs.topics_allowed`. A job on the results topic
     /// would be read as a report about someone else's job.
     pub fn topic_reserved(&self, topic: &str) -> Option<String> {
         if topic == self.results_topic {
@@ -115,7 +109,7 @@ impl TopicRules {
                 .any(|p| topic_pattern::matches(p, topic))
         {
             return Some(format!(
-                "topic {topic:?} is outside topics_allowed ({})",
+                "topic {topic:?} is outside jobs.topics_allowed ({})",
                 self.jobs.topics_allowed.join(", ")
             ));
         }

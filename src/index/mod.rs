@@ -718,7 +718,7 @@ pub fn redis_urls(config: &Config) -> Vec<&str> {
 }
 
 /// The Redis client the settings ask for: `redis.url` (with several
-/// comma-separated seed URLs, or `redis_cluster = true`, a Redis Cluster;
+/// comma-separated seed URLs, or `redis.cluster = true`, a Redis Cluster;
 /// `redis+sentinel://`, the master a Sentinel names), and for TLS the CA
 /// (`redis.tls_ca`; the system's roots otherwise) and the client
 /// certificate and key (`redis.tls_cert`, `redis.tls_key`).

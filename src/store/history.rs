@@ -16,7 +16,7 @@
 //! dispatching`) is not recorded: it lasts milliseconds.
 //!
 //! Changes made by hand in SQL are recorded by an optional trigger
-//! (`history_hand_edits = trigger`), which fires only in sessions without
+//! (`mysql.history_hand_edits = trigger`), which fires only in sessions without
 //! `@tickler_actor` (every tickler connection sets it): see
 //! [`Store::hand_edits_apply`].
 

@@ -113,7 +113,7 @@ async fn server_refusal(conn: &mut sqlx::MySqlConnection) -> Option<String> {
         .await
         .ok()?;
     (String::from_utf8_lossy(&mode).eq_ignore_ascii_case("optimistic")).then(|| {
-        "mysql_url: this TiDB runs optimistic transactions (tidb_txn_mode = 'optimistic'); \
+        "mysql.url: this TiDB runs optimistic transactions (tidb_txn_mode = 'optimistic'); \
          tickler needs pessimistic ones: SET GLOBAL tidb_txn_mode = 'pessimistic' \
          (docs/scaling.md, \"TiDB\")"
             .to_owned()
