@@ -11,7 +11,9 @@ use sqlx::mysql::MySqlRow;
 use sqlx::Row;
 
 use super::error::StoreError;
-use crate::domain::compression::{Codec, CodecError};
+use super::payload::{payload_and_headers, stored_kind_parse};
+pub(super) use super::sql::text;
+use crate::domain::compression::Codec;
 use crate::domain::job::{Job, JobId, NewJob, PayloadKind};
 use crate::domain::keys::Keyring;
 use crate::domain::policy::Policy;
@@ -127,64 +129,6 @@ pub(super) fn job_created(new: &NewJob, row: &MySqlRow) -> Result<Job, StoreErro
     })
 }
 
-/// What a row's `payload_kind` stores: the payload's kind, and `+zstd`
-/// when the payload is compressed ([`crate::domain::compression`]).
-pub(super) fn stored_kind(kind: PayloadKind, compressed: bool) -> &'static str {
-    match (kind, compressed) {
-        (PayloadKind::Json, false) => "json",
-        (PayloadKind::Bytes, false) => "bytes",
-        (PayloadKind::Json, true) => "json+zstd",
-        (PayloadKind::Bytes, true) => "bytes+zstd",
-    }
-}
-
-/// A row's `payload_kind` read: the kind, and whether the payload is
-/// compressed.
-fn stored_kind_parse(stored: &str) -> Option<(PayloadKind, bool)> {
-    let (kind, compressed) = match stored.strip_suffix("+zstd") {
-        Some(kind) => (kind, true),
-        None => (stored, false),
-    };
-    Some((kind.parse().ok()?, compressed))
-}
-
-/// A row's payload and headers as they were written: opened with `keys`
-/// when the row names the key they are sealed under (`enc_key`), then the
-/// payload expanded when the row says it is compressed (`payload_kind`).
-/// A row whose key is missing, or that does not open or expand, is
-/// corrupt (set aside unsent by the dispatcher, named by the doctor),
-/// never a panic; one whose dictionary this instance has not loaded yet
-/// is [`StoreError::DictionaryUnknown`], a moment's wait.
-fn payload_and_headers(
-    row: &MySqlRow,
-    keys: &Keyring,
-    codec: &Codec,
-    id: JobId,
-    compressed: bool,
-) -> Result<(Vec<u8>, Option<String>), StoreError> {
-    // NULL: a listing's row, read without its payload.
-    let payload: Option<Vec<u8>> = row.try_get("payload")?;
-    let headers = text(row, "headers")?;
-    let key = text(row, "enc_key")?;
-    let (payload, headers) = keys
-        .open_row(
-            key.as_deref(),
-            id,
-            crate::domain::keys::JOB,
-            payload,
-            headers,
-        )
-        .map_err(|err| match err {
-            crate::domain::keys::KeyError::Missing(key) => StoreError::KeyMissing { id, key },
-            err => StoreError::Corrupt(format!("job {id}: {err}")),
-        })?;
-    let payload = codec.unpack(payload, compressed).map_err(|err| match err {
-        CodecError::Unknown(dict) => StoreError::DictionaryUnknown(dict),
-        CodecError::Broken(_) => StoreError::Corrupt(format!("job {id}: {err}")),
-    })?;
-    Ok((payload, headers))
-}
-
 pub(super) fn job_from_row(
     row: &MySqlRow,
     keys: &Keyring,
@@ -290,15 +234,4 @@ pub(super) fn policy_from_row(row: &MySqlRow) -> Result<Policy, StoreError> {
         backoff_cap_ms: row.try_get("backoff_cap_ms")?,
         ack_timeout_ms: row.try_get("ack_timeout_ms")?,
     })
-}
-
-/// A text column. The schema uses binary collations (case-sensitive keys),
-/// which sqlx reports as binary, so text is read as bytes and checked UTF-8.
-pub(super) fn text(row: &MySqlRow, column: &str) -> Result<Option<String>, StoreError> {
-    let bytes: Option<Vec<u8>> = row.try_get(column)?;
-    bytes
-        .map(|b| {
-            String::from_utf8(b).map_err(|_| StoreError::Corrupt(format!("{column} is not UTF-8")))
-        })
-        .transpose()
 }

@@ -13,10 +13,11 @@ use super::error::{contention_retry, StoreError};
 use super::handle::Store;
 use super::history::{event_token, events_record, events_record_new};
 use super::job_row::{
-    job_created, job_from_row, job_from_row_listed, job_from_row_without_body, job_read_back,
-    stored_kind, text, CREATED_COLUMNS, JOB_COLUMNS, JOB_COLUMNS_NO_PAYLOAD,
+    job_created, job_from_row, job_from_row_listed, job_from_row_without_body, job_read_back, text,
+    CREATED_COLUMNS, JOB_COLUMNS, JOB_COLUMNS_NO_PAYLOAD,
 };
-use super::sql::{db_time, run_at_push, topic_patterns_push};
+use super::payload::{packed_sealed, seal_created_on, Inserted};
+use super::sql::{db_time, run_at_push, topic_patterns_push, INSERT_ROWS_MAX};
 use crate::domain::compression::Codec;
 use crate::domain::job::{Expiry, Job, JobId, NewJob, PayloadKind, Schedule, Status, Window};
 use crate::domain::keys::Keyring;
@@ -509,14 +510,7 @@ impl Store {
         // `insert_chunk_on`).
         // One key for the whole write (see `Keyring::sealing`).
         let keys = self.keys.sealing();
-        let sealing = keys.active().is_some();
-        let headers = if sealing {
-            None
-        } else {
-            headers_encode(&job.headers)
-        };
-        // Compressed before sealing: a sealed payload does not compress.
-        let (packed, compressed) = self.codec.pack(&job.payload);
+        let inserted = Inserted::of(&keys, &self.codec, &job.payload);
         let (at, delay_us) = match job.schedule {
             Schedule::At(at) => (Some(db_time(at)), None),
             Schedule::After { delay_ms } => (None, Some(delay_ms.saturating_mul(1000))),
@@ -533,9 +527,9 @@ impl Store {
         )
         .bind(&job.topic)
         .bind(&job.key)
-        .bind(if sealing { &[][..] } else { &packed[..] })
-        .bind(stored_kind(job.payload_kind, compressed))
-        .bind(headers)
+        .bind(inserted.payload_column())
+        .bind(inserted.kind_column(job.payload_kind))
+        .bind(inserted.headers_column(&job.headers))
         .bind(at)
         .bind(delay_us)
         .bind(job.policy.max_attempts)
@@ -562,10 +556,7 @@ impl Store {
         let now: NaiveDateTime = row.try_get("db_now")?;
         let created = job_created(job, &row)?;
         events_record_new(&mut tx, &self.actor, &[&created]).await?;
-        if sealing {
-            let sealed = sealed_row(&keys, created.id, &packed, &created.headers);
-            seal_sealed_on(&mut tx, &keys, &[sealed]).await?;
-        }
+        seal_created_on(&mut tx, &keys, &[(created.id, &inserted, &created.headers)]).await?;
         if let Some(token) = self.quota {
             // Before the commit: a create past the quota is rolled back.
             super::quotas::charge_on(&mut tx, token, &[(created.id, job.payload.len() as u64)])
@@ -662,11 +653,6 @@ pub(super) async fn insert_many_on(
     insert_many_with_positions_on(conn, actor, keys, codec, &jobs, None).await
 }
 
-/// Most rows one INSERT statement carries: 16 placeholders a row keeps a
-/// statement below the server's 65,535 (ERROR 1390), with room for the
-/// history rows written after it.
-const INSERT_ROWS_MAX: usize = 2_000;
-
 /// [`insert_many_on`], each row with the ingress position of the request
 /// that asks for it when given: in the statements [`statement_rows`] says.
 async fn insert_many_with_positions_on(
@@ -736,9 +722,10 @@ async fn insert_chunk_on(
     // Sealed payloads and headers are written once the rows have their
     // ids (their associated data), in this transaction: the plain ones
     // never reach the table, its redo log or the binary log.
-    let sealing = keys.active().is_some();
-    // Compressed before sealing: a sealed payload does not compress.
-    let packed: Vec<(Vec<u8>, bool)> = jobs.iter().map(|job| codec.pack(&job.payload)).collect();
+    let inserted: Vec<Inserted> = jobs
+        .iter()
+        .map(|job| Inserted::of(keys, codec, &job.payload))
+        .collect();
     insert.push_values(jobs.iter().enumerate(), |mut row, (index, job)| {
         let (at, delay_us) = match job.schedule {
             Schedule::At(at) => (Some(db_time(at)), None),
@@ -746,17 +733,9 @@ async fn insert_chunk_on(
         };
         row.push_bind(&job.topic)
             .push_bind(&job.key)
-            .push_bind(if sealing {
-                &[][..]
-            } else {
-                &packed[index].0[..]
-            })
-            .push_bind(stored_kind(job.payload_kind, packed[index].1))
-            .push_bind(if sealing {
-                None
-            } else {
-                headers_encode(&job.headers)
-            })
+            .push_bind(inserted[index].payload_column())
+            .push_bind(inserted[index].kind_column(job.payload_kind))
+            .push_bind(inserted[index].headers_column(&job.headers))
             .push_unseparated(", COALESCE(")
             .push_bind_unseparated(at)
             .push_unseparated(", TIMESTAMPADD(MICROSECOND, ")
@@ -820,19 +799,33 @@ async fn insert_chunk_on(
         }
         let created: Vec<&Job> = rows.iter().filter_map(BatchRow::created).collect();
         events_record_new(conn, actor, &created).await?;
-        if sealing {
-            let sealed: Vec<(JobId, Vec<u8>, String)> = rows
-                .iter()
-                .zip(&packed)
-                .filter_map(|(row, (payload, _))| {
-                    let job = row.created()?;
-                    Some(sealed_row(keys, job.id, payload, &job.headers))
-                })
-                .collect();
-            seal_sealed_on(conn, keys, &sealed).await?;
-        }
+        let sealed: Vec<(JobId, &Inserted, &BTreeMap<String, String>)> = rows
+            .iter()
+            .zip(&inserted)
+            .filter_map(|(row, inserted)| {
+                let job = row.created()?;
+                Some((job.id, inserted, &job.headers))
+            })
+            .collect();
+        seal_created_on(conn, keys, &sealed).await?;
     }
     Ok(rows)
+}
+
+/// A job's window start, as (an instant, or a delay in microseconds from the
+/// database's clock); (None, None) without a window.
+fn window_start(job: &NewJob) -> (Option<NaiveDateTime>, Option<u64>) {
+    match job.window.map(|window| window.start) {
+        Some(Schedule::At(at)) => (Some(db_time(at)), None),
+        Some(Schedule::After { delay_ms }) => (None, Some(delay_ms.saturating_mul(1000))),
+        None => (None, None),
+    }
+}
+
+/// A job's expiry after its run_at, in microseconds, for the database to
+/// add to the run_at it sets.
+fn expires_after_us(job: &NewJob) -> Option<u64> {
+    job.expires_after_ms.map(|ms| ms.saturating_mul(1000))
 }
 
 /// A change of job `id`'s payload or headers as the row is to hold both:
@@ -864,100 +857,7 @@ async fn resealed(
             (payload, kind, headers.clone().unwrap_or(current.headers))
         }
     };
-    let (packed, compressed) = codec.pack(&payload);
-    let (payload, headers, key) = keys.seal_row(
-        id,
-        crate::domain::keys::JOB,
-        &packed,
-        headers_encode(&headers).as_deref(),
-    );
-    Ok((payload, headers, key, stored_kind(kind, compressed)))
-}
-
-/// Writes one payload and headers to every job of `ids` (a schedule's
-/// pending occurrences, changed with it), each sealed under its own id.
-pub(super) async fn seal_rows_on(
-    conn: &mut sqlx::MySqlConnection,
-    keys: &Keyring,
-    ids: &[JobId],
-    payload: &[u8],
-    headers: &BTreeMap<String, String>,
-) -> Result<(), StoreError> {
-    let sealed: Vec<(JobId, Vec<u8>, String)> = ids
-        .iter()
-        .map(|id| sealed_row(keys, *id, payload, headers))
-        .collect();
-    seal_sealed_on(conn, keys, &sealed).await
-}
-
-/// (id, payload, headers or '' for none), sealed for row `id`.
-fn sealed_row(
-    keys: &Keyring,
-    id: JobId,
-    payload: &[u8],
-    headers: &BTreeMap<String, String>,
-) -> (JobId, Vec<u8>, String) {
-    let (payload, headers, _) = keys.seal_row(
-        id,
-        crate::domain::keys::JOB,
-        payload,
-        headers_encode(headers).as_deref(),
-    );
-    (id, payload, headers.unwrap_or_default())
-}
-
-/// Writes sealed (id, payload, headers) rows with the active key's id: one
-/// UPDATE joined to them per chunk. `updated_at` is kept: a row sealed at
-/// its create is not a changed row.
-async fn seal_sealed_on(
-    conn: &mut sqlx::MySqlConnection,
-    keys: &Keyring,
-    sealed: &[(JobId, Vec<u8>, String)],
-) -> Result<(), StoreError> {
-    let Some(active) = keys.active() else {
-        return Ok(());
-    };
-    for chunk in sealed.chunks(INSERT_ROWS_MAX) {
-        let mut update = super::sql::update_joined(chunk, "s", |query, (id, payload, headers)| {
-            query
-                .push_bind(*id)
-                .push(" AS id, CAST(")
-                .push_bind(&payload[..])
-                .push(" AS BINARY) AS p, ")
-                .push_bind(headers.as_str())
-                .push(" AS h");
-        });
-        update
-            .push("SET j.payload = s.p, j.headers = NULLIF(s.h, ''), j.enc_key = ")
-            .push_bind(active)
-            .push(", j.updated_at = j.updated_at");
-        update.build().execute(&mut *conn).await?;
-    }
-    Ok(())
-}
-
-fn headers_encode(headers: &BTreeMap<String, String>) -> Option<String> {
-    if headers.is_empty() {
-        None
-    } else {
-        serde_json::to_string(headers).ok()
-    }
-}
-
-/// A job's window start, as (an instant, or a delay in microseconds from the
-/// database's clock); (None, None) without a window.
-fn window_start(job: &NewJob) -> (Option<NaiveDateTime>, Option<u64>) {
-    match job.window.map(|window| window.start) {
-        Some(Schedule::At(at)) => (Some(db_time(at)), None),
-        Some(Schedule::After { delay_ms }) => (None, Some(delay_ms.saturating_mul(1000))),
-        None => (None, None),
-    }
-}
-
-/// A job's expiry after its run_at, in microseconds, for the database to
-/// add to the run_at it sets.
-fn expires_after_us(job: &NewJob) -> Option<u64> {
-    job.expires_after_ms.map(|ms| ms.saturating_mul(1000))
+    Ok(packed_sealed((keys, codec), id, &payload, kind, &headers))
 }
 
 #[cfg(test)]

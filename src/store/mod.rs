@@ -9,7 +9,8 @@
 //! This file is the store's face: the map of its files and what they make
 //! public. The [`Actor`] who writes and the [`Store`] handle with its
 //! constructors are `handle.rs`'s; the statements' files add their methods
-//! to the handle. Below the statements' files lie the error and its
+//! to the handle. A job's payload and headers are compressed, sealed, opened
+//! and expanded in one place, `payload.rs`. Below the statements' files lie the error and its
 //! classes (`error.rs`), failover's demoted connections (`failover.rs`),
 //! connecting and the pool's hooks (`pool.rs`), and the shared SQL
 //! fragments with the session clock (`sql.rs`).
@@ -27,6 +28,7 @@ mod history;
 mod job_row;
 mod jobs;
 mod migrate;
+mod payload;
 mod pool;
 mod quotas;
 mod results;

@@ -11,6 +11,7 @@ use super::handle::Store;
 use super::history::{event_token, events_insert_rows, events_record_schedule, EventRow};
 use super::job_row::{job_from_row_listed, policy_from_row, JOB_COLUMNS_NO_PAYLOAD};
 use super::jobs::{insert_many_on, BatchRow};
+use super::payload::{schedule_opened, schedule_sealed};
 use super::sql::{db_time, push_id_list, topic_patterns_push};
 use crate::domain::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status, Window};
 use crate::domain::keys::Keyring;
@@ -254,15 +255,13 @@ fn bytes_text(row: &MySqlRow, column: &str) -> Result<Option<String>, StoreError
 fn schedule_from_row(row: &MySqlRow, keys: &Keyring) -> Result<ScheduleRow, StoreError> {
     let id: u64 = row.try_get("id")?;
     let corrupt = |what: &str| StoreError::Corrupt(format!("schedule {id}: {what}"));
-    let (payload, headers_column) = keys
-        .open_row(
-            bytes_text(row, "enc_key")?.as_deref(),
-            id,
-            crate::domain::keys::SCHEDULE,
-            Some(row.try_get::<Vec<u8>, _>("payload")?),
-            bytes_text(row, "headers")?,
-        )
-        .map_err(|err| StoreError::Corrupt(format!("schedule {id}: {err}")))?;
+    let (payload, headers_column) = schedule_opened(
+        keys,
+        bytes_text(row, "enc_key")?.as_deref(),
+        id,
+        row.try_get::<Vec<u8>, _>("payload")?,
+        bytes_text(row, "headers")?,
+    )?;
     let at = |column: &str| -> Result<DateTime<Utc>, StoreError> {
         let value: NaiveDateTime = row.try_get(column)?;
         Ok(value.and_utc())
@@ -320,12 +319,7 @@ fn headers_text(headers: &BTreeMap<String, String>) -> Option<String> {
 type Content = (Vec<u8>, Option<String>, Option<String>);
 
 fn content(keys: &Keyring, id: u64, def: &ScheduleDef) -> Content {
-    keys.seal_row(
-        id,
-        crate::domain::keys::SCHEDULE,
-        &def.payload,
-        headers_text(&def.headers).as_deref(),
-    )
+    schedule_sealed(keys, id, &def.payload, &def.headers)
 }
 
 /// ` SET` the definition's columns (for an UPDATE); the payload and
@@ -718,7 +712,7 @@ impl Store {
             .bind(id)
             .fetch_all(&mut *tx)
             .await?;
-            super::jobs::seal_rows_on(&mut tx, &keys, &ids, &def.payload, &def.headers).await?;
+            super::payload::seal_rows_on(&mut tx, &keys, &ids, &def.payload, &def.headers).await?;
         }
 
         let mut query = QueryBuilder::<MySql>::new("UPDATE schedules SET");

@@ -13,8 +13,10 @@
 use std::time::Duration;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
-use sqlx::{MySql, QueryBuilder};
+use sqlx::mysql::MySqlRow;
+use sqlx::{MySql, QueryBuilder, Row};
 
+use super::error::StoreError;
 use crate::domain::job::JobId;
 
 /// A time as a `DATETIME(3)` bind: truncated to the millisecond first.
@@ -138,6 +140,22 @@ fn pattern_like(pattern: &str) -> String {
     }
     like
 }
+
+/// A text column. The schema uses binary collations (case-sensitive keys),
+/// which sqlx reports as binary, so text is read as bytes and checked UTF-8.
+pub(super) fn text(row: &MySqlRow, column: &str) -> Result<Option<String>, StoreError> {
+    let bytes: Option<Vec<u8>> = row.try_get(column)?;
+    bytes
+        .map(|b| {
+            String::from_utf8(b).map_err(|_| StoreError::Corrupt(format!("{column} is not UTF-8")))
+        })
+        .transpose()
+}
+
+/// Most rows one INSERT statement carries: 16 placeholders a row keeps a
+/// statement below the server's 65,535 (ERROR 1390), with room for the
+/// history rows written after it.
+pub(super) const INSERT_ROWS_MAX: usize = 2_000;
 
 #[cfg(test)]
 mod tests {

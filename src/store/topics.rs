@@ -7,6 +7,7 @@ use sqlx::Row;
 use super::error::StoreError;
 use super::handle::Store;
 use super::job_row::WindowEntry;
+use super::payload::headers_opened;
 use super::sql::db_time;
 use crate::domain::job::JobId;
 
@@ -201,17 +202,7 @@ impl Store {
                 // it aside, if it must).
                 let key_id = key_id.map(|k| String::from_utf8_lossy(&k).into_owned());
                 let headers = headers.map(|h| String::from_utf8_lossy(&h).into_owned());
-                let headers = self
-                    .keys
-                    .open_row(
-                        key_id.as_deref(),
-                        id,
-                        crate::domain::keys::JOB,
-                        None,
-                        headers,
-                    )
-                    .ok()
-                    .and_then(|(_, headers)| headers)
+                let headers = headers_opened(&self.keys, key_id.as_deref(), id, headers)
                     .and_then(|text| serde_json::from_str(&text).ok())
                     .unwrap_or_default();
                 Ok(JobPacing {
