@@ -172,9 +172,19 @@ pub struct Running {
     draining: CancellationToken,
     tracker: TaskTracker,
     failure: RoleFailure,
+    started: Arc<std::sync::Mutex<Vec<&'static str>>>,
 }
 
 impl Running {
+    /// The services this instance started, by their names in the role
+    /// table ([`services`]).
+    pub fn services(&self) -> Vec<&'static str> {
+        self.started
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .clone()
+    }
+
     /// Resolves when a role has stopped on its own, with its name; every
     /// role has been told to stop by then.
     pub async fn role_failed(&self) -> &'static str {
@@ -299,6 +309,33 @@ async fn shutdown_signal() {
     let _ = ctrl_c.await;
 }
 
+/// The role table: the services each role runs, declared once (`None`:
+/// those every instance runs). An instance starts only these, each watched
+/// ([`RoleFailure`]): [`Shared::spawn_service`] refuses a name its role's
+/// row does not hold, and `tests/roles.rs` holds the table against
+/// running instances. Some run only when a setting asks: `topics` with
+/// the api, dispatcher or ingress role; `token cache` with `api.auth =
+/// tokens`; `metrics` with `api.metrics_addr`; `purger` with a retention (the
+/// default has one);
+/// `ingress` with `ingress.topics`.
+pub fn services(role: Option<Role>) -> &'static [&'static str] {
+    match role {
+        None => &[
+            "membership",
+            "topic controls",
+            "topics",
+            "codec upkeep",
+            "clock guard",
+        ],
+        Some(Role::Api) => &["api", "metrics", "token cache", "bulk"],
+        Some(Role::Loader) => &["loader", "materializer"],
+        Some(Role::Dispatcher) => &["dispatcher"],
+        Some(Role::Reconciler) => &["reconciler", "reporter", "watermarks", "quotas", "purger"],
+        Some(Role::Results) => &["results", "dead letters"],
+        Some(Role::Ingress) => &["ingress"],
+    }
+}
+
 /// One pool per actor, so the jobs' history says who changed what.
 struct Pools {
     api: Store,
@@ -350,15 +387,27 @@ struct Shared {
     /// Cancelled when the instance starts to drain: `/readyz` says so.
     draining: CancellationToken,
     failure: RoleFailure,
+    /// The services started, by name.
+    started: Arc<std::sync::Mutex<Vec<&'static str>>>,
 }
 
 impl Shared {
-    /// Spawns a role, watched: see [`RoleFailure`].
-    fn spawn_role<F>(&self, role: &'static str, run: F)
+    /// Spawns service `name` of `role` (`None`: of every instance),
+    /// watched: see [`RoleFailure`]. A name the role table does not give
+    /// the role is a bug, refused here.
+    fn spawn_service<F>(&self, role: Option<Role>, name: &'static str, run: F)
     where
         F: Future<Output = ()> + Send + 'static,
     {
-        spawn_role(&self.tracker, &self.cancel, &self.failure, role, run);
+        assert!(
+            services(role).contains(&name),
+            "service {name:?} is not in the role table's row for {role:?}"
+        );
+        self.started
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+            .push(name);
+        spawn_role(&self.tracker, &self.cancel, &self.failure, name, run);
     }
 
     /// The resolver, writing through `store` (and so as its actor).
@@ -444,30 +493,10 @@ pub async fn start_dev(config: Config, cancel: CancellationToken) -> Result<Runn
 /// The role name that marks a `tickler dev` instance in `instances.roles`.
 pub use crate::roles::clock_guard::DEV_MARK;
 
-/// A `tickler dev` and a `tickler serve` never share a database: the dev
-/// clock would make the other's jobs due early. Checked at start-up, by
-/// the instances alive in the database (and after, see
-/// [`crate::roles::clock_guard`]).
-async fn clock_neighbours_check(
-    store: &Store,
-    clock: &Clock,
-    ttl: Duration,
-) -> Result<(), StartError> {
-    match crate::roles::clock_guard::neighbour_find(store, clock, ttl).await {
-        Ok(None) => Ok(()),
-        Ok(Some(row)) => Err(StartError::ClockNeighbour {
-            instance: row.id,
-            host: row.host.clone(),
-            dev: clock.is_virtual(),
-        }),
-        // A database down at start-up: the instance starts and answers 503
-        // as ever (the guard checks again once it answers); `tickler dev`
-        // insists on an answer.
-        Err(err) if clock.is_virtual() => Err(StartError::Store(err)),
-        Err(_) => Ok(()),
-    }
-}
-
+/// Connects, runs each feature's start-up check, then starts the roles.
+///
+/// Long because start-up is read in order: probe, pools, the features'
+/// checks, the index, what the roles share, the roles, the API.
 async fn start_on(
     config: Config,
     cancel: CancellationToken,
@@ -479,30 +508,29 @@ async fn start_on(
         config.encryption.active_key.as_deref(),
         &config.encryption.keys,
     )?;
-    if let Some(active) = keys.active() {
-        tracing::info!(active_key = active, keys = ?keys.ids(), "payloads and headers are encrypted at rest");
-    }
-    if config.compression.payloads == PayloadCompression::Zstd {
-        tracing::info!(
-            level = config.compression.level,
-            "payloads are compressed at rest (zstd)"
-        );
-    }
     let config = Arc::new(config);
     let pools = Pools::connect(&config, &clock, &keys)?;
-    // A database down at start-up does not stop it (as ever): the keys
-    // are then checked at the next start that reaches it.
-    match pools.api.key_canaries_check().await {
-        Ok(wrong) if !wrong.is_empty() => return Err(StartError::KeyCanary(wrong.join(", "))),
-        Ok(_) => {}
-        Err(err) if err.is_transient() => {
-            tracing::warn!(error = %err, "mysql does not answer: the keys' canaries are not checked at this start")
-        }
-        Err(err) => return Err(err.into()),
+    // Each feature's start-up check, in its own module.
+    let compression = (config.compression.payloads == PayloadCompression::Zstd)
+        .then_some(config.compression.level);
+    let wrong =
+        crate::roles::codec_upkeep::start_check(&pools.api, config.instance_ttl(), compression)
+            .await?;
+    if !wrong.is_empty() {
+        return Err(StartError::KeyCanary(wrong.join(", ")));
     }
-    clock_neighbours_check(&pools.membership, &clock, config.instance_ttl()).await?;
-    // Held before any role writes, if an older instance is live.
-    crate::roles::codec_upkeep::start(&pools.api, config.instance_ttl()).await;
+    crate::roles::clock_guard::start_check(&pools.membership, &clock, config.instance_ttl())
+        .await
+        .map_err(|refused| match refused {
+            crate::roles::clock_guard::StartRefused::Neighbour { instance, host } => {
+                StartError::ClockNeighbour {
+                    instance,
+                    host,
+                    dev: clock.is_virtual(),
+                }
+            }
+            crate::roles::clock_guard::StartRefused::Store(err) => StartError::Store(err),
+        })?;
     let index = Index::connect_with(redis_client, &config.redis.prefix, config.cluster.shards)?
         .with_clock(clock);
     let shared = Shared {
@@ -520,6 +548,7 @@ async fn start_on(
         cancel,
         draining: CancellationToken::new(),
         failure: RoleFailure::default(),
+        started: Arc::default(),
     };
     let readiness = start_roles(&shared, &pools)?;
     // In the background: a MySQL slow to answer at start-up does not hold
@@ -528,13 +557,18 @@ async fn start_on(
     shared
         .tracker
         .spawn(async move { start_recorded(&audit_store, &audit_config).await });
-    shared.tracker.spawn(crate::roles::codec_upkeep::run(
-        pools.api.clone(),
-        shared.config.instance_ttl(),
-        shared.cancel.clone(),
-    ));
+    shared.spawn_service(
+        None,
+        "codec upkeep",
+        crate::roles::codec_upkeep::run(
+            pools.api.clone(),
+            shared.config.instance_ttl(),
+            shared.cancel.child_token(),
+        ),
+    );
     // A dev instance that finds a serve one stops: the role ends.
-    shared.spawn_role(
+    shared.spawn_service(
+        None,
         "clock guard",
         crate::roles::clock_guard::run(
             pools.membership.clone(),
@@ -564,6 +598,7 @@ async fn start_on(
         draining: shared.draining,
         tracker: shared.tracker,
         failure: shared.failure,
+        started: shared.started,
     })
 }
 
@@ -589,8 +624,9 @@ async fn start_recorded(store: &Store, config: &Config) {
 /// Starts the background roles the configuration asks for (and those every
 /// instance runs: membership, the topic controls' refresher).
 ///
-/// Long because it is a list: each role the configuration asks for, built
-/// and spawned in the order they depend on each other.
+/// Long because membership and the dispatcher start together (the
+/// dispatcher claims only what membership hands it, and membership leaves
+/// once the dispatcher has ended); every other role is one call of its own.
 fn start_roles(shared: &Shared, pools: &Pools) -> Result<Readiness, StartError> {
     let Shared {
         config,
@@ -601,7 +637,8 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<Readiness, StartError> 
     } = shared;
     let ingress = config.has_role(Role::Ingress) && !config.ingress.topics.is_empty();
     if config.has_role(Role::Api) || config.has_role(Role::Dispatcher) || ingress {
-        shared.spawn_role(
+        shared.spawn_service(
+            None,
             "topics",
             service::run(shared.topics.clone(), cancel.child_token()),
         );
@@ -616,7 +653,8 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<Readiness, StartError> 
         ControlsRefresherConfig::from_config(config),
         reindex,
     );
-    shared.spawn_role(
+    shared.spawn_service(
+        None,
         "topic controls",
         service::run(refresher, cancel.child_token()),
     );
@@ -648,7 +686,7 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<Readiness, StartError> 
         )?;
         let stop = cancel.child_token();
         let done = dispatcher_done.clone();
-        shared.spawn_role("dispatcher", async move {
+        shared.spawn_service(Some(Role::Dispatcher), "dispatcher", async move {
             // Also when the dispatcher panics: membership then leaves.
             let _done = done.drop_guard();
             dispatcher.run(stop).await;
@@ -662,94 +700,183 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<Readiness, StartError> 
             .has_role(Role::Dispatcher)
             .then(|| membership.subscribe()),
     };
-    shared.spawn_role(
+    shared.spawn_service(
+        None,
         "membership",
         membership.run(cancel.child_token(), dispatcher_done),
     );
     if config.has_role(Role::Loader) {
-        let loader = Loader::new(
-            pools.reconciler.clone(),
-            index.clone(),
-            LoaderConfig::from_config(config),
-            wake.clone(),
-        );
-        shared.spawn_role("loader", service::run(loader, cancel.child_token()));
-        let materializer = Materializer::new(
-            pools.scheduler.clone(),
-            index.clone(),
-            MaterializerConfig::from_config(config),
-            wake.clone(),
-        );
-        shared.spawn_role(
-            "materializer",
-            service::run(materializer, cancel.child_token()),
-        );
+        start_loader(shared, pools);
     }
     if config.has_role(Role::Reconciler) {
-        let reporter = Reporter::new(
-            pools.reconciler.clone(),
-            index.clone(),
-            ReporterConfig::from_config(config.clone()),
-            ownership,
-        );
-        shared.spawn_role("reporter", service::run(reporter, cancel.child_token()));
-        let reconciler = Reconciler::new(
-            pools.reconciler.clone(),
-            index.clone(),
-            ReconcilerConfig::from_config(config),
-            wake.clone(),
-            shared.resolver(&pools.reconciler),
-        );
-        shared.spawn_role("reconciler", service::run(reconciler, cancel.child_token()));
-        let watermarks = crate::roles::watermarks::Watermarks::new(
-            pools.reconciler.clone(),
-            crate::roles::watermarks::WatermarksConfig::from_config(config),
-        );
-        shared.spawn_role("watermarks", service::run(watermarks, cancel.child_token()));
-        shared.spawn_role(
-            "quotas",
-            service::run(
-                crate::roles::quotas::QuotaCounter::new(pools.reconciler.clone(), config),
-                cancel.child_token(),
-            ),
-        );
-        let purger = PurgerConfig::from_config(config);
-        if purger.retention.is_some() {
-            let purger = Purger::new(pools.reconciler.clone(), purger);
-            shared.spawn_role("purger", service::run(purger, cancel.child_token()));
-        }
+        start_reconciler(shared, pools, ownership);
     }
     if config.has_role(Role::Results) {
-        let consumer = ResultsConsumer::new(
-            shared.resolver(&pools.results),
-            ResultsConsumerConfig::from_config(config),
-        );
-        shared.spawn_role("results", consumer.run(cancel.child_token()));
-        let producer = DeadLetterProducer::new(
-            pools.results.clone(),
-            DeadLetterConfig::from_config(config),
-            shared.dead_letters.clone(),
-        );
-        shared.spawn_role("dead letters", service::run(producer, cancel.child_token()));
+        start_results(shared, pools);
     }
     if ingress {
-        let ingress = Ingress::new(
-            pools.ingress.clone(),
-            index.clone(),
-            wake.clone(),
-            shared.topics.clone(),
-            config,
-            IngressConfig::from_config(config),
-        )
-        .map_err(StartError::Ingress)?;
-        shared.spawn_role("ingress", ingress.run(cancel.child_token(), readers));
+        start_ingress(shared, pools, readers)?;
     }
     Ok(readiness)
+}
+
+/// The loader role's services: the loader and the materializer.
+fn start_loader(shared: &Shared, pools: &Pools) {
+    let Shared {
+        config,
+        index,
+        wake,
+        cancel,
+        ..
+    } = shared;
+    let loader = Loader::new(
+        pools.reconciler.clone(),
+        index.clone(),
+        LoaderConfig::from_config(config),
+        wake.clone(),
+    );
+    shared.spawn_service(
+        Some(Role::Loader),
+        "loader",
+        service::run(loader, cancel.child_token()),
+    );
+    let materializer = Materializer::new(
+        pools.scheduler.clone(),
+        index.clone(),
+        MaterializerConfig::from_config(config),
+        wake.clone(),
+    );
+    shared.spawn_service(
+        Some(Role::Loader),
+        "materializer",
+        service::run(materializer, cancel.child_token()),
+    );
+}
+
+/// The reconciler role's services: the reporter, the reconciler, the watermarks, the quotas counted again, the purger.
+fn start_reconciler(
+    shared: &Shared,
+    pools: &Pools,
+    ownership: tokio::sync::watch::Receiver<crate::roles::membership::Ownership>,
+) {
+    let Shared {
+        config,
+        index,
+        wake,
+        cancel,
+        ..
+    } = shared;
+    let reporter = Reporter::new(
+        pools.reconciler.clone(),
+        index.clone(),
+        ReporterConfig::from_config(config.clone()),
+        ownership,
+    );
+    shared.spawn_service(
+        Some(Role::Reconciler),
+        "reporter",
+        service::run(reporter, cancel.child_token()),
+    );
+    let reconciler = Reconciler::new(
+        pools.reconciler.clone(),
+        index.clone(),
+        ReconcilerConfig::from_config(config),
+        wake.clone(),
+        shared.resolver(&pools.reconciler),
+    );
+    shared.spawn_service(
+        Some(Role::Reconciler),
+        "reconciler",
+        service::run(reconciler, cancel.child_token()),
+    );
+    let watermarks = crate::roles::watermarks::Watermarks::new(
+        pools.reconciler.clone(),
+        crate::roles::watermarks::WatermarksConfig::from_config(config),
+    );
+    shared.spawn_service(
+        Some(Role::Reconciler),
+        "watermarks",
+        service::run(watermarks, cancel.child_token()),
+    );
+    shared.spawn_service(
+        Some(Role::Reconciler),
+        "quotas",
+        service::run(
+            crate::roles::quotas::QuotaCounter::new(pools.reconciler.clone(), config),
+            cancel.child_token(),
+        ),
+    );
+    let purger = PurgerConfig::from_config(config);
+    if purger.retention.is_some() {
+        let purger = Purger::new(pools.reconciler.clone(), purger);
+        shared.spawn_service(
+            Some(Role::Reconciler),
+            "purger",
+            service::run(purger, cancel.child_token()),
+        );
+    }
+}
+
+/// The results role's services: the results consumer and the dead-letter producer.
+fn start_results(shared: &Shared, pools: &Pools) {
+    let Shared { config, cancel, .. } = shared;
+    let consumer = ResultsConsumer::new(
+        shared.resolver(&pools.results),
+        ResultsConsumerConfig::from_config(config),
+    );
+    shared.spawn_service(
+        Some(Role::Results),
+        "results",
+        consumer.run(cancel.child_token()),
+    );
+    let producer = DeadLetterProducer::new(
+        pools.results.clone(),
+        DeadLetterConfig::from_config(config),
+        shared.dead_letters.clone(),
+    );
+    shared.spawn_service(
+        Some(Role::Results),
+        "dead letters",
+        service::run(producer, cancel.child_token()),
+    );
+}
+
+/// The ingress role's service, with `ingress.topics`.
+fn start_ingress(
+    shared: &Shared,
+    pools: &Pools,
+    readers: tokio::sync::watch::Receiver<crate::roles::membership::Ownership>,
+) -> Result<(), StartError> {
+    let Shared {
+        config,
+        index,
+        wake,
+        cancel,
+        ..
+    } = shared;
+    let ingress = Ingress::new(
+        pools.ingress.clone(),
+        index.clone(),
+        wake.clone(),
+        shared.topics.clone(),
+        config,
+        IngressConfig::from_config(config),
+    )
+    .map_err(StartError::Ingress)?;
+    shared.spawn_service(
+        Some(Role::Ingress),
+        "ingress",
+        ingress.run(cancel.child_token(), readers),
+    );
+    Ok(())
 }
 
 /// Starts the API (and the metrics listener, when it has its own address)
 /// with the token cache and the bulk runner it needs; returns where it
 /// listens.
+///
+/// Long because the API's state is built in one place, from every part it
+/// answers with.
 async fn start_api(
     shared: &Shared,
     store: &Store,
@@ -776,7 +903,8 @@ async fn start_api(
     let tokens = TokenCache::new(store.clone(), TokenCacheConfig::from_config(config));
     let anonymous = match config.api.auth {
         AuthMode::Tokens => {
-            shared.spawn_role(
+            shared.spawn_service(
+                Some(Role::Api),
                 "token cache",
                 service::run(tokens.clone(), cancel.child_token()),
             );
@@ -800,7 +928,11 @@ async fn start_api(
         tracker.clone(),
         cancel.child_token(),
     );
-    shared.spawn_role("bulk", service::run(bulk.clone(), cancel.child_token()));
+    shared.spawn_service(
+        Some(Role::Api),
+        "bulk",
+        service::run(bulk.clone(), cancel.child_token()),
+    );
     let router = api::router(ApiState {
         store: store.clone(),
         index: index.clone(),
@@ -819,7 +951,7 @@ async fn start_api(
     });
     let stop = cancel.child_token();
     let scheme = if tls.is_some() { "https" } else { "http" };
-    shared.spawn_role("api", async move {
+    shared.spawn_service(Some(Role::Api), "api", async move {
         tracing::info!(%addr, scheme, "api listening");
         api::serve(listener, router, limits, tls, stop).await;
         tracing::info!("api stopped");
@@ -828,7 +960,7 @@ async fn start_api(
         let (listener, metrics_at) = listen(metrics_addr).await?;
         let router = api::metrics_router(metrics_handle);
         let stop = cancel.child_token();
-        shared.spawn_role("metrics", async move {
+        shared.spawn_service(Some(Role::Api), "metrics", async move {
             tracing::info!(addr = %metrics_at, "metrics listening (no token needed)");
             api::serve(listener, router, limits, None, stop).await;
         });

@@ -235,17 +235,23 @@ fn invalid(field: &'static str, problem: &str) -> ConfigError {
 }
 
 /// What an instance does (`roles`); every instance also keeps its
-/// membership and its copy of the topic controls.
+/// membership, its copy of the topic controls, its codec's upkeep and the
+/// clock guard, and refreshes the broker's topics with the api, dispatcher
+/// or ingress role. The services each role runs are the role table's,
+/// `crate::app::services`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, Serialize, Deserialize)]
 #[serde(rename_all = "lowercase")]
 pub enum Role {
-    /// The HTTP API (and the token cache, the bulk runner).
+    /// The HTTP API, the token cache (`api.auth = tokens`), the bulk
+    /// runner, and the metrics listener (with `api.metrics_addr`).
     Api,
     /// The loader and the schedule materializer.
     Loader,
     /// Claims due jobs and produces them.
     Dispatcher,
-    /// Repairs from MySQL, the retention purge, the gauges.
+    /// The reconciler (repairs from MySQL), the reporter (the gauges and
+    /// the webhook), the due-time watermarks, the quotas counted again,
+    /// and the retention purge.
     Reconciler,
     /// Consumes the results topic; produces dead letters.
     Results,

@@ -34,6 +34,33 @@ pub fn neighbour(instances: &[InstanceRow], virtual_clock: bool) -> Option<&Inst
 }
 
 /// The live neighbour of the other kind, by the database's clock.
+/// Why an instance may not start on this database's clock.
+#[derive(Debug)]
+pub enum StartRefused {
+    /// A live instance of the other kind (`dev` beside `serve`, or the
+    /// reverse).
+    Neighbour { instance: u64, host: String },
+    /// `tickler dev` could not ask the database.
+    Store(StoreError),
+}
+
+/// A `tickler dev` and a `tickler serve` never share a database: the dev
+/// clock would make the other's jobs due early. Checked at start-up, by
+/// the instances alive in the database (and after, by [`run`]). A database
+/// down at start-up lets `serve` start and answer 503 as ever (the guard
+/// checks again once it answers); `tickler dev` insists on an answer.
+pub async fn start_check(store: &Store, clock: &Clock, ttl: Duration) -> Result<(), StartRefused> {
+    match neighbour_find(store, clock, ttl).await {
+        Ok(None) => Ok(()),
+        Ok(Some(row)) => Err(StartRefused::Neighbour {
+            instance: row.id,
+            host: row.host.clone(),
+        }),
+        Err(err) if clock.is_virtual() => Err(StartRefused::Store(err)),
+        Err(_) => Ok(()),
+    }
+}
+
 pub async fn neighbour_find(
     store: &Store,
     clock: &Clock,

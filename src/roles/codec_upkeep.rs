@@ -35,6 +35,36 @@ const KEY_NOTE_EVERY: u32 = 60;
 /// compression if an instance that cannot read it is live. A database
 /// that does not answer holds it too (the safe side) until
 /// [`run`] reads the instances.
+/// What an instance checks of its codec before any role writes: says what
+/// is on (encryption, compression), checks the keys against their
+/// canaries (a key id given other key material stops it; a database down
+/// at start-up does not — they are checked at the next start that reaches
+/// it), then [`start`]. Returns the key ids whose canary does not open.
+pub async fn start_check(
+    store: &Store,
+    ttl: Duration,
+    compression_level: Option<i32>,
+) -> Result<Vec<String>, StoreError> {
+    let keys = store.keys();
+    if let Some(active) = keys.active() {
+        tracing::info!(active_key = active, keys = ?keys.ids(), "payloads and headers are encrypted at rest");
+    }
+    if let Some(level) = compression_level {
+        tracing::info!(level, "payloads are compressed at rest (zstd)");
+    }
+    match store.key_canaries_check().await {
+        Ok(wrong) if !wrong.is_empty() => return Ok(wrong),
+        Ok(_) => {}
+        Err(err) if err.is_transient() => {
+            tracing::warn!(error = %err, "mysql does not answer: the keys' canaries are not checked at this start")
+        }
+        Err(err) => return Err(err),
+    }
+    // Held before any role writes, if an older instance is live.
+    start(store, ttl).await;
+    Ok(Vec::new())
+}
+
 pub async fn start(store: &Store, ttl: Duration) {
     if let Err(err) = store.dicts_refresh().await {
         tracing::debug!(error = %err, "cannot load payload dictionaries yet");

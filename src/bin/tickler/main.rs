@@ -168,7 +168,32 @@ async fn main() -> anyhow::Result<ExitCode> {
         })
     }))
     .map_err(anyhow::Error::msg)?;
-    let cli = match cli.command {
+    run(cli.config.as_deref(), cli.command).await
+}
+
+/// The configuration, loaded: defaults, the file, then `TICKLER_*`; a
+/// setting read under its flat name of before the sections is warned of
+/// (on standard error for `tickler config`, whose standard output is the
+/// configuration's JSON).
+fn settings(path: Option<&std::path::Path>, to_stderr: bool) -> anyhow::Result<Config> {
+    let config = Config::load(path)?;
+    for (old, new) in &config.renamed {
+        if to_stderr {
+            eprintln!("warning: {old} is now {new}; the old name is read until the next release");
+        } else {
+            tracing::warn!(old = %old, new = %new, "a setting's flat name of before the sections is read as its new name, until the next release: rename it");
+        }
+    }
+    Ok(config)
+}
+
+/// Runs one subcommand: those over the API need no configuration, the
+/// others read it first.
+///
+/// Long because it is a dispatch table: one short arm per subcommand.
+async fn run(path: Option<&std::path::Path>, command: Command) -> anyhow::Result<ExitCode> {
+    let config = || settings(path, false);
+    match command {
         Command::Probe { url } => return Ok(cli::probe(&url).await),
         Command::Jobs { api, command } => {
             return Ok(over_api(api, |client, json| async move {
@@ -200,70 +225,38 @@ async fn main() -> anyhow::Result<ExitCode> {
             })
             .await)
         }
-        command => Cli { command, ..cli },
-    };
-    let config = Config::load(cli.config.as_deref())?;
-    for (old, new) in &config.renamed {
-        if matches!(cli.command, Command::Config) {
-            // Standard output is the configuration's JSON.
-            eprintln!("warning: {old} is now {new}; the old name is read until the next release");
-        } else {
-            tracing::warn!(old = %old, new = %new, "a setting's flat name of before the sections is read as its new name, until the next release: rename it");
-        }
-    }
-
-    match cli.command {
-        Command::Config => {
-            println!(
-                "{}",
-                serde_json::to_string_pretty(&config.masked())
-                    .context("printing the configuration")?
-            );
-        }
-        Command::Migrate { to } => admin::migrate(&config, to)
+        Command::Config => println!(
+            "{}",
+            serde_json::to_string_pretty(&settings(path, true)?.masked())
+                .context("printing the configuration")?
+        ),
+        Command::Migrate { to } => admin::migrate(&config()?, to)
             .await
             .context("migrating the database")?,
-        Command::Serve => {
-            if let Err(err) = tickler::app::serve(config).await {
-                // At once: a task stuck in a blocking call would hold up
-                // the runtime's orderly end.
-                eprintln!(
-                    "Error: {:#}",
-                    anyhow::Error::new(err).context("tickler serve")
-                );
-                std::process::exit(1);
-            }
-        }
-        Command::Dev => {
-            if let Err(err) = tickler::app::dev(config).await {
-                eprintln!(
-                    "Error: {:#}",
-                    anyhow::Error::new(err).context("tickler dev")
-                );
-                std::process::exit(1);
-            }
-        }
-        Command::Bench(args) => bench::run(&config, args.options()).await?,
-        Command::Token { command } => admin::token(&config, command).await?,
-        Command::Import(args) => return tickler::cli::import::run(&config, args).await,
-        Command::Keys { command } => tickler::cli::keys::run(&config, command).await?,
+        Command::Serve => served("tickler serve", tickler::app::serve(config()?).await),
+        Command::Dev => served("tickler dev", tickler::app::dev(config()?).await),
+        Command::Bench(args) => bench::run(&config()?, args.options()).await?,
+        Command::Token { command } => admin::token(&config()?, command).await?,
+        Command::Import(args) => return tickler::cli::import::run(&config()?, args).await,
+        Command::Keys { command } => tickler::cli::keys::run(&config()?, command).await?,
         Command::Compression { command } => {
-            tickler::cli::compression::run(&config, command).await?
+            tickler::cli::compression::run(&config()?, command).await?
         }
-        Command::Instances => admin::instances(&config).await?,
-        Command::Doctor(args) => return cli::doctor::run(config, args).await,
-        Command::Shards { command } => admin::shards(&config, command).await?,
+        Command::Instances => admin::instances(&config()?).await?,
+        Command::Doctor(args) => return cli::doctor::run(config()?, args).await,
+        Command::Shards { command } => admin::shards(&config()?, command).await?,
         Command::Demo(args) => {
-            demo::run(&config, &args.topic, args.jobs, args.token.as_deref()).await?
-        }
-        Command::Jobs { .. }
-        | Command::Topics { .. }
-        | Command::Schedules { .. }
-        | Command::Forecast { .. }
-        | Command::Audit { .. }
-        | Command::Probe { .. } => {
-            unreachable!("handled before the configuration is read")
+            demo::run(&config()?, &args.topic, args.jobs, args.token.as_deref()).await?
         }
     }
     Ok(ExitCode::SUCCESS)
+}
+
+/// How `tickler serve` or `tickler dev` ended: an error exits 1 at once (a
+/// task stuck in a blocking call would hold up the runtime's orderly end).
+fn served<E: std::error::Error + Send + Sync + 'static>(what: &'static str, ended: Result<(), E>) {
+    if let Err(err) = ended {
+        eprintln!("Error: {:#}", anyhow::Error::new(err).context(what));
+        std::process::exit(1);
+    }
 }
