@@ -793,7 +793,12 @@ async fn a_redis_master_replaced_through_sentinel_loses_nothing() {
     let ids: HashSet<u64> = expected.iter().map(|e| e.id).collect();
     world.await_seen(&ids, Duration::from_secs(90)).await;
     let interrupted = world.interrupted().await;
-    let verdict = chronos::check(&expected, &HashSet::new(), &interrupted, &world.seen());
+    let verdict = chronos::check(
+        &expected,
+        &HashSet::new(),
+        &interrupted,
+        &world.seen_audited().await,
+    );
     verdict.assert_clean("a redis master replaced through sentinel");
     world.finish().await;
     drop(sentinels);
