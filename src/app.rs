@@ -40,6 +40,7 @@ use crate::roles::results::{
 };
 use crate::roles::service;
 use crate::roles::topic_controls::{ControlsRefresher, ControlsRefresherConfig, TopicControls};
+use crate::roles::verifier::{Feed, Verifier, VerifierConfig};
 use crate::store::{self, Actor, Store, StoreError};
 
 #[derive(Debug, thiserror::Error)]
@@ -329,7 +330,7 @@ pub fn services(role: Option<Role>) -> &'static [&'static str] {
         ],
         Some(Role::Api) => &["api", "metrics", "token cache", "bulk"],
         Some(Role::Loader) => &["loader", "materializer"],
-        Some(Role::Dispatcher) => &["dispatcher"],
+        Some(Role::Dispatcher) => &["dispatcher", "verifier"],
         Some(Role::Reconciler) => &["reconciler", "reporter", "watermarks", "quotas", "purger"],
         Some(Role::Results) => &["results", "dead letters"],
         Some(Role::Ingress) => &["ingress"],
@@ -684,6 +685,10 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<Readiness, StartError> 
             membership.holding(),
             shared.controls.clone(),
         )?;
+        let dispatcher = match start_verifier(shared, pools, &index) {
+            Some(feed) => dispatcher.verified_by(feed),
+            None => dispatcher,
+        };
         let stop = cancel.child_token();
         let done = dispatcher_done.clone();
         shared.spawn_service(Some(Role::Dispatcher), "dispatcher", async move {
@@ -718,6 +723,23 @@ fn start_roles(shared: &Shared, pools: &Pools) -> Result<Readiness, StartError> 
         start_ingress(shared, pools, readers)?;
     }
     Ok(readiness)
+}
+
+/// The verifier beside the dispatcher (unless `dispatcher.verify = off`):
+/// the feed the dispatcher hands what it produced to.
+fn start_verifier(shared: &Shared, pools: &Pools, index: &Index) -> Option<Feed> {
+    let config = &shared.config;
+    if config.dispatcher.verify.is_off() {
+        return None;
+    }
+    let (verifier, feed) = Verifier::new(
+        pools.dispatcher.clone(),
+        index.clone(),
+        VerifierConfig::from_config(config),
+    );
+    let stop = shared.cancel.child_token();
+    shared.spawn_service(Some(Role::Dispatcher), "verifier", verifier.run(stop));
+    Some(feed)
 }
 
 /// The loader role's services: the loader and the materializer.

@@ -332,6 +332,45 @@ declare! {
             answers in_flight) until a later pass.",
     },
 
+    // Proof of delivery: records read back at their position (#59).
+    DELIVERY_VERIFIED = Counter {
+        name: "tickler_delivery_verified_total",
+        help: "Dispatched jobs whose record was read back at the position the \
+            broker acknowledged it at and found there (verified_at set).",
+    },
+    DELIVERY_MISSING = Counter {
+        name: "tickler_delivery_missing_total",
+        labels: ["topic"],
+        help: "Dispatched jobs whose record the broker acknowledged but is not \
+            at its position (lost by the broker, the topic deleted or made \
+            again): produced again as the next attempt. Any is an alert.",
+    },
+    DELIVERY_UNKNOWABLE = Counter {
+        name: "tickler_delivery_unknowable_total",
+        labels: ["topic"],
+        help: "Dispatched jobs whose record can never be read back (retention \
+            removed its offset first, or its row names no position): \
+            neither verified nor produced again.",
+    },
+    DELIVERY_UNVERIFIED = Counter {
+        name: "tickler_delivery_unverified_total",
+        labels: ["reason"],
+        help: "Records the verifier let go of unread, by reason: queue_full \
+            (the dispatcher outran it; the sweep reads them later) or \
+            gave_up (unreadable for 10 minutes; the sweep tries again within \
+            its lookback).",
+    },
+    DELIVERY_VERIFY_LAG = Gauge {
+        name: "tickler_delivery_verify_lag_seconds",
+        unit: Seconds,
+        help: "How long ago the oldest record waiting to be read back was \
+            produced (0: none waits).",
+    },
+    DELIVERY_VERIFY_QUEUE = Gauge {
+        name: "tickler_delivery_verify_queue",
+        help: "Records waiting to be read back on this instance.",
+    },
+
     // What became of dispatched jobs: results, retries, the dead, the purge; schedules.
     RESULTS_APPLIED = Counter {
         name: "tickler_results_applied_total",
@@ -895,6 +934,57 @@ pub fn doubts_settled(produced: usize, absent: usize) {
 
 pub fn doubts_unsettled(n: usize) {
     DOUBTS_UNSETTLED.get().increment(n as u64);
+}
+
+// Proof of delivery.
+
+pub fn delivery_verified(n: usize) {
+    if n > 0 {
+        DELIVERY_VERIFIED.get().increment(n as u64);
+    }
+}
+
+/// A record the broker acknowledged is not at its position: logged with
+/// where it should be and what is there, counted, produced again.
+pub fn delivery_missing(job_id: u64, topic: &str, partition: i32, offset: i64, why: &str) {
+    DELIVERY_MISSING
+        .with([topic.to_owned().into()])
+        .increment(1);
+    tracing::error!(
+        job_id,
+        topic,
+        partition,
+        offset,
+        found = why,
+        "an acknowledged record is not on its topic: produced again as the next attempt"
+    );
+}
+
+pub fn delivery_unknowable(job_id: u64, topic: &str, why: &str) {
+    DELIVERY_UNKNOWABLE
+        .with([topic.to_owned().into()])
+        .increment(1);
+    tracing::warn!(
+        job_id,
+        topic,
+        why,
+        "a dispatched job's record cannot be read back; it stays unverified"
+    );
+}
+
+/// Records let go of unread: `queue_full` or `gave_up`.
+pub fn delivery_unverified(reason: &'static str, n: usize) {
+    if n > 0 {
+        DELIVERY_UNVERIFIED
+            .with([reason.into()])
+            .increment(n as u64);
+    }
+}
+
+/// The verifier's queue: how many wait, and how old the oldest is.
+pub fn delivery_verify_queue(waiting: usize, oldest: std::time::Duration) {
+    DELIVERY_VERIFY_QUEUE.get().set(waiting as f64);
+    DELIVERY_VERIFY_LAG.get().set(oldest.as_secs_f64());
 }
 
 // What became of dispatched jobs.

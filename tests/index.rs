@@ -248,6 +248,7 @@ fn job_created(id: u64, at: chrono::DateTime<Utc>) -> tickler::domain::job::Job 
         dispatched_at: None,
         kafka_partition: None,
         kafka_offset: None,
+        verified_at: None,
         last_error: None,
         ack_deadline: None,
         trace_parent: None,

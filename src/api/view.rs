@@ -41,6 +41,10 @@ pub struct JobView {
     pub updated_at: String,
     pub dispatched_at: Option<String>,
     pub kafka: Option<KafkaPosition>,
+    /// When tickler read its record back at `kafka`'s position and found
+    /// it there (`dispatcher.verify`); null: not verified (not yet, not
+    /// sampled, verification off, or dispatched before it existed).
+    pub verified_at: Option<String>,
     pub last_error: Option<String>,
     /// The W3C trace context of the creating request, put on the record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -113,6 +117,7 @@ impl From<Job> for JobView {
             updated_at: time_format(job.updated_at),
             dispatched_at: job.dispatched_at.map(time_format),
             kafka,
+            verified_at: job.verified_at.map(time_format),
             last_error: job.last_error,
         }
     }

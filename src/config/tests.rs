@@ -584,6 +584,37 @@ fn a_smoothing_pace_of_zero_is_refused_and_unset_smooths_nothing() {
 }
 
 #[test]
+fn verification_is_all_off_or_a_share_and_anything_else_names_the_setting() {
+    use crate::domain::delivery::Verify;
+    assert_eq!(Config::default().dispatcher.verify, Verify::All);
+    for (text, verify) in [
+        ("off", Verify::Off),
+        ("all", Verify::All),
+        ("0.1", Verify::Sample(0.1)),
+        ("25%", Verify::Sample(0.25)),
+    ] {
+        figment::Jail::expect_with(|jail| {
+            jail.set_env("TICKLER_DISPATCHER_VERIFY", text);
+            assert_eq!(
+                Config::load(None).unwrap().dispatcher.verify,
+                verify,
+                "{text}"
+            );
+            Ok(())
+        });
+    }
+    figment::Jail::expect_with(|jail| {
+        jail.set_env("TICKLER_DISPATCHER_VERIFY", "sometimes");
+        let err = Config::load(None).unwrap_err().to_string();
+        assert!(
+            err.contains("dispatcher.verify") && err.contains("not `all`"),
+            "{err}"
+        );
+        Ok(())
+    });
+}
+
+#[test]
 fn every_section_is_read_from_the_environment() {
     figment::Jail::expect_with(|jail| {
         jail.set_env("TICKLER_AUDIT_RETENTION_DAYS", "30");

@@ -320,6 +320,9 @@ pub struct Job {
     pub dispatched_at: Option<DateTime<Utc>>,
     pub kafka_partition: Option<i32>,
     pub kafka_offset: Option<i64>,
+    /// When its record was read back at that position and found there
+    /// (`dispatcher.verify`); None: not (yet) verified.
+    pub verified_at: Option<DateTime<Utc>>,
     pub last_error: Option<String>,
     /// When a dispatched job expecting a result stops waiting for it.
     pub ack_deadline: Option<DateTime<Utc>>,

@@ -19,9 +19,12 @@
 //!   `tickler dev`
 //! - [`keys`]       — encryption at rest: AES-256-GCM under named keys
 //! - [`compression`] — payload compression: zstd with trained dictionaries
+//! - [`delivery`]   — proof of delivery: a produced record's position, and
+//!   which records are read back (`dispatcher.verify`)
 
 pub mod clock;
 pub mod compression;
+pub mod delivery;
 pub mod grouping;
 pub mod job;
 pub mod keys;

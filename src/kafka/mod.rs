@@ -3,13 +3,15 @@
 //! the broker's topics; the one producer ([`Producer`]) and record builder
 //! ([`Record`]) every record is sent with; the group consumer
 //! ([`GroupConsumer`]) of the results role and the ingress; reading topics
-//! back ([`readback`]) and the tests' and demo's readers ([`tail`]).
+//! back ([`readback`]), reading produced records back at their position
+//! ([`verify`]) and the tests' and demo's readers ([`tail`]).
 
 mod consumer;
 mod producer;
 pub mod readback;
 mod record;
 pub mod tail;
+pub mod verify;
 
 pub use consumer::{GroupConsumer, Received};
 pub use producer::{fault_of, Delivery, Fault, Landed, Producer, Tallied};

@@ -8,6 +8,8 @@
 //! - [`service`]    — the one loop of every role that works in passes
 //! - [`loader`]     — moves jobs entering the window from MySQL to Redis
 //! - [`dispatcher`] — claims due jobs, wins the MySQL CAS, produces to Kafka
+//! - [`verifier`]   — reads produced records back at their position: proof
+//!   each is on its topic, or produced again
 //! - [`reconciler`] — repairs from MySQL: claims in doubt (settled by
 //!   reading their topic back), jobs Redis lost, ack deadlines passed in
 //!   silence
@@ -57,4 +59,5 @@ pub mod resolver;
 pub mod results;
 pub mod service;
 pub mod topic_controls;
+pub mod verifier;
 pub mod watermarks;

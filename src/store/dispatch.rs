@@ -518,7 +518,7 @@ impl Store {
                 ", j.status = 'dispatched', j.version = j.version % 4294967295 + 1, \
                      j.claim_token = NULL, j.claimed_by = NULL, j.claim_expires_at = NULL, \
                      j.claimed_at = NULL, j.dispatched_at = d.t, \
-                     j.kafka_partition = d.p, j.kafka_offset = d.o, \
+                     j.kafka_partition = d.p, j.kafka_offset = d.o, j.verified_at = NULL, \
                      j.ack_deadline = IF(j.expects_result, \
                        TIMESTAMPADD(MICROSECOND, j.ack_timeout_ms * 1000, UTC_TIMESTAMP(3)), NULL), \
                      j.last_error = IF(j.window_ms IS NOT NULL \
@@ -586,7 +586,8 @@ impl Store {
         let mut query = positions_join(jobs);
         query.push(
             "SET j.claim_token = NULL, j.claimed_by = NULL, j.claim_expires_at = NULL, \
-             j.dispatched_at = d.t, j.kafka_partition = d.p, j.kafka_offset = d.o \
+             j.dispatched_at = d.t, j.kafka_partition = d.p, j.kafka_offset = d.o, \
+             j.verified_at = NULL \
              WHERE j.status <> 'dispatching' AND j.claim_token = d.k",
         );
         marked.marked += query.build().execute(&self.pool).await?.rows_affected();

@@ -26,7 +26,7 @@ macro_rules! job_columns {
             "id, topic, job_key, ",
             $payload,
             ", payload_kind, headers, schedule_time, status, attempt, max_attempts, version, \
-             created_at, updated_at, dispatched_at, kafka_partition, kafka_offset, last_error, \
+             created_at, updated_at, dispatched_at, kafka_partition, kafka_offset, verified_at, last_error, \
              expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, ack_deadline, \
              trace_parent, schedule_id, expires_at, window_ms, window_start, enc_key"
         )
@@ -115,6 +115,7 @@ pub(super) fn job_created(new: &NewJob, row: &MySqlRow) -> Result<Job, StoreErro
         dispatched_at: None,
         kafka_partition: None,
         kafka_offset: None,
+        verified_at: None,
         last_error: None,
         ack_deadline: None,
         trace_parent: new.trace_parent.clone(),
@@ -213,6 +214,9 @@ fn job_with_body(
         dispatched_at: dispatched_at.map(|at| at.and_utc()),
         kafka_partition: row.try_get("kafka_partition")?,
         kafka_offset: row.try_get("kafka_offset")?,
+        verified_at: row
+            .try_get::<Option<NaiveDateTime>, _>("verified_at")?
+            .map(|at| at.and_utc()),
         last_error: text(row, "last_error")?,
         ack_deadline: ack_deadline.map(|at| at.and_utc()),
         trace_parent: text(row, "trace_parent")?,

@@ -39,6 +39,7 @@ mod sql;
 mod stats;
 mod tokens;
 mod topics;
+mod verify;
 mod watermarks;
 
 pub use audit::{AuditEntry, AuditFilter, AuditRow};
@@ -64,4 +65,5 @@ pub use sealing::{instance_may_hold, KeyCount, KeyUsed, Rotation, SCHEMA as SEAL
 pub use stats::{CountCursor, DeadSince, Overdue, Position, TopicCount, COUNTED};
 pub use tokens::{NewToken, TokenRow};
 pub use topics::{JobPacing, TopicChange, TopicControl};
+pub use verify::SweepMark;
 pub use watermarks::Watermark;

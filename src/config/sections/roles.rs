@@ -5,6 +5,7 @@
 use serde::{Deserialize, Serialize};
 
 use crate::config::{invalid, ConfigError};
+use crate::domain::delivery::Verify;
 
 /// `[cluster]`: many instances: the shards a new deployment starts with, and when a silent instance is dead.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
@@ -162,6 +163,11 @@ pub struct DispatcherSettings {
     /// order of its window's end, at most until that end. Jobs without a
     /// window are never held by it. None (the default) smooths nothing.
     pub smooth_per_second: Option<u32>,
+    /// Which produced records are read back at the position the broker
+    /// acknowledged them at, to prove they are there (`verified_at`): `all`
+    /// (the default), `off`, or a share of jobs (`0.1` or `10%`, chosen by
+    /// job id). A record not found is produced again as the next attempt.
+    pub verify: Verify,
 }
 
 impl Default for DispatcherSettings {
@@ -174,6 +180,7 @@ impl Default for DispatcherSettings {
             ack_wait_ms: 200,
             lookahead_ms: 20,
             smooth_per_second: None,
+            verify: Verify::All,
         }
     }
 }

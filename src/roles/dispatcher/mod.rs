@@ -81,6 +81,7 @@ use crate::metrics;
 use crate::roles::membership::{Holding, Ownership};
 use crate::roles::resolver::Resolver;
 use crate::roles::topic_controls::TopicControls;
+use crate::roles::verifier::Feed;
 use crate::store::Store;
 
 #[derive(Debug, Clone)]
@@ -225,6 +226,8 @@ pub struct Dispatcher {
     controls: TopicControls,
     /// Jobs between their claim and their record.
     pipeline: Arc<Pipeline>,
+    /// Where produced records are handed to be read back.
+    verify: Option<Feed>,
 }
 
 /// The burst a paced topic may send at once, and the granularity at which
@@ -263,7 +266,15 @@ impl Dispatcher {
             wake,
             topics,
             resolver,
+            verify: None,
         })
+    }
+
+    /// Hands every record it produces to `feed`, to be read back
+    /// ([`crate::roles::verifier`]).
+    pub fn verified_by(mut self, feed: Feed) -> Self {
+        self.verify = Some(feed);
+        self
     }
 
     /// Dispatches until `cancel` fires; every job claimed is sent and
@@ -441,6 +452,7 @@ impl Dispatcher {
             window: self.config.window,
             pipeline: self.pipeline.clone(),
             doubt_margin: self.config.doubt_margin,
+            verify: self.verify.clone(),
         }
     }
 

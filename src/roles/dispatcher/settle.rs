@@ -17,11 +17,13 @@ use tokio::sync::mpsc;
 
 use super::pipeline::Pipeline;
 use super::send::{Failure, Sent};
+use crate::domain::delivery::Produced;
 use crate::domain::job::JobId;
 use crate::index::Index;
 use crate::kafka::{Producer, Topics, TOPICS_REFRESH_MIN};
 use crate::metrics;
 use crate::roles::resolver::Resolver;
+use crate::roles::verifier::Feed;
 use crate::store::{Dispatched, Marked, Store};
 
 /// Most jobs one settle records together.
@@ -58,6 +60,9 @@ pub(super) struct Settler {
     pub pipeline: Arc<Pipeline>,
     /// How long a record the producer gave up on may still become visible.
     pub doubt_margin: Duration,
+    /// Where produced records are handed to be read back (None:
+    /// `dispatcher.verify = off`).
+    pub verify: Option<Feed>,
 }
 
 impl Settler {
@@ -107,6 +112,7 @@ impl Settler {
             self.topics.refresh_if_older(TOPICS_REFRESH_MIN).await;
         }
         let mut dispatched = Vec::with_capacity(outcomes.len());
+        let mut produced = Vec::new();
         // By claim token.
         let mut refused: BTreeMap<u64, Vec<(JobId, String)>> = BTreeMap::new();
         let mut failed: BTreeMap<u64, (Vec<JobId>, i64)> = BTreeMap::new();
@@ -123,6 +129,16 @@ impl Settler {
                     metrics::dispatch_lateness(sent.scheduled, sent.dispatched_at);
                     if sent.window_end.is_some_and(|end| sent.dispatched_at > end) {
                         metrics::window_missed(&sent.topic);
+                    }
+                    if self.verify.is_some() {
+                        produced.push(Produced {
+                            id: sent.id,
+                            attempt: sent.attempt,
+                            topic: sent.topic.clone(),
+                            partition,
+                            offset,
+                            dispatched_at: sent.dispatched_at,
+                        });
                     }
                     dispatched.push(Dispatched {
                         id: sent.id,
@@ -194,6 +210,10 @@ impl Settler {
         }
 
         let retried_early = self.mark_dispatched(&dispatched).await;
+        if let Some(feed) = &self.verify {
+            // Behind the dispatch path: never waits.
+            feed.offer(produced);
+        }
         if failed_count > 0 {
             metrics::produce_failed(failed_count - unchecked);
             let error = first_error.unwrap_or_default();
