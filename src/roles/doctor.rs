@@ -15,9 +15,11 @@ use std::time::{Duration, Instant};
 use serde::Serialize;
 
 use crate::config::Config;
+use crate::domain::delivery::Verify;
 use crate::domain::job::{JobId, Status};
 use crate::index::Index;
 use crate::kafka::{self, RecordAt};
+use crate::roles::verifier::SWEEP_LOOKBACK;
 use crate::store::{Store, StoreError};
 
 /// Most window rows and Redis ids one run compares.
@@ -297,6 +299,11 @@ impl Doctor {
                 .unwrap_or_else(|err| unreachable_store("keys", err)),
         );
         findings.push(self.check_positions().await);
+        findings.push(
+            self.check_verification()
+                .await
+                .unwrap_or_else(|err| unreachable_store("verification", err)),
+        );
         findings.push(self.check_lag().await);
         findings.extend(self.check_ingress_lag().await);
         findings.push(
@@ -660,6 +667,55 @@ impl Doctor {
                 "not repaired automatically (producing again could double a delivery): check the topic (recreated? truncated?) and the broker's acks; to produce a job again, use the requeue recipe in docs/schema.md".to_owned(),
             ),
         }
+    }
+
+    /// Whether the jobs dispatched in the last hour were read back on
+    /// their topics ([`crate::roles::verifier`]): a warning for those still
+    /// unverified two minutes after their mark.
+    async fn check_verification(&self) -> Result<Finding, DoctorError> {
+        const CHECK: &str = "verification";
+        if self.config.dispatcher.verify.is_off() {
+            return Ok(Finding::ok(
+                CHECK,
+                "dispatcher.verify = off: records are not read back".to_owned(),
+            ));
+        }
+        if let Verify::Sample(_) = self.config.dispatcher.verify {
+            // The rows left out of the sample are unverified by design.
+            return Ok(Finding::ok(
+                CHECK,
+                format!(
+                    "a share of records is read back (dispatcher.verify = {}): see tickler_delivery_verify_lag_seconds",
+                    self.config.dispatcher.verify
+                ),
+            ));
+        }
+        let now = self.store.db_now().await?;
+        let from = now - chrono::Duration::from_std(SWEEP_LOOKBACK).unwrap_or_default();
+        let until = now - chrono::Duration::minutes(2);
+        let (count, oldest) = self.store.job_unverified_count(from, until).await?;
+        let Some((id, at)) = oldest.filter(|_| count > 0) else {
+            return Ok(Finding::ok(
+                CHECK,
+                format!(
+                    "the jobs dispatched in the last hour were read back on their topics (dispatcher.verify = {})",
+                    self.config.dispatcher.verify
+                ),
+            ));
+        };
+        Ok(Finding {
+            check: CHECK,
+            verdict: Verdict::Warn,
+            summary: format!(
+                "{count} jobs dispatched in the last hour are not read back two minutes later (oldest: job {id}, marked {})",
+                crate::domain::job::time_format(at)
+            ),
+            count,
+            ids: vec![id],
+            fix: Some(
+                "is an instance with the dispatcher role running, with dispatcher.verify on (a sample leaves the rest unverified), and can it read the topics? (tickler_delivery_verify_lag_seconds, tickler_delivery_unverified_total)".to_owned(),
+            ),
+        })
     }
 
     async fn check_lag(&self) -> Finding {

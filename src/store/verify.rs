@@ -164,6 +164,39 @@ impl Store {
     }
 }
 
+impl Store {
+    /// How many dispatched rows whose status changed in `[from, until]`
+    /// (database clock) are not verified, with the oldest's id and time: a
+    /// range of `ix_jobs_status_at`, for the doctor.
+    pub async fn job_unverified_count(
+        &self,
+        from: DateTime<Utc>,
+        until: DateTime<Utc>,
+    ) -> Result<(u64, Option<(u64, DateTime<Utc>)>), StoreError> {
+        let count: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM jobs WHERE status = 'dispatched' AND status_at >= ? \
+             AND status_at <= ? AND verified_at IS NULL AND kafka_offset >= 0",
+        )
+        .bind(db_time(from))
+        .bind(db_time(until))
+        .fetch_one(&self.pool)
+        .await?;
+        let oldest: Option<(u64, NaiveDateTime)> = sqlx::query_as(
+            "SELECT id, status_at FROM jobs WHERE status = 'dispatched' AND status_at >= ? \
+             AND status_at <= ? AND verified_at IS NULL AND kafka_offset >= 0 \
+             ORDER BY status_at LIMIT 1",
+        )
+        .bind(db_time(from))
+        .bind(db_time(until))
+        .fetch_optional(&self.pool)
+        .await?;
+        Ok((
+            u64::try_from(count).unwrap_or_default(),
+            oldest.map(|(id, at)| (id, at.and_utc())),
+        ))
+    }
+}
+
 /// A dispatched row's record position; None when it has none (set
 /// `dispatched` by hand without one).
 fn unverified_from_row(row: &sqlx::mysql::MySqlRow) -> Result<Option<Produced>, StoreError> {
