@@ -10,7 +10,7 @@
 //! and each sought offset is matched by its `tickler-job-id` and
 //! `tickler-attempt` headers.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::{BTreeMap, BTreeSet, HashMap};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -65,6 +65,12 @@ impl Reader {
             // tickler's records are never transactional (see readback).
             .set("isolation.level", "read_uncommitted")
             .set("fetch.wait.max.ms", "10")
+            // Fetches large enough that a broker never ends one inside a
+            // batch of records (tansu then answers the next fetch with the
+            // batch after it, and the records between would look lost).
+            .set("fetch.max.bytes", "104857600")
+            .set("max.partition.fetch.bytes", "104857600")
+            .set("receive.message.max.bytes", "209715200")
             .create()?;
         Ok(Reader { consumer })
     }
@@ -250,6 +256,9 @@ struct PartitionRead {
     seen: HashMap<i64, Option<(String, String)>>,
     /// The offset of the last record read.
     reached: Option<i64>,
+    /// Sought offsets the reading went past without a record: between two
+    /// records read one after the other.
+    skipped: BTreeSet<i64>,
 }
 
 impl PartitionRead {
@@ -263,6 +272,7 @@ impl PartitionRead {
             start: 0,
             seen: HashMap::new(),
             reached: None,
+            skipped: BTreeSet::new(),
         }
     }
 
@@ -341,6 +351,17 @@ impl PartitionRead {
             };
             let ids = header(HEADER_JOB_ID).zip(header(HEADER_ATTEMPT));
             self.seen.insert(offset, ids);
+        }
+        // A gap only between two records read: before the first, the
+        // reading may have started inside a batch (some brokers then
+        // answer from the next batch).
+        if let Some(previous) = self.reached.filter(|&r| offset > r + 1) {
+            let gap: Vec<i64> = self
+                .sought
+                .range(previous + 1..offset)
+                .map(|(&o, _)| o)
+                .collect();
+            self.skipped.extend(gap);
         }
         self.reached = Some(self.reached.map_or(offset, |r| r.max(offset)));
         !was_done && self.done()
@@ -488,7 +509,8 @@ mod tests {
         read.seen
             .insert(41, Some(("99".to_owned(), "1".to_owned())));
         read.seen.insert(42, None);
-        // 44 skipped: the reading went on to 45.
+        // 44 skipped: the reading went from 43 to 45.
+        read.skipped.insert(44);
         read.reached = Some(45);
         let mut verdicts = vec![None; batch.len()];
         read.conclude(&batch, now, &mut verdicts);
