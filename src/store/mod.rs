@@ -65,5 +65,5 @@ pub use sealing::{instance_may_hold, KeyCount, KeyUsed, Rotation, SCHEMA as SEAL
 pub use stats::{CountCursor, DeadSince, Overdue, Position, TopicCount, COUNTED};
 pub use tokens::{NewToken, TokenRow};
 pub use topics::{JobPacing, TopicChange, TopicControl};
-pub use verify::SweepMark;
+pub use verify::{SweepMark, VerifyTally};
 pub use watermarks::Watermark;

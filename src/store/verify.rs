@@ -197,6 +197,54 @@ impl Store {
     }
 }
 
+/// Where a topic's jobs stand with verification (the bench's tally).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct VerifyTally {
+    pub jobs: u64,
+    pub dispatched: u64,
+    pub verified: u64,
+    /// Produced again because verification found their record missing.
+    pub produced_again: u64,
+    /// Milliseconds from `dispatched_at` to `verified_at`, of the verified.
+    pub verify_lag_ms: Vec<i64>,
+    /// Each job's id and current attempt.
+    pub attempts: Vec<(u64, u32)>,
+}
+
+impl Store {
+    /// [`VerifyTally`] of `topic`'s jobs (a scan of them: for the bench).
+    pub async fn job_verify_tally(&self, topic: &str) -> Result<VerifyTally, StoreError> {
+        let rows = sqlx::query(
+            "SELECT id, attempt, CAST(status AS CHAR) AS status, \
+             TIMESTAMPDIFF(MICROSECOND, dispatched_at, verified_at) DIV 1000 AS lag_ms, \
+             CAST(COALESCE(last_error LIKE 'record missing from %', 0) AS SIGNED) AS again \
+             FROM jobs WHERE topic = ?",
+        )
+        .bind(topic)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut tally = VerifyTally::default();
+        for row in &rows {
+            tally.jobs += 1;
+            let status: String = row.try_get("status")?;
+            if status == "dispatched" {
+                tally.dispatched += 1;
+            }
+            if let Some(lag) = row.try_get::<Option<i64>, _>("lag_ms")? {
+                tally.verified += 1;
+                tally.verify_lag_ms.push(lag);
+            }
+            if row.try_get::<i64, _>("again")? != 0 {
+                tally.produced_again += 1;
+            }
+            tally
+                .attempts
+                .push((row.try_get("id")?, row.try_get("attempt")?));
+        }
+        Ok(tally)
+    }
+}
+
 /// A dispatched row's record position; None when it has none (set
 /// `dispatched` by hand without one).
 fn unverified_from_row(row: &sqlx::mysql::MySqlRow) -> Result<Option<Produced>, StoreError> {

@@ -23,6 +23,9 @@ pub struct BenchArgs {
     /// Request records in the ingress stage.
     #[arg(long)]
     pub ingress: Option<u64>,
+    /// Jobs of the proof stage (at --rate a second).
+    #[arg(long)]
+    pub proof: Option<u64>,
     /// Jobs due at one instant in the midnight stage.
     #[arg(long)]
     pub midnight: Option<u64>,
@@ -50,7 +53,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub only_instances: bool,
     /// Run only these stages (comma-separated: schedule, floor,
-    /// lateness, isolation, burst, results, ingress, midnight, tenants, redis,
+    /// lateness, isolation, burst, results, ingress, midnight, tenants, proof, redis,
     /// reconcile, instances).
     #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(STAGES))]
     pub stages: Option<Vec<String>>,
@@ -76,6 +79,7 @@ impl BenchArgs {
             lateness_secs: self.lateness_secs.unwrap_or(defaults.lateness_secs),
             burst: self.burst.unwrap_or(defaults.burst),
             ingress: self.ingress.unwrap_or(defaults.ingress),
+            proof: self.proof.unwrap_or(defaults.proof),
             midnight: self.midnight.unwrap_or(defaults.midnight),
             midnight_window_ms: self
                 .midnight_window_ms

@@ -20,6 +20,9 @@
 //!    answered on a reply topic, offsets committed), beside the HTTP batch
 //!    API's keyed jobs/s on the same table, in rounds; a last round
 //!    without a reply topic
+//!    proof     — a steady stream, every record read back by the verifier,
+//!    then a fresh reader from the topic's beginning: records the broker
+//!    lost, produced again, and every job's record found (#59)
 //! 5. redis     — bytes per job, far-future and inside the window (tickler stopped)
 //! 6. reconcile — overdue probe and full pass among millions of pending rows;
 //!    re-index of a full window after Redis lost it
@@ -55,6 +58,7 @@ use tickler::store::{scratch, Actor, Store};
 mod args;
 mod cpu;
 mod instances;
+mod proof;
 mod reference;
 mod tenants;
 
@@ -85,6 +89,8 @@ pub struct BenchOptions {
     pub tenants_big: u64,
     pub tenants_small: u64,
     pub tenants_group_pace: u32,
+    /// Jobs of the proof stage, at `rate` a second.
+    pub proof: u64,
     pub memory_jobs: u64,
     pub far_rows: u64,
     pub window_rows: u64,
@@ -103,7 +109,7 @@ pub struct BenchOptions {
 const INGRESS_ROUNDS: usize = 3;
 
 /// The stages, by the names `--stages` takes.
-pub const STAGES: [&str; 12] = [
+pub const STAGES: [&str; 13] = [
     "schedule",
     "floor",
     "lateness",
@@ -113,6 +119,7 @@ pub const STAGES: [&str; 12] = [
     "ingress",
     "midnight",
     "tenants",
+    "proof",
     "redis",
     "reconcile",
     "instances",
@@ -150,6 +157,7 @@ impl BenchOptions {
             tenants_big: 100_000,
             tenants_small: 1_000,
             tenants_group_pace: 10_000,
+            proof: 200_000,
             memory_jobs: 100_000,
             far_rows: 10_000_000,
             window_rows: 1_000_000,
@@ -179,6 +187,7 @@ impl BenchOptions {
             tenants_big: 2_000,
             tenants_small: 100,
             tenants_group_pace: 1_000,
+            proof: 1_000,
             memory_jobs: 1000,
             far_rows: 20_000,
             window_rows: 5_000,
@@ -354,6 +363,10 @@ async fn run_in(
         if wants("tenants") {
             bench.stage_topic("tenants").await?;
             bench.tenants().await?;
+        }
+        if wants("proof") {
+            bench.stage_topic("proof").await?;
+            bench.proof(&running.store).await?;
         }
         anyhow::Ok(())
     }
