@@ -12,7 +12,7 @@ use serde::{Deserialize, Serialize};
 use super::auth::Caller;
 use super::schedules::{id_parse, schedule_visible};
 use super::{ApiError, ApiState};
-use crate::domain::fires::{self, Fire, Outcome, TooMany, FIRES_MAX};
+use crate::domain::fires::{self, Fire, FireOutcome, TooMany, FIRES_MAX};
 use crate::domain::job::{self, time_format, JobId, Status};
 use crate::roles::auth::Scope;
 use crate::store::ScheduleFires;
@@ -36,7 +36,7 @@ pub struct AuditQuery {
 pub struct FireView {
     /// The occurrence's instant (its job key's `@…`).
     pub expected_at: String,
-    pub outcome: Outcome,
+    pub outcome: FireOutcome,
     /// Its job, when it exists.
     pub job_id: Option<JobId>,
     pub status: Option<Status>,
@@ -101,8 +101,8 @@ impl ScheduleAudit {
             to: time_format(to),
             at: time_format(audited.at),
             expected: audited.fires.len(),
-            fired: count(Outcome::Produced),
-            missing: count(Outcome::Missing),
+            fired: count(FireOutcome::Produced),
+            missing: count(FireOutcome::Missing),
             occurrences: audited.fires.into_iter().map(FireView::from).collect(),
         }
     }

@@ -60,7 +60,7 @@ pub fn expected(timing: &Timing, span: &Span, max: usize) -> Result<Vec<DateTime
 /// What became of one occurrence.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, utoipa::ToSchema)]
 #[serde(rename_all = "snake_case")]
-pub enum Outcome {
+pub enum FireOutcome {
     /// Its job exists and is due, not produced yet (late, or being
     /// produced this instant).
     Created,
@@ -150,7 +150,7 @@ pub struct Known {
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Fire {
     pub expected_at: DateTime<Utc>,
-    pub outcome: Outcome,
+    pub outcome: FireOutcome,
     pub job: Option<FireJob>,
 }
 
@@ -160,32 +160,32 @@ pub fn outcome(
     job: Option<&FireJob>,
     known: &Known,
     now: DateTime<Utc>,
-) -> Outcome {
+) -> FireOutcome {
     if let Some(job) = job {
         return match job.status {
-            Status::Cancelled => Outcome::Cancelled,
-            Status::Expired => Outcome::Expired,
-            Status::Dead => Outcome::Dead,
-            Status::Dispatched | Status::Succeeded => Outcome::Produced,
+            Status::Cancelled => FireOutcome::Cancelled,
+            Status::Expired => FireOutcome::Expired,
+            Status::Dead => FireOutcome::Dead,
+            Status::Dispatched | Status::Succeeded => FireOutcome::Produced,
             Status::Pending | Status::Dispatching if job.dispatched_at.is_some() => {
-                Outcome::Produced
+                FireOutcome::Produced
             }
-            Status::Pending | Status::Dispatching if job.run_at > now => Outcome::Upcoming,
-            Status::Pending | Status::Dispatching => Outcome::Created,
+            Status::Pending | Status::Dispatching if job.run_at > now => FireOutcome::Upcoming,
+            Status::Pending | Status::Dispatching => FireOutcome::Created,
         };
     }
     if let Some(gap) = known.gaps.iter().find(|gap| gap.covers(at)) {
         return match gap.reason {
-            GapReason::Paused => Outcome::Paused,
-            GapReason::Skipped => Outcome::Skipped,
+            GapReason::Paused => FireOutcome::Paused,
+            GapReason::Skipped => FireOutcome::Skipped,
         };
     }
     if known.paused_since.is_some_and(|since| at > since) {
-        Outcome::Paused
+        FireOutcome::Paused
     } else if at > now {
-        Outcome::Upcoming
+        FireOutcome::Upcoming
     } else {
-        Outcome::Missing
+        FireOutcome::Missing
     }
 }
 
@@ -295,16 +295,16 @@ mod tests {
         let now = utc("2027-01-01T00:10:00Z");
         let at = utc("2027-01-01T00:04:00Z");
         let once = job(Status::Dispatched, "2027-01-01T00:05:30Z", true);
-        assert_eq!(outcome(at, Some(&once), &known, now), Outcome::Produced);
-        assert_eq!(outcome(at, None, &known, now), Outcome::Skipped);
+        assert_eq!(outcome(at, Some(&once), &known, now), FireOutcome::Produced);
+        assert_eq!(outcome(at, None, &known, now), FireOutcome::Skipped);
         assert_eq!(
             outcome(utc("2027-01-01T00:05:00Z"), None, &known, now),
-            Outcome::Skipped,
+            FireOutcome::Skipped,
             "both ends inclusive"
         );
         assert_eq!(
             outcome(utc("2027-01-01T00:06:00Z"), None, &known, now),
-            Outcome::Missing
+            FireOutcome::Missing
         );
     }
 
@@ -317,23 +317,23 @@ mod tests {
             outcome(at, Some(&job(status, run_at, dispatched)), &known, now)
         };
         let past = "2027-01-01T00:09:00Z";
-        assert_eq!(of(Status::Succeeded, past, true), Outcome::Produced);
+        assert_eq!(of(Status::Succeeded, past, true), FireOutcome::Produced);
         assert_eq!(
             of(Status::Pending, "2027-01-01T00:11:00Z", true),
-            Outcome::Produced,
+            FireOutcome::Produced,
             "a retry after a send"
         );
-        assert_eq!(of(Status::Pending, past, false), Outcome::Created);
+        assert_eq!(of(Status::Pending, past, false), FireOutcome::Created);
         assert_eq!(
             of(Status::Pending, "2027-01-01T00:10:30Z", false),
-            Outcome::Upcoming
+            FireOutcome::Upcoming
         );
-        assert_eq!(of(Status::Dead, past, true), Outcome::Dead);
-        assert_eq!(of(Status::Cancelled, past, false), Outcome::Cancelled);
-        assert_eq!(of(Status::Expired, past, false), Outcome::Expired);
+        assert_eq!(of(Status::Dead, past, true), FireOutcome::Dead);
+        assert_eq!(of(Status::Cancelled, past, false), FireOutcome::Cancelled);
+        assert_eq!(of(Status::Expired, past, false), FireOutcome::Expired);
         assert_eq!(
             outcome(utc("2027-01-01T00:11:00Z"), None, &known, now),
-            Outcome::Upcoming
+            FireOutcome::Upcoming
         );
     }
 
@@ -349,7 +349,7 @@ mod tests {
             paused_since: None,
         };
         for at in ["2027-01-01T00:06:00Z", "2027-01-01T00:12:00Z"] {
-            assert_eq!(outcome(utc(at), None, &open, now), Outcome::Paused);
+            assert_eq!(outcome(utc(at), None, &open, now), FireOutcome::Paused);
         }
         // Paused before gaps were recorded: from its cursor on.
         let unrecorded = Known {
@@ -358,11 +358,11 @@ mod tests {
         };
         assert_eq!(
             outcome(utc("2027-01-01T00:05:00Z"), None, &unrecorded, now),
-            Outcome::Missing
+            FireOutcome::Missing
         );
         assert_eq!(
             outcome(utc("2027-01-01T00:06:00Z"), None, &unrecorded, now),
-            Outcome::Paused
+            FireOutcome::Paused
         );
     }
 }
