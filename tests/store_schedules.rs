@@ -2,12 +2,14 @@
 //! occurrences they create as jobs: what each answers, what it leaves in the
 //! schedule's row and in its occurrences, and what it leaves alone. The
 //! planning rules themselves (src/domain/schedule.rs) have unit tests of their own;
-//! here, that the store applies a plan and keeps its progress.
+//! here, that the store applies a plan and keeps its progress; and the gaps
+//! a pause or a misfire policy leaves, as the audit reads them.
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
 use chrono::{DateTime, Duration as Span, Utc};
+use tickler::domain::fires::{self, FireOutcome};
 use tickler::domain::job::{JobId, NewJob, PayloadKind, Schedule, Status};
 use tickler::domain::policy::Policy;
 use tickler::domain::schedule::{occurrence_key, Misfire};
@@ -1031,4 +1033,170 @@ async fn jitter_and_window_place_each_occurrence_from_its_key() {
     let plain =
         tickler::store::occurrence_placed("t", "renewal@x", at, &every(HOUR_MS, Utc::now()));
     assert_eq!((plain.at, plain.window), (at, None));
+}
+
+// ---------------------------------------------------------------------------
+// gaps (schedule_gaps), and the audit that reads them
+
+/// What `schedule_fires` says of schedule `id`'s occurrences in [from, to).
+async fn audited(
+    db: &Db,
+    id: u64,
+    from: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Vec<(DateTime<Utc>, FireOutcome)> {
+    let row = db.store.schedule_get(id).await.unwrap();
+    let timing = row.def.timing().unwrap();
+    let expected = fires::expected(&timing, &row.fires_span(from, to), fires::FIRES_MAX).unwrap();
+    db.store
+        .schedule_fires(&row, &expected)
+        .await
+        .unwrap()
+        .fires
+        .iter()
+        .map(|fire| (fire.expected_at, fire.outcome))
+        .collect()
+}
+
+type GapRow = (String, DateTime<Utc>, Option<DateTime<Utc>>);
+
+async fn gaps(db: &Db, id: u64) -> Vec<GapRow> {
+    let rows: Vec<(String, chrono::NaiveDateTime, Option<chrono::NaiveDateTime>)> = sqlx::query_as(
+        "SELECT CAST(reason AS CHAR), from_at, to_at FROM schedule_gaps \
+             WHERE schedule_id = ? ORDER BY from_at",
+    )
+    .bind(id)
+    .fetch_all(&db.sql)
+    .await
+    .unwrap();
+    rows.into_iter()
+        .map(|(reason, from, to)| (reason, from.and_utc(), to.map(|t| t.and_utc())))
+        .collect()
+}
+
+/// As if schedule `id` had been made at `at` (its first occurrences are
+/// then expected by an audit).
+async fn made_at(db: &Db, id: u64, at: DateTime<Utc>) {
+    sqlx::query("UPDATE schedules SET created_at = ? WHERE id = ?")
+        .bind(at.naive_utc())
+        .bind(id)
+        .execute(&db.sql)
+        .await
+        .unwrap();
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn skips_are_one_gap_a_run_extended_across_passes_and_audited_as_skipped() {
+    let db = Db::new().await;
+    let now = db.store.db_now().await.unwrap();
+    let phase = DateTime::from_timestamp(now.timestamp() - 630, 0).unwrap();
+    let minute = |k: i64| phase + Span::minutes(k);
+    let def = ScheduleDef {
+        misfire: Misfire::Skip,
+        misfire_grace_ms: 1_000,
+        ..every(60_000, phase)
+    };
+    let row = insert(&db, "ticks", "skips", def).await;
+    made_at(&db, row.id, phase - Span::minutes(1)).await;
+    // A pass two minutes in skipped phase..+2; an older run stands apart.
+    sqlx::query("UPDATE schedules SET cursor_at = ? WHERE id = ?")
+        .bind(minute(2).naive_utc())
+        .bind(row.id)
+        .execute(&db.sql)
+        .await
+        .unwrap();
+    for (from, to) in [(minute(-20), minute(-15)), (minute(0), minute(2))] {
+        sqlx::query(
+            "INSERT INTO schedule_gaps (schedule_id, reason, from_at, to_at) \
+             VALUES (?, 'skipped', ?, ?)",
+        )
+        .bind(row.id)
+        .bind(from.naive_utc())
+        .bind(to.naive_utc())
+        .execute(&db.sql)
+        .await
+        .unwrap();
+    }
+    let done = db
+        .store
+        .schedule_materialize(row.id, Duration::ZERO)
+        .await
+        .unwrap();
+    assert_eq!((done.skipped, done.created.len()), (8, 1), "+3..+10 missed");
+    assert_eq!(
+        gaps(&db, row.id).await,
+        [
+            ("skipped".to_owned(), minute(-20), Some(minute(-15))),
+            ("skipped".to_owned(), minute(0), Some(minute(10)))
+        ],
+        "the run goes on in its row"
+    );
+    let mut expected: Vec<_> = (0..=10)
+        .map(|k| (minute(k), FireOutcome::Skipped))
+        .collect();
+    expected.push((minute(11), FireOutcome::Upcoming));
+    assert_eq!(audited(&db, row.id, minute(0), minute(12)).await, expected);
+    db.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_pause_is_a_gap_from_the_first_occurrence_it_removes_to_the_resume() {
+    let db = Db::new().await;
+    let now = db.store.db_now().await.unwrap();
+    let phase = DateTime::from_timestamp(now.timestamp() - 90, 0).unwrap();
+    let minute = |k: i64| phase + Span::minutes(k);
+    let row = insert(&db, "ticks", "held", every(60_000, phase)).await;
+    made_at(&db, row.id, phase - Span::minutes(1)).await;
+    // +1 passed half a minute ago, but its job was moved five minutes on
+    // (as jitter or a window would): the pause removes it too.
+    let moved = occurrence(&db, row.id, &occurrence_key("held", minute(1)), 300_000).await;
+    db.store
+        .schedule_materialize(row.id, Duration::ZERO)
+        .await
+        .unwrap();
+    let (_, deleted) = db.store.schedule_pause(row.id, true).await.unwrap();
+    assert_eq!(deleted, 2, "+1 (moved) and +2");
+    assert!(matches!(
+        db.store.job_get(moved).await,
+        Err(StoreError::NotFound(_))
+    ));
+    assert_eq!(
+        gaps(&db, row.id).await,
+        [("paused".to_owned(), minute(1), None)]
+    );
+    assert_eq!(
+        audited(&db, row.id, minute(0), minute(4)).await,
+        [
+            (minute(0), FireOutcome::Missing),
+            (minute(1), FireOutcome::Paused),
+            (minute(2), FireOutcome::Paused),
+            (minute(3), FireOutcome::Paused)
+        ],
+        "a pause that lasts covers what comes"
+    );
+
+    let (resumed, _) = db.store.schedule_pause(row.id, false).await.unwrap();
+    let gaps = gaps(&db, row.id).await;
+    assert_eq!(gaps.len(), 1);
+    assert_eq!(gaps[0].2, Some(resumed.cursor_at), "closed at the resume");
+    assert_eq!(
+        audited(&db, row.id, minute(0), minute(4)).await,
+        [
+            (minute(0), FireOutcome::Missing),
+            (minute(1), FireOutcome::Paused),
+            (minute(2), FireOutcome::Upcoming),
+            (minute(3), FireOutcome::Upcoming)
+        ],
+        "after the resume, what comes is to come"
+    );
+    db.store
+        .schedule_delete(row.id, PendingOccurrences::Cancel)
+        .await
+        .unwrap();
+    let left: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM schedule_gaps")
+        .fetch_one(&db.sql)
+        .await
+        .unwrap();
+    assert_eq!(left, 0, "deleted with the schedule");
+    db.finish().await;
 }

@@ -67,6 +67,10 @@ pub enum ApiError {
     BodyTooLarge,
     #[error("{0}")]
     InvalidSchedule(String),
+    /// An audit's `from`/`to`: not RFC 3339, out of order, or holding more
+    /// occurrences than one answer shows.
+    #[error("{0}")]
+    InvalidInterval(String),
     #[error("{0}")]
     InvalidRunAt(String),
     #[error("{0}")]
@@ -161,6 +165,7 @@ impl ApiError {
             ApiError::InvalidJson(_)
             | ApiError::InvalidRequest(_)
             | ApiError::InvalidSchedule(_)
+            | ApiError::InvalidInterval(_)
             | ApiError::InvalidRunAt(_)
             | ApiError::InvalidExpiry(_)
             | ApiError::InvalidPayload(_)
@@ -206,6 +211,7 @@ impl ApiError {
             ApiError::UnsupportedMediaType(_) => "unsupported_media_type",
             ApiError::BodyTooLarge => "payload_too_large",
             ApiError::InvalidSchedule(_) => "invalid_schedule",
+            ApiError::InvalidInterval(_) => "invalid_interval",
             ApiError::InvalidRunAt(_) => "invalid_run_at",
             ApiError::InvalidExpiry(_) => "invalid_expiry",
             ApiError::InvalidPayload(_) => "invalid_payload",

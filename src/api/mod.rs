@@ -10,6 +10,7 @@ mod jobs;
 mod openapi;
 mod query;
 mod results;
+mod schedule_audit;
 mod schedules;
 mod server;
 mod stats;
@@ -133,6 +134,7 @@ pub fn router(state: ApiState) -> Router {
         )
         .route("/v1/schedules/{id}/pause", post(schedules::pause))
         .route("/v1/schedules/{id}/resume", post(schedules::resume))
+        .route("/v1/schedules/{id}/audit", get(schedule_audit::get))
         .route("/v1/topics", get(topics::list))
         .route("/v1/topics/{topic}", get(topics::get).patch(topics::patch))
         .route("/v1/topics/{topic}/pause", post(topics::pause))

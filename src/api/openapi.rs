@@ -8,7 +8,9 @@ use utoipa::openapi::{ContentBuilder, Ref, ResponseBuilder};
 use utoipa::{Modify, OpenApi};
 
 use super::error::{ErrorBody, ErrorDetail};
-use super::{audit, bulk, dev, forecast, jobs, query, results, schedules, stats, topics};
+use super::{
+    audit, bulk, dev, forecast, jobs, query, results, schedule_audit, schedules, stats, topics,
+};
 
 #[derive(OpenApi)]
 #[openapi(
@@ -40,6 +42,7 @@ use super::{audit, bulk, dev, forecast, jobs, query, results, schedules, stats, 
         schedules::pause,
         schedules::resume,
         schedules::preview,
+        schedule_audit::get,
         topics::list,
         topics::get,
         topics::patch,

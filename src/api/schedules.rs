@@ -470,7 +470,7 @@ impl PatchSchedule {
 
 /// The schedule, if the caller may see its topic (404 otherwise, as if it
 /// did not exist).
-async fn schedule_visible(
+pub(super) async fn schedule_visible(
     state: &ApiState,
     caller: &Caller,
     id: u64,
@@ -482,7 +482,7 @@ async fn schedule_visible(
     }
 }
 
-fn id_parse(id: &str) -> Result<u64, ApiError> {
+pub(super) fn id_parse(id: &str) -> Result<u64, ApiError> {
     super::jobs::id_parse(id)
         .map_err(|_| ApiError::InvalidId(format!("schedule id {id:?} is not a positive integer")))
 }

@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Map, Value};
 
 use super::client::{Client, ClientError};
-use super::jobs::{print_json, print_table, text};
+use super::jobs::{print_json, print_table, query, table_render, text};
 
 #[derive(Debug, Subcommand)]
 pub enum TopicsCommand {
@@ -70,6 +70,18 @@ pub enum SchedulesCommand {
         id: u64,
         #[arg(long)]
         keep_occurrences: bool,
+    },
+    /// Every occurrence the schedule's timing expected in an interval, and
+    /// what became of it: produced (partition/offset), paused, skipped by
+    /// its misfire policy, cancelled, expired, dead, missing or upcoming.
+    Audit {
+        id: u64,
+        /// Start, RFC 3339 (default: 7 days before --to).
+        #[arg(long)]
+        from: Option<String>,
+        /// End, RFC 3339, exclusive (default: now).
+        #[arg(long)]
+        to: Option<String>,
     },
     /// The next occurrences of a timing, with the time-zone rules applied;
     /// nothing is stored.
@@ -272,6 +284,84 @@ fn print_schedule(s: &Value) {
     }
 }
 
+/// The outcomes of an audit, in the order its summary names them.
+const OUTCOMES: [&str; 9] = [
+    "produced",
+    "created",
+    "upcoming",
+    "paused",
+    "skipped",
+    "cancelled",
+    "expired",
+    "dead",
+    "missing",
+];
+
+/// An audit as people read it: a summary line (each outcome's count),
+/// then a row per occurrence.
+fn audit_table(answer: &Value) -> String {
+    let occurrences = answer["occurrences"]
+        .as_array()
+        .cloned()
+        .unwrap_or_default();
+    let outcomes: Vec<String> = OUTCOMES
+        .iter()
+        .filter_map(|outcome| {
+            let n = occurrences
+                .iter()
+                .filter(|o| o["outcome"] == *outcome)
+                .count();
+            (n > 0).then(|| format!("{n} {outcome}"))
+        })
+        .collect();
+    let mut out = format!(
+        "schedule {} from {} to {} (as of {}): {} expected, {} fired, {} missing{}\n",
+        text(&answer["schedule_id"]),
+        text(&answer["from"]),
+        text(&answer["to"]),
+        text(&answer["at"]),
+        text(&answer["expected"]),
+        text(&answer["fired"]),
+        text(&answer["missing"]),
+        if outcomes.is_empty() {
+            String::new()
+        } else {
+            format!(" ({})", outcomes.join(", "))
+        }
+    );
+    let rows: Vec<Vec<String>> = occurrences
+        .iter()
+        .map(|o| {
+            let kafka = match (&o["partition"], &o["offset"]) {
+                (Value::Null, _) | (_, Value::Null) => "-".to_owned(),
+                (partition, offset) => format!("{partition}/{offset}"),
+            };
+            vec![
+                text(&o["expected_at"]),
+                text(&o["outcome"]),
+                text(&o["job_id"]),
+                text(&o["status"]),
+                kafka,
+                text(&o["dispatched_at"]),
+            ]
+        })
+        .collect();
+    if !rows.is_empty() {
+        out.push_str(&table_render(
+            &[
+                "expected_at",
+                "outcome",
+                "job",
+                "status",
+                "partition/offset",
+                "dispatched_at",
+            ],
+            &rows,
+        ));
+    }
+    out
+}
+
 /// Long because it is a dispatch table: one short arm per subcommand.
 pub async fn schedules(
     client: &Client,
@@ -327,6 +417,19 @@ pub async fn schedules(
                     .map(|(i, at)| vec![text(at), local.get(i).map(text).unwrap_or_default()])
                     .collect();
                 print_table(&["utc", "local"], &rows);
+            }
+            return Ok(());
+        }
+        SchedulesCommand::Audit { id, from, to } => {
+            let path = format!(
+                "/v1/schedules/{id}/audit{}",
+                query(&[("from", from), ("to", to)])
+            );
+            let answer = client.get(&path).await?;
+            if json {
+                print_json(&answer);
+            } else {
+                print!("{}", audit_table(&answer));
             }
             return Ok(());
         }
@@ -388,4 +491,44 @@ pub async fn schedules(
         print_schedule(&schedule);
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn an_audit_reads_as_a_summary_and_a_row_per_occurrence() {
+        let answer = json!({
+            "schedule_id": 7, "from": "2027-03-01T00:00:00.000Z", "to": "2027-03-04T00:00:00.000Z",
+            "at": "2027-03-05T09:00:00.000Z", "expected": 3, "fired": 1, "missing": 1,
+            "occurrences": [
+                {"expected_at": "2027-03-01T08:00:00.000Z", "outcome": "produced", "job_id": 112,
+                 "status": "succeeded", "run_at": "2027-03-01T08:00:00.000Z",
+                 "dispatched_at": "2027-03-01T08:00:00.012Z", "partition": 0, "offset": 41},
+                {"expected_at": "2027-03-02T08:00:00.000Z", "outcome": "paused", "job_id": null,
+                 "status": null, "run_at": null, "dispatched_at": null, "partition": null, "offset": null},
+                {"expected_at": "2027-03-03T08:00:00.000Z", "outcome": "missing", "job_id": null,
+                 "status": null, "run_at": null, "dispatched_at": null, "partition": null, "offset": null}
+            ]
+        });
+        let table = audit_table(&answer);
+        let lines: Vec<&str> = table.lines().collect();
+        assert_eq!(
+            lines[0],
+            "schedule 7 from 2027-03-01T00:00:00.000Z to 2027-03-04T00:00:00.000Z \
+             (as of 2027-03-05T09:00:00.000Z): 3 expected, 1 fired, 1 missing \
+             (1 produced, 1 paused, 1 missing)"
+        );
+        assert!(lines[1].starts_with("expected_at"), "{table}");
+        assert!(
+            lines[2].contains("produced") && lines[2].contains("112") && lines[2].contains("0/41"),
+            "{table}"
+        );
+        assert!(
+            lines[3].contains("paused") && lines[3].contains(" - "),
+            "{table}"
+        );
+        assert_eq!(lines.len(), 5);
+    }
 }

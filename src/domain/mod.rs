@@ -12,6 +12,8 @@
 //!   the decision each leads to
 //! - [`schedule`]   — recurring schedules: cron and intervals in a time
 //!   zone, misfires
+//! - [`fires`]      — a schedule's fires audited: the occurrences its
+//!   timing expected in an interval, and what became of each
 //! - [`topic_pattern`] — `orders.*`: the topic patterns of tokens and
 //!   `jobs.topics_allowed`
 //! - [`grouping`]   — which group a job belongs to for fair dispatch
@@ -25,6 +27,7 @@
 pub mod clock;
 pub mod compression;
 pub mod delivery;
+pub mod fires;
 pub mod grouping;
 pub mod job;
 pub mod keys;

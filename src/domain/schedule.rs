@@ -303,6 +303,10 @@ pub struct Plan {
     pub create: Vec<Occurrence>,
     /// Occurrences missed and not created (their policy skipped them).
     pub skipped: u64,
+    /// The first and the last instant of the missed occurrences, both
+    /// inclusive, when the policy skipped some: what an audit shows as
+    /// `skipped` (the one `fire_once` creates lies inside, as a job).
+    pub skipped_span: Option<(DateTime<Utc>, DateTime<Utc>)>,
     pub cursor: DateTime<Utc>,
     /// The next occurrence after the cursor, None when the schedule ended.
     pub next_at: Option<DateTime<Utc>>,
@@ -329,6 +333,7 @@ pub fn plan(
     let mut plan = Plan {
         create: Vec::new(),
         skipped: 0,
+        skipped_span: None,
         cursor: progress.cursor,
         next_at: None,
         ended: false,
@@ -374,6 +379,10 @@ pub fn plan(
                 // Years of missed seconds: jump to the present.
                 plan.cursor = plan.cursor.max(missed_before - Duration::milliseconds(1));
             }
+            if bounds.misfire != Misfire::FireAll {
+                let first = plan.skipped_span.map_or(next, |(first, _)| first);
+                plan.skipped_span = Some((first, plan.cursor));
+            }
             continue;
         }
         if let Some(missed) = latest_missed.take() {
@@ -398,6 +407,10 @@ pub fn plan(
     }
     if let Some(missed) = latest_missed.take() {
         once(&mut plan, missed, progress.latest_pending, now);
+    }
+    if plan.skipped == 0 {
+        // A lone fire_once misfire, created: nothing was passed over.
+        plan.skipped_span = None;
     }
     if !plan.ended {
         plan.next_at = timing
@@ -433,6 +446,15 @@ pub fn occurrence_key(schedule_key: &str, at: DateTime<Utc>) -> String {
         "{schedule_key}@{}",
         at.to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
     )
+}
+
+/// The instant of an occurrence's job key, as [`occurrence_key`] wrote
+/// it; None for a key of another shape.
+pub fn occurrence_instant(key: &str) -> Option<DateTime<Utc>> {
+    let (_, instant) = key.rsplit_once('@')?;
+    DateTime::parse_from_rfc3339(instant)
+        .ok()
+        .map(|at| at.with_timezone(&Utc))
 }
 
 /// Longest schedule key: room for `@` and the instant in 255 characters.
@@ -922,9 +944,24 @@ mod tests {
     }
 
     #[test]
+    fn an_occurrence_key_gives_its_instant_back() {
+        let at = utc("2027-03-01T08:00:00.250Z");
+        assert_eq!(
+            occurrence_instant(&occurrence_key("renewal-42", at)),
+            Some(at)
+        );
+        assert_eq!(occurrence_instant("no-instant"), None);
+        assert_eq!(occurrence_instant("k@yesterday"), None);
+    }
+
+    #[test]
     fn skip_creates_none_of_the_missed() {
         let plan = after_outage(Misfire::Skip, true);
         assert_eq!(plan.skipped, 2);
+        assert_eq!(
+            plan.skipped_span,
+            Some((utc("2027-01-01T00:03:00Z"), utc("2027-01-01T00:04:00Z")))
+        );
         assert_eq!(plan.create.len(), 1);
         assert_eq!(plan.create[0].at, utc("2027-01-01T00:05:00Z"));
         assert_eq!(
@@ -946,6 +983,11 @@ mod tests {
             ]
         );
         assert_eq!(plan.skipped, 1);
+        assert_eq!(
+            plan.skipped_span,
+            Some((utc("2027-01-01T00:03:00Z"), utc("2027-01-01T00:04:00Z"))),
+            "the span holds the one created, which its job tells"
+        );
         // 00:02's job has not been produced yet: it fires late, and is the
         // one firing.
         let plan = after_outage(Misfire::FireOnce, true);
@@ -967,6 +1009,7 @@ mod tests {
             ]
         );
         assert!(plan.create.iter().all(|o| o.expires_at.is_none()));
+        assert_eq!(plan.skipped_span, None);
     }
 
     #[test]

@@ -59,7 +59,7 @@ pub use quotas::QuotaUsage;
 pub use results::{DeadLetter, Decided, Disposition, Redriven};
 pub use schedules::{
     occurrence_placed, Materialized, NewSchedule, PendingOccurrences, Placed, ScheduleDef,
-    ScheduleRow, ScheduleStats, ScheduleStatus, ScheduleUpdate,
+    ScheduleFires, ScheduleRow, ScheduleStats, ScheduleStatus, ScheduleUpdate,
 };
 pub use sealing::{instance_may_hold, KeyCount, KeyUsed, Rotation, SCHEMA as SEALING_SCHEMA};
 pub use stats::{CountCursor, DeadSince, Overdue, Position, TopicCount, COUNTED};

@@ -13,6 +13,7 @@ use super::job_row::{job_from_row_listed, policy_from_row, JOB_COLUMNS_NO_PAYLOA
 use super::jobs::{insert_many_on, BatchRow};
 use super::payload::{schedule_opened, schedule_sealed};
 use super::sql::{db_time, push_id_list, topic_patterns_push};
+use crate::domain::fires::{self, Fire, FireJob, Gap, GapReason};
 use crate::domain::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status, Window};
 use crate::domain::keys::Keyring;
 use crate::domain::policy::Policy;
@@ -184,6 +185,39 @@ pub struct ScheduleRow {
     pub created_by: String,
     pub created_at: DateTime<Utc>,
     pub updated_at: DateTime<Utc>,
+}
+
+impl ScheduleRow {
+    /// Where its occurrences may fall within [`from`, `to`): after it was
+    /// created (occurrences before were never due) and its `start_at`; up
+    /// to its `end_at`, and once ended, up to its cursor (the last one it
+    /// decided: `max_occurrences` reached, say).
+    pub fn fires_span(&self, from: DateTime<Utc>, to: DateTime<Utc>) -> fires::Span {
+        let until = match self.status {
+            ScheduleStatus::Ended => Some(
+                self.def
+                    .end_at
+                    .map_or(self.cursor_at, |end| end.min(self.cursor_at)),
+            ),
+            ScheduleStatus::Active | ScheduleStatus::Paused => self.def.end_at,
+        };
+        fires::Span {
+            from,
+            to,
+            after: self
+                .created_at
+                .max(self.def.start_at - Duration::milliseconds(1)),
+            until,
+        }
+    }
+}
+
+/// A schedule's fires audited ([`Store::schedule_fires`]).
+#[derive(Debug, Clone)]
+pub struct ScheduleFires {
+    /// The database's clock when they were read.
+    pub at: DateTime<Utc>,
+    pub fires: Vec<Fire>,
 }
 
 /// Schedules and topic controls at a glance (the truth's figures).
@@ -632,6 +666,9 @@ impl Store {
             }
         }
         done.skipped = plan.skipped;
+        if let Some(span) = plan.skipped_span {
+            gap_skipped_record(&mut tx, id, schedule.cursor_at, span).await?;
+        }
         let last_at = plan.create.iter().map(|o| o.at).max();
         sqlx::query(
             "UPDATE schedules SET cursor_at = ?, next_at = ?, last_at = COALESCE(?, last_at), \
@@ -676,7 +713,9 @@ impl Store {
         let retime = current.def.retimes(def);
         let mut replaced = 0;
         if retime {
-            replaced = occurrences_delete_future(&mut tx, &self.actor, id, now).await?;
+            replaced = occurrences_delete_future(&mut tx, &self.actor, id, now)
+                .await?
+                .count;
         }
         // The occurrences' payloads and headers: plain in this UPDATE
         // without an active key; sealed each under its own id after it.
@@ -769,7 +808,11 @@ impl Store {
     /// Pauses (nothing more is created; pending occurrences not yet due are
     /// deleted) or resumes (from now: the occurrences of the pause are not
     /// misfires) schedule `id`. Returns it as it is now, and how many
-    /// occurrences a pause deleted.
+    /// occurrences a pause deleted. The pause is a gap of the schedule's
+    /// (`schedule_gaps`), opened and closed in the same transactions.
+    ///
+    /// Crash after this commits: the schedule is paused (or active again)
+    /// with its gap; nothing to repair.
     pub async fn schedule_pause(
         &self,
         id: u64,
@@ -784,7 +827,11 @@ impl Store {
         let mut deleted = 0;
         match (pause, current.status) {
             (true, ScheduleStatus::Active) => {
-                deleted = occurrences_delete_future(&mut tx, &self.actor, id, db_time(now)).await?;
+                let removed =
+                    occurrences_delete_future(&mut tx, &self.actor, id, db_time(now)).await?;
+                deleted = removed.count;
+                let from = removed.first_at.map_or(now, |first| first.min(now));
+                gap_pause_open(&mut tx, id, from).await?;
                 sqlx::query(
                     "UPDATE schedules SET status = 'paused', version = version % 4294967295 + 1, \
                      cursor_at = ?, last_at = NULL, next_at = ?, \
@@ -810,6 +857,7 @@ impl Store {
                 .bind(id)
                 .execute(&mut *tx)
                 .await?;
+                gap_pause_close(&mut tx, id, current.cursor_at, cursor).await?;
             }
             // Already so, or ended: nothing to do.
             _ => {}
@@ -840,7 +888,9 @@ impl Store {
             let now: NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(3)")
                 .fetch_one(&mut *tx)
                 .await?;
-            gone += occurrences_delete_future(&mut tx, &self.actor, id, now).await?;
+            gone += occurrences_delete_future(&mut tx, &self.actor, id, now)
+                .await?
+                .count;
             let token = event_token();
             gone += sqlx::query(
                 "UPDATE jobs SET event_token = ?, status = 'cancelled', version = version % 4294967295 + 1, \
@@ -854,6 +904,10 @@ impl Store {
             .rows_affected();
             events_record_schedule(&mut tx, &self.actor, id, token).await?;
         }
+        sqlx::query("DELETE FROM schedule_gaps WHERE schedule_id = ?")
+            .bind(id)
+            .execute(&mut *tx)
+            .await?;
         sqlx::query("DELETE FROM schedules WHERE id = ?")
             .bind(id)
             .execute(&mut *tx)
@@ -918,6 +972,59 @@ impl Store {
             .collect())
     }
 
+    /// What became of each occurrence of `schedule` at the instants
+    /// `expected` (in order, from [`fires::expected`]): its job, found by
+    /// its key (whichever schedule made it), or the gap that explains its
+    /// absence ([`fires::audit`]). Reads only.
+    pub async fn schedule_fires(
+        &self,
+        schedule: &ScheduleRow,
+        expected: &[DateTime<Utc>],
+    ) -> Result<ScheduleFires, StoreError> {
+        let at = self.db_now().await?;
+        let (Some(first), Some(last)) = (expected.first(), expected.last()) else {
+            return Ok(ScheduleFires {
+                at,
+                fires: Vec::new(),
+            });
+        };
+        let mut jobs = BTreeMap::new();
+        for chunk in expected.chunks(FIRES_PER_QUERY) {
+            jobs.extend(fire_jobs(&self.pool, schedule, chunk).await?);
+        }
+        let rows: Vec<(Vec<u8>, NaiveDateTime, Option<NaiveDateTime>)> = sqlx::query_as(
+            "SELECT reason, from_at, to_at FROM schedule_gaps WHERE schedule_id = ? \
+             AND from_at <= ? AND (to_at IS NULL OR to_at >= ?)",
+        )
+        .bind(schedule.id)
+        .bind(db_time(*last))
+        .bind(db_time(*first))
+        .fetch_all(&self.pool)
+        .await?;
+        let gaps = rows
+            .into_iter()
+            .map(|(reason, from_at, to_at)| {
+                let reason = std::str::from_utf8(&reason)
+                    .ok()
+                    .and_then(GapReason::parse)
+                    .ok_or_else(|| StoreError::Corrupt("schedule_gaps.reason".to_owned()))?;
+                Ok(Gap {
+                    reason,
+                    from_at: from_at.and_utc(),
+                    to_at: to_at.map(|to| to.and_utc()),
+                })
+            })
+            .collect::<Result<Vec<_>, StoreError>>()?;
+        let known = fires::Known {
+            gaps,
+            paused_since: (schedule.status == ScheduleStatus::Paused).then_some(schedule.cursor_at),
+        };
+        Ok(ScheduleFires {
+            at,
+            fires: fires::audit(expected, &jobs, &known, at),
+        })
+    }
+
     /// The pending occurrences of schedule `id`, soonest first.
     pub async fn schedule_pending(&self, id: u64, limit: u32) -> Result<Vec<Job>, StoreError> {
         let rows = sqlx::query(&format!(
@@ -933,6 +1040,56 @@ impl Store {
             .map(|row| job_from_row_listed(row, &self.keys, &self.codec))
             .collect()
     }
+}
+
+/// Occurrence keys looked up per query.
+const FIRES_PER_QUERY: usize = 1_000;
+
+/// The jobs of `schedule`'s occurrences at `instants`, by instant.
+async fn fire_jobs(
+    pool: &sqlx::MySqlPool,
+    schedule: &ScheduleRow,
+    instants: &[DateTime<Utc>],
+) -> Result<Vec<(DateTime<Utc>, FireJob)>, StoreError> {
+    let mut query = QueryBuilder::<MySql>::new(
+        "SELECT id, job_key, status, schedule_time, dispatched_at, kafka_partition, kafka_offset \
+         FROM jobs WHERE topic = ",
+    );
+    query.push_bind(&schedule.topic).push(" AND job_key IN (");
+    let mut keys = query.separated(", ");
+    for at in instants {
+        keys.push_bind(schedule::occurrence_key(&schedule.key, *at).into_bytes());
+    }
+    query.push(")");
+    let rows = query.build().fetch_all(pool).await?;
+    rows.iter()
+        .filter_map(|row| fire_job_from_row(row).transpose())
+        .collect()
+}
+
+/// A row of [`fire_jobs`]: None for a key that is not an occurrence's.
+fn fire_job_from_row(row: &MySqlRow) -> Result<Option<(DateTime<Utc>, FireJob)>, StoreError> {
+    let id: JobId = row.try_get("id")?;
+    let key = bytes_text(row, "job_key")?.unwrap_or_default();
+    let Some(instant) = schedule::occurrence_instant(&key) else {
+        return Ok(None);
+    };
+    let status = bytes_text(row, "status")?.unwrap_or_default();
+    let run_at: NaiveDateTime = row.try_get("schedule_time")?;
+    let dispatched_at: Option<NaiveDateTime> = row.try_get("dispatched_at")?;
+    Ok(Some((
+        instant,
+        FireJob {
+            id,
+            status: status
+                .parse()
+                .map_err(|_| StoreError::Corrupt(format!("job {id}: unknown status")))?,
+            run_at: run_at.and_utc(),
+            dispatched_at: dispatched_at.map(|at| at.and_utc()),
+            partition: row.try_get("kafka_partition")?,
+            offset: row.try_get("kafka_offset")?,
+        },
+    )))
 }
 
 /// Reads schedule `id` and locks its row until the transaction ends.
@@ -951,6 +1108,15 @@ async fn schedule_lock(
     schedule_from_row(&row, keys)
 }
 
+/// What [`occurrences_delete_future`] deleted.
+#[derive(Debug, Clone, Copy, Default)]
+struct Removed {
+    count: u64,
+    /// The earliest instant among them (by key): before `now` when jitter
+    /// or a window moved its job past it.
+    first_at: Option<DateTime<Utc>>,
+}
+
 /// Deletes the schedule's pending occurrences due after `now` that never
 /// ran (first attempt, never dispatched): their keys are free again for
 /// the occurrences that replace them. One that a dispatcher claims is no
@@ -963,25 +1129,117 @@ async fn occurrences_delete_future(
     actor: &str,
     id: u64,
     now: NaiveDateTime,
-) -> Result<u64, StoreError> {
-    let doomed: Vec<(JobId, NaiveDateTime, u32)> = sqlx::query_as(
-        "SELECT id, schedule_time, attempt FROM jobs WHERE schedule_id = ? AND status = 'pending' \
-         AND schedule_time > ? AND attempt = 1 AND dispatched_at IS NULL FOR UPDATE",
+) -> Result<Removed, StoreError> {
+    let doomed: Vec<(JobId, NaiveDateTime, u32, Option<Vec<u8>>)> = sqlx::query_as(
+        "SELECT id, schedule_time, attempt, job_key FROM jobs WHERE schedule_id = ? \
+         AND status = 'pending' AND schedule_time > ? AND attempt = 1 AND dispatched_at IS NULL \
+         FOR UPDATE",
     )
     .bind(id)
     .bind(now)
     .fetch_all(&mut *conn)
     .await?;
     if doomed.is_empty() {
-        return Ok(0);
+        return Ok(Removed::default());
     }
+    let first_at = doomed
+        .iter()
+        .filter_map(|(_, _, _, key)| {
+            schedule::occurrence_instant(std::str::from_utf8(key.as_deref()?).ok()?)
+        })
+        .min();
     let rows: Vec<EventRow> = doomed
         .iter()
-        .map(|(id, at, attempt)| (*id, Status::Cancelled.as_str().to_owned(), *at, *attempt))
+        .map(|(id, at, attempt, _)| (*id, Status::Cancelled.as_str().to_owned(), *at, *attempt))
         .collect();
     events_insert_rows(&mut *conn, actor, &rows).await?;
-    let ids: Vec<JobId> = doomed.iter().map(|(id, _, _)| *id).collect();
+    let ids: Vec<JobId> = doomed.iter().map(|(id, _, _, _)| *id).collect();
     let mut delete = QueryBuilder::<MySql>::new("DELETE FROM jobs WHERE id IN ");
     push_id_list(&mut delete, &ids);
-    Ok(delete.build().execute(&mut *conn).await?.rows_affected())
+    Ok(Removed {
+        count: delete.build().execute(&mut *conn).await?.rows_affected(),
+        first_at,
+    })
+}
+
+/// Opens the gap of a pause: the occurrences from `from` on are not
+/// created until the resume closes it.
+async fn gap_pause_open(
+    conn: &mut sqlx::MySqlConnection,
+    id: u64,
+    from: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    sqlx::query("INSERT INTO schedule_gaps (schedule_id, reason, from_at) VALUES (?, 'paused', ?)")
+        .bind(id)
+        .bind(db_time(from))
+        .execute(conn)
+        .await?;
+    Ok(())
+}
+
+/// Closes the gap of a pause at `to`, the resume's cursor (the first
+/// occurrence created again is after it). A pause opened before gaps were
+/// recorded has none: it is written whole, from `paused_at` (the cursor
+/// the pause set).
+async fn gap_pause_close(
+    conn: &mut sqlx::MySqlConnection,
+    id: u64,
+    paused_at: DateTime<Utc>,
+    to: DateTime<Utc>,
+) -> Result<(), StoreError> {
+    let closed = sqlx::query(
+        "UPDATE schedule_gaps SET to_at = ? \
+         WHERE schedule_id = ? AND reason = 'paused' AND to_at IS NULL",
+    )
+    .bind(db_time(to))
+    .bind(id)
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if closed == 0 {
+        sqlx::query(
+            "INSERT INTO schedule_gaps (schedule_id, reason, from_at, to_at) \
+             VALUES (?, 'paused', ?, ?)",
+        )
+        .bind(id)
+        .bind(db_time(paused_at))
+        .bind(db_time(to))
+        .execute(conn)
+        .await?;
+    }
+    Ok(())
+}
+
+/// Records the occurrences a misfire policy passed over, `span` (first and
+/// last instant). A run of skips that goes on from the last pass's (which
+/// ended at the schedule's cursor, `cursor_at`) extends its row: a
+/// schedule that stays behind for hours writes one row, not one a pass.
+async fn gap_skipped_record(
+    conn: &mut sqlx::MySqlConnection,
+    id: u64,
+    cursor_at: DateTime<Utc>,
+    (first, last): (DateTime<Utc>, DateTime<Utc>),
+) -> Result<(), StoreError> {
+    let extended = sqlx::query(
+        "UPDATE schedule_gaps SET to_at = ? \
+         WHERE schedule_id = ? AND reason = 'skipped' AND to_at = ?",
+    )
+    .bind(db_time(last))
+    .bind(id)
+    .bind(db_time(cursor_at))
+    .execute(&mut *conn)
+    .await?
+    .rows_affected();
+    if extended == 0 {
+        sqlx::query(
+            "INSERT INTO schedule_gaps (schedule_id, reason, from_at, to_at) \
+             VALUES (?, 'skipped', ?, ?)",
+        )
+        .bind(id)
+        .bind(db_time(first))
+        .bind(db_time(last))
+        .execute(conn)
+        .await?;
+    }
+    Ok(())
 }

@@ -25,8 +25,8 @@ from tickler_client.api.operations import (  # noqa: E402
     stats_get)
 from tickler_client.api.results import job_redrive, job_result_report  # noqa: E402
 from tickler_client.api.schedules import (  # noqa: E402
-    schedule_create, schedule_delete, schedule_get, schedule_modify, schedule_pause,
-    schedule_preview, schedule_resume, schedules_list)
+    schedule_audit, schedule_create, schedule_delete, schedule_get, schedule_modify,
+    schedule_pause, schedule_preview, schedule_resume, schedules_list)
 from tickler_client.api.topics import (  # noqa: E402
     topic_get, topic_modify, topic_pause, topic_resume, topics_list)
 from tickler_client.models import (  # noqa: E402
@@ -114,6 +114,9 @@ assert changed.schedule.cron == "0 10 1 * *", changed
 assert changed.schedule.window_ms == 600000 and not changed.schedule.jitter_ms, changed
 call(schedule_pause, schedule.id)
 call(schedule_resume, schedule.id)
+audit = call(schedule_audit, schedule.id, from_="2030-01-01T00:00:00Z", to="2031-01-01T00:00:00Z")
+assert audit.expected == 12 and audit.missing == 0, audit
+assert all(o.outcome == "upcoming" for o in audit.occurrences), audit
 preview = call(schedule_preview, body=PreviewSchedule.from_dict(
     {"cron": "30 2 * * *", "time_zone": "Europe/Berlin", "count": 3}))
 assert len(preview.occurrences) == 3, preview

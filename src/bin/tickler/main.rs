@@ -96,7 +96,8 @@ enum Command {
         command: cli::control::TopicsCommand,
     },
     /// Recurring schedules through a running tickler's API: list, get,
-    /// create, pause, resume, delete, preview. Exit status as for `jobs`.
+    /// create, pause, resume, delete, preview, audit. Exit status as for
+    /// `jobs`.
     Schedules {
         #[command(flatten)]
         api: cli::ApiArgs,

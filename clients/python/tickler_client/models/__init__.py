@@ -32,6 +32,8 @@ from .drift import Drift
 from .error_body import ErrorBody
 from .error_detail import ErrorDetail
 from .filter_body import FilterBody
+from .fire_outcome import FireOutcome
+from .fire_view import FireView
 from .forecast import Forecast
 from .forecast_bucket import ForecastBucket
 from .forecast_topic import ForecastTopic
@@ -62,6 +64,7 @@ from .ready_checks import ReadyChecks
 from .redrive_job import RedriveJob
 from .report_answer import ReportAnswer
 from .report_body import ReportBody
+from .schedule_audit import ScheduleAudit
 from .schedule_changed import ScheduleChanged
 from .schedule_deleted import ScheduleDeleted
 from .schedule_page import SchedulePage
@@ -108,6 +111,8 @@ __all__ = (
     "ErrorBody",
     "ErrorDetail",
     "FilterBody",
+    "FireOutcome",
+    "FireView",
     "Forecast",
     "ForecastBucket",
     "ForecastTopic",
@@ -138,6 +143,7 @@ __all__ = (
     "RedriveJob",
     "ReportAnswer",
     "ReportBody",
+    "ScheduleAudit",
     "ScheduleChanged",
     "ScheduleDeleted",
     "SchedulePage",
