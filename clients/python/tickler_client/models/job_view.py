@@ -57,6 +57,9 @@ class JobView:
                 out (`dispatched_at` says when it did).
             schedule_id (int | None | Unset): The schedule whose occurrence it is.
             traceparent (None | str | Unset): The W3C trace context of the creating request, put on the record.
+            verified_at (None | str | Unset): When tickler read its record back at `kafka`'s position and found
+                it there (`dispatcher.verify`); null: not verified (not yet, not
+                sampled, verification off, or dispatched before it existed).
             window_ms (int | None | Unset): Its flexible window: it may go out at any instant of [run_at,
                 run_at + window_ms].
      """
@@ -86,6 +89,7 @@ class JobView:
     produce_at: None | str | Unset = UNSET
     schedule_id: int | None | Unset = UNSET
     traceparent: None | str | Unset = UNSET
+    verified_at: None | str | Unset = UNSET
     window_ms: int | None | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
@@ -188,6 +192,12 @@ class JobView:
         else:
             traceparent = self.traceparent
 
+        verified_at: None | str | Unset
+        if isinstance(self.verified_at, Unset):
+            verified_at = UNSET
+        else:
+            verified_at = self.verified_at
+
         window_ms: int | None | Unset
         if isinstance(self.window_ms, Unset):
             window_ms = UNSET
@@ -235,6 +245,8 @@ class JobView:
             field_dict["schedule_id"] = schedule_id
         if traceparent is not UNSET:
             field_dict["traceparent"] = traceparent
+        if verified_at is not UNSET:
+            field_dict["verified_at"] = verified_at
         if window_ms is not UNSET:
             field_dict["window_ms"] = window_ms
 
@@ -390,6 +402,16 @@ class JobView:
         traceparent = _parse_traceparent(d.pop("traceparent", UNSET))
 
 
+        def _parse_verified_at(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        verified_at = _parse_verified_at(d.pop("verified_at", UNSET))
+
+
         def _parse_window_ms(data: object) -> int | None | Unset:
             if data is None:
                 return data
@@ -426,6 +448,7 @@ class JobView:
             produce_at=produce_at,
             schedule_id=schedule_id,
             traceparent=traceparent,
+            verified_at=verified_at,
             window_ms=window_ms,
         )
 
