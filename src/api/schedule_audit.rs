@@ -47,6 +47,9 @@ pub struct FireView {
     pub dispatched_at: Option<String>,
     pub partition: Option<i32>,
     pub offset: Option<i64>,
+    /// When its record was read back at that position and found there
+    /// (`dispatcher.verify`).
+    pub verified_at: Option<String>,
 }
 
 impl From<Fire> for FireView {
@@ -62,6 +65,7 @@ impl From<Fire> for FireView {
             dispatched_at: dispatched.and_then(|job| job.dispatched_at.map(time_format)),
             partition: dispatched.and_then(|job| job.partition),
             offset: dispatched.and_then(|job| job.offset),
+            verified_at: dispatched.and_then(|job| job.verified_at.map(time_format)),
         }
     }
 }

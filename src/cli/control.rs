@@ -343,6 +343,7 @@ fn audit_table(answer: &Value) -> String {
                 text(&o["status"]),
                 kafka,
                 text(&o["dispatched_at"]),
+                text(&o["verified_at"]),
             ]
         })
         .collect();
@@ -355,6 +356,7 @@ fn audit_table(answer: &Value) -> String {
                 "status",
                 "partition/offset",
                 "dispatched_at",
+                "verified_at",
             ],
             &rows,
         ));

@@ -135,6 +135,8 @@ pub struct FireJob {
     pub dispatched_at: Option<DateTime<Utc>>,
     pub partition: Option<i32>,
     pub offset: Option<i64>,
+    /// When its record was read back at that position and found there.
+    pub verified_at: Option<DateTime<Utc>>,
 }
 
 /// What is known of the schedule beside its jobs.
@@ -238,6 +240,7 @@ mod tests {
             dispatched_at: dispatched.then(|| utc(run_at)),
             partition: dispatched.then_some(0),
             offset: dispatched.then_some(41),
+            verified_at: None,
         }
     }
 

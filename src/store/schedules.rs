@@ -1052,8 +1052,8 @@ async fn fire_jobs(
     instants: &[DateTime<Utc>],
 ) -> Result<Vec<(DateTime<Utc>, FireJob)>, StoreError> {
     let mut query = QueryBuilder::<MySql>::new(
-        "SELECT id, job_key, status, schedule_time, dispatched_at, kafka_partition, kafka_offset \
-         FROM jobs WHERE topic = ",
+        "SELECT id, job_key, status, schedule_time, dispatched_at, kafka_partition, kafka_offset, \
+         verified_at FROM jobs WHERE topic = ",
     );
     query.push_bind(&schedule.topic).push(" AND job_key IN (");
     let mut keys = query.separated(", ");
@@ -1088,6 +1088,9 @@ fn fire_job_from_row(row: &MySqlRow) -> Result<Option<(DateTime<Utc>, FireJob)>,
             dispatched_at: dispatched_at.map(|at| at.and_utc()),
             partition: row.try_get("kafka_partition")?,
             offset: row.try_get("kafka_offset")?,
+            verified_at: row
+                .try_get::<Option<NaiveDateTime>, _>("verified_at")?
+                .map(|at| at.and_utc()),
         },
     )))
 }

@@ -36,6 +36,8 @@ class FireView:
             run_at (None | str | Unset): When its job runs or ran (jitter, a window, a `fire_once` misfire
                 or a retry move it from `expected_at`).
             status (None | Status | Unset):
+            verified_at (None | str | Unset): When its record was read back at that position and found there
+                (`dispatcher.verify`).
      """
 
     expected_at: str
@@ -46,6 +48,7 @@ class FireView:
     partition: int | None | Unset = UNSET
     run_at: None | str | Unset = UNSET
     status: None | Status | Unset = UNSET
+    verified_at: None | str | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
 
@@ -95,6 +98,12 @@ class FireView:
         else:
             status = self.status
 
+        verified_at: None | str | Unset
+        if isinstance(self.verified_at, Unset):
+            verified_at = UNSET
+        else:
+            verified_at = self.verified_at
+
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
@@ -114,6 +123,8 @@ class FireView:
             field_dict["run_at"] = run_at
         if status is not UNSET:
             field_dict["status"] = status
+        if verified_at is not UNSET:
+            field_dict["verified_at"] = verified_at
 
         return field_dict
 
@@ -199,6 +210,16 @@ class FireView:
         status = _parse_status(d.pop("status", UNSET))
 
 
+        def _parse_verified_at(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        verified_at = _parse_verified_at(d.pop("verified_at", UNSET))
+
+
         fire_view = cls(
             expected_at=expected_at,
             outcome=outcome,
@@ -208,6 +229,7 @@ class FireView:
             partition=partition,
             run_at=run_at,
             status=status,
+            verified_at=verified_at,
         )
 
 
