@@ -269,6 +269,7 @@ fn bench_smoke_completes_and_every_job_arrives() {
         "lateness:",
         "burst:",
         "results:",
+        "proof:",
         "redis:",
         "reconcile:",
         "instances: 2 tickler serve processes",

@@ -20,8 +20,8 @@ use tickler::store::Store;
 use super::{percentiles, until, Bench};
 
 /// How long the fresh reader waits for one more record before it takes
-/// the topic as read.
-const READ_IDLE: Duration = Duration::from_secs(10);
+/// the topic as read (seconds; a smoke run's topic is small).
+const READ_IDLE: (u64, u64) = (10, 3);
 
 impl Bench {
     /// Long because the stage is one script: the stream created second by
@@ -61,7 +61,12 @@ impl Bench {
             tokio::time::sleep(Duration::from_secs(1)).await;
         }
         let reading = Instant::now();
-        let on_topic = topic_read(&self.config.kafka.brokers, &topic).await?;
+        let idle = Duration::from_secs(if self.options.smoke {
+            READ_IDLE.1
+        } else {
+            READ_IDLE.0
+        });
+        let on_topic = topic_read(&self.config.kafka.brokers, &topic, idle).await?;
         let read_secs = reading.elapsed().as_secs_f64();
         let found = tally
             .attempts
@@ -95,13 +100,17 @@ impl Bench {
 
 /// Every record of tickler's on `topic`, read from the beginning by a new
 /// reader: how many times each (job id, attempt) is there.
-async fn topic_read(brokers: &str, topic: &str) -> anyhow::Result<HashMap<(u64, u32), u32>> {
+async fn topic_read(
+    brokers: &str,
+    topic: &str,
+    idle: Duration,
+) -> anyhow::Result<HashMap<(u64, u32), u32>> {
     let consumer: BaseConsumer =
         kafka::tail::base_consumer_assigned(brokers, topic, Offset::Beginning)?;
     let read = tokio::task::spawn_blocking(move || {
         let mut seen: HashMap<(u64, u32), u32> = HashMap::new();
         let mut last = Instant::now();
-        while last.elapsed() < READ_IDLE {
+        while last.elapsed() < idle {
             let Some(Ok(message)) = consumer.poll(Duration::from_millis(200)) else {
                 continue;
             };
