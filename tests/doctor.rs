@@ -416,3 +416,48 @@ async fn a_trigger_whose_definer_is_gone_is_named_by_the_doctor() {
     assert_eq!(triggers.verdict, Verdict::Ok, "{triggers:?}");
     env.finish().await;
 }
+
+/// Jobs due within a day for a topic the broker lacks are named (each would
+/// be refused when due); a job dispatched minutes ago and never read back
+/// on its topic (no verifier runs here) is a warning naming it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_doctor_names_missing_topics_and_jobs_never_read_back() {
+    let env = TestEnv::start_with(|c| {
+        c.roles = vec![Role::Api];
+        c.kafka.topic_check = tickler::config::TopicCheck::Off;
+    })
+    .await;
+    let absent = format!("{}-absent", env.topic);
+    for n in 0..3 {
+        env.job_create(json!({"topic": absent, "payload": n, "delay_ms": 3_600_000}))
+            .await;
+    }
+    let dispatched = env
+        .job_create(json!({"payload": 1, "delay_ms": 3_600_000}))
+        .await["id"]
+        .as_u64()
+        .unwrap();
+    // Dispatched five minutes ago, as a dispatcher without a verifier
+    // leaves it.
+    sqlx::query(
+        "UPDATE jobs SET status = 'dispatched', kafka_partition = 0, kafka_offset = 3, \
+         dispatched_at = UTC_TIMESTAMP(3) - INTERVAL 5 MINUTE, \
+         updated_at = UTC_TIMESTAMP(3) - INTERVAL 5 MINUTE WHERE id = ?",
+    )
+    .bind(dispatched)
+    .execute(&env.sql)
+    .await
+    .unwrap();
+    let report = doctor(&env).run_once().await;
+    let topics = finding(&report, "topics");
+    assert_eq!(topics.verdict, Verdict::Fail, "{topics:?}");
+    assert_eq!(topics.count, 3, "{topics:?}");
+    assert!(
+        topics.summary.contains(&format!("{absent} (3)")),
+        "{topics:?}"
+    );
+    let verification = finding(&report, "verification");
+    assert_eq!(verification.verdict, Verdict::Warn, "{verification:?}");
+    assert_eq!(verification.ids, vec![dispatched], "{verification:?}");
+    env.finish().await;
+}

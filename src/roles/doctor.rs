@@ -300,6 +300,11 @@ impl Doctor {
         );
         findings.push(self.check_positions().await);
         findings.push(
+            self.check_topics()
+                .await
+                .unwrap_or_else(|err| unreachable_store("topics", err)),
+        );
+        findings.push(
             self.check_verification()
                 .await
                 .unwrap_or_else(|err| unreachable_store("verification", err)),
@@ -667,6 +672,76 @@ impl Doctor {
                 "not repaired automatically (producing again could double a delivery): check the topic (recreated? truncated?) and the broker's acks; to produce a job again, use the requeue recipe in docs/schema.md".to_owned(),
             ),
         }
+    }
+
+    /// Whether the topics of the jobs due within a day exist on the
+    /// broker: a job for a topic it lacks is refused when due (a failed
+    /// attempt each).
+    async fn check_topics(&self) -> Result<Finding, DoctorError> {
+        const CHECK: &str = "topics";
+        let due = self
+            .store
+            .job_topics_due_within(Duration::from_secs(86_400), 1_000)
+            .await?;
+        if due.is_empty() {
+            return Ok(Finding::ok(CHECK, "no job is due within a day".to_owned()));
+        }
+        let names: Vec<String> = due.iter().map(|(topic, _)| topic.clone()).collect();
+        let ends = match kafka::partition_ends(
+            &self.config.kafka.brokers,
+            &self.config.kafka.options,
+            names,
+        )
+        .await
+        {
+            Ok(ends) => ends,
+            Err(err) => {
+                return Ok(Finding {
+                    check: CHECK,
+                    verdict: Verdict::Warn,
+                    summary: format!("Kafka could not be asked for its topics: {err}"),
+                    count: 0,
+                    ids: Vec::new(),
+                    fix: Some("check kafka.brokers and the broker".to_owned()),
+                })
+            }
+        };
+        let lacking: Vec<&(String, u64)> = due
+            .iter()
+            .filter(|(topic, _)| {
+                ends.get(topic)
+                    .is_none_or(|partitions| partitions.is_empty())
+            })
+            .collect();
+        if lacking.is_empty() {
+            return Ok(Finding::ok(
+                CHECK,
+                format!(
+                    "the {} topics of the jobs due within a day exist on the broker",
+                    due.len()
+                ),
+            ));
+        }
+        let jobs: u64 = lacking.iter().map(|(_, n)| n).sum();
+        let named: Vec<String> = lacking
+            .iter()
+            .take(10)
+            .map(|(topic, n)| format!("{topic} ({n})"))
+            .collect();
+        Ok(Finding {
+            check: CHECK,
+            verdict: Verdict::Fail,
+            summary: format!(
+                "{jobs} jobs due within a day are for {} topics the broker does not have: {}",
+                lacking.len(),
+                named.join(", ")
+            ),
+            count: jobs,
+            ids: Vec::new(),
+            fix: Some(
+                "create the topics (each job is refused when due otherwise, a failed attempt each), or cancel their jobs: tickler jobs bulk --status pending --topic T cancel".to_owned(),
+            ),
+        })
     }
 
     /// Whether the jobs dispatched in the last hour were read back on

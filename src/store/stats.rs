@@ -9,6 +9,7 @@ use sqlx::{MySql, QueryBuilder, Row};
 
 use super::error::StoreError;
 use super::handle::Store;
+use super::job_row::text;
 use super::sql::db_time;
 
 /// The statuses counted by topic: the live ones (finished jobs are counted
@@ -309,6 +310,34 @@ impl Store {
             }
         }
         Ok(statuses)
+    }
+
+    /// The topics of pending jobs due before `until` (the database's clock
+    /// plus that much), with how many each: a range of `(status,
+    /// schedule_time)`, at most `limit` topics.
+    pub async fn job_topics_due_within(
+        &self,
+        until: Duration,
+        limit: u32,
+    ) -> Result<Vec<(String, u64)>, StoreError> {
+        let rows = sqlx::query(
+            "SELECT topic, COUNT(*) AS n FROM jobs WHERE status = 'pending' \
+             AND schedule_time < TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3)) \
+             GROUP BY topic ORDER BY topic LIMIT ?",
+        )
+        .bind(u64::try_from(until.as_micros()).unwrap_or(u64::MAX))
+        .bind(limit)
+        .fetch_all(&self.pool)
+        .await?;
+        rows.iter()
+            .map(|row| {
+                let n: i64 = row.try_get("n")?;
+                Ok((
+                    text(row, "topic")?.unwrap_or_default(),
+                    u64::try_from(n).unwrap_or_default(),
+                ))
+            })
+            .collect()
     }
 
     /// The recorded positions of the `limit` jobs of each of `dispatched`
