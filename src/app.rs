@@ -26,6 +26,7 @@ use crate::kafka::{self, Topics};
 use crate::metrics;
 use crate::roles::auth::{Principal, TokenCache, TokenCacheConfig};
 use crate::roles::bulk::BulkRunner;
+use crate::roles::consumption::{Consumption, ConsumptionConfig};
 use crate::roles::dispatcher::{DispatchError, Dispatcher, DispatcherConfig};
 use crate::roles::ingress::{Ingress, IngressConfig};
 use crate::roles::loader::{Loader, LoaderConfig};
@@ -331,7 +332,14 @@ pub fn services(role: Option<Role>) -> &'static [&'static str] {
         Some(Role::Api) => &["api", "metrics", "token cache", "bulk"],
         Some(Role::Loader) => &["loader", "materializer"],
         Some(Role::Dispatcher) => &["dispatcher", "verifier"],
-        Some(Role::Reconciler) => &["reconciler", "reporter", "watermarks", "quotas", "purger"],
+        Some(Role::Reconciler) => &[
+            "reconciler",
+            "reporter",
+            "watermarks",
+            "quotas",
+            "purger",
+            "consumption",
+        ],
         Some(Role::Results) => &["results", "dead letters"],
         Some(Role::Ingress) => &["ingress"],
     }
@@ -837,6 +845,15 @@ fn start_reconciler(
             service::run(purger, cancel.child_token()),
         );
     }
+    let consumption = Consumption::new(
+        pools.reconciler.clone(),
+        ConsumptionConfig::from_config(config),
+    );
+    shared.spawn_service(
+        Some(Role::Reconciler),
+        "consumption",
+        service::run(consumption, cancel.child_token()),
+    );
 }
 
 /// The results role's services: the results consumer and the dead-letter producer.

@@ -371,6 +371,29 @@ declare! {
         help: "Records waiting to be read back on this instance.",
     },
 
+    // Consumption: the consumer groups reading tickler's topics (#59).
+    CONSUMER_BEHIND_RECORDS = Gauge {
+        name: "tickler_consumer_behind_records",
+        labels: ["topic", "group"],
+        help: "Records of the topic the consumer group has not read: each \
+            partition's end less the group's committed offset, summed.",
+    },
+    CONSUMER_BEHIND_SECONDS = Gauge {
+        name: "tickler_consumer_behind_seconds",
+        unit: Seconds,
+        labels: ["topic", "group"],
+        help: "Age of the oldest record of the topic the consumer group has \
+            not read (0: it has read everything), precise to \
+            consumption.interval_ms.",
+    },
+    CONSUMER_STALLED = Gauge {
+        name: "tickler_consumer_stalled",
+        labels: ["topic", "group"],
+        help: "1 while the consumer group has left a record of the topic \
+            unread longer than consumption.alert_after_ms (or the topic's \
+            consumed_within_ms), else 0.",
+    },
+
     // What became of dispatched jobs: results, retries, the dead, the purge; schedules.
     RESULTS_APPLIED = Counter {
         name: "tickler_results_applied_total",
@@ -985,6 +1008,35 @@ pub fn delivery_unverified(reason: &'static str, n: usize) {
 pub fn delivery_verify_queue(waiting: usize, oldest: std::time::Duration) {
     DELIVERY_VERIFY_QUEUE.get().set(waiting as f64);
     DELIVERY_VERIFY_LAG.get().set(oldest.as_secs_f64());
+}
+
+/// How far behind a consumer group is on a topic.
+pub fn consumer_behind(topic: &str, group: &str, records: i64, seconds: f64, stalled: bool) {
+    let labels = || [topic.to_owned().into(), group.to_owned().into()];
+    CONSUMER_BEHIND_RECORDS.with(labels()).set(records as f64);
+    CONSUMER_BEHIND_SECONDS.with(labels()).set(seconds);
+    CONSUMER_STALLED
+        .with(labels())
+        .set(if stalled { 1.0 } else { 0.0 });
+}
+
+/// A consumer group stopped reading a topic: logged once, with the oldest
+/// job it has not read.
+pub fn consumer_stalled(
+    topic: &str,
+    group: &str,
+    records: i64,
+    seconds: f64,
+    oldest_job: Option<u64>,
+) {
+    tracing::warn!(
+        topic,
+        group,
+        behind_records = records,
+        behind_seconds = seconds,
+        oldest_job,
+        "a consumer group has not read a record for too long"
+    );
 }
 
 // What became of dispatched jobs.

@@ -17,7 +17,7 @@ use serde_json::value::RawValue;
 
 use super::auth::Caller;
 use super::error::Conflict;
-use super::view::JobView;
+use super::view::{ConsumedView, JobView};
 use super::{ApiError, ApiJson, ApiState, JobIdPath};
 use crate::domain::job::{
     self, time_format, Expiry, InvalidJob, Job, JobId, NewJob, PayloadKind, Schedule, Window,
@@ -670,7 +670,16 @@ pub async fn get(
     caller.require(Scope::Read)?;
     let job = state.store.job_get(id).await?;
     caller.topic(&job.topic)?;
-    Ok(Json(JobView::from(job)))
+    let followed = state
+        .config
+        .topics
+        .get(&job.topic)
+        .and_then(|topic| topic.consumer_groups.clone())
+        .unwrap_or_default();
+    let consumed = state.store.job_consumed(&job, &followed).await?;
+    let mut view = JobView::from(job);
+    view.consumed = consumed.into_iter().map(ConsumedView::from).collect();
+    Ok(Json(view))
 }
 
 /// `PATCH /v1/jobs/{id}` — reschedule or modify a pending job whose version

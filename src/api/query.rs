@@ -30,9 +30,28 @@ pub struct ListQuery {
     pub run_at_from: Option<String>,
     /// Jobs due before this time (RFC 3339).
     pub run_at_to: Option<String>,
+    /// Only dispatched jobs this consumer group has not read yet (of the
+    /// topics it is followed on).
+    pub unconsumed_by: Option<String>,
     pub limit: Option<u32>,
     /// `next_cursor` of the previous page.
     pub cursor: Option<String>,
+}
+
+/// A consumer group's id as a filter: 1 to 255 bytes, no control
+/// characters (what Kafka takes).
+fn group_parse(group: Option<String>) -> Result<Option<String>, ApiError> {
+    match group {
+        Some(group)
+            if group.is_empty() || group.len() > 255 || group.chars().any(char::is_control) =>
+        {
+            Err(ApiError::InvalidRequest(
+                "unconsumed_by must be a consumer group id: 1 to 255 bytes, no control characters"
+                    .to_owned(),
+            ))
+        }
+        group => Ok(group),
+    }
 }
 
 /// A time filter: RFC 3339, and inside the range a job's time can have
@@ -144,6 +163,7 @@ pub async fn list(
         run_at_to: time_parse("run_at_to", query.run_at_to)?,
         // A token sees only its own topics' jobs.
         topic_patterns: caller.0.topics.clone(),
+        unconsumed_by: group_parse(query.unconsumed_by)?,
     };
     let limit = query.limit.unwrap_or(LIST_DEFAULT);
     if !(1..=LIST_MAX).contains(&limit) {

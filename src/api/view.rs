@@ -45,6 +45,10 @@ pub struct JobView {
     /// it there (`dispatcher.verify`); null: not verified (not yet, not
     /// sampled, verification off, or dispatched before it existed).
     pub verified_at: Option<String>,
+    /// When each consumer group that reads its partition read past its
+    /// record (`at` null: not yet); absent in listings.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub consumed: Vec<ConsumedView>,
     pub last_error: Option<String>,
     /// The W3C trace context of the creating request, put on the record.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -65,6 +69,24 @@ pub struct JobView {
     /// out (`dispatched_at` says when it did).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub produce_at: Option<String>,
+}
+
+/// When one consumer group read past a job's record.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
+pub struct ConsumedView {
+    pub group: String,
+    /// When tickler saw the group's committed offset pass the record
+    /// (within `consumption.interval_ms`); null: not yet.
+    pub at: Option<String>,
+}
+
+impl From<crate::store::Consumed> for ConsumedView {
+    fn from(consumed: crate::store::Consumed) -> Self {
+        ConsumedView {
+            group: consumed.group,
+            at: consumed.at.map(time_format),
+        }
+    }
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq, utoipa::ToSchema)]
@@ -118,6 +140,7 @@ impl From<Job> for JobView {
             dispatched_at: job.dispatched_at.map(time_format),
             kafka,
             verified_at: job.verified_at.map(time_format),
+            consumed: Vec::new(),
             last_error: job.last_error,
         }
     }

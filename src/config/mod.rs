@@ -65,6 +65,8 @@ pub struct Config {
     pub notify: NotifySettings,
     /// The audit log's retention.
     pub audit: AuditSettings,
+    /// `[consumption]`: the consumer groups followed.
+    pub consumption: ConsumptionSettings,
     /// Payloads and headers encrypted at rest.
     pub encryption: EncryptionSettings,
     /// Payloads compressed at rest.
@@ -104,6 +106,7 @@ impl Default for Config {
             gauges: GaugesSettings::default(),
             notify: NotifySettings::default(),
             audit: AuditSettings::default(),
+            consumption: ConsumptionSettings::default(),
             encryption: EncryptionSettings::default(),
             compression: CompressionSettings::default(),
             tracing: TracingSettings::default(),
@@ -364,6 +367,7 @@ pub const SECTIONS: &[&str] = &[
     "gauges",
     "notify",
     "audit",
+    "consumption",
     "encryption",
     "compression",
     "tracing",

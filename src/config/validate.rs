@@ -44,6 +44,7 @@ impl Config {
             gauges,
             notify,
             audit,
+            consumption,
             encryption,
             compression,
             tracing,
@@ -65,6 +66,7 @@ impl Config {
         gauges.validate()?;
         notify.validate()?;
         audit.validate()?;
+        consumption.validate()?;
         encryption.validate()?;
         compression.validate()?;
         tracing.validate()?;

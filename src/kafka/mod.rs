@@ -4,9 +4,11 @@
 //! ([`Record`]) every record is sent with; the group consumer
 //! ([`GroupConsumer`]) of the results role and the ingress; reading topics
 //! back ([`readback`]), reading produced records back at their position
-//! ([`verify`]) and the tests' and demo's readers ([`tail`]).
+//! ([`verify`]), where the consumer groups reading tickler's topics stand
+//! ([`groups`]) and the tests' and demo's readers ([`tail`]).
 
 mod consumer;
+pub mod groups;
 mod producer;
 pub mod readback;
 mod record;

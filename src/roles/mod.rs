@@ -13,6 +13,8 @@
 //! - [`reconciler`] — repairs from MySQL: claims in doubt (settled by
 //!   reading their topic back), jobs Redis lost, ack deadlines passed in
 //!   silence
+//! - [`consumption`] — follows the consumer groups reading tickler's topics:
+//!   when each job was consumed, and groups that stopped
 //! - [`purger`]     — deletes finished jobs past their retention
 //! - [`materializer`] — a schedule's occurrences become jobs
 //! - [`membership`] — instances know each other; shard leases and fencing;
@@ -43,6 +45,7 @@ pub mod auth;
 pub mod bulk;
 pub mod clock_guard;
 pub mod codec_upkeep;
+pub mod consumption;
 pub mod dispatcher;
 pub mod doctor;
 pub mod ingress;

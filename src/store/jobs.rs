@@ -91,6 +91,9 @@ pub struct JobFilter {
     /// Only topics matching one of these patterns (`*` for any run of
     /// characters); `None` for every topic.
     pub topic_patterns: Option<Vec<String>>,
+    /// Only dispatched jobs consumer group this has not read past (of the
+    /// topics it is known to read: `consumer_offsets`).
+    pub unconsumed_by: Option<String>,
 }
 
 /// One entry of a job's history.
@@ -451,6 +454,9 @@ impl Store {
         }
         run_at_push(&mut query, filter.run_at_from, filter.run_at_to);
         topic_patterns_push(&mut query, filter.topic_patterns.as_deref());
+        if let Some(group) = &filter.unconsumed_by {
+            super::consumption::unconsumed_push(&mut query, group);
+        }
         // id-order: the keyset paging's order (see above).
         query.push(" ORDER BY id LIMIT ").push_bind(limit);
         let rows = query.build().fetch_all(&self.pool).await?;

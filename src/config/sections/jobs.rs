@@ -160,6 +160,15 @@ pub struct TopicConfig {
     /// Overrides `jobs.dead_letter_topic`; `""` turns dead letters off here.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub dead_letter_topic: Option<String>,
+    /// The consumer groups that read this topic, followed to know when
+    /// each job was consumed (`consumed` in a job's view), beside those
+    /// found reading it (`consumption.discover`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consumer_groups: Option<Vec<String>>,
+    /// A group that has not read a record of this topic this long after it
+    /// was produced is stalled (overrides `consumption.alert_after_ms`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub consumed_within_ms: Option<u64>,
 }
 
 impl TopicConfig {

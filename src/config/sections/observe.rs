@@ -183,6 +183,53 @@ impl TracingSettings {
     }
 }
 
+/// `[consumption]`: following the consumer groups that read tickler's
+/// topics, to know when each job was consumed (#59).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct ConsumptionSettings {
+    /// How often the committed offsets of the followed groups are read (by
+    /// every instance with the reconciler role): a job's `consumed` time is
+    /// this precise.
+    pub interval_ms: u64,
+    /// A group that has not read a record this long after it was produced
+    /// is stalled (`tickler_consumer_stalled`, the TicklerConsumerStalled
+    /// alert); `[topics.T] consumed_within_ms` sets it per topic.
+    pub alert_after_ms: u64,
+    /// Also follow the groups found reading a topic tickler produces to
+    /// (their members' assignments), beside `[topics.T] consumer_groups`.
+    pub discover: bool,
+}
+
+impl Default for ConsumptionSettings {
+    fn default() -> Self {
+        ConsumptionSettings {
+            interval_ms: 1_000,
+            alert_after_ms: 300_000,
+            discover: true,
+        }
+    }
+}
+
+impl ConsumptionSettings {
+    /// The section's own checks; the first problem found names its setting.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(100..=600_000).contains(&self.interval_ms) {
+            return Err(invalid(
+                "consumption.interval_ms",
+                "must be between 100 and 600000",
+            ));
+        }
+        if self.alert_after_ms < self.interval_ms {
+            return Err(invalid(
+                "consumption.alert_after_ms",
+                "must be at least consumption.interval_ms",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// `[audit]`: the audit log of control-plane changes.
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(default, deny_unknown_fields)]
