@@ -53,6 +53,11 @@ pub struct ListArgs {
     /// Exact key.
     #[arg(long)]
     key: Option<String>,
+    /// Only dispatched jobs this consumer group has not read yet (of the
+    /// topics it is followed on: `[topics.T] consumer_groups`, or found
+    /// reading them).
+    #[arg(long)]
+    unconsumed_by: Option<String>,
     /// Jobs per page (1 to 1000).
     #[arg(long, default_value_t = 100)]
     limit: u32,
@@ -411,6 +416,7 @@ async fn list(client: &Client, args: ListArgs, json: bool) -> Result<(), ClientE
                 ("key", args.key.clone()),
                 ("run_at_from", args.filter.run_at_from.clone()),
                 ("run_at_to", args.filter.run_at_to.clone()),
+                ("unconsumed_by", args.unconsumed_by.clone()),
                 ("limit", Some(args.limit.to_string())),
                 ("cursor", cursor.clone()),
             ])
@@ -644,6 +650,7 @@ fn print_job(job: &Value) {
         "updated_at",
         "dispatched_at",
         "kafka",
+        "verified_at",
         "last_error",
         "headers",
         "traceparent",
@@ -652,6 +659,15 @@ fn print_job(job: &Value) {
         if let Some(value) = job.get(field) {
             println!("{field:<15} {}", text(value));
         }
+    }
+    // One line per consumer group: when it read past the record.
+    for consumed in job["consumed"].as_array().into_iter().flatten() {
+        println!(
+            "{:<15} {} at {}",
+            "consumed",
+            text(&consumed["group"]),
+            text(&consumed["at"])
+        );
     }
     if let Some(payload) = job.get("payload") {
         println!("{:<15} {payload}", "payload");

@@ -52,6 +52,12 @@ pub const SWEEP_AFTER: Duration = Duration::from_secs(60);
 pub const SWEEP_LOOKBACK: Duration = Duration::from_secs(3_600);
 /// Time between sweeps.
 pub const SWEEP_EVERY: Duration = Duration::from_secs(30);
+/// Records handed a second above which the dispatcher is in a burst: the
+/// verifier then waits (its reads and writes would share the database and
+/// the broker with the burst) ...
+pub const BURST_PER_SECOND: u64 = 5_000;
+/// ... at most this long after the oldest record waiting was produced.
+pub const BURST_DEFER_MAX: Duration = Duration::from_secs(30);
 
 /// The settler's side: offers what it marked dispatched.
 #[derive(Clone)]
@@ -123,6 +129,8 @@ pub struct Verifier {
     /// (id, attempt) of what waits, so the sweep adds nothing twice.
     queued: HashSet<(JobId, u32)>,
     swept: SweepMark,
+    /// Records handed in the current second, and in the one before.
+    handed: (tokio::time::Instant, u64, u64),
 }
 
 impl Verifier {
@@ -142,6 +150,7 @@ impl Verifier {
             queue: VecDeque::new(),
             queued: HashSet::new(),
             swept: SweepMark::default(),
+            handed: (tokio::time::Instant::now(), 0, 0),
         };
         (verifier, feed)
     }
@@ -171,7 +180,10 @@ impl Verifier {
             tokio::select! {
                 _ = cancel.cancelled() => break,
                 handed = self.from_feed.recv(), if fed => match handed {
-                    Some(produced) => self.enqueue(produced),
+                    Some(produced) => {
+                        self.count_handed(produced.len());
+                        self.enqueue(produced);
+                    }
                     None => fed = false,
                 },
                 _ = tick.tick() => self.pass(&reader).await,
@@ -182,6 +194,36 @@ impl Verifier {
             waiting = self.queue.len(),
             "verifier stopped; the sweep reads back what it left"
         );
+    }
+
+    /// Counts records handed by the dispatcher, by second.
+    fn count_handed(&mut self, n: usize) {
+        let now = tokio::time::Instant::now();
+        let (since, current, _) = self.handed;
+        if now.duration_since(since) >= Duration::from_secs(1) {
+            let last = if now.duration_since(since) >= Duration::from_secs(2) {
+                0
+            } else {
+                current
+            };
+            self.handed = (now, 0, last);
+        }
+        self.handed.1 += n as u64;
+    }
+
+    /// Whether the dispatcher is in a burst (it handed more than
+    /// [`BURST_PER_SECOND`] in the last full second or this one) and the
+    /// oldest record waiting may wait longer.
+    fn deferring(&self) -> bool {
+        let (since, current, last) = self.handed;
+        let recent = since.elapsed() < Duration::from_secs(2);
+        let busy = recent && current.max(last) > BURST_PER_SECOND;
+        // The queue is in the order records were handed: its front is the
+        // oldest (but for a few retried or swept).
+        busy && self
+            .queue
+            .front()
+            .is_none_or(|w| !is_older(&w.produced, Utc::now(), BURST_DEFER_MAX))
     }
 
     fn enqueue(&mut self, produced: Vec<Produced>) {
@@ -205,6 +247,9 @@ impl Verifier {
     /// Reads back one batch of what is due to be read, and records what it
     /// found.
     async fn pass(&mut self, reader: &Arc<Reader>) {
+        if self.deferring() {
+            return;
+        }
         let now = tokio::time::Instant::now();
         let mut batch = Vec::new();
         let mut later = VecDeque::new();
