@@ -23,6 +23,7 @@ from .burst_ahead import BurstAhead
 from .cancel_answer import CancelAnswer
 from .clock_advance import ClockAdvance
 from .clock_view import ClockView
+from .consumed_view import ConsumedView
 from .create_batch import CreateBatch
 from .create_job import CreateJob
 from .create_job_headers_type_0 import CreateJobHeadersType0
@@ -102,6 +103,7 @@ __all__ = (
     "CancelAnswer",
     "ClockAdvance",
     "ClockView",
+    "ConsumedView",
     "CreateBatch",
     "CreateJob",
     "CreateJobHeadersType0",

@@ -12,6 +12,7 @@ from ..types import UNSET, Unset
 from typing import cast
 
 if TYPE_CHECKING:
+  from ..models.consumed_view import ConsumedView
   from ..models.job_view_headers import JobViewHeaders
   from ..models.kafka_position import KafkaPosition
 
@@ -44,6 +45,8 @@ class JobView:
             version (int):
             ack_deadline (None | str | Unset): While dispatched and waiting for a result: when silence becomes a
                 retry.
+            consumed (list[ConsumedView] | Unset): When each consumer group that reads its partition read past its
+                record (`at` null: not yet); absent in listings.
             dispatched_at (None | str | Unset):
             expires_at (None | str | Unset): Not produced by then, it ends `expired` and is never produced
                 (`expires_at` or `ttl_ms` on create, or an occurrence of a
@@ -79,6 +82,7 @@ class JobView:
     updated_at: str
     version: int
     ack_deadline: None | str | Unset = UNSET
+    consumed: list[ConsumedView] | Unset = UNSET
     dispatched_at: None | str | Unset = UNSET
     expires_at: None | str | Unset = UNSET
     kafka: KafkaPosition | None | Unset = UNSET
@@ -98,6 +102,7 @@ class JobView:
 
 
     def to_dict(self) -> dict[str, Any]:
+        from ..models.consumed_view import ConsumedView # noqa: PLC0415
         from ..models.job_view_headers import JobViewHeaders # noqa: PLC0415
         from ..models.kafka_position import KafkaPosition # noqa: PLC0415
         ack_timeout_ms = self.ack_timeout_ms
@@ -133,6 +138,15 @@ class JobView:
             ack_deadline = UNSET
         else:
             ack_deadline = self.ack_deadline
+
+        consumed: list[dict[str, Any]] | Unset = UNSET
+        if not isinstance(self.consumed, Unset):
+            consumed = []
+            for consumed_item_data in self.consumed:
+                consumed_item = consumed_item_data.to_dict()
+                consumed.append(consumed_item)
+
+
 
         dispatched_at: None | str | Unset
         if isinstance(self.dispatched_at, Unset):
@@ -225,6 +239,8 @@ class JobView:
         })
         if ack_deadline is not UNSET:
             field_dict["ack_deadline"] = ack_deadline
+        if consumed is not UNSET:
+            field_dict["consumed"] = consumed
         if dispatched_at is not UNSET:
             field_dict["dispatched_at"] = dispatched_at
         if expires_at is not UNSET:
@@ -256,6 +272,7 @@ class JobView:
 
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.consumed_view import ConsumedView # noqa: PLC0415
         from ..models.job_view_headers import JobViewHeaders # noqa: PLC0415
         from ..models.kafka_position import KafkaPosition # noqa: PLC0415
         d = dict(src_dict)
@@ -298,6 +315,18 @@ class JobView:
             return cast(None | str | Unset, data)
 
         ack_deadline = _parse_ack_deadline(d.pop("ack_deadline", UNSET))
+
+
+        _consumed = d.pop("consumed", UNSET)
+        consumed: list[ConsumedView] | Unset = UNSET
+        if _consumed is not UNSET:
+            consumed = []
+            for consumed_item_data in _consumed:
+                consumed_item = ConsumedView.from_dict(consumed_item_data)
+
+
+
+                consumed.append(consumed_item)
 
 
         def _parse_dispatched_at(data: object) -> None | str | Unset:
@@ -438,6 +467,7 @@ class JobView:
             updated_at=updated_at,
             version=version,
             ack_deadline=ack_deadline,
+            consumed=consumed,
             dispatched_at=dispatched_at,
             expires_at=expires_at,
             kafka=kafka,

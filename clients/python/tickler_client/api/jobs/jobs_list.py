@@ -22,6 +22,7 @@ def _get_kwargs(
     key: str | Unset = UNSET,
     run_at_from: str | Unset = UNSET,
     run_at_to: str | Unset = UNSET,
+    unconsumed_by: str | Unset = UNSET,
     limit: int | Unset = UNSET,
     cursor: str | Unset = UNSET,
 
@@ -41,6 +42,8 @@ def _get_kwargs(
     params["run_at_from"] = run_at_from
 
     params["run_at_to"] = run_at_to
+
+    params["unconsumed_by"] = unconsumed_by
 
     params["limit"] = limit
 
@@ -155,6 +158,7 @@ def sync_detailed(
     key: str | Unset = UNSET,
     run_at_from: str | Unset = UNSET,
     run_at_to: str | Unset = UNSET,
+    unconsumed_by: str | Unset = UNSET,
     limit: int | Unset = UNSET,
     cursor: str | Unset = UNSET,
 
@@ -169,6 +173,7 @@ def sync_detailed(
         key (str | Unset):
         run_at_from (str | Unset):
         run_at_to (str | Unset):
+        unconsumed_by (str | Unset):
         limit (int | Unset):
         cursor (str | Unset):
 
@@ -187,6 +192,7 @@ status=status,
 key=key,
 run_at_from=run_at_from,
 run_at_to=run_at_to,
+unconsumed_by=unconsumed_by,
 limit=limit,
 cursor=cursor,
 
@@ -206,6 +212,7 @@ def sync(
     key: str | Unset = UNSET,
     run_at_from: str | Unset = UNSET,
     run_at_to: str | Unset = UNSET,
+    unconsumed_by: str | Unset = UNSET,
     limit: int | Unset = UNSET,
     cursor: str | Unset = UNSET,
 
@@ -220,6 +227,7 @@ def sync(
         key (str | Unset):
         run_at_from (str | Unset):
         run_at_to (str | Unset):
+        unconsumed_by (str | Unset):
         limit (int | Unset):
         cursor (str | Unset):
 
@@ -239,6 +247,7 @@ status=status,
 key=key,
 run_at_from=run_at_from,
 run_at_to=run_at_to,
+unconsumed_by=unconsumed_by,
 limit=limit,
 cursor=cursor,
 
@@ -252,6 +261,7 @@ async def asyncio_detailed(
     key: str | Unset = UNSET,
     run_at_from: str | Unset = UNSET,
     run_at_to: str | Unset = UNSET,
+    unconsumed_by: str | Unset = UNSET,
     limit: int | Unset = UNSET,
     cursor: str | Unset = UNSET,
 
@@ -266,6 +276,7 @@ async def asyncio_detailed(
         key (str | Unset):
         run_at_from (str | Unset):
         run_at_to (str | Unset):
+        unconsumed_by (str | Unset):
         limit (int | Unset):
         cursor (str | Unset):
 
@@ -284,6 +295,7 @@ status=status,
 key=key,
 run_at_from=run_at_from,
 run_at_to=run_at_to,
+unconsumed_by=unconsumed_by,
 limit=limit,
 cursor=cursor,
 
@@ -303,6 +315,7 @@ async def asyncio(
     key: str | Unset = UNSET,
     run_at_from: str | Unset = UNSET,
     run_at_to: str | Unset = UNSET,
+    unconsumed_by: str | Unset = UNSET,
     limit: int | Unset = UNSET,
     cursor: str | Unset = UNSET,
 
@@ -317,6 +330,7 @@ async def asyncio(
         key (str | Unset):
         run_at_from (str | Unset):
         run_at_to (str | Unset):
+        unconsumed_by (str | Unset):
         limit (int | Unset):
         cursor (str | Unset):
 
@@ -336,6 +350,7 @@ status=status,
 key=key,
 run_at_from=run_at_from,
 run_at_to=run_at_to,
+unconsumed_by=unconsumed_by,
 limit=limit,
 cursor=cursor,
 
