@@ -270,6 +270,7 @@ fn bench_smoke_completes_and_every_job_arrives() {
         "burst:",
         "results:",
         "proof:",
+        "consumed:",
         "redis:",
         "reconcile:",
         "instances: 2 tickler serve processes",

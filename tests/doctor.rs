@@ -419,12 +419,20 @@ async fn a_trigger_whose_definer_is_gone_is_named_by_the_doctor() {
 
 /// Jobs due within a day for a topic the broker lacks are named (each would
 /// be refused when due); a job dispatched minutes ago and never read back
-/// on its topic (no verifier runs here) is a warning naming it.
+/// on its topic (no verifier runs here) is a warning naming it; so is a
+/// configured consumer group never seen committing.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_doctor_names_missing_topics_and_jobs_never_read_back() {
     let env = TestEnv::start_with(|c| {
         c.roles = vec![Role::Api];
         c.kafka.topic_check = tickler::config::TopicCheck::Off;
+        c.topics.insert(
+            "orders.audited".to_owned(),
+            tickler::config::TopicConfig {
+                consumer_groups: Some(vec!["nobody".to_owned()]),
+                ..Default::default()
+            },
+        );
     })
     .await;
     let absent = format!("{}-absent", env.topic);
@@ -459,5 +467,11 @@ async fn the_doctor_names_missing_topics_and_jobs_never_read_back() {
     let verification = finding(&report, "verification");
     assert_eq!(verification.verdict, Verdict::Warn, "{verification:?}");
     assert_eq!(verification.ids, vec![dispatched], "{verification:?}");
+    let consumers = finding(&report, "consumers");
+    assert_eq!(consumers.verdict, Verdict::Warn, "{consumers:?}");
+    assert!(
+        consumers.summary.contains("nobody on orders.audited"),
+        "{consumers:?}"
+    );
     env.finish().await;
 }

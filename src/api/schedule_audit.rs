@@ -11,6 +11,7 @@ use serde::{Deserialize, Serialize};
 
 use super::auth::Caller;
 use super::schedules::{id_parse, schedule_visible};
+use super::view::ConsumedView;
 use super::{ApiError, ApiState};
 use crate::domain::fires::{self, Fire, FireOutcome, TooMany, FIRES_MAX};
 use crate::domain::job::{self, time_format, JobId, Status};
@@ -50,6 +51,11 @@ pub struct FireView {
     /// When its record was read back at that position and found there
     /// (`dispatcher.verify`).
     pub verified_at: Option<String>,
+    /// When each consumer group that reads its partition read past its
+    /// record (`at` null: not yet); for the first 1,000 produced
+    /// occurrences of an answer.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub consumed: Vec<ConsumedView>,
 }
 
 impl From<Fire> for FireView {
@@ -66,6 +72,7 @@ impl From<Fire> for FireView {
             partition: dispatched.and_then(|job| job.partition),
             offset: dispatched.and_then(|job| job.offset),
             verified_at: dispatched.and_then(|job| job.verified_at.map(time_format)),
+            consumed: Vec::new(),
         }
     }
 }
@@ -183,8 +190,38 @@ pub async fn get(
         },
     )?;
     let audited = state.store.schedule_fires(&row, &expected).await?;
-    Ok(Json(ScheduleAudit::of(id, from, to, audited)))
+    let positions: Vec<Option<(i32, i64, DateTime<Utc>)>> = audited
+        .fires
+        .iter()
+        .map(|fire| {
+            let job = fire.job?;
+            Some((job.partition?, job.offset?, job.dispatched_at?))
+        })
+        .collect();
+    let mut audit = ScheduleAudit::of(id, from, to, audited);
+    let followed = state
+        .config
+        .topics
+        .get(&row.topic)
+        .and_then(|topic| topic.consumer_groups.clone())
+        .unwrap_or_default();
+    let produced = audit.occurrences.iter_mut().zip(positions);
+    for (view, (partition, offset, at)) in produced
+        .filter_map(|(view, position)| Some((view, position?)))
+        .take(CONSUMED_MAX)
+    {
+        let consumed = state
+            .store
+            .position_consumed(&row.topic, partition, offset, at, &followed)
+            .await?;
+        view.consumed = consumed.into_iter().map(ConsumedView::from).collect();
+    }
+    Ok(Json(audit))
 }
+
+/// Most occurrences of one answer whose consumption is looked up (two
+/// statements each).
+const CONSUMED_MAX: usize = 1_000;
 
 #[cfg(test)]
 mod tests {

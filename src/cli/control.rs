@@ -344,6 +344,7 @@ fn audit_table(answer: &Value) -> String {
                 kafka,
                 text(&o["dispatched_at"]),
                 text(&o["verified_at"]),
+                consumed_by(&o["consumed"]),
             ]
         })
         .collect();
@@ -357,11 +358,29 @@ fn audit_table(answer: &Value) -> String {
                 "partition/offset",
                 "dispatched_at",
                 "verified_at",
+                "consumed_by",
             ],
             &rows,
         ));
     }
     out
+}
+
+/// The consumer groups that read an occurrence's record, by name; "-" for
+/// none (or none followed).
+fn consumed_by(consumed: &Value) -> String {
+    let groups: Vec<&str> = consumed
+        .as_array()
+        .into_iter()
+        .flatten()
+        .filter(|c| !c["at"].is_null())
+        .filter_map(|c| c["group"].as_str())
+        .collect();
+    if groups.is_empty() {
+        "-".to_owned()
+    } else {
+        groups.join(",")
+    }
 }
 
 /// Long because it is a dispatch table: one short arm per subcommand.

@@ -305,6 +305,11 @@ impl Doctor {
                 .unwrap_or_else(|err| unreachable_store("topics", err)),
         );
         findings.push(
+            self.check_consumers()
+                .await
+                .unwrap_or_else(|err| unreachable_store("consumers", err)),
+        );
+        findings.push(
             self.check_verification()
                 .await
                 .unwrap_or_else(|err| unreachable_store("verification", err)),
@@ -740,6 +745,49 @@ impl Doctor {
             ids: Vec::new(),
             fix: Some(
                 "create the topics (each job is refused when due otherwise, a failed attempt each), or cancel their jobs: tickler jobs bulk --status pending --topic T cancel".to_owned(),
+            ),
+        })
+    }
+
+    /// Whether the consumer groups configured for each topic are followed:
+    /// a group whose committed offsets were never seen does not exist under
+    /// that name, has committed nothing, or no reconciler follows it.
+    async fn check_consumers(&self) -> Result<Finding, DoctorError> {
+        const CHECK: &str = "consumers";
+        let recorded = self.store.consumer_groups_recorded().await?;
+        let mut silent = Vec::new();
+        for (topic, settings) in &self.config.topics {
+            for group in settings.consumer_groups.iter().flatten() {
+                if !recorded
+                    .get(topic)
+                    .is_some_and(|groups| groups.contains(group))
+                {
+                    silent.push(format!("{group} on {topic}"));
+                }
+            }
+        }
+        let followed: usize = recorded.values().map(|groups| groups.len()).sum();
+        if silent.is_empty() {
+            return Ok(Finding::ok(
+                CHECK,
+                format!(
+                    "{followed} consumer groups followed on {} topics",
+                    recorded.len()
+                ),
+            ));
+        }
+        Ok(Finding {
+            check: CHECK,
+            verdict: Verdict::Warn,
+            summary: format!(
+                "{} configured consumer groups were never seen committing: {}",
+                silent.len(),
+                silent.join(", ")
+            ),
+            count: silent.len() as u64,
+            ids: Vec::new(),
+            fix: Some(
+                "check the group's name in [topics.T] consumer_groups against the consumers' group.id, that they commit offsets, and that an instance with the reconciler role runs".to_owned(),
             ),
         })
     }

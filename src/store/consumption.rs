@@ -89,10 +89,24 @@ impl Store {
         else {
             return Ok(Vec::new());
         };
+        self.position_consumed(&job.topic, partition, offset, dispatched_at, followed)
+            .await
+    }
+
+    /// [`Store::job_consumed`] of a record produced to `topic` at
+    /// `partition`/`offset` at `dispatched_at`.
+    pub async fn position_consumed(
+        &self,
+        topic: &str,
+        partition: i32,
+        offset: i64,
+        dispatched_at: DateTime<Utc>,
+        followed: &[String],
+    ) -> Result<Vec<Consumed>, StoreError> {
         let rows = sqlx::query(
             "SELECT DISTINCT group_id FROM consumer_offsets WHERE topic = ? AND kafka_partition = ?",
         )
-        .bind(job.topic.as_bytes())
+        .bind(topic.as_bytes())
         .bind(partition)
         .fetch_all(&self.pool)
         .await?;
@@ -107,7 +121,7 @@ impl Store {
                  AND group_id = ? AND committed_offset > ? AND seen_at >= ? \
                  ORDER BY committed_offset LIMIT 1",
             )
-            .bind(job.topic.as_bytes())
+            .bind(topic.as_bytes())
             .bind(partition)
             .bind(group.as_bytes())
             .bind(offset)

@@ -13,6 +13,8 @@ from ..models.status import Status
 from ..types import UNSET, Unset
 from typing import cast
 
+if TYPE_CHECKING:
+  from ..models.consumed_view import ConsumedView
 
 
 
@@ -29,6 +31,9 @@ class FireView:
         Attributes:
             expected_at (str): The occurrence's instant (its job key's `@…`).
             outcome (FireOutcome): What became of one occurrence.
+            consumed (list[ConsumedView] | Unset): When each consumer group that reads its partition read past its
+                record (`at` null: not yet); for the first 1,000 produced
+                occurrences of an answer.
             dispatched_at (None | str | Unset): Where and when its record went, once produced.
             job_id (int | None | Unset):
             offset (int | None | Unset):
@@ -42,6 +47,7 @@ class FireView:
 
     expected_at: str
     outcome: FireOutcome
+    consumed: list[ConsumedView] | Unset = UNSET
     dispatched_at: None | str | Unset = UNSET
     job_id: int | None | Unset = UNSET
     offset: int | None | Unset = UNSET
@@ -56,9 +62,19 @@ class FireView:
 
 
     def to_dict(self) -> dict[str, Any]:
+        from ..models.consumed_view import ConsumedView # noqa: PLC0415
         expected_at = self.expected_at
 
         outcome = self.outcome.value
+
+        consumed: list[dict[str, Any]] | Unset = UNSET
+        if not isinstance(self.consumed, Unset):
+            consumed = []
+            for consumed_item_data in self.consumed:
+                consumed_item = consumed_item_data.to_dict()
+                consumed.append(consumed_item)
+
+
 
         dispatched_at: None | str | Unset
         if isinstance(self.dispatched_at, Unset):
@@ -111,6 +127,8 @@ class FireView:
             "expected_at": expected_at,
             "outcome": outcome,
         })
+        if consumed is not UNSET:
+            field_dict["consumed"] = consumed
         if dispatched_at is not UNSET:
             field_dict["dispatched_at"] = dispatched_at
         if job_id is not UNSET:
@@ -132,12 +150,25 @@ class FireView:
 
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.consumed_view import ConsumedView # noqa: PLC0415
         d = dict(src_dict)
         expected_at = d.pop("expected_at")
 
         outcome = FireOutcome(d.pop("outcome"))
 
 
+
+
+        _consumed = d.pop("consumed", UNSET)
+        consumed: list[ConsumedView] | Unset = UNSET
+        if _consumed is not UNSET:
+            consumed = []
+            for consumed_item_data in _consumed:
+                consumed_item = ConsumedView.from_dict(consumed_item_data)
+
+
+
+                consumed.append(consumed_item)
 
 
         def _parse_dispatched_at(data: object) -> None | str | Unset:
@@ -223,6 +254,7 @@ class FireView:
         fire_view = cls(
             expected_at=expected_at,
             outcome=outcome,
+            consumed=consumed,
             dispatched_at=dispatched_at,
             job_id=job_id,
             offset=offset,

@@ -53,7 +53,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub only_instances: bool,
     /// Run only these stages (comma-separated: schedule, floor,
-    /// lateness, isolation, burst, results, ingress, midnight, tenants, proof, redis,
+    /// lateness, isolation, burst, results, ingress, midnight, tenants, proof, consumed, redis,
     /// reconcile, instances).
     #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(STAGES))]
     pub stages: Option<Vec<String>>,

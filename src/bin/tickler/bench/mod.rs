@@ -23,6 +23,9 @@
 //!    proof     — a steady stream, every record read back by the verifier,
 //!    then a fresh reader from the topic's beginning: records the broker
 //!    lost, produced again, and every job's record found (#59)
+//!    consumed  — a stream read by a group committing every second, which
+//!    stops for a minute: each job's `consumed` beside the commit, and the
+//!    stalled gauge raised and cleared (#59)
 //! 5. redis     — bytes per job, far-future and inside the window (tickler stopped)
 //! 6. reconcile — overdue probe and full pass among millions of pending rows;
 //!    re-index of a full window after Redis lost it
@@ -109,7 +112,7 @@ pub struct BenchOptions {
 const INGRESS_ROUNDS: usize = 3;
 
 /// The stages, by the names `--stages` takes.
-pub const STAGES: [&str; 13] = [
+pub const STAGES: [&str; 14] = [
     "schedule",
     "floor",
     "lateness",
@@ -120,6 +123,7 @@ pub const STAGES: [&str; 13] = [
     "midnight",
     "tenants",
     "proof",
+    "consumed",
     "redis",
     "reconcile",
     "instances",
@@ -281,6 +285,16 @@ async fn run_in(
     config.api.rate_jobs = 0;
     let topic = format!("tickler-bench-{suffix}");
     kafka::topic_ensure(&config.kafka.brokers, &topic, 4).await?;
+    // The consumed stage's topic is read by a group tickler follows.
+    let consumed_topic = format!("{topic}.consumed");
+    config.topics.insert(
+        consumed_topic.clone(),
+        tickler::config::TopicConfig {
+            consumer_groups: Some(vec![proof::readers_group(&consumed_topic)]),
+            consumed_within_ms: Some(proof::CONSUMED_WITHIN_MS),
+            ..Default::default()
+        },
+    );
     println!(
         "bench: {} mode; mysql {}, redis prefix {}, topic {topic} (4 partitions), shards {}",
         if options.smoke { "smoke" } else { "full" },
@@ -367,6 +381,10 @@ async fn run_in(
         if wants("proof") {
             bench.stage_topic("proof").await?;
             bench.proof(&running.store).await?;
+        }
+        if wants("consumed") {
+            bench.stage_topic("consumed").await?;
+            bench.consumed(&running.store).await?;
         }
         anyhow::Ok(())
     }

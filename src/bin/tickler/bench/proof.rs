@@ -3,15 +3,20 @@
 //! topic. Prints how many records the broker lost after acknowledging them
 //! (what verification found missing and produced again), whether every
 //! job's record is on the topic now, and the duplicates, which may only be
-//! one job's two attempts.
+//! one job's two attempts. The consumed stage: a group that commits every
+//! second, then stops for a while: each job's `consumed` beside the commit
+//! that passed it, and the stalled gauge raised and cleared.
 
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use anyhow::bail;
-use chrono::Utc;
-use rdkafka::consumer::BaseConsumer;
-use rdkafka::Offset;
+use chrono::{DateTime, Utc};
+use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
+use rdkafka::message::Message;
+use rdkafka::{Offset, TopicPartitionList};
 
 use tickler::kafka;
 use tickler::kafka::tail::header;
@@ -127,4 +132,186 @@ async fn topic_read(
     })
     .await?;
     Ok(read)
+}
+
+/// The consumer group of the consumed stage's topic.
+pub(super) fn readers_group(topic: &str) -> String {
+    format!("{topic}-readers")
+}
+
+/// How soon a stalled group is said to be, in the consumed stage.
+pub(super) const CONSUMED_WITHIN_MS: u64 = 30_000;
+
+/// The consumed stage's group: reads every record as it arrives and
+/// commits its positions every second, but not while `paused` says so;
+/// says when it committed what.
+struct Readers {
+    commits: Arc<Mutex<Vec<(DateTime<Utc>, HashMap<i32, i64>)>>>,
+    paused: Arc<AtomicBool>,
+    stop: Arc<AtomicBool>,
+}
+
+impl Readers {
+    fn start(brokers: &str, topic: &str, group: &str) -> anyhow::Result<Readers> {
+        let consumer: BaseConsumer = rdkafka::ClientConfig::new()
+            .set("bootstrap.servers", brokers)
+            .set("group.id", group)
+            .set("enable.auto.commit", "false")
+            .set("fetch.wait.max.ms", "5")
+            .create()?;
+        let metadata = consumer.fetch_metadata(Some(topic), Duration::from_secs(10))?;
+        let mut assignment = TopicPartitionList::new();
+        for t in metadata.topics() {
+            for p in t.partitions() {
+                assignment.add_partition_offset(topic, p.id(), Offset::Beginning)?;
+            }
+        }
+        consumer.assign(&assignment)?;
+        let readers = Readers {
+            commits: Arc::default(),
+            paused: Arc::default(),
+            stop: Arc::default(),
+        };
+        let (commits, paused, stop, topic) = (
+            readers.commits.clone(),
+            readers.paused.clone(),
+            readers.stop.clone(),
+            topic.to_owned(),
+        );
+        std::thread::spawn(move || {
+            let mut next: HashMap<i32, i64> = HashMap::new();
+            let mut committed_at = Instant::now();
+            while !stop.load(Ordering::Relaxed) {
+                if let Some(Ok(message)) = consumer.poll(Duration::from_millis(50)) {
+                    next.insert(message.partition(), message.offset() + 1);
+                }
+                if committed_at.elapsed() < Duration::from_secs(1) || paused.load(Ordering::Relaxed)
+                {
+                    continue;
+                }
+                committed_at = Instant::now();
+                let mut list = TopicPartitionList::new();
+                for (partition, offset) in &next {
+                    let _ = list.add_partition_offset(&topic, *partition, Offset::Offset(*offset));
+                }
+                if !next.is_empty() && consumer.commit(&list, CommitMode::Sync).is_ok() {
+                    commits
+                        .lock()
+                        .unwrap_or_else(|p| p.into_inner())
+                        .push((Utc::now(), next.clone()));
+                }
+            }
+        });
+        Ok(readers)
+    }
+}
+
+impl Bench {
+    /// Long because the stage is one script: a stream read by a group
+    /// that commits every second and stops committing for a while; the
+    /// stalled gauge watched meanwhile; then each job's `consumed` beside
+    /// the commit that passed its record.
+    pub(super) async fn consumed(&self, store: &Store) -> anyhow::Result<()> {
+        let topic = self.topic();
+        let group = readers_group(&topic);
+        let (rate, secs, pause) = if self.options.smoke {
+            (50, 6, (2, 4))
+        } else {
+            (500, 120, (20, 80))
+        };
+        let readers = Readers::start(&self.config.kafka.brokers, &topic, &group)?;
+        let start = Utc::now() + chrono::Duration::seconds(2);
+        let began = Instant::now() + Duration::from_secs(2);
+        let metrics_url = format!("{}/metrics", self.base_url());
+        let mut stalled_seen: Vec<(f64, bool)> = Vec::new();
+        let mut ids = Vec::new();
+        let step_us = 1_000_000 / rate as i64;
+        for second in 0..secs + 20 {
+            until(start + chrono::Duration::seconds(second as i64 - 1)).await;
+            let elapsed = began.elapsed().as_secs_f64();
+            readers.paused.store(
+                (pause.0 as f64..pause.1 as f64).contains(&elapsed),
+                Ordering::Relaxed,
+            );
+            if let Ok(text) = self.http.get(&metrics_url).send().await?.text().await {
+                let series =
+                    format!("tickler_consumer_stalled{{topic=\"{topic}\",group=\"{group}\"}} 1");
+                stalled_seen.push((elapsed, text.lines().any(|l| l == series)));
+            }
+            if second >= secs {
+                continue;
+            }
+            let jobs = (0..rate)
+                .map(|i| {
+                    let due = start
+                        + chrono::Duration::seconds(second as i64)
+                        + chrono::Duration::microseconds(step_us * i as i64);
+                    self.job(due, second * rate + i)
+                })
+                .collect();
+            ids.extend(self.batches_created(jobs).await?);
+        }
+        readers.stop.store(true, Ordering::Relaxed);
+        let commits = readers
+            .commits
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+            .clone();
+        // Each job's consumed time beside the commit that first passed it.
+        let mut after_commit: Vec<i64> = Vec::new();
+        let mut unconsumed = 0;
+        let sample: Vec<u64> = ids
+            .iter()
+            .step_by((ids.len() / 2_000).max(1))
+            .copied()
+            .collect();
+        for id in &sample {
+            let job = store.job_get(*id).await?;
+            let (Some(partition), Some(offset)) = (job.kafka_partition, job.kafka_offset) else {
+                unconsumed += 1;
+                continue;
+            };
+            let committed = commits
+                .iter()
+                .find(|(_, next)| next.get(&partition).is_some_and(|n| *n > offset))
+                .map(|(at, _)| *at);
+            let consumed = store.job_consumed(&job, &[group.clone()]).await?;
+            match (
+                committed,
+                consumed
+                    .iter()
+                    .find(|c| c.group == group)
+                    .and_then(|c| c.at),
+            ) {
+                (Some(committed), Some(at)) => {
+                    after_commit.push((at - committed).num_milliseconds())
+                }
+                _ => unconsumed += 1,
+            }
+        }
+        let raised = stalled_seen
+            .iter()
+            .find(|(at, stalled)| *stalled && *at >= pause.0 as f64)
+            .map(|(at, _)| at - pause.0 as f64);
+        let cleared = stalled_seen
+            .iter()
+            .find(|(at, stalled)| !*stalled && *at >= pause.1 as f64)
+            .map(|(at, _)| at - pause.1 as f64);
+        println!(
+            "consumed: {} jobs at {rate}/s read by a group committing every second; of {} sampled, consumed after the commit that passed them {} ({unconsumed} without a consumed time)",
+            ids.len(),
+            sample.len(),
+            percentiles(&mut after_commit)
+        );
+        println!(
+            "consumed: the group stopped committing for {} s (consumed_within_ms {CONSUMED_WITHIN_MS}): stalled raised {} s after it stopped, cleared {} s after it resumed",
+            pause.1 - pause.0,
+            raised.map_or("never".to_owned(), |s| format!("{s:.1}")),
+            cleared.map_or("never".to_owned(), |s| format!("{s:.1}"))
+        );
+        if unconsumed > 0 {
+            bail!("consumed: {unconsumed} sampled jobs without a consumed time");
+        }
+        Ok(())
+    }
 }
