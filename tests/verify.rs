@@ -86,6 +86,9 @@ async fn every_dispatched_job_is_verified_on_its_topic() {
 /// The broker acknowledged the record, then lost it: its topic was deleted
 /// and made again, and another record now sits at its offset. The job is
 /// produced again as attempt 2, once, and counted.
+///
+/// Long because the loss is staged by hand (the topic deleted, made again
+/// and filled) before the verifier is let loose on it.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_record_lost_with_its_topic_is_produced_again_as_the_next_attempt() {
     let env = TestEnv::start_with(|c| {
