@@ -271,3 +271,38 @@ async fn a_hand_made_consumer_offsets_row_costs_only_itself() {
     );
     env.finish().await;
 }
+
+/// The purge deletes samples past the retention but each group's newest on
+/// each partition: a group idle for longer keeps where it stands.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_purge_keeps_each_groups_newest_offset() {
+    let env = TestEnv::start_with(|c| c.consumption.discover = false).await;
+    for (group, offset, days_ago) in [
+        ("idle", 5i64, 40),
+        ("idle", 9, 35),
+        ("busy", 3, 40),
+        ("busy", 7, 1),
+    ] {
+        sqlx::query(
+            "INSERT INTO consumer_offsets (topic, kafka_partition, group_id, committed_offset, seen_at) \
+             VALUES (?, 0, ?, ?, UTC_TIMESTAMP(3) - INTERVAL ? DAY)",
+        )
+        .bind(&env.topic)
+        .bind(group)
+        .bind(offset)
+        .bind(days_ago)
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    }
+    let before = Utc::now() - chrono::Duration::days(30);
+    assert_eq!(env.store.consumer_offsets_purge(before).await.unwrap(), 2);
+    let left: Vec<(String, i64)> = sqlx::query_as(
+        "SELECT CAST(group_id AS CHAR), committed_offset FROM consumer_offsets ORDER BY group_id, committed_offset",
+    )
+    .fetch_all(&env.sql)
+    .await
+    .unwrap();
+    assert_eq!(left, vec![("busy".to_owned(), 7), ("idle".to_owned(), 9)]);
+    env.finish().await;
+}

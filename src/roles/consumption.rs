@@ -328,7 +328,7 @@ impl Consumption {
         }
         self.purged_at = Some(Instant::now());
         let before = now - chrono::Duration::from_std(retention).unwrap_or_default();
-        while self.store.consumer_offsets_purge(before, 10_000).await? == 10_000 {}
+        self.store.consumer_offsets_purge(before).await?;
         Ok(())
     }
 }

@@ -162,20 +162,25 @@ impl Store {
         .await?)
     }
 
-    /// Deletes up to `limit` samples seen before `before`; returns how many.
-    pub async fn consumer_offsets_purge(
-        &self,
-        before: DateTime<Utc>,
-        limit: u32,
-    ) -> Result<u64, StoreError> {
-        Ok(
-            sqlx::query("DELETE FROM consumer_offsets WHERE seen_at < ? LIMIT ?")
-                .bind(db_time(before))
-                .bind(limit)
-                .execute(&self.pool)
-                .await?
-                .rows_affected(),
+    /// Deletes the samples seen before `before`, but for each group's
+    /// newest on each partition: a group idle for longer keeps where it
+    /// stands (what `--unconsumed-by` and a job's `consumed` read). Returns
+    /// how many it deleted.
+    pub async fn consumer_offsets_purge(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
+        // The derived table is grouped, so it is materialized before the
+        // delete (MySQL and MariaDB refuse one merged into it).
+        Ok(sqlx::query(
+            "DELETE c FROM consumer_offsets c JOIN (\
+               SELECT topic, kafka_partition, group_id, MAX(seen_at) AS newest \
+               FROM consumer_offsets GROUP BY topic, kafka_partition, group_id) n \
+             ON c.topic = n.topic AND c.kafka_partition = n.kafka_partition \
+             AND c.group_id = n.group_id \
+             WHERE c.seen_at < ? AND c.seen_at < n.newest",
         )
+        .bind(db_time(before))
+        .execute(&self.pool)
+        .await?
+        .rows_affected())
     }
 }
 
