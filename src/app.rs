@@ -349,6 +349,9 @@ pub fn services(role: Option<Role>) -> &'static [&'static str] {
 struct Pools {
     api: Store,
     dispatcher: Store,
+    /// Its own pool (as the dispatcher's actor): reading records back never
+    /// makes a claim wait for a connection.
+    verifier: Store,
     reconciler: Store,
     results: Store,
     /// Its own pool: heartbeats must not queue behind the reconciler's scans.
@@ -369,6 +372,7 @@ impl Pools {
         Ok(Pools {
             api: pool(config.mysql.pool_size, Actor::Api)?,
             dispatcher: pool(4, Actor::Dispatcher)?,
+            verifier: pool(2, Actor::Dispatcher)?,
             // The loader, the reconciler, the reporter, the purger and the
             // watermarks share it.
             reconciler: pool(4, Actor::Reconciler)?,
@@ -597,6 +601,7 @@ async fn start_on(
         index: shared.index,
         stores: vec![
             pools.dispatcher,
+            pools.verifier,
             pools.reconciler,
             pools.results,
             pools.membership,
@@ -741,7 +746,7 @@ fn start_verifier(shared: &Shared, pools: &Pools, index: &Index) -> Option<Feed>
         return None;
     }
     let (verifier, feed) = Verifier::new(
-        pools.dispatcher.clone(),
+        pools.verifier.clone(),
         index.clone(),
         VerifierConfig::from_config(config),
     );

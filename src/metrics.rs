@@ -357,8 +357,8 @@ declare! {
         labels: ["reason"],
         help: "Records the verifier let go of unread, by reason: queue_full \
             (the dispatcher outran it; the sweep reads them later) or \
-            gave_up (unreadable for 10 minutes; the sweep tries again within \
-            its lookback).",
+            gave_up (still unreadable an hour after it was produced, the \
+            sweep's lookback: it stays unverified).",
     },
     DELIVERY_VERIFY_LAG = Gauge {
         name: "tickler_delivery_verify_lag_seconds",

@@ -5,7 +5,7 @@
 //! cleared when it reads again. A hand-made row of `consumer_offsets`
 //! costs only itself.
 
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use chrono::{DateTime, Utc};
 use rdkafka::consumer::{BaseConsumer, CommitMode, Consumer};
@@ -144,20 +144,22 @@ async fn a_followed_group_says_when_each_job_was_consumed_and_when_it_stalled() 
     // batch's first record, so not always all four here).
     assert!(metric(&env, "tickler_consumer_behind_records", &topic, &group).await >= Some(1.0));
 
-    // It reads the first job's record: that job is consumed within about a
-    // pass of the commit, the others are not.
+    // It reads the first job's record: that job is consumed, at a time no
+    // earlier than the commit (how soon after is the bench's figure), and
+    // the others are not.
     let (partition, offset) = positions[0];
     let committed_at = Utc::now();
-    let started = Instant::now();
     commit(&committer, &topic, &[(partition, offset + 1)]);
     let consumed = eventually(Duration::from_secs(10), || async {
         consumed_at(&job(&env, ids[0]).await, &group).flatten()
     })
     .await
     .expect("consumed");
-    let lag = (consumed - committed_at).num_milliseconds();
-    assert!(lag < 2_000, "consumed {lag} ms after the commit");
-    assert!(started.elapsed() < Duration::from_secs(5));
+    // The same host's clock on both sides; the database keeps milliseconds.
+    assert!(
+        consumed >= committed_at - chrono::Duration::milliseconds(5),
+        "consumed at {consumed}, before the commit at {committed_at}"
+    );
     for (n, id) in ids.iter().enumerate().skip(1) {
         let (p, o) = positions[n];
         if p == partition && o < offset {
@@ -230,7 +232,10 @@ async fn a_hand_made_consumer_offsets_row_costs_only_itself() {
     .await
     .unwrap();
     let partition = dispatched["kafka"]["partition"].as_i64().unwrap();
-    for (p, group, offset) in [(partition, "ghost", -5i64), (99, "ghost-far", 7)] {
+    for (p, group, offset) in [
+        (partition, b"ghost".to_vec(), -5i64),
+        (99, b"ghost-far".to_vec(), 7),
+    ] {
         sqlx::query(
             "INSERT INTO consumer_offsets (topic, kafka_partition, group_id, committed_offset, seen_at) \
              VALUES (?, ?, ?, ?, UTC_TIMESTAMP(3))",

@@ -197,6 +197,13 @@ async fn the_sweep_verifies_rows_no_verifier_was_handed_and_a_nonsense_position_
         .execute(&env.sql)
         .await
         .unwrap();
+    // A partition no broker can have: no record was lost there either.
+    let nowhere = ids[1];
+    sqlx::query("UPDATE jobs SET kafka_partition = -3 WHERE id = ?")
+        .bind(nowhere)
+        .execute(&env.sql)
+        .await
+        .unwrap();
     let updated = |id: u64| {
         let sql = env.sql.clone();
         async move {
@@ -209,18 +216,28 @@ async fn the_sweep_verifies_rows_no_verifier_was_handed_and_a_nonsense_position_
             .unwrap()
         }
     };
-    let before = updated(ids[1]).await;
+    let before = updated(ids[2]).await;
 
     let stop = sweeping_verifier(&env);
-    for id in &ids[1..] {
+    for id in &ids[2..] {
         job_await(&env, *id, Duration::from_secs(30), |job| {
             job["verified_at"].is_string()
         })
         .await;
     }
+    // Both nonsense positions are counted as never knowable, at once.
+    let counted = format!(
+        "tickler_delivery_unknowable_total{{topic=\"{}\"}}",
+        env.topic
+    );
+    let unknowable = eventually(Duration::from_secs(10), || async {
+        (metric(&env, &counted).await == 2.0).then_some(())
+    })
+    .await;
     stop.cancel();
+    assert!(unknowable.is_some(), "{}", metric(&env, &counted).await);
     assert_eq!(
-        updated(ids[1]).await,
+        updated(ids[2]).await,
         before,
         "verifying is no change of the job's"
     );
@@ -228,6 +245,50 @@ async fn the_sweep_verifies_rows_no_verifier_was_handed_and_a_nonsense_position_
     assert_eq!(left["status"], "dispatched", "{left}");
     assert_eq!(left["attempt"], 1, "never produced again: {left}");
     assert_eq!(left["verified_at"], Value::Null, "{left}");
+    let left = job(&env, nowhere).await;
+    assert_eq!(
+        (left["status"].as_str(), left["attempt"].as_u64()),
+        (Some("dispatched"), Some(1)),
+        "{left}"
+    );
+    env.finish().await;
+}
+
+/// `verified_at` is informational: a zero date set by hand with a lax
+/// `sql_mode` (the one hostile value the column takes) reads as not
+/// verified, and the pending job it was set on is still produced and then
+/// verified. (The driver reads a zero date as no value; the store's read
+/// of the column also takes any value it cannot decode as none.)
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_verified_at_that_does_not_decode_costs_the_job_nothing() {
+    let env = TestEnv::start().await;
+    let id = env
+        .job_create(json!({"payload": 1, "delay_ms": 3_000}))
+        .await["id"]
+        .as_u64()
+        .unwrap();
+    let mut conn = env.sql.acquire().await.unwrap();
+    sqlx::query("SET SESSION sql_mode = ''")
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE jobs SET verified_at = '0000-00-00 00:00:00.000' WHERE id = ?")
+        .bind(id)
+        .execute(&mut *conn)
+        .await
+        .unwrap();
+    drop(conn);
+    let pending = job(&env, id).await;
+    assert_eq!(
+        (pending["status"].as_str(), &pending["verified_at"]),
+        (Some("pending"), &Value::Null),
+        "{pending}"
+    );
+    let verified = job_await(&env, id, Duration::from_secs(20), |job| {
+        job["status"] == "dispatched" && job["verified_at"].is_string()
+    })
+    .await;
+    assert_eq!(verified["attempt"], 1, "{verified}");
     env.finish().await;
 }
 

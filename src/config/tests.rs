@@ -584,6 +584,28 @@ fn a_smoothing_pace_of_zero_is_refused_and_unset_smooths_nothing() {
 }
 
 #[test]
+fn a_topics_consumer_groups_are_group_ids() {
+    let mut config = Config::default();
+    config.topics.insert(
+        "orders".to_owned(),
+        TopicConfig {
+            consumer_groups: Some(vec!["billing".to_owned(), String::new()]),
+            ..TopicConfig::default()
+        },
+    );
+    let err = config.validate().unwrap_err().to_string();
+    assert!(
+        err.contains("topics.consumer_groups") && err.contains("\"orders\""),
+        "{err}"
+    );
+    config.topics.get_mut("orders").unwrap().consumer_groups = Some(vec!["billing".to_owned()]);
+    assert!(config.validate().is_ok());
+    config.topics.get_mut("orders").unwrap().consumed_within_ms = Some(0);
+    let err = config.validate().unwrap_err().to_string();
+    assert!(err.contains("topics.consumed_within_ms"), "{err}");
+}
+
+#[test]
 fn verification_is_all_off_or_a_share_and_anything_else_names_the_setting() {
     use crate::domain::delivery::Verify;
     assert_eq!(Config::default().dispatcher.verify, Verify::All);

@@ -84,6 +84,16 @@ impl Reader {
         let mut reads: Vec<PartitionRead> = Vec::new();
         for ((topic, partition), members) in by_partition(batch) {
             let sought: Vec<(usize, &Produced)> = members.iter().map(|&i| (i, &batch[i])).collect();
+            if partition < 0 {
+                // No broker has it, and no record was ever there: a row
+                // edited by hand, never a lost record.
+                for (i, _) in sought {
+                    verdicts[i] = Some(Verdict::Unknowable(format!(
+                        "partition {partition} is no position"
+                    )));
+                }
+                continue;
+            }
             match self.bounds(&topic, partition, deadline) {
                 Ok(Some((low, high))) => {
                     let read = PartitionRead::new(topic, partition, low, high);
@@ -344,6 +354,12 @@ impl PartitionRead {
     /// done (its last sought offset reached).
     fn take(&mut self, message: &rdkafka::message::BorrowedMessage<'_>) -> bool {
         let offset = message.offset();
+        // Before where this reading starts: a record an earlier reading of
+        // the partition fetched, never one of this one's (a gap measured
+        // from it would be no gap).
+        if offset < self.start {
+            return false;
+        }
         let was_done = self.done();
         if self.sought.contains_key(&offset) {
             let header = |name| {

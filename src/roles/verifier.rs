@@ -40,11 +40,15 @@ pub const QUEUE_MAX: usize = 200_000;
 pub const BATCH_MAX: usize = 5_000;
 /// How long one batch's reading may take.
 pub const READ_WAIT: Duration = Duration::from_secs(5);
-/// A record not yet told is asked again after this long.
+/// A record not yet told is asked again after this long ...
 pub const RETRY_AFTER: Duration = Duration::from_secs(5);
-/// A record still not told this long after it was produced is let go of;
-/// the sweep tries again within its lookback.
-pub const GIVE_UP_AFTER: Duration = Duration::from_secs(600);
+/// ... and, once it was produced this long ago (the broker down a while),
+/// every [`RETRY_SLOW`].
+pub const SLOW_AFTER: Duration = Duration::from_secs(600);
+pub const RETRY_SLOW: Duration = Duration::from_secs(60);
+/// A record still not told this long after it was produced is let go of
+/// (counted `gave_up`): past the sweep's lookback, nothing reads it again.
+pub const GIVE_UP_AFTER: Duration = SWEEP_LOOKBACK;
 /// The sweep looks at rows marked at least this long ago (sooner, their
 /// own verifier is on them) ...
 pub const SWEEP_AFTER: Duration = Duration::from_secs(60);
@@ -294,15 +298,20 @@ impl Verifier {
         for (produced, verdict) in batch.into_iter().zip(verdicts) {
             match verdict {
                 Verdict::Found => found.push(produced),
-                Verdict::Missing(why) => self.produce_again(&produced, &why).await,
+                Verdict::Missing(why) => {
+                    if !self.produce_again(&produced, &why).await {
+                        // The store failed (a failover): asked again.
+                        again.push(produced);
+                    }
+                }
                 Verdict::Unknowable(why) => {
                     metrics::delivery_unknowable(produced.id, &produced.topic, &why);
                 }
                 Verdict::NotYet(why) if is_older(&produced, now, GIVE_UP_AFTER) => {
-                    tracing::debug!(
+                    tracing::warn!(
                         job_id = produced.id,
                         why,
-                        "a record not read back in time is left to the sweep"
+                        "a record not read back within the sweep's lookback stays unverified"
                     );
                     gave_up += 1;
                 }
@@ -324,10 +333,17 @@ impl Verifier {
             }
         }
         metrics::delivery_unverified("gave_up", gave_up);
-        let next = tokio::time::Instant::now() + RETRY_AFTER;
         for produced in again {
+            let wait = if is_older(&produced, now, SLOW_AFTER) {
+                RETRY_SLOW
+            } else {
+                RETRY_AFTER
+            };
             self.queued.insert((produced.id, produced.attempt));
-            self.queue.push_back(Waiting { produced, next });
+            self.queue.push_back(Waiting {
+                produced,
+                next: tokio::time::Instant::now() + wait,
+            });
         }
         // What was let go of (missing, unknowable, given up) no longer waits.
         let waiting: HashSet<(JobId, u32)> = self
@@ -340,8 +356,9 @@ impl Verifier {
 
     /// Produces a job again whose record is not on its topic: the row goes
     /// back to pending as the next attempt (a compare-and-set), then into
-    /// Redis. A row changed meanwhile is left as it is.
-    async fn produce_again(&self, produced: &Produced, why: &str) {
+    /// Redis. A row changed meanwhile is left as it is. False when the
+    /// store failed: the record is to be judged again.
+    async fn produce_again(&self, produced: &Produced, why: &str) -> bool {
         match self.store.job_verify_missing(produced, why).await {
             Ok(Some(entry)) => {
                 metrics::delivery_missing(
@@ -367,10 +384,11 @@ impl Verifier {
                 );
             }
             Err(err) => {
-                // Unverified still: the sweep reads it back again.
-                tracing::warn!(job_id = produced.id, error = %err, "cannot produce a missing record again");
+                tracing::warn!(job_id = produced.id, error = %err, "cannot produce a missing record again; trying again");
+                return false;
             }
         }
+        true
     }
 
     /// Adds the dispatched rows still unverified a while after their mark.

@@ -67,10 +67,14 @@ impl Store {
             .await?;
         let mut groups: BTreeMap<String, BTreeSet<String>> = BTreeMap::new();
         for row in &rows {
-            let (Some(topic), Some(group)) = (text(row, "topic")?, text(row, "group_id")?) else {
-                continue;
-            };
-            groups.entry(topic).or_default().insert(group);
+            // A row edited by hand into bytes that are no name costs only
+            // itself: the others are followed.
+            match (text(row, "topic"), text(row, "group_id")) {
+                (Ok(Some(topic)), Ok(Some(group))) => {
+                    groups.entry(topic).or_default().insert(group);
+                }
+                _ => tracing::debug!("a consumer_offsets row names no topic or group; skipped"),
+            }
         }
         Ok(groups)
     }
@@ -112,7 +116,8 @@ impl Store {
         .await?;
         let mut groups: BTreeSet<String> = followed.iter().cloned().collect();
         for row in &rows {
-            groups.extend(text(row, "group_id")?);
+            // A group id that is not UTF-8 (a hand edit) is left out.
+            groups.extend(text(row, "group_id").ok().flatten());
         }
         let mut consumed = Vec::with_capacity(groups.len());
         for group in groups {

@@ -214,8 +214,12 @@ fn job_with_body(
         dispatched_at: dispatched_at.map(|at| at.and_utc()),
         kafka_partition: row.try_get("kafka_partition")?,
         kafka_offset: row.try_get("kafka_offset")?,
+        // Informational: a value that does not decode (a hand edit) reads
+        // as not verified, and never costs the job its dispatch.
         verified_at: row
-            .try_get::<Option<NaiveDateTime>, _>("verified_at")?
+            .try_get::<Option<NaiveDateTime>, _>("verified_at")
+            .ok()
+            .flatten()
             .map(|at| at.and_utc()),
         last_error: text(row, "last_error")?,
         ack_deadline: ack_deadline.map(|at| at.and_utc()),

@@ -1089,7 +1089,9 @@ fn fire_job_from_row(row: &MySqlRow) -> Result<Option<(DateTime<Utc>, FireJob)>,
             partition: row.try_get("kafka_partition")?,
             offset: row.try_get("kafka_offset")?,
             verified_at: row
-                .try_get::<Option<NaiveDateTime>, _>("verified_at")?
+                .try_get::<Option<NaiveDateTime>, _>("verified_at")
+                .ok()
+                .flatten()
                 .map(|at| at.and_utc()),
         },
     )))

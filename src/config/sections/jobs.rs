@@ -187,6 +187,24 @@ impl TopicConfig {
     /// `[jobs]`, is checked with the rules between sections
     /// (`super::validate`).
     pub fn validate(&self, topic: &str) -> Result<(), ConfigError> {
+        if let Some(group) = self.consumer_groups.iter().flatten().find(|group| {
+            group.is_empty() || group.len() > 255 || group.chars().any(char::is_control)
+        }) {
+            return Err(ConfigError::Invalid {
+                field: "topics.consumer_groups".into(),
+                problem: format!(
+                    "{group:?} for topic {topic:?} is not a consumer group id: 1 to 255 bytes, no control characters"
+                ),
+            });
+        }
+        if self.consumed_within_ms == Some(0) {
+            return Err(ConfigError::Invalid {
+                field: "topics.consumed_within_ms".into(),
+                problem: format!(
+                    "is 0 for topic {topic:?}: leave it unset for consumption.alert_after_ms"
+                ),
+            });
+        }
         if self.max_per_second == Some(0) {
             return Err(ConfigError::Invalid {
                 field: "topics.max_per_second".into(),
