@@ -29,6 +29,7 @@ use crate::roles::bulk::BulkRunner;
 use crate::roles::consumption::{Consumption, ConsumptionConfig};
 use crate::roles::dispatcher::{DispatchError, Dispatcher, DispatcherConfig};
 use crate::roles::ingress::{Ingress, IngressConfig};
+use crate::roles::jobs::Jobs;
 use crate::roles::loader::{Loader, LoaderConfig};
 use crate::roles::materializer::{Materializer, MaterializerConfig};
 use crate::roles::membership::{Membership, MembershipConfig};
@@ -328,6 +329,7 @@ pub fn services(role: Option<Role>) -> &'static [&'static str] {
             "topics",
             "codec upkeep",
             "clock guard",
+            "tzdata",
         ],
         Some(Role::Api) => &["api", "metrics", "token cache", "bulk"],
         Some(Role::Loader) => &["loader", "materializer"],
@@ -339,6 +341,7 @@ pub fn services(role: Option<Role>) -> &'static [&'static str] {
             "quotas",
             "purger",
             "consumption",
+            "wall clock",
         ],
         Some(Role::Results) => &["results", "dead letters"],
         Some(Role::Ingress) => &["ingress"],
@@ -522,6 +525,9 @@ async fn start_on(
         &config.encryption.keys,
     )?;
     let config = Arc::new(config);
+    // Before any role: the first request is resolved with these rules.
+    let tzdata = crate::roles::tzdata::TzdataConfig::from_config(&config);
+    crate::roles::tzdata::load_at_start(&tzdata);
     let pools = Pools::connect(&config, &clock, &keys)?;
     // Each feature's start-up check, in its own module.
     let compression = (config.compression.payloads == PayloadCompression::Zstd)
@@ -587,6 +593,14 @@ async fn start_on(
             pools.membership.clone(),
             shared.index.clock().clone(),
             shared.config.instance_ttl(),
+            shared.cancel.child_token(),
+        ),
+    );
+    shared.spawn_service(
+        None,
+        "tzdata",
+        service::run(
+            crate::roles::tzdata::TzdataReload::new(tzdata),
             shared.cancel.child_token(),
         ),
     );
@@ -858,6 +872,20 @@ fn start_reconciler(
         Some(Role::Reconciler),
         "consumption",
         service::run(consumption, cancel.child_token()),
+    );
+    let wall_clock = crate::roles::tzdata::WallClockMover::new(
+        Jobs::new(
+            pools.reconciler.clone(),
+            index.clone(),
+            config.window(),
+            wake.clone(),
+        ),
+        &crate::roles::tzdata::TzdataConfig::from_config(config),
+    );
+    shared.spawn_service(
+        Some(Role::Reconciler),
+        "wall clock",
+        service::run(wall_clock, cancel.child_token()),
     );
 }
 

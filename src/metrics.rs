@@ -345,6 +345,21 @@ declare! {
             at its position (lost by the broker, the topic deleted or made \
             again): produced again as the next attempt. Any is an alert.",
     },
+    TZDATA_RELEASE = Gauge {
+        name: "tickler_tzdata_release",
+        labels: ["version", "source"],
+        help: "1 for the tzdata release this instance resolves local times \
+            with (its directory, or built-in); instances that disagree \
+            resolve a wall-clock time differently until they agree.",
+    },
+    TZDATA_JOBS = Counter {
+        name: "tickler_tzdata_jobs_total",
+        labels: ["outcome"],
+        help: "Pending wall-clock jobs of an older tzdata release computed \
+            again under a newer one: moved (their instant changed), kept \
+            (unchanged), or unknown_zone (the newer release lacks their \
+            zone: left as they are).",
+    },
     DELIVERY_UNKNOWABLE = Counter {
         name: "tickler_delivery_unknowable_total",
         labels: ["topic"],
@@ -964,6 +979,50 @@ pub fn doubts_unsettled(n: usize) {
 pub fn delivery_verified(n: usize) {
     if n > 0 {
         DELIVERY_VERIFIED.get().increment(n as u64);
+    }
+}
+
+/// This instance resolves local times with tzdata `version` from
+/// `source` from now on (`previous`: what it did before, if anything).
+pub fn tzdata_loaded(version: &str, source: &str, previous: Option<(&str, &str)>) {
+    if let Some((old_version, old_source)) = previous {
+        TZDATA_RELEASE
+            .with([old_version.to_owned().into(), old_source.to_owned().into()])
+            .set(0.0);
+    }
+    TZDATA_RELEASE
+        .with([version.to_owned().into(), source.to_owned().into()])
+        .set(1.0);
+    tracing::info!(
+        tzdata = version,
+        source,
+        previous = previous.map(|(version, _)| version),
+        "tzdata loaded: local times resolve with it"
+    );
+}
+
+/// Wall-clock jobs computed again under a newer tzdata whose instant did
+/// not change: stamped with it.
+pub fn tzdata_kept(n: u64) {
+    TZDATA_JOBS.with(["kept".into()]).increment(n);
+}
+
+/// A wall-clock job computed again under a newer tzdata.
+pub fn tzdata_job(outcome: &'static str, job_id: u64, zone: &str, moved_ms: i64) {
+    TZDATA_JOBS.with([outcome.into()]).increment(1);
+    match outcome {
+        "moved" => tracing::info!(
+            job_id,
+            zone,
+            moved_ms,
+            "a newer tzdata moved a wall-clock job"
+        ),
+        "unknown_zone" => tracing::warn!(
+            job_id,
+            zone,
+            "a wall-clock job's zone is not in the newer tzdata: left at its instant"
+        ),
+        _ => {}
     }
 }
 

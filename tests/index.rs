@@ -256,6 +256,7 @@ fn job_created(id: u64, at: chrono::DateTime<Utc>) -> tickler::domain::job::Job 
         expires_at: None,
         window_ms: None,
         window_start: None,
+        wall: None,
     }
 }
 

@@ -98,6 +98,7 @@ async fn job_due(store: &Store) -> u64 {
         expires_at: None,
         expires_after_ms: None,
         window: None,
+        wall: None,
     };
     store.job_insert(&job).await.unwrap().0.id
 }

@@ -63,6 +63,7 @@ async fn a_loader_alone_runs_its_row_and_every_instances() {
             "topic controls",
             "codec upkeep",
             "clock guard",
+            "tzdata",
             "loader",
             "materializer",
         ]),

@@ -8,9 +8,10 @@
 use std::collections::{BTreeMap, HashMap};
 use std::time::Duration;
 
-use chrono::{DateTime, Duration as Span, Utc};
+use chrono::{DateTime, Duration as Span, NaiveDate, Utc};
 use tickler::domain::job::{Expiry, Job, JobId, NewJob, PayloadKind, Schedule, Status};
 use tickler::domain::policy::Policy;
+use tickler::domain::zones::WallClock;
 use tickler::roles::reporter::truth::Counts;
 use tickler::store::{
     Actor, BatchRow, Cancelled, Dispatched, JobChanges, JobFilter, Modified, StoreError,
@@ -556,6 +557,14 @@ async fn modify_answers_applied_version_mismatch_or_not_pending() {
         headers: Some(BTreeMap::from([("h".to_owned(), "2".to_owned())])),
         expiry: None,
         window: None,
+        wall: Some(Some(WallClock {
+            local: NaiveDate::from_ymd_opt(2031, 3, 30)
+                .unwrap()
+                .and_hms_milli_opt(9, 0, 0, 5)
+                .unwrap(),
+            zone: "Europe/Berlin".to_owned(),
+            tzdata_version: "2031a".to_owned(),
+        })),
     };
     let changed = match db.store.job_modify(id, 1, &everything).await.unwrap() {
         Modified::Applied(job, db_now) => {
@@ -566,6 +575,8 @@ async fn modify_answers_applied_version_mismatch_or_not_pending() {
     };
     assert_eq!(changed.version, 2);
     assert_eq!(changed.schedule_time, at);
+    assert_eq!(changed.wall, everything.wall.clone().flatten());
+    assert_eq!(db.store.job_get(id).await.unwrap().wall, changed.wall);
     assert_eq!(
         (changed.payload.as_slice(), changed.payload_kind),
         (&[1u8, 2, 3][..], PayloadKind::Bytes)

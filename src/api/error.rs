@@ -11,6 +11,7 @@ use super::view::JobView;
 
 use crate::domain::job::InvalidJob;
 use crate::domain::request::Refusal;
+use crate::domain::zones::InvalidWallClock;
 use crate::store::StoreError;
 
 /// The body of every error answer. Some carry more beside `error`: a 409
@@ -85,6 +86,8 @@ pub enum ApiError {
     InvalidReport(String),
     #[error(transparent)]
     InvalidJob(#[from] InvalidJob),
+    #[error("{0}")]
+    InvalidWallClock(InvalidWallClock),
     #[error("topic {0:?} does not exist on the broker: create it first (or see the kafka.topic_check setting)")]
     UnknownTopic(String),
     #[error("{0}: jobs may not be produced there")]
@@ -155,6 +158,7 @@ impl From<Refusal> for ApiError {
             Refusal::Window(why) => ApiError::InvalidSchedule(why),
             Refusal::Expiry(why) => ApiError::InvalidExpiry(why),
             Refusal::Policy(why) => ApiError::InvalidPolicy(why),
+            Refusal::WallClock(invalid) => ApiError::InvalidWallClock(invalid),
         }
     }
 }
@@ -177,7 +181,7 @@ impl ApiError {
             ApiError::InvalidJob(InvalidJob::PayloadTooLarge { .. }) | ApiError::BodyTooLarge => {
                 StatusCode::PAYLOAD_TOO_LARGE
             }
-            ApiError::InvalidJob(_) => StatusCode::BAD_REQUEST,
+            ApiError::InvalidJob(_) | ApiError::InvalidWallClock(_) => StatusCode::BAD_REQUEST,
             ApiError::UnsupportedMediaType(_) => StatusCode::UNSUPPORTED_MEDIA_TYPE,
             ApiError::NotFound(_)
             | ApiError::BulkNotFound(_)
@@ -219,6 +223,7 @@ impl ApiError {
             ApiError::InvalidPolicy(_) => "invalid_policy",
             ApiError::InvalidReport(_) => "invalid_report",
             ApiError::InvalidJob(invalid) => invalid.code(),
+            ApiError::InvalidWallClock(invalid) => invalid.code(),
             ApiError::UnknownTopic(_) => "unknown_topic",
             ApiError::ReservedTopic(_) => "reserved_topic",
             ApiError::NotFound(_) | ApiError::BulkNotFound(_) | ApiError::ScheduleNotFound(_) => {

@@ -24,6 +24,7 @@ use crate::domain::job::{
 };
 use crate::domain::policy::{Policy, PolicyOverrides};
 use crate::domain::request::{JobRequest, Limits};
+use crate::domain::zones::{self, WallClock};
 use crate::roles::auth::Scope;
 use crate::roles::jobs::Jobs;
 use crate::store::{BatchRow, Cancelled, JobChanges, Modified};
@@ -45,6 +46,13 @@ pub struct CreateJob {
     pub run_at: Option<String>,
     /// Delay from now (the database's now), in milliseconds.
     pub delay_ms: Option<i64>,
+    /// Or a wall-clock time, with `time_zone`: a local date and time
+    /// without offset (`2027-03-28T09:00:00`). tickler keeps it, the zone
+    /// and the tzdata release beside the instant it computes, and moves
+    /// the job if a newer tzdata changes that instant.
+    pub run_local: Option<String>,
+    /// The IANA zone `run_local` is read in (`Europe/Berlin`).
+    pub time_zone: Option<String>,
     /// RFC 3339 time after run_at: a job not produced by then expires
     /// (status `expired`) and is never produced.
     pub expires_at: Option<String>,
@@ -77,6 +85,10 @@ pub struct PatchJob {
     pub headers: Option<BTreeMap<String, String>>,
     pub run_at: Option<String>,
     pub delay_ms: Option<i64>,
+    /// Or a new wall-clock time, with `time_zone` (as on create). A new
+    /// `run_at` or `delay_ms` ends a job's wall-clock time.
+    pub run_local: Option<String>,
+    pub time_zone: Option<String>,
     /// A new expiry (RFC 3339, after the run_at), or null: none. Left out,
     /// the job keeps its expiry, which must then come after a new run_at.
     #[serde(default, deserialize_with = "present")]
@@ -239,6 +251,44 @@ pub(super) fn window_parse(window_ms: Option<i64>) -> Result<Option<u32>, ApiErr
     }
 }
 
+/// `run_local` with `time_zone`, resolved with the loaded tzdata: the
+/// instant and the wall clock to keep. None when neither is given; one
+/// without the other, or either beside `run_at`/`delay_ms`, is an error.
+pub(super) fn wall_parse(
+    run_local: Option<String>,
+    time_zone: Option<String>,
+    run_at: &Option<String>,
+    delay_ms: Option<i64>,
+) -> Result<Option<(DateTime<Utc>, WallClock)>, ApiError> {
+    let (local, zone) =
+        match (run_local, time_zone) {
+            (None, None) => return Ok(None),
+            (Some(local), Some(zone)) => (local, zone),
+            _ => return Err(ApiError::InvalidSchedule(
+                "run_local and time_zone go together: a local time and the IANA zone it is read in"
+                    .to_owned(),
+            )),
+        };
+    if run_at.is_some() || delay_ms.is_some() {
+        return Err(ApiError::InvalidSchedule(
+            "give run_at, delay_ms or run_local with time_zone: one of them".to_owned(),
+        ));
+    }
+    let local = zones::local_parse(&local).map_err(ApiError::InvalidWallClock)?;
+    let (at, wall) =
+        zones::wall_resolve(&zones::current(), local, &zone).map_err(ApiError::InvalidWallClock)?;
+    if at.timestamp_millis() < 0 {
+        return Err(InvalidJob::TooEarly.into());
+    }
+    if !job::time_in_range(at) {
+        return Err(ApiError::InvalidRunAt(format!(
+            "run_local {} in {zone} is after 9999-12-31T23:59:59.999Z",
+            wall.local
+        )));
+    }
+    Ok(Some((at, wall)))
+}
+
 /// `expires_at` (Some(None): null, no expiry) or `ttl_ms`, parsed. None
 /// when neither is given; both is an error.
 pub(super) fn expiry_parse(
@@ -315,10 +365,15 @@ impl CreateJob {
     pub fn request(self, limits: Limits, now: DateTime<Utc>) -> Result<JobRequest, ApiError> {
         let topic = self.topic.ok_or(InvalidJob::Topic)?;
         let headers = self.headers.unwrap_or_default();
-        let schedule =
-            schedule_parse(self.run_at, self.delay_ms, limits, now)?.ok_or_else(|| {
-                ApiError::InvalidSchedule("give run_at (RFC 3339 time) or delay_ms".to_owned())
-            })?;
+        let wall = wall_parse(self.run_local, self.time_zone, &self.run_at, self.delay_ms)?;
+        let schedule = match &wall {
+            Some((at, _)) => Schedule::At(*at),
+            None => schedule_parse(self.run_at, self.delay_ms, limits, now)?.ok_or_else(|| {
+                ApiError::InvalidSchedule(
+                    "give run_at (RFC 3339 time), delay_ms, or run_local with time_zone".to_owned(),
+                )
+            })?,
+        };
         let window_ms = window_parse(self.window_ms)?.unwrap_or(0);
         let expiry = expiry_parse(self.expires_at.map(Some), self.ttl_ms)?.flatten();
         let (payload, payload_kind) = payload_parse(self.payload, self.payload_base64, limits)?
@@ -340,6 +395,7 @@ impl CreateJob {
                 ack_timeout_ms: self.ack_timeout_ms,
             },
             trace_parent: None,
+            wall: wall.map(|(_, wall)| wall),
         })
     }
 
@@ -374,8 +430,14 @@ impl PatchJob {
         if let Some(headers) = &self.headers {
             job::headers_validate(headers)?;
         }
+        let wall = wall_parse(self.run_local, self.time_zone, &self.run_at, self.delay_ms)?;
+        let schedule = match &wall {
+            Some((at, _)) => Some(Schedule::At(*at)),
+            None => schedule_parse(self.run_at, self.delay_ms, limits, now)?,
+        };
         let changes = JobChanges {
-            schedule: schedule_parse(self.run_at, self.delay_ms, limits, now)?,
+            wall: schedule.map(|_| wall.map(|(_, wall)| wall)),
+            schedule,
             payload: payload_parse(self.payload, self.payload_base64, limits)?,
             headers: self.headers,
             expiry: expiry_parse(self.expires_at, self.ttl_ms)?,

@@ -41,6 +41,28 @@ pub struct Stats {
     /// The calling token's quotas and what it holds of them (null: the
     /// token has no quota).
     pub quota: Option<QuotaView>,
+    /// The tzdata release this instance resolves local times with.
+    pub tzdata: TzdataView,
+}
+
+/// A tzdata release and where it was read from.
+#[derive(Debug, serde::Serialize, utoipa::ToSchema)]
+pub struct TzdataView {
+    /// The IANA release (`2025b`).
+    pub version: String,
+    /// The zoneinfo directory it was read from, or `built-in`.
+    pub source: String,
+}
+
+impl TzdataView {
+    /// This process's.
+    pub fn current() -> TzdataView {
+        let tzdata = crate::domain::zones::current();
+        TzdataView {
+            version: tzdata.version().to_owned(),
+            source: tzdata.source().to_owned(),
+        }
+    }
 }
 
 /// A token's quotas and usage.
@@ -95,6 +117,7 @@ impl Stats {
             scan_ms: truth.scan_ms,
             partial: !all,
             quota: None,
+            tzdata: TzdataView::current(),
         }
     }
 }

@@ -69,6 +69,15 @@ pub struct JobView {
     /// out (`dispatched_at` says when it did).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub produce_at: Option<String>,
+    /// Given a wall-clock time: the local time (`2027-03-28T09:00:00.000`)
+    /// its run_at was computed from, in `time_zone`, with tzdata release
+    /// `tzdata_version`. A newer tzdata moves run_at where it changes.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub run_local: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub time_zone: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub tzdata_version: Option<String>,
 }
 
 /// When one consumer group read past a job's record.
@@ -132,6 +141,12 @@ impl From<Job> for JobView {
             expires_at: job.expires_at.map(time_format),
             window_ms: job.window_ms,
             produce_at: job.window_ms.map(|_| time_format(job.schedule_time)),
+            run_local: job
+                .wall
+                .as_ref()
+                .map(|wall| wall.local.format("%Y-%m-%dT%H:%M:%S%.3f").to_string()),
+            time_zone: job.wall.as_ref().map(|wall| wall.zone.clone()),
+            tzdata_version: job.wall.map(|wall| wall.tzdata_version),
             payload,
             payload_base64,
             headers: job.headers,

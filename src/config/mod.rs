@@ -53,6 +53,8 @@ pub struct Config {
     pub loader: LoaderSettings,
     /// Recurring schedules: how far ahead their occurrences are created.
     pub schedules: SchedulesSettings,
+    /// The time-zone rules local times are resolved with.
+    pub tzdata: TzdataSettings,
     /// The dispatcher: batches, the claim lease, and its timings.
     pub dispatcher: DispatcherSettings,
     /// The reconciler's passes.
@@ -100,6 +102,7 @@ impl Default for Config {
             cluster: ClusterSettings::default(),
             loader: LoaderSettings::default(),
             schedules: SchedulesSettings::default(),
+            tzdata: TzdataSettings::default(),
             dispatcher: DispatcherSettings::default(),
             reconciler: ReconcilerSettings::default(),
             results: ResultsSettings::default(),

@@ -38,6 +38,7 @@ impl Config {
             cluster,
             loader,
             schedules,
+            tzdata,
             dispatcher,
             reconciler,
             results,
@@ -60,6 +61,7 @@ impl Config {
         cluster.validate()?;
         loader.validate()?;
         schedules.validate()?;
+        tzdata.validate()?;
         dispatcher.validate()?;
         reconciler.validate()?;
         results.validate()?;

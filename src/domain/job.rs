@@ -9,6 +9,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use serde::{Deserialize, Serialize};
 
 use crate::domain::policy::Policy;
+use crate::domain::zones::WallClock;
 
 /// Job identifier: the `jobs.id` primary key.
 pub type JobId = u64;
@@ -281,6 +282,9 @@ pub struct NewJob {
     /// Its flexible window, when it has one: `schedule` is then the
     /// instant decided in it.
     pub window: Option<Window>,
+    /// The wall-clock time `schedule` was computed from, when it was
+    /// given one (`run_local` + `time_zone`).
+    pub wall: Option<WallClock>,
 }
 
 impl NewJob {
@@ -338,6 +342,9 @@ pub struct Job {
     /// `schedule_time` is the instant decided in it.
     pub window_ms: Option<u32>,
     pub window_start: Option<DateTime<Utc>>,
+    /// The wall-clock time its `schedule_time` was computed from, when it
+    /// was given one; a newer tzdata computes it again.
+    pub wall: Option<WallClock>,
 }
 
 impl Job {

@@ -23,6 +23,8 @@
 //! - [`compression`] — payload compression: zstd with trained dictionaries
 //! - [`delivery`]   — proof of delivery: a produced record's position, and
 //!   which records are read back (`dispatcher.verify`)
+//! - [`zones`]      — time zones as data: the loaded tzdata, wall-clock
+//!   times and how a local time resolves
 
 pub mod clock;
 pub mod compression;
@@ -36,3 +38,4 @@ pub mod policy;
 pub mod request;
 pub mod schedule;
 pub mod topic_pattern;
+pub mod zones;

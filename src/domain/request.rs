@@ -8,12 +8,13 @@
 
 use std::collections::BTreeMap;
 
-use chrono::{DateTime, Utc};
+use chrono::{DateTime, NaiveDateTime, Utc};
 
 use crate::domain::job::{
     self, Expiry, InvalidJob, NewJob, PayloadKind, Schedule, Window, WINDOW_MAX_MS,
 };
 use crate::domain::policy::{Policy, PolicyOverrides};
+use crate::domain::zones::{self, InvalidWallClock, WallClock};
 
 /// The limits a job is checked against (`jobs.payload_max_bytes`,
 /// `jobs.max_schedule_ahead_days`).
@@ -70,6 +71,9 @@ pub struct JobRequest {
     pub policy: PolicyOverrides,
     /// The W3C `traceparent` of the request.
     pub trace_parent: Option<String>,
+    /// The wall-clock time `schedule` was computed from
+    /// ([`JobRequest::new_local`]).
+    pub wall: Option<WallClock>,
 }
 
 /// Why a request is refused. Each edge words it in its own terms (the
@@ -84,6 +88,8 @@ pub enum Refusal {
     Expiry(String),
     /// The result policy, over the topic's, is not one tickler runs.
     Policy(String),
+    /// `run_local` or `time_zone`.
+    WallClock(InvalidWallClock),
 }
 
 impl From<InvalidJob> for Refusal {
@@ -106,7 +112,25 @@ impl JobRequest {
             expiry: None,
             policy: PolicyOverrides::default(),
             trace_parent: None,
+            wall: None,
         }
+    }
+
+    /// A request for `topic` at a wall-clock time: `local` in the IANA zone
+    /// `zone`, resolved with the rules this process has loaded (a skipped
+    /// local time is the moment of the change, a repeated one its first
+    /// occurrence). The local time, the zone and the tzdata release are
+    /// kept, so that a newer tzdata moves the job where its instant changes.
+    pub fn new_local(
+        topic: impl Into<String>,
+        local: NaiveDateTime,
+        zone: &str,
+    ) -> Result<JobRequest, Refusal> {
+        let (at, wall) =
+            zones::wall_resolve(&zones::current(), local, zone).map_err(Refusal::WallClock)?;
+        let mut request = JobRequest::new(topic, Schedule::At(at));
+        request.wall = Some(wall);
+        Ok(request)
     }
 
     /// Checks every create rule and builds the job to write. `now` bounds
@@ -173,6 +197,7 @@ impl JobRequest {
             expires_at,
             expires_after_ms,
             window: window.map(|(w, _)| w),
+            wall: self.wall,
         })
     }
 }

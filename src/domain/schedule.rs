@@ -10,17 +10,18 @@
 //!
 //! Occurrences are found by walking the *local* calendar with the cron
 //! expression (croner), then resolving each local time to an instant with
-//! the zone's rules (chrono-tz); instants strictly increase, so a local
+//! the zone's rules (the loaded tzdata, [`zones`]); instants strictly increase, so a local
 //! time is never fired twice and a folded hour is not repeated.
 
 use std::fmt;
 use std::str::FromStr;
 
-use chrono::{DateTime, Duration, LocalResult, NaiveDateTime, TimeZone, Utc};
-use chrono_tz::Tz;
+use chrono::{DateTime, Duration, LocalResult, TimeZone, Utc};
 use croner::parser::{CronParser, Seconds};
 use croner::Cron;
 use serde::{Deserialize, Serialize};
+
+use crate::domain::zones::{self, WallClock, Zone};
 
 /// Most candidate local times looked at to find one occurrence; a cron
 /// expression that matches nothing (30 February) gives up before.
@@ -73,7 +74,7 @@ pub enum InvalidTiming {
 #[derive(Debug, Clone)]
 pub enum Timing {
     /// A cron expression read on the wall clock of `zone`.
-    Cron { cron: Box<Cron>, zone: Tz },
+    Cron { cron: Box<Cron>, zone: Zone },
     /// Every `every_ms` milliseconds from `anchor`.
     Every {
         every_ms: u64,
@@ -103,8 +104,11 @@ pub fn cron_parse(expr: &str) -> Result<Cron, InvalidTiming> {
         .map_err(|err| invalid(err.to_string()))
 }
 
-pub fn zone_parse(name: &str) -> Result<Tz, InvalidTiming> {
-    Tz::from_str(name).map_err(|_| InvalidTiming::TimeZone(name.to_owned()))
+/// The zone named `name` in the rules this process has loaded.
+pub fn zone_parse(name: &str) -> Result<Zone, InvalidTiming> {
+    zones::current()
+        .zone(name)
+        .ok_or_else(|| InvalidTiming::TimeZone(name.to_owned()))
 }
 
 impl Timing {
@@ -169,7 +173,7 @@ impl Timing {
                                 second.with_timezone(&Utc)
                             }
                         }
-                        LocalResult::None => gap_end(zone, local),
+                        LocalResult::None => zones::gap_end(zone, local),
                     };
                     if at > after {
                         return Some(at);
@@ -177,6 +181,21 @@ impl Timing {
                 }
                 None
             }
+        }
+    }
+
+    /// The wall-clock time of an occurrence at `at`, to keep beside it so
+    /// that a newer tzdata moves it: the local time it falls on in a cron
+    /// schedule's zone. None for intervals and for UTC, which no tzdata
+    /// release changes.
+    pub fn wall_clock(&self, at: DateTime<Utc>) -> Option<WallClock> {
+        match self {
+            Timing::Cron { zone, .. } if zone.name() != "UTC" => Some(WallClock {
+                local: at.with_timezone(zone).naive_local(),
+                zone: zone.name().to_owned(),
+                tzdata_version: zones::current().version().to_owned(),
+            }),
+            _ => None,
         }
     }
 
@@ -195,25 +214,6 @@ impl Timing {
         }
         out
     }
-}
-
-/// The first instant whose local time in `zone` is after `local`, a local
-/// time the zone skips: the moment the clock sprang forward. Found by
-/// bisection (to the millisecond) between instants surely before and after.
-fn gap_end(zone: &Tz, local: NaiveDateTime) -> DateTime<Utc> {
-    // Offsets lie within ±18 hours.
-    const SPAN_MS: i64 = 18 * 3_600_000;
-    let naive_ms = local.and_utc().timestamp_millis();
-    let (mut lo, mut hi) = (naive_ms - SPAN_MS, naive_ms + SPAN_MS);
-    let at = |ms: i64| Utc.timestamp_millis_opt(ms).single();
-    while hi - lo > 1 {
-        let mid = lo + (hi - lo) / 2;
-        match at(mid) {
-            Some(mid_at) if mid_at.with_timezone(zone).naive_local() > local => hi = mid,
-            _ => lo = mid,
-        }
-    }
-    at(hi).unwrap_or_else(|| local.and_utc())
 }
 
 /// What to do with occurrences whose time passed while no tickler created

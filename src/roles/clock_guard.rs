@@ -118,6 +118,7 @@ mod tests {
             roles: roles.split(',').map(str::to_owned).collect(),
             ingress_group: None,
             enc_keys: None,
+            tzdata_version: None,
             started_at: chrono::Utc::now(),
             heartbeat_at: chrono::Utc::now(),
             live,

@@ -323,6 +323,11 @@ impl Doctor {
         );
         findings.push(self.check_clocks().await);
         findings.push(
+            self.check_tzdata()
+                .await
+                .unwrap_or_else(|err| unreachable_store("tzdata", err)),
+        );
+        findings.push(
             self.check_triggers()
                 .await
                 .unwrap_or_else(|err| unreachable_store("triggers", err)),
@@ -788,6 +793,61 @@ impl Doctor {
             ids: Vec::new(),
             fix: Some(
                 "check the group's name in [topics.T] consumer_groups against the consumers' group.id, that they commit offsets, and that an instance with the reconciler role runs".to_owned(),
+            ),
+        })
+    }
+
+    /// Whether the live instances resolve local times with one tzdata
+    /// release: two that differ compute a wall-clock job's instant
+    /// differently until they agree (each moves only forward, so nothing
+    /// goes back and forth, but a create answers by its own).
+    async fn check_tzdata(&self) -> Result<Finding, DoctorError> {
+        const CHECK: &str = "tzdata";
+        let instances = self
+            .store
+            .instances_list(self.config.instance_ttl())
+            .await?;
+        let mut releases: std::collections::BTreeMap<String, Vec<u64>> = Default::default();
+        for instance in instances.iter().filter(|instance| instance.live) {
+            let release = instance
+                .tzdata_version
+                .clone()
+                .unwrap_or_else(|| "unknown (built before #60)".to_owned());
+            releases.entry(release).or_default().push(instance.id);
+        }
+        let said = |releases: &std::collections::BTreeMap<String, Vec<u64>>| {
+            releases
+                .iter()
+                .map(|(release, ids)| {
+                    let ids: Vec<String> = ids.iter().map(u64::to_string).collect();
+                    format!("{release} (instances {})", ids.join(", "))
+                })
+                .collect::<Vec<_>>()
+                .join("; ")
+        };
+        if releases.len() <= 1 {
+            let release = releases.keys().next().cloned().unwrap_or_else(|| {
+                format!(
+                    "{} here, no live instance",
+                    crate::domain::zones::current().version()
+                )
+            });
+            return Ok(Finding::ok(
+                CHECK,
+                format!("every live instance resolves local times with tzdata {release}"),
+            ));
+        }
+        Ok(Finding {
+            check: CHECK,
+            verdict: Verdict::Warn,
+            summary: format!(
+                "live instances resolve local times with different tzdata releases: {}",
+                said(&releases)
+            ),
+            count: releases.len() as u64,
+            ids: Vec::new(),
+            fix: Some(
+                "update the tzdata directory (tzdata.path, e.g. the OS package tzdata) on every host; each instance loads a newer release within tzdata.check_ms, no restart".to_owned(),
             ),
         })
     }

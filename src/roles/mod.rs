@@ -23,6 +23,8 @@
 //! - [`quotas`]     — counts again what each token with a quota holds
 //! - [`bulk`]       — the bulk runner: carries out bulk operations in batches
 //! - [`topic_controls`] — topic controls (pause, pace): this instance's copy
+//! - [`tzdata`]     — the time-zone rules, reloaded when their release
+//!   changes; wall-clock jobs moved where a newer release changes them
 //! - [`resolver`]   — applies an attempt's outcome, from every channel, and
 //!   makes Redis follow
 //! - [`results`]    — consumes the results topic; produces dead letters
@@ -62,5 +64,6 @@ pub mod resolver;
 pub mod results;
 pub mod service;
 pub mod topic_controls;
+pub mod tzdata;
 pub mod verifier;
 pub mod watermarks;

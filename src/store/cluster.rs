@@ -17,6 +17,7 @@ use super::error::StoreError;
 use super::handle::Store;
 use super::sql::micros;
 use crate::config::Role;
+use crate::domain::zones;
 
 /// Who an instance is, as its row says.
 #[derive(Debug, Clone)]
@@ -55,6 +56,9 @@ pub struct InstanceRow {
     /// The ids of the encryption keys it holds; None for an instance built
     /// before it said (V54).
     pub enc_keys: Option<Vec<String>>,
+    /// The tzdata release it resolves local times with; None for an
+    /// instance built before it said (V61).
+    pub tzdata_version: Option<String>,
     pub started_at: DateTime<Utc>,
     pub heartbeat_at: DateTime<Utc>,
     /// Heartbeat within the TTL.
@@ -192,9 +196,15 @@ impl Store {
     ) -> Result<Beat, StoreError> {
         let mut beat = QueryBuilder::<MySql>::new(
             // Never back: `tickler dev` moves beats forward with its clock.
-            "UPDATE instances SET heartbeat_at = GREATEST(heartbeat_at, UTC_TIMESTAMP(3)) WHERE id = ",
+            "UPDATE instances SET heartbeat_at = GREATEST(heartbeat_at, UTC_TIMESTAMP(3)), \
+             tzdata_version = ",
         );
-        beat.push_bind(id).push(" AND heartbeat_at >= ");
+        // The release it resolves local times with, as of this beat (it
+        // reloads a newer one while running).
+        beat.push_bind(zones::current().version().to_owned())
+            .push(" WHERE id = ")
+            .push_bind(id)
+            .push(" AND heartbeat_at >= ");
         push_alive_since(&mut beat, ttl);
         // Rows matched, not changed (the driver asks for found rows): 0
         // only when the row is gone or its last beat is too old.
@@ -256,8 +266,8 @@ impl Store {
     ) -> Result<(u64, bool), StoreError> {
         let result = sqlx::query(
             "INSERT INTO instances (id, host, pid, pid_namespace, version, roles, ttl_ms, quiet_ms, \
-             ingress_group, enc_keys, started_at, heartbeat_at) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3)) \
+             ingress_group, enc_keys, tzdata_version, started_at, heartbeat_at) \
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, UTC_TIMESTAMP(3), UTC_TIMESTAMP(3)) \
              ON DUPLICATE KEY UPDATE heartbeat_at = UTC_TIMESTAMP(3)",
         )
         .bind(id)
@@ -270,6 +280,7 @@ impl Store {
         .bind(info.quiet.map(duration_ms))
         .bind(&info.ingress_group)
         .bind(&info.enc_keys)
+        .bind(zones::current().version().to_owned())
         .execute(&self.pool)
         .await?;
         // 1: inserted; 2 (or 0, the same millisecond): updated.
@@ -282,7 +293,7 @@ impl Store {
     pub async fn instances_list(&self, ttl: Duration) -> Result<Vec<InstanceRow>, StoreError> {
         let mut query = QueryBuilder::<MySql>::new(
             "SELECT id, host, pid, pid_namespace, version, roles, ingress_group, enc_keys, \
-             started_at, heartbeat_at, \
+             tzdata_version, started_at, heartbeat_at, \
              heartbeat_at >= ",
         );
         push_alive_since_own(&mut query, ttl);
@@ -310,6 +321,11 @@ impl Store {
                             .map(str::to_owned)
                             .collect()
                     }),
+                    tzdata_version: row
+                        .try_get::<Option<Vec<u8>>, _>("tzdata_version")
+                        .ok()
+                        .flatten()
+                        .map(|bytes| String::from_utf8_lossy(&bytes).into_owned()),
                     started_at: row.try_get::<NaiveDateTime, _>("started_at")?.and_utc(),
                     heartbeat_at: row.try_get::<NaiveDateTime, _>("heartbeat_at")?.and_utc(),
                     live: live != 0,

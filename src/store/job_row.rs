@@ -17,6 +17,7 @@ use crate::domain::compression::Codec;
 use crate::domain::job::{Job, JobId, NewJob, PayloadKind};
 use crate::domain::keys::Keyring;
 use crate::domain::policy::Policy;
+use crate::domain::zones::WallClock;
 
 /// The columns a [`Job`] is read from, with `$payload` in the payload's
 /// place (listings read everything but the payload, which may be large).
@@ -28,7 +29,8 @@ macro_rules! job_columns {
             ", payload_kind, headers, schedule_time, status, attempt, max_attempts, version, \
              created_at, updated_at, dispatched_at, kafka_partition, kafka_offset, verified_at, last_error, \
              expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, ack_deadline, \
-             trace_parent, schedule_id, expires_at, window_ms, window_start, enc_key"
+             trace_parent, schedule_id, expires_at, window_ms, window_start, enc_key, \
+             run_local, time_zone, tzdata_version"
         )
     };
 }
@@ -127,6 +129,7 @@ pub(super) fn job_created(new: &NewJob, row: &MySqlRow) -> Result<Job, StoreErro
         window_start: row
             .try_get::<Option<NaiveDateTime>, _>("window_start")?
             .map(|at| at.and_utc()),
+        wall: new.wall.clone(),
     })
 }
 
@@ -230,6 +233,28 @@ fn job_with_body(
         window_start: row
             .try_get::<Option<NaiveDateTime>, _>("window_start")?
             .map(|at| at.and_utc()),
+        wall: wall_from_row(row),
+    })
+}
+
+/// A job's wall-clock time. Informational beside `schedule_time`, which
+/// alone decides when it is due: columns that do not decode, or a zone
+/// without its local time (a hand edit), read as none, never costing the
+/// job its dispatch; a row without a release reads as release `0`, older
+/// than any, so a newer tzdata computes it again.
+fn wall_from_row(row: &MySqlRow) -> Option<WallClock> {
+    let local: NaiveDateTime = row
+        .try_get::<Option<NaiveDateTime>, _>("run_local")
+        .ok()??;
+    let zone = text(row, "time_zone").ok()??;
+    let tzdata_version = text(row, "tzdata_version")
+        .ok()
+        .flatten()
+        .unwrap_or_else(|| "0".to_owned());
+    Some(WallClock {
+        local,
+        zone,
+        tzdata_version,
     })
 }
 

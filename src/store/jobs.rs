@@ -21,6 +21,7 @@ use super::sql::{db_time, run_at_push, topic_patterns_push, INSERT_ROWS_MAX};
 use crate::domain::compression::Codec;
 use crate::domain::job::{Expiry, Job, JobId, NewJob, PayloadKind, Schedule, Status, Window};
 use crate::domain::keys::Keyring;
+use crate::domain::zones::WallClock;
 
 /// What a modification of a pending job changes; None leaves it as is.
 #[derive(Debug, Clone, Default, PartialEq)]
@@ -35,6 +36,9 @@ pub struct JobChanges {
     /// A new flexible window (Some(None): none); `schedule` is then the
     /// instant decided in it.
     pub window: Option<Option<Window>>,
+    /// A new wall-clock time (Some(None): none, the job keeps only its
+    /// instant). A new `schedule` given without one ends the job's.
+    pub wall: Option<Option<WallClock>>,
 }
 
 /// What became of a modification.
@@ -225,6 +229,21 @@ impl Store {
                     .push(", UTC_TIMESTAMP(3))");
             }
             None => {}
+        }
+        match (&changes.schedule, &changes.wall) {
+            (_, Some(Some(wall))) => {
+                query
+                    .push(", run_local = ")
+                    .push_bind(wall.local)
+                    .push(", time_zone = ")
+                    .push_bind(wall.zone.clone())
+                    .push(", tzdata_version = ")
+                    .push_bind(wall.tzdata_version.clone());
+            }
+            (Some(_), _) | (None, Some(None)) => {
+                query.push(", run_local = NULL, time_zone = NULL, tzdata_version = NULL");
+            }
+            (None, None) => {}
         }
         match &changes.window {
             Some(None) => {
@@ -525,11 +544,12 @@ impl Store {
         sqlx::query(
             "INSERT INTO jobs (topic, job_key, payload, payload_kind, headers, schedule_time, \
              max_attempts, expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
-             trace_parent, schedule_id, expires_at, window_ms, window_start) \
+             trace_parent, schedule_id, expires_at, window_ms, window_start, \
+             run_local, time_zone, tzdata_version) \
              VALUES (?, ?, ?, ?, ?, COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))), \
              ?, ?, ?, ?, ?, ?, ?, COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, \
              COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))))), \
-             ?, COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))))",
+             ?, COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))), ?, ?, ?)",
         )
         .bind(&job.topic)
         .bind(&job.key)
@@ -552,6 +572,9 @@ impl Store {
         .bind(job.window.map(|window| window.ms))
         .bind(window_start(job).0)
         .bind(window_start(job).1)
+        .bind(job.wall.as_ref().map(|wall| wall.local))
+        .bind(job.wall.as_ref().map(|wall| wall.zone.as_str()))
+        .bind(job.wall.as_ref().map(|wall| wall.tzdata_version.as_str()))
         .execute(&mut *tx)
         .await?;
         let row = sqlx::query(&format!(
@@ -718,7 +741,8 @@ async fn insert_chunk_on(
     let mut insert = QueryBuilder::<MySql>::new(
         "INSERT INTO jobs (topic, job_key, payload, payload_kind, headers, schedule_time, \
          max_attempts, expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
-         trace_parent, schedule_id, expires_at, window_ms, window_start, create_token",
+         trace_parent, schedule_id, expires_at, window_ms, window_start, run_local, time_zone, \
+         tzdata_version, create_token",
     );
     insert.push(if positions.is_some() {
         ", ingress_position) "
@@ -769,6 +793,9 @@ async fn insert_chunk_on(
             .push_unseparated(", TIMESTAMPADD(MICROSECOND, ")
             .push_bind_unseparated(window_start(job).1)
             .push_unseparated(", UTC_TIMESTAMP(3)))")
+            .push_bind(job.wall.as_ref().map(|wall| wall.local))
+            .push_bind(job.wall.as_ref().map(|wall| wall.zone.as_str()))
+            .push_bind(job.wall.as_ref().map(|wall| wall.tzdata_version.as_str()))
             .push_bind(token_base | index as u64);
         if let Some(positions) = positions {
             row.push_bind(positions.get(index).map(String::as_str));

@@ -41,6 +41,7 @@ mod stats;
 mod tokens;
 mod topics;
 mod verify;
+mod wall_clock;
 mod watermarks;
 
 pub use audit::{AuditEntry, AuditFilter, AuditRow};
@@ -68,4 +69,5 @@ pub use stats::{CountCursor, DeadSince, Overdue, Position, TopicCount, COUNTED};
 pub use tokens::{NewToken, TokenRow};
 pub use topics::{JobPacing, TopicChange, TopicControl};
 pub use verify::{SweepMark, VerifyTally};
+pub use wall_clock::WallRow;
 pub use watermarks::Watermark;

@@ -651,6 +651,11 @@ impl Store {
                         .map(|at| at + (placed.at - occurrence.run_at)),
                     expires_after_ms: None,
                     window: placed.window,
+                    // Only an occurrence going out when it was meant to:
+                    // a late one is due now whatever the zone's rules.
+                    wall: (occurrence.run_at == occurrence.at)
+                        .then(|| timing.wall_clock(occurrence.at))
+                        .flatten(),
                 }
             })
             .collect();

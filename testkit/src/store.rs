@@ -131,5 +131,6 @@ pub fn job_new(topic: &str, in_ms: i64) -> NewJob {
         expires_at: None,
         expires_after_ms: None,
         window: None,
+        wall: None,
     }
 }

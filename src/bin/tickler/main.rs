@@ -226,11 +226,20 @@ async fn run(path: Option<&std::path::Path>, command: Command) -> anyhow::Result
             })
             .await)
         }
-        Command::Config => println!(
-            "{}",
-            serde_json::to_string_pretty(&settings(path, true)?.masked())
-                .context("printing the configuration")?
-        ),
+        Command::Config => {
+            let config = settings(path, true)?;
+            let mut shown =
+                serde_json::to_value(config.masked()).context("printing the configuration")?;
+            // What `tzdata.path` holds now: what an instance started now
+            // would resolve local times with.
+            shown["tzdata_release"] = tickler::roles::tzdata::describe(
+                &tickler::roles::tzdata::TzdataConfig::from_config(&config),
+            );
+            println!(
+                "{}",
+                serde_json::to_string_pretty(&shown).context("printing the configuration")?
+            )
+        }
         Command::Migrate { to } => admin::migrate(&config()?, to)
             .await
             .context("migrating the database")?,

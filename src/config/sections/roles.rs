@@ -121,6 +121,51 @@ impl SchedulesSettings {
     }
 }
 
+/// `[tzdata]`: the time-zone rules local times are resolved with (a
+/// wall-clock job's `run_local`, a cron schedule's occurrences).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct TzdataSettings {
+    /// A zoneinfo directory of compiled zone files (what `zic` writes, and
+    /// the operating system's tzdata package installs), with its release
+    /// in `tzdata.zi` or `+VERSION`. `builtin`: the rules compiled into
+    /// this build. When the directory is missing or unreadable at start,
+    /// the built-in rules are used and a warning logged.
+    pub path: String,
+    /// How often the directory's release is looked at: a newer one is
+    /// loaded without a restart, and the pending wall-clock jobs of older
+    /// releases are computed again (by the reconciler role).
+    pub check_ms: u64,
+}
+
+impl Default for TzdataSettings {
+    fn default() -> Self {
+        TzdataSettings {
+            path: "/usr/share/zoneinfo".to_owned(),
+            check_ms: 60_000,
+        }
+    }
+}
+
+impl TzdataSettings {
+    /// The section's own checks; the first problem found names its setting.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        if !(100..=86_400_000).contains(&self.check_ms) {
+            return Err(invalid(
+                "tzdata.check_ms",
+                "must be between 100 and 86400000",
+            ));
+        }
+        if self.path.trim().is_empty() {
+            return Err(invalid(
+                "tzdata.path",
+                "must name a zoneinfo directory, or be `builtin`",
+            ));
+        }
+        Ok(())
+    }
+}
+
 /// Longest `dispatcher.lookahead_ms`: a job claimed ahead can no longer be
 /// cancelled, so the stretch stays short.
 pub const DISPATCH_LOOKAHEAD_MAX_MS: u64 = 1_000;

@@ -15,6 +15,7 @@ use chrono::{DateTime, TimeZone, Utc};
 use crate::domain::job::{self, Expiry, InvalidJob, NewJob, PayloadKind, Schedule};
 use crate::domain::policy::{Policy, PolicyOverrides};
 use crate::domain::request::{JobRequest, Limits, Refusal};
+use crate::domain::zones::{self, InvalidWallClock};
 
 /// Where the job goes: the topic its record is produced to.
 pub const HEADER_TARGET_TOPIC: &str = "tickler-target-topic";
@@ -37,10 +38,14 @@ pub const HEADER_EXPIRES_AT: &str = "tickler-expires-at";
 /// A flexible window, milliseconds after the run-at in which the job may
 /// go out (as `window_ms` on create).
 pub const HEADER_WINDOW_MS: &str = "tickler-window-ms";
+/// A wall-clock time instead of a run-at, with [`HEADER_TIME_ZONE`] (as
+/// `run_local` and `time_zone` on create).
+pub const HEADER_RUN_LOCAL: &str = "tickler-run-local";
+pub const HEADER_TIME_ZONE: &str = "tickler-time-zone";
 
 /// Every `tickler-` header a request may carry; any other is a mistake
 /// (a misspelt `tickler-run-at` must not be delivered as a plain header).
-const HEADERS_KNOWN: [&str; 12] = [
+const HEADERS_KNOWN: [&str; 14] = [
     HEADER_TARGET_TOPIC,
     HEADER_RUN_AT,
     HEADER_DELAY_MS,
@@ -53,6 +58,8 @@ const HEADERS_KNOWN: [&str; 12] = [
     HEADER_ACK_TIMEOUT_MS,
     HEADER_EXPIRES_AT,
     HEADER_WINDOW_MS,
+    HEADER_RUN_LOCAL,
+    HEADER_TIME_ZONE,
 ];
 
 /// A request record as this module reads it, so that it can be tested
@@ -107,6 +114,8 @@ pub enum RequestError {
     #[error("{0}")]
     Expiry(String),
     #[error("{0}")]
+    WallClock(InvalidWallClock),
+    #[error("{0}")]
     Policy(String),
     /// The request topic may not schedule onto the target topic.
     #[error("{0}")]
@@ -142,6 +151,7 @@ impl RequestError {
             RequestError::Schedule(_) => "invalid_schedule",
             RequestError::RunAt(_) => "invalid_run_at",
             RequestError::Expiry(_) => "invalid_expiry",
+            RequestError::WallClock(invalid) => invalid.code(),
             RequestError::Policy(_) => "invalid_policy",
             RequestError::Forbidden(_) => "forbidden_topic",
             RequestError::Reserved(_) => "reserved_topic",
@@ -228,13 +238,26 @@ pub fn request_parse(
     let Some(payload) = record.value else {
         return Ok(Request::Cancel { topic, key });
     };
-    let schedule = schedule_parse(
-        ours.remove(HEADER_RUN_AT),
-        ours.remove(HEADER_DELAY_MS),
-        record.timestamp_ms,
-        limits,
-        now,
-    )?;
+    let (run_at, delay_ms) = (ours.remove(HEADER_RUN_AT), ours.remove(HEADER_DELAY_MS));
+    let wall = match (ours.remove(HEADER_RUN_LOCAL), ours.remove(HEADER_TIME_ZONE)) {
+        (None, None) => None,
+        (Some(local), Some(zone)) if run_at.is_none() && delay_ms.is_none() => {
+            let local = zones::local_parse(local.trim()).map_err(RequestError::WallClock)?;
+            Some(
+                zones::wall_resolve(&zones::current(), local, zone.trim())
+                    .map_err(RequestError::WallClock)?,
+            )
+        }
+        _ => {
+            return Err(RequestError::Schedule(format!(
+                "give {HEADER_RUN_AT}, {HEADER_DELAY_MS}, or {HEADER_RUN_LOCAL} with {HEADER_TIME_ZONE}"
+            )))
+        }
+    };
+    let schedule = match &wall {
+        Some((at, _)) => Schedule::At(*at),
+        None => schedule_parse(run_at, delay_ms, record.timestamp_ms, limits, now)?,
+    };
     let window_ms = match ours.remove(HEADER_WINDOW_MS) {
         None => 0,
         Some(text) => text
@@ -278,6 +301,7 @@ pub fn request_parse(
         expiry,
         policy,
         trace_parent,
+        wall: wall.map(|(_, wall)| wall),
     };
     request
         .build(limits, now, topic_policy)
@@ -287,6 +311,7 @@ pub fn request_parse(
             Refusal::Window(why) => RequestError::Schedule(why),
             Refusal::Expiry(why) => RequestError::Expiry(format!("{HEADER_EXPIRES_AT}: {why}")),
             Refusal::Policy(why) => RequestError::Policy(why),
+            Refusal::WallClock(invalid) => RequestError::WallClock(invalid),
         })
 }
 

@@ -384,6 +384,7 @@ impl Writer {
                     (None, None) => None,
                 }),
                 window: Some(job.window),
+                wall: Some(job.wall.clone()),
             };
             let modify =
                 || service.modify(existing.id, existing.version, &changes, Some(&position_now));
