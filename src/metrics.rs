@@ -454,7 +454,8 @@ declare! {
     },
     SCHEDULE_OCCURRENCES = Counter {
         name: "tickler_schedule_occurrences_total",
-        help: "Occurrences of recurring schedules created as jobs.",
+        help: "Occurrences of recurring schedules created as jobs (by the \
+            materializer, a trigger or a backfill).",
     },
     SCHEDULE_MISFIRES_SKIPPED = Counter {
         name: "tickler_schedule_misfires_skipped_total",

@@ -4,7 +4,8 @@
 //! `GET /v1/audit` (admin scope) to read it.
 //!
 //! Audited: topic pause, resume and PATCH; schedule create, PATCH, pause,
-//! resume and delete; bulk operations and their previews; redrives. Token
+//! resume, delete, trigger and backfill (and its previews); bulk
+//! operations and their previews; redrives. Token
 //! changes, doctor repairs and start-ups are written by the CLI and the
 //! instance themselves (`crate::roles::audit`).
 
@@ -44,6 +45,8 @@ fn action_of(method: &Method, template: &str) -> Option<&'static str> {
         ("DELETE", "/v1/schedules/{id}") => "schedule.delete",
         ("POST", "/v1/schedules/{id}/pause") => "schedule.pause",
         ("POST", "/v1/schedules/{id}/resume") => "schedule.resume",
+        ("POST", "/v1/schedules/{id}/trigger") => "schedule.trigger",
+        ("POST", "/v1/schedules/{id}/backfill") => "schedule.backfill",
         ("PATCH", "/v1/topics/{topic}") => "topic.modify",
         ("POST", "/v1/topics/{topic}/pause") => "topic.pause",
         ("POST", "/v1/topics/{topic}/resume") => "topic.resume",
@@ -127,6 +130,9 @@ pub async fn audit(
     if let Some(asked) = &asked {
         if action == "bulk.start" && asked["dry_run"] != Value::Bool(false) {
             action = "bulk.preview";
+        }
+        if action == "schedule.backfill" && asked["dry_run"] != Value::Bool(false) {
+            action = "schedule.backfill_preview";
         }
         if target.is_none() {
             target = asked["topic"]

@@ -11,6 +11,7 @@ mod openapi;
 mod query;
 mod results;
 mod schedule_audit;
+mod schedule_runs;
 mod schedules;
 mod server;
 mod stats;
@@ -135,6 +136,8 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/schedules/{id}/pause", post(schedules::pause))
         .route("/v1/schedules/{id}/resume", post(schedules::resume))
         .route("/v1/schedules/{id}/audit", get(schedule_audit::get))
+        .route("/v1/schedules/{id}/trigger", post(schedule_runs::trigger))
+        .route("/v1/schedules/{id}/backfill", post(schedule_runs::backfill))
         .route("/v1/topics", get(topics::list))
         .route("/v1/topics/{topic}", get(topics::get).patch(topics::patch))
         .route("/v1/topics/{topic}/pause", post(topics::pause))

@@ -9,7 +9,8 @@ use utoipa::{Modify, OpenApi};
 
 use super::error::{ErrorBody, ErrorDetail};
 use super::{
-    audit, bulk, dev, forecast, jobs, query, results, schedule_audit, schedules, stats, topics,
+    audit, bulk, dev, forecast, jobs, query, results, schedule_audit, schedule_runs, schedules,
+    stats, topics,
 };
 
 #[derive(OpenApi)]
@@ -43,6 +44,8 @@ use super::{
         schedules::resume,
         schedules::preview,
         schedule_audit::get,
+        schedule_runs::trigger,
+        schedule_runs::backfill,
         topics::list,
         topics::get,
         topics::patch,

@@ -6,7 +6,7 @@ use clap::{Args, Subcommand};
 use serde_json::{json, Map, Value};
 
 use super::client::{Client, ClientError};
-use super::jobs::{print_json, print_table, query, table_render, text};
+use super::jobs::{print_job, print_json, print_table, query, table_render, text};
 
 #[derive(Debug, Subcommand)]
 pub enum TopicsCommand {
@@ -82,6 +82,31 @@ pub enum SchedulesCommand {
         /// End, RFC 3339, exclusive (default: now).
         #[arg(long)]
         to: Option<String>,
+    },
+    /// One more occurrence, now — also of a paused schedule: a job with
+    /// the schedule's topic, payload, headers and policy, under a key of
+    /// its own (`<key>@trigger-<hex>`), or `--key`, which makes it
+    /// idempotent (sent again, the same job is shown).
+    Trigger {
+        id: u64,
+        #[arg(long)]
+        key: Option<String>,
+    },
+    /// The schedule's occurrences in [--from, --to) (in the past) that have
+    /// no job, created as the materializer would have (the same keys: one
+    /// that exists is left alone), due at once. Without --apply, says what
+    /// it would create and creates nothing.
+    Backfill {
+        id: u64,
+        /// Start, RFC 3339, inclusive.
+        #[arg(long)]
+        from: String,
+        /// End, RFC 3339, exclusive; not after now.
+        #[arg(long)]
+        to: String,
+        /// Create them (default: a preview).
+        #[arg(long)]
+        apply: bool,
     },
     /// The next occurrences of a timing, with the time-zone rules applied;
     /// nothing is stored.
@@ -383,6 +408,35 @@ fn consumed_by(consumed: &Value) -> String {
     }
 }
 
+/// A backfill as people read it: a summary line, then the instants
+/// created (or that would be), as many as the answer lists.
+fn backfill_text(answer: &Value) -> String {
+    let dry_run = answer["dry_run"] != Value::Bool(false);
+    let mut out = format!(
+        "schedule {} from {} to {}: {} expected, {} existing, {} {}\n",
+        text(&answer["schedule_id"]),
+        text(&answer["from"]),
+        text(&answer["to"]),
+        text(&answer["expected"]),
+        text(&answer["existing"]),
+        text(&answer["created"]),
+        if dry_run {
+            "to create (a preview: --apply creates them)"
+        } else {
+            "created"
+        }
+    );
+    let shown = answer["preview"].as_array().cloned().unwrap_or_default();
+    for at in &shown {
+        out.push_str(&format!("  {}\n", text(at)));
+    }
+    let created = answer["created"].as_u64().unwrap_or(0);
+    if created > shown.len() as u64 {
+        out.push_str(&format!("  … and {} more\n", created - shown.len() as u64));
+    }
+    out
+}
+
 /// Long because it is a dispatch table: one short arm per subcommand.
 pub async fn schedules(
     client: &Client,
@@ -451,6 +505,38 @@ pub async fn schedules(
                 print_json(&answer);
             } else {
                 print!("{}", audit_table(&answer));
+            }
+            return Ok(());
+        }
+        SchedulesCommand::Trigger { id, key } => {
+            let body = match key {
+                Some(key) => json!({ "key": key }),
+                None => json!({}),
+            };
+            let (_, job) = client
+                .post(&format!("/v1/schedules/{id}/trigger"), &body)
+                .await?;
+            if json {
+                print_json(&job);
+            } else {
+                print_job(&job);
+            }
+            return Ok(());
+        }
+        SchedulesCommand::Backfill {
+            id,
+            from,
+            to,
+            apply,
+        } => {
+            let body = json!({ "from": from, "to": to, "dry_run": !apply });
+            let (_, answer) = client
+                .post(&format!("/v1/schedules/{id}/backfill"), &body)
+                .await?;
+            if json {
+                print_json(&answer);
+            } else {
+                print!("{}", backfill_text(&answer));
             }
             return Ok(());
         }
@@ -551,5 +637,33 @@ mod tests {
             "{table}"
         );
         assert_eq!(lines.len(), 5);
+    }
+
+    #[test]
+    fn a_backfill_reads_as_a_summary_and_the_instants() {
+        let mut answer = json!({
+            "schedule_id": 7, "from": "2027-03-01T00:00:00.000Z", "to": "2027-03-04T00:00:00.000Z",
+            "dry_run": true, "expected": 3, "created": 2, "existing": 1,
+            "preview": ["2027-03-02T08:00:00.000Z", "2027-03-03T08:00:00.000Z"]
+        });
+        let text = backfill_text(&answer);
+        let lines: Vec<&str> = text.lines().collect();
+        assert_eq!(
+            lines[0],
+            "schedule 7 from 2027-03-01T00:00:00.000Z to 2027-03-04T00:00:00.000Z: \
+             3 expected, 1 existing, 2 to create (a preview: --apply creates them)"
+        );
+        assert_eq!(
+            lines[1..],
+            ["  2027-03-02T08:00:00.000Z", "  2027-03-03T08:00:00.000Z"]
+        );
+        answer["dry_run"] = json!(false);
+        answer["created"] = json!(150);
+        let text = backfill_text(&answer);
+        assert!(
+            text.lines().next().unwrap().ends_with("150 created"),
+            "{text}"
+        );
+        assert!(text.ends_with("  … and 148 more\n"), "{text}");
     }
 }

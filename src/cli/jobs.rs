@@ -634,7 +634,7 @@ pub fn print_json(value: &Value) {
     );
 }
 
-fn print_job(job: &Value) {
+pub(super) fn print_job(job: &Value) {
     let fields = [
         "id",
         "topic",

@@ -17,6 +17,8 @@
 //!   when each job was consumed, and groups that stopped
 //! - [`purger`]     — deletes finished jobs past their retention
 //! - [`materializer`] — a schedule's occurrences become jobs
+//! - [`occurrences`] — occurrences a person asks for: a trigger (one more,
+//!   now) and a backfill (the missing ones of a past interval)
 //! - [`membership`] — instances know each other; shard leases and fencing;
 //!   a dead instance's claims put in doubt
 //! - [`watermarks`] — the loader's and reconciler's shared high-water marks
@@ -56,6 +58,7 @@ pub mod kafka_topics;
 pub mod loader;
 pub mod materializer;
 pub mod membership;
+pub mod occurrences;
 pub mod purger;
 pub mod quotas;
 pub mod reconciler;

@@ -61,8 +61,8 @@ pub use pool::tls_probe;
 pub use quotas::QuotaUsage;
 pub use results::{DeadLetter, Decided, Disposition, Redriven};
 pub use schedules::{
-    occurrence_placed, Materialized, NewSchedule, PendingOccurrences, Placed, ScheduleDef,
-    ScheduleFires, ScheduleRow, ScheduleStats, ScheduleStatus, ScheduleUpdate,
+    occurrence_job, occurrence_placed, schedule_job, Materialized, NewSchedule, PendingOccurrences,
+    Placed, ScheduleDef, ScheduleFires, ScheduleRow, ScheduleStats, ScheduleStatus, ScheduleUpdate,
 };
 pub use sealing::{instance_may_hold, KeyCount, KeyUsed, Rotation, SCHEMA as SEALING_SCHEMA};
 pub use stats::{CountCursor, DeadSince, Overdue, Position, TopicCount, COUNTED};

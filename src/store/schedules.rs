@@ -1,6 +1,6 @@
 //! Queries on `schedules`, and the creation of their occurrences as jobs.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 
 use chrono::{DateTime, Duration, NaiveDateTime, Utc};
 use sqlx::mysql::MySqlRow;
@@ -17,7 +17,7 @@ use crate::domain::fires::{self, Fire, FireJob, Gap, GapReason};
 use crate::domain::job::{Job, JobId, NewJob, PayloadKind, Schedule, Status, Window};
 use crate::domain::keys::Keyring;
 use crate::domain::policy::Policy;
-use crate::domain::schedule::{self, Bounds, InvalidTiming, Misfire, Progress, Timing};
+use crate::domain::schedule::{self, Bounds, InvalidTiming, Misfire, Occurrence, Progress, Timing};
 
 /// `schedules.status`.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize, utoipa::ToSchema)]
@@ -156,6 +156,55 @@ pub fn occurrence_placed(
             at: start,
             window: None,
         },
+    }
+}
+
+/// The job of `schedule`'s occurrence: keyed by its instant
+/// ([`schedule::occurrence_key`]), due at its `run_at` moved by the
+/// schedule's jitter and placed in its window, with the schedule's payload,
+/// headers and policy. What the materializer creates, and a backfill too
+/// (the same key: an occurrence is created once, whoever comes first).
+///
+/// With the schedule's `timing`, an occurrence going out when it was meant
+/// to keeps its wall-clock time (a cron in a zone), so that a newer tzdata
+/// moves it; a late one is due now whatever the zone's rules.
+pub fn occurrence_job(
+    schedule: &ScheduleRow,
+    occurrence: &Occurrence,
+    timing: Option<&Timing>,
+) -> NewJob {
+    let key = schedule::occurrence_key(&schedule.key, occurrence.at);
+    let placed = occurrence_placed(&schedule.topic, &key, occurrence.run_at, &schedule.def);
+    let mut job = schedule_job(schedule, key, Schedule::At(placed.at));
+    // The misfire grace counts from where it goes out.
+    job.expires_at = occurrence
+        .expires_at
+        .map(|at| at + (placed.at - occurrence.run_at));
+    job.window = placed.window;
+    job.wall = timing
+        .filter(|_| occurrence.run_at == occurrence.at)
+        .and_then(|timing| timing.wall_clock(occurrence.at));
+    job
+}
+
+/// A job carrying `schedule`'s topic, payload, headers and policy, keyed
+/// `key`, due at `at`, without jitter, window or expiry: the extra
+/// occurrence a trigger asks for.
+pub fn schedule_job(schedule: &ScheduleRow, key: String, at: Schedule) -> NewJob {
+    NewJob {
+        topic: schedule.topic.clone(),
+        key: Some(key),
+        payload: schedule.def.payload.clone(),
+        payload_kind: schedule.def.payload_kind,
+        headers: schedule.def.headers.clone(),
+        schedule: at,
+        policy: schedule.def.policy,
+        trace_parent: None,
+        schedule_id: Some(schedule.id),
+        expires_at: None,
+        expires_after_ms: None,
+        window: None,
+        wall: None,
     }
 }
 
@@ -631,33 +680,7 @@ impl Store {
         let jobs: Vec<NewJob> = plan
             .create
             .iter()
-            .map(|occurrence| {
-                let key = schedule::occurrence_key(&schedule.key, occurrence.at);
-                let placed =
-                    occurrence_placed(&schedule.topic, &key, occurrence.run_at, &schedule.def);
-                NewJob {
-                    topic: schedule.topic.clone(),
-                    key: Some(key),
-                    payload: schedule.def.payload.clone(),
-                    payload_kind: schedule.def.payload_kind,
-                    headers: schedule.def.headers.clone(),
-                    schedule: Schedule::At(placed.at),
-                    policy: schedule.def.policy,
-                    trace_parent: None,
-                    schedule_id: Some(id),
-                    // The misfire grace counts from where it goes out.
-                    expires_at: occurrence
-                        .expires_at
-                        .map(|at| at + (placed.at - occurrence.run_at)),
-                    expires_after_ms: None,
-                    window: placed.window,
-                    // Only an occurrence going out when it was meant to:
-                    // a late one is due now whatever the zone's rules.
-                    wall: (occurrence.run_at == occurrence.at)
-                        .then(|| timing.wall_clock(occurrence.at))
-                        .flatten(),
-                }
-            })
+            .map(|occurrence| occurrence_job(&schedule, occurrence, Some(&timing)))
             .collect();
         // One statement per few MiB of payloads: MariaDB's default
         // max_allowed_packet is 16 MiB.
@@ -1030,6 +1053,25 @@ impl Store {
         })
     }
 
+    /// Which of `schedule`'s occurrences at `instants` exist as jobs (any
+    /// status), found by their keys. Reads only.
+    pub async fn schedule_occurrences_existing(
+        &self,
+        schedule: &ScheduleRow,
+        instants: &[DateTime<Utc>],
+    ) -> Result<BTreeSet<DateTime<Utc>>, StoreError> {
+        let mut existing = BTreeSet::new();
+        for chunk in instants.chunks(FIRES_PER_QUERY) {
+            existing.extend(
+                fire_jobs(&self.pool, schedule, chunk)
+                    .await?
+                    .into_iter()
+                    .map(|(at, _)| at),
+            );
+        }
+        Ok(existing)
+    }
+
     /// The pending occurrences of schedule `id`, soonest first.
     pub async fn schedule_pending(&self, id: u64, limit: u32) -> Result<Vec<Job>, StoreError> {
         let rows = sqlx::query(&format!(
@@ -1131,7 +1173,9 @@ struct Removed {
 /// ran (first attempt, never dispatched): their keys are free again for
 /// the occurrences that replace them. One that a dispatcher claims is no
 /// longer pending, one due is claimable, and a retry of one already
-/// produced is a job with a past: none of them is touched. Each deleted
+/// produced is a job with a past: none of them is touched; nor is an
+/// occurrence a trigger made (a key not of the occurrence form): nothing
+/// would create it again, and a person asked for it. Each deleted
 /// occurrence's history ends with a `cancelled` row by `actor` (one a
 /// PATCH had moved too), so that its history says where it went.
 async fn occurrences_delete_future(
@@ -1149,6 +1193,14 @@ async fn occurrences_delete_future(
     .bind(now)
     .fetch_all(&mut *conn)
     .await?;
+    let doomed: Vec<_> = doomed
+        .into_iter()
+        .filter(|(_, _, _, key)| {
+            key.as_deref()
+                .and_then(|key| std::str::from_utf8(key).ok())
+                .is_some_and(crate::domain::job::key_is_occurrence_form)
+        })
+        .collect();
     if doomed.is_empty() {
         return Ok(Removed::default());
     }

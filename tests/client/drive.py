@@ -25,13 +25,14 @@ from tickler_client.api.operations import (  # noqa: E402
     stats_get)
 from tickler_client.api.results import job_redrive, job_result_report  # noqa: E402
 from tickler_client.api.schedules import (  # noqa: E402
-    schedule_audit, schedule_create, schedule_delete, schedule_get, schedule_modify,
-    schedule_pause, schedule_preview, schedule_resume, schedules_list)
+    schedule_audit, schedule_backfill, schedule_create, schedule_delete, schedule_get,
+    schedule_modify, schedule_pause, schedule_preview, schedule_resume, schedule_trigger,
+    schedules_list)
 from tickler_client.api.topics import (  # noqa: E402
     topic_get, topic_modify, topic_pause, topic_resume, topics_list)
 from tickler_client.models import (  # noqa: E402
-    BulkRequest, ClockAdvance, CreateBatch, CreateJob, CreateSchedule, ErrorBody, PatchJob, PatchSchedule,
-    PatchTopic, PreviewSchedule, RedriveJob, ReportBody)
+    BackfillSchedule, BulkRequest, ClockAdvance, CreateBatch, CreateJob, CreateSchedule, ErrorBody,
+    PatchJob, PatchSchedule, PatchTopic, PreviewSchedule, RedriveJob, ReportBody, TriggerSchedule)
 
 client = AuthenticatedClient(base_url=base_url, token=token, raise_on_unexpected_status=True)
 driven = []
@@ -117,6 +118,14 @@ call(schedule_resume, schedule.id)
 audit = call(schedule_audit, schedule.id, from_="2030-01-01T00:00:00Z", to="2031-01-01T00:00:00Z")
 assert audit.expected == 12 and audit.missing == 0, audit
 assert all(o.outcome == "upcoming" for o in audit.occurrences), audit
+rerun = TriggerSchedule.from_dict({"key": "renewal-rerun-1", "delay_ms": 600000})
+triggered = call(schedule_trigger, schedule.id, body=rerun)
+assert triggered.key == "renewal-rerun-1" and triggered.schedule_id == schedule.id, triggered
+again = call(schedule_trigger, schedule.id, body=rerun)
+assert again.id == triggered.id, again
+backfill = call(schedule_backfill, schedule.id, body=BackfillSchedule.from_dict(
+    {"from": "2026-01-01T00:00:00Z", "to": "2026-01-02T00:00:00Z"}))
+assert backfill.dry_run and backfill.expected == 0 and backfill.created == 0, backfill
 preview = call(schedule_preview, body=PreviewSchedule.from_dict(
     {"cron": "30 2 * * *", "time_zone": "Europe/Berlin", "count": 3}))
 assert len(preview.occurrences) == 3, preview
