@@ -556,6 +556,8 @@ async fn modify_answers_applied_version_mismatch_or_not_pending() {
         headers: Some(BTreeMap::from([("h".to_owned(), "2".to_owned())])),
         expiry: None,
         window: None,
+        topic: None,
+        on_topic: None,
     };
     let changed = match db.store.job_modify(id, 1, &everything).await.unwrap() {
         Modified::Applied(job, db_now) => {
