@@ -807,5 +807,16 @@ mod tests {
             serde_json::from_str::<BulkAction>(&text).unwrap().name(),
             "move"
         );
+        let retarget: BulkAction =
+            serde_json::from_str(r#"{"type":"retarget","topic":"billing.v2"}"#).unwrap();
+        assert_eq!(
+            (retarget.name(), retarget.applies_to()),
+            ("retarget", Status::Pending)
+        );
+        assert!(serde_json::from_str::<BulkAction>(r#"{"type":"retarget"}"#).is_err());
+        assert!(
+            serde_json::from_str::<BulkAction>(r#"{"type":"retarget","topic":"t","key":"k"}"#)
+                .is_err()
+        );
     }
 }
