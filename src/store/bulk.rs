@@ -413,7 +413,10 @@ impl Store {
     ///
     /// Crash after the commit: the jobs are changed and the cursor is past
     /// them; whoever resumes starts with the next batch. Redis is brought
-    /// along by the caller, or by the loader's scan of edited rows.
+    /// along by the caller, or by the loader's scan of edited rows. A
+    /// retargeted job needs nothing of Redis (it holds ids): a claim reads
+    /// the topic back from the row, and one that claimed first made the
+    /// job no longer pending, so this batch skipped it.
     pub async fn bulk_apply(
         &self,
         op: &BulkOp,
