@@ -893,3 +893,126 @@ async fn a_stalled_running_operation_is_adopted_by_one_new_owner() {
     assert_eq!(db.store.job_get(job).await.unwrap().status, Status::Pending);
     db.finish().await;
 }
+
+// ---------------------------------------------------------------------------
+// retarget
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_retarget_moves_only_what_no_claim_holds_and_a_claim_after_it_reads_the_new_topic() {
+    let db = Db::new().await;
+    let claimed = keyed(&db, "billing.v1", Some("a"), -1_000).await;
+    let free = keyed(&db, "billing.v1", Some("b"), -1_000).await;
+    let occurrence = db
+        .store
+        .job_insert(&NewJob {
+            schedule_id: Some(1),
+            key: Some("s@2030-01-01T00:00:00.000Z".to_owned()),
+            ..job_new("billing.v1", -1_000)
+        })
+        .await
+        .unwrap()
+        .0
+        .id;
+    // A dispatcher holds the first one already.
+    let outcome = db
+        .store
+        .job_claim_many(&[claimed], 7, LEASE, &db.fence)
+        .await
+        .unwrap();
+    assert_eq!(outcome.won.len(), 1);
+
+    let op = op_create(
+        &db,
+        topic("billing.v1"),
+        BulkAction::Retarget {
+            topic: "billing.v2".to_owned(),
+        },
+        1,
+    )
+    .await;
+    let batch = db.store.bulk_next(&op, 10).await.unwrap();
+    let applied = runner(&db, &op)
+        .bulk_apply(&op, &batch, no_attempts)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(applied.changed, [free]);
+    assert_eq!((applied.skipped, applied.conflicts), (2, 0));
+    let op = db.store.bulk_get(op.id).await.unwrap().unwrap();
+    assert_eq!((op.changed, op.skipped, op.conflicts), (1, 2, 0));
+    assert_eq!(
+        db.store.job_get(claimed).await.unwrap().topic,
+        "billing.v1",
+        "claimed: it is produced where it was when claimed"
+    );
+    assert_eq!(
+        db.store.job_get(occurrence).await.unwrap().topic,
+        "billing.v1",
+        "a schedule's occurrence stays with its schedule"
+    );
+    let moved = db.store.job_get(free).await.unwrap();
+    assert_eq!(
+        (moved.topic.as_str(), moved.key.as_deref(), moved.version),
+        ("billing.v2", Some("b"), 2)
+    );
+    let last = db.store.job_history(free).await.unwrap().pop().unwrap();
+    assert_eq!(last.actor, format!("bulk:{}", op.id));
+    assert_eq!(
+        last.topics,
+        Some(("billing.v1".to_owned(), "billing.v2".to_owned()))
+    );
+
+    // The claim reads the row: what it produces goes to the new topic.
+    let outcome = db
+        .store
+        .job_claim_many(&[free], 8, LEASE, &db.fence)
+        .await
+        .unwrap();
+    assert_eq!(outcome.won.len(), 1);
+    assert_eq!(outcome.won[0].topic, "billing.v2");
+    db.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn two_jobs_of_one_key_retargeted_to_one_topic_move_one_and_leave_the_other() {
+    let db = Db::new().await;
+    let first = keyed(&db, "orders.eu", Some("same"), 60_000).await;
+    let second = keyed(&db, "orders.us", Some("same"), 60_000).await;
+    let unkeyed = keyed(&db, "orders.us", None, 60_000).await;
+    let filter = BulkFilter {
+        ids: Some(vec![first, second, unkeyed]),
+        ..BulkFilter::default()
+    };
+    let action = BulkAction::Retarget {
+        topic: "orders".to_owned(),
+    };
+    let max_id = db.store.job_max_id().await.unwrap();
+    assert_eq!(
+        db.store
+            .bulk_retarget_count(&filter, max_id, "orders")
+            .await
+            .unwrap(),
+        (3, 0),
+        "none is taken yet: the preview cannot see two racing for one key"
+    );
+    let op = op_create(&db, filter, action, 1).await;
+    let batch = db.store.bulk_next(&op, 10).await.unwrap();
+    let applied = db
+        .store
+        .bulk_apply(&op, &batch, no_attempts)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!((applied.changed.len(), applied.conflicts), (2, 1));
+    let mut topics = Vec::new();
+    for id in [first, second, unkeyed] {
+        topics.push(db.store.job_get(id).await.unwrap().topic);
+    }
+    assert_eq!(
+        topics.iter().filter(|t| *t == "orders").count(),
+        2,
+        "{topics:?}"
+    );
+    assert_eq!(topics[2], "orders", "no key, no conflict");
+    db.finish().await;
+}

@@ -565,6 +565,8 @@ async fn modify_answers_applied_version_mismatch_or_not_pending() {
             zone: "Europe/Berlin".to_owned(),
             tzdata_version: "2031a".to_owned(),
         })),
+        topic: None,
+        on_topic: None,
     };
     let changed = match db.store.job_modify(id, 1, &everything).await.unwrap() {
         Modified::Applied(job, db_now) => {

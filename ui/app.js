@@ -972,14 +972,17 @@
         h('option', {value: 'cancel'}, 'cancel'),
         h('option', {value: 'shift'}, 'shift run_at by'),
         h('option', {value: 'move'}, 'move to time'),
-        h('option', {value: 'redrive'}, 'redrive (dead jobs)')),
+        h('option', {value: 'redrive'}, 'redrive (dead jobs)'),
+        h('option', {value: 'retarget'}, 'retarget to topic')),
       by_ms: input('by_ms', {placeholder: '3600000', inputmode: 'numeric'}),
       run_at: input('run_at', {placeholder: '2030-01-31T09:00:00Z'}),
+      to_topic: input('to_topic', {placeholder: 'orders.v2'}),
     };
     const field = (label, el, hint) => h('label', {class: 'field'}, label, el, h('span', {class: 'hint'}, hint || ''));
     const byHint = h('span', {class: 'hint'});
     const byField = h('label', {class: 'field'}, 'by (ms, negative: earlier)', f.by_ms, byHint);
     const moveField = field('new run_at (RFC 3339)', f.run_at);
+    const topicField = field('to topic', f.to_topic, 'a job whose key is taken there stays');
     const problem = h('div', {class: 'error-line', id: 'bulk-error'});
     const previewButton = h('button', {type: 'submit', id: 'bulk-preview'}, 'Preview');
     const applyButton = h('button', {type: 'button', id: 'bulk-apply', class: 'danger primary', disabled: true}, 'Apply');
@@ -996,7 +999,7 @@
           field('run_at to (exclusive)', f.run_at_to, 'RFC 3339'),
           field('ids', f.ids, 'comma-separated'))),
       h('fieldset', null, h('legend', null, 'action'),
-        h('div', {class: 'fields'}, field('do', f.action), byField, moveField)),
+        h('div', {class: 'fields'}, field('do', f.action), byField, moveField, topicField)),
       h('div', {class: 'buttons'}, previewButton, applyButton,
         h('span', {class: 'muted'}, 'Preview is a dry run: it shows what would match and changes nothing.')),
       problem);
@@ -1013,6 +1016,7 @@
     function actionFieldsShow() {
       byField.hidden = f.action.value !== 'shift';
       moveField.hidden = f.action.value !== 'move';
+      topicField.hidden = f.action.value !== 'retarget';
       const by = f.by_ms.value.trim();
       byHint.textContent = /^-?[0-9]+$/.test(by) ? (by.startsWith('-') ? 'earlier by ' : 'later by ') + duration(Math.abs(Number(by))) : '';
     }
@@ -1064,6 +1068,12 @@
           action = {type: 'move', run_at: at};
           break;
         }
+        case 'retarget': {
+          const topic = f.to_topic.value.trim();
+          if (!topic) throw new Error('to topic: the topic the jobs go to');
+          action = {type: 'retarget', topic};
+          break;
+        }
         default:
           action = {type: f.action.value};
       }
@@ -1075,6 +1085,7 @@
       switch (action.type) {
         case 'shift': return 'shift run_at by ' + action.by_ms + ' ms (' + duration(action.by_ms) + ')';
         case 'move': return 'move run_at to ' + action.run_at;
+        case 'retarget': return 'retarget to topic ' + action.topic;
         default: return action.type;
       }
     }
@@ -1102,6 +1113,8 @@
           h('div', {class: 'matched'}, 'matched ', h('strong', {id: 'bulk-matched'}, String(data.matched)),
             ' job' + (data.matched === 1 ? '' : 's') + ' → ' + actionText(request.action),
             sample.length < data.matched ? h('span', {class: 'muted'}, ' (a sample of ' + sample.length + ' below)') : null),
+          data.conflicts ? h('div', {class: 'muted', id: 'bulk-conflicts'}, data.conflicts +
+            ' would stay: a job on ' + request.action.topic + ' holds their key') : null,
           sample.length === 0 ? null : h('div', {class: 'table-wrap'}, h('table', {id: 'bulk-sample'},
             h('thead', null, h('tr', null, ['id', 'topic', 'key', 'status', 'run at (UTC)', 'attempt']
               .map((t, i) => h('th', {class: i === 0 || i === 5 ? 'num' : ''}, t)))),
@@ -1167,7 +1180,8 @@
         bar.value = op.status === 'done' && total === 0 ? 1 : done;
         const pct = total ? Math.floor((100 * done) / total) + '%' : '';
         numbers.textContent = done + ' / ' + total + ' ' + pct +
-          ' · changed ' + (op.changed || 0) + ' · skipped ' + (op.skipped || 0);
+          ' · changed ' + (op.changed || 0) + ' · skipped ' + (op.skipped || 0) +
+          (op.conflicts ? ' · conflicts ' + op.conflicts : '');
         meta.textContent = (op.action ? actionText(op.action) : '') +
           (op.created_at ? ' · started ' + timeText(op.created_at) : '') +
           (op.finished_at ? ' · finished ' + timeText(op.finished_at) : '');

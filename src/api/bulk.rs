@@ -12,6 +12,7 @@ use chrono::Utc;
 use serde::{Deserialize, Serialize};
 
 use super::auth::Caller;
+use super::jobs::topic_preflight;
 use super::query::{status_parse, time_parse};
 use super::view::JobView;
 use super::{ApiError, ApiJson, ApiState};
@@ -65,7 +66,12 @@ pub struct BulkView {
     pub changed: u64,
     /// Jobs matched but no longer in the action's status when their batch
     /// came (dispatched, cancelled or edited meanwhile): left as they are.
+    /// A retarget also skips a schedule's occurrences and the jobs on the
+    /// target topic already.
     pub skipped: u64,
+    /// Jobs a retarget left where they were because a job on the target
+    /// topic holds their key (0 for the other actions).
+    pub conflicts: u64,
     pub errors: Vec<String>,
     pub created_at: String,
     pub updated_at: String,
@@ -87,6 +93,7 @@ impl From<BulkOp> for BulkView {
             done: op.done,
             changed: op.changed,
             skipped: op.skipped,
+            conflicts: op.conflicts,
             errors: op.errors,
             created_at: time_format(op.created_at),
             updated_at: time_format(op.updated_at),
@@ -104,8 +111,13 @@ pub struct BulkPreview {
     pub applies_to: Status,
     /// Jobs the filter matches.
     pub matched: u64,
-    /// Of those, the ones in `applies_to` now.
+    /// Of those, the ones in `applies_to` now (a retarget's: those it
+    /// would move, see [`BulkAction::Retarget`]).
     pub eligible: u64,
+    /// A retarget's: of the eligible, those a job on the target topic
+    /// holds the key of now, which would stay where they are.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub conflicts: Option<u64>,
     /// The first 20 by id, without payloads.
     pub sample: Vec<JobView>,
 }
@@ -236,6 +248,12 @@ fn action_check(action: &BulkAction, caller: &Caller, config: &Config) -> Result
                 .validate()
                 .map_err(|message| ApiError::InvalidPolicy(format!("action: {message}")))?;
         }
+        BulkAction::Retarget { topic } => {
+            job::topic_validate(topic)?;
+            // The jobs' topics are the filter's (within the caller's); the
+            // target must be the caller's too.
+            caller.topic(topic)?;
+        }
         BulkAction::Cancel {} => {}
     }
     caller.require(Scope::Write)
@@ -260,7 +278,7 @@ pub async fn start(
 ) -> Result<Response, ApiError> {
     let action = request.action.ok_or_else(|| {
         ApiError::InvalidRequest(
-            "action is required: {\"type\": \"cancel\" | \"shift\" | \"move\" | \"redrive\" | \"policy\", ...}"
+            "action is required: {\"type\": \"cancel\" | \"shift\" | \"move\" | \"redrive\" | \"policy\" | \"retarget\", ...}"
                 .to_owned(),
         )
     })?;
@@ -274,11 +292,30 @@ pub async fn start(
         &caller,
     )?;
     action_check(&action, &caller, &state.config)?;
+    let mut conflicts = None;
+    if let BulkAction::Retarget { topic } = &action {
+        if filter.topic.as_deref() == Some(topic.as_str()) {
+            return Err(ApiError::InvalidRequest(format!(
+                "the jobs of filter.topic {topic:?} are on action.topic already"
+            )));
+        }
+        // As for a new job on it: a reserved topic, or one the broker
+        // lacks, is refused before anything is written.
+        topic_preflight(&state, topic).await?;
+    }
     let max_id = state.store.job_max_id().await?;
-    let (matched, eligible) = state
+    let (matched, mut eligible) = state
         .store
         .bulk_count(&filter, max_id, action.applies_to())
         .await?;
+    if let (BulkAction::Retarget { topic }, true) = (&action, dry_run) {
+        let (movable, taken) = state
+            .store
+            .bulk_retarget_count(&filter, max_id, topic)
+            .await?;
+        eligible = movable;
+        conflicts = Some(taken);
+    }
     if dry_run {
         let sample = state.store.bulk_sample(&filter, SAMPLE).await?;
         let sample: Vec<JobView> = sample.into_iter().map(JobView::without_payload).collect();
@@ -288,6 +325,7 @@ pub async fn start(
             action,
             matched,
             eligible,
+            conflicts,
             sample,
         })
         .into_response());

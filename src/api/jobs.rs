@@ -27,7 +27,7 @@ use crate::domain::request::{JobRequest, Limits};
 use crate::domain::zones::{self, WallClock};
 use crate::roles::auth::Scope;
 use crate::roles::jobs::Jobs;
-use crate::store::{BatchRow, Cancelled, JobChanges, Modified};
+use crate::store::{BatchRow, Cancelled, JobChanges, Modified, StoreError};
 
 /// Body of `POST /v1/jobs`, and each item of `POST /v1/jobs/batch`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -101,6 +101,11 @@ pub struct PatchJob {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<i64>)]
     pub window_ms: Option<Option<i64>>,
+    /// Move the job to another Kafka topic (retarget): it keeps its id,
+    /// key, payload, time and attempt. The topic must exist on the broker
+    /// (as for a new job) and be within the caller's topics; a job there
+    /// holding the same key refuses it (409 `key_conflict`).
+    pub topic: Option<String>,
 }
 
 /// A field that is present, even as `null`: `Option<Box<RawValue>>` alone
@@ -435,6 +440,9 @@ impl PatchJob {
             Some((at, _)) => Some(Schedule::At(*at)),
             None => schedule_parse(self.run_at, self.delay_ms, limits, now)?,
         };
+        if let Some(topic) = &self.topic {
+            job::topic_validate(topic)?;
+        }
         let changes = JobChanges {
             wall: schedule.map(|_| wall.map(|(_, wall)| wall)),
             schedule,
@@ -442,6 +450,8 @@ impl PatchJob {
             headers: self.headers,
             expiry: expiry_parse(self.expires_at, self.ttl_ms)?,
             window: None,
+            topic: self.topic,
+            on_topic: None,
         };
         let window = match self.window_ms {
             None => None,
@@ -450,7 +460,7 @@ impl PatchJob {
         if changes == JobChanges::default() && window.is_none() {
             return Err(ApiError::InvalidRequest(
                 "nothing to change: give run_at, delay_ms, payload, payload_base64, headers, \
-                 expires_at, ttl_ms or window_ms"
+                 expires_at, ttl_ms, window_ms or topic"
                     .to_owned(),
             ));
         }
@@ -744,9 +754,10 @@ pub async fn get(
     Ok(Json(view))
 }
 
-/// `PATCH /v1/jobs/{id}` — reschedule or modify a pending job whose version
-/// is still the one the caller read. 200 with the job; 409
-/// `version_conflict` or `not_pending` with the job as it is.
+/// `PATCH /v1/jobs/{id}` — reschedule, modify or retarget a pending job
+/// whose version is still the one the caller read. 200 with the job; 409
+/// `version_conflict` or `not_pending` with the job as it is; a new topic
+/// whose key a job there holds: 409 `key_conflict`, nothing changed.
 #[utoipa::path(
     patch, path = "/v1/jobs/{id}", operation_id = "job_modify", tag = "jobs",
     params(("id" = u64, Path, description = "The job's id")),
@@ -762,19 +773,47 @@ pub async fn patch(
     caller.require(Scope::Write)?;
     let (version, mut changes, window) =
         body.validate(limits_of(&state), state.index.clock().now())?;
-    // A job's topic never changes, so the check holds for the write.
+    if let Some(topic) = &changes.topic {
+        caller.topic(topic)?;
+        topic_preflight(&state, topic).await?;
+    }
     let job = state.store.job_get(id).await?;
     caller.topic(&job.topic)?;
+    // The write holds only while the job is on the topic just checked: a
+    // retarget meanwhile answers a version conflict.
+    changes.on_topic = Some(job.topic.clone());
     window_patched(&job, &mut changes, window);
     // Checked against the job read: a change to it since moves its version,
     // and the write below then refuses the caller's.
     expiry_check_patched(&job, &changes, state.index.clock().now())?;
-    match caller
+    let modified = match caller
         .jobs(&state)
         .modify(id, version, &changes, None)
-        .await?
+        .await
     {
+        Ok(modified) => modified,
+        Err(StoreError::DuplicateKey) => {
+            // Only a new topic can take a key: the job there holding it.
+            let topic = changes.topic.as_deref().unwrap_or(&job.topic);
+            let key = job.key.as_deref().unwrap_or_default();
+            let existing = state
+                .store
+                .job_find_by_key(topic, key)
+                .await?
+                // Gone since (purged): nothing was written; again, it moves.
+                .ok_or(ApiError::Unavailable)?;
+            return Err(ApiError::KeyConflict {
+                existing_id: existing.id,
+            });
+        }
+        Err(err) => return Err(err.into()),
+    };
+    match modified {
         Modified::Applied(job, _) => Ok(Json(JobView::from(job)).into_response()),
+        Modified::Occurrence(job) => Err(ApiError::InvalidRequest(format!(
+            "job {id} is an occurrence of schedule {}: it keeps its schedule's topic",
+            job.schedule_id.unwrap_or_default()
+        ))),
         Modified::VersionMismatch(job) => Err(ApiError::Conflict {
             conflict: Conflict::Version,
             message: format!(

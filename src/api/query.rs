@@ -103,6 +103,11 @@ pub struct HistoryEvent {
     pub status: &'static str,
     pub run_at: String,
     pub attempt: u32,
+    /// A retarget's: the topic the change moved the job from, and to.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub topic_from: Option<String>,
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub topic_to: Option<String>,
 }
 
 /// A status filter, checked.
@@ -180,9 +185,9 @@ pub async fn list(
     Ok(Json(JobPage { jobs, next_cursor }))
 }
 
-/// `GET /v1/jobs/{id}/history` — every change of state, time or attempt,
-/// oldest first, with who made it: `api`, `dispatcher`, `reconciler`,
-/// `results`, or `sql` for changes made by hand.
+/// `GET /v1/jobs/{id}/history` — every change of state, time, attempt or
+/// topic, oldest first, with who made it: `api`, `dispatcher`,
+/// `reconciler`, `results`, or `sql` for changes made by hand.
 #[utoipa::path(
     get, path = "/v1/jobs/{id}/history", operation_id = "job_history", tag = "jobs",
     params(("id" = u64, Path, description = "The job's id")),
@@ -199,12 +204,17 @@ pub async fn history(
     let events = state.store.job_history(id).await?;
     let events = events
         .into_iter()
-        .map(|e| HistoryEvent {
-            at: time_format(e.at),
-            actor: e.actor,
-            status: e.status.as_str(),
-            run_at: time_format(e.schedule_time),
-            attempt: e.attempt,
+        .map(|e| {
+            let (topic_from, topic_to) = e.topics.unzip();
+            HistoryEvent {
+                at: time_format(e.at),
+                actor: e.actor,
+                status: e.status.as_str(),
+                run_at: time_format(e.schedule_time),
+                attempt: e.attempt,
+                topic_from,
+                topic_to,
+            }
         })
         .collect();
     Ok(Json(History { job_id: id, events }))

@@ -25,6 +25,14 @@ pub enum JobsCommand {
         #[command(flatten)]
         when: When,
     },
+    /// Move a pending job to another Kafka topic (reads its version
+    /// first). Refused when a job there holds its key.
+    Retarget {
+        id: u64,
+        /// The topic it goes to (it must exist on the broker).
+        #[arg(long = "to-topic")]
+        to_topic: String,
+    },
     /// Cancel a pending job; definitive once it says so.
     Cancel { id: u64 },
     /// Send a dead job again, now or at `--at`/`--in`, with a fresh budget
@@ -161,6 +169,9 @@ pub enum BulkActionArg {
     Move,
     /// Send dead jobs again (admin scope).
     Redrive,
+    /// Move pending jobs to the topic `--to-topic`; a job whose key is
+    /// taken there stays (a conflict).
+    Retarget,
 }
 
 #[derive(Debug, Args)]
@@ -181,6 +192,9 @@ pub struct BulkArgs {
     /// move: the new RFC 3339 time.
     #[arg(long = "to-time")]
     to_time: Option<String>,
+    /// retarget: the topic the jobs go to.
+    #[arg(long = "to-topic")]
+    to_topic: Option<String>,
     /// redrive: attempts each job gets from now.
     #[arg(long)]
     max_attempts: Option<u32>,
@@ -262,6 +276,16 @@ pub async fn run(client: &Client, command: JobsCommand, json: bool) -> Result<()
                 print_json(&job);
             } else {
                 println!("job {id} moved to {}", job["run_at"].as_str().unwrap_or(""));
+            }
+        }
+        JobsCommand::Retarget { id, to_topic } => {
+            let job = client.get(&format!("/v1/jobs/{id}")).await?;
+            let body = json!({"version": job["version"], "topic": to_topic});
+            let job = client.patch(&format!("/v1/jobs/{id}"), &body).await?;
+            if json {
+                print_json(&job);
+            } else {
+                println!("job {id} moved to topic {}", text(&job["topic"]));
             }
         }
         JobsCommand::Cancel { id } => {
@@ -390,16 +414,30 @@ async fn history(client: &Client, id: u64, json: bool) -> Result<(), ClientError
             .into_iter()
             .flatten()
             .map(|e| {
+                let topic = match (e["topic_from"].as_str(), e["topic_to"].as_str()) {
+                    (Some(from), Some(to)) => format!("{from} -> {to}"),
+                    _ => String::new(),
+                };
                 vec![
                     text(&e["at"]),
                     text(&e["actor"]),
                     text(&e["status"]),
                     text(&e["run_at"]),
                     text(&e["attempt"]),
+                    topic,
                 ]
             })
             .collect();
-        print_table(&["at", "actor", "status", "run_at", "attempt"], &rows);
+        // The topic column only for a job that was retargeted.
+        if rows.iter().any(|row| !row[5].is_empty()) {
+            print_table(
+                &["at", "actor", "status", "run_at", "attempt", "topic"],
+                &rows,
+            );
+        } else {
+            let rows: Vec<Vec<String>> = rows.into_iter().map(|row| row[..5].to_vec()).collect();
+            print_table(&["at", "actor", "status", "run_at", "attempt"], &rows);
+        }
     }
     Ok(())
 }
@@ -463,6 +501,12 @@ async fn bulk(client: &Client, args: BulkArgs, json: bool) -> Result<(), ClientE
             Some(n) => json!({"type": "redrive", "max_attempts": n}),
             None => json!({"type": "redrive"}),
         },
+        BulkActionArg::Retarget => {
+            let to = args.to_topic.clone().ok_or_else(|| {
+                ClientError::Usage("retarget needs --to-topic (the topic the jobs go to)".into())
+            })?;
+            json!({"type": "retarget", "topic": to})
+        }
     };
     let mut filter = Map::new();
     for (name, value) in [
@@ -495,6 +539,12 @@ async fn bulk(client: &Client, args: BulkArgs, json: bool) -> Result<(), ClientE
             preview["applies_to"].as_str().unwrap_or("?"),
             action["type"].as_str().unwrap_or("?"),
         );
+        if let Some(conflicts) = preview["conflicts"].as_u64().filter(|n| *n > 0) {
+            println!(
+                "{conflicts} of them would stay: a job on {} holds their key",
+                action["topic"].as_str().unwrap_or("the target topic")
+            );
+        }
         let sample: Vec<Vec<String>> = preview["sample"]
             .as_array()
             .into_iter()
@@ -560,6 +610,12 @@ async fn bulk(client: &Client, args: BulkArgs, json: bool) -> Result<(), ClientE
             op["skipped"],
             op["total"]
         );
+        if let Some(conflicts) = op["conflicts"].as_u64().filter(|n| *n > 0) {
+            println!(
+                "{conflicts} stayed where they were: a job on {} holds their key",
+                action["topic"].as_str().unwrap_or("the target topic")
+            );
+        }
         for error in op["errors"].as_array().into_iter().flatten() {
             println!("error: {}", text(error));
         }

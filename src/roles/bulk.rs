@@ -158,6 +158,7 @@ impl BulkRunner {
                         bulk = op.id,
                         changed = op.changed,
                         skipped = op.skipped,
+                        conflicts = op.conflicts,
                         "bulk operation done"
                     );
                     return;
@@ -177,6 +178,7 @@ impl BulkRunner {
                     op.done += examined;
                     op.changed += batch.changed.len() as u64;
                     op.skipped += batch.skipped;
+                    op.conflicts += batch.conflicts;
                     self.index_follow(&op.action, &batch.changed).await;
                     pause = Duration::from_millis(200);
                     tokio::task::yield_now().await;
@@ -228,6 +230,8 @@ impl BulkRunner {
 
     /// Brings Redis along with a batch's changes; what fails here is
     /// repaired by the loader's scan of edited rows and the reconciler.
+    /// A retargeted job keeps its entry (Redis holds ids; the claim reads
+    /// the topic back), or gets one if it left a paused topic.
     async fn index_follow(&self, action: &BulkAction, changed: &[JobId]) {
         if changed.is_empty() {
             return;

@@ -12,7 +12,7 @@ use sqlx::{MySql, QueryBuilder, Row};
 
 use super::error::{contention_retry, StoreError};
 use super::handle::Store;
-use super::history::{event_token, events_record};
+use super::history::{event_token, events_record, events_record_retargeted};
 use super::job_row::{job_from_row_listed, JOB_COLUMNS_NO_PAYLOAD};
 use super::sql::{db_time, run_at_push, topic_patterns_push};
 use crate::domain::job::{Job, JobId, Status};
@@ -73,6 +73,11 @@ pub enum BulkAction {
         #[serde(default, skip_serializing_if = "Option::is_none")]
         ack_timeout_ms: Option<u32>,
     },
+    /// Pending jobs move to another Kafka topic, keeping their id, key,
+    /// payload, time and attempt. A job whose key a job on `topic` holds
+    /// already stays where it is (a conflict: one job per (topic, key));
+    /// a schedule's occurrence stays with its schedule (skipped).
+    Retarget { topic: String },
 }
 
 impl BulkAction {
@@ -91,6 +96,7 @@ impl BulkAction {
             BulkAction::Move { .. } => "move",
             BulkAction::Redrive { .. } => "redrive",
             BulkAction::Policy { .. } => "policy",
+            BulkAction::Retarget { .. } => "retarget",
         }
     }
 }
@@ -127,6 +133,9 @@ pub struct BulkOp {
     pub done: u64,
     pub changed: u64,
     pub skipped: u64,
+    /// Jobs a retarget left where they were: their key is taken on the
+    /// target topic.
+    pub conflicts: u64,
     pub errors: Vec<String>,
     pub owner_token: u64,
     pub created_at: DateTime<Utc>,
@@ -140,8 +149,12 @@ pub struct BulkBatch {
     /// Jobs this batch changed.
     pub changed: Vec<JobId>,
     /// Jobs the filter matched but that were no longer in the action's
-    /// status.
+    /// status (or, for a retarget, were a schedule's occurrences or on the
+    /// target topic already).
     pub skipped: u64,
+    /// Jobs a retarget left where they were: their key is taken on the
+    /// target topic.
+    pub conflicts: u64,
 }
 
 /// Most errors an operation keeps.
@@ -190,6 +203,18 @@ fn filter_push(query: &mut QueryBuilder<'_, MySql>, filter: &BulkFilter) {
     topic_patterns_push(query, filter.topic_patterns.as_deref());
 }
 
+/// ` AND ...` for the jobs a retarget leaves alone whatever their status:
+/// a schedule's occurrences (they keep their schedule's topic, which the
+/// schedule's own changes and its audit find them by) and those on the
+/// target topic already. Nothing for the other actions.
+fn retarget_push(query: &mut QueryBuilder<'_, MySql>, action: &BulkAction) {
+    if let BulkAction::Retarget { topic } = action {
+        query
+            .push(" AND schedule_id IS NULL AND topic <> ")
+            .push_bind(topic.clone());
+    }
+}
+
 fn ids_push(query: &mut QueryBuilder<'_, MySql>, ids: &[JobId]) {
     query.push(" AND id IN (");
     let mut list = query.separated(", ");
@@ -231,6 +256,39 @@ impl Store {
         let matched: i64 = row.try_get(0)?;
         let eligible: i64 = row.try_get(1)?;
         Ok((matched as u64, eligible as u64))
+    }
+
+    /// Of the jobs with ids up to `max_id` that `filter` matches, how many
+    /// a retarget to `topic` would move now (pending, not a schedule's
+    /// occurrence, on another topic), and how many of those would stay
+    /// because a job on `topic` holds their key (two of them sharing a key
+    /// are not counted: the second stays too).
+    pub async fn bulk_retarget_count(
+        &self,
+        filter: &BulkFilter,
+        max_id: JobId,
+        topic: &str,
+    ) -> Result<(u64, u64), StoreError> {
+        let action = BulkAction::Retarget {
+            topic: topic.to_owned(),
+        };
+        // id-order: counts the jobs job_max_id bounded (see there).
+        let mut query = QueryBuilder::<MySql>::new(
+            "SELECT COUNT(*), CAST(COALESCE(SUM(EXISTS (SELECT 1 FROM jobs taken WHERE taken.topic = ",
+        );
+        query
+            .push_bind(topic.to_owned())
+            .push(
+                " AND taken.job_key = jobs.job_key)), 0) AS SIGNED) FROM jobs \
+                 WHERE status = 'pending' AND id <= ",
+            )
+            .push_bind(max_id);
+        retarget_push(&mut query, &action);
+        filter_push(&mut query, filter);
+        let row = query.build().fetch_one(&self.pool).await?;
+        let eligible: i64 = row.try_get(0)?;
+        let conflicts: i64 = row.try_get(1)?;
+        Ok((eligible as u64, conflicts as u64))
     }
 
     /// The first `limit` jobs `filter` matches, by id, without payloads.
@@ -355,7 +413,10 @@ impl Store {
     ///
     /// Crash after the commit: the jobs are changed and the cursor is past
     /// them; whoever resumes starts with the next batch. Redis is brought
-    /// along by the caller, or by the loader's scan of edited rows.
+    /// along by the caller, or by the loader's scan of edited rows. A
+    /// retargeted job needs nothing of Redis (it holds ids): a claim reads
+    /// the topic back from the row, and one that claimed first made the
+    /// job no longer pending, so this batch skipped it.
     pub async fn bulk_apply(
         &self,
         op: &BulkOp,
@@ -383,6 +444,7 @@ impl Store {
         // Lock the rows first, so which of them change is known exactly.
         let mut lock = QueryBuilder::<MySql>::new("SELECT id, topic FROM jobs WHERE status = ");
         lock.push_bind(op.action.applies_to().as_str());
+        retarget_push(&mut lock, &op.action);
         ids_push(&mut lock, &ids);
         filter_push(&mut lock, &op.filter);
         lock.push(" FOR UPDATE");
@@ -399,9 +461,32 @@ impl Store {
                 ))
             })
             .collect::<Result<_, StoreError>>()?;
-        let changed: Vec<JobId> = eligible.iter().map(|(id, _)| *id).collect();
+        let mut changed: Vec<JobId> = eligible.iter().map(|(id, _)| *id).collect();
+        let mut conflicts = 0;
         if !changed.is_empty() {
             match &op.action {
+                BulkAction::Retarget { topic } => {
+                    let token = event_token();
+                    // IGNORE: a row whose key the target topic holds (or
+                    // one this statement moved a moment before) keeps its
+                    // topic; the unique key decides, at the write, so no
+                    // job created meanwhile can slip past a check.
+                    let mut update =
+                        QueryBuilder::<MySql>::new("UPDATE IGNORE jobs SET event_token = ");
+                    update
+                        .push_bind(token)
+                        .push(", version = version % 4294967295 + 1, topic = ")
+                        .push_bind(topic.as_str())
+                        .push(" WHERE status = 'pending'");
+                    retarget_push(&mut update, &op.action);
+                    ids_push(&mut update, &changed);
+                    update.build().execute(&mut *tx).await?;
+                    let moved =
+                        events_record_retargeted(&mut tx, &self.actor, &eligible, topic, token)
+                            .await?;
+                    conflicts = (changed.len() - moved.len()) as u64;
+                    changed = moved;
+                }
                 BulkAction::Redrive { max_attempts } => {
                     // One statement per topic: the default attempts are the
                     // topic's.
@@ -531,7 +616,9 @@ impl Store {
                                 update.push(", ack_timeout_ms = ").push_bind(*v);
                             }
                         }
-                        BulkAction::Redrive { .. } => unreachable!("handled above"),
+                        BulkAction::Redrive { .. } | BulkAction::Retarget { .. } => {
+                            unreachable!("handled above")
+                        }
                     }
                     update.push(" WHERE status = 'pending'");
                     ids_push(&mut update, &changed);
@@ -540,16 +627,17 @@ impl Store {
                 }
             }
         }
-        let skipped = (batch.len() - changed.len()) as u64;
+        let skipped = batch.len() as u64 - changed.len() as u64 - conflicts;
         let progressed = sqlx::query(
             "UPDATE bulk_ops SET cursor_id = ?, done = done + ?, changed = changed + ?, \
-             skipped = skipped + ?, updated_at = UTC_TIMESTAMP(3) \
+             skipped = skipped + ?, conflicts = conflicts + ?, updated_at = UTC_TIMESTAMP(3) \
              WHERE id = ? AND owner_token = ? AND status = 'running' AND cursor_id = ?",
         )
         .bind(last)
         .bind(batch.len() as u64)
         .bind(changed.len() as u64)
         .bind(skipped)
+        .bind(conflicts)
         .bind(op.id)
         .bind(op.owner_token)
         .bind(op.cursor_id)
@@ -561,7 +649,11 @@ impl Store {
             return Ok(None);
         }
         tx.commit().await?;
-        Ok(Some(BulkBatch { changed, skipped }))
+        Ok(Some(BulkBatch {
+            changed,
+            skipped,
+            conflicts,
+        }))
     }
 
     /// Ends `op` (when still this owner's), with an error to record.
@@ -645,7 +737,7 @@ impl Store {
 }
 
 const BULK_COLUMNS: &str = "id, created_by, filter_json, action_json, status, max_id, cursor_id, \
-    total, done, changed, skipped, errors, owner_token, created_at, updated_at, finished_at";
+    total, done, changed, skipped, conflicts, errors, owner_token, created_at, updated_at, finished_at";
 
 fn errors_encode(errors: &[String]) -> String {
     serde_json::to_string(errors).unwrap_or_else(|_| "[]".to_owned())
@@ -678,6 +770,7 @@ fn bulk_from_row(row: &MySqlRow) -> Result<BulkOp, StoreError> {
         done: row.try_get("done")?,
         changed: row.try_get("changed")?,
         skipped: row.try_get("skipped")?,
+        conflicts: row.try_get("conflicts")?,
         errors: errors
             .map(|e| serde_json::from_str(&e).map_err(|_| corrupt("errors")))
             .transpose()?
@@ -716,6 +809,17 @@ mod tests {
         assert_eq!(
             serde_json::from_str::<BulkAction>(&text).unwrap().name(),
             "move"
+        );
+        let retarget: BulkAction =
+            serde_json::from_str(r#"{"type":"retarget","topic":"billing.v2"}"#).unwrap();
+        assert_eq!(
+            (retarget.name(), retarget.applies_to()),
+            ("retarget", Status::Pending)
+        );
+        assert!(serde_json::from_str::<BulkAction>(r#"{"type":"retarget"}"#).is_err());
+        assert!(
+            serde_json::from_str::<BulkAction>(r#"{"type":"retarget","topic":"t","key":"k"}"#)
+                .is_err()
         );
     }
 }

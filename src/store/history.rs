@@ -20,6 +20,8 @@
 //! `@tickler_actor` (every tickler connection sets it): see
 //! [`Store::hand_edits_apply`].
 
+use std::collections::HashMap;
+
 use chrono::NaiveDateTime;
 use sqlx::{MySql, MySqlConnection, QueryBuilder};
 
@@ -50,6 +52,51 @@ pub(super) async fn events_record(
     select.push(" AND id IN ");
     push_id_list(&mut select, ids);
     events_insert(conn, actor, select).await
+}
+
+/// Records, as `actor`, the rows among `from` (ids, each with the topic it
+/// had) that the statement with `token` moved to topic `to`, naming both
+/// topics; returns the ids it moved. Runs on the caller's transaction.
+pub(super) async fn events_record_retargeted(
+    conn: &mut MySqlConnection,
+    actor: &str,
+    from: &[(JobId, String)],
+    to: &str,
+    token: u64,
+) -> Result<Vec<JobId>, StoreError> {
+    if from.is_empty() {
+        return Ok(Vec::new());
+    }
+    let ids: Vec<JobId> = from.iter().map(|(id, _)| *id).collect();
+    let mut select = QueryBuilder::<MySql>::new(EVENT_ROWS);
+    select.push(" event_token = ").push_bind(token);
+    select.push(" AND id IN ");
+    push_id_list(&mut select, &ids);
+    let rows: Vec<EventRow> = select.build_query_as().fetch_all(&mut *conn).await?;
+    if rows.is_empty() {
+        return Ok(Vec::new());
+    }
+    let was: HashMap<JobId, &str> = from
+        .iter()
+        .map(|(id, topic)| (*id, topic.as_str()))
+        .collect();
+    let mut insert = QueryBuilder::<MySql>::new(
+        "INSERT INTO job_events (job_id, at, actor, status, schedule_time, attempt, \
+         topic_from, topic_to) ",
+    );
+    insert.push_values(&rows, |mut row, (id, status, at, attempt)| {
+        let was = was.get(id).copied().unwrap_or_default();
+        row.push_bind(*id)
+            .push("UTC_TIMESTAMP(3)")
+            .push_bind(actor)
+            .push_bind(status.as_str())
+            .push_bind(*at)
+            .push_bind(*attempt)
+            .push_bind(was.to_owned())
+            .push_bind(to.to_owned());
+    });
+    insert.build().execute(&mut *conn).await?;
+    Ok(rows.iter().map(|(id, ..)| *id).collect())
 }
 
 /// Records, as `actor`, the occurrences of schedule `schedule` that the

@@ -11,7 +11,7 @@ use sqlx::{MySql, QueryBuilder, Row};
 
 use super::error::{contention_retry, StoreError};
 use super::handle::Store;
-use super::history::{event_token, events_record, events_record_new};
+use super::history::{event_token, events_record, events_record_new, events_record_retargeted};
 use super::job_row::{
     job_created, job_from_row, job_from_row_listed, job_from_row_without_body, job_read_back, text,
     CREATED_COLUMNS, JOB_COLUMNS, JOB_COLUMNS_NO_PAYLOAD,
@@ -39,6 +39,15 @@ pub struct JobChanges {
     /// A new wall-clock time (Some(None): none, the job keeps only its
     /// instant). A new `schedule` given without one ends the job's.
     pub wall: Option<Option<WallClock>>,
+    /// A new Kafka topic (retarget). The job keeps its id, key, payload,
+    /// time and attempt; a job on that topic holding its key refuses the
+    /// change ([`StoreError::DuplicateKey`]), and so does a schedule's
+    /// occurrence (it keeps its schedule's topic: `Modified::Occurrence`).
+    pub topic: Option<String>,
+    /// Only while the job is still on this topic: the one the caller's
+    /// right to change it was checked against (a retarget meanwhile moves
+    /// it out of reach, and the answer is a version mismatch).
+    pub on_topic: Option<String>,
 }
 
 /// What became of a modification.
@@ -50,6 +59,8 @@ pub enum Modified {
     VersionMismatch(Job),
     /// The job is no longer pending: too late to change it.
     NotPending(Job),
+    /// A new topic for a schedule's occurrence: it keeps its schedule's.
+    Occurrence(Job),
 }
 
 /// What became of a cancel.
@@ -108,6 +119,8 @@ pub struct JobEvent {
     pub status: Status,
     pub schedule_time: DateTime<Utc>,
     pub attempt: u32,
+    /// A retarget's topics: (from, to).
+    pub topics: Option<(String, String)>,
 }
 
 impl Store {
@@ -116,7 +129,8 @@ impl Store {
     /// Crash after this commits: the row has the new time; if Redis still
     /// has the old one, a later old time is refused by the claim's
     /// compare-and-set, and an earlier new time is picked up by the loader's
-    /// scan of edited rows.
+    /// scan of edited rows. A new topic needs nothing of Redis (it holds
+    /// ids): the dispatcher produces to the topic the claim reads back.
     pub async fn job_modify(
         &self,
         id: JobId,
@@ -157,11 +171,44 @@ impl Store {
             Some(_) => super::quotas::job_counted_on(&mut tx, id).await?,
             None => None,
         };
+        // A new topic: the one the job is on, read under the row's lock so
+        // the history names it (None: the job is on it already, or gone).
+        let moved_from = match &changes.topic {
+            Some(to) => {
+                let row: Option<(Vec<u8>, Option<u64>)> =
+                    sqlx::query_as("SELECT topic, schedule_id FROM jobs WHERE id = ? FOR UPDATE")
+                        .bind(id)
+                        .fetch_optional(&mut *tx)
+                        .await?;
+                match row {
+                    Some((_, Some(_))) => {
+                        // A schedule's occurrence keeps its schedule's topic.
+                        let (job, _) = job_read_back(&mut tx, self, id).await?;
+                        tx.rollback().await?;
+                        return Ok(if job.status != Status::Pending {
+                            Modified::NotPending(job)
+                        } else if job.version != version {
+                            Modified::VersionMismatch(job)
+                        } else {
+                            Modified::Occurrence(job)
+                        });
+                    }
+                    Some((from, None)) if from != to.as_bytes() => {
+                        Some(String::from_utf8_lossy(&from).into_owned())
+                    }
+                    _ => None,
+                }
+            }
+            None => None,
+        };
         let token = event_token();
         let mut query = QueryBuilder::<MySql>::new("UPDATE jobs SET ");
         // First, so that it compares the time the row had: a move to the
         // time it already has is not recorded.
         match changes.schedule {
+            _ if moved_from.is_some() => {
+                query.push("event_token = ").push_bind(token).push(", ");
+            }
             Some(Schedule::At(at)) => {
                 query
                     .push("event_token = IF(schedule_time <=> ")
@@ -181,6 +228,9 @@ impl Store {
             None => {}
         }
         query.push("version = version % 4294967295 + 1");
+        if let (Some(to), Some(_)) = (&changes.topic, &moved_from) {
+            query.push(", topic = ").push_bind(to.as_str());
+        }
         // Before `schedule_time` is set: a `ttl_ms` counts from the new
         // time, written out, or from the time the row has.
         match (&changes.expiry, changes.schedule) {
@@ -295,9 +345,28 @@ impl Store {
             .push(" AND version = ")
             .push_bind(version)
             .push(" AND status = 'pending'");
+        if let Some(topic) = &changes.on_topic {
+            query.push(" AND topic = ").push_bind(topic.as_str());
+        }
+        // A new topic whose key a job there holds fails here (the unique
+        // key), and the whole change is rolled back: `DuplicateKey`.
         let applied = query.build().execute(&mut *tx).await?.rows_affected() == 1;
         if applied {
-            events_record(&mut tx, &self.actor, &[id], token).await?;
+            match (&moved_from, &changes.topic) {
+                (Some(from), Some(to)) => {
+                    events_record_retargeted(
+                        &mut tx,
+                        &self.actor,
+                        &[(id, from.clone())],
+                        to,
+                        token,
+                    )
+                    .await?;
+                }
+                _ => {
+                    events_record(&mut tx, &self.actor, &[id], token).await?;
+                }
+            }
             if let (Some((owner, counted)), Some((payload, _))) = (counted, &changes.payload) {
                 // Before the commit: a payload grown past its token's
                 // quota is rolled back with the whole change (the
@@ -491,8 +560,8 @@ impl Store {
             // in the transaction that changes (and so locks) the job's row, so one
             // job's events are inserted one after another; ids from one counter on
             // InnoDB, from one allocator on TiDB (the baseline's AUTO_ID_CACHE=1).
-            "SELECT at, actor, status, schedule_time, attempt FROM job_events \
-             WHERE job_id = ? ORDER BY id",
+            "SELECT at, actor, status, schedule_time, attempt, topic_from, topic_to \
+             FROM job_events WHERE job_id = ? ORDER BY id",
         )
         .bind(id)
         .fetch_all(&self.pool)
@@ -514,6 +583,7 @@ impl Store {
                         .map_err(|_| StoreError::Corrupt(format!("job {id}: event status")))?,
                     schedule_time: scheduled.and_utc(),
                     attempt: row.try_get("attempt")?,
+                    topics: text(row, "topic_from")?.zip(text(row, "topic_to")?),
                 })
             })
             .collect()

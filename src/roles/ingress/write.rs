@@ -385,6 +385,10 @@ impl Writer {
                 }),
                 window: Some(job.window),
                 wall: Some(job.wall.clone()),
+                topic: None,
+                // Only while it is still the job this request names: one
+                // retargeted meanwhile no longer holds (topic, key).
+                on_topic: Some(job.topic.clone()),
             };
             let modify =
                 || service.modify(existing.id, existing.version, &changes, Some(&position_now));
@@ -395,7 +399,8 @@ impl Writer {
                 Ok(Modified::NotPending(settled)) => {
                     return Some(RequestOutcome::of_settled(settled))
                 }
-                Ok(Modified::VersionMismatch(_)) => continue,
+                // `Occurrence` answers only a new topic, never asked here.
+                Ok(Modified::VersionMismatch(_) | Modified::Occurrence(_)) => continue,
                 Err(err) => return Some(internal(&err)),
             }
         }
