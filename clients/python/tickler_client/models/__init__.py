@@ -2,6 +2,8 @@
 
 from .audit_page import AuditPage
 from .audit_view import AuditView
+from .backfill_answer import BackfillAnswer
+from .backfill_schedule import BackfillSchedule
 from .batch_answer import BatchAnswer
 from .batch_item import BatchItem
 from .bulk_action_type_0 import BulkActionType0
@@ -14,6 +16,8 @@ from .bulk_action_type_3 import BulkActionType3
 from .bulk_action_type_3_type import BulkActionType3Type
 from .bulk_action_type_4 import BulkActionType4
 from .bulk_action_type_4_type import BulkActionType4Type
+from .bulk_action_type_5 import BulkActionType5
+from .bulk_action_type_5_type import BulkActionType5Type
 from .bulk_filter import BulkFilter
 from .bulk_list import BulkList
 from .bulk_preview import BulkPreview
@@ -78,10 +82,14 @@ from .status import Status
 from .topic_count import TopicCount
 from .topic_list import TopicList
 from .topic_view import TopicView
+from .trigger_schedule import TriggerSchedule
+from .tzdata_view import TzdataView
 
 __all__ = (
     "AuditPage",
     "AuditView",
+    "BackfillAnswer",
+    "BackfillSchedule",
     "BatchAnswer",
     "BatchItem",
     "BulkActionType0",
@@ -94,6 +102,8 @@ __all__ = (
     "BulkActionType3Type",
     "BulkActionType4",
     "BulkActionType4Type",
+    "BulkActionType5",
+    "BulkActionType5Type",
     "BulkFilter",
     "BulkList",
     "BulkPreview",
@@ -158,4 +168,6 @@ __all__ = (
     "TopicCount",
     "TopicList",
     "TopicView",
+    "TriggerSchedule",
+    "TzdataView",
 )

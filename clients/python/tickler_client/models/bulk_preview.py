@@ -9,6 +9,7 @@ from attrs import field as _attrs_field
 from ..types import UNSET, Unset
 
 from ..models.status import Status
+from ..types import UNSET, Unset
 from typing import cast
 
 if TYPE_CHECKING:
@@ -17,6 +18,7 @@ if TYPE_CHECKING:
   from ..models.bulk_action_type_2 import BulkActionType2
   from ..models.bulk_action_type_3 import BulkActionType3
   from ..models.bulk_action_type_4 import BulkActionType4
+  from ..models.bulk_action_type_5 import BulkActionType5
   from ..models.job_view import JobView
 
 
@@ -32,24 +34,28 @@ class BulkPreview:
     """ Answer of a preview (`dry_run: true`).
 
         Attributes:
-            action (BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4): What an
-                operation does to each job it covers. Every action applies to
+            action (BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4 |
+                BulkActionType5): What an operation does to each job it covers. Every action applies to
                 jobs in one status only ([`BulkAction::applies_to`]); a job that left
                 that status before its batch is skipped, never forced.
             applies_to (Status): The `jobs.status` column. The words are part of the product: operators
                 read and write them in SQL.
             dry_run (bool):
-            eligible (int): Of those, the ones in `applies_to` now.
+            eligible (int): Of those, the ones in `applies_to` now (a retarget's: those it
+                would move, see [`BulkAction::Retarget`]).
             matched (int): Jobs the filter matches.
             sample (list[JobView]): The first 20 by id, without payloads.
+            conflicts (int | None | Unset): A retarget's: of the eligible, those a job on the target topic
+                holds the key of now, which would stay where they are.
      """
 
-    action: BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4
+    action: BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4 | BulkActionType5
     applies_to: Status
     dry_run: bool
     eligible: int
     matched: int
     sample: list[JobView]
+    conflicts: int | None | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
 
@@ -62,6 +68,7 @@ class BulkPreview:
         from ..models.bulk_action_type_2 import BulkActionType2 # noqa: PLC0415
         from ..models.bulk_action_type_3 import BulkActionType3 # noqa: PLC0415
         from ..models.bulk_action_type_4 import BulkActionType4 # noqa: PLC0415
+        from ..models.bulk_action_type_5 import BulkActionType5 # noqa: PLC0415
         from ..models.job_view import JobView # noqa: PLC0415
         action: dict[str, Any]
         if isinstance(self.action, BulkActionType0):
@@ -71,6 +78,8 @@ class BulkPreview:
         elif isinstance(self.action, BulkActionType2):
             action = self.action.to_dict()
         elif isinstance(self.action, BulkActionType3):
+            action = self.action.to_dict()
+        elif isinstance(self.action, BulkActionType4):
             action = self.action.to_dict()
         else:
             action = self.action.to_dict()
@@ -91,6 +100,12 @@ class BulkPreview:
 
 
 
+        conflicts: int | None | Unset
+        if isinstance(self.conflicts, Unset):
+            conflicts = UNSET
+        else:
+            conflicts = self.conflicts
+
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
@@ -102,6 +117,8 @@ class BulkPreview:
             "matched": matched,
             "sample": sample,
         })
+        if conflicts is not UNSET:
+            field_dict["conflicts"] = conflicts
 
         return field_dict
 
@@ -114,9 +131,10 @@ class BulkPreview:
         from ..models.bulk_action_type_2 import BulkActionType2 # noqa: PLC0415
         from ..models.bulk_action_type_3 import BulkActionType3 # noqa: PLC0415
         from ..models.bulk_action_type_4 import BulkActionType4 # noqa: PLC0415
+        from ..models.bulk_action_type_5 import BulkActionType5 # noqa: PLC0415
         from ..models.job_view import JobView # noqa: PLC0415
         d = dict(src_dict)
-        def _parse_action(data: object) -> BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4:
+        def _parse_action(data: object) -> BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4 | BulkActionType5:
             try:
                 if not isinstance(data, dict):
                     raise TypeError()
@@ -157,13 +175,23 @@ class BulkPreview:
                 return componentsschemas_bulk_action_type_3
             except (TypeError, ValueError, AttributeError, KeyError):
                 pass
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                componentsschemas_bulk_action_type_4 = BulkActionType4.from_dict(data)
+
+
+
+                return componentsschemas_bulk_action_type_4
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
             if not isinstance(data, dict):
                 raise TypeError()
-            componentsschemas_bulk_action_type_4 = BulkActionType4.from_dict(data)
+            componentsschemas_bulk_action_type_5 = BulkActionType5.from_dict(data)
 
 
 
-            return componentsschemas_bulk_action_type_4
+            return componentsschemas_bulk_action_type_5
 
         action = _parse_action(d.pop("action"))
 
@@ -189,6 +217,16 @@ class BulkPreview:
             sample.append(sample_item)
 
 
+        def _parse_conflicts(data: object) -> int | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(int | None | Unset, data)
+
+        conflicts = _parse_conflicts(d.pop("conflicts", UNSET))
+
+
         bulk_preview = cls(
             action=action,
             applies_to=applies_to,
@@ -196,6 +234,7 @@ class BulkPreview:
             eligible=eligible,
             matched=matched,
             sample=sample,
+            conflicts=conflicts,
         )
 
 

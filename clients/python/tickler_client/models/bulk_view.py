@@ -17,6 +17,7 @@ if TYPE_CHECKING:
   from ..models.bulk_action_type_2 import BulkActionType2
   from ..models.bulk_action_type_3 import BulkActionType3
   from ..models.bulk_action_type_4 import BulkActionType4
+  from ..models.bulk_action_type_5 import BulkActionType5
   from ..models.bulk_filter import BulkFilter
 
 
@@ -32,11 +33,13 @@ class BulkView:
     """ An operation as the API shows it.
 
         Attributes:
-            action (BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4): What an
-                operation does to each job it covers. Every action applies to
+            action (BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4 |
+                BulkActionType5): What an operation does to each job it covers. Every action applies to
                 jobs in one status only ([`BulkAction::applies_to`]); a job that left
                 that status before its batch is skipped, never forced.
             changed (int): Jobs changed.
+            conflicts (int): Jobs a retarget left where they were because a job on the target
+                topic holds their key (0 for the other actions).
             created_at (str):
             created_by (str):
             done (int): Jobs examined so far.
@@ -46,14 +49,17 @@ class BulkView:
             id (int):
             skipped (int): Jobs matched but no longer in the action's status when their batch
                 came (dispatched, cancelled or edited meanwhile): left as they are.
+                A retarget also skips a schedule's occurrences and the jobs on the
+                target topic already.
             status (str):
             total (int): Jobs the filter matched when the operation started.
             updated_at (str):
             finished_at (None | str | Unset):
      """
 
-    action: BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4
+    action: BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4 | BulkActionType5
     changed: int
+    conflicts: int
     created_at: str
     created_by: str
     done: int
@@ -77,6 +83,7 @@ class BulkView:
         from ..models.bulk_action_type_2 import BulkActionType2 # noqa: PLC0415
         from ..models.bulk_action_type_3 import BulkActionType3 # noqa: PLC0415
         from ..models.bulk_action_type_4 import BulkActionType4 # noqa: PLC0415
+        from ..models.bulk_action_type_5 import BulkActionType5 # noqa: PLC0415
         from ..models.bulk_filter import BulkFilter # noqa: PLC0415
         action: dict[str, Any]
         if isinstance(self.action, BulkActionType0):
@@ -87,11 +94,15 @@ class BulkView:
             action = self.action.to_dict()
         elif isinstance(self.action, BulkActionType3):
             action = self.action.to_dict()
+        elif isinstance(self.action, BulkActionType4):
+            action = self.action.to_dict()
         else:
             action = self.action.to_dict()
 
 
         changed = self.changed
+
+        conflicts = self.conflicts
 
         created_at = self.created_at
 
@@ -127,6 +138,7 @@ class BulkView:
         field_dict.update({
             "action": action,
             "changed": changed,
+            "conflicts": conflicts,
             "created_at": created_at,
             "created_by": created_by,
             "done": done,
@@ -152,9 +164,10 @@ class BulkView:
         from ..models.bulk_action_type_2 import BulkActionType2 # noqa: PLC0415
         from ..models.bulk_action_type_3 import BulkActionType3 # noqa: PLC0415
         from ..models.bulk_action_type_4 import BulkActionType4 # noqa: PLC0415
+        from ..models.bulk_action_type_5 import BulkActionType5 # noqa: PLC0415
         from ..models.bulk_filter import BulkFilter # noqa: PLC0415
         d = dict(src_dict)
-        def _parse_action(data: object) -> BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4:
+        def _parse_action(data: object) -> BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4 | BulkActionType5:
             try:
                 if not isinstance(data, dict):
                     raise TypeError()
@@ -195,18 +208,30 @@ class BulkView:
                 return componentsschemas_bulk_action_type_3
             except (TypeError, ValueError, AttributeError, KeyError):
                 pass
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                componentsschemas_bulk_action_type_4 = BulkActionType4.from_dict(data)
+
+
+
+                return componentsschemas_bulk_action_type_4
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
             if not isinstance(data, dict):
                 raise TypeError()
-            componentsschemas_bulk_action_type_4 = BulkActionType4.from_dict(data)
+            componentsschemas_bulk_action_type_5 = BulkActionType5.from_dict(data)
 
 
 
-            return componentsschemas_bulk_action_type_4
+            return componentsschemas_bulk_action_type_5
 
         action = _parse_action(d.pop("action"))
 
 
         changed = d.pop("changed")
+
+        conflicts = d.pop("conflicts")
 
         created_at = d.pop("created_at")
 
@@ -245,6 +270,7 @@ class BulkView:
         bulk_view = cls(
             action=action,
             changed=changed,
+            conflicts=conflicts,
             created_at=created_at,
             created_by=created_by,
             done=done,

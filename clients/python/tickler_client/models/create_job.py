@@ -42,6 +42,11 @@ class CreateJob:
             payload (Any | Unset): Any JSON value but null; produced as its JSON text.
             payload_base64 (None | str | Unset): Raw bytes, base64 (standard alphabet, padded).
             run_at (None | str | Unset): RFC 3339 time; any offset, normalised to UTC.
+            run_local (None | str | Unset): Or a wall-clock time, with `time_zone`: a local date and time
+                without offset (`2027-03-28T09:00:00`). tickler keeps it, the zone
+                and the tzdata release beside the instant it computes, and moves
+                the job if a newer tzdata changes that instant.
+            time_zone (None | str | Unset): The IANA zone `run_local` is read in (`Europe/Berlin`).
             topic (None | str | Unset):
             ttl_ms (int | None | Unset): Or: how long after its run_at (the end of its window, with one) the
                 job may still be produced, in milliseconds.
@@ -62,6 +67,8 @@ class CreateJob:
     payload: Any | Unset = UNSET
     payload_base64: None | str | Unset = UNSET
     run_at: None | str | Unset = UNSET
+    run_local: None | str | Unset = UNSET
+    time_zone: None | str | Unset = UNSET
     topic: None | str | Unset = UNSET
     ttl_ms: int | None | Unset = UNSET
     window_ms: int | None | Unset = UNSET
@@ -142,6 +149,18 @@ class CreateJob:
         else:
             run_at = self.run_at
 
+        run_local: None | str | Unset
+        if isinstance(self.run_local, Unset):
+            run_local = UNSET
+        else:
+            run_local = self.run_local
+
+        time_zone: None | str | Unset
+        if isinstance(self.time_zone, Unset):
+            time_zone = UNSET
+        else:
+            time_zone = self.time_zone
+
         topic: None | str | Unset
         if isinstance(self.topic, Unset):
             topic = UNSET
@@ -189,6 +208,10 @@ class CreateJob:
             field_dict["payload_base64"] = payload_base64
         if run_at is not UNSET:
             field_dict["run_at"] = run_at
+        if run_local is not UNSET:
+            field_dict["run_local"] = run_local
+        if time_zone is not UNSET:
+            field_dict["time_zone"] = time_zone
         if topic is not UNSET:
             field_dict["topic"] = topic
         if ttl_ms is not UNSET:
@@ -326,6 +349,26 @@ class CreateJob:
         run_at = _parse_run_at(d.pop("run_at", UNSET))
 
 
+        def _parse_run_local(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        run_local = _parse_run_local(d.pop("run_local", UNSET))
+
+
+        def _parse_time_zone(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        time_zone = _parse_time_zone(d.pop("time_zone", UNSET))
+
+
         def _parse_topic(data: object) -> None | str | Unset:
             if data is None:
                 return data
@@ -369,6 +412,8 @@ class CreateJob:
             payload=payload,
             payload_base64=payload_base64,
             run_at=run_at,
+            run_local=run_local,
+            time_zone=time_zone,
             topic=topic,
             ttl_ms=ttl_ms,
             window_ms=window_ms,

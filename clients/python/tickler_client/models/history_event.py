@@ -8,6 +8,8 @@ from attrs import field as _attrs_field
 
 from ..types import UNSET, Unset
 
+from ..types import UNSET, Unset
+from typing import cast
 
 
 
@@ -28,6 +30,8 @@ class HistoryEvent:
             attempt (int):
             run_at (str):
             status (str):
+            topic_from (None | str | Unset): A retarget's: the topic the change moved the job from, and to.
+            topic_to (None | str | Unset):
      """
 
     actor: str
@@ -35,6 +39,8 @@ class HistoryEvent:
     attempt: int
     run_at: str
     status: str
+    topic_from: None | str | Unset = UNSET
+    topic_to: None | str | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
 
 
@@ -52,6 +58,18 @@ class HistoryEvent:
 
         status = self.status
 
+        topic_from: None | str | Unset
+        if isinstance(self.topic_from, Unset):
+            topic_from = UNSET
+        else:
+            topic_from = self.topic_from
+
+        topic_to: None | str | Unset
+        if isinstance(self.topic_to, Unset):
+            topic_to = UNSET
+        else:
+            topic_to = self.topic_to
+
 
         field_dict: dict[str, Any] = {}
         field_dict.update(self.additional_properties)
@@ -62,6 +80,10 @@ class HistoryEvent:
             "run_at": run_at,
             "status": status,
         })
+        if topic_from is not UNSET:
+            field_dict["topic_from"] = topic_from
+        if topic_to is not UNSET:
+            field_dict["topic_to"] = topic_to
 
         return field_dict
 
@@ -80,12 +102,34 @@ class HistoryEvent:
 
         status = d.pop("status")
 
+        def _parse_topic_from(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        topic_from = _parse_topic_from(d.pop("topic_from", UNSET))
+
+
+        def _parse_topic_to(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        topic_to = _parse_topic_to(d.pop("topic_to", UNSET))
+
+
         history_event = cls(
             actor=actor,
             at=at,
             attempt=attempt,
             run_at=run_at,
             status=status,
+            topic_from=topic_from,
+            topic_to=topic_to,
         )
 
 

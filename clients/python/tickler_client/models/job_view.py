@@ -58,8 +58,13 @@ class JobView:
             payload_base64 (None | str | Unset): A bytes payload, base64; absent in listings and for JSON.
             produce_at (None | str | Unset): With a window: the instant tickler decided on in it, when it goes
                 out (`dispatched_at` says when it did).
+            run_local (None | str | Unset): Given a wall-clock time: the local time (`2027-03-28T09:00:00.000`)
+                its run_at was computed from, in `time_zone`, with tzdata release
+                `tzdata_version`. A newer tzdata moves run_at where it changes.
             schedule_id (int | None | Unset): The schedule whose occurrence it is.
+            time_zone (None | str | Unset):
             traceparent (None | str | Unset): The W3C trace context of the creating request, put on the record.
+            tzdata_version (None | str | Unset):
             verified_at (None | str | Unset): When tickler read its record back at `kafka`'s position and found
                 it there (`dispatcher.verify`); null: not verified (not yet, not
                 sampled, verification off, or dispatched before it existed).
@@ -91,8 +96,11 @@ class JobView:
     payload: Any | Unset = UNSET
     payload_base64: None | str | Unset = UNSET
     produce_at: None | str | Unset = UNSET
+    run_local: None | str | Unset = UNSET
     schedule_id: int | None | Unset = UNSET
+    time_zone: None | str | Unset = UNSET
     traceparent: None | str | Unset = UNSET
+    tzdata_version: None | str | Unset = UNSET
     verified_at: None | str | Unset = UNSET
     window_ms: int | None | Unset = UNSET
     additional_properties: dict[str, Any] = _attrs_field(init=False, factory=dict)
@@ -194,17 +202,35 @@ class JobView:
         else:
             produce_at = self.produce_at
 
+        run_local: None | str | Unset
+        if isinstance(self.run_local, Unset):
+            run_local = UNSET
+        else:
+            run_local = self.run_local
+
         schedule_id: int | None | Unset
         if isinstance(self.schedule_id, Unset):
             schedule_id = UNSET
         else:
             schedule_id = self.schedule_id
 
+        time_zone: None | str | Unset
+        if isinstance(self.time_zone, Unset):
+            time_zone = UNSET
+        else:
+            time_zone = self.time_zone
+
         traceparent: None | str | Unset
         if isinstance(self.traceparent, Unset):
             traceparent = UNSET
         else:
             traceparent = self.traceparent
+
+        tzdata_version: None | str | Unset
+        if isinstance(self.tzdata_version, Unset):
+            tzdata_version = UNSET
+        else:
+            tzdata_version = self.tzdata_version
 
         verified_at: None | str | Unset
         if isinstance(self.verified_at, Unset):
@@ -257,10 +283,16 @@ class JobView:
             field_dict["payload_base64"] = payload_base64
         if produce_at is not UNSET:
             field_dict["produce_at"] = produce_at
+        if run_local is not UNSET:
+            field_dict["run_local"] = run_local
         if schedule_id is not UNSET:
             field_dict["schedule_id"] = schedule_id
+        if time_zone is not UNSET:
+            field_dict["time_zone"] = time_zone
         if traceparent is not UNSET:
             field_dict["traceparent"] = traceparent
+        if tzdata_version is not UNSET:
+            field_dict["tzdata_version"] = tzdata_version
         if verified_at is not UNSET:
             field_dict["verified_at"] = verified_at
         if window_ms is not UNSET:
@@ -411,6 +443,16 @@ class JobView:
         produce_at = _parse_produce_at(d.pop("produce_at", UNSET))
 
 
+        def _parse_run_local(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        run_local = _parse_run_local(d.pop("run_local", UNSET))
+
+
         def _parse_schedule_id(data: object) -> int | None | Unset:
             if data is None:
                 return data
@@ -421,6 +463,16 @@ class JobView:
         schedule_id = _parse_schedule_id(d.pop("schedule_id", UNSET))
 
 
+        def _parse_time_zone(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        time_zone = _parse_time_zone(d.pop("time_zone", UNSET))
+
+
         def _parse_traceparent(data: object) -> None | str | Unset:
             if data is None:
                 return data
@@ -429,6 +481,16 @@ class JobView:
             return cast(None | str | Unset, data)
 
         traceparent = _parse_traceparent(d.pop("traceparent", UNSET))
+
+
+        def _parse_tzdata_version(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        tzdata_version = _parse_tzdata_version(d.pop("tzdata_version", UNSET))
 
 
         def _parse_verified_at(data: object) -> None | str | Unset:
@@ -476,8 +538,11 @@ class JobView:
             payload=payload,
             payload_base64=payload_base64,
             produce_at=produce_at,
+            run_local=run_local,
             schedule_id=schedule_id,
+            time_zone=time_zone,
             traceparent=traceparent,
+            tzdata_version=tzdata_version,
             verified_at=verified_at,
             window_ms=window_ms,
         )

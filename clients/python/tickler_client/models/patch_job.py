@@ -34,6 +34,13 @@ class PatchJob:
             payload (Any | Unset):
             payload_base64 (None | str | Unset):
             run_at (None | str | Unset):
+            run_local (None | str | Unset): Or a new wall-clock time, with `time_zone` (as on create). A new
+                `run_at` or `delay_ms` ends a job's wall-clock time.
+            time_zone (None | str | Unset):
+            topic (None | str | Unset): Move the job to another Kafka topic (retarget): it keeps its id,
+                key, payload, time and attempt. The topic must exist on the broker
+                (as for a new job) and be within the caller's topics; a job there
+                holding the same key refuses it (409 `key_conflict`).
             ttl_ms (int | None | Unset): Or a new expiry this long after the (new) run_at.
             version (int | None | Unset):
             window_ms (int | None | Unset): A new flexible window, or null (or 0): none. Left out, the job keeps
@@ -46,6 +53,9 @@ class PatchJob:
     payload: Any | Unset = UNSET
     payload_base64: None | str | Unset = UNSET
     run_at: None | str | Unset = UNSET
+    run_local: None | str | Unset = UNSET
+    time_zone: None | str | Unset = UNSET
+    topic: None | str | Unset = UNSET
     ttl_ms: int | None | Unset = UNSET
     version: int | None | Unset = UNSET
     window_ms: int | None | Unset = UNSET
@@ -90,6 +100,24 @@ class PatchJob:
         else:
             run_at = self.run_at
 
+        run_local: None | str | Unset
+        if isinstance(self.run_local, Unset):
+            run_local = UNSET
+        else:
+            run_local = self.run_local
+
+        time_zone: None | str | Unset
+        if isinstance(self.time_zone, Unset):
+            time_zone = UNSET
+        else:
+            time_zone = self.time_zone
+
+        topic: None | str | Unset
+        if isinstance(self.topic, Unset):
+            topic = UNSET
+        else:
+            topic = self.topic
+
         ttl_ms: int | None | Unset
         if isinstance(self.ttl_ms, Unset):
             ttl_ms = UNSET
@@ -125,6 +153,12 @@ class PatchJob:
             field_dict["payload_base64"] = payload_base64
         if run_at is not UNSET:
             field_dict["run_at"] = run_at
+        if run_local is not UNSET:
+            field_dict["run_local"] = run_local
+        if time_zone is not UNSET:
+            field_dict["time_zone"] = time_zone
+        if topic is not UNSET:
+            field_dict["topic"] = topic
         if ttl_ms is not UNSET:
             field_dict["ttl_ms"] = ttl_ms
         if version is not UNSET:
@@ -202,6 +236,36 @@ class PatchJob:
         run_at = _parse_run_at(d.pop("run_at", UNSET))
 
 
+        def _parse_run_local(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        run_local = _parse_run_local(d.pop("run_local", UNSET))
+
+
+        def _parse_time_zone(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        time_zone = _parse_time_zone(d.pop("time_zone", UNSET))
+
+
+        def _parse_topic(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        topic = _parse_topic(d.pop("topic", UNSET))
+
+
         def _parse_ttl_ms(data: object) -> int | None | Unset:
             if data is None:
                 return data
@@ -239,6 +303,9 @@ class PatchJob:
             payload=payload,
             payload_base64=payload_base64,
             run_at=run_at,
+            run_local=run_local,
+            time_zone=time_zone,
+            topic=topic,
             ttl_ms=ttl_ms,
             version=version,
             window_ms=window_ms,

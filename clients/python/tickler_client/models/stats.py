@@ -21,6 +21,7 @@ if TYPE_CHECKING:
   from ..models.quota_view import QuotaView
   from ..models.schedule_stats import ScheduleStats
   from ..models.topic_count import TopicCount
+  from ..models.tzdata_view import TzdataView
 
 
 
@@ -45,6 +46,7 @@ class Stats:
             lateness (list[LatenessMinute]):
             partial (bool): True when the deployment-wide figures are left out.
             scan_ms (int):
+            tzdata (TzdataView): A tzdata release and where it was read from.
             instances (Live | None | Unset):
             next_due_in_ms (int | None | Unset):
             overdue (None | OverdueView | Unset):
@@ -61,6 +63,7 @@ class Stats:
     lateness: list[LatenessMinute]
     partial: bool
     scan_ms: int
+    tzdata: TzdataView
     instances: Live | None | Unset = UNSET
     next_due_in_ms: int | None | Unset = UNSET
     overdue: None | OverdueView | Unset = UNSET
@@ -84,6 +87,7 @@ class Stats:
         from ..models.quota_view import QuotaView # noqa: PLC0415
         from ..models.schedule_stats import ScheduleStats # noqa: PLC0415
         from ..models.topic_count import TopicCount # noqa: PLC0415
+        from ..models.tzdata_view import TzdataView # noqa: PLC0415
         at = self.at
 
         bursts = []
@@ -117,6 +121,8 @@ class Stats:
         partial = self.partial
 
         scan_ms = self.scan_ms
+
+        tzdata = self.tzdata.to_dict()
 
         instances: dict[str, Any] | None | Unset
         if isinstance(self.instances, Unset):
@@ -181,6 +187,7 @@ class Stats:
             "lateness": lateness,
             "partial": partial,
             "scan_ms": scan_ms,
+            "tzdata": tzdata,
         })
         if instances is not UNSET:
             field_dict["instances"] = instances
@@ -212,6 +219,7 @@ class Stats:
         from ..models.quota_view import QuotaView # noqa: PLC0415
         from ..models.schedule_stats import ScheduleStats # noqa: PLC0415
         from ..models.topic_count import TopicCount # noqa: PLC0415
+        from ..models.tzdata_view import TzdataView # noqa: PLC0415
         d = dict(src_dict)
         at = d.pop("at")
 
@@ -258,6 +266,11 @@ class Stats:
         partial = d.pop("partial")
 
         scan_ms = d.pop("scan_ms")
+
+        tzdata = TzdataView.from_dict(d.pop("tzdata"))
+
+
+
 
         def _parse_instances(data: object) -> Live | None | Unset:
             if data is None:
@@ -387,6 +400,7 @@ class Stats:
             lateness=lateness,
             partial=partial,
             scan_ms=scan_ms,
+            tzdata=tzdata,
             instances=instances,
             next_due_in_ms=next_due_in_ms,
             overdue=overdue,

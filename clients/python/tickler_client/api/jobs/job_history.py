@@ -126,9 +126,9 @@ def sync_detailed(
     client: AuthenticatedClient | Client,
 
 ) -> Response[ErrorBody | History]:
-    """ `GET /v1/jobs/{id}/history` — every change of state, time or attempt,
-    oldest first, with who made it: `api`, `dispatcher`, `reconciler`,
-    `results`, or `sql` for changes made by hand.
+    """ `GET /v1/jobs/{id}/history` — every change of state, time, attempt or
+    topic, oldest first, with who made it: `api`, `dispatcher`,
+    `reconciler`, `results`, or `sql` for changes made by hand.
 
     Args:
         id (int):
@@ -159,9 +159,9 @@ def sync(
     client: AuthenticatedClient | Client,
 
 ) -> ErrorBody | History | None:
-    """ `GET /v1/jobs/{id}/history` — every change of state, time or attempt,
-    oldest first, with who made it: `api`, `dispatcher`, `reconciler`,
-    `results`, or `sql` for changes made by hand.
+    """ `GET /v1/jobs/{id}/history` — every change of state, time, attempt or
+    topic, oldest first, with who made it: `api`, `dispatcher`,
+    `reconciler`, `results`, or `sql` for changes made by hand.
 
     Args:
         id (int):
@@ -187,9 +187,9 @@ async def asyncio_detailed(
     client: AuthenticatedClient | Client,
 
 ) -> Response[ErrorBody | History]:
-    """ `GET /v1/jobs/{id}/history` — every change of state, time or attempt,
-    oldest first, with who made it: `api`, `dispatcher`, `reconciler`,
-    `results`, or `sql` for changes made by hand.
+    """ `GET /v1/jobs/{id}/history` — every change of state, time, attempt or
+    topic, oldest first, with who made it: `api`, `dispatcher`,
+    `reconciler`, `results`, or `sql` for changes made by hand.
 
     Args:
         id (int):
@@ -220,9 +220,9 @@ async def asyncio(
     client: AuthenticatedClient | Client,
 
 ) -> ErrorBody | History | None:
-    """ `GET /v1/jobs/{id}/history` — every change of state, time or attempt,
-    oldest first, with who made it: `api`, `dispatcher`, `reconciler`,
-    `results`, or `sql` for changes made by hand.
+    """ `GET /v1/jobs/{id}/history` — every change of state, time, attempt or
+    topic, oldest first, with who made it: `api`, `dispatcher`,
+    `reconciler`, `results`, or `sql` for changes made by hand.
 
     Args:
         id (int):

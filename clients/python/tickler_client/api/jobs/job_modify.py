@@ -135,9 +135,10 @@ def sync_detailed(
     body: PatchJob,
 
 ) -> Response[ErrorBody | JobView]:
-    """ `PATCH /v1/jobs/{id}` — reschedule or modify a pending job whose version
-    is still the one the caller read. 200 with the job; 409
-    `version_conflict` or `not_pending` with the job as it is.
+    """ `PATCH /v1/jobs/{id}` — reschedule, modify or retarget a pending job
+    whose version is still the one the caller read. 200 with the job; 409
+    `version_conflict` or `not_pending` with the job as it is; a new topic
+    whose key a job there holds: 409 `key_conflict`, nothing changed.
 
     Args:
         id (int):
@@ -171,9 +172,10 @@ def sync(
     body: PatchJob,
 
 ) -> ErrorBody | JobView | None:
-    """ `PATCH /v1/jobs/{id}` — reschedule or modify a pending job whose version
-    is still the one the caller read. 200 with the job; 409
-    `version_conflict` or `not_pending` with the job as it is.
+    """ `PATCH /v1/jobs/{id}` — reschedule, modify or retarget a pending job
+    whose version is still the one the caller read. 200 with the job; 409
+    `version_conflict` or `not_pending` with the job as it is; a new topic
+    whose key a job there holds: 409 `key_conflict`, nothing changed.
 
     Args:
         id (int):
@@ -202,9 +204,10 @@ async def asyncio_detailed(
     body: PatchJob,
 
 ) -> Response[ErrorBody | JobView]:
-    """ `PATCH /v1/jobs/{id}` — reschedule or modify a pending job whose version
-    is still the one the caller read. 200 with the job; 409
-    `version_conflict` or `not_pending` with the job as it is.
+    """ `PATCH /v1/jobs/{id}` — reschedule, modify or retarget a pending job
+    whose version is still the one the caller read. 200 with the job; 409
+    `version_conflict` or `not_pending` with the job as it is; a new topic
+    whose key a job there holds: 409 `key_conflict`, nothing changed.
 
     Args:
         id (int):
@@ -238,9 +241,10 @@ async def asyncio(
     body: PatchJob,
 
 ) -> ErrorBody | JobView | None:
-    """ `PATCH /v1/jobs/{id}` — reschedule or modify a pending job whose version
-    is still the one the caller read. 200 with the job; 409
-    `version_conflict` or `not_pending` with the job as it is.
+    """ `PATCH /v1/jobs/{id}` — reschedule, modify or retarget a pending job
+    whose version is still the one the caller read. 200 with the job; 409
+    `version_conflict` or `not_pending` with the job as it is; a new topic
+    whose key a job there holds: 409 `key_conflict`, nothing changed.
 
     Args:
         id (int):
