@@ -22,8 +22,8 @@ use super::{ApiError, ApiJson, ApiState, JobIdPath};
 use crate::domain::job::{
     self, time_format, Expiry, InvalidJob, Job, JobId, NewJob, PayloadKind, Schedule, Window,
 };
-use crate::domain::policy::{Policy, PolicyOverrides};
-use crate::domain::request::{JobRequest, Limits};
+use crate::domain::policy::PolicyOverrides;
+use crate::domain::request::{JobRequest, Limits, TopicDefaults};
 use crate::domain::zones::{self, WallClock};
 use crate::roles::auth::Scope;
 use crate::roles::jobs::Jobs;
@@ -404,16 +404,16 @@ impl CreateJob {
         })
     }
 
-    /// Checks every rule and builds the job to write; `topic_policy` gives
-    /// the result policy of the job's topic.
-    pub fn validate(
+    /// Checks every rule and builds the job to write; `topic_defaults`
+    /// gives what the job inherits from its topic.
+    pub fn validate<D: Into<TopicDefaults>>(
         self,
         limits: Limits,
         now: DateTime<Utc>,
-        topic_policy: impl FnOnce(&str) -> Policy,
+        topic_defaults: impl FnOnce(&str) -> D,
     ) -> Result<NewJob, ApiError> {
         self.request(limits, now)?
-            .build(limits, now, topic_policy)
+            .build(limits, now, topic_defaults)
             .map_err(ApiError::from)
     }
 }
@@ -552,7 +552,7 @@ pub async fn create(
     caller.require(Scope::Write)?;
     let rules = state.rules.clone();
     let mut new_job = body.validate(limits_of(&state), state.index.clock().now(), |topic| {
-        rules.policy_for(topic)
+        rules.defaults_for(topic)
     })?;
     new_job.trace_parent = trace_parent_of(&headers);
     caller.topic(&new_job.topic)?;
@@ -677,7 +677,7 @@ pub async fn create_batch(
             let request: CreateJob = serde_json::from_str(item.get())
                 .map_err(|err| ApiError::InvalidRequest(err.to_string()))?;
             let mut new_job =
-                request.validate(limits, now, |topic| state.rules.policy_for(topic))?;
+                request.validate(limits, now, |topic| state.rules.defaults_for(topic))?;
             caller.topic(&new_job.topic)?;
             new_job.trace_parent = trace_parent.clone();
             Ok(new_job)
@@ -880,6 +880,7 @@ pub async fn cancel(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::policy::Policy;
 
     const LIMITS: Limits = Limits {
         payload_max_bytes: 16,

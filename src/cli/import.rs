@@ -103,7 +103,7 @@ fn checked(
     let job = request
         .request(limits, now)
         .map_err(refused)?
-        .build(limits, now, |topic| rules.policy_for(topic))
+        .build(limits, now, |topic| rules.defaults_for(topic))
         .map_err(|refusal| refused(refusal.into()))?;
     if let Some(why) = rules.topic_reserved(&job.topic) {
         return Err(refused(ApiError::ReservedTopic(why)));

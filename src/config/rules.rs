@@ -7,6 +7,7 @@ use std::collections::BTreeMap;
 
 use super::{JobsSettings, TopicConfig};
 use crate::domain::policy::Policy;
+use crate::domain::request::TopicDefaults;
 use crate::domain::topic_pattern;
 
 /// Built once from the configuration ([`super::Config::topic_rules`]) and
@@ -37,6 +38,15 @@ impl TopicRules {
         match self.topics.get(topic) {
             Some(settings) => settings.overrides().over(self.policy_default()),
             None => self.policy_default(),
+        }
+    }
+
+    /// What a job created on `topic` inherits when it says nothing of it:
+    /// the topic's result policy and its `default_ttl_ms`.
+    pub fn defaults_for(&self, topic: &str) -> TopicDefaults {
+        TopicDefaults {
+            policy: self.policy_for(topic),
+            ttl_ms: self.topics.get(topic).and_then(|t| t.default_ttl_ms),
         }
     }
 

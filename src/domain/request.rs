@@ -53,6 +53,24 @@ impl Limits {
     }
 }
 
+/// What a job inherits from its topic when the request says nothing of
+/// it (`[topics.T]`): its result policy, and an expiry after its time.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub struct TopicDefaults {
+    pub policy: Policy,
+    /// `default_ttl_ms`: a job given no expiry gets `ttl_ms` this.
+    pub ttl_ms: Option<u64>,
+}
+
+impl From<Policy> for TopicDefaults {
+    fn from(policy: Policy) -> Self {
+        TopicDefaults {
+            policy,
+            ttl_ms: None,
+        }
+    }
+}
+
 /// What a caller asks to create, read from its wire format but not yet
 /// checked.
 #[derive(Debug, Clone, PartialEq)]
@@ -135,19 +153,20 @@ impl JobRequest {
 
     /// Checks every create rule and builds the job to write. `now` bounds
     /// the horizon and stands for the database's clock a delay counts
-    /// from; `topic_policy` gives the result policy of the job's topic.
+    /// from; `topic_defaults` gives what the job inherits from its topic (its result policy, its `default_ttl_ms`).
     ///
     /// A window decides the instant in it once: from the topic and key for
     /// a keyed job (the same request lands on the same instant), drawn
     /// for an unkeyed one. An expiry comes after the window's end; a ttl
     /// after a delay is added, in the database, to the instant decided.
-    pub fn build(
+    pub fn build<D: Into<TopicDefaults>>(
         self,
         limits: Limits,
         now: DateTime<Utc>,
-        topic_policy: impl FnOnce(&str) -> Policy,
+        topic_defaults: impl FnOnce(&str) -> D,
     ) -> Result<NewJob, Refusal> {
         job::topic_validate(&self.topic)?;
+        let defaults: TopicDefaults = topic_defaults(&self.topic).into();
         if let Some(key) = &self.key {
             job::key_validate_unreserved(key)?;
         }
@@ -171,7 +190,13 @@ impl JobRequest {
         let latest = window.map_or(self.schedule, |(w, _)| {
             self.schedule.later_by(u64::from(w.ms))
         });
-        let (expires_at, expires_after_ms) = match self.expiry {
+        // The topic's default_ttl_ms for a job that says nothing of it.
+        let expiry = self.expiry.or_else(|| {
+            defaults
+                .ttl_ms
+                .map(|ttl_ms| job::Expiry::AfterRun { ttl_ms })
+        });
+        let (expires_at, expires_after_ms) = match expiry {
             Some(expiry) => job::expiry_resolve(expiry, &latest, now).map_err(Refusal::Expiry)?,
             None => (None, None),
         };
@@ -182,7 +207,7 @@ impl JobRequest {
             (ttl, _) => ttl,
         };
         let schedule = window.map_or(self.schedule, |(_, offset)| self.schedule.later_by(offset));
-        let policy = self.policy.over(topic_policy(&self.topic));
+        let policy = self.policy.over(defaults.policy);
         policy.validate().map_err(Refusal::Policy)?;
         Ok(NewJob {
             topic: self.topic,
@@ -260,6 +285,42 @@ mod tests {
             build(reserved),
             Err(Refusal::Job(InvalidJob::Header(_)))
         ));
+    }
+
+    #[test]
+    fn a_topic_default_ttl_is_inherited_by_jobs_that_give_no_expiry() {
+        let at = now() + chrono::Duration::hours(1);
+        let topic = |_: &str| TopicDefaults {
+            policy: Policy::default(),
+            ttl_ms: Some(60_000),
+        };
+        let inherited = JobRequest::new("t", Schedule::At(at))
+            .build(LIMITS, now(), topic)
+            .unwrap();
+        assert_eq!(
+            inherited.expires_at,
+            Some(at + chrono::Duration::minutes(1))
+        );
+        let mut own = JobRequest::new("t", Schedule::At(at));
+        own.expiry = Some(Expiry::At(at + chrono::Duration::hours(5)));
+        let own = own.build(LIMITS, now(), topic).unwrap();
+        assert_eq!(
+            own.expires_at,
+            Some(at + chrono::Duration::hours(5)),
+            "its own wins"
+        );
+        let delayed = JobRequest::new("t", Schedule::After { delay_ms: 5 })
+            .build(LIMITS, now(), topic)
+            .unwrap();
+        assert_eq!(
+            (delayed.expires_at, delayed.expires_after_ms),
+            (None, Some(60_000)),
+            "counted from the database's run_at"
+        );
+        let none = JobRequest::new("t", Schedule::At(at))
+            .build(LIMITS, now(), |_| Policy::default())
+            .unwrap();
+        assert_eq!(none.expires_at, None);
     }
 
     #[test]

@@ -169,6 +169,12 @@ pub struct TopicConfig {
     /// was produced is stalled (overrides `consumption.alert_after_ms`).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub consumed_within_ms: Option<u64>,
+    /// A job of this topic created without `expires_at` or `ttl_ms` may
+    /// still be produced this long after its time, then ends `expired`:
+    /// after a long outage, a year of reminders does not all go out late
+    /// at once. The topic's owner decides, not every producer.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub default_ttl_ms: Option<u64>,
 }
 
 impl TopicConfig {
@@ -202,6 +208,14 @@ impl TopicConfig {
                 field: "topics.consumed_within_ms".into(),
                 problem: format!(
                     "is 0 for topic {topic:?}: leave it unset for consumption.alert_after_ms"
+                ),
+            });
+        }
+        if self.default_ttl_ms == Some(0) {
+            return Err(ConfigError::Invalid {
+                field: "topics.default_ttl_ms".into(),
+                problem: format!(
+                    "is 0 for topic {topic:?}: leave it unset for jobs that never expire unless they say so"
                 ),
             });
         }

@@ -13,8 +13,8 @@ use std::collections::BTreeMap;
 use chrono::{DateTime, TimeZone, Utc};
 
 use crate::domain::job::{self, Expiry, InvalidJob, NewJob, PayloadKind, Schedule};
-use crate::domain::policy::{Policy, PolicyOverrides};
-use crate::domain::request::{JobRequest, Limits, Refusal};
+use crate::domain::policy::PolicyOverrides;
+use crate::domain::request::{JobRequest, Limits, Refusal, TopicDefaults};
 use crate::domain::zones::{self, InvalidWallClock};
 
 /// Where the job goes: the topic its record is produced to.
@@ -166,14 +166,14 @@ impl RequestError {
 
 /// Reads and checks a request record. `now` only bounds the horizon (and
 /// stands in for a record without a timestamp); due-ness is the database's
-/// call. `topic_policy` gives the target topic's result policy.
+/// call. `topic_defaults` gives what a job inherits from its target topic.
 ///
 /// Long because it is one pass over the headers, then each rule in turn.
 pub fn request_parse(
     record: &RequestRecord<'_>,
     limits: Limits,
     now: DateTime<Utc>,
-    topic_policy: impl FnOnce(&str) -> Policy,
+    topic_defaults: impl FnOnce(&str) -> TopicDefaults,
 ) -> Result<Request, RequestError> {
     let mut ours: BTreeMap<&str, &str> = BTreeMap::new();
     let mut passed: BTreeMap<String, String> = BTreeMap::new();
@@ -304,7 +304,7 @@ pub fn request_parse(
         wall: wall.map(|(_, wall)| wall),
     };
     request
-        .build(limits, now, topic_policy)
+        .build(limits, now, topic_defaults)
         .map(Request::Put)
         .map_err(|refusal| match refusal {
             Refusal::Job(invalid) => invalid.into(),
@@ -413,6 +413,7 @@ pub fn target_allowed(targets: &[String], topic: &str) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::domain::policy::Policy;
 
     const LIMITS: Limits = Limits {
         payload_max_bytes: 16,
@@ -438,9 +439,12 @@ mod tests {
     }
 
     fn parse(record: &RequestRecord<'_>) -> Result<Request, RequestError> {
-        request_parse(record, LIMITS, now(), |_| Policy {
-            max_attempts: 3,
-            ..Policy::default()
+        request_parse(record, LIMITS, now(), |_| {
+            Policy {
+                max_attempts: 3,
+                ..Policy::default()
+            }
+            .into()
         })
     }
 

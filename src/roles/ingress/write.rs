@@ -181,7 +181,7 @@ impl Writer {
     /// the reserved topics, as the API checks a token's topics.
     fn check(&self, record: &Taken, now: DateTime<Utc>) -> Result<Request, RequestError> {
         let request = request_parse(&record.as_request(), self.config.limits, now, |topic| {
-            self.rules.policy_for(topic)
+            self.rules.defaults_for(topic)
         })?;
         let (topic, _) = request.target();
         let targets = self

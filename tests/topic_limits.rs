@@ -1,0 +1,68 @@
+//! Topic-level limits (#60): a topic's `default_ttl_ms` is inherited by the
+//! jobs created on it that give no expiry of their own, so that what an
+//! outage held back past it ends `expired` instead of going out late; a
+//! job's own expiry wins, and other topics are untouched.
+
+use std::time::Duration;
+
+use chrono::Utc;
+use serde_json::json;
+use tickler::config::TopicConfig;
+use tickler_testkit::{consumer_from_beginning, records_read, unique, TestEnv};
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn jobs_late_past_their_topics_default_ttl_expire_instead_of_going_out() {
+    let limited = unique("tickler-test-ttl-");
+    tickler::kafka::topic_ensure(&tickler_testkit::kafka_brokers(), &limited, 1)
+        .await
+        .unwrap();
+    let configured = limited.clone();
+    let env = TestEnv::start_with(move |c| {
+        c.topics.insert(
+            configured,
+            TopicConfig {
+                default_ttl_ms: Some(60_000),
+                ..TopicConfig::default()
+            },
+        );
+    })
+    .await;
+    // Held back five minutes (an outage), then created: due at once.
+    let late = (Utc::now() - chrono::Duration::minutes(5)).to_rfc3339();
+    let create = |topic: &str, key: &str, extra: serde_json::Value| {
+        let mut body = json!({"topic": topic, "key": key, "payload": key, "run_at": late});
+        body.as_object_mut()
+            .unwrap()
+            .extend(extra.as_object().unwrap().clone());
+        body
+    };
+    let inherited = env
+        .job_create(create(&limited, "inherited", json!({})))
+        .await;
+    assert!(inherited["expires_at"].is_string(), "{inherited}");
+    let own = env
+        .job_create(create(&limited, "own", json!({"ttl_ms": 3_600_000})))
+        .await;
+    let other = env.job_create(create(&env.topic, "other", json!({}))).await;
+    assert!(other.get("expires_at").is_none(), "{other}");
+
+    let id = |job: &serde_json::Value| job["id"].as_u64().unwrap();
+    env.status_await(id(&inherited), "expired", Duration::from_secs(20))
+        .await;
+    env.status_await(id(&own), "dispatched", Duration::from_secs(20))
+        .await;
+    env.status_await(id(&other), "dispatched", Duration::from_secs(20))
+        .await;
+    let consumer = consumer_from_beginning(&env.config.kafka.brokers, &limited);
+    let keys: Vec<String> = records_read(&consumer, 2, Duration::from_secs(5))
+        .await
+        .iter()
+        .filter_map(|record| record.key.clone())
+        .collect();
+    assert_eq!(
+        keys,
+        vec!["own".to_owned()],
+        "the expired job never went out"
+    );
+    env.finish().await;
+}
