@@ -283,8 +283,10 @@ declare! {
         name: "tickler_dispatch_held_total",
         labels: ["reason"],
         help: "Due jobs the claim refused to produce: reason=paused (their \
-            topic is; out of Redis until it resumes) or expired (a skip \
-            schedule's occurrence past its misfire grace; cancelled).",
+            topic is; out of Redis until it resumes), expired (a skip \
+            schedule's occurrence past its misfire grace; cancelled) or \
+            in_flight (their topic's max_in_flight is reached: asked again \
+            a second later).",
     },
     DISPATCH_FENCED = Counter {
         name: "tickler_dispatch_fenced_total",

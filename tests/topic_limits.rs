@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::Utc;
 use serde_json::json;
 use tickler::config::TopicConfig;
-use tickler_testkit::{consumer_from_beginning, records_read, unique, TestEnv};
+use tickler_testkit::{consumer_from_beginning, eventually, records_read, unique, TestEnv};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn jobs_late_past_their_topics_default_ttl_expire_instead_of_going_out() {
@@ -64,5 +64,92 @@ async fn jobs_late_past_their_topics_default_ttl_expire_instead_of_going_out() {
         vec!["own".to_owned()],
         "the expired job never went out"
     );
+    env.finish().await;
+}
+
+async fn statuses(env: &TestEnv, topic: &str) -> (i64, i64) {
+    let count = |status: &'static str| {
+        let sql = env.sql.clone();
+        let topic = topic.to_owned();
+        async move {
+            sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM jobs WHERE topic = ? AND status = ?")
+                .bind(topic)
+                .bind(status)
+                .fetch_one(&sql)
+                .await
+                .unwrap()
+        }
+    };
+    (count("dispatched").await, count("succeeded").await)
+}
+
+/// A topic's consumers, back from an outage, get at most `max_in_flight`
+/// jobs awaiting their result at once; each result makes room for one more.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_topics_max_in_flight_lets_out_a_backlog_as_results_come_back() {
+    let limited = unique("tickler-test-inflight-");
+    tickler::kafka::topic_ensure(&tickler_testkit::kafka_brokers(), &limited, 1)
+        .await
+        .unwrap();
+    let configured = limited.clone();
+    let env = TestEnv::start_with(move |c| {
+        c.topics.insert(
+            configured,
+            TopicConfig {
+                expects_result: Some(true),
+                max_in_flight: Some(3),
+                ..TopicConfig::default()
+            },
+        );
+    })
+    .await;
+    let mut ids = Vec::new();
+    for n in 0..10 {
+        let job = env
+            .job_create(
+                json!({"topic": limited, "key": format!("k{n}"), "payload": n, "delay_ms": 0}),
+            )
+            .await;
+        ids.push(job["id"].as_u64().unwrap());
+    }
+    // Three go out; the rest wait, however long we look.
+    eventually(Duration::from_secs(20), || async {
+        (statuses(&env, &limited).await == (3, 0)).then_some(())
+    })
+    .await
+    .expect("three in flight");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert_eq!(statuses(&env, &limited).await, (3, 0), "no more than three");
+    // Results come back: each frees room, until all are done.
+    let mut done = 0;
+    while done < ids.len() {
+        let dispatched: Vec<u64> =
+            sqlx::query_scalar("SELECT id FROM jobs WHERE topic = ? AND status = 'dispatched'")
+                .bind(&limited)
+                .fetch_all(&env.sql)
+                .await
+                .unwrap();
+        assert!(dispatched.len() <= 3, "{} in flight", dispatched.len());
+        for id in dispatched {
+            let (status, answer) = env
+                .post(
+                    &format!("/v1/jobs/{id}/result"),
+                    json!({"attempt": 1, "outcome": "ok"}),
+                )
+                .await;
+            assert_eq!(status, 200, "{answer}");
+            done += 1;
+        }
+        if done < ids.len() {
+            let before = done as i64;
+            eventually(Duration::from_secs(20), || async {
+                let (dispatched, succeeded) = statuses(&env, &limited).await;
+                (succeeded == before && dispatched > 0).then_some(())
+            })
+            .await
+            .expect("room made, the next go out");
+        }
+    }
+    assert_eq!(statuses(&env, &limited).await, (0, 10));
     env.finish().await;
 }

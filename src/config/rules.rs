@@ -50,6 +50,14 @@ impl TopicRules {
         }
     }
 
+    /// The topics with a `max_in_flight`, and each one's.
+    pub fn in_flight_limits(&self) -> Vec<(String, u32)> {
+        self.topics
+            .iter()
+            .filter_map(|(topic, t)| t.max_in_flight.map(|limit| (topic.clone(), limit)))
+            .collect()
+    }
+
     /// The configured pace of `topic`, jobs per second, if any.
     pub fn max_per_second_for(&self, topic: &str) -> Option<u32> {
         self.topics.get(topic).and_then(|t| t.max_per_second)

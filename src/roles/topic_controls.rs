@@ -53,6 +53,10 @@ struct Snapshot {
     groups: HashMap<String, (Option<String>, Option<u32>)>,
     /// When this copy was read (None: never).
     read_at: Option<Instant>,
+    /// Jobs of each topic with a `max_in_flight` dispatching or
+    /// dispatched, as counted at the read, and how many this instance let
+    /// go since.
+    in_flight: HashMap<String, (u64, u64)>,
 }
 
 /// This instance's copy of the topic controls, kept fresh by the
@@ -63,6 +67,8 @@ pub struct TopicControls {
     store: Store,
     /// The paces of the configuration (`[topics."…"] max_per_second`).
     rules: Arc<TopicRules>,
+    /// `[topics."…"] max_in_flight`, by topic.
+    in_flight_limits: Arc<HashMap<String, u32>>,
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -79,7 +85,50 @@ impl TopicControls {
             snapshot: Arc::default(),
             store,
             rules: Arc::new(config.topic_rules()),
+            in_flight_limits: Arc::new(
+                config
+                    .topic_rules()
+                    .in_flight_limits()
+                    .into_iter()
+                    .collect(),
+            ),
         }
+    }
+
+    /// Whether any topic has a `max_in_flight` (else the dispatcher skips
+    /// the check).
+    pub fn any_in_flight_limited(&self) -> bool {
+        !self.in_flight_limits.is_empty()
+    }
+
+    pub fn in_flight_limit(&self, topic: &str) -> Option<u32> {
+        self.in_flight_limits.get(topic).copied()
+    }
+
+    /// How many of `want` due jobs of `topic` this instance may let go
+    /// now under its `max_in_flight`: its `share` (the part of the shards
+    /// it holds) of what the limit leaves over the count of the last read,
+    /// less what it let go since. The count is read every second; between
+    /// reads the instances' shares add up to the room left, so the fleet
+    /// stays within the limit but for rounding (one job an instance).
+    /// Without a count yet, nothing goes: the limit is kept from the first
+    /// job.
+    pub fn in_flight_admit(&self, topic: &str, want: usize, share: f64) -> usize {
+        let Some(limit) = self.in_flight_limit(topic) else {
+            return want;
+        };
+        let mut snapshot = self
+            .snapshot
+            .write()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        let Some((counted, since)) = snapshot.in_flight.get_mut(topic) else {
+            return 0;
+        };
+        let room = u64::from(limit).saturating_sub(*counted) as f64;
+        let mine = (room * share.clamp(0.0, 1.0)).ceil() as u64;
+        let granted = mine.saturating_sub(*since).min(want as u64);
+        *since += granted;
+        granted as usize
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Snapshot> {
@@ -190,8 +239,17 @@ impl TopicControls {
     pub async fn refresh(&self) -> Result<Vec<String>, StoreError> {
         let read_at = Instant::now();
         let rows = self.store.topic_controls().await?;
+        let limited: Vec<String> = self.in_flight_limits.keys().cloned().collect();
+        let counted = self.store.topic_in_flight(&limited).await?;
         let mut fresh = Snapshot {
             read_at: Some(read_at),
+            in_flight: limited
+                .into_iter()
+                .map(|topic| {
+                    let n = counted.get(&topic).copied().unwrap_or(0);
+                    (topic, (n, 0))
+                })
+                .collect(),
             ..Snapshot::default()
         };
         for row in rows {

@@ -1,12 +1,14 @@
 //! Queries on `topic_controls`: paused topics and their pace.
 
+use std::collections::HashMap;
+
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::mysql::MySqlRow;
-use sqlx::Row;
+use sqlx::{MySql, QueryBuilder, Row};
 
 use super::error::StoreError;
 use super::handle::Store;
-use super::job_row::WindowEntry;
+use super::job_row::{text, WindowEntry};
 use super::payload::headers_opened;
 use super::sql::db_time;
 use crate::domain::job::JobId;
@@ -84,6 +86,34 @@ impl Store {
         .fetch_all(&self.pool)
         .await?;
         rows.iter().map(control_from_row).collect()
+    }
+
+    /// How many jobs of each of `topics` are dispatching or dispatched
+    /// (for a topic whose jobs expect a result: in flight, awaiting it).
+    /// Reads `ix_jobs_status_topic`: as many entries as are in flight.
+    pub async fn topic_in_flight(
+        &self,
+        topics: &[String],
+    ) -> Result<HashMap<String, u64>, StoreError> {
+        if topics.is_empty() {
+            return Ok(HashMap::new());
+        }
+        let mut query = QueryBuilder::<MySql>::new(
+            "SELECT topic, COUNT(*) AS n FROM jobs \
+             WHERE status IN ('dispatching', 'dispatched') AND topic IN (",
+        );
+        let mut list = query.separated(", ");
+        for topic in topics {
+            list.push_bind(topic.as_str());
+        }
+        query.push(") GROUP BY topic");
+        let rows = query.build().fetch_all(&self.pool).await?;
+        rows.iter()
+            .map(|row| {
+                let n: i64 = row.try_get("n")?;
+                Ok((text(row, "topic")?.unwrap_or_default(), n.max(0) as u64))
+            })
+            .collect()
     }
 
     pub async fn topic_control(&self, topic: &str) -> Result<Option<TopicControl>, StoreError> {

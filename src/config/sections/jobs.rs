@@ -175,6 +175,12 @@ pub struct TopicConfig {
     /// at once. The topic's owner decides, not every producer.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub default_ttl_ms: Option<u64>,
+    /// Most jobs of this topic dispatched and not yet finished (awaiting
+    /// their result, or being produced) at once, across the fleet: due
+    /// jobs past it wait in the index until results come back. Stops a
+    /// backlog from flooding consumers that are still recovering.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_in_flight: Option<u32>,
 }
 
 impl TopicConfig {
@@ -216,6 +222,14 @@ impl TopicConfig {
                 field: "topics.default_ttl_ms".into(),
                 problem: format!(
                     "is 0 for topic {topic:?}: leave it unset for jobs that never expire unless they say so"
+                ),
+            });
+        }
+        if self.max_in_flight == Some(0) {
+            return Err(ConfigError::Invalid {
+                field: "topics.max_in_flight".into(),
+                problem: format!(
+                    "is 0 for topic {topic:?}: pause the topic instead (POST /v1/topics/{topic}/pause)"
                 ),
             });
         }

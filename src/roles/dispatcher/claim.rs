@@ -17,6 +17,10 @@ use crate::metrics;
 use crate::roles::membership::Ownership;
 use crate::store::JobPacing;
 
+/// How long due jobs held back by their topic's `max_in_flight` wait
+/// before they are asked again: about when the next count is read.
+const IN_FLIGHT_WAIT: Duration = Duration::from_millis(1_000);
+
 impl Dispatcher {
     /// Claims in Redis the ids due within the lookahead and wins the
     /// compare-and-set on them; returns what was won, to be sent at each
@@ -101,7 +105,11 @@ impl Dispatcher {
     /// is smoothed.
     async fn pace(&self, ids: Vec<JobId>, redis_now_ms: i64) -> Vec<JobId> {
         let smooth = self.config.smooth_per_second;
-        if ids.is_empty() || (smooth.is_none() && !self.controls.any_paced()) {
+        if ids.is_empty()
+            || (smooth.is_none()
+                && !self.controls.any_paced()
+                && !self.controls.any_in_flight_limited())
+        {
             return ids;
         }
         let with_token = self.controls.any_grouped_by_token();
@@ -131,7 +139,8 @@ impl Dispatcher {
                 )
             });
             let grouped_pace = grouping.as_ref().is_some_and(|g| g.per_second.is_some());
-            if rate.is_some() || grouped_pace {
+            let limited = self.controls.in_flight_limit(&job.topic).is_some();
+            if rate.is_some() || grouped_pace || limited {
                 paced.entry(job.topic.as_str()).or_default().push(job);
             } else {
                 free.push(job.id);
@@ -143,6 +152,7 @@ impl Dispatcher {
                 Some(grouping) => self.pace_groups(topic, grouping, jobs, redis_now_ms).await,
                 None => jobs.iter().map(|job| job.id).collect(),
             };
+            let ids = self.in_flight_admit(topic, ids, redis_now_ms).await;
             let Some(rate) = rate else {
                 free.extend(ids);
                 continue;
@@ -173,6 +183,29 @@ impl Dispatcher {
             self.index_requeue(&back).await;
         }
         free
+    }
+
+    /// A topic's `max_in_flight`: the ids beyond what it lets go now wait
+    /// in the index and are asked again a moment later (results coming
+    /// back make room). Returns those that may go.
+    async fn in_flight_admit(&self, topic: &str, ids: Vec<JobId>, redis_now_ms: i64) -> Vec<JobId> {
+        if self.controls.in_flight_limit(topic).is_none() || ids.is_empty() {
+            return ids;
+        }
+        let share = {
+            let ownership = self.ownership.borrow();
+            ownership.shards.len() as f64 / f64::from(self.index.shards().max(1))
+        };
+        let granted = self.controls.in_flight_admit(topic, ids.len(), share);
+        if granted < ids.len() {
+            let again_ms = redis_now_ms + IN_FLIGHT_WAIT.as_millis() as i64;
+            let back: Vec<(JobId, i64)> = ids[granted..].iter().map(|id| (*id, again_ms)).collect();
+            metrics::dispatch_held("in_flight", back.len());
+            self.index_requeue(&back).await;
+        }
+        let mut ids = ids;
+        ids.truncate(granted);
+        ids
     }
 
     /// Fair dispatch by tenant: a grouped topic's jobs split by group, each
