@@ -320,7 +320,8 @@ async fn shutdown_signal() {
 /// the api, dispatcher or ingress role; `token cache` with `api.auth =
 /// tokens`; `metrics` with `api.metrics_addr`; `purger` with a retention (the
 /// default has one);
-/// `ingress` with `ingress.topics`.
+/// `ingress` with `ingress.topics`; `overdue caps` with a topic's
+/// `max_overdue`.
 pub fn services(role: Option<Role>) -> &'static [&'static str] {
     match role {
         None => &[
@@ -342,6 +343,7 @@ pub fn services(role: Option<Role>) -> &'static [&'static str] {
             "purger",
             "consumption",
             "wall clock",
+            "overdue caps",
         ],
         Some(Role::Results) => &["results", "dead letters"],
         Some(Role::Ingress) => &["ingress"],
@@ -887,6 +889,23 @@ fn start_reconciler(
         "wall clock",
         service::run(wall_clock, cancel.child_token()),
     );
+    let caps = crate::roles::overdue_caps::OverdueCapsConfig::from_config(config);
+    if !caps.caps.is_empty() {
+        let caps = crate::roles::overdue_caps::OverdueCaps::new(
+            Jobs::new(
+                pools.reconciler.clone(),
+                index.clone(),
+                config.window(),
+                wake.clone(),
+            ),
+            caps,
+        );
+        shared.spawn_service(
+            Some(Role::Reconciler),
+            "overdue caps",
+            service::run(caps, cancel.child_token()),
+        );
+    }
 }
 
 /// The results role's services: the results consumer and the dead-letter producer.

@@ -347,6 +347,21 @@ declare! {
             at its position (lost by the broker, the topic deleted or made \
             again): produced again as the next attempt. Any is an alert.",
     },
+    TOPIC_OVERDUE_CAPPED = Gauge {
+        name: "tickler_topic_overdue_capped",
+        labels: ["topic"],
+        help: "1 while the topic has more jobs overdue (due longer ago than \
+            its overdue_after_ms) than its max_overdue; its overdue_policy \
+            acts (expire: the oldest end expired). Topics with a cap only; \
+            instances running the reconciler role.",
+    },
+    TOPIC_OVERDUE_EXPIRED = Counter {
+        name: "tickler_topic_overdue_expired_total",
+        labels: ["topic"],
+        help: "Overdue jobs ended expired, never produced, because their \
+            topic had more than its max_overdue overdue (overdue_policy = \
+            expire).",
+    },
     TZDATA_RELEASE = Gauge {
         name: "tickler_tzdata_release",
         labels: ["version", "source"],
@@ -983,6 +998,29 @@ pub fn delivery_verified(n: usize) {
     if n > 0 {
         DELIVERY_VERIFIED.get().increment(n as u64);
     }
+}
+
+/// Whether `topic` is over its `max_overdue` now.
+pub fn topic_overdue_capped(topic: &str, over: bool) {
+    TOPIC_OVERDUE_CAPPED
+        .with([topic.to_owned().into()])
+        .set(if over { 1.0 } else { 0.0 });
+}
+
+/// `n` overdue jobs of `topic` expired past its `max_overdue` of `cap`.
+pub fn topic_overdue_expired(topic: &str, cap: u32, n: usize) {
+    if n == 0 {
+        return;
+    }
+    TOPIC_OVERDUE_EXPIRED
+        .with([topic.to_owned().into()])
+        .increment(n as u64);
+    tracing::warn!(
+        topic,
+        max_overdue = cap,
+        num_jobs = n,
+        "jobs expired: their topic had more overdue than its max_overdue (overdue_policy = expire)"
+    );
 }
 
 /// This instance resolves local times with tzdata `version` from

@@ -44,11 +44,12 @@ async fn every_role_starts_its_row_of_the_table_and_nothing_else() {
         services.difference(&expected).collect::<Vec<_>>()
     );
     // What only a setting asks for is all that is missing: the metrics
-    // listener (api.metrics_addr) and the ingress (ingress.topics).
+    // listener (api.metrics_addr), the ingress (ingress.topics) and the
+    // overdue caps (a topic's max_overdue).
     let missing: BTreeSet<&str> = expected.difference(&services).copied().collect();
     assert_eq!(
         missing,
-        BTreeSet::from(["ingress", "metrics"]),
+        BTreeSet::from(["ingress", "metrics", "overdue caps"]),
         "{services:?}"
     );
 }

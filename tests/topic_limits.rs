@@ -7,7 +7,7 @@ use std::time::Duration;
 
 use chrono::Utc;
 use serde_json::json;
-use tickler::config::TopicConfig;
+use tickler::config::{OverduePolicy, TopicConfig};
 use tickler_testkit::{consumer_from_beginning, eventually, records_read, unique, TestEnv};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -151,5 +151,96 @@ async fn a_topics_max_in_flight_lets_out_a_backlog_as_results_come_back() {
         }
     }
     assert_eq!(statuses(&env, &limited).await, (0, 10));
+    env.finish().await;
+}
+
+/// A topic's backlog past `max_overdue` (here held by a pause, as by an
+/// outage): with `expire`, the oldest end `expired` and the newest go out
+/// once it resumes; with `alert`, nothing ends, the gauge says it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_past_max_overdue_expires_its_oldest_or_raises_the_gauge() {
+    let expiring = unique("tickler-test-overdue-");
+    let alerting = unique("tickler-test-overdue-alert-");
+    for topic in [&expiring, &alerting] {
+        tickler::kafka::topic_ensure(&tickler_testkit::kafka_brokers(), topic, 1)
+            .await
+            .unwrap();
+    }
+    let (e, a) = (expiring.clone(), alerting.clone());
+    let env = TestEnv::start_with(move |c| {
+        for (topic, policy) in [(e, OverduePolicy::Expire), (a, OverduePolicy::Alert)] {
+            c.topics.insert(
+                topic,
+                TopicConfig {
+                    max_overdue: Some(3),
+                    overdue_policy: Some(policy),
+                    overdue_after_ms: Some(1_000),
+                    ..TopicConfig::default()
+                },
+            );
+        }
+    })
+    .await;
+    for topic in [&expiring, &alerting] {
+        let (status, paused) = env
+            .post(&format!("/v1/topics/{topic}/pause"), json!({}))
+            .await;
+        assert_eq!(status, 200, "{paused}");
+    }
+    // Ten jobs each, due 10 to 1 minutes ago: the outage's backlog.
+    let mut expiring_ids = Vec::new();
+    for minutes in (1..=10).rev() {
+        let run_at = (Utc::now() - chrono::Duration::minutes(minutes)).to_rfc3339();
+        for topic in [&expiring, &alerting] {
+            let job = env
+                .job_create(json!({"topic": topic, "key": format!("m{minutes}"), "payload": minutes, "run_at": run_at}))
+                .await;
+            if topic == &expiring {
+                expiring_ids.push((minutes, job["id"].as_u64().unwrap()));
+            }
+        }
+    }
+    let count = |topic: String, status: &'static str| {
+        let sql = env.sql.clone();
+        async move {
+            sqlx::query_scalar::<_, i64>("SELECT COUNT(*) FROM jobs WHERE topic = ? AND status = ?")
+                .bind(topic)
+                .bind(status)
+                .fetch_one(&sql)
+                .await
+                .unwrap()
+        }
+    };
+    eventually(Duration::from_secs(20), || async {
+        (count(expiring.clone(), "expired").await == 7).then_some(())
+    })
+    .await
+    .expect("the seven oldest expired");
+    for (minutes, id) in &expiring_ids {
+        let expected = if *minutes > 3 { "expired" } else { "pending" };
+        assert_eq!(env.job_status(*id).await, expected, "due {minutes} min ago");
+    }
+    let (_, text) = env.metrics_text().await;
+    let series = format!("tickler_topic_overdue_capped{{topic=\"{alerting}\"}} ");
+    let gauge = text
+        .lines()
+        .find_map(|line| line.strip_prefix(&series)?.parse::<f64>().ok());
+    assert_eq!(gauge, Some(1.0));
+    assert_eq!(count(alerting.clone(), "expired").await, 0);
+    assert_eq!(count(alerting.clone(), "pending").await, 10);
+
+    // Resumed: the three newest go out, the expired never.
+    let (status, _) = env
+        .post(&format!("/v1/topics/{expiring}/resume"), json!({}))
+        .await;
+    assert_eq!(status, 200);
+    let consumer = consumer_from_beginning(&env.config.kafka.brokers, &expiring);
+    let mut keys: Vec<String> = records_read(&consumer, 4, Duration::from_secs(10))
+        .await
+        .iter()
+        .filter_map(|record| record.key.clone())
+        .collect();
+    keys.sort();
+    assert_eq!(keys, vec!["m1", "m2", "m3"]);
     env.finish().await;
 }

@@ -5,7 +5,7 @@
 
 use std::collections::BTreeMap;
 
-use super::{JobsSettings, TopicConfig};
+use super::{JobsSettings, OverduePolicy, TopicConfig};
 use crate::domain::policy::Policy;
 use crate::domain::request::TopicDefaults;
 use crate::domain::topic_pattern;
@@ -55,6 +55,24 @@ impl TopicRules {
         self.topics
             .iter()
             .filter_map(|(topic, t)| t.max_in_flight.map(|limit| (topic.clone(), limit)))
+            .collect()
+    }
+
+    /// The topics with a `max_overdue`: each one's cap, policy and
+    /// `overdue_after_ms`.
+    pub fn overdue_caps(&self) -> Vec<(String, u32, OverduePolicy, u64)> {
+        self.topics
+            .iter()
+            .filter_map(|(topic, t)| {
+                t.max_overdue.map(|cap| {
+                    (
+                        topic.clone(),
+                        cap,
+                        t.overdue_policy.unwrap_or_default(),
+                        t.overdue_after_ms.unwrap_or(60_000),
+                    )
+                })
+            })
             .collect()
     }
 

@@ -16,6 +16,8 @@
 //! - [`consumption`] — follows the consumer groups reading tickler's topics:
 //!   when each job was consumed, and groups that stopped
 //! - [`purger`]     — deletes finished jobs past their retention
+//! - [`overdue_caps`] — a topic's `max_overdue`: what a backlog past it
+//!   becomes (alerted, or its oldest expired)
 //! - [`materializer`] — a schedule's occurrences become jobs
 //! - [`occurrences`] — occurrences a person asks for: a trigger (one more,
 //!   now) and a backfill (the missing ones of a past interval)
@@ -59,6 +61,7 @@ pub mod loader;
 pub mod materializer;
 pub mod membership;
 pub mod occurrences;
+pub mod overdue_caps;
 pub mod purger;
 pub mod quotas;
 pub mod reconciler;

@@ -8,9 +8,10 @@ use sqlx::{MySql, QueryBuilder, Row};
 
 use super::error::StoreError;
 use super::handle::Store;
+use super::history::{event_token, events_record};
 use super::job_row::{text, WindowEntry};
 use super::payload::headers_opened;
-use super::sql::db_time;
+use super::sql::{db_time, push_id_list};
 use crate::domain::job::JobId;
 
 /// A topic's controls as stored.
@@ -114,6 +115,80 @@ impl Store {
                 Ok((text(row, "topic")?.unwrap_or_default(), n.max(0) as u64))
             })
             .collect()
+    }
+
+    /// How many of `topic`'s jobs are overdue — pending, due more than
+    /// `after_ms` ago — counting at most `most` (a backlog is read only as
+    /// far as a decision needs). Reads `ix_jobs_status_schedule`: the
+    /// overdue rows only.
+    pub async fn topic_overdue_count(
+        &self,
+        topic: &str,
+        after_ms: u64,
+        most: u64,
+    ) -> Result<u64, StoreError> {
+        let n: i64 = sqlx::query_scalar(
+            "SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE status = 'pending' \
+             AND schedule_time < TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3)) \
+             AND topic = ? LIMIT ?) AS overdue",
+        )
+        .bind(overdue_before_us(after_ms))
+        .bind(topic)
+        .bind(most)
+        .fetch_one(&self.pool)
+        .await?;
+        Ok(n.max(0) as u64)
+    }
+
+    /// `pending → expired` for up to `batch` of `topic`'s overdue first
+    /// attempts beyond its `cap` newest: the oldest, a topic's
+    /// `overdue_policy = "expire"`. Returns their ids.
+    ///
+    /// Crash after this commits: they are expired, with their history; the
+    /// index drops them when the caller or the reconciler's stale probe
+    /// gets to it.
+    pub async fn topic_overdue_expire(
+        &self,
+        topic: &str,
+        after_ms: u64,
+        cap: u32,
+        batch: u32,
+    ) -> Result<Vec<JobId>, StoreError> {
+        let mut tx = self.begin().await?;
+        // The newest `cap` overdue stay; the ones after them, oldest last
+        // in this order, go.
+        let ids: Vec<JobId> = sqlx::query_scalar(
+            "SELECT id FROM jobs WHERE status = 'pending' \
+             AND schedule_time < TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3)) \
+             AND topic = ? AND attempt = 1 ORDER BY schedule_time DESC LIMIT ? OFFSET ? FOR UPDATE",
+        )
+        .bind(overdue_before_us(after_ms))
+        .bind(topic)
+        .bind(batch)
+        .bind(cap)
+        .fetch_all(&mut *tx)
+        .await?;
+        if ids.is_empty() {
+            return Ok(ids);
+        }
+        let token = event_token();
+        let mut update = QueryBuilder::<MySql>::new("UPDATE jobs SET event_token = ");
+        update
+            .push_bind(token)
+            .push(
+                ", status = 'expired', version = version % 4294967295 + 1, \
+                 last_error = CONCAT('expired: its topic had more than ', ",
+            )
+            .push_bind(cap)
+            .push(
+                ", ' jobs overdue (max_overdue, overdue_policy = expire): the oldest end unsent') \
+                 WHERE status = 'pending' AND attempt = 1 AND id IN ",
+            );
+        push_id_list(&mut update, &ids);
+        update.build().execute(&mut *tx).await?;
+        events_record(&mut tx, &self.actor, &ids, token).await?;
+        tx.commit().await?;
+        Ok(ids)
     }
 
     pub async fn topic_control(&self, topic: &str) -> Result<Option<TopicControl>, StoreError> {
@@ -249,4 +324,13 @@ impl Store {
             })
             .collect()
     }
+}
+
+/// How far before the database's now a job is overdue, in microseconds,
+/// signed: MySQL refuses a negative product of unsigned values.
+fn overdue_before_us(after_ms: u64) -> i64 {
+    -(i64::try_from(after_ms)
+        .unwrap_or(i64::MAX / 1000)
+        .min(i64::MAX / 1000)
+        * 1000)
 }

@@ -181,6 +181,31 @@ pub struct TopicConfig {
     /// backlog from flooding consumers that are still recovering.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_in_flight: Option<u32>,
+    /// Most of this topic's jobs overdue at once — pending, due longer ago
+    /// than `overdue_after_ms` — before `overdue_policy` acts: after a long
+    /// outage, the topic's owner decides what a backlog becomes.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub max_overdue: Option<u32>,
+    /// What past `max_overdue` does: `alert` (the default: a gauge and the
+    /// TicklerTopicOverdueCapped alert; everything goes out, late) or
+    /// `expire` (the oldest overdue first attempts beyond the cap end
+    /// `expired`, never produced; the newest `max_overdue` go out).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overdue_policy: Option<OverduePolicy>,
+    /// How long after its time a pending job counts as overdue for
+    /// `max_overdue` (default 60000): jobs due a moment ago are a burst
+    /// being produced, not a backlog.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub overdue_after_ms: Option<u64>,
+}
+
+/// `[topics.T] overdue_policy`.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum OverduePolicy {
+    #[default]
+    Alert,
+    Expire,
 }
 
 impl TopicConfig {
@@ -222,6 +247,22 @@ impl TopicConfig {
                 field: "topics.default_ttl_ms".into(),
                 problem: format!(
                     "is 0 for topic {topic:?}: leave it unset for jobs that never expire unless they say so"
+                ),
+            });
+        }
+        if self.max_overdue == Some(0) {
+            return Err(ConfigError::Invalid {
+                field: "topics.max_overdue".into(),
+                problem: format!("is 0 for topic {topic:?}: at least 1"),
+            });
+        }
+        if (self.overdue_policy.is_some() || self.overdue_after_ms.is_some())
+            && self.max_overdue.is_none()
+        {
+            return Err(ConfigError::Invalid {
+                field: "topics.overdue_policy".into(),
+                problem: format!(
+                    "is set for topic {topic:?} without max_overdue: say how many overdue jobs it acts past"
                 ),
             });
         }
