@@ -286,7 +286,7 @@ declare! {
             topic is; out of Redis until it resumes), expired (a skip \
             schedule's occurrence past its misfire grace; cancelled) or \
             in_flight (their topic's max_in_flight is reached: asked again \
-            a second later).",
+            250 ms later).",
     },
     DISPATCH_FENCED = Counter {
         name: "tickler_dispatch_fenced_total",

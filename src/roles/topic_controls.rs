@@ -15,8 +15,8 @@
 //! in Redis only for topics that have one) and noticing a resume (the
 //! paused topic's jobs left the index; they go back in).
 
-use std::collections::{HashMap, HashSet};
-use std::sync::{Arc, RwLock};
+use std::collections::{HashMap, HashSet, VecDeque};
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::{Duration, Instant};
 
 use chrono::{DateTime, Utc};
@@ -29,6 +29,9 @@ use crate::metrics;
 use crate::roles::service::Service;
 use crate::store::{Store, StoreError};
 
+/// A topic at its `max_in_flight` is counted again at most this often by
+/// the dispatcher that holds its jobs back.
+pub const IN_FLIGHT_RECOUNT: Duration = Duration::from_millis(100);
 /// How often every instance reads the controls again.
 pub const CONTROLS_REFRESH: Duration = Duration::from_secs(1);
 /// A copy read longer ago than this is not trusted to say that no topic is
@@ -53,10 +56,6 @@ struct Snapshot {
     groups: HashMap<String, (Option<String>, Option<u32>)>,
     /// When this copy was read (None: never).
     read_at: Option<Instant>,
-    /// Jobs of each topic with a `max_in_flight` dispatching or
-    /// dispatched, as counted at the read, and how many this instance let
-    /// go since.
-    in_flight: HashMap<String, (u64, u64)>,
 }
 
 /// This instance's copy of the topic controls, kept fresh by the
@@ -69,6 +68,44 @@ pub struct TopicControls {
     rules: Arc<TopicRules>,
     /// `[topics."…"] max_in_flight`, by topic.
     in_flight_limits: Arc<HashMap<String, u32>>,
+    /// Each limited topic's last count and what this instance let go.
+    in_flight: Arc<Mutex<HashMap<String, InFlight>>>,
+}
+
+/// A topic with a `max_in_flight`, as this instance knows it.
+#[derive(Debug)]
+struct InFlight {
+    /// Its jobs dispatching or dispatched at the last count.
+    counted: u64,
+    /// When that count was asked for.
+    counted_at: Instant,
+    /// What this instance let go, and when: those let go after the count
+    /// take room beside it. The dispatcher counts again between its passes
+    /// ([`TopicControls::in_flight_recount`]), when every claim it let go
+    /// before has committed and so shows in the count.
+    grants: VecDeque<(Instant, u64)>,
+}
+
+impl InFlight {
+    fn recounted(&mut self, counted: u64, at: Instant) {
+        if at <= self.counted_at {
+            return;
+        }
+        self.counted = counted;
+        self.counted_at = at;
+        while self
+            .grants
+            .front()
+            .is_some_and(|(granted, _)| *granted < at)
+        {
+            self.grants.pop_front();
+        }
+    }
+
+    /// Let go since the count.
+    fn uncounted(&self) -> u64 {
+        self.grants.iter().map(|(_, n)| n).sum()
+    }
 }
 
 #[derive(Debug, thiserror::Error)]
@@ -85,6 +122,7 @@ impl TopicControls {
             snapshot: Arc::default(),
             store,
             rules: Arc::new(config.topic_rules()),
+            in_flight: Arc::default(),
             in_flight_limits: Arc::new(
                 config
                     .topic_rules()
@@ -105,30 +143,86 @@ impl TopicControls {
         self.in_flight_limits.get(topic).copied()
     }
 
+    fn in_flight_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, InFlight>> {
+        self.in_flight
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
     /// How many of `want` due jobs of `topic` this instance may let go
     /// now under its `max_in_flight`: its `share` (the part of the shards
-    /// it holds) of what the limit leaves over the count of the last read,
-    /// less what it let go since. The count is read every second; between
-    /// reads the instances' shares add up to the room left, so the fleet
-    /// stays within the limit but for rounding (one job an instance).
-    /// Without a count yet, nothing goes: the limit is kept from the first
-    /// job.
+    /// it holds) of what the limit leaves over the last count, less what it
+    /// let go since (or too shortly before the count to show in it). The
+    /// count is read every second, and again by a dispatcher held back;
+    /// the instances' shares add up to the room left, so the fleet stays
+    /// within the limit but for rounding (one job an instance). Without a
+    /// count yet, nothing goes: the limit is kept from the first job.
     pub fn in_flight_admit(&self, topic: &str, want: usize, share: f64) -> usize {
         let Some(limit) = self.in_flight_limit(topic) else {
             return want;
         };
-        let mut snapshot = self
-            .snapshot
-            .write()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        let Some((counted, since)) = snapshot.in_flight.get_mut(topic) else {
+        let mut all = self.in_flight_lock();
+        let Some(known) = all.get_mut(topic) else {
             return 0;
         };
-        let room = u64::from(limit).saturating_sub(*counted) as f64;
+        let room = u64::from(limit).saturating_sub(known.counted) as f64;
         let mine = (room * share.clamp(0.0, 1.0)).ceil() as u64;
-        let granted = mine.saturating_sub(*since).min(want as u64);
-        *since += granted;
+        let granted = mine.saturating_sub(known.uncounted()).min(want as u64);
+        if granted > 0 {
+            known.grants.push_back((Instant::now(), granted));
+        }
         granted as usize
+    }
+
+    /// Records a count of the limited topics' jobs in flight, asked for at
+    /// `at`: the first of each topic's (the controls' read), or the
+    /// dispatcher's own (`recount`), made between its passes. A read of
+    /// the controls does not count again: it runs beside the dispatcher,
+    /// and could miss a claim not yet committed.
+    fn in_flight_counted(
+        &self,
+        counted: &HashMap<String, u64>,
+        topics: &[String],
+        at: Instant,
+        recount: bool,
+    ) {
+        let mut all = self.in_flight_lock();
+        for topic in topics {
+            let n = counted.get(topic).copied().unwrap_or(0);
+            match all.get_mut(topic) {
+                Some(known) if recount => known.recounted(n, at),
+                Some(_) => {}
+                None => {
+                    all.insert(
+                        topic.clone(),
+                        InFlight {
+                            counted: n,
+                            counted_at: at,
+                            grants: VecDeque::new(),
+                        },
+                    );
+                }
+            }
+        }
+    }
+
+    /// Counts `topic`'s jobs in flight again when the last count is older
+    /// than [`IN_FLIGHT_RECOUNT`]: a topic at its limit gets room as soon
+    /// as results come back, not only at the next read of the controls.
+    /// Returns whether it counted.
+    pub async fn in_flight_recount(&self, topic: &str) -> Result<bool, StoreError> {
+        let stale = self
+            .in_flight_lock()
+            .get(topic)
+            .is_some_and(|known| known.counted_at.elapsed() >= IN_FLIGHT_RECOUNT);
+        if !stale {
+            return Ok(false);
+        }
+        let counted_at = Instant::now();
+        let topics = [topic.to_owned()];
+        let counted = self.store.topic_in_flight(&topics).await?;
+        self.in_flight_counted(&counted, &topics, counted_at, true);
+        Ok(true)
     }
 
     fn read(&self) -> std::sync::RwLockReadGuard<'_, Snapshot> {
@@ -239,17 +333,16 @@ impl TopicControls {
     pub async fn refresh(&self) -> Result<Vec<String>, StoreError> {
         let read_at = Instant::now();
         let rows = self.store.topic_controls().await?;
-        let limited: Vec<String> = self.in_flight_limits.keys().cloned().collect();
+        let limited: Vec<String> = self
+            .in_flight_limits
+            .keys()
+            .filter(|topic| !self.in_flight_lock().contains_key(*topic))
+            .cloned()
+            .collect();
         let counted = self.store.topic_in_flight(&limited).await?;
+        self.in_flight_counted(&counted, &limited, read_at, false);
         let mut fresh = Snapshot {
             read_at: Some(read_at),
-            in_flight: limited
-                .into_iter()
-                .map(|topic| {
-                    let n = counted.get(&topic).copied().unwrap_or(0);
-                    (topic, (n, 0))
-                })
-                .collect(),
             ..Snapshot::default()
         };
         for row in rows {

@@ -18,8 +18,8 @@ use crate::roles::membership::Ownership;
 use crate::store::JobPacing;
 
 /// How long due jobs held back by their topic's `max_in_flight` wait
-/// before they are asked again: about when the next count is read.
-const IN_FLIGHT_WAIT: Duration = Duration::from_millis(1_000);
+/// before they are asked again (and their topic counted again).
+const IN_FLIGHT_WAIT: Duration = Duration::from_millis(250);
 
 impl Dispatcher {
     /// Claims in Redis the ids due within the lookahead and wins the
@@ -196,7 +196,21 @@ impl Dispatcher {
             let ownership = self.ownership.borrow();
             ownership.shards.len() as f64 / f64::from(self.index.shards().max(1))
         };
-        let granted = self.controls.in_flight_admit(topic, ids.len(), share);
+        let mut granted = self.controls.in_flight_admit(topic, ids.len(), share);
+        if granted < ids.len() {
+            // Results may have come back since the last count.
+            match self.controls.in_flight_recount(topic).await {
+                Ok(true) => {
+                    granted += self
+                        .controls
+                        .in_flight_admit(topic, ids.len() - granted, share);
+                }
+                Ok(false) => {}
+                Err(err) => {
+                    tracing::debug!(topic, error = %err, "cannot count a topic's jobs in flight; its held jobs wait for the next read");
+                }
+            }
+        }
         if granted < ids.len() {
             let again_ms = redis_now_ms + IN_FLIGHT_WAIT.as_millis() as i64;
             let back: Vec<(JobId, i64)> = ids[granted..].iter().map(|id| (*id, again_ms)).collect();

@@ -26,6 +26,9 @@ pub struct BenchArgs {
     /// Jobs of the proof stage (at --rate a second).
     #[arg(long)]
     pub proof: Option<u64>,
+    /// Jobs of each round of the limits stage.
+    #[arg(long)]
+    pub limits: Option<u64>,
     /// Jobs due at one instant in the midnight stage.
     #[arg(long)]
     pub midnight: Option<u64>,
@@ -53,7 +56,7 @@ pub struct BenchArgs {
     #[arg(long)]
     pub only_instances: bool,
     /// Run only these stages (comma-separated: schedule, floor,
-    /// lateness, isolation, burst, results, ingress, midnight, tenants, proof, consumed, redis,
+    /// lateness, isolation, burst, results, ingress, midnight, tenants, proof, consumed, limits, redis,
     /// reconcile, instances).
     #[arg(long, value_delimiter = ',', value_parser = clap::builder::PossibleValuesParser::new(STAGES))]
     pub stages: Option<Vec<String>>,
@@ -80,6 +83,7 @@ impl BenchArgs {
             burst: self.burst.unwrap_or(defaults.burst),
             ingress: self.ingress.unwrap_or(defaults.ingress),
             proof: self.proof.unwrap_or(defaults.proof),
+            limits: self.limits.unwrap_or(defaults.limits),
             midnight: self.midnight.unwrap_or(defaults.midnight),
             midnight_window_ms: self
                 .midnight_window_ms

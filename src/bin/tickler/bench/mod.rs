@@ -26,6 +26,9 @@
 //!    consumed  — a stream read by a group committing every second, which
 //!    stops for a minute: each job's `consumed` beside the commit, and the
 //!    stalled gauge raised and cleared (#59)
+//!    limits    — a topic's limits under a 10-minute outage's backlog:
+//!    default_ttl_ms, max_overdue (expire), max_in_flight beside a
+//!    responder ([`limits`], #60)
 //! 5. redis     — bytes per job, far-future and inside the window (tickler stopped)
 //! 6. reconcile — overdue probe and full pass among millions of pending rows;
 //!    re-index of a full window after Redis lost it
@@ -61,6 +64,7 @@ use tickler::store::{scratch, Actor, Store};
 mod args;
 mod cpu;
 mod instances;
+mod limits;
 mod proof;
 mod reference;
 mod tenants;
@@ -94,6 +98,8 @@ pub struct BenchOptions {
     pub tenants_group_pace: u32,
     /// Jobs of the proof stage, at `rate` a second.
     pub proof: u64,
+    /// Jobs of each round of the limits stage (an outage's backlog).
+    pub limits: u64,
     pub memory_jobs: u64,
     pub far_rows: u64,
     pub window_rows: u64,
@@ -112,7 +118,7 @@ pub struct BenchOptions {
 const INGRESS_ROUNDS: usize = 3;
 
 /// The stages, by the names `--stages` takes.
-pub const STAGES: [&str; 14] = [
+pub const STAGES: [&str; 15] = [
     "schedule",
     "floor",
     "lateness",
@@ -124,6 +130,7 @@ pub const STAGES: [&str; 14] = [
     "tenants",
     "proof",
     "consumed",
+    "limits",
     "redis",
     "reconcile",
     "instances",
@@ -162,6 +169,7 @@ impl BenchOptions {
             tenants_small: 1_000,
             tenants_group_pace: 10_000,
             proof: 200_000,
+            limits: 100_000,
             memory_jobs: 100_000,
             far_rows: 10_000_000,
             window_rows: 1_000_000,
@@ -192,6 +200,7 @@ impl BenchOptions {
             tenants_small: 100,
             tenants_group_pace: 1_000,
             proof: 1_000,
+            limits: 500,
             memory_jobs: 1000,
             far_rows: 20_000,
             window_rows: 5_000,
@@ -295,6 +304,31 @@ async fn run_in(
             ..Default::default()
         },
     );
+    // The limits stage's topics, one round each.
+    let limited = |round: &str| format!("{topic}.{round}");
+    config.topics.insert(
+        limited("ttl"),
+        tickler::config::TopicConfig {
+            default_ttl_ms: Some(limits::TTL_MS),
+            ..Default::default()
+        },
+    );
+    config.topics.insert(
+        limited("overdue"),
+        tickler::config::TopicConfig {
+            max_overdue: Some(limits::overdue_cap(options.limits)),
+            overdue_policy: Some(tickler::config::OverduePolicy::Expire),
+            overdue_after_ms: Some(limits::OVERDUE_AFTER_MS),
+            ..Default::default()
+        },
+    );
+    config.topics.insert(
+        limited("inflight"),
+        tickler::config::TopicConfig {
+            max_in_flight: Some(limits::in_flight_cap(options.limits)),
+            ..Default::default()
+        },
+    );
     println!(
         "bench: {} mode; mysql {}, redis prefix {}, topic {topic} (4 partitions), shards {}",
         if options.smoke { "smoke" } else { "full" },
@@ -385,6 +419,9 @@ async fn run_in(
         if wants("consumed") {
             bench.stage_topic("consumed").await?;
             bench.consumed(&running.store).await?;
+        }
+        if wants("limits") {
+            bench.limits(&running.store).await?;
         }
         anyhow::Ok(())
     }
