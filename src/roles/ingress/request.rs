@@ -14,7 +14,7 @@ use chrono::{DateTime, TimeZone, Utc};
 
 use crate::domain::job::{self, Expiry, InvalidJob, NewJob, PayloadKind, Schedule};
 use crate::domain::policy::{Policy, PolicyOverrides};
-use crate::domain::request::{JobRequest, Limits, Refusal};
+use crate::domain::request::{JobRequest, Limits, OnConflict, Refusal};
 use crate::domain::zones::{self, InvalidWallClock};
 
 /// Where the job goes: the topic its record is produced to.
@@ -302,6 +302,7 @@ pub fn request_parse(
         policy,
         trace_parent,
         wall: wall.map(|(_, wall)| wall),
+        on_conflict: OnConflict::Reject,
     };
     request
         .build(limits, now, topic_policy)
@@ -312,6 +313,7 @@ pub fn request_parse(
             Refusal::Expiry(why) => RequestError::Expiry(format!("{HEADER_EXPIRES_AT}: {why}")),
             Refusal::Policy(why) => RequestError::Policy(why),
             Refusal::WallClock(invalid) => RequestError::WallClock(invalid),
+            Refusal::OnConflict(why) => RequestError::Headers(why),
         })
 }
 
