@@ -589,7 +589,7 @@ pub async fn create(
     let jobs = caller.jobs_creating(&state, std::iter::once(new_job.topic.as_str()));
     if let OnConflict::Debounce { max_delay_ms } = on_conflict {
         let debounced = jobs
-            .debounce(&new_job, max_delay_ms)
+            .debounce(&new_job, max_delay_ms, None)
             .instrument(span.clone())
             .await?;
         let (status, view) = debounced_answer(debounced)?;
@@ -784,7 +784,7 @@ pub async fn create_batch(
         let result = match item {
             Err(err) => BatchItem::error(err),
             Ok((new_job, OnConflict::Debounce { max_delay_ms })) => {
-                match jobs.debounce(&new_job, max_delay_ms).await {
+                match jobs.debounce(&new_job, max_delay_ms, None).await {
                     Err(err) => BatchItem::error(err.into()),
                     Ok(debounced) => match debounced_answer(debounced) {
                         Err(err) => BatchItem::error(err),

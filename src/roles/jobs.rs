@@ -101,13 +101,15 @@ impl Jobs {
     /// Creates `job` (keyed), or debounces onto the job holding its
     /// (topic, key): moves it if pending (never past its ceiling), or
     /// starts the next generation once it went out. `max_delay_ms`: the
-    /// ceiling after a generation's first request (None: none).
+    /// ceiling after a generation's first request (None: none). With
+    /// `position` (the ingress's), the row notes the request record.
     pub async fn debounce(
         &self,
         job: &NewJob,
         max_delay_ms: Option<u64>,
+        position: Option<&str>,
     ) -> Result<Debounced, StoreError> {
-        let debounced = self.store.job_debounce(job, max_delay_ms).await?;
+        let debounced = self.store.job_debounce(job, max_delay_ms, position).await?;
         match &debounced {
             Debounced::Created(created, db_now) | Debounced::Renewed(created, db_now) => {
                 self.created(&[created], *db_now).await;

@@ -64,7 +64,8 @@ struct Holder {
 impl Store {
     /// Creates `job` (keyed), or debounces onto the job holding its
     /// (topic, key): see [`Debounced`]. `max_delay_ms` is the request's
-    /// ceiling (it counts only for a generation that has none yet).
+    /// ceiling (it counts only for a generation that has none yet). With
+    /// `position` (the ingress's), the row notes the request record.
     ///
     /// Crash after this commits: as for a create or a modify — MySQL has
     /// the new row or the new time; the loader's scan of edited rows (or
@@ -75,10 +76,11 @@ impl Store {
         &self,
         job: &NewJob,
         max_delay_ms: Option<u64>,
+        position: Option<&str>,
     ) -> Result<Debounced, StoreError> {
         let mut tries = 1;
         loop {
-            match contention_retry(|| self.job_debounce_once(job, max_delay_ms)).await {
+            match contention_retry(|| self.job_debounce_once(job, max_delay_ms, position)).await {
                 // Another debounce created the key's job after this one
                 // looked: read again, and move that one.
                 Err(StoreError::DuplicateKey) if tries < DEBOUNCE_TRIES => tries += 1,
@@ -93,6 +95,7 @@ impl Store {
         &self,
         job: &NewJob,
         max_delay_ms: Option<u64>,
+        position: Option<&str>,
     ) -> Result<Debounced, StoreError> {
         let key = job.key.as_deref().ok_or(StoreError::Corrupt(
             "a debounce without a key (refused by the request's rules)".to_owned(),
@@ -101,7 +104,13 @@ impl Store {
         let holder = holder_lock(&mut tx, &job.topic, key, max_delay_ms).await?;
         let Some(holder) = holder else {
             let (created, db_now) = self.job_insert_on(&mut tx, job).await?;
-            debounce_mark(&mut tx, created.id, max_delay_ms, 0, None).await?;
+            let mark = Mark {
+                max_delay_ms,
+                generation: 0,
+                previous_id: None,
+                position,
+            };
+            debounce_mark(&mut tx, created.id, &mark).await?;
             let (created, _) = job_read_back(&mut tx, self, created.id).await?;
             tx.commit().await?;
             return Ok(Debounced::Created(created, db_now));
@@ -163,7 +172,7 @@ impl Store {
                 // still hold, and the claim's compare-and-set waits for
                 // this commit (then finds the new time).
                 match self
-                    .job_modify_on(&mut tx, holder.id, holder.version, &changes, None)
+                    .job_modify_on(&mut tx, holder.id, holder.version, &changes, position)
                     .await?
                 {
                     Modified::Applied(moved, db_now) => {
@@ -202,14 +211,13 @@ impl Store {
                 }
                 let (created, db_now) = self.job_insert_on(&mut tx, job).await?;
                 let generation = holder.generation.saturating_add(1);
-                debounce_mark(
-                    &mut tx,
-                    created.id,
+                let mark = Mark {
                     max_delay_ms,
                     generation,
-                    Some(holder.id),
-                )
-                .await?;
+                    previous_id: Some(holder.id),
+                    position,
+                };
+                debounce_mark(&mut tx, created.id, &mark).await?;
                 let (created, _) = job_read_back(&mut tx, self, created.id).await?;
                 tx.commit().await?;
                 Ok(Debounced::Renewed(created, db_now))
@@ -266,22 +274,31 @@ async fn holder_lock(
     }))
 }
 
-/// Marks a job just created by a debounce: its generation's first request
-/// time (now, the database's), ceiling, generation and the job before it.
-async fn debounce_mark(
-    conn: &mut sqlx::MySqlConnection,
-    id: JobId,
+/// What a job just created by a debounce is marked with.
+struct Mark<'a> {
     max_delay_ms: Option<u64>,
     generation: u32,
     previous_id: Option<JobId>,
+    /// The ingress's request record.
+    position: Option<&'a str>,
+}
+
+/// Marks a job just created by a debounce: its generation's first request
+/// time (now, the database's), ceiling, generation, the job before it and
+/// the request record.
+async fn debounce_mark(
+    conn: &mut sqlx::MySqlConnection,
+    id: JobId,
+    mark: &Mark<'_>,
 ) -> Result<(), StoreError> {
     sqlx::query(
         "UPDATE jobs SET debounce_first_at = UTC_TIMESTAMP(3), debounce_max_ms = ?, \
-         generation = ?, previous_id = ? WHERE id = ?",
+         generation = ?, previous_id = ?, ingress_position = ? WHERE id = ?",
     )
-    .bind(max_delay_ms)
-    .bind(generation)
-    .bind(previous_id)
+    .bind(mark.max_delay_ms)
+    .bind(mark.generation)
+    .bind(mark.previous_id)
+    .bind(mark.position)
     .bind(id)
     .execute(conn)
     .await?;
