@@ -163,7 +163,10 @@ impl Store {
                         (None, Some(ttl_ms)) => Some(Expiry::AfterRun { ttl_ms }),
                         (None, None) => None,
                     }),
-                    window: Some(job.window),
+                    // Held to the ceiling, the job goes out at that instant:
+                    // the request's window and wall-clock time no longer
+                    // describe it.
+                    window: Some(job.window.filter(|_| !capped)),
                     wall: Some(job.wall.clone().filter(|_| !capped)),
                     topic: None,
                     on_topic: None,
