@@ -257,6 +257,9 @@ fn job_created(id: u64, at: chrono::DateTime<Utc>) -> tickler::domain::job::Job 
         window_ms: None,
         window_start: None,
         wall: None,
+        debounce_until: None,
+        generation: 0,
+        previous_id: None,
     }
 }
 

@@ -1002,3 +1002,52 @@ async fn passes_written_side_by_side_still_apply_each_jobs_requests_in_order() {
     }
     s.finish().await;
 }
+
+#[tokio::test]
+async fn debounce_headers_cap_the_move_and_a_produced_job_starts_a_new_generation() {
+    let s = setup(&[TEST_TOPICS], true).await;
+    let debounce = |delay_ms: &str| {
+        let mut headers = headers_of(&s.env.topic, ("tickler-delay-ms", delay_ms.to_owned()));
+        headers.push(("tickler-on-conflict", "debounce".to_owned()));
+        headers.push(("tickler-max-delay-ms", "60000".to_owned()));
+        Req {
+            key: Some("d"),
+            value: Some(b"x"),
+            headers,
+        }
+    };
+    s.send(debounce("0")).await;
+    let (_, body) = s.reply().await;
+    assert_eq!(body["outcome"], "created", "{body}");
+    let old = body["job"]["id"].as_u64().unwrap();
+    s.env
+        .status_await(old, "dispatched", Duration::from_secs(30))
+        .await;
+
+    s.send(debounce("600000")).await;
+    let (_, body) = s.reply().await;
+    assert_eq!(body["outcome"], "created", "a new generation: {body}");
+    let new = body["job"]["id"].as_u64().unwrap();
+    assert_ne!(new, old);
+    let (previous, generation): (Option<u64>, u32) =
+        sqlx::query_as("SELECT previous_id, generation FROM jobs WHERE id = ?")
+            .bind(new)
+            .fetch_one(&s.env.sql)
+            .await
+            .unwrap();
+    assert_eq!((previous, generation), (Some(old), 1));
+
+    s.send(debounce("6000000")).await;
+    let (_, body) = s.reply().await;
+    assert_eq!(body["outcome"], "moved", "{body}");
+    let capped: bool = sqlx::query_scalar(
+        "SELECT schedule_time = TIMESTAMPADD(MICROSECOND, 60000000, debounce_first_at) \
+         FROM jobs WHERE id = ?",
+    )
+    .bind(new)
+    .fetch_one(&s.env.sql)
+    .await
+    .unwrap();
+    assert!(capped, "held to the first request + tickler-max-delay-ms");
+    s.finish().await;
+}

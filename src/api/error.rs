@@ -159,6 +159,7 @@ impl From<Refusal> for ApiError {
             Refusal::Expiry(why) => ApiError::InvalidExpiry(why),
             Refusal::Policy(why) => ApiError::InvalidPolicy(why),
             Refusal::WallClock(invalid) => ApiError::InvalidWallClock(invalid),
+            Refusal::OnConflict(why) => ApiError::InvalidRequest(why),
         }
     }
 }

@@ -23,11 +23,11 @@ use crate::domain::job::{
     self, time_format, Expiry, InvalidJob, Job, JobId, NewJob, PayloadKind, Schedule, Window,
 };
 use crate::domain::policy::PolicyOverrides;
-use crate::domain::request::{JobRequest, Limits, TopicDefaults};
+use crate::domain::request::{JobRequest, Limits, OnConflict, TopicDefaults};
 use crate::domain::zones::{self, WallClock};
 use crate::roles::auth::Scope;
 use crate::roles::jobs::Jobs;
-use crate::store::{BatchRow, Cancelled, JobChanges, Modified, StoreError};
+use crate::store::{BatchRow, Cancelled, Debounced, JobChanges, Modified, StoreError};
 
 /// Body of `POST /v1/jobs`, and each item of `POST /v1/jobs/batch`.
 #[derive(Debug, Deserialize, utoipa::ToSchema)]
@@ -71,6 +71,17 @@ pub struct CreateJob {
     pub backoff_base_ms: Option<u32>,
     pub backoff_cap_ms: Option<u32>,
     pub ack_timeout_ms: Option<u32>,
+    /// When a job holds this topic and key already: `reject` (the
+    /// default: the same request answers that job, another is refused
+    /// `key_conflict`) or `debounce` (needs a key): a pending job is moved
+    /// to this request's time with its payload and headers, never past
+    /// the first request of its generation + `max_delay_ms`; one that went
+    /// out is followed by a new job, its next generation.
+    pub on_conflict: Option<String>,
+    /// With `debounce`: the longest a job may be moved past its
+    /// generation's first request, in milliseconds (1 to
+    /// `jobs.max_schedule_ahead_days`); left out, no ceiling.
+    pub max_delay_ms: Option<i64>,
 }
 
 /// Body of `PATCH /v1/jobs/{id}`: the version read, and what to change.
@@ -401,20 +412,25 @@ impl CreateJob {
             },
             trace_parent: None,
             wall: wall.map(|(_, wall)| wall),
+            on_conflict: OnConflict::parse(self.on_conflict.as_deref(), self.max_delay_ms)?,
         })
     }
 
-    /// Checks every rule and builds the job to write; `topic_defaults`
-    /// gives what the job inherits from its topic.
+    /// Checks every rule and builds the job to write, with what to do
+    /// when its key is taken; `topic_defaults` gives what the job inherits
+    /// from its topic.
     pub fn validate<D: Into<TopicDefaults>>(
         self,
         limits: Limits,
         now: DateTime<Utc>,
         topic_defaults: impl FnOnce(&str) -> D,
-    ) -> Result<NewJob, ApiError> {
-        self.request(limits, now)?
+    ) -> Result<(NewJob, OnConflict), ApiError> {
+        let request = self.request(limits, now)?;
+        let on_conflict = request.on_conflict;
+        let job = request
             .build(limits, now, topic_defaults)
-            .map_err(ApiError::from)
+            .map_err(ApiError::from)?;
+        Ok((job, on_conflict))
     }
 }
 
@@ -551,9 +567,10 @@ pub async fn create(
 ) -> Result<impl IntoResponse, ApiError> {
     caller.require(Scope::Write)?;
     let rules = state.rules.clone();
-    let mut new_job = body.validate(limits_of(&state), state.index.clock().now(), |topic| {
-        rules.defaults_for(topic)
-    })?;
+    let (mut new_job, on_conflict) =
+        body.validate(limits_of(&state), state.index.clock().now(), |topic| {
+            rules.defaults_for(topic)
+        })?;
     new_job.trace_parent = trace_parent_of(&headers);
     caller.topic(&new_job.topic)?;
     topic_preflight(&state, &new_job.topic).await?;
@@ -570,6 +587,15 @@ pub async fn create(
     };
     crate::telemetry::parent_set(&span, new_job.trace_parent.as_deref());
     let jobs = caller.jobs_creating(&state, std::iter::once(new_job.topic.as_str()));
+    if let OnConflict::Debounce { max_delay_ms } = on_conflict {
+        let debounced = jobs
+            .debounce(&new_job, max_delay_ms, None)
+            .instrument(span.clone())
+            .await?;
+        let (status, view) = debounced_answer(debounced)?;
+        span.record("job.id", view.id);
+        return Ok((status, Json(view)));
+    }
     let created = jobs.create(&new_job).instrument(span.clone()).await?;
     let Some(job) = created else {
         let existing = existing_for(&jobs, &new_job).await?;
@@ -577,6 +603,32 @@ pub async fn create(
     };
     span.record("job.id", job.id);
     Ok((StatusCode::CREATED, Json(JobView::from(job))))
+}
+
+/// A debounce's answer: 201 with the job it created (the first of its key,
+/// or the next generation, naming the one before in `previous_id`), 200
+/// with the pending job it moved (`debounced`, and `capped` when held to
+/// its ceiling); 409 `in_flight` while a dispatcher holds the job.
+fn debounced_answer(debounced: Debounced) -> Result<(StatusCode, JobView), ApiError> {
+    match debounced {
+        Debounced::Created(job, _) | Debounced::Renewed(job, _) => {
+            Ok((StatusCode::CREATED, JobView::from(job)))
+        }
+        Debounced::Moved { job, capped, .. } => {
+            let mut view = JobView::from(job);
+            view.debounced = Some(true);
+            view.capped = Some(capped);
+            Ok((StatusCode::OK, view))
+        }
+        Debounced::InFlight(job) => Err(ApiError::Conflict {
+            conflict: Conflict::InFlight,
+            message: format!(
+                "job {} is being dispatched this instant; try again: it will be debounced or followed by a new one",
+                job.id
+            ),
+            job: Box::new(JobView::from(job)),
+        }),
+    }
 }
 
 /// The request's W3C `traceparent`, when valid (an invalid one is
@@ -620,8 +672,9 @@ pub struct BatchAnswer {
     pub results: Vec<BatchItem>,
 }
 
-/// One item's result: `created`, `existing` (with `id` and `run_at`) or
-/// `error` (with `error`).
+/// One item's result: `created`, `existing`, `debounced` (a debounce that
+/// moved the pending job; with `id` and `run_at`) or `error` (with
+/// `error`).
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct BatchItem {
     pub result: &'static str,
@@ -670,24 +723,24 @@ pub async fn create_batch(
     let limits = limits_of(&state);
     let now = state.index.clock().now();
     let trace_parent = trace_parent_of(&headers);
-    let mut checked: Vec<Result<NewJob, ApiError>> = body
+    let mut checked: Vec<Result<(NewJob, OnConflict), ApiError>> = body
         .jobs
         .into_iter()
         .map(|item| {
             let request: CreateJob = serde_json::from_str(item.get())
                 .map_err(|err| ApiError::InvalidRequest(err.to_string()))?;
-            let mut new_job =
+            let (mut new_job, on_conflict) =
                 request.validate(limits, now, |topic| state.rules.defaults_for(topic))?;
             caller.topic(&new_job.topic)?;
             new_job.trace_parent = trace_parent.clone();
-            Ok(new_job)
+            Ok((new_job, on_conflict))
         })
         .collect();
     // Each distinct topic is checked (and warned about) once, however many
     // items name it.
     let mut verdicts: HashMap<String, Result<(), ApiError>> = HashMap::new();
     for item in &mut checked {
-        let Ok(new_job) = item else { continue };
+        let Ok((new_job, _)) = item else { continue };
         if !verdicts.contains_key(&new_job.topic) {
             let verdict = topic_preflight(&state, &new_job.topic).await;
             verdicts.insert(new_job.topic.clone(), verdict);
@@ -696,15 +749,31 @@ pub async fn create_batch(
             *item = Err(err.clone());
         }
     }
+    // Debounces are written one by one after the one insert of the rest.
     let valid: Vec<NewJob> = checked
         .iter()
-        .filter_map(|c| c.as_ref().ok().cloned())
+        .filter_map(|c| match c {
+            Ok((job, OnConflict::Reject)) => Some(job.clone()),
+            _ => None,
+        })
         .collect();
-    let jobs = caller.jobs_creating(&state, valid.iter().map(|job| job.topic.as_str()));
+    let debounces = checked
+        .iter()
+        .filter(|c| matches!(c, Ok((_, OnConflict::Debounce { .. }))))
+        .count();
+    let jobs = caller.jobs_creating(
+        &state,
+        checked
+            .iter()
+            .filter_map(|c| c.as_ref().ok())
+            .map(|(job, _)| job.topic.as_str()),
+    );
+    if valid.len() + debounces > 0 {
+        caller.jobs_admit(&state, valid.len() + debounces).await?;
+    }
     let rows = if valid.is_empty() {
         Vec::new()
     } else {
-        caller.jobs_admit(&state, valid.len()).await?;
         let valid: Vec<&NewJob> = valid.iter().collect();
         jobs.create_many(&valid, None).await?
     };
@@ -714,6 +783,24 @@ pub async fn create_batch(
     for item in checked {
         let result = match item {
             Err(err) => BatchItem::error(err),
+            Ok((new_job, OnConflict::Debounce { max_delay_ms })) => {
+                match jobs.debounce(&new_job, max_delay_ms, None).await {
+                    Err(err) => BatchItem::error(err.into()),
+                    Ok(debounced) => match debounced_answer(debounced) {
+                        Err(err) => BatchItem::error(err),
+                        Ok((status, view)) => BatchItem {
+                            result: if status == StatusCode::CREATED {
+                                "created"
+                            } else {
+                                "debounced"
+                            },
+                            id: Some(view.id),
+                            run_at: Some(view.run_at),
+                            error: None,
+                        },
+                    },
+                }
+            }
             Ok(_) => match rows.next() {
                 Some((BatchRow::Created(job), _)) => BatchItem::found("created", &job),
                 Some((BatchRow::Duplicate, new_job)) => match existing_for(&jobs, new_job).await {
@@ -892,10 +979,12 @@ mod tests {
             .unwrap()
             .with_timezone(&Utc);
         let request: CreateJob = serde_json::from_str(body).expect("well-formed test body");
-        request.validate(LIMITS, now, |_| Policy {
-            max_attempts: 3,
-            ..Policy::default()
-        })
+        request
+            .validate(LIMITS, now, |_| Policy {
+                max_attempts: 3,
+                ..Policy::default()
+            })
+            .map(|(job, _)| job)
     }
 
     fn code(body: &str) -> &'static str {

@@ -78,6 +78,24 @@ pub struct JobView {
     pub time_zone: Option<String>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tzdata_version: Option<String>,
+    /// Debounced with `max_delay_ms`: the latest a debounce may move it to
+    /// (its generation's first request + `max_delay_ms`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debounce_until: Option<String>,
+    /// Its key's generation, from 1 for a job a debounce created after the
+    /// one before went out (absent for the first).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub generation: Option<u32>,
+    /// The job of the generation before, which held the key until this one.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub previous_id: Option<JobId>,
+    /// In a debounce's answer: true, the pending job was moved.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub debounced: Option<bool>,
+    /// In a debounce's answer: whether the time asked for was past the
+    /// ceiling, so the job was moved to `debounce_until` instead.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub capped: Option<bool>,
 }
 
 /// When one consumer group read past a job's record.
@@ -147,6 +165,11 @@ impl From<Job> for JobView {
                 .map(|wall| wall.local.format("%Y-%m-%dT%H:%M:%S%.3f").to_string()),
             time_zone: job.wall.as_ref().map(|wall| wall.zone.clone()),
             tzdata_version: job.wall.map(|wall| wall.tzdata_version),
+            debounce_until: job.debounce_until.map(time_format),
+            generation: (job.generation > 0).then_some(job.generation),
+            previous_id: job.previous_id,
+            debounced: None,
+            capped: None,
             payload,
             payload_base64,
             headers: job.headers,

@@ -100,9 +100,15 @@ fn checked(
         payload_max_bytes: config.jobs.payload_max_bytes,
         max_schedule_ahead_days: config.jobs.max_schedule_ahead_days,
     };
+    let request = request.request(limits, now).map_err(refused)?;
+    if request.on_conflict.debounces() {
+        // An import resumes by its keys: a rerun must find its jobs as it
+        // left them, which a debounce (moving them) would not.
+        return Err(refused(ApiError::InvalidRequest(
+            "tickler import does not debounce: on_conflict \"debounce\" is for POST /v1/jobs and the ingress".to_owned(),
+        )));
+    }
     let job = request
-        .request(limits, now)
-        .map_err(refused)?
         .build(limits, now, |topic| rules.defaults_for(topic))
         .map_err(|refusal| refused(refusal.into()))?;
     if let Some(why) = rules.topic_reserved(&job.topic) {

@@ -345,6 +345,14 @@ pub struct Job {
     /// The wall-clock time its `schedule_time` was computed from, when it
     /// was given one; a newer tzdata computes it again.
     pub wall: Option<WallClock>,
+    /// Debounced with a ceiling: the latest a debounce may move it to (its
+    /// generation's first request time + `max_delay_ms`).
+    pub debounce_until: Option<DateTime<Utc>>,
+    /// Its (topic, key)'s generation: 0 for the first job of a key, one
+    /// more for each job a debounce started after the one before went out.
+    pub generation: u32,
+    /// The job of the generation before, which held the key until this one.
+    pub previous_id: Option<JobId>,
 }
 
 impl Job {

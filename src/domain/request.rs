@@ -92,6 +92,51 @@ pub struct JobRequest {
     /// The wall-clock time `schedule` was computed from
     /// ([`JobRequest::new_local`]).
     pub wall: Option<WallClock>,
+    /// What happens when a job holds (topic, key) already.
+    pub on_conflict: OnConflict,
+}
+
+/// What a create does when a job holds its (topic, key) already.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum OnConflict {
+    /// The same request again is answered with the job; another is
+    /// refused (`key_conflict`).
+    #[default]
+    Reject,
+    /// The pending job is moved to the new time with the new payload and
+    /// headers, never past its generation's first request +
+    /// `max_delay_ms` (None: no ceiling); once it went out, a new job (the
+    /// next generation) takes the key.
+    Debounce { max_delay_ms: Option<u64> },
+}
+
+impl OnConflict {
+    /// The wire's `on_conflict` (`reject`, `debounce`; None: reject) and
+    /// `max_delay_ms`, read; [`JobRequest::build`] checks the rest.
+    pub fn parse(name: Option<&str>, max_delay_ms: Option<i64>) -> Result<OnConflict, Refusal> {
+        let max_delay_ms =
+            match max_delay_ms {
+                None => None,
+                Some(ms) => Some(u64::try_from(ms).ok().filter(|ms| *ms >= 1).ok_or_else(
+                    || Refusal::OnConflict(format!("max_delay_ms must be 1 or more, not {ms}")),
+                )?),
+            };
+        match (name, max_delay_ms) {
+            (None | Some("reject"), None) => Ok(OnConflict::Reject),
+            (None | Some("reject"), Some(_)) => Err(Refusal::OnConflict(
+                "max_delay_ms goes with on_conflict: \"debounce\"".to_owned(),
+            )),
+            (Some("debounce"), max_delay_ms) => Ok(OnConflict::Debounce { max_delay_ms }),
+            (Some(other), _) => Err(Refusal::OnConflict(format!(
+                "on_conflict must be \"reject\" or \"debounce\", not {other:?}"
+            ))),
+        }
+    }
+
+    /// Whether this is a debounce.
+    pub fn debounces(&self) -> bool {
+        matches!(self, OnConflict::Debounce { .. })
+    }
 }
 
 /// Why a request is refused. Each edge words it in its own terms (the
@@ -108,6 +153,8 @@ pub enum Refusal {
     Policy(String),
     /// `run_local` or `time_zone`.
     WallClock(InvalidWallClock),
+    /// `on_conflict` or `max_delay_ms`.
+    OnConflict(String),
 }
 
 impl From<InvalidJob> for Refusal {
@@ -131,6 +178,7 @@ impl JobRequest {
             policy: PolicyOverrides::default(),
             trace_parent: None,
             wall: None,
+            on_conflict: OnConflict::Reject,
         }
     }
 
@@ -172,6 +220,20 @@ impl JobRequest {
         }
         job::headers_validate(&self.headers)?;
         limits.horizon_check(&self.schedule, now)?;
+        if let OnConflict::Debounce { max_delay_ms } = self.on_conflict {
+            if self.key.is_none() {
+                return Err(Refusal::OnConflict(
+                    "on_conflict: \"debounce\" needs a key: the debounced job is the one holding it"
+                        .to_owned(),
+                ));
+            }
+            let max_ms = limits.max_schedule_ahead_days.saturating_mul(86_400_000);
+            if max_delay_ms.is_some_and(|ms| ms == 0 || ms > max_ms) {
+                return Err(Refusal::OnConflict(format!(
+                    "max_delay_ms must be 1 to {max_ms} (jobs.max_schedule_ahead_days)"
+                )));
+            }
+        }
         limits.payload_check(self.payload.len())?;
         if self.window_ms > WINDOW_MAX_MS {
             return Err(Refusal::Window(format!(
@@ -321,6 +383,43 @@ mod tests {
             .build(LIMITS, now(), |_| Policy::default())
             .unwrap();
         assert_eq!(none.expires_at, None);
+    }
+
+    #[test]
+    fn a_debounce_needs_a_key_and_a_ceiling_within_the_horizon() {
+        let at = Schedule::At(now() + chrono::Duration::hours(1));
+        let debounce = |key: Option<&str>, max_delay_ms| {
+            let mut request = JobRequest::new("t", at);
+            request.key = key.map(str::to_owned);
+            request.on_conflict = OnConflict::Debounce { max_delay_ms };
+            build(request)
+        };
+        assert!(debounce(Some("k"), None).is_ok());
+        assert!(debounce(Some("k"), Some(10 * 86_400_000)).is_ok());
+        assert!(matches!(debounce(None, None), Err(Refusal::OnConflict(_))));
+        assert!(matches!(
+            debounce(Some("k"), Some(10 * 86_400_000 + 1)),
+            Err(Refusal::OnConflict(_))
+        ));
+        assert_eq!(OnConflict::parse(None, None), Ok(OnConflict::Reject));
+        assert_eq!(
+            OnConflict::parse(Some("debounce"), Some(5)),
+            Ok(OnConflict::Debounce {
+                max_delay_ms: Some(5)
+            })
+        );
+        for (name, max) in [
+            (Some("merge"), None),
+            (Some("reject"), Some(5)),
+            (None, Some(5)),
+            (Some("debounce"), Some(0)),
+            (Some("debounce"), Some(-1)),
+        ] {
+            assert!(
+                matches!(OnConflict::parse(name, max), Err(Refusal::OnConflict(_))),
+                "{name:?} {max:?}"
+            );
+        }
     }
 
     #[test]

@@ -27,7 +27,7 @@ use crate::domain::job::{Job, JobId, NewJob, Schedule};
 use crate::index::{self, Index};
 use crate::metrics;
 use crate::store::{
-    BatchRow, Cancelled, JobChanges, Modified, Redriven, Store, StoreError, WindowEntry,
+    BatchRow, Cancelled, Debounced, JobChanges, Modified, Redriven, Store, StoreError, WindowEntry,
 };
 
 /// Writes jobs and makes Redis follow; cheap to clone.
@@ -96,6 +96,28 @@ impl Jobs {
         let created: Vec<&Job> = rows.iter().filter_map(BatchRow::created).collect();
         self.created(&created, db_now).await;
         Ok(rows)
+    }
+
+    /// Creates `job` (keyed), or debounces onto the job holding its
+    /// (topic, key): moves it if pending (never past its ceiling), or
+    /// starts the next generation once it went out. `max_delay_ms`: the
+    /// ceiling after a generation's first request (None: none). With
+    /// `position` (the ingress's), the row notes the request record.
+    pub async fn debounce(
+        &self,
+        job: &NewJob,
+        max_delay_ms: Option<u64>,
+        position: Option<&str>,
+    ) -> Result<Debounced, StoreError> {
+        let debounced = self.store.job_debounce(job, max_delay_ms, position).await?;
+        match &debounced {
+            Debounced::Created(created, db_now) | Debounced::Renewed(created, db_now) => {
+                self.created(&[created], *db_now).await;
+            }
+            Debounced::Moved { job, db_now, .. } => self.follow(&[job], *db_now).await,
+            Debounced::InFlight(_) => {}
+        }
+        Ok(debounced)
     }
 
     /// The job holding (topic, key), if any.

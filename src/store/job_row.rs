@@ -24,13 +24,15 @@ use crate::domain::zones::WallClock;
 macro_rules! job_columns {
     ($payload:literal) => {
         concat!(
-            "id, topic, job_key, ",
+            "id, topic, COALESCE(job_key, retired_key) AS job_key, ",
             $payload,
             ", payload_kind, headers, schedule_time, status, attempt, max_attempts, version, \
              created_at, updated_at, dispatched_at, kafka_partition, kafka_offset, verified_at, last_error, \
              expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, ack_deadline, \
              trace_parent, schedule_id, expires_at, window_ms, window_start, enc_key, \
-             run_local, time_zone, tzdata_version"
+             run_local, time_zone, tzdata_version, generation, previous_id, \
+             TIMESTAMPADD(MICROSECOND, LEAST(debounce_max_ms, 1000000000000) * 1000, \
+             debounce_first_at) AS debounce_until"
         )
     };
 }
@@ -130,6 +132,9 @@ pub(super) fn job_created(new: &NewJob, row: &MySqlRow) -> Result<Job, StoreErro
             .try_get::<Option<NaiveDateTime>, _>("window_start")?
             .map(|at| at.and_utc()),
         wall: new.wall.clone(),
+        debounce_until: None,
+        generation: 0,
+        previous_id: None,
     })
 }
 
@@ -234,6 +239,15 @@ fn job_with_body(
             .try_get::<Option<NaiveDateTime>, _>("window_start")?
             .map(|at| at.and_utc()),
         wall: wall_from_row(row),
+        // Informational beside `schedule_time`: a value that does not
+        // decode (a hand edit) reads as no ceiling, and costs nothing else.
+        debounce_until: row
+            .try_get::<Option<NaiveDateTime>, _>("debounce_until")
+            .ok()
+            .flatten()
+            .map(|at| at.and_utc()),
+        generation: row.try_get("generation").unwrap_or_default(),
+        previous_id: row.try_get("previous_id").ok().flatten(),
     })
 }
 

@@ -153,8 +153,6 @@ impl Store {
             .await
     }
 
-    /// Long because it is one UPDATE built from the changes asked for, and
-    /// the answer read back in its transaction.
     async fn job_modify_with(
         &self,
         id: JobId,
@@ -165,10 +163,29 @@ impl Store {
         // One transaction, so the answer reads the row as this change left
         // it, not as a dispatcher took it a moment later.
         let mut tx = self.begin().await?;
+        let modified = self
+            .job_modify_on(&mut tx, id, version, changes, position)
+            .await?;
+        tx.commit().await?;
+        Ok(modified)
+    }
+
+    /// [`Store::job_modify`] on the caller's transaction (which commits).
+    ///
+    /// Long because it is one UPDATE built from the changes asked for, and
+    /// the answer read back in its transaction.
+    pub(super) async fn job_modify_on(
+        &self,
+        tx: &mut sqlx::MySqlConnection,
+        id: JobId,
+        version: u32,
+        changes: &JobChanges,
+        position: Option<&str>,
+    ) -> Result<Modified, StoreError> {
         // What the job counts for against a token's quota, read before the
         // UPDATE rewrites its payload; charged below if it applies.
         let counted = match changes.payload {
-            Some(_) => super::quotas::job_counted_on(&mut tx, id).await?,
+            Some(_) => super::quotas::job_counted_on(&mut *tx, id).await?,
             None => None,
         };
         // A new topic: the one the job is on, read under the row's lock so
@@ -183,8 +200,8 @@ impl Store {
                 match row {
                     Some((_, Some(_))) => {
                         // A schedule's occurrence keeps its schedule's topic.
-                        let (job, _) = job_read_back(&mut tx, self, id).await?;
-                        tx.rollback().await?;
+                        // Nothing written: the caller's commit changes nothing.
+                        let (job, _) = job_read_back(tx, self, id).await?;
                         return Ok(if job.status != Status::Pending {
                             Modified::NotPending(job)
                         } else if job.version != version {
@@ -319,7 +336,7 @@ impl Store {
             // Both are written together, under one key (or none): the one
             // not changed is read, opened and written again with the other.
             let (payload, headers, key, kind) = resealed(
-                &mut tx,
+                &mut *tx,
                 (&self.keys.sealing(), &self.codec),
                 id,
                 &changes.payload,
@@ -355,7 +372,7 @@ impl Store {
             match (&moved_from, &changes.topic) {
                 (Some(from), Some(to)) => {
                     events_record_retargeted(
-                        &mut tx,
+                        &mut *tx,
                         &self.actor,
                         &[(id, from.clone())],
                         to,
@@ -364,7 +381,7 @@ impl Store {
                     .await?;
                 }
                 _ => {
-                    events_record(&mut tx, &self.actor, &[id], token).await?;
+                    events_record(&mut *tx, &self.actor, &[id], token).await?;
                 }
             }
             if let (Some((owner, counted)), Some((payload, _))) = (counted, &changes.payload) {
@@ -372,7 +389,7 @@ impl Store {
                 // quota is rolled back with the whole change (the
                 // ingress's is only counted: no quota refuses it).
                 super::quotas::payload_recharge_on(
-                    &mut tx,
+                    &mut *tx,
                     owner,
                     id,
                     (counted, payload.len() as u64),
@@ -381,8 +398,7 @@ impl Store {
                 .await?;
             }
         }
-        let (job, now) = job_read_back(&mut tx, self, id).await?;
-        tx.commit().await?;
+        let (job, now) = job_read_back(tx, self, id).await?;
         if applied {
             Ok(Modified::Applied(job, now))
         } else if job.status != Status::Pending {
@@ -601,6 +617,18 @@ impl Store {
     }
 
     async fn job_insert_once(&self, job: &NewJob) -> Result<(Job, DateTime<Utc>), StoreError> {
+        let mut tx = self.begin().await?;
+        let created = self.job_insert_on(&mut tx, job).await?;
+        tx.commit().await?;
+        Ok(created)
+    }
+
+    /// [`Store::job_insert`] on the caller's transaction (which commits).
+    pub(super) async fn job_insert_on(
+        &self,
+        tx: &mut sqlx::MySqlConnection,
+        job: &NewJob,
+    ) -> Result<(Job, DateTime<Utc>), StoreError> {
         // Sealed once the row has its id, in this transaction (see
         // `insert_chunk_on`).
         // One key for the whole write (see `Keyring::sealing`).
@@ -610,7 +638,6 @@ impl Store {
             Schedule::At(at) => (Some(db_time(at)), None),
             Schedule::After { delay_ms } => (None, Some(delay_ms.saturating_mul(1000))),
         };
-        let mut tx = self.begin().await?;
         sqlx::query(
             "INSERT INTO jobs (topic, job_key, payload, payload_kind, headers, schedule_time, \
              max_attempts, expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
@@ -654,16 +681,19 @@ impl Store {
         .await?;
         let now: NaiveDateTime = row.try_get("db_now")?;
         let created = job_created(job, &row)?;
-        events_record_new(&mut tx, &self.actor, &[&created]).await?;
-        seal_created_on(&mut tx, &keys, &[(created.id, &inserted, &created.headers)]).await?;
+        events_record_new(&mut *tx, &self.actor, &[&created]).await?;
+        seal_created_on(
+            &mut *tx,
+            &keys,
+            &[(created.id, &inserted, &created.headers)],
+        )
+        .await?;
         if let Some(token) = self.quota {
             // Before the commit: a create past the quota is rolled back.
-            super::quotas::charge_on(&mut tx, token, &[(created.id, job.payload.len() as u64)])
+            super::quotas::charge_on(&mut *tx, token, &[(created.id, job.payload.len() as u64)])
                 .await?;
         }
-        let job = created;
-        tx.commit().await?;
-        Ok((job, now.and_utc()))
+        Ok((created, now.and_utc()))
     }
 
     /// A job's topic alone: what a caller's topic scope is checked against

@@ -14,7 +14,7 @@ use chrono::{DateTime, TimeZone, Utc};
 
 use crate::domain::job::{self, Expiry, InvalidJob, NewJob, PayloadKind, Schedule};
 use crate::domain::policy::PolicyOverrides;
-use crate::domain::request::{JobRequest, Limits, Refusal, TopicDefaults};
+use crate::domain::request::{JobRequest, Limits, OnConflict, Refusal, TopicDefaults};
 use crate::domain::zones::{self, InvalidWallClock};
 
 /// Where the job goes: the topic its record is produced to.
@@ -42,10 +42,18 @@ pub const HEADER_WINDOW_MS: &str = "tickler-window-ms";
 /// `run_local` and `time_zone` on create).
 pub const HEADER_RUN_LOCAL: &str = "tickler-run-local";
 pub const HEADER_TIME_ZONE: &str = "tickler-time-zone";
+/// `debounce`: a later request for a pending job moves it, never past
+/// [`HEADER_MAX_DELAY_MS`] after its generation's first request, and one
+/// for a job that went out creates the next generation. `reject` (or
+/// none): the ingress's own way (a pending job moved, without a ceiling;
+/// one that went out answered `too_late`).
+pub const HEADER_ON_CONFLICT: &str = "tickler-on-conflict";
+/// With `debounce`: the ceiling, milliseconds after the first request.
+pub const HEADER_MAX_DELAY_MS: &str = "tickler-max-delay-ms";
 
 /// Every `tickler-` header a request may carry; any other is a mistake
 /// (a misspelt `tickler-run-at` must not be delivered as a plain header).
-const HEADERS_KNOWN: [&str; 14] = [
+const HEADERS_KNOWN: [&str; 16] = [
     HEADER_TARGET_TOPIC,
     HEADER_RUN_AT,
     HEADER_DELAY_MS,
@@ -60,6 +68,8 @@ const HEADERS_KNOWN: [&str; 14] = [
     HEADER_WINDOW_MS,
     HEADER_RUN_LOCAL,
     HEADER_TIME_ZONE,
+    HEADER_ON_CONFLICT,
+    HEADER_MAX_DELAY_MS,
 ];
 
 /// A request record as this module reads it, so that it can be tested
@@ -83,6 +93,12 @@ pub enum Request {
     /// Create the job, or, when its (topic, key) is taken by a pending job
     /// that differs, move it there.
     Put(NewJob),
+    /// Create the job, or debounce onto the one holding its (topic, key)
+    /// ([`HEADER_ON_CONFLICT`]).
+    Debounce {
+        job: NewJob,
+        max_delay_ms: Option<u64>,
+    },
     /// Cancel the job with this (topic, key).
     Cancel { topic: String, key: String },
 }
@@ -91,7 +107,9 @@ impl Request {
     /// The (topic, key) it is about.
     pub fn target(&self) -> (&str, &str) {
         match self {
-            Request::Put(job) => (&job.topic, job.key.as_deref().unwrap_or_default()),
+            Request::Put(job) | Request::Debounce { job, .. } => {
+                (&job.topic, job.key.as_deref().unwrap_or_default())
+            }
             Request::Cancel { topic, key } => (topic, key),
         }
     }
@@ -290,6 +308,23 @@ pub fn request_parse(
         backoff_cap_ms: number_parse(&mut ours, HEADER_BACKOFF_CAP_MS)?,
         ack_timeout_ms: number_parse(&mut ours, HEADER_ACK_TIMEOUT_MS)?,
     };
+    let max_delay_ms = match ours.remove(HEADER_MAX_DELAY_MS) {
+        None => None,
+        Some(text) => Some(text.trim().parse::<i64>().map_err(|_| {
+            RequestError::Headers(format!(
+                "{HEADER_MAX_DELAY_MS} {text:?} is not a whole number of milliseconds"
+            ))
+        })?),
+    };
+    let on_conflict =
+        OnConflict::parse(ours.remove(HEADER_ON_CONFLICT).map(str::trim), max_delay_ms).map_err(
+            |refusal| match refusal {
+                Refusal::OnConflict(why) => RequestError::Headers(format!(
+                    "{why} ({HEADER_ON_CONFLICT}, {HEADER_MAX_DELAY_MS})"
+                )),
+                _ => RequestError::Internal,
+            },
+        )?;
     let request = JobRequest {
         topic,
         key: Some(key),
@@ -302,16 +337,21 @@ pub fn request_parse(
         policy,
         trace_parent,
         wall: wall.map(|(_, wall)| wall),
+        on_conflict,
     };
     request
         .build(limits, now, topic_defaults)
-        .map(Request::Put)
+        .map(|job| match on_conflict {
+            OnConflict::Reject => Request::Put(job),
+            OnConflict::Debounce { max_delay_ms } => Request::Debounce { job, max_delay_ms },
+        })
         .map_err(|refusal| match refusal {
             Refusal::Job(invalid) => invalid.into(),
             Refusal::Window(why) => RequestError::Schedule(why),
             Refusal::Expiry(why) => RequestError::Expiry(format!("{HEADER_EXPIRES_AT}: {why}")),
             Refusal::Policy(why) => RequestError::Policy(why),
             Refusal::WallClock(invalid) => RequestError::WallClock(invalid),
+            Refusal::OnConflict(why) => RequestError::Headers(why),
         })
 }
 
@@ -459,6 +499,48 @@ mod tests {
         parse(&record(value, headers))
             .expect_err("should be refused")
             .code()
+    }
+
+    #[test]
+    fn debounce_headers_ask_for_a_debounce_and_bad_ones_are_refused() {
+        let with = |extra: &[(&'static str, &'static str)]| {
+            let mut headers = vec![
+                ("tickler-target-topic", "orders"),
+                ("tickler-delay-ms", "1000"),
+            ];
+            headers.extend_from_slice(extra);
+            headers
+        };
+        let debounce = with(&[
+            ("tickler-on-conflict", "debounce"),
+            ("tickler-max-delay-ms", "5000"),
+        ]);
+        match parse(&record(Some(b"x"), &debounce)).expect("a valid request") {
+            Request::Debounce { job, max_delay_ms } => {
+                assert_eq!(max_delay_ms, Some(5000));
+                assert!(job.headers.is_empty(), "not delivered: {:?}", job.headers);
+            }
+            other => panic!("not a debounce: {other:?}"),
+        }
+        let reject = with(&[("tickler-on-conflict", "reject")]);
+        assert!(matches!(
+            parse(&record(Some(b"x"), &reject)),
+            Ok(Request::Put(_))
+        ));
+        for bad in [
+            with(&[("tickler-on-conflict", "merge")]),
+            with(&[("tickler-max-delay-ms", "5000")]),
+            with(&[
+                ("tickler-on-conflict", "debounce"),
+                ("tickler-max-delay-ms", "soon"),
+            ]),
+            with(&[
+                ("tickler-on-conflict", "debounce"),
+                ("tickler-max-delay-ms", "0"),
+            ]),
+        ] {
+            assert_eq!(code(Some(b"x"), &bad), "invalid_headers", "{bad:?}");
+        }
     }
 
     #[test]

@@ -17,7 +17,7 @@ use crate::domain::job::{Expiry, NewJob, Status};
 use crate::kafka::Topics;
 use crate::metrics;
 use crate::roles::jobs::Jobs;
-use crate::store::{BatchRow, Cancelled, JobChanges, Modified, StoreError};
+use crate::store::{BatchRow, Cancelled, Debounced, JobChanges, Modified, StoreError};
 
 use super::request::{request_parse, target_allowed, Request, RequestError};
 
@@ -150,8 +150,8 @@ impl Writer {
                 Ok(request) => request,
             };
             let target = request.target();
-            let ends_run =
-                matches!(request, Request::Cancel { .. }) || run_targets.contains(&target);
+            let ends_run = matches!(request, Request::Cancel { .. } | Request::Debounce { .. })
+                || run_targets.contains(&target);
             if ends_run && !run.is_empty() {
                 self.run_apply(batch, requests, &run, &mut outcomes, cancel)
                     .await?;
@@ -166,6 +166,13 @@ impl Writer {
                 Request::Cancel { topic, key } => {
                     let request_topic = &batch.records[at].topic;
                     let outcome = self.cancel_apply(request_topic, topic, key, cancel).await?;
+                    outcomes.push((at, outcome));
+                }
+                Request::Debounce { job, max_delay_ms } => {
+                    let record = &batch.records[at];
+                    let outcome = self
+                        .debounce_apply(record, job, *max_delay_ms, cancel)
+                        .await?;
                     outcomes.push((at, outcome));
                 }
             }
@@ -208,7 +215,7 @@ impl Writer {
     async fn preflight(&self, requests: &mut [Result<Request, RequestError>]) {
         let mut verdicts: HashMap<String, bool> = HashMap::new();
         for request in requests.iter_mut() {
-            let Ok(Request::Put(job)) = request else {
+            let (Ok(Request::Put(job)) | Ok(Request::Debounce { job, .. })) = request else {
                 continue;
             };
             let admitted = match verdicts.get(&job.topic) {
@@ -405,6 +412,45 @@ impl Writer {
             }
         }
         Some(RequestOutcome::Refused(RequestError::Internal))
+    }
+
+    /// A debounce (`tickler-on-conflict: debounce`), alone: creates the
+    /// job, moves the pending one (never past its ceiling), or creates the
+    /// next generation once it went out — unless the job holding the key
+    /// notes this request or a later one of its partition (read again
+    /// after a crash: applied already, so it changes nothing).
+    async fn debounce_apply(
+        &self,
+        record: &Taken,
+        job: &NewJob,
+        max_delay_ms: Option<u64>,
+        cancel: &CancellationToken,
+    ) -> Option<RequestOutcome> {
+        let service = self.jobs_for(&record.topic);
+        let key = job.key.as_deref().unwrap_or_default();
+        let found = write_retrying(cancel, || {
+            service
+                .store()
+                .job_find_by_key_with_position(&job.topic, key)
+        })
+        .await?;
+        match found {
+            Ok(Some((existing, Some(position)))) if record.seen_at(&position) => {
+                return Some(RequestOutcome::Existing(existing))
+            }
+            Ok(_) => {}
+            Err(err) => return Some(internal(&err)),
+        }
+        let position = record.position();
+        let debounce = || service.debounce(job, max_delay_ms, Some(&position));
+        Some(match write_retrying(cancel, debounce).await? {
+            Ok(Debounced::Created(job, _) | Debounced::Renewed(job, _)) => {
+                RequestOutcome::Created(job)
+            }
+            Ok(Debounced::Moved { job, .. }) => RequestOutcome::Moved(job),
+            Ok(Debounced::InFlight(job)) => RequestOutcome::InFlight(job),
+            Err(err) => internal(&err),
+        })
     }
 
     /// A tombstone: cancels the job holding (topic, key), with the same
