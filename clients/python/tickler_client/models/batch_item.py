@@ -24,8 +24,9 @@ T = TypeVar("T", bound="BatchItem")
 
 @_attrs_define
 class BatchItem:
-    """ One item's result: `created`, `existing` (with `id` and `run_at`) or
-    `error` (with `error`).
+    """ One item's result: `created`, `existing`, `debounced` (a debounce that
+    moved the pending job; with `id` and `run_at`) or `error` (with
+    `error`).
 
         Attributes:
             result (str):

@@ -39,6 +39,15 @@ class CreateJob:
             headers (CreateJobHeadersType0 | None | Unset):
             key (None | str | Unset):
             max_attempts (int | None | Unset):
+            max_delay_ms (int | None | Unset): With `debounce`: the longest a job may be moved past its
+                generation's first request, in milliseconds (1 to
+                `jobs.max_schedule_ahead_days`); left out, no ceiling.
+            on_conflict (None | str | Unset): When a job holds this topic and key already: `reject` (the
+                default: the same request answers that job, another is refused
+                `key_conflict`) or `debounce` (needs a key): a pending job is moved
+                to this request's time with its payload and headers, never past
+                the first request of its generation + `max_delay_ms`; one that went
+                out is followed by a new job, its next generation.
             payload (Any | Unset): Any JSON value but null; produced as its JSON text.
             payload_base64 (None | str | Unset): Raw bytes, base64 (standard alphabet, padded).
             run_at (None | str | Unset): RFC 3339 time; any offset, normalised to UTC.
@@ -64,6 +73,8 @@ class CreateJob:
     headers: CreateJobHeadersType0 | None | Unset = UNSET
     key: None | str | Unset = UNSET
     max_attempts: int | None | Unset = UNSET
+    max_delay_ms: int | None | Unset = UNSET
+    on_conflict: None | str | Unset = UNSET
     payload: Any | Unset = UNSET
     payload_base64: None | str | Unset = UNSET
     run_at: None | str | Unset = UNSET
@@ -135,6 +146,18 @@ class CreateJob:
         else:
             max_attempts = self.max_attempts
 
+        max_delay_ms: int | None | Unset
+        if isinstance(self.max_delay_ms, Unset):
+            max_delay_ms = UNSET
+        else:
+            max_delay_ms = self.max_delay_ms
+
+        on_conflict: None | str | Unset
+        if isinstance(self.on_conflict, Unset):
+            on_conflict = UNSET
+        else:
+            on_conflict = self.on_conflict
+
         payload = self.payload
 
         payload_base64: None | str | Unset
@@ -202,6 +225,10 @@ class CreateJob:
             field_dict["key"] = key
         if max_attempts is not UNSET:
             field_dict["max_attempts"] = max_attempts
+        if max_delay_ms is not UNSET:
+            field_dict["max_delay_ms"] = max_delay_ms
+        if on_conflict is not UNSET:
+            field_dict["on_conflict"] = on_conflict
         if payload is not UNSET:
             field_dict["payload"] = payload
         if payload_base64 is not UNSET:
@@ -327,6 +354,26 @@ class CreateJob:
         max_attempts = _parse_max_attempts(d.pop("max_attempts", UNSET))
 
 
+        def _parse_max_delay_ms(data: object) -> int | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(int | None | Unset, data)
+
+        max_delay_ms = _parse_max_delay_ms(d.pop("max_delay_ms", UNSET))
+
+
+        def _parse_on_conflict(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        on_conflict = _parse_on_conflict(d.pop("on_conflict", UNSET))
+
+
         payload = d.pop("payload", UNSET)
 
         def _parse_payload_base64(data: object) -> None | str | Unset:
@@ -409,6 +456,8 @@ class CreateJob:
             headers=headers,
             key=key,
             max_attempts=max_attempts,
+            max_delay_ms=max_delay_ms,
+            on_conflict=on_conflict,
             payload=payload,
             payload_base64=payload_base64,
             run_at=run_at,

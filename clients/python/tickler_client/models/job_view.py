@@ -45,17 +45,25 @@ class JobView:
             version (int):
             ack_deadline (None | str | Unset): While dispatched and waiting for a result: when silence becomes a
                 retry.
+            capped (bool | None | Unset): In a debounce's answer: whether the time asked for was past the
+                ceiling, so the job was moved to `debounce_until` instead.
             consumed (list[ConsumedView] | Unset): When each consumer group that reads its partition read past its
                 record (`at` null: not yet); absent in listings.
+            debounce_until (None | str | Unset): Debounced with `max_delay_ms`: the latest a debounce may move it to
+                (its generation's first request + `max_delay_ms`).
+            debounced (bool | None | Unset): In a debounce's answer: true, the pending job was moved.
             dispatched_at (None | str | Unset):
             expires_at (None | str | Unset): Not produced by then, it ends `expired` and is never produced
                 (`expires_at` or `ttl_ms` on create, or an occurrence of a
                 `misfire: skip` schedule).
+            generation (int | None | Unset): Its key's generation, from 1 for a job a debounce created after the
+                one before went out (absent for the first).
             kafka (KafkaPosition | None | Unset):
             key (None | str | Unset):
             last_error (None | str | Unset):
             payload (Any | Unset): A JSON payload, as sent; absent in listings and for bytes.
             payload_base64 (None | str | Unset): A bytes payload, base64; absent in listings and for JSON.
+            previous_id (int | None | Unset):
             produce_at (None | str | Unset): With a window: the instant tickler decided on in it, when it goes
                 out (`dispatched_at` says when it did).
             run_local (None | str | Unset): Given a wall-clock time: the local time (`2027-03-28T09:00:00.000`)
@@ -87,14 +95,19 @@ class JobView:
     updated_at: str
     version: int
     ack_deadline: None | str | Unset = UNSET
+    capped: bool | None | Unset = UNSET
     consumed: list[ConsumedView] | Unset = UNSET
+    debounce_until: None | str | Unset = UNSET
+    debounced: bool | None | Unset = UNSET
     dispatched_at: None | str | Unset = UNSET
     expires_at: None | str | Unset = UNSET
+    generation: int | None | Unset = UNSET
     kafka: KafkaPosition | None | Unset = UNSET
     key: None | str | Unset = UNSET
     last_error: None | str | Unset = UNSET
     payload: Any | Unset = UNSET
     payload_base64: None | str | Unset = UNSET
+    previous_id: int | None | Unset = UNSET
     produce_at: None | str | Unset = UNSET
     run_local: None | str | Unset = UNSET
     schedule_id: int | None | Unset = UNSET
@@ -147,6 +160,12 @@ class JobView:
         else:
             ack_deadline = self.ack_deadline
 
+        capped: bool | None | Unset
+        if isinstance(self.capped, Unset):
+            capped = UNSET
+        else:
+            capped = self.capped
+
         consumed: list[dict[str, Any]] | Unset = UNSET
         if not isinstance(self.consumed, Unset):
             consumed = []
@@ -155,6 +174,18 @@ class JobView:
                 consumed.append(consumed_item)
 
 
+
+        debounce_until: None | str | Unset
+        if isinstance(self.debounce_until, Unset):
+            debounce_until = UNSET
+        else:
+            debounce_until = self.debounce_until
+
+        debounced: bool | None | Unset
+        if isinstance(self.debounced, Unset):
+            debounced = UNSET
+        else:
+            debounced = self.debounced
 
         dispatched_at: None | str | Unset
         if isinstance(self.dispatched_at, Unset):
@@ -167,6 +198,12 @@ class JobView:
             expires_at = UNSET
         else:
             expires_at = self.expires_at
+
+        generation: int | None | Unset
+        if isinstance(self.generation, Unset):
+            generation = UNSET
+        else:
+            generation = self.generation
 
         kafka: dict[str, Any] | None | Unset
         if isinstance(self.kafka, Unset):
@@ -195,6 +232,12 @@ class JobView:
             payload_base64 = UNSET
         else:
             payload_base64 = self.payload_base64
+
+        previous_id: int | None | Unset
+        if isinstance(self.previous_id, Unset):
+            previous_id = UNSET
+        else:
+            previous_id = self.previous_id
 
         produce_at: None | str | Unset
         if isinstance(self.produce_at, Unset):
@@ -265,12 +308,20 @@ class JobView:
         })
         if ack_deadline is not UNSET:
             field_dict["ack_deadline"] = ack_deadline
+        if capped is not UNSET:
+            field_dict["capped"] = capped
         if consumed is not UNSET:
             field_dict["consumed"] = consumed
+        if debounce_until is not UNSET:
+            field_dict["debounce_until"] = debounce_until
+        if debounced is not UNSET:
+            field_dict["debounced"] = debounced
         if dispatched_at is not UNSET:
             field_dict["dispatched_at"] = dispatched_at
         if expires_at is not UNSET:
             field_dict["expires_at"] = expires_at
+        if generation is not UNSET:
+            field_dict["generation"] = generation
         if kafka is not UNSET:
             field_dict["kafka"] = kafka
         if key is not UNSET:
@@ -281,6 +332,8 @@ class JobView:
             field_dict["payload"] = payload
         if payload_base64 is not UNSET:
             field_dict["payload_base64"] = payload_base64
+        if previous_id is not UNSET:
+            field_dict["previous_id"] = previous_id
         if produce_at is not UNSET:
             field_dict["produce_at"] = produce_at
         if run_local is not UNSET:
@@ -349,6 +402,16 @@ class JobView:
         ack_deadline = _parse_ack_deadline(d.pop("ack_deadline", UNSET))
 
 
+        def _parse_capped(data: object) -> bool | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(bool | None | Unset, data)
+
+        capped = _parse_capped(d.pop("capped", UNSET))
+
+
         _consumed = d.pop("consumed", UNSET)
         consumed: list[ConsumedView] | Unset = UNSET
         if _consumed is not UNSET:
@@ -359,6 +422,26 @@ class JobView:
 
 
                 consumed.append(consumed_item)
+
+
+        def _parse_debounce_until(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        debounce_until = _parse_debounce_until(d.pop("debounce_until", UNSET))
+
+
+        def _parse_debounced(data: object) -> bool | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(bool | None | Unset, data)
+
+        debounced = _parse_debounced(d.pop("debounced", UNSET))
 
 
         def _parse_dispatched_at(data: object) -> None | str | Unset:
@@ -379,6 +462,16 @@ class JobView:
             return cast(None | str | Unset, data)
 
         expires_at = _parse_expires_at(d.pop("expires_at", UNSET))
+
+
+        def _parse_generation(data: object) -> int | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(int | None | Unset, data)
+
+        generation = _parse_generation(d.pop("generation", UNSET))
 
 
         def _parse_kafka(data: object) -> KafkaPosition | None | Unset:
@@ -431,6 +524,16 @@ class JobView:
             return cast(None | str | Unset, data)
 
         payload_base64 = _parse_payload_base64(d.pop("payload_base64", UNSET))
+
+
+        def _parse_previous_id(data: object) -> int | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(int | None | Unset, data)
+
+        previous_id = _parse_previous_id(d.pop("previous_id", UNSET))
 
 
         def _parse_produce_at(data: object) -> None | str | Unset:
@@ -529,14 +632,19 @@ class JobView:
             updated_at=updated_at,
             version=version,
             ack_deadline=ack_deadline,
+            capped=capped,
             consumed=consumed,
+            debounce_until=debounce_until,
+            debounced=debounced,
             dispatched_at=dispatched_at,
             expires_at=expires_at,
+            generation=generation,
             kafka=kafka,
             key=key,
             last_error=last_error,
             payload=payload,
             payload_base64=payload_base64,
+            previous_id=previous_id,
             produce_at=produce_at,
             run_local=run_local,
             schedule_id=schedule_id,
