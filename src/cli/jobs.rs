@@ -104,7 +104,7 @@ pub struct CreateArgs {
     #[arg(long)]
     key: Option<String>,
     #[command(flatten)]
-    when: When,
+    when: CreateWhen,
     /// JSON payload, produced as its text.
     #[arg(long, conflicts_with_all = ["payload_file", "payload_base64"])]
     payload: Option<String>,
@@ -133,6 +133,18 @@ pub struct CreateArgs {
     /// instant in it, spreading what falls due together.
     #[arg(long, value_parser = duration_parse)]
     window: Option<i64>,
+    /// The IANA zone of --local, e.g. Australia/Melbourne.
+    #[arg(long, requires = "local")]
+    time_zone: Option<String>,
+    /// If a job holds (topic, key): `reject` (the default) or `debounce`
+    /// (move the pending one to this time and payload; a finished one
+    /// starts a new generation).
+    #[arg(long, value_parser = ["reject", "debounce"], requires = "key")]
+    on_conflict: Option<String>,
+    /// With --on-conflict debounce: never later than this after the first
+    /// request (e.g. 5m).
+    #[arg(long, value_parser = duration_parse, requires = "on_conflict")]
+    max_delay: Option<i64>,
 }
 
 /// A time: exactly one of `--at` and `--in`.
@@ -145,6 +157,22 @@ pub struct When {
     /// From now: e.g. 90s, 10m, 1h30m, 2d, 500ms.
     #[arg(long = "in", value_parser = duration_parse)]
     after: Option<i64>,
+}
+
+/// A new job's time: exactly one of `--at`, `--in` and `--local`.
+#[derive(Debug, Args)]
+#[group(required = true, multiple = false)]
+pub struct CreateWhen {
+    /// RFC 3339 time, e.g. 2030-01-31T09:00:00Z.
+    #[arg(long)]
+    at: Option<String>,
+    /// From now: e.g. 90s, 10m, 1h30m, 2d, 500ms.
+    #[arg(long = "in", value_parser = duration_parse)]
+    after: Option<i64>,
+    /// A wall-clock time in --time-zone, e.g. 2027-11-12T08:00: kept,
+    /// and the job moved if a newer tzdata changes its instant.
+    #[arg(long, requires = "time_zone")]
+    local: Option<String>,
 }
 
 /// A time, or now when neither is given.
@@ -335,6 +363,16 @@ async fn create(client: &Client, args: CreateArgs, json: bool) -> Result<(), Cli
         body.insert("key".into(), json!(key));
     }
     schedule(&args.when.at, args.when.after, &mut body);
+    if let (Some(local), Some(zone)) = (&args.when.local, &args.time_zone) {
+        body.insert("run_local".into(), json!(local));
+        body.insert("time_zone".into(), json!(zone));
+    }
+    if let Some(on_conflict) = &args.on_conflict {
+        body.insert("on_conflict".into(), json!(on_conflict));
+    }
+    if let Some(ms) = args.max_delay {
+        body.insert("max_delay_ms".into(), json!(ms));
+    }
     if let Some(payload) = args.payload {
         let value: Value = serde_json::from_str(&payload)
             .map_err(|err| ClientError::Usage(format!("--payload is not JSON: {err}")))?;
