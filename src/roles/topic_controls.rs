@@ -207,9 +207,10 @@ impl TopicControls {
     }
 
     /// Counts `topic`'s jobs in flight again when the last count is older
-    /// than [`IN_FLIGHT_RECOUNT`]: a topic at its limit gets room as soon
-    /// as results come back, not only at the next read of the controls.
-    /// Returns whether it counted.
+    /// than [`IN_FLIGHT_RECOUNT`], so that a topic at its limit gets room
+    /// as soon as results come back. The dispatcher calls it before it
+    /// admits a pass's jobs, when every claim it let go before has
+    /// committed. Returns whether it counted.
     pub async fn in_flight_recount(&self, topic: &str) -> Result<bool, StoreError> {
         let stale = self
             .in_flight_lock()

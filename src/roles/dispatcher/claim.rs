@@ -196,21 +196,13 @@ impl Dispatcher {
             let ownership = self.ownership.borrow();
             ownership.shards.len() as f64 / f64::from(self.index.shards().max(1))
         };
-        let mut granted = self.controls.in_flight_admit(topic, ids.len(), share);
-        if granted < ids.len() {
-            // Results may have come back since the last count.
-            match self.controls.in_flight_recount(topic).await {
-                Ok(true) => {
-                    granted += self
-                        .controls
-                        .in_flight_admit(topic, ids.len() - granted, share);
-                }
-                Ok(false) => {}
-                Err(err) => {
-                    tracing::debug!(topic, error = %err, "cannot count a topic's jobs in flight; its held jobs wait for the next read");
-                }
-            }
+        // Counted again first when the last count is stale: between
+        // passes, every claim let go before has committed and shows in it
+        // (a count after this pass's own admission would miss those).
+        if let Err(err) = self.controls.in_flight_recount(topic).await {
+            tracing::debug!(topic, error = %err, "cannot count a topic's jobs in flight; going by the last count");
         }
+        let granted = self.controls.in_flight_admit(topic, ids.len(), share);
         if granted < ids.len() {
             let again_ms = redis_now_ms + IN_FLIGHT_WAIT.as_millis() as i64;
             let back: Vec<(JobId, i64)> = ids[granted..].iter().map(|id| (*id, again_ms)).collect();
