@@ -364,6 +364,7 @@ pub const SECTIONS: &[&str] = &[
     "cluster",
     "loader",
     "schedules",
+    "tzdata",
     "dispatcher",
     "reconciler",
     "results",
