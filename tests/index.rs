@@ -257,6 +257,9 @@ fn job_created(id: u64, at: chrono::DateTime<Utc>) -> tickler::domain::job::Job 
         window_ms: None,
         window_start: None,
         wall: None,
+        held_at: None,
+        held_reason: None,
+        schema_waived_attempt: None,
     }
 }
 

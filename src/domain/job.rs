@@ -345,6 +345,13 @@ pub struct Job {
     /// The wall-clock time its `schedule_time` was computed from, when it
     /// was given one; a newer tzdata computes it again.
     pub wall: Option<WallClock>,
+    /// When it was held back, pending, because its payload no longer
+    /// matched its topic's schema when it came due (None: not held), and
+    /// where it failed. A held job is not claimed until released.
+    pub held_at: Option<DateTime<Utc>>,
+    pub held_reason: Option<String>,
+    /// The attempt a forced release lets go without the schema check.
+    pub schema_waived_attempt: Option<u32>,
 }
 
 impl Job {

@@ -30,7 +30,7 @@ macro_rules! job_columns {
              created_at, updated_at, dispatched_at, kafka_partition, kafka_offset, verified_at, last_error, \
              expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, ack_deadline, \
              trace_parent, schedule_id, expires_at, window_ms, window_start, enc_key, \
-             run_local, time_zone, tzdata_version"
+             run_local, time_zone, tzdata_version, held_at, held_reason, schema_waived_attempt"
         )
     };
 }
@@ -130,6 +130,9 @@ pub(super) fn job_created(new: &NewJob, row: &MySqlRow) -> Result<Job, StoreErro
             .try_get::<Option<NaiveDateTime>, _>("window_start")?
             .map(|at| at.and_utc()),
         wall: new.wall.clone(),
+        held_at: None,
+        held_reason: None,
+        schema_waived_attempt: None,
     })
 }
 
@@ -234,6 +237,11 @@ fn job_with_body(
             .try_get::<Option<NaiveDateTime>, _>("window_start")?
             .map(|at| at.and_utc()),
         wall: wall_from_row(row),
+        held_at: row
+            .try_get::<Option<NaiveDateTime>, _>("held_at")?
+            .map(|at| at.and_utc()),
+        held_reason: text(row, "held_reason")?,
+        schema_waived_attempt: row.try_get("schema_waived_attempt")?,
     })
 }
 
