@@ -953,7 +953,8 @@ fn start_ingress(
         config,
         IngressConfig::from_config(config),
     )
-    .map_err(StartError::Ingress)?;
+    .map_err(StartError::Ingress)?
+    .with_controls(shared.controls.clone());
     shared.spawn_service(
         Some(Role::Ingress),
         "ingress",

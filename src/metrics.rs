@@ -288,6 +288,13 @@ declare! {
             in_flight (their topic's max_in_flight is reached: asked again \
             250 ms later).",
     },
+    JOBS_HELD = Counter {
+        name: "tickler_jobs_held_total",
+        labels: ["topic", "reason"],
+        help: "Due jobs held back, pending, instead of sent: reason=payload_schema \
+            (their payload no longer matched their topic's schema). Held until \
+            released (POST /v1/jobs/{id}/release), by topic.",
+    },
     DISPATCH_FENCED = Counter {
         name: "tickler_dispatch_fenced_total",
         help: "Claimed ids this instance's compare-and-set refused because it \
@@ -926,6 +933,15 @@ pub fn window_missed(topic: &str) {
 
 /// Due jobs the compare-and-set refused to produce: `paused` (their topic
 /// is) or `expired` (past a skip schedule's misfire grace; cancelled).
+/// A due job held back instead of sent (its payload fails its topic's
+/// schema), with where it failed.
+pub fn job_held(job_id: u64, topic: &str, reason: &'static str, why: &str) {
+    JOBS_HELD
+        .with([topic_label(topic).into(), reason.into()])
+        .increment(1);
+    tracing::warn!(job_id, topic, reason, failure = why, "job held, not sent");
+}
+
 pub fn dispatch_held(reason: &'static str, n: usize) {
     DISPATCH_HELD.with([reason.into()]).increment(n as u64);
 }

@@ -260,6 +260,9 @@ fn job_created(id: u64, at: chrono::DateTime<Utc>) -> tickler::domain::job::Job 
         debounce_until: None,
         generation: 0,
         previous_id: None,
+        held_at: None,
+        held_reason: None,
+        schema_waived_attempt: None,
     }
 }
 

@@ -40,6 +40,7 @@ fn action_of(method: &Method, template: &str) -> Option<&'static str> {
     Some(match (method.as_str(), template) {
         ("POST", "/v1/jobs/bulk") => "bulk.start",
         ("POST", "/v1/jobs/{id}/redrive") => "job.redrive",
+        ("POST", "/v1/jobs/{id}/release") => "job.release",
         ("POST", "/v1/schedules") => "schedule.create",
         ("PATCH", "/v1/schedules/{id}") => "schedule.modify",
         ("DELETE", "/v1/schedules/{id}") => "schedule.delete",

@@ -42,6 +42,10 @@ pub enum Conflict {
     InFlight,
     /// Redrive of a job that is not dead.
     NotDead,
+    /// Release of a held job whose payload still fails its topic's schema.
+    PayloadSchema,
+    /// Release of a job that is not held.
+    NotHeld,
 }
 
 impl Conflict {
@@ -52,6 +56,8 @@ impl Conflict {
             Conflict::TooLate => "too_late",
             Conflict::InFlight => "in_flight",
             Conflict::NotDead => "not_dead",
+            Conflict::PayloadSchema => "payload_schema",
+            Conflict::NotHeld => "not_held",
         }
     }
 }
@@ -78,6 +84,13 @@ pub enum ApiError {
     InvalidExpiry(String),
     #[error("{0}")]
     InvalidPayload(String),
+    /// The payload does not match its topic's payload schema (where, and
+    /// which keyword): nothing was written.
+    #[error("the payload does not match the topic's payload_schema: {0}")]
+    PayloadSchema(String),
+    /// A payload schema that does not compile.
+    #[error("payload_schema is not a JSON Schema: {0}")]
+    InvalidSchema(String),
     #[error("{0}")]
     InvalidId(String),
     #[error("{0}")]
@@ -174,6 +187,8 @@ impl ApiError {
             | ApiError::InvalidRunAt(_)
             | ApiError::InvalidExpiry(_)
             | ApiError::InvalidPayload(_)
+            | ApiError::PayloadSchema(_)
+            | ApiError::InvalidSchema(_)
             | ApiError::InvalidId(_)
             | ApiError::InvalidPolicy(_)
             | ApiError::InvalidReport(_)
@@ -220,6 +235,8 @@ impl ApiError {
             ApiError::InvalidRunAt(_) => "invalid_run_at",
             ApiError::InvalidExpiry(_) => "invalid_expiry",
             ApiError::InvalidPayload(_) => "invalid_payload",
+            ApiError::PayloadSchema(_) => "payload_schema",
+            ApiError::InvalidSchema(_) => "invalid_schema",
             ApiError::InvalidId(_) => "invalid_id",
             ApiError::InvalidPolicy(_) => "invalid_policy",
             ApiError::InvalidReport(_) => "invalid_report",

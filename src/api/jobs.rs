@@ -544,6 +544,23 @@ pub(super) async fn topic_preflight(state: &ApiState, topic: &str) -> Result<(),
     }
 }
 
+/// Refuses a payload its topic's payload schema does not match (400
+/// `payload_schema`, naming where and the keyword); a topic without a
+/// schema checks nothing. This instance's copy of the topic controls
+/// decides (a schema set through another instance holds here within a
+/// second; the dispatcher checks again before it sends).
+pub(super) fn payload_schema_check(
+    state: &ApiState,
+    topic: &str,
+    kind: job::PayloadKind,
+    payload: &[u8],
+) -> Result<(), ApiError> {
+    state
+        .controls
+        .payload_check(topic, kind, payload)
+        .map_err(|mismatch| ApiError::PayloadSchema(mismatch.to_string()))
+}
+
 /// `POST /v1/jobs` — 201 with the new job. With a key already used on the
 /// topic: 200 with the existing job when the request is the same, 409
 /// otherwise.
@@ -573,6 +590,12 @@ pub async fn create(
         })?;
     new_job.trace_parent = trace_parent_of(&headers);
     caller.topic(&new_job.topic)?;
+    payload_schema_check(
+        &state,
+        &new_job.topic,
+        new_job.payload_kind,
+        &new_job.payload,
+    )?;
     topic_preflight(&state, &new_job.topic).await?;
     caller.jobs_admit(&state, 1).await?;
     let span = if crate::telemetry::enabled() {
@@ -732,6 +755,12 @@ pub async fn create_batch(
             let (mut new_job, on_conflict) =
                 request.validate(limits, now, |topic| state.rules.defaults_for(topic))?;
             caller.topic(&new_job.topic)?;
+            payload_schema_check(
+                &state,
+                &new_job.topic,
+                new_job.payload_kind,
+                &new_job.payload,
+            )?;
             new_job.trace_parent = trace_parent.clone();
             Ok((new_job, on_conflict))
         })
@@ -866,6 +895,16 @@ pub async fn patch(
     }
     let job = state.store.job_get(id).await?;
     caller.topic(&job.topic)?;
+    // The payload the job will have, on the topic it will be on, matches
+    // that topic's schema (a new payload that does releases a held job).
+    if changes.payload.is_some() || changes.topic.is_some() {
+        let (payload, kind) = match &changes.payload {
+            Some((payload, kind)) => (payload.as_slice(), *kind),
+            None => (job.payload.as_slice(), job.payload_kind),
+        };
+        let topic = changes.topic.as_deref().unwrap_or(&job.topic);
+        payload_schema_check(&state, topic, kind, payload)?;
+    }
     // The write holds only while the job is on the topic just checked: a
     // retarget meanwhile answers a version conflict.
     changes.on_topic = Some(job.topic.clone());

@@ -6,6 +6,7 @@ mod bulk;
 mod dev;
 mod error;
 mod forecast;
+mod holds;
 mod jobs;
 mod openapi;
 mod query;
@@ -122,6 +123,7 @@ pub fn router(state: ApiState) -> Router {
         .route("/v1/jobs/{id}/history", get(query::history))
         .route("/v1/jobs/{id}/result", post(results::report))
         .route("/v1/jobs/{id}/redrive", post(results::redrive))
+        .route("/v1/jobs/{id}/release", post(holds::release))
         .route(
             "/v1/schedules",
             post(schedules::create).get(schedules::list),

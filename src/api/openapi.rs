@@ -9,8 +9,8 @@ use utoipa::{Modify, OpenApi};
 
 use super::error::{ErrorBody, ErrorDetail};
 use super::{
-    audit, bulk, dev, forecast, jobs, query, results, schedule_audit, schedule_runs, schedules,
-    stats, topics,
+    audit, bulk, dev, forecast, holds, jobs, query, results, schedule_audit, schedule_runs,
+    schedules, stats, topics,
 };
 
 #[derive(OpenApi)]
@@ -29,6 +29,7 @@ use super::{
         query::history,
         results::report,
         results::redrive,
+        holds::release,
         bulk::start,
         bulk::get,
         bulk::list,

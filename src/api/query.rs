@@ -33,6 +33,9 @@ pub struct ListQuery {
     /// Only dispatched jobs this consumer group has not read yet (of the
     /// topics it is followed on).
     pub unconsumed_by: Option<String>,
+    /// `true`: only jobs held back because their payload no longer matched
+    /// their topic's schema; `false`: only jobs not held.
+    pub held: Option<bool>,
     pub limit: Option<u32>,
     /// `next_cursor` of the previous page.
     pub cursor: Option<String>,
@@ -169,6 +172,7 @@ pub async fn list(
         // A token sees only its own topics' jobs.
         topic_patterns: caller.0.topics.clone(),
         unconsumed_by: group_parse(query.unconsumed_by)?,
+        held: query.held,
     };
     let limit = query.limit.unwrap_or(LIST_DEFAULT);
     if !(1..=LIST_MAX).contains(&limit) {

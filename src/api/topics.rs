@@ -13,6 +13,7 @@ use super::{ApiError, ApiJson, ApiState};
 use crate::domain::grouping::GroupBy;
 use crate::domain::job;
 use crate::domain::job::time_format;
+use crate::domain::payload_schema::PayloadSchema;
 use crate::roles::auth::Scope;
 use crate::roles::topic_controls;
 use crate::store::{TopicChange, TopicControl};
@@ -34,6 +35,12 @@ pub struct TopicView {
     /// Each group's pace, jobs per second across every instance (null:
     /// none, the groups only share `max_per_second` fairly).
     pub group_max_per_second: Option<u32>,
+    /// The JSON Schema the topic's payloads must match (null: none),
+    /// checked on create and again right before each job is produced
+    /// (docs/api.md, "Payload schemas"). Stored text that is not JSON (a
+    /// hand edit) is shown as a string.
+    #[schema(value_type = Option<Object>)]
+    pub payload_schema: Option<serde_json::Value>,
     /// Who changed the controls last (`api:NAME`, or `sql`).
     pub updated_by: Option<String>,
     pub updated_at: Option<String>,
@@ -47,8 +54,8 @@ pub struct TopicView {
 /// Answer of `GET /v1/topics`.
 #[derive(Debug, Serialize, utoipa::ToSchema)]
 pub struct TopicList {
-    /// Every topic that is paused or paced (through the API or the
-    /// configuration).
+    /// Every topic that is paused, paced, grouped or has a payload schema
+    /// (through the API or the configuration).
     pub topics: Vec<TopicView>,
 }
 
@@ -72,6 +79,13 @@ pub struct PatchTopic {
     #[serde(default, deserialize_with = "present")]
     #[schema(value_type = Option<u32>)]
     pub group_max_per_second: Option<Option<u32>>,
+    /// A JSON Schema the topic's payloads must match from now on: creates
+    /// that do not are refused (400 `payload_schema`), and pending jobs that
+    /// no longer do are held when due. One that does not compile: 400
+    /// `invalid_schema`. null removes it.
+    #[serde(default, deserialize_with = "present")]
+    #[schema(value_type = Option<Object>)]
+    pub payload_schema: Option<Option<serde_json::Value>>,
 }
 
 fn view(state: &ApiState, topic: &str, row: Option<TopicControl>) -> TopicView {
@@ -95,6 +109,13 @@ fn view(state: &ApiState, topic: &str, row: Option<TopicControl>) -> TopicView {
             .as_ref()
             .and_then(|r| r.group_max_per_second)
             .or(config_group_rate),
+        payload_schema: row
+            .as_ref()
+            .and_then(|r| r.payload_schema.as_deref())
+            .map(|text| {
+                serde_json::from_str(text)
+                    .unwrap_or_else(|_| serde_json::Value::String(text.to_owned()))
+            }),
         updated_by: row.as_ref().map(|r| r.updated_by.clone()),
         updated_at: row.as_ref().map(|r| time_format(r.updated_at)),
         watermark: None,
@@ -137,7 +158,12 @@ pub async fn list(
         .into_iter()
         .filter(|(topic, _)| caller.0.topic_allowed(topic))
         .map(|(topic, row)| view(&state, &topic, row))
-        .filter(|v| v.paused || v.max_per_second.is_some() || v.group_by.is_some())
+        .filter(|v| {
+            v.paused
+                || v.max_per_second.is_some()
+                || v.group_by.is_some()
+                || v.payload_schema.is_some()
+        })
         .collect();
     Ok(Json(TopicList { topics }))
 }
@@ -241,10 +267,11 @@ pub async fn patch(
     if body.max_per_second.is_none()
         && body.group_by.is_none()
         && body.group_max_per_second.is_none()
+        && body.payload_schema.is_none()
     {
         return Err(ApiError::InvalidRequest(
-            "nothing to change: give max_per_second, group_by or group_max_per_second \
-             (a value, or null to remove it)"
+            "nothing to change: give max_per_second, group_by, group_max_per_second or \
+             payload_schema (a value, or null to remove it)"
                 .to_owned(),
         ));
     }
@@ -261,6 +288,16 @@ pub async fn patch(
     if let Some(Some(by)) = &body.group_by {
         GroupBy::parse(by).map_err(ApiError::InvalidRequest)?;
     }
+    // Compiled here, so a schema that does not compile is never stored;
+    // stored as its compact text.
+    let payload_schema = match &body.payload_schema {
+        None => None,
+        Some(None) => Some(None),
+        Some(Some(schema)) => {
+            let compiled = PayloadSchema::of_value(schema).map_err(ApiError::InvalidSchema)?;
+            Some(Some(compiled.text().to_owned()))
+        }
+    };
     set(
         &state,
         &caller,
@@ -269,6 +306,7 @@ pub async fn patch(
             max_per_second: body.max_per_second,
             group_by: body.group_by,
             group_max_per_second: body.group_max_per_second,
+            payload_schema,
             ..TopicChange::default()
         },
     )
@@ -287,7 +325,7 @@ async fn set(
         .store(state)
         .topic_control_set(topic, &change, &caller.0.actor())
         .await?;
-    tracing::info!(topic, paused = row.paused, max_per_second = ?row.max_per_second, group_by = ?row.group_by, group_max_per_second = ?row.group_max_per_second, by = %row.updated_by, "topic controls changed");
+    tracing::info!(topic, paused = row.paused, max_per_second = ?row.max_per_second, group_by = ?row.group_by, group_max_per_second = ?row.group_max_per_second, payload_schema = row.payload_schema.is_some(), by = %row.updated_by, "topic controls changed");
     // This instance follows at once; the others within a second.
     if let Err(err) = state.controls.refresh().await {
         tracing::debug!(error = %err, "cannot re-read the topic controls now");

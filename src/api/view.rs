@@ -96,6 +96,13 @@ pub struct JobView {
     /// ceiling, so the job was moved to `debounce_until` instead.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub capped: Option<bool>,
+    /// Held back, still pending, because its payload no longer matched its
+    /// topic's payload schema when it came due: since when, and where the
+    /// payload failed. `POST /v1/jobs/{id}/release` lets it go.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_at: Option<String>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held_reason: Option<String>,
 }
 
 /// When one consumer group read past a job's record.
@@ -180,6 +187,8 @@ impl From<Job> for JobView {
             verified_at: job.verified_at.map(time_format),
             consumed: Vec::new(),
             last_error: job.last_error,
+            held_at: job.held_at.map(time_format),
+            held_reason: job.held_at.and(job.held_reason),
         }
     }
 }

@@ -1,5 +1,5 @@
 //! `tickler topics` and `tickler schedules`: pause, resume, pace and group
-//! topics,
+//! topics, set their payload schemas,
 //! and manage recurring schedules, over a running tickler's API.
 
 use clap::{Args, Subcommand};
@@ -40,6 +40,17 @@ pub enum TopicsCommand {
         #[arg(long)]
         per_second: Option<u32>,
         #[arg(long, conflicts_with_all = ["group_by", "per_second"])]
+        clear: bool,
+    },
+    /// Set the JSON Schema the topic's payloads must match (`--file`), or
+    /// `--clear` it. Creates that do not match are refused; pending jobs
+    /// that no longer match are held when due (`tickler jobs list --held`).
+    Schema {
+        topic: String,
+        /// A file holding the JSON Schema.
+        #[arg(long, required_unless_present = "clear")]
+        file: Option<std::path::PathBuf>,
+        #[arg(long, conflicts_with = "file")]
         clear: bool,
     },
 }
@@ -171,13 +182,14 @@ fn timing_body(timing: &Timing, body: &mut Map<String, Value>) {
     }
 }
 
-const TOPIC_COLUMNS: [&str; 7] = [
+const TOPIC_COLUMNS: [&str; 8] = [
     "topic",
     "paused",
     "max_per_second",
     "source",
     "group_by",
     "group_per_second",
+    "schema",
     "updated_by",
 ];
 
@@ -193,10 +205,15 @@ fn topic_row(view: &Value) -> Vec<String> {
         "max_per_second_source",
         "group_by",
         "group_max_per_second",
+        "payload_schema",
         "updated_by",
     ]
     .iter()
-    .map(|field| text(&view[*field]))
+    .map(|field| match *field {
+        // A schema is long: the table says whether there is one.
+        "payload_schema" if !view[*field].is_null() => "yes".to_owned(),
+        _ => text(&view[*field]),
+    })
     .collect()
 }
 
@@ -261,6 +278,25 @@ pub async fn topics(
                 json!({"group_by": group_by, "group_max_per_second": per_second})
             };
             client.patch(&format!("/v1/topics/{topic}"), &body).await?
+        }
+        TopicsCommand::Schema { topic, file, clear } => {
+            let schema = match (clear, file) {
+                (true, _) | (false, None) => Value::Null,
+                (false, Some(path)) => {
+                    let text = std::fs::read_to_string(&path).map_err(|err| {
+                        ClientError::Usage(format!("cannot read {}: {err}", path.display()))
+                    })?;
+                    serde_json::from_str(&text).map_err(|err| {
+                        ClientError::Usage(format!("{} is not JSON: {err}", path.display()))
+                    })?
+                }
+            };
+            client
+                .patch(
+                    &format!("/v1/topics/{topic}"),
+                    &json!({"payload_schema": schema}),
+                )
+                .await?
         }
     };
     if json {

@@ -26,6 +26,7 @@ use crate::domain::keys::Keyring;
 use crate::domain::request::Limits;
 use crate::index::{self, Index};
 use crate::roles::jobs::Jobs;
+use crate::roles::topic_controls::TopicControls;
 use crate::store::{Actor, BatchRow, Store};
 
 #[derive(Debug, Args)]
@@ -253,6 +254,10 @@ pub async fn run(config: &Config, args: ImportArgs) -> anyhow::Result<ExitCode> 
         Duration::from_millis(config.kafka.topic_refresh_ms),
     );
     let rules = config.topic_rules();
+    // Payload schemas as they stand when the import starts (the
+    // dispatcher checks each job again before it sends it).
+    let controls = TopicControls::new(store.clone(), config);
+    controls.refresh().await?;
     let mut rejects = match &args.rejects {
         Some(path) => Some(std::io::BufWriter::new(
             std::fs::File::create(path)
@@ -283,7 +288,16 @@ pub async fn run(config: &Config, args: ImportArgs) -> anyhow::Result<ExitCode> 
         if let Some((line, request)) = next {
             let job = request
                 .map_err(|message| ("invalid_json".to_owned(), message))
-                .and_then(|text| checked(&text, config, &rules, now));
+                .and_then(|text| checked(&text, config, &rules, now))
+                .and_then(|job| {
+                    controls
+                        .payload_check(&job.topic, job.payload_kind, &job.payload)
+                        .map_err(|mismatch| {
+                            let err = ApiError::PayloadSchema(mismatch.to_string());
+                            (err.code().to_owned(), err.to_string())
+                        })?;
+                    Ok(job)
+                });
             match job {
                 Ok(job) => {
                     let exists = match topic_ok.get(&job.topic) {

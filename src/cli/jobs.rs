@@ -45,6 +45,14 @@ pub enum JobsCommand {
         #[command(flatten)]
         when: WhenMaybe,
     },
+    /// Let a held job go (one whose payload no longer matched its topic's
+    /// payload schema when due): checked against the schema first, unless
+    /// `--force` (admin scope: this attempt is sent as it is).
+    Release {
+        id: u64,
+        #[arg(long)]
+        force: bool,
+    },
     /// A job's changes of state, time and attempt, oldest first, with who
     /// made each.
     History { id: u64 },
@@ -66,6 +74,10 @@ pub struct ListArgs {
     /// reading them).
     #[arg(long)]
     unconsumed_by: Option<String>,
+    /// Only jobs held back because their payload no longer matched their
+    /// topic's payload schema (`held_reason` says where).
+    #[arg(long)]
+    held: bool,
     /// Jobs per page (1 to 1000).
     #[arg(long, default_value_t = 100)]
     limit: u32,
@@ -349,6 +361,19 @@ pub async fn run(client: &Client, command: JobsCommand, json: bool) -> Result<()
                 );
             }
         }
+        JobsCommand::Release { id, force } => {
+            let (_, job) = client
+                .post(&format!("/v1/jobs/{id}/release"), &json!({"force": force}))
+                .await?;
+            if json {
+                print_json(&job);
+            } else {
+                println!(
+                    "job {id} released: due at {}",
+                    job["run_at"].as_str().unwrap_or("")
+                );
+            }
+        }
         JobsCommand::History { id } => history(client, id, json).await?,
         JobsCommand::Bulk(args) => bulk(client, args, json).await?,
     }
@@ -493,6 +518,7 @@ async fn list(client: &Client, args: ListArgs, json: bool) -> Result<(), ClientE
                 ("run_at_from", args.filter.run_at_from.clone()),
                 ("run_at_to", args.filter.run_at_to.clone()),
                 ("unconsumed_by", args.unconsumed_by.clone()),
+                ("held", args.held.then(|| "true".to_owned())),
                 ("limit", Some(args.limit.to_string())),
                 ("cursor", cursor.clone()),
             ])

@@ -353,6 +353,13 @@ pub struct Job {
     pub generation: u32,
     /// The job of the generation before, which held the key until this one.
     pub previous_id: Option<JobId>,
+    /// When it was held back, pending, because its payload no longer
+    /// matched its topic's schema when it came due (None: not held), and
+    /// where it failed. A held job is not claimed until released.
+    pub held_at: Option<DateTime<Utc>>,
+    pub held_reason: Option<String>,
+    /// The attempt a forced release lets go without the schema check.
+    pub schema_waived_attempt: Option<u32>,
 }
 
 impl Job {

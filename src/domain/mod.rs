@@ -23,6 +23,8 @@
 //! - [`compression`] — payload compression: zstd with trained dictionaries
 //! - [`delivery`]   — proof of delivery: a produced record's position, and
 //!   which records are read back (`dispatcher.verify`)
+//! - [`payload_schema`] — a topic's JSON Schema: compiling it, checking a
+//!   payload against it
 //! - [`zones`]      — time zones as data: the loaded tzdata, wall-clock
 //!   times and how a local time resolves
 
@@ -34,6 +36,7 @@ pub mod grouping;
 pub mod job;
 pub mod keys;
 pub mod outcome;
+pub mod payload_schema;
 pub mod policy;
 pub mod request;
 pub mod schedule;

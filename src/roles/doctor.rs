@@ -294,6 +294,11 @@ impl Doctor {
                 .unwrap_or_else(|err| unreachable_store("unreadable", err)),
         );
         findings.push(
+            self.check_held()
+                .await
+                .unwrap_or_else(|err| unreachable_store("held", err)),
+        );
+        findings.push(
             self.check_keys()
                 .await
                 .unwrap_or_else(|err| unreachable_store("keys", err)),
@@ -517,6 +522,29 @@ impl Doctor {
             ids,
             fix: Some(
                 "last_error says which column; repair it by hand (e.g. UPDATE jobs SET headers = NULL WHERE id = …), then POST /v1/jobs/{id}/redrive".to_owned(),
+            ),
+        })
+    }
+
+    /// Pending jobs held back because their payload no longer matched
+    /// their topic's payload schema when they came due: never sent until
+    /// released, so someone must look.
+    async fn check_held(&self) -> Result<Finding, DoctorError> {
+        const CHECK: &str = "held";
+        let (count, ids) = self.store.jobs_held(IDS_SHOWN as u32).await?;
+        if count == 0 {
+            return Ok(Finding::ok(CHECK, "no job is held".to_owned()));
+        }
+        Ok(Finding {
+            check: CHECK,
+            verdict: Verdict::Warn,
+            summary: format!(
+                "{count} pending jobs are held: their payload no longer matches their topic's payload_schema"
+            ),
+            count,
+            ids,
+            fix: Some(
+                "GET /v1/jobs?held=true lists them with held_reason; fix each payload (PATCH /v1/jobs/{id}) or the schema, then POST /v1/jobs/{id}/release (force: true sends it as it is), or cancel it".to_owned(),
             ),
         })
     }

@@ -27,7 +27,8 @@ use crate::domain::job::{Job, JobId, NewJob, Schedule};
 use crate::index::{self, Index};
 use crate::metrics;
 use crate::store::{
-    BatchRow, Cancelled, Debounced, JobChanges, Modified, Redriven, Store, StoreError, WindowEntry,
+    BatchRow, Cancelled, Debounced, HoldReleased, JobChanges, Modified, Redriven, Store,
+    StoreError, WindowEntry,
 };
 
 /// Writes jobs and makes Redis follow; cheap to clone.
@@ -171,6 +172,22 @@ impl Jobs {
             self.follow(&[job], *db_now).await;
         }
         Ok(redriven)
+    }
+
+    /// Releases a held job still at `version` (`waive`: its current attempt
+    /// is sent without the payload schema check); Redis follows.
+    pub async fn release_held(
+        &self,
+        id: JobId,
+        version: u32,
+        waive: bool,
+    ) -> Result<HoldReleased, StoreError> {
+        let released = self.store.job_hold_release(id, version, waive).await?;
+        if let HoldReleased::Applied(job, db_now) = &released {
+            tracing::info!(job_id = job.id, forced = waive, "held job released");
+            self.follow(&[job], *db_now).await;
+        }
+        Ok(released)
     }
 
     /// Counts jobs this service created, and indexes them.

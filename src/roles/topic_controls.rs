@@ -14,6 +14,14 @@
 //! The copy also serves pacing (the dispatcher asks the topic's shared pace
 //! in Redis only for topics that have one) and noticing a resume (the
 //! paused topic's jobs left the index; they go back in).
+//!
+//! And payload schemas: each topic's `payload_schema` is compiled once per
+//! change of its text (kept from one read to the next while the text is
+//! the same). Creates are checked against it, and the dispatcher checks
+//! every job of a topic that has one again right before its send: a job
+//! that no longer matches is held (`held_at`), not sent. A text that does
+//! not compile (a hand edit) is logged once and costs only its topic: its
+//! creates are refused and its due jobs held, never sent unchecked.
 
 use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::{Arc, Mutex, RwLock};
@@ -24,6 +32,8 @@ use tokio::sync::Notify;
 
 use crate::config::{Config, TopicRules};
 use crate::domain::grouping::{GroupBy, Grouping};
+use crate::domain::job::PayloadKind;
+use crate::domain::payload_schema::{PayloadSchema, SchemaMismatch};
 use crate::index::{Index, IndexError};
 use crate::metrics;
 use crate::roles::service::Service;
@@ -54,8 +64,66 @@ struct Snapshot {
     /// Groupings set through the API (or by hand): what by (as stored)
     /// and the groups' pace.
     groups: HashMap<String, (Option<String>, Option<u32>)>,
+    /// Payload schemas, compiled (or why not), by topic.
+    schemas: HashMap<String, TopicSchema>,
     /// When this copy was read (None: never).
     read_at: Option<Instant>,
+}
+
+/// A topic's payload schema as this copy holds it.
+#[derive(Debug, Clone)]
+pub enum TopicSchema {
+    Compiled(Arc<PayloadSchema>),
+    /// Stored text that does not compile (a hand edit): `text` as stored,
+    /// `why` not.
+    Broken {
+        text: Arc<str>,
+        why: String,
+    },
+}
+
+impl TopicSchema {
+    fn of_text(topic: &str, text: &str) -> TopicSchema {
+        match PayloadSchema::compile(text) {
+            Ok(schema) => TopicSchema::Compiled(Arc::new(schema)),
+            Err(why) => {
+                tracing::warn!(
+                    topic,
+                    problem = %why,
+                    "topic_controls.payload_schema is not a JSON Schema; the topic's creates are refused and its due jobs held until it is fixed"
+                );
+                TopicSchema::Broken {
+                    text: Arc::from(text),
+                    why,
+                }
+            }
+        }
+    }
+
+    fn text(&self) -> &str {
+        match self {
+            TopicSchema::Compiled(schema) => schema.text(),
+            TopicSchema::Broken { text, .. } => text,
+        }
+    }
+
+    /// Checks a payload: a broken schema matches nothing.
+    pub fn check(&self, kind: PayloadKind, payload: &[u8]) -> Result<(), SchemaMismatch> {
+        match self {
+            TopicSchema::Compiled(schema) => schema.check(kind, payload),
+            TopicSchema::Broken { why, .. } => {
+                let message = format!(
+                    "the topic's payload_schema does not compile ({why}): no payload can be checked"
+                );
+                Err(SchemaMismatch {
+                    path: "/".to_owned(),
+                    keyword: String::new(),
+                    masked: message.clone(),
+                    message,
+                })
+            }
+        }
+    }
 }
 
 /// This instance's copy of the topic controls, kept fresh by the
@@ -295,6 +363,30 @@ impl TopicControls {
         api || self.rules.any_grouped_by_token()
     }
 
+    /// The payload schema of `topic`, if it has one. One map lookup; none
+    /// at all while no topic has a schema.
+    pub fn payload_schema(&self, topic: &str) -> Option<TopicSchema> {
+        let snapshot = self.read();
+        if snapshot.schemas.is_empty() {
+            return None;
+        }
+        snapshot.schemas.get(topic).cloned()
+    }
+
+    /// Checks a payload against `topic`'s schema, if it has one (validated
+    /// outside the copy's lock).
+    pub fn payload_check(
+        &self,
+        topic: &str,
+        kind: PayloadKind,
+        payload: &[u8],
+    ) -> Result<(), SchemaMismatch> {
+        match self.payload_schema(topic) {
+            Some(schema) => schema.check(kind, payload),
+            None => Ok(()),
+        }
+    }
+
     pub fn is_paused(&self, topic: &str) -> bool {
         self.read().paused.contains(topic)
     }
@@ -342,6 +434,9 @@ impl TopicControls {
             .collect();
         let counted = self.store.topic_in_flight(&limited).await?;
         self.in_flight_counted(&counted, &limited, read_at, false);
+        // Compiled once per text: a schema unchanged since the last read
+        // is kept as compiled then.
+        let previous: HashMap<String, TopicSchema> = self.read().schemas.clone();
         let mut fresh = Snapshot {
             read_at: Some(read_at),
             ..Snapshot::default()
@@ -355,6 +450,13 @@ impl TopicControls {
                     row.topic.clone(),
                     (row.group_by.clone(), row.group_max_per_second),
                 );
+            }
+            if let Some(text) = &row.payload_schema {
+                let schema = match previous.get(&row.topic) {
+                    Some(known) if known.text() == text => known.clone(),
+                    _ => TopicSchema::of_text(&row.topic, text),
+                };
+                fresh.schemas.insert(row.topic.clone(), schema);
             }
             if let Some(rate) = row.max_per_second {
                 fresh.rates.insert(row.topic, rate);

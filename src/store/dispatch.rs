@@ -29,6 +29,10 @@ use crate::domain::job::{Job, JobId, Status};
 pub(super) const CLAIM_NONE: &str = "claim_token = 0, claimed_by = 0, \
      claimed_at = '1970-01-01 00:00:00.000', claim_expires_at = '1970-01-01 00:00:00.000'";
 
+/// [`CLAIM_NONE`] for an UPDATE of `jobs j` joined to another table.
+pub(super) const CLAIM_NONE_JOINED: &str = "j.claim_token = 0, j.claimed_by = 0, \
+     j.claimed_at = '1970-01-01 00:00:00.000', j.claim_expires_at = '1970-01-01 00:00:00.000'";
+
 /// The claim's condition that the row's topic is not paused.
 const PAUSED_NOT: &str = "topic NOT IN (SELECT topic FROM topic_controls WHERE paused) AND ";
 
@@ -192,6 +196,12 @@ impl Store {
         if skip_paused {
             query.push(" AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused)");
         }
+        if from.is_none() {
+            // Held jobs (overdue by nature) stay out of the index until
+            // released; a scan from a lower bound on sees none, as they
+            // were held when due, so it keeps to its covering index.
+            query.push(" AND held_at IS NULL");
+        }
         if let Some(from) = from {
             query.push(" AND status_at >= ").push_bind(db_time(from));
         }
@@ -289,7 +299,8 @@ impl Store {
             .push_bind(lookahead_us)
             .push(
                 ", UTC_TIMESTAMP(3)) \
-                 AND (expires_at IS NULL OR expires_at > UTC_TIMESTAMP(3) OR attempt > 1) AND ",
+                 AND (expires_at IS NULL OR expires_at > UTC_TIMESTAMP(3) OR attempt > 1) \
+                 AND held_at IS NULL AND ",
             );
         if paused_check {
             update.push(PAUSED_NOT);
@@ -303,7 +314,8 @@ impl Store {
         ));
         push_fence(&mut select, fence);
         select.push(
-            " AS fence_holds, COALESCE(expires_at <= UTC_TIMESTAMP(3) AND attempt = 1, FALSE) AS expired, ",
+            " AS fence_holds, COALESCE(expires_at <= UTC_TIMESTAMP(3) AND attempt = 1, FALSE) AS expired, \
+             held_at IS NOT NULL AS held, ",
         );
         select.push(if paused_check {
             "topic IN (SELECT topic FROM topic_controls WHERE paused)"
@@ -353,6 +365,7 @@ impl Store {
             let fence_holds: i64 = row.try_get("fence_holds")?;
             let expired: i64 = row.try_get("expired")?;
             let paused: i64 = row.try_get("paused")?;
+            let held_back: i64 = row.try_get("held")?;
             outcome.db_now = Some(db_now.and_utc());
             seen.push(id);
             match status.as_str() {
@@ -411,6 +424,9 @@ impl Store {
                         Err(err) => outcome.unreadable.push((id, err.to_string())),
                     }
                 }
+                // Held (its payload failed its topic's schema): out of the
+                // index until released, like any stale entry.
+                "pending" if held_back != 0 => outcome.stale.push(id),
                 "pending" if fence_holds == 0 => outcome.fenced.push(id),
                 "pending" if paused != 0 => outcome.paused.push(id),
                 "pending" if expired != 0 && schedule_time <= db_now.and_utc() => {

@@ -32,7 +32,7 @@ macro_rules! job_columns {
              trace_parent, schedule_id, expires_at, window_ms, window_start, enc_key, \
              run_local, time_zone, tzdata_version, generation, previous_id, \
              TIMESTAMPADD(MICROSECOND, LEAST(debounce_max_ms, 1000000000000) * 1000, \
-             debounce_first_at) AS debounce_until"
+             debounce_first_at) AS debounce_until, held_at, held_reason, schema_waived_attempt"
         )
     };
 }
@@ -135,6 +135,9 @@ pub(super) fn job_created(new: &NewJob, row: &MySqlRow) -> Result<Job, StoreErro
         debounce_until: None,
         generation: 0,
         previous_id: None,
+        held_at: None,
+        held_reason: None,
+        schema_waived_attempt: None,
     })
 }
 
@@ -248,6 +251,11 @@ fn job_with_body(
             .map(|at| at.and_utc()),
         generation: row.try_get("generation").unwrap_or_default(),
         previous_id: row.try_get("previous_id").ok().flatten(),
+        held_at: row
+            .try_get::<Option<NaiveDateTime>, _>("held_at")?
+            .map(|at| at.and_utc()),
+        held_reason: text(row, "held_reason")?,
+        schema_waived_attempt: row.try_get("schema_waived_attempt")?,
     })
 }
 

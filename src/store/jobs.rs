@@ -109,6 +109,9 @@ pub struct JobFilter {
     /// Only dispatched jobs consumer group this has not read past (of the
     /// topics it is known to read: `consumer_offsets`).
     pub unconsumed_by: Option<String>,
+    /// Only held jobs (true) or only jobs not held (false): pending jobs a
+    /// changed payload schema held back.
+    pub held: Option<bool>,
 }
 
 /// One entry of a job's history.
@@ -353,6 +356,11 @@ impl Store {
                 .push(", enc_key = ")
                 .push_bind(key);
         }
+        if changes.payload.is_some() {
+            // A new payload lets a held job go: the API checked it against
+            // its topic's schema, and the dispatcher checks it again.
+            query.push(", held_at = NULL, held_reason = NULL");
+        }
         if let Some(position) = position {
             query.push(", ingress_position = ").push_bind(position);
         }
@@ -561,6 +569,7 @@ impl Store {
         if let Some(group) = &filter.unconsumed_by {
             super::consumption::unconsumed_push(&mut query, group);
         }
+        super::holds::held_push(&mut query, filter.held);
         // id-order: the keyset paging's order (see above).
         query.push(" ORDER BY id LIMIT ").push_bind(limit);
         let rows = query.build().fetch_all(&self.pool).await?;

@@ -117,13 +117,16 @@ impl Store {
 
     /// Pending jobs already due, and the age of the oldest. The jobs of a
     /// paused topic are held on purpose: left out here, in the window
-    /// count and the next due time (`GET /v1/topics` shows paused topics).
+    /// count and the next due time (`GET /v1/topics` shows paused topics);
+    /// so are jobs held by their payload schema (`GET /v1/jobs?held=true`,
+    /// the doctor's `held` check).
     pub async fn job_overdue(&self) -> Result<Overdue, StoreError> {
         let row = sqlx::query(
             "SELECT COUNT(*) AS n, \
              CAST(COALESCE(TIMESTAMPDIFF(MICROSECOND, MIN(status_at), UTC_TIMESTAMP(3)), 0) / 1000 AS SIGNED) AS age \
              FROM jobs WHERE status = 'pending' AND status_at <= UTC_TIMESTAMP(3) \
-             AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused)",
+             AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused) \
+             AND held_at IS NULL",
         )
         .fetch_one(&self.pool)
         .await?;
@@ -141,7 +144,8 @@ impl Store {
         let n: i64 = sqlx::query_scalar(
             "SELECT (SELECT COUNT(*) FROM jobs WHERE status = 'pending' \
                AND status_at < TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3)) \
-               AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused)) \
+               AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused) \
+               AND held_at IS NULL) \
              + (SELECT COUNT(*) FROM jobs WHERE status = 'dispatching')",
         )
         .bind(window_us)
@@ -159,7 +163,7 @@ impl Store {
             "SELECT CAST(TIMESTAMPDIFF(MICROSECOND, UTC_TIMESTAMP(3), status_at) / 1000 AS SIGNED) \
              FROM jobs WHERE status = 'pending' AND status_at IS NOT NULL \
              AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused) \
-             ORDER BY status_at LIMIT 1",
+             AND held_at IS NULL ORDER BY status_at LIMIT 1",
         )
         .fetch_optional(&self.pool)
         .await?;
@@ -269,7 +273,7 @@ impl Store {
             "SELECT id, status_at AS schedule_time FROM jobs WHERE status = 'pending' \
              AND status_at < TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3)) \
              AND topic NOT IN (SELECT topic FROM topic_controls WHERE paused) \
-             ORDER BY status_at LIMIT ?",
+             AND held_at IS NULL ORDER BY status_at LIMIT ?",
         )
         .bind(window_us)
         .bind(limit)

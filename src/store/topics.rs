@@ -26,6 +26,9 @@ pub struct TopicControl {
     /// not parse: the dispatcher then ignores it, with a warning).
     pub group_by: Option<String>,
     pub group_max_per_second: Option<u32>,
+    /// The JSON Schema its payloads must match, as stored (a hand edit may
+    /// not be JSON or not a schema: the topic's due jobs are then held).
+    pub payload_schema: Option<String>,
     pub updated_by: String,
     pub updated_at: DateTime<Utc>,
 }
@@ -55,6 +58,8 @@ pub struct TopicChange {
     /// Likewise for the grouping and the groups' pace.
     pub group_by: Option<Option<String>>,
     pub group_max_per_second: Option<Option<u32>>,
+    /// `Some(None)` removes the payload schema; the text is a compiled one.
+    pub payload_schema: Option<Option<String>>,
 }
 
 fn control_from_row(row: &MySqlRow) -> Result<TopicControl, StoreError> {
@@ -70,13 +75,16 @@ fn control_from_row(row: &MySqlRow) -> Result<TopicControl, StoreError> {
             .try_get::<Option<Vec<u8>>, _>("group_by")?
             .map(|text| String::from_utf8_lossy(&text).into_owned()),
         group_max_per_second: row.try_get("group_max_per_second")?,
+        payload_schema: row
+            .try_get::<Option<Vec<u8>>, _>("payload_schema")?
+            .map(|text| String::from_utf8_lossy(&text).into_owned()),
         updated_by: String::from_utf8_lossy(&updated_by).into_owned(),
         updated_at: updated_at.and_utc(),
     })
 }
 
-const CONTROL_COLUMNS: &str =
-    "topic, paused, max_per_second, group_by, group_max_per_second, updated_by, updated_at";
+const CONTROL_COLUMNS: &str = "topic, paused, max_per_second, group_by, group_max_per_second, \
+     payload_schema, updated_by, updated_at";
 
 impl Store {
     /// Every topic with controls.
@@ -214,14 +222,18 @@ impl Store {
         let rate = change.max_per_second.flatten();
         let group_by = change.group_by.clone().flatten();
         let group_rate = change.group_max_per_second.flatten();
+        let schema = change.payload_schema.clone().flatten();
+        // Crash after this commits: the change holds; every instance reads
+        // it within a second.
         sqlx::query(
             "INSERT INTO topic_controls \
-             (topic, paused, max_per_second, group_by, group_max_per_second, updated_by) \
-             VALUES (?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE \
+             (topic, paused, max_per_second, group_by, group_max_per_second, payload_schema, \
+             updated_by) VALUES (?, ?, ?, ?, ?, ?, ?) ON DUPLICATE KEY UPDATE \
              paused = IF(?, ?, paused), \
              max_per_second = IF(?, ?, max_per_second), \
              group_by = IF(?, ?, group_by), \
              group_max_per_second = IF(?, ?, group_max_per_second), \
+             payload_schema = IF(?, ?, payload_schema), \
              updated_by = ?, updated_at = UTC_TIMESTAMP(3)",
         )
         .bind(topic)
@@ -229,6 +241,7 @@ impl Store {
         .bind(rate)
         .bind(&group_by)
         .bind(group_rate)
+        .bind(&schema)
         .bind(by)
         .bind(change.paused.is_some())
         .bind(paused)
@@ -238,6 +251,8 @@ impl Store {
         .bind(&group_by)
         .bind(change.group_max_per_second.is_some())
         .bind(group_rate)
+        .bind(change.payload_schema.is_some())
+        .bind(&schema)
         .bind(by)
         .execute(&self.pool)
         .await?;
@@ -256,10 +271,11 @@ impl Store {
         limit: u32,
     ) -> Result<Vec<WindowEntry>, StoreError> {
         let rows = sqlx::query(
+            // Held jobs stay out until released.
             // id-order: keyset paging over the topic's pending jobs: needs ids to be a
             // total order, not a time order.
             "SELECT id, schedule_time FROM jobs WHERE status = 'pending' AND topic = ? \
-             AND schedule_time < ? AND id > ? ORDER BY id LIMIT ?",
+             AND held_at IS NULL AND schedule_time < ? AND id > ? ORDER BY id LIMIT ?",
         )
         .bind(topic)
         .bind(db_time(until))

@@ -19,7 +19,8 @@ base_url, token, topic = sys.argv[2], sys.argv[3], sys.argv[4]
 from tickler_client import AuthenticatedClient  # noqa: E402
 from tickler_client.api.dev import dev_clock_advance, dev_clock_get  # noqa: E402
 from tickler_client.api.jobs import (  # noqa: E402
-    job_cancel, job_create, job_get, job_history, job_modify, jobs_batch_create, jobs_list)
+    job_cancel, job_create, job_get, job_history, job_modify, job_release, jobs_batch_create,
+    jobs_list)
 from tickler_client.api.operations import (  # noqa: E402
     audit_list, bulk_op_get, bulk_ops_list, forecast_get, health, jobs_bulk_create, readiness_get,
     stats_get)
@@ -32,7 +33,8 @@ from tickler_client.api.topics import (  # noqa: E402
     topic_get, topic_modify, topic_pause, topic_resume, topics_list)
 from tickler_client.models import (  # noqa: E402
     BackfillSchedule, BulkRequest, ClockAdvance, CreateBatch, CreateJob, CreateSchedule, ErrorBody,
-    PatchJob, PatchSchedule, PatchTopic, PreviewSchedule, RedriveJob, ReportBody, TriggerSchedule)
+    PatchJob, PatchSchedule, PatchTopic, PreviewSchedule, RedriveJob, ReleaseJob, ReportBody,
+    TriggerSchedule)
 
 client = AuthenticatedClient(base_url=base_url, token=token, raise_on_unexpected_status=True)
 driven = []
@@ -137,6 +139,22 @@ forecast = call(forecast_get, topic=topic, from_="2030-01-31T00:00:00Z",
 assert [b.at for b in forecast.buckets] == [
     "2030-01-31T00:00:00.000Z", "2030-02-01T00:00:00.000Z"], forecast
 assert all(b.jobs >= 0 and b.projected >= 0 for b in forecast.buckets), forecast
+# A payload schema set while a job is pending: the job is held when due,
+# then released by force (sent as it is); the schema is removed again.
+odd = call(job_create, body=CreateJob.from_dict(
+    {"topic": topic, "payload": {"n": "x"}, "delay_ms": 2000}))
+call(topic_modify, topic, body=PatchTopic.from_dict(
+    {"payload_schema": {"type": "object", "properties": {"n": {"type": "number"}}}}))
+deadline = time.time() + 20
+while not job_get.sync(odd.id, client=client).held_at:
+    assert time.time() < deadline, "the job is held within 20 s"
+    time.sleep(0.1)
+held = call(jobs_list, topic=topic, held=True)
+assert [j.id for j in held.jobs] == [odd.id], held
+released = call(job_release, odd.id, body=ReleaseJob.from_dict({"force": True}))
+assert not released.held_at, released
+call(topic_modify, topic, body=PatchTopic.from_dict({"payload_schema": None}))
+
 call(topic_modify, topic, body=PatchTopic.from_dict({"max_per_second": 500}))
 call(topic_pause, topic)
 call(topic_get, topic)

@@ -293,6 +293,10 @@ impl Releaser {
                 ));
                 continue;
             }
+            if let Some(why) = self.schema_refusal(&job) {
+                outcomes.push(sent(&job, Err(Failure::Held(why))));
+                continue;
+            }
             if self.topics.state(&job.topic) == TopicState::Missing {
                 // Refused only on recent metadata, so a topic created since
                 // is not held against a job. Older metadata is fetched again
@@ -362,6 +366,21 @@ impl Releaser {
             outstanding,
             sent_at: Instant::now(),
         }
+    }
+
+    /// Why `job` must not be sent: its payload does not match its topic's
+    /// payload schema in force now (None: it matches, the topic has none,
+    /// or a forced release waived the check for this attempt). A topic
+    /// without a schema costs one map lookup, none while no topic has one.
+    fn schema_refusal(&self, job: &Job) -> Option<String> {
+        if job.schema_waived_attempt == Some(job.attempt) {
+            return None;
+        }
+        let schema = self.controls.payload_schema(&job.topic)?;
+        schema
+            .check(job.payload_kind, &job.payload)
+            .err()
+            .map(|mismatch| format!("payload_schema: {}", mismatch.without_values()))
     }
 
     /// Waits for a group's acknowledgements, at most `ack_wait`; past it,

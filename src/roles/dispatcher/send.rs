@@ -41,6 +41,9 @@ pub enum Failure {
     /// old, which is being fetched again. Tried again, attempt uncounted,
     /// and no sign of trouble with the broker.
     Unchecked(String),
+    /// Not sent: its payload no longer matches its topic's schema (where it
+    /// fails). Held, pending, until released; attempt uncounted.
+    Held(String),
 }
 
 /// What a send's error means for the job: only the record's own fault

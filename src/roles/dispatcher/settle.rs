@@ -116,6 +116,9 @@ impl Settler {
         // By claim token.
         let mut refused: BTreeMap<u64, Vec<(JobId, String)>> = BTreeMap::new();
         let mut failed: BTreeMap<u64, (Vec<JobId>, i64)> = BTreeMap::new();
+        // Payloads their topic's schema refused: by claim token, with why
+        // and the topic.
+        let mut held: BTreeMap<u64, Vec<(JobId, String, String)>> = BTreeMap::new();
         // Handed to the broker, fate unknown: by claim token.
         let mut doubted: BTreeMap<u64, Vec<JobId>> = BTreeMap::new();
         let mut doubt_error = None;
@@ -190,6 +193,11 @@ impl Settler {
                     entry.0.push(sent.id);
                     failed_count += 1;
                 }
+                Failure::Held(why) => {
+                    held.entry(sent.token)
+                        .or_default()
+                        .push((sent.id, sent.topic.clone(), why));
+                }
                 Failure::Unchecked(message) => {
                     tracing::debug!(job_id = sent.id, error = %message, "record not sent");
                     first_error.get_or_insert(message);
@@ -257,6 +265,9 @@ impl Settler {
         for (token, refused) in &refused {
             self.refusals_record(*token, refused).await;
         }
+        for (token, held) in &held {
+            self.holds_record(*token, held).await;
+        }
         // A job a consumer's report already sent back for a retry keeps its
         // Redis entry (its retry time); its lease entry just expires.
         let done: Vec<JobId> = dispatched
@@ -318,6 +329,30 @@ impl Settler {
         self.index_requeue(&back).await;
         if let Err(err) = self.index.job_remove_many(&gone).await {
             metrics::index_failed("drop refused jobs", gone.len(), &err);
+        }
+    }
+
+    /// Holds jobs whose payload no longer matches their topic's schema:
+    /// back to `pending`, held (never claimed until released), out of
+    /// Redis; logged and counted by topic. Failing, the rows stay
+    /// dispatching and the lease brings them back to be checked again.
+    async fn holds_record(&self, token: u64, held: &[(JobId, String, String)]) {
+        let rows: Vec<(JobId, String)> =
+            held.iter().map(|(id, _, why)| (*id, why.clone())).collect();
+        match self.store.job_hold_many(token, &rows).await {
+            Ok(_) => {
+                for (id, topic, why) in held {
+                    metrics::job_held(*id, topic, "payload_schema", why);
+                }
+                let ids: Vec<JobId> = rows.iter().map(|(id, _)| *id).collect();
+                if let Err(err) = self.index.job_remove_many(&ids).await {
+                    // Harmless: the claim refuses a held job and drops it.
+                    metrics::index_failed("drop held jobs", ids.len(), &err);
+                }
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, num_jobs = held.len(), "cannot hold jobs whose payload fails their topic's schema; their lease returns them")
+            }
         }
     }
 

@@ -40,6 +40,7 @@ use crate::kafka::{self, GroupConsumer, KafkaError, Producer, Received, Topics};
 use crate::metrics;
 use crate::roles::jobs::Jobs;
 use crate::roles::membership::Ownership;
+use crate::roles::topic_controls::TopicControls;
 use crate::store::Store;
 
 pub use pass::{Batch, IngressConfig, RequestOutcome, Taken, INGRESS_LINGER};
@@ -151,6 +152,7 @@ impl Ingress {
                 topics,
                 rules: Arc::new(app.topic_rules()),
                 config: config.clone(),
+                controls: None,
             },
             config,
             consumer: OnceLock::new(),
@@ -160,6 +162,13 @@ impl Ingress {
             stopped: AtomicBool::new(false),
             targets: RandomState::new(),
         })
+    }
+
+    /// Checks each create's payload against its target topic's payload
+    /// schema (this instance's copy of the topic controls).
+    pub fn with_controls(mut self, controls: TopicControls) -> Self {
+        self.writer.controls = Some(controls);
+        self
     }
 
     /// Reads the request partitions that are this instance's by

@@ -140,6 +140,9 @@ pub enum RequestError {
     Forbidden(String),
     #[error("{0}: jobs may not be produced there")]
     Reserved(String),
+    /// The payload does not match the target topic's payload schema.
+    #[error("the payload does not match the topic's payload_schema: {0}")]
+    PayloadSchema(String),
     #[error("topic {0:?} does not exist on the broker: create it first (or see the kafka.topic_check setting)")]
     UnknownTopic(String),
     /// A cancel for a (topic, key) no job holds.
@@ -173,6 +176,7 @@ impl RequestError {
             RequestError::Policy(_) => "invalid_policy",
             RequestError::Forbidden(_) => "forbidden_topic",
             RequestError::Reserved(_) => "reserved_topic",
+            RequestError::PayloadSchema(_) => "payload_schema",
             RequestError::UnknownTopic(_) => "unknown_topic",
             RequestError::NotFound { .. } => "not_found",
             RequestError::NotPending(_) => "not_pending",

@@ -17,6 +17,7 @@ use crate::domain::job::{Expiry, NewJob, Status};
 use crate::kafka::Topics;
 use crate::metrics;
 use crate::roles::jobs::Jobs;
+use crate::roles::topic_controls::TopicControls;
 use crate::store::{BatchRow, Cancelled, Debounced, JobChanges, Modified, StoreError};
 
 use super::request::{request_parse, target_allowed, Request, RequestError};
@@ -48,6 +49,9 @@ pub struct Writer {
     /// The policies of target topics, and the topics nobody may target.
     pub(super) rules: Arc<TopicRules>,
     pub(super) config: Arc<IngressConfig>,
+    /// Payload schemas of target topics (None: not checked, as in tests
+    /// that build an ingress alone).
+    pub(super) controls: Option<TopicControls>,
 }
 
 impl Writer {
@@ -206,6 +210,11 @@ impl Writer {
         }
         if let Some(why) = self.rules.topic_reserved(topic) {
             return Err(RequestError::Reserved(why));
+        }
+        if let (Request::Put(job), Some(controls)) = (&request, &self.controls) {
+            controls
+                .payload_check(&job.topic, job.payload_kind, &job.payload)
+                .map_err(|mismatch| RequestError::PayloadSchema(mismatch.to_string()))?;
         }
         Ok(request)
     }
