@@ -61,12 +61,14 @@ from .patch_job_headers_type_0 import PatchJobHeadersType0
 from .patch_schedule import PatchSchedule
 from .patch_schedule_headers_type_0 import PatchScheduleHeadersType0
 from .patch_topic import PatchTopic
+from .patch_topic_payload_schema_type_0 import PatchTopicPayloadSchemaType0
 from .preview import Preview
 from .preview_schedule import PreviewSchedule
 from .quota_view import QuotaView
 from .ready import Ready
 from .ready_checks import ReadyChecks
 from .redrive_job import RedriveJob
+from .release_job import ReleaseJob
 from .report_answer import ReportAnswer
 from .report_body import ReportBody
 from .schedule_audit import ScheduleAudit
@@ -82,6 +84,7 @@ from .status import Status
 from .topic_count import TopicCount
 from .topic_list import TopicList
 from .topic_view import TopicView
+from .topic_view_payload_schema_type_0 import TopicViewPayloadSchemaType0
 from .trigger_schedule import TriggerSchedule
 from .tzdata_view import TzdataView
 
@@ -147,12 +150,14 @@ __all__ = (
     "PatchSchedule",
     "PatchScheduleHeadersType0",
     "PatchTopic",
+    "PatchTopicPayloadSchemaType0",
     "Preview",
     "PreviewSchedule",
     "QuotaView",
     "Ready",
     "ReadyChecks",
     "RedriveJob",
+    "ReleaseJob",
     "ReportAnswer",
     "ReportBody",
     "ScheduleAudit",
@@ -168,6 +173,7 @@ __all__ = (
     "TopicCount",
     "TopicList",
     "TopicView",
+    "TopicViewPayloadSchemaType0",
     "TriggerSchedule",
     "TzdataView",
 )

@@ -58,6 +58,10 @@ class JobView:
                 `misfire: skip` schedule).
             generation (int | None | Unset): Its key's generation, from 1 for a job a debounce created after the
                 one before went out (absent for the first).
+            held_at (None | str | Unset): Held back, still pending, because its payload no longer matched its
+                topic's payload schema when it came due: since when, and where the
+                payload failed. `POST /v1/jobs/{id}/release` lets it go.
+            held_reason (None | str | Unset):
             kafka (KafkaPosition | None | Unset):
             key (None | str | Unset):
             last_error (None | str | Unset):
@@ -102,6 +106,8 @@ class JobView:
     dispatched_at: None | str | Unset = UNSET
     expires_at: None | str | Unset = UNSET
     generation: int | None | Unset = UNSET
+    held_at: None | str | Unset = UNSET
+    held_reason: None | str | Unset = UNSET
     kafka: KafkaPosition | None | Unset = UNSET
     key: None | str | Unset = UNSET
     last_error: None | str | Unset = UNSET
@@ -204,6 +210,18 @@ class JobView:
             generation = UNSET
         else:
             generation = self.generation
+
+        held_at: None | str | Unset
+        if isinstance(self.held_at, Unset):
+            held_at = UNSET
+        else:
+            held_at = self.held_at
+
+        held_reason: None | str | Unset
+        if isinstance(self.held_reason, Unset):
+            held_reason = UNSET
+        else:
+            held_reason = self.held_reason
 
         kafka: dict[str, Any] | None | Unset
         if isinstance(self.kafka, Unset):
@@ -322,6 +340,10 @@ class JobView:
             field_dict["expires_at"] = expires_at
         if generation is not UNSET:
             field_dict["generation"] = generation
+        if held_at is not UNSET:
+            field_dict["held_at"] = held_at
+        if held_reason is not UNSET:
+            field_dict["held_reason"] = held_reason
         if kafka is not UNSET:
             field_dict["kafka"] = kafka
         if key is not UNSET:
@@ -472,6 +494,26 @@ class JobView:
             return cast(int | None | Unset, data)
 
         generation = _parse_generation(d.pop("generation", UNSET))
+
+
+        def _parse_held_at(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        held_at = _parse_held_at(d.pop("held_at", UNSET))
+
+
+        def _parse_held_reason(data: object) -> None | str | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(None | str | Unset, data)
+
+        held_reason = _parse_held_reason(d.pop("held_reason", UNSET))
 
 
         def _parse_kafka(data: object) -> KafkaPosition | None | Unset:
@@ -639,6 +681,8 @@ class JobView:
             dispatched_at=dispatched_at,
             expires_at=expires_at,
             generation=generation,
+            held_at=held_at,
+            held_reason=held_reason,
             kafka=kafka,
             key=key,
             last_error=last_error,

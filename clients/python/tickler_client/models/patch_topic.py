@@ -11,6 +11,8 @@ from ..types import UNSET, Unset
 from ..types import UNSET, Unset
 from typing import cast
 
+if TYPE_CHECKING:
+  from ..models.patch_topic_payload_schema_type_0 import PatchTopicPayloadSchemaType0
 
 
 
@@ -32,17 +34,24 @@ class PatchTopic:
                 1; null removes it.
             max_per_second (int | None | Unset): Jobs per second across every instance, at least 1; null removes
                 the API's pace (the configuration's applies again).
+            payload_schema (None | PatchTopicPayloadSchemaType0 | Unset): A JSON Schema the topic's payloads must match from
+                now on: creates
+                that do not are refused (400 `payload_schema`), and pending jobs that
+                no longer do are held when due. One that does not compile: 400
+                `invalid_schema`. null removes it.
      """
 
     group_by: None | str | Unset = UNSET
     group_max_per_second: int | None | Unset = UNSET
     max_per_second: int | None | Unset = UNSET
+    payload_schema: None | PatchTopicPayloadSchemaType0 | Unset = UNSET
 
 
 
 
 
     def to_dict(self) -> dict[str, Any]:
+        from ..models.patch_topic_payload_schema_type_0 import PatchTopicPayloadSchemaType0 # noqa: PLC0415
         group_by: None | str | Unset
         if isinstance(self.group_by, Unset):
             group_by = UNSET
@@ -61,6 +70,14 @@ class PatchTopic:
         else:
             max_per_second = self.max_per_second
 
+        payload_schema: dict[str, Any] | None | Unset
+        if isinstance(self.payload_schema, Unset):
+            payload_schema = UNSET
+        elif isinstance(self.payload_schema, PatchTopicPayloadSchemaType0):
+            payload_schema = self.payload_schema.to_dict()
+        else:
+            payload_schema = self.payload_schema
+
 
         field_dict: dict[str, Any] = {}
 
@@ -72,6 +89,8 @@ class PatchTopic:
             field_dict["group_max_per_second"] = group_max_per_second
         if max_per_second is not UNSET:
             field_dict["max_per_second"] = max_per_second
+        if payload_schema is not UNSET:
+            field_dict["payload_schema"] = payload_schema
 
         return field_dict
 
@@ -79,6 +98,7 @@ class PatchTopic:
 
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.patch_topic_payload_schema_type_0 import PatchTopicPayloadSchemaType0 # noqa: PLC0415
         d = dict(src_dict)
         def _parse_group_by(data: object) -> None | str | Unset:
             if data is None:
@@ -110,10 +130,31 @@ class PatchTopic:
         max_per_second = _parse_max_per_second(d.pop("max_per_second", UNSET))
 
 
+        def _parse_payload_schema(data: object) -> None | PatchTopicPayloadSchemaType0 | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                payload_schema_type_0 = PatchTopicPayloadSchemaType0.from_dict(data)
+
+
+
+                return payload_schema_type_0
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            return cast(None | PatchTopicPayloadSchemaType0 | Unset, data)
+
+        payload_schema = _parse_payload_schema(d.pop("payload_schema", UNSET))
+
+
         patch_topic = cls(
             group_by=group_by,
             group_max_per_second=group_max_per_second,
             max_per_second=max_per_second,
+            payload_schema=payload_schema,
         )
 
         return patch_topic

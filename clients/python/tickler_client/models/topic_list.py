@@ -26,8 +26,8 @@ class TopicList:
     """ Answer of `GET /v1/topics`.
 
         Attributes:
-            topics (list[TopicView]): Every topic that is paused or paced (through the API or the
-                configuration).
+            topics (list[TopicView]): Every topic that is paused, paced, grouped or has a payload schema
+                (through the API or the configuration).
      """
 
     topics: list[TopicView]

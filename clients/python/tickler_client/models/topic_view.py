@@ -11,6 +11,8 @@ from ..types import UNSET, Unset
 from ..types import UNSET, Unset
 from typing import cast
 
+if TYPE_CHECKING:
+  from ..models.topic_view_payload_schema_type_0 import TopicViewPayloadSchemaType0
 
 
 
@@ -34,6 +36,11 @@ class TopicView:
             max_per_second (int | None | Unset): The pace in force, jobs per second (null: none).
             max_per_second_source (None | str | Unset): Where the pace comes from: `api` (PATCH), `config`
                 (`topics.<name>.max_per_second`) or null.
+            payload_schema (None | TopicViewPayloadSchemaType0 | Unset): The JSON Schema the topic's payloads must match
+                (null: none),
+                checked on create and again right before each job is produced
+                (docs/api.md, "Payload schemas"). Stored text that is not JSON (a
+                hand edit) is shown as a string.
             updated_at (None | str | Unset):
             updated_by (None | str | Unset): Who changed the controls last (`api:NAME`, or `sql`).
             watermark (None | str | Unset): The due-time watermark: every job of the topic due at or before it
@@ -47,6 +54,7 @@ class TopicView:
     group_max_per_second: int | None | Unset = UNSET
     max_per_second: int | None | Unset = UNSET
     max_per_second_source: None | str | Unset = UNSET
+    payload_schema: None | TopicViewPayloadSchemaType0 | Unset = UNSET
     updated_at: None | str | Unset = UNSET
     updated_by: None | str | Unset = UNSET
     watermark: None | str | Unset = UNSET
@@ -57,6 +65,7 @@ class TopicView:
 
 
     def to_dict(self) -> dict[str, Any]:
+        from ..models.topic_view_payload_schema_type_0 import TopicViewPayloadSchemaType0 # noqa: PLC0415
         paused = self.paused
 
         topic = self.topic
@@ -84,6 +93,14 @@ class TopicView:
             max_per_second_source = UNSET
         else:
             max_per_second_source = self.max_per_second_source
+
+        payload_schema: dict[str, Any] | None | Unset
+        if isinstance(self.payload_schema, Unset):
+            payload_schema = UNSET
+        elif isinstance(self.payload_schema, TopicViewPayloadSchemaType0):
+            payload_schema = self.payload_schema.to_dict()
+        else:
+            payload_schema = self.payload_schema
 
         updated_at: None | str | Unset
         if isinstance(self.updated_at, Unset):
@@ -118,6 +135,8 @@ class TopicView:
             field_dict["max_per_second"] = max_per_second
         if max_per_second_source is not UNSET:
             field_dict["max_per_second_source"] = max_per_second_source
+        if payload_schema is not UNSET:
+            field_dict["payload_schema"] = payload_schema
         if updated_at is not UNSET:
             field_dict["updated_at"] = updated_at
         if updated_by is not UNSET:
@@ -131,6 +150,7 @@ class TopicView:
 
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
+        from ..models.topic_view_payload_schema_type_0 import TopicViewPayloadSchemaType0 # noqa: PLC0415
         d = dict(src_dict)
         paused = d.pop("paused")
 
@@ -176,6 +196,26 @@ class TopicView:
         max_per_second_source = _parse_max_per_second_source(d.pop("max_per_second_source", UNSET))
 
 
+        def _parse_payload_schema(data: object) -> None | TopicViewPayloadSchemaType0 | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                payload_schema_type_0 = TopicViewPayloadSchemaType0.from_dict(data)
+
+
+
+                return payload_schema_type_0
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            return cast(None | TopicViewPayloadSchemaType0 | Unset, data)
+
+        payload_schema = _parse_payload_schema(d.pop("payload_schema", UNSET))
+
+
         def _parse_updated_at(data: object) -> None | str | Unset:
             if data is None:
                 return data
@@ -213,6 +253,7 @@ class TopicView:
             group_max_per_second=group_max_per_second,
             max_per_second=max_per_second,
             max_per_second_source=max_per_second_source,
+            payload_schema=payload_schema,
             updated_at=updated_at,
             updated_by=updated_by,
             watermark=watermark,

@@ -23,6 +23,7 @@ def _get_kwargs(
     run_at_from: str | Unset = UNSET,
     run_at_to: str | Unset = UNSET,
     unconsumed_by: str | Unset = UNSET,
+    held: bool | Unset = UNSET,
     limit: int | Unset = UNSET,
     cursor: str | Unset = UNSET,
 
@@ -44,6 +45,8 @@ def _get_kwargs(
     params["run_at_to"] = run_at_to
 
     params["unconsumed_by"] = unconsumed_by
+
+    params["held"] = held
 
     params["limit"] = limit
 
@@ -159,6 +162,7 @@ def sync_detailed(
     run_at_from: str | Unset = UNSET,
     run_at_to: str | Unset = UNSET,
     unconsumed_by: str | Unset = UNSET,
+    held: bool | Unset = UNSET,
     limit: int | Unset = UNSET,
     cursor: str | Unset = UNSET,
 
@@ -174,6 +178,7 @@ def sync_detailed(
         run_at_from (str | Unset):
         run_at_to (str | Unset):
         unconsumed_by (str | Unset):
+        held (bool | Unset):
         limit (int | Unset):
         cursor (str | Unset):
 
@@ -193,6 +198,7 @@ key=key,
 run_at_from=run_at_from,
 run_at_to=run_at_to,
 unconsumed_by=unconsumed_by,
+held=held,
 limit=limit,
 cursor=cursor,
 
@@ -213,6 +219,7 @@ def sync(
     run_at_from: str | Unset = UNSET,
     run_at_to: str | Unset = UNSET,
     unconsumed_by: str | Unset = UNSET,
+    held: bool | Unset = UNSET,
     limit: int | Unset = UNSET,
     cursor: str | Unset = UNSET,
 
@@ -228,6 +235,7 @@ def sync(
         run_at_from (str | Unset):
         run_at_to (str | Unset):
         unconsumed_by (str | Unset):
+        held (bool | Unset):
         limit (int | Unset):
         cursor (str | Unset):
 
@@ -248,6 +256,7 @@ key=key,
 run_at_from=run_at_from,
 run_at_to=run_at_to,
 unconsumed_by=unconsumed_by,
+held=held,
 limit=limit,
 cursor=cursor,
 
@@ -262,6 +271,7 @@ async def asyncio_detailed(
     run_at_from: str | Unset = UNSET,
     run_at_to: str | Unset = UNSET,
     unconsumed_by: str | Unset = UNSET,
+    held: bool | Unset = UNSET,
     limit: int | Unset = UNSET,
     cursor: str | Unset = UNSET,
 
@@ -277,6 +287,7 @@ async def asyncio_detailed(
         run_at_from (str | Unset):
         run_at_to (str | Unset):
         unconsumed_by (str | Unset):
+        held (bool | Unset):
         limit (int | Unset):
         cursor (str | Unset):
 
@@ -296,6 +307,7 @@ key=key,
 run_at_from=run_at_from,
 run_at_to=run_at_to,
 unconsumed_by=unconsumed_by,
+held=held,
 limit=limit,
 cursor=cursor,
 
@@ -316,6 +328,7 @@ async def asyncio(
     run_at_from: str | Unset = UNSET,
     run_at_to: str | Unset = UNSET,
     unconsumed_by: str | Unset = UNSET,
+    held: bool | Unset = UNSET,
     limit: int | Unset = UNSET,
     cursor: str | Unset = UNSET,
 
@@ -331,6 +344,7 @@ async def asyncio(
         run_at_from (str | Unset):
         run_at_to (str | Unset):
         unconsumed_by (str | Unset):
+        held (bool | Unset):
         limit (int | Unset):
         cursor (str | Unset):
 
@@ -351,6 +365,7 @@ key=key,
 run_at_from=run_at_from,
 run_at_to=run_at_to,
 unconsumed_by=unconsumed_by,
+held=held,
 limit=limit,
 cursor=cursor,
 
