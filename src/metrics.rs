@@ -369,6 +369,13 @@ declare! {
             topic had more than its max_overdue overdue (overdue_policy = \
             expire).",
     },
+    TOPIC_OVERDUE_DEFERRED = Counter {
+        name: "tickler_topic_overdue_deferred_total",
+        labels: ["topic"],
+        help: "Overdue jobs moved later, in their order, because their topic \
+            had more than its max_overdue overdue (overdue_policy = defer): \
+            the backlog goes out at most max_overdue per overdue_after_ms.",
+    },
     TZDATA_RELEASE = Gauge {
         name: "tickler_tzdata_release",
         labels: ["version", "source"],
@@ -1021,6 +1028,22 @@ pub fn topic_overdue_capped(topic: &str, over: bool) {
     TOPIC_OVERDUE_CAPPED
         .with([topic.to_owned().into()])
         .set(if over { 1.0 } else { 0.0 });
+}
+
+/// `n` overdue jobs of `topic` deferred past its `max_overdue` of `cap`.
+pub fn topic_overdue_deferred(topic: &str, cap: u32, n: usize) {
+    if n == 0 {
+        return;
+    }
+    TOPIC_OVERDUE_DEFERRED
+        .with([topic.to_owned().into()])
+        .increment(n as u64);
+    tracing::info!(
+        topic,
+        max_overdue = cap,
+        num_jobs = n,
+        "jobs deferred: their topic had more overdue than its max_overdue (overdue_policy = defer)"
+    );
 }
 
 /// `n` overdue jobs of `topic` expired past its `max_overdue` of `cap`.

@@ -244,3 +244,123 @@ async fn a_backlog_past_max_overdue_expires_its_oldest_or_raises_the_gauge() {
     assert_eq!(keys, vec!["m1", "m2", "m3"]);
     env.finish().await;
 }
+
+/// `overdue_policy = "defer"`: the backlog past the oldest `max_overdue`
+/// is moved later in its order, `max_overdue` jobs per `overdue_after_ms`,
+/// with a history row each; the oldest go out at once, the deferred later,
+/// none ends unsent. A job with a hand-set ancient time moves only itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backlog_past_max_overdue_is_deferred_in_its_order_and_paced() {
+    let topic = unique("tickler-test-overdue-defer-");
+    tickler::kafka::topic_ensure(&tickler_testkit::kafka_brokers(), &topic, 1)
+        .await
+        .unwrap();
+    let t = topic.clone();
+    let env = TestEnv::start_with(move |c| {
+        c.topics.insert(
+            t,
+            TopicConfig {
+                max_overdue: Some(3),
+                overdue_policy: Some(OverduePolicy::Defer),
+                overdue_after_ms: Some(30_000),
+                ..TopicConfig::default()
+            },
+        );
+    })
+    .await;
+    let (status, paused) = env
+        .post(&format!("/v1/topics/{topic}/pause"), json!({}))
+        .await;
+    assert_eq!(status, 200, "{paused}");
+    // Ten jobs due 10 to 1 minutes ago; the oldest of them set by hand to
+    // the year 1000, as a restore might leave it.
+    let mut ids = Vec::new();
+    for minutes in (1..=10).rev() {
+        let run_at = (Utc::now() - chrono::Duration::minutes(minutes)).to_rfc3339();
+        let job = env
+            .job_create(json!({"topic": topic, "key": format!("m{minutes}"), "payload": minutes, "run_at": run_at}))
+            .await;
+        ids.push((minutes, job["id"].as_u64().unwrap()));
+    }
+    sqlx::query("UPDATE jobs SET schedule_time = '1000-01-01 00:00:00' WHERE id = ?")
+        .bind(ids[0].1)
+        .execute(&env.sql)
+        .await
+        .unwrap();
+    let deferred = || async {
+        sqlx::query_scalar::<_, i64>(
+            "SELECT COUNT(*) FROM jobs WHERE topic = ? AND status = 'pending' \
+             AND schedule_time > UTC_TIMESTAMP(3)",
+        )
+        .bind(&topic)
+        .fetch_one(&env.sql)
+        .await
+        .unwrap()
+    };
+    eventually(Duration::from_secs(20), || async {
+        (deferred().await == 7).then_some(())
+    })
+    .await
+    .expect("the seven newest deferred");
+    // In their order, three per 30 s: m7-m5, m4-m2, m1.
+    let mut slots: Vec<(i64, chrono::NaiveDateTime)> = Vec::new();
+    for (minutes, id) in &ids {
+        let at: chrono::NaiveDateTime =
+            sqlx::query_scalar("SELECT schedule_time FROM jobs WHERE id = ?")
+                .bind(*id)
+                .fetch_one(&env.sql)
+                .await
+                .unwrap();
+        slots.push((*minutes, at));
+    }
+    let now = Utc::now().naive_utc();
+    for (minutes, at) in &slots[..3] {
+        assert!(*at < now, "m{minutes} stays overdue, first to go: {at}");
+    }
+    let first = slots[3].1;
+    for (minutes, at) in &slots[3..] {
+        let slot = (*at - first).num_milliseconds();
+        let expected = match minutes {
+            5..=7 => 0,
+            2..=4 => 30_000,
+            _ => 60_000,
+        };
+        assert_eq!(slot, expected, "m{minutes} at {at}");
+    }
+    let first_in = (first - now).num_milliseconds();
+    assert!(
+        (15_000..=31_000).contains(&first_in),
+        "the first slot is overdue_after_ms from the pass: {first_in} ms"
+    );
+    let moved: i64 = sqlx::query_scalar(
+        "SELECT COUNT(DISTINCT e.job_id) FROM job_events e JOIN jobs j ON j.id = e.job_id \
+         WHERE j.topic = ? AND CAST(e.actor AS CHAR) LIKE 'reconciler%'",
+    )
+    .bind(&topic)
+    .fetch_one(&env.sql)
+    .await
+    .unwrap();
+    assert_eq!(moved, 7, "a history row each, by the reconciler");
+    let (_, text) = env.metrics_text().await;
+    let series = format!("tickler_topic_overdue_deferred_total{{topic=\"{topic}\"}} ");
+    let counted = text
+        .lines()
+        .find_map(|line| line.strip_prefix(&series)?.parse::<f64>().ok());
+    assert_eq!(counted, Some(7.0));
+
+    // Resumed: the three oldest go out now, the deferred at their slots.
+    let (status, _) = env
+        .post(&format!("/v1/topics/{topic}/resume"), json!({}))
+        .await;
+    assert_eq!(status, 200);
+    let consumer = consumer_from_beginning(&env.config.kafka.brokers, &topic);
+    let mut keys: Vec<String> = records_read(&consumer, 4, Duration::from_secs(8))
+        .await
+        .iter()
+        .filter_map(|record| record.key.clone())
+        .collect();
+    keys.sort();
+    assert_eq!(keys, vec!["m10", "m8", "m9"]);
+    assert_eq!(deferred().await, 7, "none of the deferred went early");
+    env.finish().await;
+}

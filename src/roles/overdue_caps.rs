@@ -8,7 +8,14 @@
 //!   TicklerTopicOverdueCapped alert); everything still goes out, late;
 //! - `expire`: the oldest overdue first attempts beyond the cap end
 //!   `expired`, never produced (a history row each, by the reconciler); the
-//!   newest `max_overdue` go out.
+//!   newest `max_overdue` go out;
+//! - `defer`: the overdue beyond the oldest `max_overdue` are moved later,
+//!   in their order, into slots of `max_overdue` jobs `overdue_after_ms`
+//!   apart: the backlog goes out at most `max_overdue` per
+//!   `overdue_after_ms`, the oldest first, none unsent. While the topic
+//!   cannot send at all (paused, at its `max_in_flight`), the slots come
+//!   overdue in turn and are deferred again: the pacing starts over when
+//!   it can go.
 //!
 //! Topics without a cap cost nothing: no statement is sent for them.
 
@@ -20,7 +27,7 @@ use crate::config::{Config, OverduePolicy};
 use crate::metrics;
 use crate::roles::jobs::Jobs;
 use crate::roles::service::Service;
-use crate::store::StoreError;
+use crate::store::{OverdueDrain, StoreError};
 
 /// Overdue jobs of one topic expired in one statement.
 const BATCH: u32 = 5_000;
@@ -67,18 +74,54 @@ pub struct OverdueReport {
     pub capped: Vec<String>,
     /// Jobs expired by an `expire` policy.
     pub expired: u64,
-    /// Whether an `expire` topic has more to expire at once.
+    /// Jobs moved later by a `defer` policy.
+    pub deferred: u64,
+    /// Whether a topic has more to expire or defer at once.
     pub more: bool,
 }
 
 pub struct OverdueCaps {
     jobs: Jobs,
     config: OverdueCapsConfig,
+    /// Each `defer` topic's backlog being moved over passes that follow
+    /// one another at once: its slots go on where the last pass left them.
+    /// Forgotten when a pass finds none left (and with the process: a new
+    /// drain starts its slots from now, beside the earlier ones).
+    drains: std::collections::HashMap<String, OverdueDrain>,
 }
 
 impl OverdueCaps {
     pub fn new(jobs: Jobs, config: OverdueCapsConfig) -> Self {
-        OverdueCaps { jobs, config }
+        OverdueCaps {
+            jobs,
+            config,
+            drains: Default::default(),
+        }
+    }
+
+    /// Defers a batch of `cap`'s backlog; returns how many moved.
+    async fn defer(&mut self, cap: &OverdueCap) -> Result<usize, StoreError> {
+        let store = self.jobs.store().clone();
+        // Slots per batch stay few: one statement each.
+        let batch = BATCH.min(cap.cap.saturating_mul(20)).max(1);
+        let drain = self.drains.remove(&cap.topic);
+        let (ids, drain) = store
+            .topic_overdue_defer(&cap.topic, cap.after_ms, cap.cap, batch, drain)
+            .await?;
+        if ids.len() == batch as usize {
+            self.drains.insert(cap.topic.clone(), drain);
+        }
+        metrics::topic_overdue_deferred(&cap.topic, cap.cap, ids.len());
+        match futures::try_join!(store.job_get_many(&ids), store.db_now()) {
+            Ok((jobs, now)) => {
+                let jobs: Vec<_> = jobs.iter().collect();
+                self.jobs.follow(&jobs, now).await;
+            }
+            Err(err) => {
+                tracing::warn!(error = %err, "reading deferred jobs back; the loader and the claim put them at their time");
+            }
+        }
+        Ok(ids.len())
     }
 }
 
@@ -95,13 +138,14 @@ impl Service for OverdueCaps {
     async fn run_once(&mut self, _now: DateTime<Utc>) -> Result<OverdueReport, StoreError> {
         let mut report = OverdueReport::default();
         let store = self.jobs.store().clone();
-        for cap in &self.config.caps {
+        for cap in self.config.caps.clone() {
             let counted = store
                 .topic_overdue_count(&cap.topic, cap.after_ms, u64::from(cap.cap) + 1)
                 .await?;
             let over = counted > u64::from(cap.cap);
             metrics::topic_overdue_capped(&cap.topic, over);
             if !over {
+                self.drains.remove(&cap.topic);
                 continue;
             }
             report.capped.push(cap.topic.clone());
@@ -115,6 +159,11 @@ impl Service for OverdueCaps {
                 metrics::topic_overdue_expired(&cap.topic, cap.cap, ids.len());
                 report.expired += ids.len() as u64;
                 report.more |= ids.len() == BATCH as usize;
+            }
+            if cap.policy == OverduePolicy::Defer {
+                let moved = self.defer(&cap).await?;
+                report.deferred += moved as u64;
+                report.more |= self.drains.contains_key(&cap.topic);
             }
         }
         Ok(report)

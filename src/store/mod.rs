@@ -71,7 +71,7 @@ pub use schedules::{
 pub use sealing::{instance_may_hold, KeyCount, KeyUsed, Rotation, SCHEMA as SEALING_SCHEMA};
 pub use stats::{CountCursor, DeadSince, Overdue, Position, TopicCount, COUNTED};
 pub use tokens::{NewToken, TokenRow};
-pub use topics::{JobPacing, TopicChange, TopicControl};
+pub use topics::{JobPacing, OverdueDrain, TopicChange, TopicControl};
 pub use verify::{SweepMark, VerifyTally};
 pub use wall_clock::WallRow;
 pub use watermarks::Watermark;

@@ -1,6 +1,6 @@
 //! Queries on `topic_controls`: paused topics and their pace.
 
-use std::collections::HashMap;
+use std::collections::{BTreeMap, HashMap};
 
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::mysql::MySqlRow;
@@ -31,6 +31,16 @@ pub struct TopicControl {
     pub payload_schema: Option<String>,
     pub updated_by: String,
     pub updated_at: DateTime<Utc>,
+}
+
+/// A topic's backlog being deferred over several passes
+/// ([`Store::topic_overdue_defer`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct OverdueDrain {
+    /// Where the first `cap` of the backlog went.
+    pub first_slot: DateTime<Utc>,
+    /// How many of it were given a slot.
+    pub ranked: u64,
 }
 
 /// What pacing needs of a claimed job.
@@ -138,7 +148,7 @@ impl Store {
         let n: i64 = sqlx::query_scalar(
             "SELECT COUNT(*) FROM (SELECT 1 FROM jobs WHERE status = 'pending' \
              AND schedule_time < TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3)) \
-             AND topic = ? LIMIT ?) AS overdue",
+             AND topic = ? AND held_at IS NULL LIMIT ?) AS overdue",
         )
         .bind(overdue_before_us(after_ms))
         .bind(topic)
@@ -168,7 +178,8 @@ impl Store {
         let ids: Vec<JobId> = sqlx::query_scalar(
             "SELECT id FROM jobs WHERE status = 'pending' \
              AND schedule_time < TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3)) \
-             AND topic = ? AND attempt = 1 ORDER BY schedule_time DESC LIMIT ? OFFSET ? FOR UPDATE",
+             AND topic = ? AND attempt = 1 AND held_at IS NULL \
+             ORDER BY schedule_time DESC LIMIT ? OFFSET ? FOR UPDATE",
         )
         .bind(overdue_before_us(after_ms))
         .bind(topic)
@@ -190,13 +201,105 @@ impl Store {
             .push_bind(cap)
             .push(
                 ", ' jobs overdue (max_overdue, overdue_policy = expire): the oldest end unsent') \
-                 WHERE status = 'pending' AND attempt = 1 AND id IN ",
+                 WHERE status = 'pending' AND attempt = 1 AND held_at IS NULL AND id IN ",
             );
         push_id_list(&mut update, &ids);
         update.build().execute(&mut *tx).await?;
         events_record(&mut tx, &self.actor, &ids, token).await?;
         tx.commit().await?;
         Ok(ids)
+    }
+
+    /// Moves up to `batch` of `topic`'s overdue jobs beyond its `cap`
+    /// oldest later, the oldest first, into slots of `cap` jobs
+    /// `after_ms` apart: rank `r` of a backlog past the cap goes to
+    /// `first_slot + (r / cap) × after_ms` (`overdue_policy = "defer"`).
+    /// The backlog goes out at most `cap` per `after_ms`, in its order,
+    /// none ends unsent. `drain` carries a backlog moved over several
+    /// calls: the first slot and the ranks already given (`None`: the
+    /// first slot is `after_ms` from now). Returns the ids moved and the
+    /// drain to carry on with. Only the order of the rows is read, never
+    /// their spacing: a hand-set time moves one row, not the backlog.
+    ///
+    /// A job's window goes (it is at an exact time now) and its expiry is
+    /// not moved: one deferred past it ends `expired` when it falls due,
+    /// as a late job does.
+    ///
+    /// Crash after this commits: they are moved, with their history; an
+    /// index entry at the old time is refused by the claim (the row is not
+    /// due) and put back at the row's time.
+    pub async fn topic_overdue_defer(
+        &self,
+        topic: &str,
+        after_ms: u64,
+        cap: u32,
+        batch: u32,
+        drain: Option<OverdueDrain>,
+    ) -> Result<(Vec<JobId>, OverdueDrain), StoreError> {
+        let mut tx = self.begin().await?;
+        let rows: Vec<(JobId, NaiveDateTime)> = sqlx::query_as(
+            "SELECT id, UTC_TIMESTAMP(3) FROM jobs WHERE status = 'pending' \
+             AND schedule_time < TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3)) \
+             AND topic = ? AND held_at IS NULL \
+             ORDER BY schedule_time LIMIT ? OFFSET ? FOR UPDATE",
+        )
+        .bind(overdue_before_us(after_ms))
+        .bind(topic)
+        .bind(batch)
+        .bind(cap)
+        .fetch_all(&mut *tx)
+        .await?;
+        let step = chrono::Duration::milliseconds(
+            i64::try_from(after_ms)
+                .unwrap_or(i64::MAX / 4)
+                .min(i64::MAX / 4),
+        );
+        let drain = match (drain, rows.first()) {
+            (Some(drain), _) => drain,
+            (None, Some((_, db_now))) => OverdueDrain {
+                first_slot: db_now.and_utc() + step,
+                ranked: 0,
+            },
+            (None, None) => OverdueDrain {
+                first_slot: Utc::now() + step,
+                ranked: 0,
+            },
+        };
+        if rows.is_empty() {
+            return Ok((Vec::new(), drain));
+        }
+        let token = event_token();
+        let cap = u64::from(cap.max(1));
+        let mut slots: BTreeMap<u64, Vec<JobId>> = BTreeMap::new();
+        for (i, (id, _)) in rows.iter().enumerate() {
+            slots
+                .entry((drain.ranked + i as u64) / cap)
+                .or_default()
+                .push(*id);
+        }
+        for (slot, ids) in &slots {
+            let at = i32::try_from(*slot)
+                .ok()
+                .and_then(|slot| step.checked_mul(slot))
+                .and_then(|by| drain.first_slot.checked_add_signed(by))
+                .unwrap_or(drain.first_slot);
+            let mut update = QueryBuilder::<MySql>::new("UPDATE jobs SET event_token = ");
+            update
+                .push_bind(token)
+                .push(", version = version % 4294967295 + 1, schedule_time = ")
+                .push_bind(db_time(at))
+                .push(
+                    ", window_ms = NULL, window_start = NULL \
+                     WHERE status = 'pending' AND held_at IS NULL AND id IN ",
+                );
+            push_id_list(&mut update, ids);
+            update.build().execute(&mut *tx).await?;
+        }
+        let ids: Vec<JobId> = rows.iter().map(|(id, _)| *id).collect();
+        events_record(&mut tx, &self.actor, &ids, token).await?;
+        tx.commit().await?;
+        let ranked = drain.ranked + ids.len() as u64;
+        Ok((ids, OverdueDrain { ranked, ..drain }))
     }
 
     pub async fn topic_control(&self, topic: &str) -> Result<Option<TopicControl>, StoreError> {

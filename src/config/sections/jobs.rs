@@ -189,7 +189,10 @@ pub struct TopicConfig {
     /// What past `max_overdue` does: `alert` (the default: a gauge and the
     /// TicklerTopicOverdueCapped alert; everything goes out, late) or
     /// `expire` (the oldest overdue first attempts beyond the cap end
-    /// `expired`, never produced; the newest `max_overdue` go out).
+    /// `expired`, never produced; the newest `max_overdue` go out) or
+    /// `defer` (the backlog beyond the oldest `max_overdue` is moved later,
+    /// in its order, at most `max_overdue` per `overdue_after_ms`: it goes
+    /// out paced, none unsent).
     #[serde(skip_serializing_if = "Option::is_none")]
     pub overdue_policy: Option<OverduePolicy>,
     /// How long after its time a pending job counts as overdue for
@@ -206,6 +209,7 @@ pub enum OverduePolicy {
     #[default]
     Alert,
     Expire,
+    Defer,
 }
 
 impl TopicConfig {
