@@ -262,6 +262,168 @@ async fn the_rust_client_retries_a_429_after_retry_after() {
     env.finish().await;
 }
 
+/// What #60 added to the API, through the Rust client: a wall-clock job
+/// (and a zone tickler does not know), a debounce moving the pending job
+/// of its key up to its ceiling, a retarget (and one refused for a key
+/// taken there), a release of a job that is not held, a schedule triggered
+/// (idempotent on its key) and backfilled (previewed, applied, rerun).
+///
+/// Long because it is one tour of the new calls against one server.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_client_speaks_wall_clock_debounce_retarget_and_schedule_runs() {
+    use tickler_client::{Client, ErrorCode, JobChange, NewJob, Trigger};
+
+    // The retarget's topic exists before tickler starts, so its pre-flight
+    // check knows it from its first look.
+    let target = tickler_testkit::unique("tickler-test-new-");
+    tickler::kafka::topic_ensure(&tickler_testkit::kafka_brokers(), &target, 2)
+        .await
+        .expect("kafka is running (scripts/services)");
+    let env = TestEnv::start().await;
+    let topic = env.topic.clone();
+    let client = Client::new(&env.base_url, Some(&env.admin_secret)).unwrap();
+
+    // 09:00 in Berlin on 1 July 2030: summer time, 07:00 UTC.
+    let wall = client
+        .job_create(
+            &NewJob::new(&topic, serde_json::json!({"renewal": 42}))
+                .key("renewal-42")
+                .run_local("2030-07-01T09:00:00", "Europe/Berlin"),
+        )
+        .await
+        .unwrap();
+    assert_eq!(wall.run_at, "2030-07-01T07:00:00.000Z");
+    assert_eq!(wall.run_local.as_deref(), Some("2030-07-01T09:00:00.000"));
+    assert_eq!(wall.time_zone.as_deref(), Some("Europe/Berlin"));
+    assert!(wall.tzdata_version.is_some(), "{wall:?}");
+    let unknown = client
+        .job_create(
+            &NewJob::new(&topic, serde_json::json!(1))
+                .run_local("2030-07-01T09:00:00", "Mars/Olympus"),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(unknown.code(), Some(&ErrorCode::InvalidTimeZone));
+
+    // Debounce: created, then moved, then held to first request + 5 min.
+    let digest = |changes: u32, delay_ms: u64| {
+        NewJob::new(&topic, serde_json::json!({ "changes": changes }))
+            .key("digest")
+            .delay_ms(delay_ms)
+            .on_conflict("debounce")
+            .max_delay_ms(300_000)
+    };
+    let first = client.job_create(&digest(1, 30_000)).await.unwrap();
+    assert_eq!((first.status.as_str(), first.debounced), ("pending", None));
+    let ceiling = first.debounce_until.clone().expect("a ceiling");
+    let moved = client.job_create(&digest(2, 60_000)).await.unwrap();
+    assert_eq!(moved.id, first.id);
+    assert_eq!((moved.debounced, moved.capped), (Some(true), Some(false)));
+    assert!(moved.run_at > first.run_at, "{moved:?}");
+    let capped = client.job_create(&digest(3, 3_600_000)).await.unwrap();
+    assert_eq!((capped.id, capped.capped), (first.id, Some(true)));
+    assert_eq!(capped.run_at, ceiling);
+    let now = client.job_get(first.id).await.unwrap();
+    assert_eq!(now.payload, Some(serde_json::json!({"changes": 3})));
+
+    // Not held: nothing to release.
+    let refused = client.job_release(first.id, false).await.unwrap_err();
+    assert_eq!(refused.code(), Some(&ErrorCode::NotHeld));
+
+    // Retarget: the same job, on the other topic; refused where its key is
+    // taken.
+    let retargeted = client
+        .job_modify(wall.id, &JobChange::at_version(wall.version).topic(&target))
+        .await
+        .unwrap();
+    assert_eq!(
+        (
+            retargeted.id,
+            retargeted.topic.as_str(),
+            retargeted.key.as_deref()
+        ),
+        (wall.id, target.as_str(), Some("renewal-42"))
+    );
+    assert_eq!(retargeted.version, wall.version + 1);
+    let make = |on: &str| {
+        NewJob::new(on, serde_json::json!(1))
+            .key("taken")
+            .delay_ms(3_600_000)
+    };
+    client.job_create(&make(&target)).await.unwrap();
+    let stays = client.job_create(&make(&topic)).await.unwrap();
+    let taken = client
+        .job_modify(
+            stays.id,
+            &JobChange::at_version(stays.version).topic(&target),
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(taken.code(), Some(&ErrorCode::KeyConflict));
+
+    // A schedule, hourly since three hours ago.
+    let db_now = env.store.db_now().await.unwrap();
+    let start = chrono::DateTime::from_timestamp(db_now.timestamp() - 3 * 3_600, 0).unwrap();
+    let schedule = client
+        .schedule_create(&serde_json::json!({
+            "topic": topic, "key": "report", "every_ms": 3_600_000,
+            "start_at": start.to_rfc3339(), "payload": {"report": "hourly"}}))
+        .await
+        .unwrap();
+    let id = schedule["id"].as_u64().unwrap();
+    let fresh = client.schedule_trigger(id, &Trigger::now()).await.unwrap();
+    assert_eq!(fresh.schedule_id, Some(id));
+    assert!(
+        fresh
+            .key
+            .as_deref()
+            .is_some_and(|k| k.starts_with("report@trigger-")),
+        "{fresh:?}"
+    );
+    assert_eq!(fresh.payload, Some(serde_json::json!({"report": "hourly"})));
+    let keyed = client
+        .schedule_trigger(id, &Trigger::now().key("report-rerun").delay_ms(60_000))
+        .await
+        .unwrap();
+    assert_eq!(keyed.key.as_deref(), Some("report-rerun"));
+    let again = client
+        .schedule_trigger(id, &Trigger::now().key("report-rerun").delay_ms(60_000))
+        .await
+        .unwrap();
+    assert_eq!(again.id, keyed.id, "idempotent on its key");
+
+    // Its first two hours backfilled: previewed, applied, and a rerun
+    // creates nothing (whatever the materializer made meanwhile).
+    let (from, to) = (
+        tickler::domain::job::time_format(start),
+        tickler::domain::job::time_format(start + chrono::Duration::hours(2)),
+    );
+    let preview = client
+        .schedule_backfill(id, &from, &to, true)
+        .await
+        .unwrap();
+    assert!(preview.dry_run);
+    assert_eq!(preview.expected, 2, "{preview:?}");
+    assert_eq!(preview.created + preview.existing, 2, "{preview:?}");
+    let applied = client
+        .schedule_backfill(id, &from, &to, false)
+        .await
+        .unwrap();
+    assert!(!applied.dry_run);
+    assert_eq!(applied.created + applied.existing, 2, "{applied:?}");
+    let rerun = client
+        .schedule_backfill(id, &from, &to, true)
+        .await
+        .unwrap();
+    assert_eq!((rerun.created, rerun.existing), (0, 2), "{rerun:?}");
+    let backwards = client
+        .schedule_backfill(id, &to, &from, true)
+        .await
+        .unwrap_err();
+    assert_eq!(backwards.code(), Some(&ErrorCode::InvalidInterval));
+    env.finish().await;
+}
+
 /// The guide's blocks of `lang`.
 fn guide_blocks(lang: &str) -> Vec<String> {
     let guide = std::fs::read_to_string(root().join("docs/testing-your-service.md")).unwrap();

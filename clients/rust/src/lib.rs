@@ -1,6 +1,7 @@
 //! A typed client for [tickler](https://github.com/tickler/tickler)'s HTTP
-//! API: schedule, read, move and cancel jobs (one or a batch), recurring
-//! schedules, consumers' results and redrives.
+//! API: schedule, read, move, retarget and cancel jobs (one or a batch, at
+//! an instant or a local time in a zone, debounced), recurring schedules
+//! (run now, backfilled), consumers' results, redrives and releases.
 //!
 //! ```no_run
 //! # async fn run() -> Result<(), tickler_client::Error> {
@@ -38,23 +39,40 @@ pub enum ErrorCode {
     InvalidPayload,
     InvalidHeaders,
     InvalidRunAt,
+    /// `run_local` is not a local date and time (`2027-03-28T09:00:00`).
+    InvalidRunLocal,
+    /// `time_zone` is not an IANA zone tickler's tzdata knows.
+    InvalidTimeZone,
     InvalidExpiry,
     InvalidPolicy,
     InvalidSchedule,
+    /// A backfill's (or audit's) `from`/`to`: not RFC 3339, out of order,
+    /// `to` in the future, or too many occurrences between them.
+    InvalidInterval,
     InvalidReport,
     InvalidId,
     ScheduleTooFar,
     UnknownTopic,
     ReservedTopic,
     PayloadTooLarge,
+    /// The payload does not match its topic's payload schema (400 on a
+    /// create or change; 409 on a release without `force`).
+    PayloadSchema,
+    /// A topic's `payload_schema` that does not compile.
+    InvalidSchema,
     UnsupportedMediaType,
     NotFound,
     /// No such route: e.g. `/v1/dev/clock` of `tickler serve`.
     NoRoute,
+    MethodNotAllowed,
+    UriTooLong,
+    HeadersTooLarge,
     VersionConflict,
     KeyConflict,
     NotPending,
     NotDead,
+    /// A release of a job that is not held.
+    NotHeld,
     InFlight,
     TooLate,
     Unauthorized,
@@ -65,7 +83,11 @@ pub enum ErrorCode {
     /// The token's quota of pending jobs or payload bytes (never retried).
     QuotaExceeded,
     BodyTimeout,
+    /// `tickler dev`'s clock cannot move beside a live `tickler serve`.
+    ClockNeighbour,
     Unavailable,
+    /// The job's stored row does not decode (that job only).
+    UnreadableRow,
     Internal,
     Other(String),
 }
@@ -81,22 +103,31 @@ impl ErrorCode {
             "invalid_payload" => InvalidPayload,
             "invalid_headers" => InvalidHeaders,
             "invalid_run_at" => InvalidRunAt,
+            "invalid_run_local" => InvalidRunLocal,
+            "invalid_time_zone" => InvalidTimeZone,
             "invalid_expiry" => InvalidExpiry,
             "invalid_policy" => InvalidPolicy,
             "invalid_schedule" => InvalidSchedule,
+            "invalid_interval" => InvalidInterval,
             "invalid_report" => InvalidReport,
             "invalid_id" => InvalidId,
             "schedule_too_far" => ScheduleTooFar,
             "unknown_topic" => UnknownTopic,
             "reserved_topic" => ReservedTopic,
             "payload_too_large" => PayloadTooLarge,
+            "payload_schema" => PayloadSchema,
+            "invalid_schema" => InvalidSchema,
             "unsupported_media_type" => UnsupportedMediaType,
             "not_found" => NotFound,
             "no_route" => NoRoute,
+            "method_not_allowed" => MethodNotAllowed,
+            "uri_too_long" => UriTooLong,
+            "headers_too_large" => HeadersTooLarge,
             "version_conflict" => VersionConflict,
             "key_conflict" => KeyConflict,
             "not_pending" => NotPending,
             "not_dead" => NotDead,
+            "not_held" => NotHeld,
             "in_flight" => InFlight,
             "too_late" => TooLate,
             "unauthorized" => Unauthorized,
@@ -106,7 +137,9 @@ impl ErrorCode {
             "rate_limited" => RateLimited,
             "quota_exceeded" => QuotaExceeded,
             "body_timeout" => BodyTimeout,
+            "clock_neighbour" => ClockNeighbour,
             "unavailable" => Unavailable,
+            "unreadable_row" => UnreadableRow,
             "internal" => Internal,
             other => Other(other.to_owned()),
         }
@@ -176,6 +209,39 @@ pub struct Job {
     pub window_ms: Option<u32>,
     #[serde(default)]
     pub schedule_id: Option<u64>,
+    /// Given a wall-clock time: the local time (`2027-03-28T09:00:00.000`)
+    /// its `run_at` was computed from, in `time_zone`, with tzdata release
+    /// `tzdata_version`. A newer tzdata moves `run_at` where it changes.
+    #[serde(default)]
+    pub run_local: Option<String>,
+    #[serde(default)]
+    pub time_zone: Option<String>,
+    #[serde(default)]
+    pub tzdata_version: Option<String>,
+    /// Debounced with a ceiling: the latest a debounce may move it to.
+    #[serde(default)]
+    pub debounce_until: Option<String>,
+    /// Its key's generation, from 1 for a job a debounce created after the
+    /// one before went out (absent for the first), and that job's id.
+    #[serde(default)]
+    pub generation: Option<u32>,
+    #[serde(default)]
+    pub previous_id: Option<u64>,
+    /// In a debounce's answer: `Some(true)` when the pending job was moved
+    /// (`None` when it was created).
+    #[serde(default)]
+    pub debounced: Option<bool>,
+    /// In a debounce's answer: the time asked for was past the ceiling, so
+    /// the job was moved to `debounce_until` instead.
+    #[serde(default)]
+    pub capped: Option<bool>,
+    /// Held back, still pending, because its payload no longer matched its
+    /// topic's payload schema when it came due: since when, and where the
+    /// payload failed. [`Client::job_release`] lets it go.
+    #[serde(default)]
+    pub held_at: Option<String>,
+    #[serde(default)]
+    pub held_reason: Option<String>,
     #[serde(flatten)]
     pub extra: Map<String, Value>,
 }
@@ -209,6 +275,30 @@ impl NewJob {
         self.set("run_at", at.into())
     }
 
+    /// Due at a wall-clock time: a local date and time without offset
+    /// (`2027-11-12T08:00:00`) in an IANA `time_zone`
+    /// (`Australia/Melbourne`). tickler keeps both and moves the job if a
+    /// newer tzdata changes the instant. The two go together.
+    pub fn run_local(self, local: &str, time_zone: &str) -> NewJob {
+        self.set("run_local", local.into())
+            .set("time_zone", time_zone.into())
+    }
+
+    /// What a create does when a job holds its topic and key: `reject`
+    /// (the default: the same request answers that job, another is
+    /// [`ErrorCode::KeyConflict`]) or `debounce` (needs a key): a pending
+    /// job is moved to this request's time and payload; one that went out
+    /// is followed by a new job, its next generation.
+    pub fn on_conflict(self, on_conflict: &str) -> NewJob {
+        self.set("on_conflict", on_conflict.into())
+    }
+
+    /// With `debounce`: the longest a job may be moved past its
+    /// generation's first request (left out: no ceiling).
+    pub fn max_delay_ms(self, ms: u64) -> NewJob {
+        self.set("max_delay_ms", ms.into())
+    }
+
     /// Any other field of `POST /v1/jobs` (`headers`, `max_attempts`,
     /// `expects_result`, `window_ms`, `expires_at`, …).
     pub fn set(mut self, field: &str, value: Value) -> NewJob {
@@ -229,19 +319,92 @@ impl JobChange {
         JobChange(fields)
     }
 
+    /// Retarget: the job moves to another Kafka topic, keeping its id,
+    /// key, payload and time ([`ErrorCode::KeyConflict`] when a job there
+    /// holds its key).
+    pub fn topic(self, topic: &str) -> JobChange {
+        self.set("topic", topic.into())
+    }
+
+    /// A new wall-clock time (as [`NewJob::run_local`]); a new `run_at` or
+    /// `delay_ms` ends the job's wall-clock time instead.
+    pub fn run_local(self, local: &str, time_zone: &str) -> JobChange {
+        self.set("run_local", local.into())
+            .set("time_zone", time_zone.into())
+    }
+
+    /// Any field of `PATCH /v1/jobs/{id}` (`run_at`, `delay_ms`,
+    /// `payload`, `headers`, `expires_at`, `window_ms`, …).
     pub fn set(mut self, field: &str, value: Value) -> JobChange {
         self.0.insert(field.to_owned(), value);
         self
     }
 }
 
+/// One more occurrence of a schedule (`POST /v1/schedules/{id}/trigger`):
+/// now under a fresh key unless told otherwise.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Trigger(Map<String, Value>);
+
+impl Trigger {
+    /// Now, under a fresh `<schedule key>@trigger-<hex>`.
+    pub fn now() -> Trigger {
+        Trigger::default()
+    }
+
+    /// Its key, which makes the trigger idempotent: sent again, the same
+    /// job is answered. Not of an occurrence's form (`…@<instant>`).
+    pub fn key(mut self, key: &str) -> Trigger {
+        self.0.insert("key".into(), key.into());
+        self
+    }
+
+    /// Due at this RFC 3339 time instead of now.
+    pub fn run_at(mut self, at: &str) -> Trigger {
+        self.0.insert("run_at".into(), at.into());
+        self
+    }
+
+    /// Due this long from now.
+    pub fn delay_ms(mut self, ms: u64) -> Trigger {
+        self.0.insert("delay_ms".into(), ms.into());
+        self
+    }
+}
+
+/// What a backfill created (with `dry_run`: would create) in [`from`,
+/// `to`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Backfill {
+    pub schedule_id: u64,
+    pub from: String,
+    pub to: String,
+    /// Whether nothing was written (a preview).
+    pub dry_run: bool,
+    /// Occurrences the schedule's timing gives in the interval.
+    pub expected: usize,
+    /// Occurrences created (with `dry_run`: that would be).
+    pub created: usize,
+    /// Occurrences whose job exists already, in any status: left alone.
+    pub existing: usize,
+    /// The first 100 instants of `created`, in order.
+    #[serde(default)]
+    pub preview: Vec<String>,
+    #[serde(flatten)]
+    pub extra: Map<String, Value>,
+}
+
 /// What a batch create did with each item, in order.
 #[derive(Debug, Clone, Deserialize)]
 pub struct BatchItem {
-    /// `created`, `existing` or `error`.
+    /// `created`, `existing`, `debounced` (a debounce moved the pending
+    /// job) or `error`.
     pub result: String,
     #[serde(default)]
     pub id: Option<u64>,
+    /// With `debounced`: the time the job was moved to.
+    #[serde(default)]
+    pub run_at: Option<String>,
     #[serde(default)]
     pub error: Option<Value>,
     #[serde(flatten)]
@@ -445,6 +608,18 @@ impl Client {
         .await
     }
 
+    /// `POST /v1/jobs/{id}/release`: a job held by its topic's payload
+    /// schema is due again (at once, or at its `run_at` if later). Its
+    /// payload is checked against the schema first
+    /// ([`ErrorCode::PayloadSchema`] while it still fails) unless `force`
+    /// (needs the `admin` scope: this attempt is sent unchecked);
+    /// [`ErrorCode::NotHeld`] when it is not held.
+    pub async fn job_release(&self, id: u64, force: bool) -> Result<Job, Error> {
+        let body = serde_json::json!({ "force": force });
+        self.json(Method::POST, &format!("/v1/jobs/{id}/release"), Some(&body))
+            .await
+    }
+
     /// `POST /v1/schedules` with its fields (`topic`, `key`, `cron` and
     /// `time_zone` or `every_ms`, `payload`, …): the schedule.
     pub async fn schedule_create(&self, schedule: &Value) -> Result<Value, Error> {
@@ -462,6 +637,41 @@ impl Client {
     pub async fn schedule_delete(&self, id: u64) -> Result<Value, Error> {
         self.json::<(), _>(Method::DELETE, &format!("/v1/schedules/{id}"), None)
             .await
+    }
+
+    /// `POST /v1/schedules/{id}/trigger`: one more occurrence of the
+    /// schedule (its topic, payload, headers and policy), a job of its own
+    /// key; with a key given, the same job when sent again
+    /// ([`ErrorCode::KeyConflict`] when another job holds it).
+    pub async fn schedule_trigger(&self, id: u64, trigger: &Trigger) -> Result<Job, Error> {
+        self.json(
+            Method::POST,
+            &format!("/v1/schedules/{id}/trigger"),
+            Some(&trigger.0),
+        )
+        .await
+    }
+
+    /// `POST /v1/schedules/{id}/backfill`: the schedule's nominal
+    /// occurrences in [`from`, `to`) (RFC 3339, `to` not after now) that
+    /// have no job, created due at once, under the keys the schedule gives
+    /// them (so a rerun creates nothing). With `dry_run` nothing is
+    /// written: the answer says what would be. More than 10,000
+    /// occurrences: [`ErrorCode::InvalidInterval`].
+    pub async fn schedule_backfill(
+        &self,
+        id: u64,
+        from: &str,
+        to: &str,
+        dry_run: bool,
+    ) -> Result<Backfill, Error> {
+        let body = serde_json::json!({"from": from, "to": to, "dry_run": dry_run});
+        self.json(
+            Method::POST,
+            &format!("/v1/schedules/{id}/backfill"),
+            Some(&body),
+        )
+        .await
     }
 
     /// `GET /v1/dev/clock`: `tickler dev`'s clock ([`ErrorCode::NoRoute`]
@@ -601,5 +811,143 @@ mod tests {
             serde_json::to_value(&job).unwrap(),
             serde_json::json!({"topic": "t", "payload": 1, "key": "k", "delay_ms": 5})
         );
+    }
+
+    #[test]
+    fn the_codes_of_wall_clock_jobs_schemas_holds_and_backfills_parse() {
+        for (text, code) in [
+            ("invalid_run_local", ErrorCode::InvalidRunLocal),
+            ("invalid_time_zone", ErrorCode::InvalidTimeZone),
+            ("invalid_interval", ErrorCode::InvalidInterval),
+            ("payload_schema", ErrorCode::PayloadSchema),
+            ("invalid_schema", ErrorCode::InvalidSchema),
+            ("not_held", ErrorCode::NotHeld),
+        ] {
+            assert_eq!(ErrorCode::parse(text), code, "{text}");
+        }
+    }
+
+    /// The codes docs/api.md's table of errors lists: the backticked words
+    /// of its second column.
+    fn documented_codes(page: &str) -> Vec<String> {
+        let table = page
+            .split("\n## Errors\n")
+            .nth(1)
+            .and_then(|rest| rest.split("\n## ").next())
+            .unwrap_or_default();
+        table
+            .lines()
+            .filter_map(|line| line.split('|').nth(2))
+            .flat_map(|cell| cell.split('`').skip(1).step_by(2))
+            .map(str::to_owned)
+            .collect()
+    }
+
+    #[test]
+    fn every_code_the_api_documents_has_a_variant() {
+        // Only in tickler's repository: a published crate has no page.
+        let page = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../docs/api.md");
+        let Ok(page) = std::fs::read_to_string(page) else {
+            return;
+        };
+        let codes = documented_codes(&page);
+        assert!(codes.len() > 30, "the table was read: {codes:?}");
+        let unknown: Vec<&String> = codes
+            .iter()
+            .filter(|code| matches!(ErrorCode::parse(code), ErrorCode::Other(_)))
+            .collect();
+        assert!(unknown.is_empty(), "codes without a variant: {unknown:?}");
+    }
+
+    #[test]
+    fn wall_clock_debounce_and_retarget_requests_serialise_as_the_api_reads_them() {
+        let job = NewJob::new("t", serde_json::json!({"n": 1}))
+            .key("digest")
+            .run_local("2027-11-12T08:00:00", "Australia/Melbourne")
+            .on_conflict("debounce")
+            .max_delay_ms(300_000);
+        assert_eq!(
+            serde_json::to_value(&job).unwrap(),
+            serde_json::json!({"topic": "t", "payload": {"n": 1}, "key": "digest",
+                "run_local": "2027-11-12T08:00:00", "time_zone": "Australia/Melbourne",
+                "on_conflict": "debounce", "max_delay_ms": 300_000})
+        );
+        let change = JobChange::at_version(3).topic("billing.v2");
+        assert_eq!(
+            serde_json::to_value(&change).unwrap(),
+            serde_json::json!({"version": 3, "topic": "billing.v2"})
+        );
+        assert_eq!(
+            serde_json::to_value(Trigger::now()).unwrap(),
+            serde_json::json!({})
+        );
+        assert_eq!(
+            serde_json::to_value(Trigger::now().key("rerun").delay_ms(5)).unwrap(),
+            serde_json::json!({"key": "rerun", "delay_ms": 5})
+        );
+    }
+
+    #[test]
+    fn a_job_reads_with_or_without_the_fields_of_wall_clock_debounce_and_holds() {
+        let plain = serde_json::json!({"id": 7, "topic": "t", "key": null, "status": "pending",
+            "run_at": "2027-11-11T21:00:00.000Z", "attempt": 0, "version": 1});
+        let job: Job = serde_json::from_value(plain.clone()).unwrap();
+        assert_eq!(
+            (
+                &job.run_local,
+                &job.time_zone,
+                &job.debounced,
+                &job.held_at,
+                &job.generation
+            ),
+            (&None, &None, &None, &None, &None)
+        );
+        let mut full = plain;
+        for (field, value) in [
+            ("run_local", serde_json::json!("2027-11-12T08:00:00.000")),
+            ("time_zone", serde_json::json!("Australia/Melbourne")),
+            ("tzdata_version", serde_json::json!("2026a")),
+            (
+                "debounce_until",
+                serde_json::json!("2027-11-11T21:05:00.000Z"),
+            ),
+            ("generation", serde_json::json!(2)),
+            ("previous_id", serde_json::json!(6)),
+            ("debounced", serde_json::json!(true)),
+            ("capped", serde_json::json!(false)),
+            ("held_at", serde_json::json!("2027-11-11T21:00:00.010Z")),
+            ("held_reason", serde_json::json!("/amount: required")),
+        ] {
+            full[field] = value;
+        }
+        let job: Job = serde_json::from_value(full).unwrap();
+        assert_eq!(job.run_local.as_deref(), Some("2027-11-12T08:00:00.000"));
+        assert_eq!(job.time_zone.as_deref(), Some("Australia/Melbourne"));
+        assert_eq!(job.tzdata_version.as_deref(), Some("2026a"));
+        assert_eq!((job.generation, job.previous_id), (Some(2), Some(6)));
+        assert_eq!((job.debounced, job.capped), (Some(true), Some(false)));
+        assert_eq!(job.held_reason.as_deref(), Some("/amount: required"));
+        assert!(
+            job.extra.is_empty(),
+            "named, not left in extra: {:?}",
+            job.extra
+        );
+    }
+
+    #[test]
+    fn a_backfill_answer_reads() {
+        // docs/api.md's example answer.
+        let answer: Backfill = serde_json::from_value(serde_json::json!({
+            "schedule_id": 7, "from": "2026-10-01T00:00:00.000Z",
+            "to": "2026-11-01T00:00:00.000Z", "dry_run": true, "expected": 31,
+            "created": 2, "existing": 29,
+            "preview": ["2026-10-14T07:00:00.000Z", "2026-10-22T07:00:00.000Z"]}))
+        .unwrap();
+        assert!(answer.dry_run);
+        assert_eq!(
+            (answer.expected, answer.created, answer.existing),
+            (31, 2, 29)
+        );
+        assert_eq!(answer.preview.len(), 2);
     }
 }
