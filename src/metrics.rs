@@ -285,8 +285,8 @@ declare! {
         help: "Due jobs the claim refused to produce: reason=paused (their \
             topic is; out of Redis until it resumes), expired (a skip \
             schedule's occurrence past its misfire grace; cancelled) or \
-            in_flight (their topic's max_in_flight is reached: asked again \
-            250 ms later).",
+            in_flight (their topic's max_in_flight or their group's \
+            group_max_in_flight is reached: asked again 250 ms later).",
     },
     JOBS_HELD = Counter {
         name: "tickler_jobs_held_total",

@@ -364,3 +364,112 @@ async fn a_backlog_past_max_overdue_is_deferred_in_its_order_and_paced() {
     assert_eq!(deferred().await, 7, "none of the deferred went early");
     env.finish().await;
 }
+
+/// `group_max_in_flight`: each tenant (here the key's prefix) gets at
+/// most two jobs awaiting their result, within the topic's seven: one
+/// tenant's backlog cannot take every slot, and its results make room for
+/// its own next jobs.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn each_group_of_a_topic_is_held_to_its_group_max_in_flight() {
+    let topic = unique("tickler-test-inflight-group-");
+    tickler::kafka::topic_ensure(&tickler_testkit::kafka_brokers(), &topic, 1)
+        .await
+        .unwrap();
+    let configured = topic.clone();
+    let env = TestEnv::start_with(move |c| {
+        c.topics.insert(
+            configured,
+            TopicConfig {
+                expects_result: Some(true),
+                group_by: Some("key::".to_owned()),
+                group_max_in_flight: Some(2),
+                max_in_flight: Some(7),
+                ..TopicConfig::default()
+            },
+        );
+    })
+    .await;
+    // A burst of tenant a, then b, c and d behind it.
+    let mut keys = Vec::new();
+    for n in 0..8 {
+        keys.push(format!("a:{n}"));
+    }
+    for tenant in ["b", "c", "d"] {
+        for n in 0..2 {
+            keys.push(format!("{tenant}:{n}"));
+        }
+    }
+    for key in &keys {
+        env.job_create(json!({"topic": topic, "key": key, "payload": 1, "delay_ms": 0}))
+            .await;
+    }
+    let in_flight = || async {
+        let rows: Vec<(String, i64)> = sqlx::query_as(
+            "SELECT SUBSTRING_INDEX(CAST(job_key AS CHAR), ':', 1) AS tenant, COUNT(*) FROM jobs \
+             WHERE topic = ? AND status = 'dispatched' GROUP BY tenant ORDER BY tenant",
+        )
+        .bind(&topic)
+        .fetch_all(&env.sql)
+        .await
+        .unwrap();
+        rows
+    };
+    let full = eventually(Duration::from_secs(20), || async {
+        let rows = in_flight().await;
+        let total: i64 = rows.iter().map(|(_, n)| n).sum();
+        (total == 7).then_some(rows)
+    })
+    .await
+    .expect("the topic's seven in flight");
+    tokio::time::sleep(Duration::from_secs(2)).await;
+    let settled = in_flight().await;
+    assert_eq!(full, settled, "no more went out");
+    assert!(
+        settled.iter().all(|(_, n)| *n <= 2),
+        "at most two of each tenant: {settled:?}"
+    );
+    assert!(
+        settled.iter().any(|(tenant, _)| tenant != "a"),
+        "tenant a's burst did not take every slot: {settled:?}"
+    );
+    // a's results come back: the room goes to a's next jobs, never past two.
+    let mut finished = 0;
+    while finished < 8 {
+        let dispatched: Vec<u64> = sqlx::query_scalar(
+            "SELECT id FROM jobs WHERE topic = ? AND status = 'dispatched' AND job_key LIKE 'a:%'",
+        )
+        .bind(&topic)
+        .fetch_all(&env.sql)
+        .await
+        .unwrap();
+        assert!(dispatched.len() <= 2, "{} of a in flight", dispatched.len());
+        for id in &dispatched {
+            let (status, answer) = env
+                .post(
+                    &format!("/v1/jobs/{id}/result"),
+                    json!({"attempt": 1, "outcome": "ok"}),
+                )
+                .await;
+            assert_eq!(status, 200, "{answer}");
+            finished += 1;
+        }
+        if finished < 8 {
+            eventually(Duration::from_secs(20), || async {
+                let now: i64 = sqlx::query_scalar(
+                    "SELECT COUNT(*) FROM jobs WHERE topic = ? AND status = 'dispatched' \
+                     AND job_key LIKE 'a:%'",
+                )
+                .bind(&topic)
+                .fetch_one(&env.sql)
+                .await
+                .unwrap();
+                (now > 0).then_some(())
+            })
+            .await
+            .expect("a's next jobs go out");
+        }
+    }
+    let rows = in_flight().await;
+    assert!(rows.iter().all(|(tenant, n)| tenant != "a" && *n <= 2), "{rows:?}");
+    env.finish().await;
+}

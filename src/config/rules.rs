@@ -50,11 +50,13 @@ impl TopicRules {
         }
     }
 
-    /// The topics with a `max_in_flight`, and each one's.
-    pub fn in_flight_limits(&self) -> Vec<(String, u32)> {
+    /// The topics with a `max_in_flight` or a `group_max_in_flight`, and
+    /// each one's (topic, group).
+    pub fn in_flight_limits(&self) -> Vec<(String, Option<u32>, Option<u32>)> {
         self.topics
             .iter()
-            .filter_map(|(topic, t)| t.max_in_flight.map(|limit| (topic.clone(), limit)))
+            .filter(|(_, t)| t.max_in_flight.is_some() || t.group_max_in_flight.is_some())
+            .map(|(topic, t)| (topic.clone(), t.max_in_flight, t.group_max_in_flight))
             .collect()
     }
 

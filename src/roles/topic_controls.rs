@@ -42,6 +42,9 @@ use crate::store::{Store, StoreError};
 /// A topic at its `max_in_flight` is counted again at most this often by
 /// the dispatcher that holds its jobs back.
 pub const IN_FLIGHT_RECOUNT: Duration = Duration::from_millis(100);
+/// Most in-flight rows a topic with a `group_max_in_flight` reads to count
+/// them by group; set `max_in_flight` below it so that the count is whole.
+pub const IN_FLIGHT_GROUPS_READ: u32 = 100_000;
 /// How often every instance reads the controls again.
 pub const CONTROLS_REFRESH: Duration = Duration::from_secs(1);
 /// A copy read longer ago than this is not trusted to say that no topic is
@@ -134,37 +137,59 @@ pub struct TopicControls {
     store: Store,
     /// The paces of the configuration (`[topics."…"] max_per_second`).
     rules: Arc<TopicRules>,
-    /// `[topics."…"] max_in_flight`, by topic.
-    in_flight_limits: Arc<HashMap<String, u32>>,
+    /// `[topics."…"] max_in_flight` and `group_max_in_flight`, by topic.
+    in_flight_limits: Arc<HashMap<String, InFlightLimits>>,
     /// Each limited topic's last count and what this instance let go.
     in_flight: Arc<Mutex<HashMap<String, InFlight>>>,
 }
 
-/// A topic with a `max_in_flight`, as this instance knows it.
+/// A topic's limits on its jobs in flight.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+struct InFlightLimits {
+    /// `max_in_flight`: the topic's.
+    topic: Option<u32>,
+    /// `group_max_in_flight`: each group's.
+    group: Option<u32>,
+}
+
+/// A count of a topic's jobs in flight: all, and by group when it has a
+/// `group_max_in_flight`.
+#[derive(Debug, Default)]
+struct InFlightCount {
+    all: u64,
+    groups: HashMap<String, u64>,
+}
+
+/// A topic with a `max_in_flight` or a `group_max_in_flight`, as this
+/// instance knows it.
 #[derive(Debug)]
 struct InFlight {
     /// Its jobs dispatching or dispatched at the last count.
     counted: u64,
+    /// Those by group (a topic with a `group_max_in_flight`).
+    groups: HashMap<String, u64>,
     /// When that count was asked for.
     counted_at: Instant,
     /// What this instance let go, and when: those let go after the count
     /// take room beside it. The dispatcher counts again between its passes
     /// ([`TopicControls::in_flight_recount`]), when every claim it let go
-    /// before has committed and so shows in the count.
-    grants: VecDeque<(Instant, u64)>,
+    /// before has committed and so shows in the count. By group (empty
+    /// for a topic without a `group_max_in_flight`).
+    grants: VecDeque<(Instant, String, u64)>,
 }
 
 impl InFlight {
-    fn recounted(&mut self, counted: u64, at: Instant) {
+    fn recounted(&mut self, count: InFlightCount, at: Instant) {
         if at <= self.counted_at {
             return;
         }
-        self.counted = counted;
+        self.counted = count.all;
+        self.groups = count.groups;
         self.counted_at = at;
         while self
             .grants
             .front()
-            .is_some_and(|(granted, _)| *granted < at)
+            .is_some_and(|(granted, _, _)| *granted < at)
         {
             self.grants.pop_front();
         }
@@ -172,7 +197,63 @@ impl InFlight {
 
     /// Let go since the count.
     fn uncounted(&self) -> u64 {
-        self.grants.iter().map(|(_, n)| n).sum()
+        self.grants.iter().map(|(_, _, n)| n).sum()
+    }
+
+    /// Which of `groups` (a pass's due jobs, by group) go under `limits`
+    /// at `share` of the room: see [`TopicControls::in_flight_admit`].
+    fn admit(
+        &mut self,
+        limits: InFlightLimits,
+        groups: &[&str],
+        share: f64,
+        now: Instant,
+    ) -> Vec<bool> {
+        let share = share.clamp(0.0, 1.0);
+        let room = |limit: u32, counted: u64| {
+            (u64::from(limit).saturating_sub(counted) as f64 * share).ceil() as u64
+        };
+        let mut topic_left = limits
+            .topic
+            .map(|limit| room(limit, self.counted).saturating_sub(self.uncounted()));
+        let mut group_left: HashMap<&str, u64> = HashMap::new();
+        let mut granted: HashMap<&str, u64> = HashMap::new();
+        let mut admitted = Vec::with_capacity(groups.len());
+        for group in groups {
+            if topic_left == Some(0) {
+                admitted.push(false);
+                continue;
+            }
+            if let Some(limit) = limits.group {
+                let left = group_left.entry(group).or_insert_with(|| {
+                    let counted = self.groups.get(*group).copied().unwrap_or(0);
+                    room(limit, counted).saturating_sub(self.uncounted_in(group))
+                });
+                if *left == 0 {
+                    admitted.push(false);
+                    continue;
+                }
+                *left -= 1;
+            }
+            if let Some(left) = topic_left.as_mut() {
+                *left -= 1;
+            }
+            *granted.entry(group).or_default() += 1;
+            admitted.push(true);
+        }
+        for (group, n) in granted {
+            self.grants.push_back((now, group.to_owned(), n));
+        }
+        admitted
+    }
+
+    /// Of `group`, let go since the count.
+    fn uncounted_in(&self, group: &str) -> u64 {
+        self.grants
+            .iter()
+            .filter(|(_, of, _)| of == group)
+            .map(|(_, _, n)| n)
+            .sum()
     }
 }
 
@@ -196,19 +277,39 @@ impl TopicControls {
                     .topic_rules()
                     .in_flight_limits()
                     .into_iter()
+                    .map(|(topic, limit, group)| {
+                        (
+                            topic,
+                            InFlightLimits {
+                                topic: limit,
+                                group,
+                            },
+                        )
+                    })
                     .collect(),
             ),
         }
     }
 
-    /// Whether any topic has a `max_in_flight` (else the dispatcher skips
-    /// the check).
+    /// Whether any topic has a `max_in_flight` or a
+    /// `group_max_in_flight` (else the dispatcher skips the check).
     pub fn any_in_flight_limited(&self) -> bool {
         !self.in_flight_limits.is_empty()
     }
 
+    /// Whether `topic` has a `max_in_flight` or a `group_max_in_flight`.
+    pub fn in_flight_limited(&self, topic: &str) -> bool {
+        self.in_flight_limits.contains_key(topic)
+    }
+
     pub fn in_flight_limit(&self, topic: &str) -> Option<u32> {
-        self.in_flight_limits.get(topic).copied()
+        self.in_flight_limits.get(topic).and_then(|l| l.topic)
+    }
+
+    /// `topic`'s `group_max_in_flight`, if it has one and its jobs are
+    /// grouped.
+    pub fn group_in_flight_limit(&self, topic: &str) -> Option<u32> {
+        self.in_flight_limits.get(topic).and_then(|l| l.group)
     }
 
     fn in_flight_lock(&self) -> std::sync::MutexGuard<'_, HashMap<String, InFlight>> {
@@ -217,29 +318,64 @@ impl TopicControls {
             .unwrap_or_else(std::sync::PoisonError::into_inner)
     }
 
-    /// How many of `want` due jobs of `topic` this instance may let go
-    /// now under its `max_in_flight`: its `share` (the part of the shards
-    /// it holds) of what the limit leaves over the last count, less what it
-    /// let go since (or too shortly before the count to show in it). The
-    /// count is read every second, and again by a dispatcher held back;
-    /// the instances' shares add up to the room left, so the fleet stays
-    /// within the limit but for rounding (one job an instance). Without a
-    /// count yet, nothing goes: the limit is kept from the first job.
-    pub fn in_flight_admit(&self, topic: &str, want: usize, share: f64) -> usize {
-        let Some(limit) = self.in_flight_limit(topic) else {
-            return want;
+    /// Which of a pass's due jobs of `topic` (given by their group, in
+    /// order; the same empty name for a topic without a
+    /// `group_max_in_flight`) this instance may let go now: within its
+    /// `share` (the part of the shards it holds) of the room the topic's
+    /// `max_in_flight` and each group's `group_max_in_flight` leave over
+    /// the last count, less what it let go since (or too shortly before
+    /// the count to show in it). The count is read every second, and again
+    /// by a dispatcher held back; the instances' shares add up to the room
+    /// left, so the fleet stays within each limit but for rounding (one
+    /// job an instance). Without a count yet, nothing goes: the limit is
+    /// kept from the first job.
+    pub fn in_flight_admit(&self, topic: &str, groups: &[&str], share: f64) -> Vec<bool> {
+        let Some(limits) = self.in_flight_limits.get(topic).copied() else {
+            return vec![true; groups.len()];
         };
         let mut all = self.in_flight_lock();
         let Some(known) = all.get_mut(topic) else {
-            return 0;
+            return vec![false; groups.len()];
         };
-        let room = u64::from(limit).saturating_sub(known.counted) as f64;
-        let mine = (room * share.clamp(0.0, 1.0)).ceil() as u64;
-        let granted = mine.saturating_sub(known.uncounted()).min(want as u64);
-        if granted > 0 {
-            known.grants.push_back((Instant::now(), granted));
+        known.admit(limits, groups, share, Instant::now())
+    }
+
+    /// Counts `topics`' jobs in flight: all, and by group for a topic with
+    /// a `group_max_in_flight` (reading at most [`IN_FLIGHT_GROUPS_READ`]
+    /// of its rows, each placed in its group as the dispatcher places a
+    /// due job).
+    async fn in_flight_count(
+        &self,
+        topics: &[String],
+    ) -> Result<HashMap<String, InFlightCount>, StoreError> {
+        let counted = self.store.topic_in_flight(topics).await?;
+        let mut counts = HashMap::new();
+        for topic in topics {
+            let mut count = InFlightCount {
+                all: counted.get(topic).copied().unwrap_or(0),
+                groups: HashMap::new(),
+            };
+            if let (Some(_), Some(grouping)) =
+                (self.group_in_flight_limit(topic), self.grouping(topic))
+            {
+                let rows = self
+                    .store
+                    .topic_in_flight_pacing(
+                        topic,
+                        grouping.by == GroupBy::Token,
+                        IN_FLIGHT_GROUPS_READ,
+                    )
+                    .await?;
+                for row in rows {
+                    let group = grouping
+                        .by
+                        .group_of(row.key.as_deref(), &row.headers, row.token);
+                    *count.groups.entry(group).or_default() += 1;
+                }
+            }
+            counts.insert(topic.clone(), count);
         }
-        granted as usize
+        Ok(counts)
     }
 
     /// Records a count of the limited topics' jobs in flight, asked for at
@@ -249,22 +385,23 @@ impl TopicControls {
     /// and could miss a claim not yet committed.
     fn in_flight_counted(
         &self,
-        counted: &HashMap<String, u64>,
+        mut counted: HashMap<String, InFlightCount>,
         topics: &[String],
         at: Instant,
         recount: bool,
     ) {
         let mut all = self.in_flight_lock();
         for topic in topics {
-            let n = counted.get(topic).copied().unwrap_or(0);
+            let count = counted.remove(topic).unwrap_or_default();
             match all.get_mut(topic) {
-                Some(known) if recount => known.recounted(n, at),
+                Some(known) if recount => known.recounted(count, at),
                 Some(_) => {}
                 None => {
                     all.insert(
                         topic.clone(),
                         InFlight {
-                            counted: n,
+                            counted: count.all,
+                            groups: count.groups,
                             counted_at: at,
                             grants: VecDeque::new(),
                         },
@@ -289,8 +426,8 @@ impl TopicControls {
         }
         let counted_at = Instant::now();
         let topics = [topic.to_owned()];
-        let counted = self.store.topic_in_flight(&topics).await?;
-        self.in_flight_counted(&counted, &topics, counted_at, true);
+        let counted = self.in_flight_count(&topics).await?;
+        self.in_flight_counted(counted, &topics, counted_at, true);
         Ok(true)
     }
 
@@ -432,8 +569,8 @@ impl TopicControls {
             .filter(|topic| !self.in_flight_lock().contains_key(*topic))
             .cloned()
             .collect();
-        let counted = self.store.topic_in_flight(&limited).await?;
-        self.in_flight_counted(&counted, &limited, read_at, false);
+        let counted = self.in_flight_count(&limited).await?;
+        self.in_flight_counted(counted, &limited, read_at, false);
         // Compiled once per text: a schema unchanged since the last read
         // is kept as compiled then.
         let previous: HashMap<String, TopicSchema> = self.read().schemas.clone();
@@ -602,5 +739,77 @@ pub async fn topic_reindex(
             Some(last) if page.len() == PAGE as usize => after = last.id,
             _ => return Ok(total),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn known(counted: u64, groups: &[(&str, u64)]) -> InFlight {
+        InFlight {
+            counted,
+            groups: groups.iter().map(|(g, n)| ((*g).to_owned(), *n)).collect(),
+            counted_at: Instant::now(),
+            grants: VecDeque::new(),
+        }
+    }
+
+    const BOTH: InFlightLimits = InFlightLimits {
+        topic: Some(4),
+        group: Some(2),
+    };
+
+    #[test]
+    fn each_group_is_held_to_its_own_room_within_the_topics() {
+        let mut topic = known(1, &[("a", 1)]);
+        let now = Instant::now();
+        // a has room for one more, b for two, the topic for three.
+        let admitted = topic.admit(BOTH, &["a", "a", "b", "b", "b"], 1.0, now);
+        assert_eq!(admitted, [true, false, true, true, false]);
+        assert_eq!(topic.uncounted_in("a"), 1);
+        assert_eq!(topic.uncounted_in("b"), 2);
+        // What went since the count takes room until a recount shows it.
+        assert_eq!(topic.admit(BOTH, &["b", "c"], 1.0, now), [false, false]);
+    }
+
+    #[test]
+    fn a_recount_gives_back_the_room_of_what_finished() {
+        let mut topic = known(0, &[]);
+        let granted_at = Instant::now();
+        assert_eq!(
+            topic.admit(BOTH, &["a", "a", "a"], 1.0, granted_at),
+            [true, true, false]
+        );
+        // Counted after the grants: one of a's finished.
+        let at = granted_at + Duration::from_millis(1);
+        topic.recounted(
+            InFlightCount {
+                all: 1,
+                groups: [("a".to_owned(), 1)].into(),
+            },
+            at,
+        );
+        assert_eq!(topic.uncounted(), 0);
+        assert_eq!(topic.admit(BOTH, &["a", "a"], 1.0, at), [true, false]);
+    }
+
+    #[test]
+    fn a_share_of_the_room_rounds_up_and_a_topic_limit_alone_ignores_groups() {
+        let mut topic = known(0, &[]);
+        let group_only = InFlightLimits {
+            topic: None,
+            group: Some(1),
+        };
+        // Half the shards: half of one, rounded up (one job an instance).
+        let admitted = topic.admit(group_only, &["a", "a", "b"], 0.5, Instant::now());
+        assert_eq!(admitted, [true, false, true]);
+        let mut topic = known(0, &[]);
+        let topic_only = InFlightLimits {
+            topic: Some(2),
+            group: None,
+        };
+        let admitted = topic.admit(topic_only, &["", "", ""], 1.0, Instant::now());
+        assert_eq!(admitted, [true, true, false]);
     }
 }

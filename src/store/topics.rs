@@ -401,48 +401,74 @@ impl Store {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let mut query = sqlx::QueryBuilder::<sqlx::MySql>::new(
-            "SELECT id, topic, job_key, headers, enc_key, window_ms, window_start, ",
-        );
-        query.push(if with_token {
-            "(SELECT MIN(t.token_id) FROM token_jobs t WHERE t.job_id = jobs.id) AS token_id"
-        } else {
-            "CAST(NULL AS UNSIGNED) AS token_id"
-        });
+        let mut query = pacing_select(with_token);
         query.push(" FROM jobs WHERE id IN ");
         super::sql::push_id_list(&mut query, ids);
         let rows = query.build().fetch_all(&self.pool).await?;
-        rows.iter()
-            .map(|row| {
-                let topic: Vec<u8> = row.try_get("topic")?;
-                let window_ms: Option<u32> = row.try_get("window_ms")?;
-                let window_start: Option<NaiveDateTime> = row.try_get("window_start")?;
-                let key: Option<Vec<u8>> = row.try_get("job_key")?;
-                let headers: Option<Vec<u8>> = row.try_get("headers")?;
-                let key_id: Option<Vec<u8>> = row.try_get("enc_key")?;
-                let id: JobId = row.try_get("id")?;
-                // Pacing never fails on a hand-edited row, or one that does
-                // not open: its group is the ungrouped one (the claim sets
-                // it aside, if it must).
-                let key_id = key_id.map(|k| String::from_utf8_lossy(&k).into_owned());
-                let headers = headers.map(|h| String::from_utf8_lossy(&h).into_owned());
-                let headers = headers_opened(&self.keys, key_id.as_deref(), id, headers)
-                    .and_then(|text| serde_json::from_str(&text).ok())
-                    .unwrap_or_default();
-                Ok(JobPacing {
-                    id,
-                    topic: String::from_utf8(topic)
-                        .map_err(|_| StoreError::Corrupt("jobs.topic is not UTF-8".to_owned()))?,
-                    key: key.map(|key| String::from_utf8_lossy(&key).into_owned()),
-                    headers,
-                    token: row.try_get::<Option<u64>, _>("token_id")?,
-                    window_end: window_ms.zip(window_start).map(|(ms, start)| {
-                        start.and_utc() + chrono::Duration::milliseconds(i64::from(ms))
-                    }),
-                })
-            })
-            .collect()
+        rows.iter().map(|row| self.pacing_from_row(row)).collect()
     }
+
+    /// What grouping needs of `topic`'s jobs in flight (dispatching or
+    /// dispatched), at most `most` of them: a topic's
+    /// `group_max_in_flight` counts them by group. Reads
+    /// `ix_jobs_status_topic` and the rows it names.
+    pub async fn topic_in_flight_pacing(
+        &self,
+        topic: &str,
+        with_token: bool,
+        most: u32,
+    ) -> Result<Vec<JobPacing>, StoreError> {
+        let mut query = pacing_select(with_token);
+        query
+            .push(" FROM jobs WHERE status IN ('dispatching', 'dispatched') AND topic = ")
+            .push_bind(topic)
+            .push(" LIMIT ")
+            .push_bind(most);
+        let rows = query.build().fetch_all(&self.pool).await?;
+        rows.iter().map(|row| self.pacing_from_row(row)).collect()
+    }
+
+    fn pacing_from_row(&self, row: &MySqlRow) -> Result<JobPacing, StoreError> {
+        let topic: Vec<u8> = row.try_get("topic")?;
+        let window_ms: Option<u32> = row.try_get("window_ms")?;
+        let window_start: Option<NaiveDateTime> = row.try_get("window_start")?;
+        let key: Option<Vec<u8>> = row.try_get("job_key")?;
+        let headers: Option<Vec<u8>> = row.try_get("headers")?;
+        let key_id: Option<Vec<u8>> = row.try_get("enc_key")?;
+        let id: JobId = row.try_get("id")?;
+        // Pacing never fails on a hand-edited row, or one that does
+        // not open: its group is the ungrouped one (the claim sets
+        // it aside, if it must).
+        let key_id = key_id.map(|k| String::from_utf8_lossy(&k).into_owned());
+        let headers = headers.map(|h| String::from_utf8_lossy(&h).into_owned());
+        let headers = headers_opened(&self.keys, key_id.as_deref(), id, headers)
+            .and_then(|text| serde_json::from_str(&text).ok())
+            .unwrap_or_default();
+        Ok(JobPacing {
+            id,
+            topic: String::from_utf8(topic)
+                .map_err(|_| StoreError::Corrupt("jobs.topic is not UTF-8".to_owned()))?,
+            key: key.map(|key| String::from_utf8_lossy(&key).into_owned()),
+            headers,
+            token: row.try_get::<Option<u64>, _>("token_id")?,
+            window_end: window_ms
+                .zip(window_start)
+                .map(|(ms, start)| start.and_utc() + chrono::Duration::milliseconds(i64::from(ms))),
+        })
+    }
+}
+
+/// The columns pacing reads, before `FROM`.
+fn pacing_select<'a>(with_token: bool) -> QueryBuilder<'a, MySql> {
+    let mut query = QueryBuilder::<MySql>::new(
+        "SELECT id, topic, job_key, headers, enc_key, window_ms, window_start, ",
+    );
+    query.push(if with_token {
+        "(SELECT MIN(t.token_id) FROM token_jobs t WHERE t.job_id = jobs.id) AS token_id"
+    } else {
+        "CAST(NULL AS UNSIGNED) AS token_id"
+    });
+    query
 }
 
 /// How far before the database's now a job is overdue, in microseconds,

@@ -181,6 +181,11 @@ pub struct TopicConfig {
     /// backlog from flooding consumers that are still recovering.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub max_in_flight: Option<u32>,
+    /// Most jobs of each group (of `group_by`: a tenant) dispatched and
+    /// not yet finished at once, across the fleet: one tenant's backlog
+    /// cannot take every slot consumers have. Needs `group_by`.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub group_max_in_flight: Option<u32>,
     /// Most of this topic's jobs overdue at once — pending, due longer ago
     /// than `overdue_after_ms` — before `overdue_policy` acts: after a long
     /// outage, the topic's owner decides what a backlog becomes.
@@ -275,6 +280,22 @@ impl TopicConfig {
                 field: "topics.max_in_flight".into(),
                 problem: format!(
                     "is 0 for topic {topic:?}: pause the topic instead (POST /v1/topics/{topic}/pause)"
+                ),
+            });
+        }
+        if self.group_max_in_flight == Some(0) {
+            return Err(ConfigError::Invalid {
+                field: "topics.group_max_in_flight".into(),
+                problem: format!(
+                    "is 0 for topic {topic:?}: pause the topic instead (POST /v1/topics/{topic}/pause)"
+                ),
+            });
+        }
+        if self.group_max_in_flight.is_some() && self.group_by.is_none() {
+            return Err(ConfigError::Invalid {
+                field: "topics.group_max_in_flight".into(),
+                problem: format!(
+                    "is set for topic {topic:?} without group_by: say what its jobs are grouped by"
                 ),
             });
         }

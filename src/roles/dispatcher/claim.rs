@@ -139,7 +139,7 @@ impl Dispatcher {
                 )
             });
             let grouped_pace = grouping.as_ref().is_some_and(|g| g.per_second.is_some());
-            let limited = self.controls.in_flight_limit(&job.topic).is_some();
+            let limited = self.controls.in_flight_limited(&job.topic);
             if rate.is_some() || grouped_pace || limited {
                 paced.entry(job.topic.as_str()).or_default().push(job);
             } else {
@@ -148,11 +148,28 @@ impl Dispatcher {
         }
         for (topic, jobs) in paced {
             let (rate, grouping) = controls.remove(topic).unwrap_or_default();
+            // Each job's group, for a topic limited in flight by group.
+            let group_of: HashMap<JobId, String> =
+                match (&grouping, self.controls.group_in_flight_limit(topic)) {
+                    (Some(grouping), Some(_)) => jobs
+                        .iter()
+                        .map(|job| {
+                            let group =
+                                grouping
+                                    .by
+                                    .group_of(job.key.as_deref(), &job.headers, job.token);
+                            (job.id, group)
+                        })
+                        .collect(),
+                    _ => HashMap::new(),
+                };
             let ids = match &grouping {
                 Some(grouping) => self.pace_groups(topic, grouping, jobs, redis_now_ms).await,
                 None => jobs.iter().map(|job| job.id).collect(),
             };
-            let ids = self.in_flight_admit(topic, ids, redis_now_ms).await;
+            let ids = self
+                .in_flight_admit(topic, ids, &group_of, redis_now_ms)
+                .await;
             let Some(rate) = rate else {
                 free.extend(ids);
                 continue;
@@ -185,11 +202,19 @@ impl Dispatcher {
         free
     }
 
-    /// A topic's `max_in_flight`: the ids beyond what it lets go now wait
-    /// in the index and are asked again a moment later (results coming
-    /// back make room). Returns those that may go.
-    async fn in_flight_admit(&self, topic: &str, ids: Vec<JobId>, redis_now_ms: i64) -> Vec<JobId> {
-        if self.controls.in_flight_limit(topic).is_none() || ids.is_empty() {
+    /// A topic's `max_in_flight` and its groups' `group_max_in_flight`
+    /// (`group_of` each job, for the latter): the ids beyond what they let
+    /// go now wait in the index and are asked again a moment later
+    /// (results coming back make room). Returns those that may go, in
+    /// their order.
+    async fn in_flight_admit(
+        &self,
+        topic: &str,
+        ids: Vec<JobId>,
+        group_of: &HashMap<JobId, String>,
+        redis_now_ms: i64,
+    ) -> Vec<JobId> {
+        if !self.controls.in_flight_limited(topic) || ids.is_empty() {
             return ids;
         }
         let share = {
@@ -202,16 +227,20 @@ impl Dispatcher {
         if let Err(err) = self.controls.in_flight_recount(topic).await {
             tracing::debug!(topic, error = %err, "cannot count a topic's jobs in flight; going by the last count");
         }
-        let granted = self.controls.in_flight_admit(topic, ids.len(), share);
-        if granted < ids.len() {
+        let groups: Vec<&str> = ids
+            .iter()
+            .map(|id| group_of.get(id).map_or("", String::as_str))
+            .collect();
+        let admitted = self.controls.in_flight_admit(topic, &groups, share);
+        let (go, wait): (Vec<(JobId, bool)>, Vec<(JobId, bool)>) =
+            ids.into_iter().zip(admitted).partition(|(_, go)| *go);
+        if !wait.is_empty() {
             let again_ms = redis_now_ms + IN_FLIGHT_WAIT.as_millis() as i64;
-            let back: Vec<(JobId, i64)> = ids[granted..].iter().map(|id| (*id, again_ms)).collect();
+            let back: Vec<(JobId, i64)> = wait.iter().map(|(id, _)| (*id, again_ms)).collect();
             metrics::dispatch_held("in_flight", back.len());
             self.index_requeue(&back).await;
         }
-        let mut ids = ids;
-        ids.truncate(granted);
-        ids
+        go.into_iter().map(|(id, _)| id).collect()
     }
 
     /// Fair dispatch by tenant: a grouped topic's jobs split by group, each
