@@ -388,8 +388,10 @@ declare! {
         labels: ["outcome"],
         help: "Pending wall-clock jobs of an older tzdata release computed \
             again under a newer one: moved (their instant changed), kept \
-            (unchanged), or unknown_zone (the newer release lacks their \
-            zone: left as they are).",
+            (unchanged), unknown_zone (the newer release lacks their \
+            zone: left as they are), or moved_past_expiry (also counted \
+            as moved: past their own expires_at, which never moves later; \
+            they end expired when they fall due).",
     },
     DELIVERY_UNKNOWABLE = Counter {
         name: "tickler_delivery_unknowable_total",
@@ -1101,6 +1103,12 @@ pub fn tzdata_job(outcome: &'static str, job_id: u64, zone: &str, moved_ms: i64)
             job_id,
             zone,
             "a wall-clock job's zone is not in the newer tzdata: left at its instant"
+        ),
+        "moved_past_expiry" => tracing::warn!(
+            job_id,
+            zone,
+            moved_ms,
+            "a newer tzdata moved a wall-clock job past its own expires_at: it ends expired when it falls due, unsent"
         ),
         _ => {}
     }

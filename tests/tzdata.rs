@@ -16,14 +16,16 @@ use tickler_testkit::{eventually, scratch_dir, TestEnv};
 
 /// A zoneinfo directory of release `version` under `root`: `Test/Steady`
 /// at +02 always; `Test/Shifting` at +01, or (`shifted`) +01 until 2030
-/// then +02 — a country moving its clock for good.
+/// then +02 — a country moving its clock for good; `Test/Falling` likewise
+/// from +03 to +02 (its instants move later).
 fn zoneinfo(root: &Path, version: &str, shifted: bool) -> PathBuf {
     let dir = root.join(version);
     std::fs::create_dir_all(&dir).unwrap();
     let shifting = if shifted {
-        "Zone\tTest/Shifting\t1:00\t-\t+01\t2030 Jan 1 0:00\n\t\t\t2:00\t-\t+02\n"
+        "Zone\tTest/Shifting\t1:00\t-\t+01\t2030 Jan 1 0:00\n\t\t\t2:00\t-\t+02\n\
+         Zone\tTest/Falling\t3:00\t-\t+03\t2030 Jan 1 0:00\n\t\t\t2:00\t-\t+02\n"
     } else {
-        "Zone\tTest/Shifting\t1:00\t-\t+01\n"
+        "Zone\tTest/Shifting\t1:00\t-\t+01\nZone\tTest/Falling\t3:00\t-\t+03\n"
     };
     let source = format!(
         "Zone\tEtc/UTC\t0\t-\tUTC\nLink\tEtc/UTC\tUTC\nZone\tTest/Steady\t2:00\t-\t+02\n{shifting}"
@@ -134,6 +136,15 @@ async fn a_newer_tzdata_moves_the_wall_clock_jobs_it_changes_and_no_other() {
     .await;
     let unknown_zone = create(&env, local("Test/Shifting", "2031-06-02T09:00:00")).await;
     let newer_release = create(&env, local("Test/Shifting", "2031-06-03T09:00:00")).await;
+    // 06:00Z, not after 06:30Z; the newer release puts it at 07:00Z.
+    let mut bounded = local("Test/Falling", "2031-06-01T09:00:00");
+    bounded["expires_at"] = json!("2031-06-01T06:30:00Z");
+    bounded["key"] = json!("bounded");
+    let bounded = create(&env, bounded).await;
+    assert_eq!(
+        job(&env, bounded).await["run_at"],
+        "2031-06-01T06:00:00.000Z"
+    );
     let (status, schedule) = env
         .post(
             "/v1/schedules",
@@ -245,6 +256,23 @@ async fn a_newer_tzdata_moves_the_wall_clock_jobs_it_changes_and_no_other() {
     .await
     .unwrap();
     assert_eq!(occurrence_after["run_at"], "2031-06-01T07:00:00.000Z");
+
+    // A job moved past its own not-after: moved (its local time is the
+    // truth), its expires_at never put later: it will end expired unsent.
+    let bounded_after = eventually(Duration::from_secs(10), || async {
+        let shown = job(&env, bounded).await;
+        (shown["tzdata_version"] == "2099b").then_some(shown)
+    })
+    .await
+    .unwrap();
+    assert_eq!(bounded_after["run_at"], "2031-06-01T07:00:00.000Z");
+    assert_eq!(bounded_after["expires_at"], "2031-06-01T06:30:00.000Z");
+    let (_, text) = env.metrics_text().await;
+    assert!(
+        text.lines()
+            .any(|l| l == "tickler_tzdata_jobs_total{outcome=\"moved_past_expiry\"} 1"),
+        "{text}"
+    );
 
     // No other: the zone that did not change, the date before the change
     // (stamped, not moved, no history row), the job given an instant.

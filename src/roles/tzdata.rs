@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 use chrono::{DateTime, Utc};
 
 use crate::config::Config;
-use crate::domain::job::{JobId, Schedule, Window};
+use crate::domain::job::{Expiry, JobId, Schedule, Window};
 use crate::domain::zones::{self, Recomputed, Tzdata, TzdataError, WallClock};
 use crate::metrics;
 use crate::roles::jobs::Jobs;
@@ -279,7 +279,11 @@ impl WallClockMover {
 
     /// Moves one job whose instant changed: its time (its window's with
     /// one, its decided instant shifted alike) and its wall clock stamped
-    /// with the release, at the version read.
+    /// with the release, at the version read. An occurrence's expiry (its
+    /// schedule's misfire grace) moves with it; a job's own `expires_at`
+    /// does not: a not-after is never put later. A job moved past it ends
+    /// `expired` when it falls due, unsent (counted as
+    /// `moved_past_expiry`).
     async fn move_one(
         &self,
         jobs: &Jobs,
@@ -302,6 +306,11 @@ impl WallClockMover {
                 tzdata_version: release.to_owned(),
                 ..wall.clone()
             })),
+            expiry: row
+                .expires_at
+                .filter(|_| row.occurrence)
+                .and_then(|at| at.checked_add_signed(shift))
+                .map(|at| Some(Expiry::At(at))),
             ..JobChanges::default()
         };
         let applied = matches!(
@@ -310,6 +319,15 @@ impl WallClockMover {
         );
         if applied {
             metrics::tzdata_job("moved", row.id, &wall.zone, shift.num_milliseconds());
+            let past = row.expires_at.filter(|at| !row.occurrence && *at < to);
+            if past.is_some() {
+                metrics::tzdata_job(
+                    "moved_past_expiry",
+                    row.id,
+                    &wall.zone,
+                    shift.num_milliseconds(),
+                );
+            }
         }
         Ok(applied)
     }

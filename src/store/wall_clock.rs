@@ -24,6 +24,10 @@ pub struct WallRow {
     pub schedule_time: DateTime<Utc>,
     pub window_ms: Option<u32>,
     pub window_start: Option<DateTime<Utc>>,
+    pub expires_at: Option<DateTime<Utc>>,
+    /// Whether it is a schedule's occurrence (its expiry is then the
+    /// schedule's misfire grace, counted from its time).
+    pub occurrence: bool,
     /// None when its columns do not decode (a hand edit): left alone.
     pub wall: Option<WallClock>,
     /// As stored (`0` for none): where the scan goes on from.
@@ -44,8 +48,9 @@ impl Store {
         limit: u32,
     ) -> Result<Vec<WallRow>, StoreError> {
         let mut query = QueryBuilder::<MySql>::new(
-            "SELECT id, version, attempt, schedule_time, window_ms, window_start, run_local, \
-             time_zone, tzdata_version FROM jobs WHERE tzdata_version < ",
+            "SELECT id, version, attempt, schedule_time, window_ms, window_start, expires_at, \
+             schedule_id IS NOT NULL AS occurrence, run_local, time_zone, tzdata_version \
+             FROM jobs WHERE tzdata_version < ",
         );
         query.push_bind(version.to_owned());
         if let Some((release, id)) = after {
@@ -81,6 +86,8 @@ impl Store {
                     schedule_time: at("schedule_time")?.unwrap_or_default(),
                     window_ms: row.try_get("window_ms")?,
                     window_start: at("window_start")?,
+                    expires_at: at("expires_at")?,
+                    occurrence: row.try_get::<i64, _>("occurrence")? != 0,
                     wall: local.zip(zone).map(|(local, zone)| WallClock {
                         local,
                         zone,
