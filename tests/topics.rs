@@ -603,3 +603,62 @@ async fn the_controls_refresher_reports_a_pause_and_reindexes_the_resumed_topic(
     );
     env.finish().await;
 }
+
+/// A payload schema waits for the whole fleet: while an instance of a
+/// build before holds is alive (it would send the jobs a schema holds back
+/// as they are), setting one answers 409 `older_instances` naming it, and
+/// nothing is written; once it is gone, the same request sets it. Removing
+/// a schema is never refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_payload_schema_is_refused_while_an_instance_built_before_holds_is_alive() {
+    let env = env_start().await;
+    let topic = topic_new(&env).await;
+    sqlx::query(
+        "INSERT INTO instances (id, host, pid, version, roles, started_at, heartbeat_at) \
+         VALUES (900002, 'old-host', 4343, '0.1.0+schema.64', 'dispatcher', \
+         UTC_TIMESTAMP(3), UTC_TIMESTAMP(3))",
+    )
+    .execute(&env.sql)
+    .await
+    .unwrap();
+    let schema = json!({"payload_schema": {"type": "object", "required": ["user"]}});
+    let path = format!("/v1/topics/{topic}");
+    let (status, refused) = env.request("PATCH", &path, Some(schema.to_string())).await;
+    assert_eq!(status, 409, "{refused}");
+    assert_eq!(refused["error"]["code"], "older_instances");
+    let message = refused["error"]["message"].as_str().unwrap();
+    assert!(
+        message.contains("instance 900002 (old-host pid 4343"),
+        "{message}"
+    );
+    let stored: Option<Option<String>> = sqlx::query_scalar(
+        "SELECT CAST(payload_schema AS CHAR) FROM topic_controls WHERE topic = ?",
+    )
+    .bind(&topic)
+    .fetch_optional(&env.sql)
+    .await
+    .unwrap();
+    assert_eq!(stored.flatten(), None, "nothing written");
+    // Removing one is what an older instance does anyway.
+    let (status, removed) = env
+        .request(
+            "PATCH",
+            &path,
+            Some(json!({"payload_schema": null}).to_string()),
+        )
+        .await;
+    assert_eq!(status, 200, "{removed}");
+
+    // The old instance stops beating: past its TTL it is not live.
+    sqlx::query(
+        "UPDATE instances SET heartbeat_at = TIMESTAMPADD(MINUTE, -10, UTC_TIMESTAMP(3)) \
+         WHERE id = 900002",
+    )
+    .execute(&env.sql)
+    .await
+    .unwrap();
+    let (status, set) = env.request("PATCH", &path, Some(schema.to_string())).await;
+    assert_eq!(status, 200, "{set}");
+    assert_eq!(set["payload_schema"]["required"][0], "user", "{set}");
+    env.finish().await;
+}

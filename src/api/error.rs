@@ -155,6 +155,11 @@ pub enum ApiError {
     /// `POST /v1/dev/clock` beside a live `tickler serve`: nothing moved.
     #[error("{0}")]
     ClockNeighbour(String),
+    /// A change that live instances of an older build would not honour
+    /// (a payload schema while one built before holds is alive): nothing
+    /// written.
+    #[error("{0}")]
+    OlderInstances(String),
     /// The job is stored in a form that does not decode (edited by hand,
     /// restored, sealed under a key this instance lacks): that row only;
     /// `tickler doctor` names it.
@@ -209,7 +214,8 @@ impl ApiError {
             ApiError::KeyConflict { .. }
             | ApiError::Conflict { .. }
             | ApiError::ScheduleConflict { .. }
-            | ApiError::ClockNeighbour(_) => StatusCode::CONFLICT,
+            | ApiError::ClockNeighbour(_)
+            | ApiError::OlderInstances(_) => StatusCode::CONFLICT,
             ApiError::Unauthorized(_) => StatusCode::UNAUTHORIZED,
             ApiError::ForbiddenScope(_)
             | ApiError::ForbiddenTopic(_)
@@ -264,6 +270,7 @@ impl ApiError {
             ApiError::Unavailable => "unavailable",
             ApiError::Unreadable(_) => "unreadable_row",
             ApiError::ClockNeighbour(_) => "clock_neighbour",
+            ApiError::OlderInstances(_) => "older_instances",
             ApiError::Internal => "internal",
         }
     }

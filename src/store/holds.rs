@@ -7,6 +7,11 @@
 use chrono::{DateTime, Utc};
 use sqlx::{MySql, QueryBuilder};
 
+/// The schema of the first build that checks payload schemas at send and
+/// honours holds (V66, `jobs.held_at`): an older instance would send a
+/// held job, or one no longer matching, as it is.
+pub const SCHEMA: i32 = 66;
+
 use super::error::StoreError;
 use super::handle::Store;
 use super::history::{event_token, events_record};

@@ -57,7 +57,7 @@ pub use error::StoreError;
 pub use forecast::DueCount;
 pub use handle::{Actor, Store};
 pub use history::{BrokenTrigger, HandEditsState};
-pub use holds::HoldReleased;
+pub use holds::{HoldReleased, SCHEMA as HOLDS_SCHEMA};
 pub use job_row::WindowEntry;
 pub use jobs::{BatchRow, Cancelled, JobChanges, JobEvent, JobFilter, Modified};
 pub use migrate::{built_for, newest as schema_newest};

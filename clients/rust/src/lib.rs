@@ -85,6 +85,8 @@ pub enum ErrorCode {
     BodyTimeout,
     /// `tickler dev`'s clock cannot move beside a live `tickler serve`.
     ClockNeighbour,
+    /// A payload schema while a live instance is of a build before holds.
+    OlderInstances,
     Unavailable,
     /// The job's stored row does not decode (that job only).
     UnreadableRow,
@@ -138,6 +140,7 @@ impl ErrorCode {
             "quota_exceeded" => QuotaExceeded,
             "body_timeout" => BodyTimeout,
             "clock_neighbour" => ClockNeighbour,
+            "older_instances" => OlderInstances,
             "unavailable" => Unavailable,
             "unreadable_row" => UnreadableRow,
             "internal" => Internal,
