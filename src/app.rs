@@ -1016,6 +1016,7 @@ async fn start_api(
         store.clone(),
         index.clone(),
         config,
+        shared.controls.clone(),
         wake.clone(),
         tracker.clone(),
         cancel.child_token(),

@@ -453,9 +453,17 @@ async fn a_batch_applied_again_after_its_commit_changes_nothing() {
     let op = env.store.bulk_get(op_id).await.unwrap().unwrap();
     let batch = env.store.bulk_next(&op, 500).await.unwrap();
     assert_eq!(batch.len(), 3);
-    let first = env.store.bulk_apply(&op, &batch, |_| 1).await.unwrap();
+    let first = env
+        .store
+        .bulk_apply(&op, &batch, |_| 1, |_| true)
+        .await
+        .unwrap();
     assert_eq!(first.map(|b| b.changed.len()), Some(3));
-    let again = env.store.bulk_apply(&op, &batch, |_| 1).await.unwrap();
+    let again = env
+        .store
+        .bulk_apply(&op, &batch, |_| 1, |_| true)
+        .await
+        .unwrap();
     assert!(again.is_none(), "the stale cursor is refused");
     assert_eq!(
         schedule_ms(&env, ids[0]).await,
@@ -487,7 +495,7 @@ async fn a_batch_applied_again_after_its_commit_changes_nothing() {
     let batch = env.store.bulk_next(&stopped, 500).await.unwrap();
     assert!(env
         .store
-        .bulk_apply(&stopped, &batch, |_| 1)
+        .bulk_apply(&stopped, &batch, |_| 1, |_| true)
         .await
         .unwrap()
         .is_none());
@@ -539,6 +547,7 @@ async fn the_runner_takes_over_a_stalled_operation_in_one_pass() {
         store.clone(),
         env.index.clone(),
         &env.config,
+        tickler::roles::topic_controls::TopicControls::new(store.clone(), &env.config),
         Arc::new(tokio::sync::Notify::new()),
         tracker.clone(),
         tokio_util::sync::CancellationToken::new(),

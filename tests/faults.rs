@@ -876,7 +876,11 @@ struct Ledger {
     /// the call): applied or not, nobody knows.
     maybe_cancelled: HashSet<u64>,
     moved: usize,
-    /// Changes (cancel or move) that got no answer.
+    /// Moved by a debounce of their key, answered.
+    debounced: usize,
+    /// Each created job's key.
+    keys: HashMap<u64, String>,
+    /// Changes (cancel, move or debounce) that got no answer.
     indeterminate: usize,
     refused: usize,
 }
@@ -889,7 +893,8 @@ fn env_number(name: &str, default: u64) -> u64 {
 }
 
 /// Three instances on one database and one Redis, under a steady stream of
-/// jobs (with cancels and reschedules mixed in), while a seeded nemesis
+/// jobs (some given as wall-clock times; with cancels, reschedules and
+/// debounces of their keys mixed in), while a seeded nemesis
 /// kills instances with -9, pauses them past their TTL and restarts them.
 /// Then the checker: lost 0, early 0, cancelled-but-produced 0, and
 /// duplicates only of the allowed kind (same job and attempt, from an
@@ -940,13 +945,20 @@ async fn chaos_across_three_instances_loses_nothing() {
                         .collect();
                     live[rng.random_range(0..live.len())]
                 };
+                // Keyed, so that a debounce can find them; one in ten given
+                // as a wall-clock time (UTC's, the same instant).
                 let items: Vec<(serde_json::Value, i64)> = (0..per_tick)
                     .map(|n| {
                         let due = Utc::now() + chrono::Duration::milliseconds(rng.random_range(1_000..6_000));
-                        (
-                            serde_json::json!({"topic": world.topic, "payload": n, "run_at": due.to_rfc3339()}),
-                            due.timestamp_millis(),
-                        )
+                        let key = format!("c{seed}-{}", rng.random::<u64>());
+                        let item = if rng.random_bool(0.1) {
+                            serde_json::json!({"topic": world.topic, "key": key, "payload": n,
+                                "run_local": due.naive_utc().format("%Y-%m-%dT%H:%M:%S%.3f").to_string(),
+                                "time_zone": "Etc/UTC"})
+                        } else {
+                            serde_json::json!({"topic": world.topic, "key": key, "payload": n, "run_at": due.to_rfc3339()})
+                        };
+                        (item, due.timestamp_millis())
                     })
                     .collect();
                 let body =
@@ -963,14 +975,18 @@ async fn chaos_across_three_instances_loses_nothing() {
                 {
                     Some((200, reply)) => {
                         let mut ledger = ledger.lock().unwrap();
-                        for (result, (_, due_ms)) in
+                        for (result, (item, due_ms)) in
                             reply["results"].as_array().unwrap().iter().zip(&items)
                         {
                             if result["result"] == "created" {
+                                let id = result["id"].as_u64().unwrap();
                                 ledger.expected.push(Expected {
-                                    id: result["id"].as_u64().unwrap(),
+                                    id,
                                     due_ms: *due_ms,
                                 });
+                                ledger
+                                    .keys
+                                    .insert(id, item["key"].as_str().unwrap().to_owned());
                             }
                         }
                     }
@@ -995,7 +1011,51 @@ async fn chaos_across_three_instances_loses_nothing() {
                 };
                 for job in candidates.iter().take(per_tick / 10) {
                     let instance = pick(&mut rng);
-                    if rng.random_bool(0.5) {
+                    let key = ledger.lock().unwrap().keys.get(&job.id).cloned();
+                    if let (Some(key), true) = (key, rng.random_bool(0.25)) {
+                        // A debounce of its key: the pending job moves (or,
+                        // had it gone out, a new generation starts).
+                        let shift_ms: i64 = if rng.random_bool(0.5) { 1_500 } else { -1_000 };
+                        let due_ms = job.due_ms + shift_ms;
+                        let run_at = chrono::DateTime::from_timestamp_millis(due_ms).unwrap();
+                        let body = serde_json::json!({"topic": world.topic, "key": key,
+                            "payload": "debounced", "run_at": run_at.to_rfc3339(),
+                            "on_conflict": "debounce", "max_delay_ms": 600_000});
+                        let answer = world
+                            .call(instance, reqwest::Method::POST, "/v1/jobs", Some(&body))
+                            .await;
+                        let mut ledger = ledger.lock().unwrap();
+                        match answer {
+                            Some((200, moved)) if moved["id"].as_u64() == Some(job.id) => {
+                                ledger.debounced += 1;
+                                let at = moved["run_at"]
+                                    .as_str()
+                                    .and_then(|at| at.parse::<chrono::DateTime<Utc>>().ok())
+                                    .map_or(due_ms, |at| at.timestamp_millis());
+                                if let Some(e) =
+                                    ledger.expected.iter_mut().rev().find(|e| e.id == job.id)
+                                {
+                                    e.due_ms = at;
+                                }
+                            }
+                            Some((201, created)) => {
+                                // The job had gone out: a new one, expected too.
+                                ledger.expected.push(Expected {
+                                    id: created["id"].as_u64().unwrap(),
+                                    due_ms,
+                                });
+                            }
+                            Some(_) => {}
+                            None => {
+                                ledger.indeterminate += 1;
+                                if let Some(e) =
+                                    ledger.expected.iter_mut().rev().find(|e| e.id == job.id)
+                                {
+                                    e.due_ms = e.due_ms.min(due_ms);
+                                }
+                            }
+                        }
+                    } else if rng.random_bool(0.5) {
                         let path = format!("/v1/jobs/{}", job.id);
                         match world
                             .call(instance, reqwest::Method::DELETE, &path, None)
@@ -1097,10 +1157,11 @@ async fn chaos_across_three_instances_loses_nothing() {
         .into_inner();
     let ledger = std::mem::take(&mut *ledger.lock().unwrap());
     eprintln!(
-        "chaos: {} jobs accepted, {} cancelled, {} moved, {} changes and {} creates not answered",
+        "chaos: {} jobs accepted, {} cancelled, {} moved, {} debounced, {} changes and {} creates not answered",
         ledger.expected.len(),
         ledger.cancelled.len(),
         ledger.moved,
+        ledger.debounced,
         ledger.indeterminate,
         ledger.refused
     );

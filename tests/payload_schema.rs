@@ -52,6 +52,27 @@ async fn job(env: &TestEnv, id: u64) -> Value {
     job
 }
 
+async fn is_held(env: &TestEnv, id: u64) -> bool {
+    job(env, id).await["held_at"].is_string()
+}
+
+async fn bulk_ops_count(env: &TestEnv) -> i64 {
+    sqlx::query_scalar("SELECT COUNT(*) FROM bulk_ops")
+        .fetch_one(&env.sql)
+        .await
+        .unwrap()
+}
+
+/// Bulk operation `id` once done.
+async fn bulk_done(env: &TestEnv, id: u64) -> Value {
+    eventually(Duration::from_secs(20), || async {
+        let (_, op) = env.get(&format!("/v1/bulk/{id}")).await;
+        (op["status"] == "done").then_some(op)
+    })
+    .await
+    .unwrap_or_else(|| panic!("bulk operation {id} did not finish"))
+}
+
 async fn held_await(env: &TestEnv, id: u64) -> Value {
     eventually(Duration::from_secs(15), || async {
         let job = job(env, id).await;
@@ -359,5 +380,223 @@ async fn a_schema_edited_by_hand_into_nonsense_holds_only_its_topic() {
         json!({"type": 12}),
         "shown as stored"
     );
+    env.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn held_jobs_are_released_in_bulk_and_go_out_once() {
+    let env = env_start().await;
+    let topic = env.topic.clone();
+    let consumer = consumer_from_beginning(&env.config.kafka.brokers, &topic);
+    // Three created while the schema allows them, due in 3 s, held when due;
+    // one due tomorrow that the new schema allows: pending, never held.
+    let (status, _) = schema_set(&env, &topic, json!({"type": "object"})).await;
+    assert_eq!(status, 200);
+    let mut held = Vec::new();
+    for n in 0..3 {
+        let job = env
+            .job_create(
+                json!({"topic": topic, "delay_ms": 3000, "payload": {"amount": format!("n{n}")}}),
+            )
+            .await;
+        held.push(job["id"].as_u64().unwrap());
+    }
+    let later = env
+        .job_create(json!({"topic": topic, "delay_ms": 86_400_000, "payload": {"amount": 1}}))
+        .await["id"]
+        .as_u64()
+        .unwrap();
+    let (status, _) = schema_set(&env, &topic, order_schema()).await;
+    assert_eq!(status, 200);
+    for id in &held {
+        held_await(&env, *id).await;
+    }
+    let bulk = |body: Value| env.post("/v1/jobs/bulk", body);
+    // A bad body is refused, and nothing is written.
+    for bad in [
+        json!({"filter": {"topic": topic, "held": true},
+               "action": {"type": "release", "force": "yes"}, "dry_run": false}),
+        json!({"filter": {"topic": topic, "held": "yes"},
+               "action": {"type": "release"}, "dry_run": false}),
+        json!({"filter": {"topic": topic},
+               "action": {"type": "release", "topic": topic}, "dry_run": false}),
+    ] {
+        let (status, answer) = bulk(bad.clone()).await;
+        assert_eq!(
+            (status, answer["error"]["code"].as_str()),
+            (400, Some("invalid_request")),
+            "{bad}: {answer}"
+        );
+    }
+    // Forced needs admin, as for one job.
+    let writer = tickler_testkit::http_with_token(
+        &tickler_testkit::token_create(&env.config.mysql.url, "writer", &["*"], &["write"]).await,
+    );
+    let (status, answer) = env
+        .request_with(
+            &writer,
+            "POST",
+            "/v1/jobs/bulk",
+            Some(
+                json!({"filter": {"topic": topic, "held": true},
+                       "action": {"type": "release", "force": true}, "dry_run": false})
+                .to_string(),
+            ),
+        )
+        .await;
+    assert_eq!(
+        (status, answer["error"]["code"].as_str()),
+        (403, Some("forbidden_scope")),
+        "{answer}"
+    );
+    assert_eq!(bulk_ops_count(&env).await, 0, "no operation recorded");
+    for id in &held {
+        assert!(is_held(&env, *id).await, "job {id} still held");
+    }
+
+    // The preview: `held` narrows any action to held (or not held) jobs.
+    let (status, preview) = bulk(json!({"filter": {"topic": topic, "held": true},
+                                        "action": {"type": "release"}, "dry_run": true}))
+    .await;
+    assert_eq!(status, 200, "{preview}");
+    assert_eq!(
+        (
+            &preview["matched"],
+            &preview["eligible"],
+            &preview["applies_to"]
+        ),
+        (&json!(3), &json!(3), &json!("pending")),
+        "{preview}"
+    );
+    let sampled: Vec<u64> = preview["sample"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|j| j["id"].as_u64().unwrap())
+        .collect();
+    assert_eq!(sampled, held, "{preview}");
+    let (status, preview) = bulk(json!({"filter": {"topic": topic, "held": false},
+                                        "action": {"type": "cancel"}, "dry_run": true}))
+    .await;
+    assert_eq!(status, 200, "{preview}");
+    assert_eq!(
+        (&preview["matched"], &preview["eligible"]),
+        (&json!(1), &json!(1)),
+        "{preview}"
+    );
+    assert_eq!(preview["sample"][0]["id"], later, "{preview}");
+    assert_eq!(bulk_ops_count(&env).await, 0, "a preview writes nothing");
+
+    // Unforced while the payloads still fail: they stay held (conflicts),
+    // the job not held is skipped, nothing is sent.
+    let (status, started) = bulk(json!({"filter": {"topic": topic},
+                                        "action": {"type": "release"}, "dry_run": false}))
+    .await;
+    assert_eq!(status, 202, "{started}");
+    let op = bulk_done(&env, started["id"].as_u64().unwrap()).await;
+    assert_eq!(
+        (
+            &op["total"],
+            &op["changed"],
+            &op["skipped"],
+            &op["conflicts"]
+        ),
+        (&json!(4), &json!(0), &json!(1), &json!(3)),
+        "{op}"
+    );
+    for id in &held {
+        assert!(is_held(&env, *id).await, "job {id} still held");
+    }
+
+    // Forced, two of them and the job not held: released and sent as
+    // they are (this attempt waived), the other skipped.
+    let forced = [held[0], held[1]];
+    let (status, started) = bulk(json!({"filter": {"ids": [held[0], held[1], later]},
+                                        "action": {"type": "release", "force": true},
+                                        "dry_run": false}))
+    .await;
+    assert_eq!(status, 202, "{started}");
+    let forced_op = started["id"].as_u64().unwrap();
+    let op = bulk_done(&env, forced_op).await;
+    assert_eq!(
+        (
+            &op["total"],
+            &op["changed"],
+            &op["skipped"],
+            &op["conflicts"]
+        ),
+        (&json!(3), &json!(2), &json!(1), &json!(0)),
+        "{op}"
+    );
+    for id in forced {
+        env.status_await(id, "dispatched", Duration::from_secs(15))
+            .await;
+        let waived: Option<u32> =
+            sqlx::query_scalar("SELECT schema_waived_attempt FROM jobs WHERE id = ?")
+                .bind(id)
+                .fetch_one(&env.sql)
+                .await
+                .unwrap();
+        assert_eq!(waived, Some(1), "job {id}'s attempt 1 waived");
+        let (_, history) = env.get(&format!("/v1/jobs/{id}/history")).await;
+        let actors: Vec<&str> = history["events"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .filter_map(|e| e["actor"].as_str())
+            .collect();
+        assert!(
+            actors.contains(&format!("bulk:{forced_op}").as_str()),
+            "{history}"
+        );
+    }
+    assert!(is_held(&env, held[2]).await);
+    assert_eq!(env.job_status(later).await, "pending");
+
+    // The schema relaxed, the last one is released checked, filtered by
+    // `held: true`, and sent.
+    let (status, _) = schema_set(&env, &topic, json!({"type": "object"})).await;
+    assert_eq!(status, 200);
+    let released = eventually(Duration::from_secs(5), || async {
+        // Each instance reads the controls within a second.
+        let (status, started) = bulk(json!({"filter": {"topic": topic, "held": true},
+                                            "action": {"type": "release"}, "dry_run": false}))
+        .await;
+        assert_eq!(status, 202, "{started}");
+        let op = bulk_done(&env, started["id"].as_u64().unwrap()).await;
+        (op["changed"] == 1).then_some(op)
+    })
+    .await
+    .expect("released once the schema allows it");
+    assert_eq!(
+        (
+            &released["total"],
+            &released["skipped"],
+            &released["conflicts"]
+        ),
+        (&json!(1), &json!(0), &json!(0)),
+        "{released}"
+    );
+    env.status_await(held[2], "dispatched", Duration::from_secs(15))
+        .await;
+    let waived: Option<u32> =
+        sqlx::query_scalar("SELECT schema_waived_attempt FROM jobs WHERE id = ?")
+            .bind(held[2])
+            .fetch_one(&env.sql)
+            .await
+            .unwrap();
+    assert_eq!(waived, None, "checked, not waived");
+
+    // Each held job produced once; the job not held stays pending.
+    let records = records_read(&consumer, 4, Duration::from_secs(5)).await;
+    let mut ids: Vec<String> = records
+        .iter()
+        .filter_map(|r| r.header("tickler-job-id").map(str::to_owned))
+        .collect();
+    ids.sort();
+    let mut expected: Vec<String> = held.iter().map(u64::to_string).collect();
+    expected.sort();
+    assert_eq!(ids, expected, "each released job produced once");
+    assert_eq!(env.job_status(later).await, "pending");
     env.finish().await;
 }

@@ -58,6 +58,10 @@ fn no_attempts(_: &str) -> u32 {
     panic!("no default attempts asked for")
 }
 
+fn any_payload(_: &Job) -> bool {
+    true
+}
+
 // ---------------------------------------------------------------------------
 // max_id, get_many, count, sample
 
@@ -313,7 +317,7 @@ async fn apply_cancels_what_is_still_pending_skips_the_rest_and_moves_the_cursor
 
     let store = runner(&db, &op);
     let done = store
-        .bulk_apply(&op, &batch, no_attempts)
+        .bulk_apply(&op, &batch, no_attempts, any_payload)
         .await
         .unwrap()
         .expect("the operation is where it says");
@@ -365,7 +369,7 @@ async fn apply_writes_nothing_for_an_operation_that_moved_on() {
     let batch = vec![(first, "store-test".to_owned())];
     assert!(db
         .store
-        .bulk_apply(&op, &batch, no_attempts)
+        .bulk_apply(&op, &batch, no_attempts, any_payload)
         .await
         .unwrap()
         .is_some());
@@ -374,7 +378,7 @@ async fn apply_writes_nothing_for_an_operation_that_moved_on() {
     let again = vec![(second, "store-test".to_owned())];
     assert!(db
         .store
-        .bulk_apply(&op, &again, no_attempts)
+        .bulk_apply(&op, &again, no_attempts, any_payload)
         .await
         .unwrap()
         .is_none());
@@ -386,7 +390,7 @@ async fn apply_writes_nothing_for_an_operation_that_moved_on() {
     };
     assert!(db
         .store
-        .bulk_apply(&stolen, &again, no_attempts)
+        .bulk_apply(&stolen, &again, no_attempts, any_payload)
         .await
         .unwrap()
         .is_none());
@@ -398,7 +402,7 @@ async fn apply_writes_nothing_for_an_operation_that_moved_on() {
         .unwrap());
     assert!(db
         .store
-        .bulk_apply(&current, &again, no_attempts)
+        .bulk_apply(&current, &again, no_attempts, any_payload)
         .await
         .unwrap()
         .is_none());
@@ -413,7 +417,7 @@ async fn apply_writes_nothing_for_an_operation_that_moved_on() {
     // An empty batch is nothing to do.
     let empty = db
         .store
-        .bulk_apply(&current, &[], no_attempts)
+        .bulk_apply(&current, &[], no_attempts, any_payload)
         .await
         .unwrap()
         .unwrap();
@@ -463,7 +467,7 @@ async fn apply_shifts_and_moves_pending_jobs_clearing_only_an_occurrences_expiry
     .await;
     let batch = db.store.bulk_next(&shift, 10).await.unwrap();
     db.store
-        .bulk_apply(&shift, &batch, no_attempts)
+        .bulk_apply(&shift, &batch, no_attempts, any_payload)
         .await
         .unwrap()
         .unwrap();
@@ -491,7 +495,7 @@ async fn apply_shifts_and_moves_pending_jobs_clearing_only_an_occurrences_expiry
     let relocate = op_create(&db, topic("moved"), BulkAction::Move { run_at }, 2).await;
     let batch = db.store.bulk_next(&relocate, 10).await.unwrap();
     db.store
-        .bulk_apply(&relocate, &batch, no_attempts)
+        .bulk_apply(&relocate, &batch, no_attempts, any_payload)
         .await
         .unwrap()
         .unwrap();
@@ -534,7 +538,7 @@ async fn apply_shifts_and_moves_pending_jobs_clearing_only_an_occurrences_expiry
     .await;
     let batch = db.store.bulk_next(&shift, 10).await.unwrap();
     db.store
-        .bulk_apply(&shift, &batch, no_attempts)
+        .bulk_apply(&shift, &batch, no_attempts, any_payload)
         .await
         .unwrap()
         .unwrap();
@@ -556,7 +560,7 @@ async fn apply_shifts_and_moves_pending_jobs_clearing_only_an_occurrences_expiry
     .await;
     let batch = db.store.bulk_next(&relocate, 10).await.unwrap();
     db.store
-        .bulk_apply(&relocate, &batch, no_attempts)
+        .bulk_apply(&relocate, &batch, no_attempts, any_payload)
         .await
         .unwrap()
         .unwrap();
@@ -619,7 +623,7 @@ async fn apply_redrives_dead_jobs_with_the_given_attempts_or_their_topics() {
     let before = db.store.db_now().await.unwrap();
     let done = db
         .store
-        .bulk_apply(&op, &batch, no_attempts)
+        .bulk_apply(&op, &batch, no_attempts, any_payload)
         .await
         .unwrap()
         .unwrap();
@@ -646,10 +650,15 @@ async fn apply_redrives_dead_jobs_with_the_given_attempts_or_their_topics() {
     let batch = db.store.bulk_next(&op, 10).await.unwrap();
     let asked = std::sync::Mutex::new(Vec::new());
     db.store
-        .bulk_apply(&op, &batch, |topic| {
-            asked.lock().unwrap().push(topic.to_owned());
-            4
-        })
+        .bulk_apply(
+            &op,
+            &batch,
+            |topic| {
+                asked.lock().unwrap().push(topic.to_owned());
+                4
+            },
+            any_payload,
+        )
         .await
         .unwrap()
         .unwrap();
@@ -689,7 +698,7 @@ async fn apply_policy_changes_what_it_names_within_the_jobs_bounds() {
     .await;
     let batch = db.store.bulk_next(&op, 10).await.unwrap();
     db.store
-        .bulk_apply(&op, &batch, no_attempts)
+        .bulk_apply(&op, &batch, no_attempts, any_payload)
         .await
         .unwrap()
         .unwrap();
@@ -726,7 +735,7 @@ async fn apply_policy_changes_what_it_names_within_the_jobs_bounds() {
     .await;
     let batch = db.store.bulk_next(&op, 10).await.unwrap();
     db.store
-        .bulk_apply(&op, &batch, no_attempts)
+        .bulk_apply(&op, &batch, no_attempts, any_payload)
         .await
         .unwrap()
         .unwrap();
@@ -885,7 +894,9 @@ async fn a_stalled_running_operation_is_adopted_by_one_new_owner() {
     let batch = [(job, "store-test".to_owned())];
     assert!(
         matches!(
-            db.store.bulk_apply(&stalled, &batch, no_attempts).await,
+            db.store
+                .bulk_apply(&stalled, &batch, no_attempts, any_payload)
+                .await,
             Ok(None)
         ),
         "the old owner's batches are refused"
@@ -932,7 +943,7 @@ async fn a_retarget_moves_only_what_no_claim_holds_and_a_claim_after_it_reads_th
     .await;
     let batch = db.store.bulk_next(&op, 10).await.unwrap();
     let applied = runner(&db, &op)
-        .bulk_apply(&op, &batch, no_attempts)
+        .bulk_apply(&op, &batch, no_attempts, any_payload)
         .await
         .unwrap()
         .unwrap();
@@ -999,7 +1010,7 @@ async fn two_jobs_of_one_key_retargeted_to_one_topic_move_one_and_leave_the_othe
     let batch = db.store.bulk_next(&op, 10).await.unwrap();
     let applied = db
         .store
-        .bulk_apply(&op, &batch, no_attempts)
+        .bulk_apply(&op, &batch, no_attempts, any_payload)
         .await
         .unwrap()
         .unwrap();
@@ -1014,5 +1025,144 @@ async fn two_jobs_of_one_key_retargeted_to_one_topic_move_one_and_leave_the_othe
         "{topics:?}"
     );
     assert_eq!(topics[2], "orders", "no key, no conflict");
+    db.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_release_lets_held_jobs_go_as_one_release_does_and_leaves_the_rest() {
+    let db = Db::new().await;
+    let fits = db.job(60_000, 1).await;
+    let unfit = db.job(60_000, 1).await;
+    let single = db.job(60_000, 1).await;
+    let free = db.job(60_000, 1).await;
+    let cancelled = db.job(60_000, 1).await;
+    // Held as the dispatcher holds them; one of them cancelled since.
+    sqlx::query(
+        "UPDATE jobs SET held_at = UTC_TIMESTAMP(3), held_reason = 'payload_schema: /amount', \
+         last_error = 'payload_schema: /amount' WHERE id IN (?, ?, ?, ?)",
+    )
+    .bind(fits)
+    .bind(unfit)
+    .bind(single)
+    .bind(cancelled)
+    .execute(&db.sql)
+    .await
+    .unwrap();
+    db.store.job_cancel(cancelled).await.unwrap();
+    let max_id = db.store.job_max_id().await.unwrap();
+
+    // `held` narrows to pending jobs, held or not.
+    let held = |held| BulkFilter {
+        held: Some(held),
+        ..topic("store-test")
+    };
+    assert_eq!(
+        db.store
+            .bulk_count(&held(true), max_id, Status::Pending)
+            .await
+            .unwrap(),
+        (3, 3)
+    );
+    assert_eq!(
+        db.store
+            .bulk_count(&held(false), max_id, Status::Pending)
+            .await
+            .unwrap(),
+        (1, 1)
+    );
+    assert_eq!(
+        ids(&db.store.bulk_sample(&held(false), 10).await.unwrap()),
+        [free]
+    );
+    assert_eq!(
+        db.store
+            .bulk_held_count(&topic("store-test"), max_id)
+            .await
+            .unwrap(),
+        3,
+        "the cancelled job is not held"
+    );
+    assert_eq!(
+        db.store
+            .bulk_held_count(&held(false), max_id)
+            .await
+            .unwrap(),
+        0
+    );
+
+    // One job released by hand, the others in bulk: the same row after.
+    let version = db.store.job_get(single).await.unwrap().version;
+    assert!(matches!(
+        db.store
+            .job_hold_release(single, version, false)
+            .await
+            .unwrap(),
+        tickler::store::HoldReleased::Applied(..)
+    ));
+    let filter = BulkFilter {
+        ids: Some(vec![fits, unfit, free, cancelled]),
+        ..BulkFilter::default()
+    };
+    let op = op_create(&db, filter.clone(), BulkAction::Release { force: false }, 1).await;
+    let batch = db.store.bulk_next(&op, 10).await.unwrap();
+    let applied = runner(&db, &op)
+        .bulk_apply(&op, &batch, no_attempts, |job: &Job| job.id != unfit)
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (applied.changed.clone(), applied.conflicts, applied.skipped),
+        (vec![fits], 1, 2),
+        "the unfit one stays held, the free and cancelled ones are skipped"
+    );
+    let by_hand = db.store.job_get(single).await.unwrap();
+    let released = db.store.job_get(fits).await.unwrap();
+    for job in [&by_hand, &released] {
+        assert_eq!(
+            (
+                job.status,
+                job.held_at,
+                job.held_reason.as_deref(),
+                job.schema_waived_attempt,
+                job.version
+            ),
+            (Status::Pending, None, None, None, 2),
+            "job {}",
+            job.id
+        );
+    }
+    assert_eq!(released.last_error, by_hand.last_error);
+    let last = db.store.job_history(fits).await.unwrap().pop().unwrap();
+    assert_eq!(
+        (last.actor.as_str(), last.status, last.attempt),
+        (format!("bulk:{}", op.id).as_str(), Status::Pending, 1)
+    );
+    let still = db.store.job_get(unfit).await.unwrap();
+    assert!(still.held_at.is_some() && still.version == 1, "{still:?}");
+    assert_eq!(
+        db.store.job_get(free).await.unwrap().version,
+        1,
+        "not held: left alone"
+    );
+
+    // Forced: nothing is checked, and the attempt is waived.
+    let op = op_create(&db, filter, BulkAction::Release { force: true }, 2).await;
+    let batch = db.store.bulk_next(&op, 10).await.unwrap();
+    let applied = runner(&db, &op)
+        .bulk_apply(&op, &batch, no_attempts, |_: &Job| -> bool {
+            panic!("a forced release checks no payload")
+        })
+        .await
+        .unwrap()
+        .unwrap();
+    assert_eq!(
+        (applied.changed.clone(), applied.conflicts, applied.skipped),
+        (vec![unfit], 0, 3)
+    );
+    let forced = db.store.job_get(unfit).await.unwrap();
+    assert_eq!(
+        (forced.held_at, forced.schema_waived_attempt, forced.version),
+        (None, Some(forced.attempt), 2)
+    );
     db.finish().await;
 }

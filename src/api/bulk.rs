@@ -38,6 +38,9 @@ pub struct FilterBody {
     pub run_at_from: Option<String>,
     pub run_at_to: Option<String>,
     pub ids: Option<Vec<JobId>>,
+    /// `true`: only pending jobs held by their topic's payload schema;
+    /// `false`: only pending jobs not held.
+    pub held: Option<bool>,
 }
 
 /// Body of `POST /v1/jobs/bulk`.
@@ -67,10 +70,12 @@ pub struct BulkView {
     /// Jobs matched but no longer in the action's status when their batch
     /// came (dispatched, cancelled or edited meanwhile): left as they are.
     /// A retarget also skips a schedule's occurrences and the jobs on the
-    /// target topic already.
+    /// target topic already; a release, the jobs not held.
     pub skipped: u64,
     /// Jobs a retarget left where they were because a job on the target
-    /// topic holds their key (0 for the other actions).
+    /// topic holds their key; held jobs a release without `force` left held
+    /// because their payload still does not match their topic's schema (0
+    /// for the other actions).
     pub conflicts: u64,
     pub errors: Vec<String>,
     pub created_at: String,
@@ -112,7 +117,8 @@ pub struct BulkPreview {
     /// Jobs the filter matches.
     pub matched: u64,
     /// Of those, the ones in `applies_to` now (a retarget's: those it
-    /// would move, see [`BulkAction::Retarget`]).
+    /// would move, see [`BulkAction::Retarget`]; a release's: those held
+    /// now, whose payloads are checked only when it runs).
     pub eligible: u64,
     /// A retarget's: of the eligible, those a job on the target topic
     /// holds the key of now, which would stay where they are.
@@ -157,6 +163,7 @@ fn filter_parse(body: FilterBody, caller: &Caller) -> Result<BulkFilter, ApiErro
         run_at_from: time_parse("filter.run_at_from", body.run_at_from)?.map(job::truncate_to_ms),
         run_at_to: time_parse("filter.run_at_to", body.run_at_to)?.map(job::truncate_to_ms),
         ids: body.ids,
+        held: body.held,
         topic_patterns: caller.0.topics.clone(),
     };
     let narrowed = filter.topic.is_some()
@@ -164,10 +171,11 @@ fn filter_parse(body: FilterBody, caller: &Caller) -> Result<BulkFilter, ApiErro
         || filter.key_prefix.is_some()
         || filter.run_at_from.is_some()
         || filter.run_at_to.is_some()
-        || filter.ids.is_some();
+        || filter.ids.is_some()
+        || filter.held.is_some();
     if !narrowed {
         return Err(ApiError::InvalidRequest(
-            "the filter must name at least one of topic, status, key_prefix, run_at_from, run_at_to, ids"
+            "the filter must name at least one of topic, status, key_prefix, run_at_from, run_at_to, ids, held"
                 .to_owned(),
         ));
     }
@@ -254,6 +262,12 @@ fn action_check(action: &BulkAction, caller: &Caller, config: &Config) -> Result
             // target must be the caller's too.
             caller.topic(topic)?;
         }
+        BulkAction::Release { force } => {
+            // As for one job: unchecked needs more than write.
+            if *force {
+                caller.require(Scope::Admin)?;
+            }
+        }
         BulkAction::Cancel {} => {}
     }
     caller.require(Scope::Write)
@@ -278,7 +292,7 @@ pub async fn start(
 ) -> Result<Response, ApiError> {
     let action = request.action.ok_or_else(|| {
         ApiError::InvalidRequest(
-            "action is required: {\"type\": \"cancel\" | \"shift\" | \"move\" | \"redrive\" | \"policy\" | \"retarget\", ...}"
+            "action is required: {\"type\": \"cancel\" | \"shift\" | \"move\" | \"redrive\" | \"policy\" | \"retarget\" | \"release\", ...}"
                 .to_owned(),
         )
     })?;
@@ -315,6 +329,9 @@ pub async fn start(
             .await?;
         eligible = movable;
         conflicts = Some(taken);
+    }
+    if let (BulkAction::Release { .. }, true) = (&action, dry_run) {
+        eligible = state.store.bulk_held_count(&filter, max_id).await?;
     }
     if dry_run {
         let sample = state.store.bulk_sample(&filter, SAMPLE).await?;

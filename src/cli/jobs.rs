@@ -212,6 +212,10 @@ pub enum BulkActionArg {
     /// Move pending jobs to the topic `--to-topic`; a job whose key is
     /// taken there stays (a conflict).
     Retarget,
+    /// Let held jobs go (held by their topic's payload schema): each
+    /// checked against the schema first, unless `--force` (admin scope);
+    /// one still failing stays held (a conflict).
+    Release,
 }
 
 #[derive(Debug, Args)]
@@ -226,6 +230,12 @@ pub struct BulkArgs {
     /// These job ids (comma-separated).
     #[arg(long, value_delimiter = ',')]
     ids: Vec<u64>,
+    /// Only pending jobs held by their topic's payload schema.
+    #[arg(long, conflicts_with = "not_held")]
+    held: bool,
+    /// Only pending jobs not held.
+    #[arg(long)]
+    not_held: bool,
     /// shift: by how much (e.g. 30m, -2h).
     #[arg(long, value_parser = duration_parse, allow_hyphen_values = true)]
     by: Option<i64>,
@@ -238,6 +248,10 @@ pub struct BulkArgs {
     /// redrive: attempts each job gets from now.
     #[arg(long)]
     max_attempts: Option<u32>,
+    /// release: without the payload schema check (admin scope): each
+    /// job's current attempt is sent as it is.
+    #[arg(long)]
+    force: bool,
     /// Only show the preview.
     #[arg(long)]
     dry_run: bool,
@@ -571,6 +585,7 @@ async fn bulk(client: &Client, args: BulkArgs, json: bool) -> Result<(), ClientE
             })?;
             json!({"type": "retarget", "topic": to})
         }
+        BulkActionArg::Release => json!({"type": "release", "force": args.force}),
     };
     let mut filter = Map::new();
     for (name, value) in [
@@ -587,6 +602,9 @@ async fn bulk(client: &Client, args: BulkArgs, json: bool) -> Result<(), ClientE
     if !args.ids.is_empty() {
         filter.insert("ids".into(), json!(args.ids));
     }
+    if args.held || args.not_held {
+        filter.insert("held".into(), json!(args.held));
+    }
     let request = |dry_run: bool| json!({"filter": Value::Object(filter.clone()), "action": action, "dry_run": dry_run});
     let (_, preview) = client.post("/v1/jobs/bulk", &request(true)).await?;
     if json && (args.dry_run || !args.yes) {
@@ -597,10 +615,14 @@ async fn bulk(client: &Client, args: BulkArgs, json: bool) -> Result<(), ClientE
     }
     let eligible = preview["eligible"].as_u64().unwrap_or(0);
     if !json {
+        // A release changes held pending jobs only.
+        let state = match action["type"].as_str() {
+            Some("release") => "held",
+            _ => preview["applies_to"].as_str().unwrap_or("?"),
+        };
         println!(
-            "{} jobs match; {eligible} are {} and would be changed ({}), the others skipped",
+            "{} jobs match; {eligible} are {state} and would be changed ({}), the others skipped",
             preview["matched"],
-            preview["applies_to"].as_str().unwrap_or("?"),
             action["type"].as_str().unwrap_or("?"),
         );
         if let Some(conflicts) = preview["conflicts"].as_u64().filter(|n| *n > 0) {
@@ -608,6 +630,9 @@ async fn bulk(client: &Client, args: BulkArgs, json: bool) -> Result<(), ClientE
                 "{conflicts} of them would stay: a job on {} holds their key",
                 action["topic"].as_str().unwrap_or("the target topic")
             );
+        }
+        if action["type"] == "release" && action["force"] != true {
+            println!("each is checked against its topic's payload schema first; one still failing stays held");
         }
         let sample: Vec<Vec<String>> = preview["sample"]
             .as_array()
@@ -675,10 +700,16 @@ async fn bulk(client: &Client, args: BulkArgs, json: bool) -> Result<(), ClientE
             op["total"]
         );
         if let Some(conflicts) = op["conflicts"].as_u64().filter(|n| *n > 0) {
-            println!(
-                "{conflicts} stayed where they were: a job on {} holds their key",
-                action["topic"].as_str().unwrap_or("the target topic")
-            );
+            if action["type"] == "release" {
+                println!(
+                    "{conflicts} stayed held: their payload still does not match their topic's payload schema"
+                );
+            } else {
+                println!(
+                    "{conflicts} stayed where they were: a job on {} holds their key",
+                    action["topic"].as_str().unwrap_or("the target topic")
+                );
+            }
         }
         for error in op["errors"].as_array().into_iter().flatten() {
             println!("error: {}", text(error));

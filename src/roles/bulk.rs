@@ -17,6 +17,7 @@ use crate::index::Index;
 use crate::metrics;
 use crate::roles::jobs::Jobs;
 use crate::roles::service::Service;
+use crate::roles::topic_controls::TopicControls;
 use crate::store::{BulkAction, BulkOp, BulkStatus, Store, StoreError};
 
 /// Works through bulk operations: those this instance started, and those
@@ -28,6 +29,9 @@ pub struct BulkRunner {
     jobs: Jobs,
     /// Each topic's policy: a requeue grants the job its topic's attempts.
     rules: Arc<TopicRules>,
+    /// The topics' payload schemas: a release without `force` lets a held
+    /// job go only if its payload matches its topic's schema now.
+    controls: TopicControls,
     runner: BulkRunnerConfig,
     tracker: TaskTracker,
     /// Stops the work of every operation (spawned by the API as well as
@@ -41,6 +45,9 @@ pub struct BulkRunner {
 pub struct BulkRunnerConfig {
     /// Jobs per batch: one transaction each.
     pub batch: u32,
+    /// Jobs per batch of a release that checks payloads: it reads each
+    /// payload (up to `jobs.payload_max_bytes`), so fewer at a time.
+    pub checked_batch: u32,
     /// An operation nobody moved for this long is taken over.
     pub stale: Duration,
     /// How often to look for a stalled operation.
@@ -51,6 +58,7 @@ impl Default for BulkRunnerConfig {
     fn default() -> Self {
         BulkRunnerConfig {
             batch: 500,
+            checked_batch: 50,
             stale: Duration::from_secs(30),
             adopt_every: Duration::from_secs(5),
         }
@@ -69,6 +77,7 @@ impl BulkRunner {
         store: Store,
         index: Index,
         config: &Config,
+        controls: TopicControls,
         wake: Arc<Notify>,
         tracker: TaskTracker,
         cancel: CancellationToken,
@@ -77,6 +86,7 @@ impl BulkRunner {
             jobs: Jobs::new(store.clone(), index, config.window(), wake),
             store,
             rules: Arc::new(config.topic_rules()),
+            controls,
             runner: BulkRunnerConfig::default(),
             tracker,
             cancel,
@@ -129,6 +139,10 @@ impl BulkRunner {
     /// failed) and the back-off between batches.
     async fn work(self, mut op: BulkOp) {
         let store = self.store.with_actor(&format!("bulk:{}", op.id));
+        let size = match op.action {
+            BulkAction::Release { force: false } => self.runner.checked_batch,
+            _ => self.runner.batch,
+        };
         let mut pause = Duration::from_millis(200);
         loop {
             if self.cancel.is_cancelled() {
@@ -136,15 +150,22 @@ impl BulkRunner {
                 return;
             }
             let step = async {
-                let batch = store.bulk_next(&op, self.runner.batch).await?;
+                let batch = store.bulk_next(&op, size).await?;
                 if batch.is_empty() {
                     return Ok(None);
                 }
                 let last = batch.last().map(|(id, _)| *id).unwrap_or(op.cursor_id);
                 let applied = store
-                    .bulk_apply(&op, &batch, |topic| {
-                        self.rules.policy_for(topic).max_attempts
-                    })
+                    .bulk_apply(
+                        &op,
+                        &batch,
+                        |topic| self.rules.policy_for(topic).max_attempts,
+                        |job| {
+                            self.controls
+                                .payload_check(&job.topic, job.payload_kind, &job.payload)
+                                .is_ok()
+                        },
+                    )
                     .await?;
                 Ok::<_, StoreError>(Some((batch.len() as u64, last, applied)))
             };
@@ -231,7 +252,10 @@ impl BulkRunner {
     /// Brings Redis along with a batch's changes; what fails here is
     /// repaired by the loader's scan of edited rows and the reconciler.
     /// A retargeted job keeps its entry (Redis holds ids; the claim reads
-    /// the topic back), or gets one if it left a paused topic.
+    /// the topic back), or gets one if it left a paused topic. A released
+    /// job due within the window is indexed, so it goes out at its time (at
+    /// once when that has passed). A job still held (shifted or moved with
+    /// the filter `held: true`) is kept out: the claim would refuse it.
     async fn index_follow(&self, action: &BulkAction, changed: &[JobId]) {
         if changed.is_empty() {
             return;
@@ -252,7 +276,12 @@ impl BulkRunner {
                 return;
             }
         };
-        let jobs: Vec<&Job> = jobs.iter().collect();
-        self.jobs.follow(&jobs, now).await;
+        let (held, free): (Vec<&Job>, Vec<&Job>) =
+            jobs.iter().partition(|job| job.held_at.is_some());
+        let held: Vec<JobId> = held.iter().map(|job| job.id).collect();
+        self.jobs
+            .unindex(&held, "unindex bulk-changed held jobs")
+            .await;
+        self.jobs.follow(&free, now).await;
     }
 }

@@ -13,7 +13,7 @@ use sqlx::{MySql, QueryBuilder, Row};
 use super::error::{contention_retry, StoreError};
 use super::handle::Store;
 use super::history::{event_token, events_record, events_record_retargeted};
-use super::job_row::{job_from_row_listed, JOB_COLUMNS_NO_PAYLOAD};
+use super::job_row::{job_from_row_listed, JOB_COLUMNS, JOB_COLUMNS_NO_PAYLOAD};
 use super::sql::{db_time, run_at_push, topic_patterns_push};
 use crate::domain::job::{Job, JobId, Status};
 
@@ -35,6 +35,11 @@ pub struct BulkFilter {
     pub run_at_to: Option<DateTime<Utc>>,
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub ids: Option<Vec<JobId>>,
+    /// `true`: only pending jobs held by their topic's payload schema;
+    /// `false`: only pending jobs not held. Either way pending jobs only:
+    /// a hold means nothing in another status.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub held: Option<bool>,
     /// The topics the caller's token may touch (`None`: all), kept with
     /// the operation so a resumed one stays within them.
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -78,6 +83,16 @@ pub enum BulkAction {
     /// already stays where it is (a conflict: one job per (topic, key));
     /// a schedule's occurrence stays with its schedule (skipped).
     Retarget { topic: String },
+    /// Held pending jobs (`held_at`, see `store::holds`) are let go, as
+    /// `POST /v1/jobs/{id}/release` does one: due again at their time. By
+    /// default each payload is checked against its topic's schema in force
+    /// now, and one still failing stays held (a conflict); with `force` it
+    /// is released unchecked, and its current attempt is sent as it is
+    /// (`schema_waived_attempt`). A job not held is skipped.
+    Release {
+        #[serde(default)]
+        force: bool,
+    },
 }
 
 impl BulkAction {
@@ -97,6 +112,7 @@ impl BulkAction {
             BulkAction::Redrive { .. } => "redrive",
             BulkAction::Policy { .. } => "policy",
             BulkAction::Retarget { .. } => "retarget",
+            BulkAction::Release { .. } => "release",
         }
     }
 }
@@ -133,8 +149,9 @@ pub struct BulkOp {
     pub done: u64,
     pub changed: u64,
     pub skipped: u64,
-    /// Jobs a retarget left where they were: their key is taken on the
-    /// target topic.
+    /// Jobs a retarget left where they were (their key is taken on the
+    /// target topic), or a release left held (their payload still does not
+    /// match their topic's schema).
     pub conflicts: u64,
     pub errors: Vec<String>,
     pub owner_token: u64,
@@ -150,10 +167,11 @@ pub struct BulkBatch {
     pub changed: Vec<JobId>,
     /// Jobs the filter matched but that were no longer in the action's
     /// status (or, for a retarget, were a schedule's occurrences or on the
-    /// target topic already).
+    /// target topic already; for a release, were not held).
     pub skipped: u64,
     /// Jobs a retarget left where they were: their key is taken on the
-    /// target topic.
+    /// target topic. Held jobs a release without `force` left held: their
+    /// payload still does not match their topic's schema.
     pub conflicts: u64,
 }
 
@@ -200,18 +218,34 @@ fn filter_push(query: &mut QueryBuilder<'_, MySql>, filter: &BulkFilter) {
         }
         query.push(")");
     }
+    match filter.held {
+        Some(true) => {
+            query.push(" AND status = 'pending' AND held_at IS NOT NULL");
+        }
+        Some(false) => {
+            query.push(" AND status = 'pending' AND held_at IS NULL");
+        }
+        None => {}
+    }
     topic_patterns_push(query, filter.topic_patterns.as_deref());
 }
 
-/// ` AND ...` for the jobs a retarget leaves alone whatever their status:
-/// a schedule's occurrences (they keep their schedule's topic, which the
-/// schedule's own changes and its audit find them by) and those on the
-/// target topic already. Nothing for the other actions.
-fn retarget_push(query: &mut QueryBuilder<'_, MySql>, action: &BulkAction) {
-    if let BulkAction::Retarget { topic } = action {
-        query
-            .push(" AND schedule_id IS NULL AND topic <> ")
-            .push_bind(topic.clone());
+/// ` AND ...` for the jobs an action leaves alone whatever their status.
+/// A retarget: a schedule's occurrences (they keep their schedule's topic,
+/// which the schedule's own changes and its audit find them by) and those
+/// on the target topic already. A release: the jobs not held. Nothing for
+/// the other actions.
+fn action_push(query: &mut QueryBuilder<'_, MySql>, action: &BulkAction) {
+    match action {
+        BulkAction::Retarget { topic } => {
+            query
+                .push(" AND schedule_id IS NULL AND topic <> ")
+                .push_bind(topic.clone());
+        }
+        BulkAction::Release { .. } => {
+            query.push(" AND held_at IS NOT NULL");
+        }
+        _ => {}
     }
 }
 
@@ -283,12 +317,30 @@ impl Store {
                  WHERE status = 'pending' AND id <= ",
             )
             .push_bind(max_id);
-        retarget_push(&mut query, &action);
+        action_push(&mut query, &action);
         filter_push(&mut query, filter);
         let row = query.build().fetch_one(&self.pool).await?;
         let eligible: i64 = row.try_get(0)?;
         let conflicts: i64 = row.try_get(1)?;
         Ok((eligible as u64, conflicts as u64))
+    }
+
+    /// Of the jobs with ids up to `max_id` that `filter` matches, how many
+    /// are held now (pending, `held_at` set): those a release would look
+    /// at.
+    pub async fn bulk_held_count(
+        &self,
+        filter: &BulkFilter,
+        max_id: JobId,
+    ) -> Result<u64, StoreError> {
+        // id-order: counts the jobs job_max_id bounded (see there).
+        let mut query = QueryBuilder::<MySql>::new(
+            "SELECT COUNT(*) FROM jobs WHERE status = 'pending' AND held_at IS NOT NULL AND id <= ",
+        );
+        query.push_bind(max_id);
+        filter_push(&mut query, filter);
+        let held: i64 = query.build().fetch_one(&self.pool).await?.try_get(0)?;
+        Ok(held.max(0) as u64)
     }
 
     /// The first `limit` jobs `filter` matches, by id, without payloads.
@@ -404,7 +456,10 @@ impl Store {
     /// their topics) and moves the operation's cursor past them, in one
     /// transaction. Each job is changed only if it is still in the action's
     /// status and still matches the filter. `attempts_for` gives a
-    /// redriven job's attempts by topic.
+    /// redriven job's attempts by topic; `payload_fits` says whether a job
+    /// a release without `force` would let go matches its topic's payload
+    /// schema now (asked under the row's lock, so the payload it saw is the
+    /// one released; a row that does not decode does not fit).
     ///
     /// `Ok(None)`: nothing was written, because the operation is no longer
     /// where `op` says: another instance took it over as stalled, or this
@@ -422,11 +477,13 @@ impl Store {
         op: &BulkOp,
         batch: &[(JobId, String)],
         attempts_for: impl Fn(&str) -> u32,
+        payload_fits: impl Fn(&Job) -> bool,
     ) -> Result<Option<BulkBatch>, StoreError> {
         let Some(last) = batch.last().map(|(id, _)| *id) else {
             return Ok(Some(BulkBatch::default()));
         };
-        contention_retry(|| self.bulk_apply_once(op, batch, last, &attempts_for)).await
+        contention_retry(|| self.bulk_apply_once(op, batch, last, &attempts_for, &payload_fits))
+            .await
     }
 
     /// Long because it is one transaction: lock the batch, apply the
@@ -438,33 +495,65 @@ impl Store {
         batch: &[(JobId, String)],
         last: JobId,
         attempts_for: &impl Fn(&str) -> u32,
+        payload_fits: &impl Fn(&Job) -> bool,
     ) -> Result<Option<BulkBatch>, StoreError> {
         let mut tx = self.begin().await?;
         let ids: Vec<JobId> = batch.iter().map(|(id, _)| *id).collect();
+        // A release that checks payloads reads them under the lock.
+        let checks_payloads = matches!(op.action, BulkAction::Release { force: false });
+        let columns = if checks_payloads {
+            JOB_COLUMNS
+        } else {
+            "id, topic"
+        };
         // Lock the rows first, so which of them change is known exactly.
-        let mut lock = QueryBuilder::<MySql>::new("SELECT id, topic FROM jobs WHERE status = ");
+        let mut lock =
+            QueryBuilder::<MySql>::new(format!("SELECT {columns} FROM jobs WHERE status = "));
         lock.push_bind(op.action.applies_to().as_str());
-        retarget_push(&mut lock, &op.action);
+        action_push(&mut lock, &op.action);
         ids_push(&mut lock, &ids);
         filter_push(&mut lock, &op.filter);
         lock.push(" FOR UPDATE");
-        let eligible: Vec<(JobId, String)> = lock
-            .build()
-            .fetch_all(&mut *tx)
-            .await?
-            .iter()
-            .map(|row| {
-                let topic: Vec<u8> = row.try_get("topic")?;
-                Ok((
-                    row.try_get("id")?,
-                    String::from_utf8_lossy(&topic).into_owned(),
-                ))
-            })
-            .collect::<Result<_, StoreError>>()?;
-        let mut changed: Vec<JobId> = eligible.iter().map(|(id, _)| *id).collect();
+        let rows = lock.build().fetch_all(&mut *tx).await?;
+        let mut eligible: Vec<(JobId, String)> = Vec::with_capacity(rows.len());
         let mut conflicts = 0;
+        for row in &rows {
+            if checks_payloads {
+                // Still failing (or unreadable): it stays held.
+                let fits = self
+                    .job_decode(row)
+                    .await
+                    .is_ok_and(|job| payload_fits(&job));
+                if !fits {
+                    conflicts += 1;
+                    continue;
+                }
+            }
+            let topic: Vec<u8> = row.try_get("topic")?;
+            eligible.push((
+                row.try_get("id")?,
+                String::from_utf8_lossy(&topic).into_owned(),
+            ));
+        }
+        let mut changed: Vec<JobId> = eligible.iter().map(|(id, _)| *id).collect();
         if !changed.is_empty() {
             match &op.action {
+                BulkAction::Release { force } => {
+                    // As `job_hold_release` does one job.
+                    let token = event_token();
+                    let mut update = QueryBuilder::<MySql>::new("UPDATE jobs SET event_token = ");
+                    update
+                        .push_bind(token)
+                        .push(", held_at = NULL, held_reason = NULL, schema_waived_attempt = ")
+                        .push(if *force { "attempt" } else { "NULL" })
+                        .push(
+                            ", version = version % 4294967295 + 1 \
+                             WHERE status = 'pending' AND held_at IS NOT NULL",
+                        );
+                    ids_push(&mut update, &changed);
+                    update.build().execute(&mut *tx).await?;
+                    events_record(&mut tx, &self.actor, &changed, token).await?;
+                }
                 BulkAction::Retarget { topic } => {
                     let token = event_token();
                     // IGNORE: a row whose key the target topic holds (or
@@ -478,13 +567,13 @@ impl Store {
                         .push(", version = version % 4294967295 + 1, topic = ")
                         .push_bind(topic.as_str())
                         .push(" WHERE status = 'pending'");
-                    retarget_push(&mut update, &op.action);
+                    action_push(&mut update, &op.action);
                     ids_push(&mut update, &changed);
                     update.build().execute(&mut *tx).await?;
                     let moved =
                         events_record_retargeted(&mut tx, &self.actor, &eligible, topic, token)
                             .await?;
-                    conflicts = (changed.len() - moved.len()) as u64;
+                    conflicts += (changed.len() - moved.len()) as u64;
                     changed = moved;
                 }
                 BulkAction::Redrive { max_attempts } => {
@@ -616,7 +705,9 @@ impl Store {
                                 update.push(", ack_timeout_ms = ").push_bind(*v);
                             }
                         }
-                        BulkAction::Redrive { .. } | BulkAction::Retarget { .. } => {
+                        BulkAction::Redrive { .. }
+                        | BulkAction::Retarget { .. }
+                        | BulkAction::Release { .. } => {
                             unreachable!("handled above")
                         }
                     }
@@ -821,5 +912,63 @@ mod tests {
             serde_json::from_str::<BulkAction>(r#"{"type":"retarget","topic":"t","key":"k"}"#)
                 .is_err()
         );
+    }
+
+    #[test]
+    fn a_release_and_the_held_filter_read_and_write_their_json() {
+        let release: BulkAction = serde_json::from_str(r#"{"type":"release"}"#).unwrap();
+        assert_eq!(release, BulkAction::Release { force: false });
+        assert_eq!(
+            (release.name(), release.applies_to()),
+            ("release", Status::Pending)
+        );
+        let forced: BulkAction =
+            serde_json::from_str(r#"{"type":"release","force":true}"#).unwrap();
+        assert_eq!(forced, BulkAction::Release { force: true });
+        let text = serde_json::to_string(&forced).unwrap();
+        assert_eq!(text, r#"{"type":"release","force":true}"#);
+        assert_eq!(serde_json::from_str::<BulkAction>(&text).unwrap(), forced);
+        for refused in [
+            r#"{"type":"release","force":"yes"}"#,
+            r#"{"type":"release","force":null}"#,
+            r#"{"type":"release","topic":"t"}"#,
+        ] {
+            assert!(
+                serde_json::from_str::<BulkAction>(refused).is_err(),
+                "{refused}"
+            );
+        }
+
+        let held: BulkFilter = serde_json::from_str(r#"{"topic":"orders","held":true}"#).unwrap();
+        assert_eq!(
+            (held.topic.as_deref(), held.held),
+            (Some("orders"), Some(true))
+        );
+        let text = serde_json::to_string(&held).unwrap();
+        assert_eq!(text, r#"{"topic":"orders","held":true}"#);
+        // Operations stored before the field read as they were written.
+        let before: BulkFilter = serde_json::from_str(r#"{"topic":"orders"}"#).unwrap();
+        assert_eq!(before.held, None);
+        assert_eq!(
+            serde_json::to_string(&before).unwrap(),
+            r#"{"topic":"orders"}"#
+        );
+        assert!(serde_json::from_str::<BulkFilter>(r#"{"held":"yes"}"#).is_err());
+
+        // Either way, pending jobs only.
+        let sql = |held| {
+            let mut query = QueryBuilder::<MySql>::new("SELECT id FROM jobs WHERE TRUE");
+            filter_push(
+                &mut query,
+                &BulkFilter {
+                    held,
+                    ..BulkFilter::default()
+                },
+            );
+            query.sql().to_owned()
+        };
+        assert!(sql(Some(true)).ends_with(" AND status = 'pending' AND held_at IS NOT NULL"));
+        assert!(sql(Some(false)).ends_with(" AND status = 'pending' AND held_at IS NULL"));
+        assert_eq!(sql(None), "SELECT id FROM jobs WHERE TRUE");
     }
 }

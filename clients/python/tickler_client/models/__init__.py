@@ -18,6 +18,8 @@ from .bulk_action_type_4 import BulkActionType4
 from .bulk_action_type_4_type import BulkActionType4Type
 from .bulk_action_type_5 import BulkActionType5
 from .bulk_action_type_5_type import BulkActionType5Type
+from .bulk_action_type_6 import BulkActionType6
+from .bulk_action_type_6_type import BulkActionType6Type
 from .bulk_filter import BulkFilter
 from .bulk_list import BulkList
 from .bulk_preview import BulkPreview
@@ -107,6 +109,8 @@ __all__ = (
     "BulkActionType4Type",
     "BulkActionType5",
     "BulkActionType5Type",
+    "BulkActionType6",
+    "BulkActionType6Type",
     "BulkFilter",
     "BulkList",
     "BulkPreview",

@@ -28,6 +28,9 @@ class BulkFilter:
     least one besides `topic_patterns`.
 
         Attributes:
+            held (bool | None | Unset): `true`: only pending jobs held by their topic's payload schema;
+                `false`: only pending jobs not held. Either way pending jobs only:
+                a hold means nothing in another status.
             ids (list[int] | None | Unset):
             key_prefix (None | str | Unset):
             run_at_from (datetime.datetime | None | Unset): Due at or after.
@@ -38,6 +41,7 @@ class BulkFilter:
                 the operation so a resumed one stays within them.
      """
 
+    held: bool | None | Unset = UNSET
     ids: list[int] | None | Unset = UNSET
     key_prefix: None | str | Unset = UNSET
     run_at_from: datetime.datetime | None | Unset = UNSET
@@ -52,6 +56,12 @@ class BulkFilter:
 
 
     def to_dict(self) -> dict[str, Any]:
+        held: bool | None | Unset
+        if isinstance(self.held, Unset):
+            held = UNSET
+        else:
+            held = self.held
+
         ids: list[int] | None | Unset
         if isinstance(self.ids, Unset):
             ids = UNSET
@@ -113,6 +123,8 @@ class BulkFilter:
         field_dict.update(self.additional_properties)
         field_dict.update({
         })
+        if held is not UNSET:
+            field_dict["held"] = held
         if ids is not UNSET:
             field_dict["ids"] = ids
         if key_prefix is not UNSET:
@@ -135,6 +147,16 @@ class BulkFilter:
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         d = dict(src_dict)
+        def _parse_held(data: object) -> bool | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(bool | None | Unset, data)
+
+        held = _parse_held(d.pop("held", UNSET))
+
+
         def _parse_ids(data: object) -> list[int] | None | Unset:
             if data is None:
                 return data
@@ -252,6 +274,7 @@ class BulkFilter:
 
 
         bulk_filter = cls(
+            held=held,
             ids=ids,
             key_prefix=key_prefix,
             run_at_from=run_at_from,

@@ -19,6 +19,7 @@ if TYPE_CHECKING:
   from ..models.bulk_action_type_3 import BulkActionType3
   from ..models.bulk_action_type_4 import BulkActionType4
   from ..models.bulk_action_type_5 import BulkActionType5
+  from ..models.bulk_action_type_6 import BulkActionType6
   from ..models.job_view import JobView
 
 
@@ -35,21 +36,22 @@ class BulkPreview:
 
         Attributes:
             action (BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4 |
-                BulkActionType5): What an operation does to each job it covers. Every action applies to
+                BulkActionType5 | BulkActionType6): What an operation does to each job it covers. Every action applies to
                 jobs in one status only ([`BulkAction::applies_to`]); a job that left
                 that status before its batch is skipped, never forced.
             applies_to (Status): The `jobs.status` column. The words are part of the product: operators
                 read and write them in SQL.
             dry_run (bool):
             eligible (int): Of those, the ones in `applies_to` now (a retarget's: those it
-                would move, see [`BulkAction::Retarget`]).
+                would move, see [`BulkAction::Retarget`]; a release's: those held
+                now, whose payloads are checked only when it runs).
             matched (int): Jobs the filter matches.
             sample (list[JobView]): The first 20 by id, without payloads.
             conflicts (int | None | Unset): A retarget's: of the eligible, those a job on the target topic
                 holds the key of now, which would stay where they are.
      """
 
-    action: BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4 | BulkActionType5
+    action: BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4 | BulkActionType5 | BulkActionType6
     applies_to: Status
     dry_run: bool
     eligible: int
@@ -69,6 +71,7 @@ class BulkPreview:
         from ..models.bulk_action_type_3 import BulkActionType3 # noqa: PLC0415
         from ..models.bulk_action_type_4 import BulkActionType4 # noqa: PLC0415
         from ..models.bulk_action_type_5 import BulkActionType5 # noqa: PLC0415
+        from ..models.bulk_action_type_6 import BulkActionType6 # noqa: PLC0415
         from ..models.job_view import JobView # noqa: PLC0415
         action: dict[str, Any]
         if isinstance(self.action, BulkActionType0):
@@ -80,6 +83,8 @@ class BulkPreview:
         elif isinstance(self.action, BulkActionType3):
             action = self.action.to_dict()
         elif isinstance(self.action, BulkActionType4):
+            action = self.action.to_dict()
+        elif isinstance(self.action, BulkActionType5):
             action = self.action.to_dict()
         else:
             action = self.action.to_dict()
@@ -132,9 +137,10 @@ class BulkPreview:
         from ..models.bulk_action_type_3 import BulkActionType3 # noqa: PLC0415
         from ..models.bulk_action_type_4 import BulkActionType4 # noqa: PLC0415
         from ..models.bulk_action_type_5 import BulkActionType5 # noqa: PLC0415
+        from ..models.bulk_action_type_6 import BulkActionType6 # noqa: PLC0415
         from ..models.job_view import JobView # noqa: PLC0415
         d = dict(src_dict)
-        def _parse_action(data: object) -> BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4 | BulkActionType5:
+        def _parse_action(data: object) -> BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4 | BulkActionType5 | BulkActionType6:
             try:
                 if not isinstance(data, dict):
                     raise TypeError()
@@ -185,13 +191,23 @@ class BulkPreview:
                 return componentsschemas_bulk_action_type_4
             except (TypeError, ValueError, AttributeError, KeyError):
                 pass
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                componentsschemas_bulk_action_type_5 = BulkActionType5.from_dict(data)
+
+
+
+                return componentsschemas_bulk_action_type_5
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
             if not isinstance(data, dict):
                 raise TypeError()
-            componentsschemas_bulk_action_type_5 = BulkActionType5.from_dict(data)
+            componentsschemas_bulk_action_type_6 = BulkActionType6.from_dict(data)
 
 
 
-            return componentsschemas_bulk_action_type_5
+            return componentsschemas_bulk_action_type_6
 
         action = _parse_action(d.pop("action"))
 

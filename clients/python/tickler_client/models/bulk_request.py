@@ -18,6 +18,7 @@ if TYPE_CHECKING:
   from ..models.bulk_action_type_3 import BulkActionType3
   from ..models.bulk_action_type_4 import BulkActionType4
   from ..models.bulk_action_type_5 import BulkActionType5
+  from ..models.bulk_action_type_6 import BulkActionType6
   from ..models.filter_body import FilterBody
 
 
@@ -34,12 +35,12 @@ class BulkRequest:
 
         Attributes:
             action (BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4 |
-                BulkActionType5 | None | Unset):
+                BulkActionType5 | BulkActionType6 | None | Unset):
             dry_run (bool | None | Unset): Required: `true` previews, `false` applies.
             filter_ (FilterBody | None | Unset):
      """
 
-    action: BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4 | BulkActionType5 | None | Unset = UNSET
+    action: BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4 | BulkActionType5 | BulkActionType6 | None | Unset = UNSET
     dry_run: bool | None | Unset = UNSET
     filter_: FilterBody | None | Unset = UNSET
 
@@ -54,6 +55,7 @@ class BulkRequest:
         from ..models.bulk_action_type_3 import BulkActionType3 # noqa: PLC0415
         from ..models.bulk_action_type_4 import BulkActionType4 # noqa: PLC0415
         from ..models.bulk_action_type_5 import BulkActionType5 # noqa: PLC0415
+        from ..models.bulk_action_type_6 import BulkActionType6 # noqa: PLC0415
         from ..models.filter_body import FilterBody # noqa: PLC0415
         action: dict[str, Any] | None | Unset
         if isinstance(self.action, Unset):
@@ -69,6 +71,8 @@ class BulkRequest:
         elif isinstance(self.action, BulkActionType4):
             action = self.action.to_dict()
         elif isinstance(self.action, BulkActionType5):
+            action = self.action.to_dict()
+        elif isinstance(self.action, BulkActionType6):
             action = self.action.to_dict()
         else:
             action = self.action
@@ -111,9 +115,10 @@ class BulkRequest:
         from ..models.bulk_action_type_3 import BulkActionType3 # noqa: PLC0415
         from ..models.bulk_action_type_4 import BulkActionType4 # noqa: PLC0415
         from ..models.bulk_action_type_5 import BulkActionType5 # noqa: PLC0415
+        from ..models.bulk_action_type_6 import BulkActionType6 # noqa: PLC0415
         from ..models.filter_body import FilterBody # noqa: PLC0415
         d = dict(src_dict)
-        def _parse_action(data: object) -> BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4 | BulkActionType5 | None | Unset:
+        def _parse_action(data: object) -> BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4 | BulkActionType5 | BulkActionType6 | None | Unset:
             if data is None:
                 return data
             if isinstance(data, Unset):
@@ -178,7 +183,17 @@ class BulkRequest:
                 return componentsschemas_bulk_action_type_5
             except (TypeError, ValueError, AttributeError, KeyError):
                 pass
-            return cast(BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4 | BulkActionType5 | None | Unset, data)
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                componentsschemas_bulk_action_type_6 = BulkActionType6.from_dict(data)
+
+
+
+                return componentsschemas_bulk_action_type_6
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
+            return cast(BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4 | BulkActionType5 | BulkActionType6 | None | Unset, data)
 
         action = _parse_action(d.pop("action", UNSET))
 

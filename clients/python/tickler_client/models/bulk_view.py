@@ -18,6 +18,7 @@ if TYPE_CHECKING:
   from ..models.bulk_action_type_3 import BulkActionType3
   from ..models.bulk_action_type_4 import BulkActionType4
   from ..models.bulk_action_type_5 import BulkActionType5
+  from ..models.bulk_action_type_6 import BulkActionType6
   from ..models.bulk_filter import BulkFilter
 
 
@@ -34,12 +35,14 @@ class BulkView:
 
         Attributes:
             action (BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4 |
-                BulkActionType5): What an operation does to each job it covers. Every action applies to
+                BulkActionType5 | BulkActionType6): What an operation does to each job it covers. Every action applies to
                 jobs in one status only ([`BulkAction::applies_to`]); a job that left
                 that status before its batch is skipped, never forced.
             changed (int): Jobs changed.
             conflicts (int): Jobs a retarget left where they were because a job on the target
-                topic holds their key (0 for the other actions).
+                topic holds their key; held jobs a release without `force` left held
+                because their payload still does not match their topic's schema (0
+                for the other actions).
             created_at (str):
             created_by (str):
             done (int): Jobs examined so far.
@@ -50,14 +53,14 @@ class BulkView:
             skipped (int): Jobs matched but no longer in the action's status when their batch
                 came (dispatched, cancelled or edited meanwhile): left as they are.
                 A retarget also skips a schedule's occurrences and the jobs on the
-                target topic already.
+                target topic already; a release, the jobs not held.
             status (str):
             total (int): Jobs the filter matched when the operation started.
             updated_at (str):
             finished_at (None | str | Unset):
      """
 
-    action: BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4 | BulkActionType5
+    action: BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4 | BulkActionType5 | BulkActionType6
     changed: int
     conflicts: int
     created_at: str
@@ -84,6 +87,7 @@ class BulkView:
         from ..models.bulk_action_type_3 import BulkActionType3 # noqa: PLC0415
         from ..models.bulk_action_type_4 import BulkActionType4 # noqa: PLC0415
         from ..models.bulk_action_type_5 import BulkActionType5 # noqa: PLC0415
+        from ..models.bulk_action_type_6 import BulkActionType6 # noqa: PLC0415
         from ..models.bulk_filter import BulkFilter # noqa: PLC0415
         action: dict[str, Any]
         if isinstance(self.action, BulkActionType0):
@@ -95,6 +99,8 @@ class BulkView:
         elif isinstance(self.action, BulkActionType3):
             action = self.action.to_dict()
         elif isinstance(self.action, BulkActionType4):
+            action = self.action.to_dict()
+        elif isinstance(self.action, BulkActionType5):
             action = self.action.to_dict()
         else:
             action = self.action.to_dict()
@@ -165,9 +171,10 @@ class BulkView:
         from ..models.bulk_action_type_3 import BulkActionType3 # noqa: PLC0415
         from ..models.bulk_action_type_4 import BulkActionType4 # noqa: PLC0415
         from ..models.bulk_action_type_5 import BulkActionType5 # noqa: PLC0415
+        from ..models.bulk_action_type_6 import BulkActionType6 # noqa: PLC0415
         from ..models.bulk_filter import BulkFilter # noqa: PLC0415
         d = dict(src_dict)
-        def _parse_action(data: object) -> BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4 | BulkActionType5:
+        def _parse_action(data: object) -> BulkActionType0 | BulkActionType1 | BulkActionType2 | BulkActionType3 | BulkActionType4 | BulkActionType5 | BulkActionType6:
             try:
                 if not isinstance(data, dict):
                     raise TypeError()
@@ -218,13 +225,23 @@ class BulkView:
                 return componentsschemas_bulk_action_type_4
             except (TypeError, ValueError, AttributeError, KeyError):
                 pass
+            try:
+                if not isinstance(data, dict):
+                    raise TypeError()
+                componentsschemas_bulk_action_type_5 = BulkActionType5.from_dict(data)
+
+
+
+                return componentsschemas_bulk_action_type_5
+            except (TypeError, ValueError, AttributeError, KeyError):
+                pass
             if not isinstance(data, dict):
                 raise TypeError()
-            componentsschemas_bulk_action_type_5 = BulkActionType5.from_dict(data)
+            componentsschemas_bulk_action_type_6 = BulkActionType6.from_dict(data)
 
 
 
-            return componentsschemas_bulk_action_type_5
+            return componentsschemas_bulk_action_type_6
 
         action = _parse_action(d.pop("action"))
 

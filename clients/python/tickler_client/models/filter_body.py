@@ -25,6 +25,8 @@ class FilterBody:
     """ The filter as a request gives it.
 
         Attributes:
+            held (bool | None | Unset): `true`: only pending jobs held by their topic's payload schema;
+                `false`: only pending jobs not held.
             ids (list[int] | None | Unset):
             key_prefix (None | str | Unset):
             run_at_from (None | str | Unset):
@@ -33,6 +35,7 @@ class FilterBody:
             topic (None | str | Unset):
      """
 
+    held: bool | None | Unset = UNSET
     ids: list[int] | None | Unset = UNSET
     key_prefix: None | str | Unset = UNSET
     run_at_from: None | str | Unset = UNSET
@@ -45,6 +48,12 @@ class FilterBody:
 
 
     def to_dict(self) -> dict[str, Any]:
+        held: bool | None | Unset
+        if isinstance(self.held, Unset):
+            held = UNSET
+        else:
+            held = self.held
+
         ids: list[int] | None | Unset
         if isinstance(self.ids, Unset):
             ids = UNSET
@@ -90,6 +99,8 @@ class FilterBody:
 
         field_dict.update({
         })
+        if held is not UNSET:
+            field_dict["held"] = held
         if ids is not UNSET:
             field_dict["ids"] = ids
         if key_prefix is not UNSET:
@@ -110,6 +121,16 @@ class FilterBody:
     @classmethod
     def from_dict(cls: type[T], src_dict: Mapping[str, Any]) -> T:
         d = dict(src_dict)
+        def _parse_held(data: object) -> bool | None | Unset:
+            if data is None:
+                return data
+            if isinstance(data, Unset):
+                return data
+            return cast(bool | None | Unset, data)
+
+        held = _parse_held(d.pop("held", UNSET))
+
+
         def _parse_ids(data: object) -> list[int] | None | Unset:
             if data is None:
                 return data
@@ -179,6 +200,7 @@ class FilterBody:
 
 
         filter_body = cls(
+            held=held,
             ids=ids,
             key_prefix=key_prefix,
             run_at_from=run_at_from,
