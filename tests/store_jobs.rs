@@ -918,7 +918,7 @@ async fn a_topics_pending_jobs_and_the_topics_of_ids_are_read_by_id() {
 
     let topics: Vec<(u64, String, bool)> = db
         .store
-        .job_pacing(&[other, overdue, 999_999], true)
+        .job_pacing(&[other, overdue, 999_999], true, true)
         .await
         .unwrap()
         .into_iter()
@@ -935,7 +935,12 @@ async fn a_topics_pending_jobs_and_the_topics_of_ids_are_read_by_id() {
     ];
     expected.sort_unstable();
     assert_eq!(topics, expected, "ids without a row are left out");
-    assert!(db.store.job_pacing(&[], false).await.unwrap().is_empty());
+    assert!(db
+        .store
+        .job_pacing(&[], false, false)
+        .await
+        .unwrap()
+        .is_empty());
     db.finish().await;
 }
 

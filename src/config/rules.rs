@@ -91,6 +91,15 @@ impl TopicRules {
             .any(|t| t.group_by.as_deref() == Some("token"))
     }
 
+    /// Whether any topic's jobs are grouped by a header.
+    pub fn any_grouped_by_header(&self) -> bool {
+        self.topics.values().any(|t| {
+            t.group_by
+                .as_deref()
+                .is_some_and(|by| by.starts_with("header:"))
+        })
+    }
+
     /// The configured grouping of `topic` (`group_by`, checked at start-up)
     /// and its groups' pace.
     pub fn grouping_for(&self, topic: &str) -> (Option<&str>, Option<u32>) {

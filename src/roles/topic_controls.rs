@@ -500,6 +500,17 @@ impl TopicControls {
         api || self.rules.any_grouped_by_token()
     }
 
+    /// Whether any topic is grouped by a header (else the dispatcher's
+    /// pacing neither reads nor opens the claimed jobs' headers).
+    pub fn any_grouped_by_header(&self) -> bool {
+        let api = self
+            .read()
+            .groups
+            .values()
+            .any(|(by, _)| by.as_deref().is_some_and(|by| by.starts_with("header:")));
+        api || self.rules.any_grouped_by_header()
+    }
+
     /// The payload schema of `topic`, if it has one. One map lookup; none
     /// at all while no topic has a schema.
     pub fn payload_schema(&self, topic: &str) -> Option<TopicSchema> {

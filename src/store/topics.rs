@@ -393,15 +393,18 @@ impl Store {
     /// if it has one (what the dispatcher's pacing needs), with the token
     /// that created it when `with_token` (from `token_jobs`, by its job
     /// index: a topic grouped by token); ids without a row are left out.
+    /// Headers are read (and opened) only `with_headers` (a topic grouped
+    /// by one): without, each job's are empty.
     pub async fn job_pacing(
         &self,
         ids: &[JobId],
         with_token: bool,
+        with_headers: bool,
     ) -> Result<Vec<JobPacing>, StoreError> {
         if ids.is_empty() {
             return Ok(Vec::new());
         }
-        let mut query = pacing_select(with_token);
+        let mut query = pacing_select(with_token, with_headers);
         query.push(" FROM jobs WHERE id IN ");
         super::sql::push_id_list(&mut query, ids);
         let rows = query.build().fetch_all(&self.pool).await?;
@@ -418,7 +421,7 @@ impl Store {
         with_token: bool,
         most: u32,
     ) -> Result<Vec<JobPacing>, StoreError> {
-        let mut query = pacing_select(with_token);
+        let mut query = pacing_select(with_token, true);
         query
             .push(" FROM jobs WHERE status IN ('dispatching', 'dispatched') AND topic = ")
             .push_bind(topic)
@@ -459,10 +462,13 @@ impl Store {
 }
 
 /// The columns pacing reads, before `FROM`.
-fn pacing_select<'a>(with_token: bool) -> QueryBuilder<'a, MySql> {
-    let mut query = QueryBuilder::<MySql>::new(
-        "SELECT id, topic, job_key, headers, enc_key, window_ms, window_start, ",
-    );
+fn pacing_select<'a>(with_token: bool, with_headers: bool) -> QueryBuilder<'a, MySql> {
+    let mut query = QueryBuilder::<MySql>::new(if with_headers {
+        "SELECT id, topic, job_key, headers, enc_key, window_ms, window_start, "
+    } else {
+        "SELECT id, topic, job_key, CAST(NULL AS BINARY) AS headers, \
+         CAST(NULL AS BINARY) AS enc_key, window_ms, window_start, "
+    });
     query.push(if with_token {
         "(SELECT MIN(t.token_id) FROM token_jobs t WHERE t.job_id = jobs.id) AS token_id"
     } else {

@@ -113,7 +113,8 @@ impl Dispatcher {
             return ids;
         }
         let with_token = self.controls.any_grouped_by_token();
-        let jobs = match self.store.job_pacing(&ids, with_token).await {
+        let with_headers = self.controls.any_grouped_by_header();
+        let jobs = match self.store.job_pacing(&ids, with_token, with_headers).await {
             Ok(jobs) => jobs,
             Err(err) => {
                 tracing::warn!(error = %err, "cannot read the topics of claimed jobs to pace them; trying again shortly");
