@@ -470,6 +470,9 @@ async fn each_group_of_a_topic_is_held_to_its_group_max_in_flight() {
         }
     }
     let rows = in_flight().await;
-    assert!(rows.iter().all(|(tenant, n)| tenant != "a" && *n <= 2), "{rows:?}");
+    assert!(
+        rows.iter().all(|(tenant, n)| tenant != "a" && *n <= 2),
+        "{rows:?}"
+    );
     env.finish().await;
 }
