@@ -639,6 +639,36 @@ async fn a_payload_schema_is_refused_while_an_instance_built_before_holds_is_ali
     .await
     .unwrap();
     assert_eq!(stored.flatten(), None, "nothing written");
+    // A bulk operation on held jobs likewise: the older build would take it
+    // over past a filter it does not know. Its preview writes nothing.
+    for (dry_run, status) in [(true, 200), (false, 409)] {
+        let (answer_status, answer) = env
+            .post(
+                "/v1/jobs/bulk",
+                json!({"filter": {"topic": topic, "held": true}, "action": {"type": "cancel"},
+                       "dry_run": dry_run}),
+            )
+            .await;
+        assert_eq!(answer_status, status, "{answer}");
+        if status == 409 {
+            assert_eq!(answer["error"]["code"], "older_instances");
+        }
+    }
+    let (status, release) = env
+        .post(
+            "/v1/jobs/bulk",
+            json!({"filter": {"topic": topic}, "action": {"type": "release"}, "dry_run": false}),
+        )
+        .await;
+    assert_eq!(
+        (status, &release["error"]["code"]),
+        (409, &json!("older_instances"))
+    );
+    let ops: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM bulk_ops")
+        .fetch_one(&env.sql)
+        .await
+        .unwrap();
+    assert_eq!(ops, 0, "no bulk operation written");
     // Removing one is what an older instance does anyway.
     let (status, removed) = env
         .request(
@@ -660,5 +690,13 @@ async fn a_payload_schema_is_refused_while_an_instance_built_before_holds_is_ali
     let (status, set) = env.request("PATCH", &path, Some(schema.to_string())).await;
     assert_eq!(status, 200, "{set}");
     assert_eq!(set["payload_schema"]["required"][0], "user", "{set}");
+    let (status, started) = env
+        .post(
+            "/v1/jobs/bulk",
+            json!({"filter": {"topic": topic, "held": true}, "action": {"type": "cancel"},
+                   "dry_run": false}),
+        )
+        .await;
+    assert_eq!(status, 202, "{started}");
     env.finish().await;
 }

@@ -141,6 +141,21 @@ async fn a_newer_tzdata_moves_the_wall_clock_jobs_it_changes_and_no_other() {
     bounded["expires_at"] = json!("2031-06-01T06:30:00Z");
     bounded["key"] = json!("bounded");
     let bounded = create(&env, bounded).await;
+    // Its expiry garbled by hand into a zero date: it reads as no expiry,
+    // and the row moves with its siblings; the page goes on.
+    let garbled = create(&env, local("Test/Shifting", "2031-06-04T09:00:00")).await;
+    {
+        let mut conn = env.sql.acquire().await.unwrap();
+        sqlx::query("SET SESSION sql_mode = ''")
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+        sqlx::query("UPDATE jobs SET expires_at = '0000-00-00 00:00:00' WHERE id = ?")
+            .bind(garbled)
+            .execute(&mut *conn)
+            .await
+            .unwrap();
+    }
     assert_eq!(
         job(&env, bounded).await["run_at"],
         "2031-06-01T06:00:00.000Z"
@@ -302,6 +317,10 @@ async fn a_newer_tzdata_moves_the_wall_clock_jobs_it_changes_and_no_other() {
     );
     assert_eq!(untouched(unknown_zone).await, unknown_before);
     assert_eq!(untouched(newer_release).await, newer_before);
+    assert_eq!(
+        untouched(garbled).await,
+        ("2031-06-04T07:00:00.000000".to_owned(), 2)
+    );
 
     // A new run_at ends a job's wall clock.
     let (status, patched) = env

@@ -317,6 +317,9 @@ pub async fn start(
         // lacks, is refused before anything is written.
         topic_preflight(&state, topic).await?;
     }
+    if !dry_run && (filter.held.is_some() || matches!(action, BulkAction::Release { .. })) {
+        super::holds::older_instances_refuse(&state, "a bulk operation on held jobs").await?;
+    }
     let max_id = state.store.job_max_id().await?;
     let (matched, mut eligible) = state
         .store

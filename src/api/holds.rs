@@ -111,3 +111,29 @@ fn not_held(job: crate::domain::job::Job) -> ApiError {
         job: Box::new(job.into()),
     }
 }
+
+/// Refuses what only builds that know holds honour — a payload schema, a
+/// bulk operation that filters on holds or releases them — while a live
+/// instance is of a build before them (`instances.version`): it would send
+/// held jobs as they are, or take over the operation and read past a
+/// filter it does not know (it ignores the field: a held-only cancel would
+/// cancel every pending job of the topic). `what` names it in the message.
+pub(super) async fn older_instances_refuse(state: &ApiState, what: &str) -> Result<(), ApiError> {
+    let older: Vec<_> = state
+        .store
+        .instances_list(state.config.instance_ttl())
+        .await?
+        .into_iter()
+        .filter(|row| {
+            row.live && crate::store::built_for(&row.version) < crate::store::HOLDS_SCHEMA
+        })
+        .collect();
+    if older.is_empty() {
+        return Ok(());
+    }
+    Err(ApiError::OlderInstances(format!(
+        "{what} needs every live instance on a build that knows held jobs; these are older \
+         and would send held jobs as they are or misread it: {} (upgrade them, then ask again)",
+        crate::store::instances_describe(&older)
+    )))
+}

@@ -295,7 +295,7 @@ pub async fn patch(
         Some(None) => Some(None),
         Some(Some(schema)) => {
             let compiled = PayloadSchema::of_value(schema).map_err(ApiError::InvalidSchema)?;
-            older_instances_refuse(&state).await?;
+            super::holds::older_instances_refuse(&state, "a payload schema").await?;
             Some(Some(compiled.text().to_owned()))
         }
     };
@@ -312,29 +312,6 @@ pub async fn patch(
         },
     )
     .await
-}
-
-/// Refuses a payload schema while a live instance is of a build before
-/// holds: it would send the jobs the schema holds back, and a job held by
-/// a newer instance as it is.
-async fn older_instances_refuse(state: &ApiState) -> Result<(), ApiError> {
-    let older: Vec<_> = state
-        .store
-        .instances_list(state.config.instance_ttl())
-        .await?
-        .into_iter()
-        .filter(|row| {
-            row.live && crate::store::built_for(&row.version) < crate::store::HOLDS_SCHEMA
-        })
-        .collect();
-    if older.is_empty() {
-        return Ok(());
-    }
-    Err(ApiError::OlderInstances(format!(
-        "a payload schema needs every live instance on a build that checks it and honours holds; \
-         these are older and would send held jobs as they are: {} (upgrade them, then set it again)",
-        crate::store::instances_describe(&older)
-    )))
 }
 
 async fn set(

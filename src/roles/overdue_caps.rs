@@ -104,12 +104,16 @@ impl OverdueCaps {
         let store = self.jobs.store().clone();
         // Slots per batch stay few: one statement each.
         let batch = BATCH.min(cap.cap.saturating_mul(20)).max(1);
-        let drain = self.drains.remove(&cap.topic);
+        // Kept through a failed pass (a store failing over): the drain goes
+        // on from its slots when the store answers again.
+        let drain = self.drains.get(&cap.topic).copied();
         let (ids, drain) = store
             .topic_overdue_defer(&cap.topic, cap.after_ms, cap.cap, batch, drain)
             .await?;
         if ids.len() == batch as usize {
             self.drains.insert(cap.topic.clone(), drain);
+        } else {
+            self.drains.remove(&cap.topic);
         }
         metrics::topic_overdue_deferred(&cap.topic, cap.cap, ids.len());
         match futures::try_join!(store.job_get_many(&ids), store.db_now()) {

@@ -28,7 +28,8 @@ pub struct WallRow {
     /// Whether it is a schedule's occurrence (its expiry is then the
     /// schedule's misfire grace, counted from its time).
     pub occurrence: bool,
-    /// None when its columns do not decode (a hand edit): left alone.
+    /// None when its columns, or its times, do not decode (a hand edit):
+    /// left alone.
     pub wall: Option<WallClock>,
     /// As stored (`0` for none): where the scan goes on from.
     pub tzdata_version: String,
@@ -71,11 +72,19 @@ impl Store {
         let rows = query.build().fetch_all(&self.pool).await?;
         rows.iter()
             .map(|row| {
-                let at = |column: &str| -> Result<Option<DateTime<Utc>>, StoreError> {
-                    Ok(row
-                        .try_get::<Option<NaiveDateTime>, _>(column)?
-                        .map(|at| at.and_utc()))
+                // A time that does not decode (a zero date written by hand)
+                // costs its row: it is left at its instant, never moved from
+                // a guess, and the page goes on.
+                let at = |column: &str| -> Result<Option<DateTime<Utc>>, ()> {
+                    row.try_get::<Option<NaiveDateTime>, _>(column)
+                        .map(|at| at.map(|at| at.and_utc()))
+                        .map_err(|_| ())
                 };
+                let (schedule_time, window_start, expires_at) =
+                    (at("schedule_time"), at("window_start"), at("expires_at"));
+                let times_read = matches!(schedule_time, Ok(Some(_)))
+                    && window_start.is_ok()
+                    && expires_at.is_ok();
                 let tzdata_version = text(row, "tzdata_version")?.unwrap_or_default();
                 let local: Option<NaiveDateTime> = row.try_get("run_local").ok().flatten();
                 let zone = text(row, "time_zone").ok().flatten();
@@ -83,16 +92,19 @@ impl Store {
                     id: row.try_get("id")?,
                     version: row.try_get("version")?,
                     attempt: row.try_get("attempt")?,
-                    schedule_time: at("schedule_time")?.unwrap_or_default(),
+                    schedule_time: schedule_time.ok().flatten().unwrap_or_default(),
                     window_ms: row.try_get("window_ms")?,
-                    window_start: at("window_start")?,
-                    expires_at: at("expires_at")?,
+                    window_start: window_start.ok().flatten(),
+                    expires_at: expires_at.ok().flatten(),
                     occurrence: row.try_get::<i64, _>("occurrence")? != 0,
-                    wall: local.zip(zone).map(|(local, zone)| WallClock {
-                        local,
-                        zone,
-                        tzdata_version: tzdata_version.clone(),
-                    }),
+                    wall: local
+                        .zip(zone)
+                        .filter(|_| times_read)
+                        .map(|(local, zone)| WallClock {
+                            local,
+                            zone,
+                            tzdata_version: tzdata_version.clone(),
+                        }),
                     tzdata_version,
                 })
             })
