@@ -643,27 +643,27 @@ impl Store {
         // One key for the whole write (see `Keyring::sealing`).
         let keys = self.keys.sealing();
         let inserted = Inserted::of(&keys, &self.codec, &job.payload);
-        let (at, delay_us) = match job.schedule {
-            Schedule::At(at) => (Some(db_time(at)), None),
-            Schedule::After { delay_ms } => (None, Some(delay_ms.saturating_mul(1000))),
+        // Times bound as values, a delay counted from the database's clock
+        // (see `insert_chunk_on`).
+        let now = if times_relative(job) {
+            db_clock_on(&mut *tx).await?
+        } else {
+            NaiveDateTime::default()
         };
+        let times = row_times(job, now);
         sqlx::query(
             "INSERT INTO jobs (topic, job_key, payload, payload_kind, headers, schedule_time, \
              max_attempts, expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
              trace_parent, schedule_id, expires_at, window_ms, window_start, \
              run_local, time_zone, tzdata_version) \
-             VALUES (?, ?, ?, ?, ?, COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))), \
-             ?, ?, ?, ?, ?, ?, ?, COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, \
-             COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))))), \
-             ?, COALESCE(?, TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3))), ?, ?, ?)",
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
         .bind(&job.topic)
         .bind(&job.key)
         .bind(inserted.payload_column())
         .bind(inserted.kind_column(job.payload_kind))
         .bind(inserted.headers_column(&job.headers))
-        .bind(at)
-        .bind(delay_us)
+        .bind(times.schedule)
         .bind(job.policy.max_attempts)
         .bind(job.policy.expects_result)
         .bind(job.policy.backoff_base_ms)
@@ -671,13 +671,9 @@ impl Store {
         .bind(job.policy.ack_timeout_ms)
         .bind(&job.trace_parent)
         .bind(job.schedule_id)
-        .bind(job.expires_at.map(db_time))
-        .bind(expires_after_us(job))
-        .bind(at)
-        .bind(delay_us)
+        .bind(times.expires_at)
         .bind(job.window.map(|window| window.ms))
-        .bind(window_start(job).0)
-        .bind(window_start(job).1)
+        .bind(times.window_start)
         .bind(job.wall.as_ref().map(|wall| wall.local))
         .bind(job.wall.as_ref().map(|wall| wall.zone.as_str()))
         .bind(job.wall.as_ref().map(|wall| wall.tzdata_version.as_str()))
@@ -865,21 +861,27 @@ async fn insert_chunk_on(
         .iter()
         .map(|job| Inserted::of(keys, codec, &job.payload))
         .collect();
+    // Every time is bound as a value, never an expression per row: MariaDB
+    // sets up and evaluates each row's expressions at every execution, and
+    // a delay counted inside the INSERT (`TIMESTAMPADD(…, UTC_TIMESTAMP(3))`
+    // in four columns) cost it about a third of the statement
+    // (docs/benchmarks.md, #61). A delay still counts from the database's
+    // clock: read once, on this connection (a virtual clock's session
+    // included), when a row of the chunk has one.
+    let now = if jobs.iter().any(|job| times_relative(job)) {
+        db_clock_on(conn).await?
+    } else {
+        // Not read by `row_times`: no time of these rows is relative.
+        NaiveDateTime::default()
+    };
     insert.push_values(jobs.iter().enumerate(), |mut row, (index, job)| {
-        let (at, delay_us) = match job.schedule {
-            Schedule::At(at) => (Some(db_time(at)), None),
-            Schedule::After { delay_ms } => (None, Some(delay_ms.saturating_mul(1000))),
-        };
+        let times = row_times(job, now);
         row.push_bind(&job.topic)
             .push_bind(&job.key)
             .push_bind(inserted[index].payload_column())
             .push_bind(inserted[index].kind_column(job.payload_kind))
             .push_bind(inserted[index].headers_column(&job.headers))
-            .push_unseparated(", COALESCE(")
-            .push_bind_unseparated(at)
-            .push_unseparated(", TIMESTAMPADD(MICROSECOND, ")
-            .push_bind_unseparated(delay_us)
-            .push_unseparated(", UTC_TIMESTAMP(3)))")
+            .push_bind(times.schedule)
             .push_bind(job.policy.max_attempts)
             .push_bind(job.policy.expects_result)
             .push_bind(job.policy.backoff_base_ms)
@@ -887,21 +889,9 @@ async fn insert_chunk_on(
             .push_bind(job.policy.ack_timeout_ms)
             .push_bind(&job.trace_parent)
             .push_bind(job.schedule_id)
-            .push_unseparated(", COALESCE(")
-            .push_bind_unseparated(job.expires_at.map(db_time))
-            .push_unseparated(", TIMESTAMPADD(MICROSECOND, ")
-            .push_bind_unseparated(expires_after_us(job))
-            .push_unseparated(", COALESCE(")
-            .push_bind_unseparated(at)
-            .push_unseparated(", TIMESTAMPADD(MICROSECOND, ")
-            .push_bind_unseparated(delay_us)
-            .push_unseparated(", UTC_TIMESTAMP(3)))))")
+            .push_bind(times.expires_at)
             .push_bind(job.window.map(|window| window.ms))
-            .push_unseparated(", COALESCE(")
-            .push_bind_unseparated(window_start(job).0)
-            .push_unseparated(", TIMESTAMPADD(MICROSECOND, ")
-            .push_bind_unseparated(window_start(job).1)
-            .push_unseparated(", UTC_TIMESTAMP(3)))")
+            .push_bind(times.window_start)
             .push_bind(job.wall.as_ref().map(|wall| wall.local))
             .push_bind(job.wall.as_ref().map(|wall| wall.zone.as_str()))
             .push_bind(job.wall.as_ref().map(|wall| wall.tzdata_version.as_str()))
@@ -954,20 +944,63 @@ async fn insert_chunk_on(
     Ok(rows)
 }
 
-/// A job's window start, as (an instant, or a delay in microseconds from the
-/// database's clock); (None, None) without a window.
-fn window_start(job: &NewJob) -> (Option<NaiveDateTime>, Option<u64>) {
-    match job.window.map(|window| window.start) {
-        Some(Schedule::At(at)) => (Some(db_time(at)), None),
-        Some(Schedule::After { delay_ms }) => (None, Some(delay_ms.saturating_mul(1000))),
-        None => (None, None),
+/// A new job's times as its row holds them.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct RowTimes {
+    schedule: NaiveDateTime,
+    expires_at: Option<NaiveDateTime>,
+    window_start: Option<NaiveDateTime>,
+}
+
+/// Whether a time of `job` counts from the database's clock (a delay, an
+/// expiry after a delayed run, a window starting after a delay).
+fn times_relative(job: &NewJob) -> bool {
+    matches!(job.schedule, Schedule::After { .. })
+        || job.expires_after_ms.is_some()
+        || matches!(
+            job.window.map(|window| window.start),
+            Some(Schedule::After { .. })
+        )
+}
+
+/// `job`'s times, a delay counted from `now` (the database's clock, in
+/// ms), as the INSERT used to compute them: an expiry after the run is
+/// counted from the run. Past the end of `DATETIME`'s range a time stays
+/// at its end (the horizon check refuses such a delay before this).
+fn row_times(job: &NewJob, now: NaiveDateTime) -> RowTimes {
+    let at = |schedule: Schedule| match schedule {
+        Schedule::At(at) => db_time(at),
+        Schedule::After { delay_ms } => ms_later(now, delay_ms),
+    };
+    let schedule = at(job.schedule);
+    RowTimes {
+        schedule,
+        expires_at: match (job.expires_at, job.expires_after_ms) {
+            (Some(at), _) => Some(db_time(at)),
+            (None, Some(ttl_ms)) => Some(ms_later(schedule, ttl_ms)),
+            (None, None) => None,
+        },
+        window_start: job.window.map(|window| at(window.start)),
     }
 }
 
-/// A job's expiry after its run_at, in microseconds, for the database to
-/// add to the run_at it sets.
-fn expires_after_us(job: &NewJob) -> Option<u64> {
-    job.expires_after_ms.map(|ms| ms.saturating_mul(1000))
+/// `at` plus `ms`, at most the end of `DATETIME`'s range.
+fn ms_later(at: NaiveDateTime, ms: u64) -> NaiveDateTime {
+    let latest = chrono::NaiveDate::from_ymd_opt(9999, 12, 31)
+        .and_then(|day| day.and_hms_milli_opt(23, 59, 59, 999))
+        .unwrap_or(NaiveDateTime::MAX);
+    i64::try_from(ms)
+        .ok()
+        .and_then(chrono::Duration::try_milliseconds)
+        .and_then(|delay| at.checked_add_signed(delay))
+        .map_or(latest, |later| later.min(latest))
+}
+
+/// The database's clock (UTC, ms) on `conn`.
+async fn db_clock_on(conn: &mut sqlx::MySqlConnection) -> Result<NaiveDateTime, StoreError> {
+    Ok(sqlx::query_scalar("SELECT UTC_TIMESTAMP(3)")
+        .fetch_one(conn)
+        .await?)
 }
 
 /// A change of job `id`'s payload or headers as the row is to hold both:
@@ -1021,6 +1054,83 @@ mod tests {
                 .all(|rows| *rows <= INSERT_ROWS_MAX && *rows > 0));
             assert!(sizes.len() <= n / INSERT_ROWS_MAX + 2);
         }
+    }
+
+    fn job(schedule: Schedule) -> NewJob {
+        NewJob {
+            topic: "t".into(),
+            key: None,
+            payload: Vec::new(),
+            payload_kind: crate::domain::job::PayloadKind::Bytes,
+            headers: BTreeMap::new(),
+            schedule,
+            policy: crate::domain::policy::Policy::default(),
+            trace_parent: None,
+            schedule_id: None,
+            expires_at: None,
+            expires_after_ms: None,
+            window: None,
+            wall: None,
+        }
+    }
+
+    fn utc(text: &str) -> DateTime<Utc> {
+        DateTime::parse_from_rfc3339(text).unwrap().with_timezone(&Utc)
+    }
+
+    #[test]
+    fn a_rows_times_count_a_delay_from_the_database_clock() {
+        let now = utc("2026-11-28T10:00:00.250Z").naive_utc();
+        let at = utc("2027-01-01T00:00:00.123456Z");
+        let absolute = job(Schedule::At(at));
+        assert!(!times_relative(&absolute));
+        assert_eq!(
+            row_times(&absolute, now),
+            RowTimes {
+                schedule: utc("2027-01-01T00:00:00.123Z").naive_utc(),
+                expires_at: None,
+                window_start: None,
+            }
+        );
+        let mut delayed = job(Schedule::After { delay_ms: 1_500 });
+        delayed.expires_after_ms = Some(60_000);
+        delayed.window = Some(crate::domain::job::Window {
+            ms: 10_000,
+            start: Schedule::After { delay_ms: 1_000 },
+        });
+        assert!(times_relative(&delayed));
+        assert_eq!(
+            row_times(&delayed, now),
+            RowTimes {
+                schedule: utc("2026-11-28T10:00:01.750Z").naive_utc(),
+                expires_at: Some(utc("2026-11-28T10:01:01.750Z").naive_utc()),
+                window_start: Some(utc("2026-11-28T10:00:01.250Z").naive_utc()),
+            }
+        );
+        // An expiry after an instant run counts from it; an instant expiry
+        // is kept as given (to the ms).
+        let mut after_at = job(Schedule::At(at));
+        after_at.expires_after_ms = Some(1_000);
+        assert_eq!(
+            row_times(&after_at, now).expires_at,
+            Some(utc("2027-01-01T00:00:01.123Z").naive_utc())
+        );
+        let mut expiring = job(Schedule::After { delay_ms: 0 });
+        expiring.expires_at = Some(utc("2026-12-01T00:00:00.999999Z"));
+        assert_eq!(
+            row_times(&expiring, now).expires_at,
+            Some(utc("2026-12-01T00:00:00.999Z").naive_utc())
+        );
+    }
+
+    #[test]
+    fn a_delay_past_the_range_of_datetime_stops_at_its_end() {
+        let now = utc("2026-11-28T10:00:00Z").naive_utc();
+        let end = utc("9999-12-31T23:59:59.999Z").naive_utc();
+        assert_eq!(ms_later(now, u64::MAX), end);
+        assert_eq!(ms_later(now, 400_000 * 365 * 86_400_000), end);
+        assert_eq!(ms_later(end, 1), end);
+        assert_eq!(ms_later(now, 0), now);
     }
 }
 
