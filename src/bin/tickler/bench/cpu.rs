@@ -66,6 +66,23 @@ pub(super) fn spent_since(before: &BTreeMap<&'static str, f64>) -> String {
         .join(", ")
 }
 
+/// `; the database N µs a job` for `jobs` since `before` (empty when the
+/// database server's CPU is not seen from here).
+pub(super) fn database_per_job(before: &BTreeMap<&'static str, f64>, jobs: u64) -> String {
+    let database = |spent: &BTreeMap<&'static str, f64>| {
+        spent.get("mariadbd").or(spent.get("mysqld")).copied()
+    };
+    match (database(&by_process()), database(before)) {
+        (Some(now), Some(then)) if jobs > 0 => {
+            format!(
+                "; the database {:.1} µs a job",
+                (now - then) * 1e6 / jobs as f64
+            )
+        }
+        _ => String::new(),
+    }
+}
+
 /// Waits until the database server is quiet — under a tenth of a core over
 /// half a second — or `most` has passed; returns how long it waited. What a
 /// stage before left behind (InnoDB's purge, flushing dirty pages) then

@@ -529,6 +529,7 @@ impl Bench {
         let far = Utc::now() + chrono::Duration::days(30);
         let deadline = Instant::now() + Duration::from_secs(self.options.schedule_secs);
         let started = Instant::now();
+        let cpu_before = cpu::by_process();
         let total = Arc::new(Mutex::new(0u64));
         let workers = (0..self.options.clients).map(|client| {
             let total = total.clone();
@@ -549,12 +550,18 @@ impl Bench {
             result?;
         }
         let seconds = started.elapsed().as_secs_f64();
+        let cpu_spent = cpu::spent_since(&cpu_before);
         let total = *total.lock().unwrap_or_else(|p| p.into_inner());
         println!(
             "schedule: {:.0} jobs/s accepted ({total} jobs in {seconds:.1} s; batch API, {} clients, {} jobs per request, durable in MySQL)",
             total as f64 / seconds,
             self.options.clients,
             self.options.batch
+        );
+        println!(
+            "schedule: CPU seconds ({seconds:.1} s of wall time, {} cores): {cpu_spent}{}",
+            std::thread::available_parallelism().map_or(0, |n| n.get()),
+            cpu::database_per_job(&cpu_before, total)
         );
         Ok(())
     }
@@ -834,10 +841,11 @@ impl Bench {
             n as f64 / drained.as_secs_f64()
         );
         println!(
-            "burst: CPU seconds while draining ({:.2} s of wall time, {} cores): {}",
+            "burst: CPU seconds while draining ({:.2} s of wall time, {} cores): {}{}",
             drained.as_secs_f64(),
             std::thread::available_parallelism().map_or(0, |n| n.get()),
-            cpu_spent
+            cpu_spent,
+            cpu::database_per_job(&cpu_before, n)
         );
         println!("burst: dispatcher stages, mean: {}", stages_since(&stages));
         if seen.len() as u64 != n || marked as u64 != n {
