@@ -1082,14 +1082,14 @@ mod tests {
 
     #[test]
     fn a_rows_times_count_a_delay_from_the_database_clock() {
-        let now = utc("2026-11-28T10:00:00.250Z").naive_utc();
+        let now = db_time(utc("2026-11-28T10:00:00.250Z"));
         let at = utc("2027-01-01T00:00:00.123456Z");
         let absolute = job(Schedule::At(at));
         assert!(!times_relative(&absolute));
         assert_eq!(
             row_times(&absolute, now),
             RowTimes {
-                schedule: utc("2027-01-01T00:00:00.123Z").naive_utc(),
+                schedule: db_time(utc("2027-01-01T00:00:00.123Z")),
                 expires_at: None,
                 window_start: None,
             }
@@ -1104,9 +1104,9 @@ mod tests {
         assert_eq!(
             row_times(&delayed, now),
             RowTimes {
-                schedule: utc("2026-11-28T10:00:01.750Z").naive_utc(),
-                expires_at: Some(utc("2026-11-28T10:01:01.750Z").naive_utc()),
-                window_start: Some(utc("2026-11-28T10:00:01.250Z").naive_utc()),
+                schedule: db_time(utc("2026-11-28T10:00:01.750Z")),
+                expires_at: Some(db_time(utc("2026-11-28T10:01:01.750Z"))),
+                window_start: Some(db_time(utc("2026-11-28T10:00:01.250Z"))),
             }
         );
         // An expiry after an instant run counts from it; an instant expiry
@@ -1115,20 +1115,20 @@ mod tests {
         after_at.expires_after_ms = Some(1_000);
         assert_eq!(
             row_times(&after_at, now).expires_at,
-            Some(utc("2027-01-01T00:00:01.123Z").naive_utc())
+            Some(db_time(utc("2027-01-01T00:00:01.123Z")))
         );
         let mut expiring = job(Schedule::After { delay_ms: 0 });
         expiring.expires_at = Some(utc("2026-12-01T00:00:00.999999Z"));
         assert_eq!(
             row_times(&expiring, now).expires_at,
-            Some(utc("2026-12-01T00:00:00.999Z").naive_utc())
+            Some(db_time(utc("2026-12-01T00:00:00.999Z")))
         );
     }
 
     #[test]
     fn a_delay_past_the_range_of_datetime_stops_at_its_end() {
-        let now = utc("2026-11-28T10:00:00Z").naive_utc();
-        let end = utc("9999-12-31T23:59:59.999Z").naive_utc();
+        let now = db_time(utc("2026-11-28T10:00:00Z"));
+        let end = db_time(utc("9999-12-31T23:59:59.999Z"));
         assert_eq!(ms_later(now, u64::MAX), end);
         assert_eq!(ms_later(now, 400_000 * 365 * 86_400_000), end);
         assert_eq!(ms_later(end, 1), end);
