@@ -1,6 +1,7 @@
-//! The client libraries (#47) against a live tickler: the Python package
-//! in clients/python is what the served OpenAPI document generates (no
-//! operation or field drifts), and its README's examples run as written.
+//! The client libraries (#47, #63) against a live tickler: the Python
+//! package in clients/python and the TypeScript one in clients/typescript
+//! are what the served OpenAPI document generates (no operation or field
+//! drifts), and their README's examples run as written.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -559,5 +560,172 @@ async fn the_testing_guides_rust_test_passes_against_tickler_dev() {
         env.config.kafka.brokers.clone(),
     )
     .await;
+    env.finish().await;
+}
+
+fn typescript_dir() -> PathBuf {
+    root().join("clients/typescript")
+}
+
+/// Runs `program` with `args` in `dir`; panics with its output if it fails.
+fn run_ok(dir: &Path, program: &str, args: &[&str], env: &[(&str, &str)]) -> String {
+    let output = Command::new(program)
+        .args(args)
+        .current_dir(dir)
+        .envs(env.iter().copied())
+        .output()
+        .unwrap_or_else(|err| panic!("{program} runs (scripts/services tools): {err}"));
+    let text = format!(
+        "{}\n{}",
+        String::from_utf8_lossy(&output.stdout),
+        String::from_utf8_lossy(&output.stderr)
+    );
+    assert!(output.status.success(), "{program} {args:?} in {dir:?}:\n{text}");
+    text
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_package_is_what_the_served_document_generates() {
+    let env = TestEnv::start().await;
+    let spec: serde_json::Value = reqwest::get(format!("{}/v1/openapi.json", env.base_url))
+        .await
+        .unwrap()
+        .json()
+        .await
+        .unwrap();
+    let dir = tickler_testkit::scratch_dir();
+    let spec_file = dir.join("openapi.json");
+    std::fs::write(&spec_file, serde_json::to_vec(&spec).unwrap()).unwrap();
+    let ts = typescript_dir();
+    let (spec_arg, schema, operations) = (
+        spec_file.to_str().unwrap().to_owned(),
+        dir.join("schema.ts"),
+        dir.join("operations.ts"),
+    );
+    run_ok(
+        &ts,
+        "node_modules/.bin/openapi-typescript",
+        &[&spec_arg, "--output", schema.to_str().unwrap()],
+        &[],
+    );
+    let api_page = root().join("docs/api.md");
+    run_ok(
+        &ts,
+        "node",
+        &[
+            "scripts/generate.mjs",
+            &spec_arg,
+            api_page.to_str().unwrap(),
+            operations.to_str().unwrap(),
+        ],
+        &[],
+    );
+    for (made, committed) in [(schema, "src/schema.ts"), (operations, "src/operations.ts")] {
+        assert!(
+            std::fs::read(&made).unwrap() == std::fs::read(ts.join(committed)).unwrap(),
+            "clients/typescript/{committed} differs from what the API's document generates \
+             (regenerate it: clients/typescript/README.md)"
+        );
+    }
+    env.finish().await;
+}
+
+/// The package as `npm pack` makes it: its unit tests (Node's runner), and
+/// its README's example, type-checked against the packed types and run
+/// against a live server; then the 429 retry against the server's own
+/// rate limit.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_typescript_package_packs_and_its_readme_example_runs_against_a_live_server() {
+    let env = TestEnv::start().await;
+    let ts = typescript_dir();
+    let dir = tickler_testkit::scratch_dir();
+    // Builds (prepack) and packs; the only test that writes dist/.
+    run_ok(
+        &ts,
+        "npm",
+        &["pack", "--pack-destination", dir.to_str().unwrap()],
+        &[],
+    );
+    run_ok(&ts, "node", &["--test", "test/"], &[]);
+    let tarball = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .find(|path| path.extension().is_some_and(|ext| ext == "tgz"))
+        .expect("npm pack wrote a tarball");
+    let modules = dir.join("node_modules");
+    std::fs::create_dir_all(&modules).unwrap();
+    run_ok(&modules, "tar", &["-xzf", tarball.to_str().unwrap()], &[]);
+    std::fs::rename(modules.join("package"), modules.join("tickler-client")).unwrap();
+
+    let readme = std::fs::read_to_string(ts.join("README.md")).unwrap();
+    let blocks: Vec<&str> = readme
+        .split("```ts\n")
+        .skip(1)
+        .map(|rest| rest.split("```").next().unwrap())
+        .collect();
+    assert_eq!(blocks.len(), 1, "the README's example");
+    std::fs::write(dir.join("example.ts"), blocks[0]).unwrap();
+    std::fs::write(dir.join("package.json"), r#"{"type": "module"}"#).unwrap();
+    let types = ts.join("node_modules/@types");
+    std::fs::write(
+        dir.join("tsconfig.json"),
+        serde_json::to_vec(&serde_json::json!({
+            "compilerOptions": {
+                "target": "ES2022", "module": "NodeNext", "moduleResolution": "NodeNext",
+                "strict": true, "outDir": "out", "types": ["node"],
+                "typeRoots": [types], "skipLibCheck": true
+            },
+            "files": ["example.ts"]
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    let tsc = ts.join("node_modules/.bin/tsc");
+    run_ok(&dir, tsc.to_str().unwrap(), &["-p", "tsconfig.json"], &[]);
+    let vars = [
+        ("TICKLER_URL", env.base_url.as_str()),
+        ("TICKLER_TOKEN", env.admin_secret.as_str()),
+        ("TICKLER_TOPIC", env.topic.as_str()),
+    ];
+    let said = run_ok(&dir, "node", &["out/example.js"], &vars);
+    assert!(said.contains("409 not_pending"), "{said}");
+    assert!(said.contains("[ 'created', 'created', 'created' ]"), "{said}");
+
+    // A token allowed one request a second: three calls wait for it.
+    let secret = tickler_testkit::token_create_limited(
+        &env.config.mysql.url,
+        "slow",
+        &["*"],
+        &["read"],
+        Some(1),
+        Some(0),
+    )
+    .await;
+    std::fs::write(
+        dir.join("patient.mjs"),
+        r#"import { TicklerClient } from "tickler-client";
+const url = process.env.TICKLER_URL, token = process.env.TICKLER_TOKEN;
+const patient = new TicklerClient({ url, token });
+const started = Date.now();
+for (let i = 0; i < 3; i++) await patient.topicsList({});
+const waited = Date.now() - started;
+if (waited < 1500) throw new Error(`did not wait for the rate: ${waited} ms`);
+try {
+  await new TicklerClient({ url, token, retries: 0 }).topicsList({});
+  throw new Error("not limited");
+} catch (err) {
+  if (err.code !== "rate_limited") throw err;
+}
+console.log("waited", waited);
+"#,
+    )
+    .unwrap();
+    let said = run_ok(
+        &dir,
+        "node",
+        &["patient.mjs"],
+        &[("TICKLER_URL", env.base_url.as_str()), ("TICKLER_TOKEN", &secret)],
+    );
+    assert!(said.contains("waited"), "{said}");
     env.finish().await;
 }
