@@ -567,6 +567,54 @@ fn typescript_dir() -> PathBuf {
     root().join("clients/typescript")
 }
 
+/// The package as `npm pack` makes it (built first, by its prepack),
+/// installed in `dir`'s node_modules. One test at a time: a pack writes
+/// the package's dist/.
+fn typescript_packed(dir: &Path) {
+    static PACKING: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    let _one = PACKING.lock().unwrap_or_else(|p| p.into_inner());
+    let packs = dir.join("packs");
+    std::fs::create_dir_all(&packs).unwrap();
+    run_ok(
+        &typescript_dir(),
+        "npm",
+        &["pack", "--pack-destination", packs.to_str().unwrap()],
+        &[],
+    );
+    let tarball = std::fs::read_dir(&packs)
+        .unwrap()
+        .map(|entry| entry.unwrap().path())
+        .find(|path| path.extension().is_some_and(|ext| ext == "tgz"))
+        .expect("npm pack wrote a tarball");
+    let modules = dir.join("node_modules");
+    std::fs::create_dir_all(&modules).unwrap();
+    run_ok(&modules, "tar", &["-xzf", tarball.to_str().unwrap()], &[]);
+    std::fs::rename(modules.join("package"), modules.join("tickler-client")).unwrap();
+}
+
+/// `code` written to `dir/file` and compiled by tsc (strict, Node's
+/// types) into `dir/out`, against the package installed there.
+fn typescript_compiled(dir: &Path, file: &str, code: &str) {
+    std::fs::write(dir.join(file), code).unwrap();
+    std::fs::write(dir.join("package.json"), r#"{"type": "module"}"#).unwrap();
+    let ts = typescript_dir();
+    std::fs::write(
+        dir.join("tsconfig.json"),
+        serde_json::to_vec(&serde_json::json!({
+            "compilerOptions": {
+                "target": "ES2022", "module": "NodeNext", "moduleResolution": "NodeNext",
+                "strict": true, "outDir": "out", "types": ["node"],
+                "typeRoots": [ts.join("node_modules/@types")], "skipLibCheck": true
+            },
+            "files": [file]
+        }))
+        .unwrap(),
+    )
+    .unwrap();
+    let tsc = ts.join("node_modules/.bin/tsc");
+    run_ok(dir, tsc.to_str().unwrap(), &["-p", "tsconfig.json"], &[]);
+}
+
 /// Runs `program` with `args` in `dir`; panics with its output if it fails.
 fn run_ok(dir: &Path, program: &str, args: &[&str], env: &[(&str, &str)]) -> String {
     let output = Command::new(program)
@@ -580,7 +628,10 @@ fn run_ok(dir: &Path, program: &str, args: &[&str], env: &[(&str, &str)]) -> Str
         String::from_utf8_lossy(&output.stdout),
         String::from_utf8_lossy(&output.stderr)
     );
-    assert!(output.status.success(), "{program} {args:?} in {dir:?}:\n{text}");
+    assert!(
+        output.status.success(),
+        "{program} {args:?} in {dir:?}:\n{text}"
+    );
     text
 }
 
@@ -639,23 +690,8 @@ async fn the_typescript_package_packs_and_its_readme_example_runs_against_a_live
     let env = TestEnv::start().await;
     let ts = typescript_dir();
     let dir = tickler_testkit::scratch_dir();
-    // Builds (prepack) and packs; the only test that writes dist/.
-    run_ok(
-        &ts,
-        "npm",
-        &["pack", "--pack-destination", dir.to_str().unwrap()],
-        &[],
-    );
+    typescript_packed(&dir);
     run_ok(&ts, "node", &["--test", "test/"], &[]);
-    let tarball = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|entry| entry.unwrap().path())
-        .find(|path| path.extension().is_some_and(|ext| ext == "tgz"))
-        .expect("npm pack wrote a tarball");
-    let modules = dir.join("node_modules");
-    std::fs::create_dir_all(&modules).unwrap();
-    run_ok(&modules, "tar", &["-xzf", tarball.to_str().unwrap()], &[]);
-    std::fs::rename(modules.join("package"), modules.join("tickler-client")).unwrap();
 
     let readme = std::fs::read_to_string(ts.join("README.md")).unwrap();
     let blocks: Vec<&str> = readme
@@ -664,24 +700,7 @@ async fn the_typescript_package_packs_and_its_readme_example_runs_against_a_live
         .map(|rest| rest.split("```").next().unwrap())
         .collect();
     assert_eq!(blocks.len(), 1, "the README's example");
-    std::fs::write(dir.join("example.ts"), blocks[0]).unwrap();
-    std::fs::write(dir.join("package.json"), r#"{"type": "module"}"#).unwrap();
-    let types = ts.join("node_modules/@types");
-    std::fs::write(
-        dir.join("tsconfig.json"),
-        serde_json::to_vec(&serde_json::json!({
-            "compilerOptions": {
-                "target": "ES2022", "module": "NodeNext", "moduleResolution": "NodeNext",
-                "strict": true, "outDir": "out", "types": ["node"],
-                "typeRoots": [types], "skipLibCheck": true
-            },
-            "files": ["example.ts"]
-        }))
-        .unwrap(),
-    )
-    .unwrap();
-    let tsc = ts.join("node_modules/.bin/tsc");
-    run_ok(&dir, tsc.to_str().unwrap(), &["-p", "tsconfig.json"], &[]);
+    typescript_compiled(&dir, "example.ts", blocks[0]);
     let vars = [
         ("TICKLER_URL", env.base_url.as_str()),
         ("TICKLER_TOKEN", env.admin_secret.as_str()),
@@ -689,7 +708,10 @@ async fn the_typescript_package_packs_and_its_readme_example_runs_against_a_live
     ];
     let said = run_ok(&dir, "node", &["out/example.js"], &vars);
     assert!(said.contains("409 not_pending"), "{said}");
-    assert!(said.contains("[ 'created', 'created', 'created' ]"), "{said}");
+    assert!(
+        said.contains("[ 'created', 'created', 'created' ]"),
+        "{said}"
+    );
 
     // A token allowed one request a second: three calls wait for it.
     let secret = tickler_testkit::token_create_limited(
@@ -724,8 +746,38 @@ console.log("waited", waited);
         &dir,
         "node",
         &["patient.mjs"],
-        &[("TICKLER_URL", env.base_url.as_str()), ("TICKLER_TOKEN", &secret)],
+        &[
+            ("TICKLER_URL", env.base_url.as_str()),
+            ("TICKLER_TOKEN", &secret),
+        ],
     );
     assert!(said.contains("waited"), "{said}");
+    env.finish().await;
+}
+
+/// docs/testing-your-service.md's TypeScript test, compiled by tsc and run
+/// by `node --test` as written against a live `tickler dev`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_testing_guides_typescript_test_passes_against_tickler_dev() {
+    let blocks = guide_blocks("ts");
+    assert_eq!(blocks.len(), 1, "one complete test");
+    let env = TestEnv::start_dev_with(|_| {}).await;
+    let dir = tickler_testkit::scratch_dir();
+    typescript_packed(&dir);
+    typescript_compiled(&dir, "reminders.test.ts", &blocks[0]);
+    let said = run_ok(
+        &dir,
+        "node",
+        &["--test", "out/reminders.test.js"],
+        &[
+            ("TICKLER_URL", env.base_url.as_str()),
+            ("TICKLER_TOKEN", env.admin_secret.as_str()),
+            ("TICKLER_TOPIC", env.topic.as_str()),
+        ],
+    );
+    assert!(
+        said.contains("# pass 1") && said.contains("# fail 0"),
+        "{said}"
+    );
     env.finish().await;
 }
