@@ -843,17 +843,6 @@ async fn insert_chunk_on(
     // Each row carries token_base | item index, so the rows can be read
     // back and matched to their items (MySQL has no RETURNING).
     let token_base: u64 = rand::random::<u64>() & !0xFFFF;
-    let mut insert = QueryBuilder::<MySql>::new(
-        "INSERT INTO jobs (topic, job_key, payload, payload_kind, headers, schedule_time, \
-         max_attempts, expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
-         trace_parent, schedule_id, expires_at, window_ms, window_start, run_local, time_zone, \
-         tzdata_version, create_token",
-    );
-    insert.push(if positions.is_some() {
-        ", ingress_position) "
-    } else {
-        ") "
-    });
     // Sealed payloads and headers are written once the rows have their
     // ids (their associated data), in this transaction: the plain ones
     // never reach the table, its redo log or the binary log.
@@ -874,28 +863,66 @@ async fn insert_chunk_on(
         // Not read by `row_times`: no time of these rows is relative.
         NaiveDateTime::default()
     };
+    let times: Vec<RowTimes> = jobs.iter().map(|job| row_times(job, now)).collect();
+    let headers: Vec<Option<String>> = jobs
+        .iter()
+        .zip(&inserted)
+        .map(|(job, inserted)| inserted.headers_column(&job.headers))
+        .collect();
+    // A column NULL in every row is left out (its default is NULL): each
+    // bound value costs MariaDB its set-up at every execution, and most
+    // jobs have no key, headers, expiry, window or wall clock (#61).
+    let columns = OptionalColumns {
+        key: jobs.iter().any(|job| job.key.is_some()),
+        headers: headers.iter().any(Option::is_some),
+        trace_parent: jobs.iter().any(|job| job.trace_parent.is_some()),
+        schedule_id: jobs.iter().any(|job| job.schedule_id.is_some()),
+        expires_at: times.iter().any(|t| t.expires_at.is_some()),
+        window: jobs.iter().any(|job| job.window.is_some()),
+        wall: jobs.iter().any(|job| job.wall.is_some()),
+        position: positions.is_some(),
+    };
+    let mut insert = QueryBuilder::<MySql>::new(format!(
+        "INSERT INTO jobs ({}) ",
+        columns.names().join(", ")
+    ));
     insert.push_values(jobs.iter().enumerate(), |mut row, (index, job)| {
-        let times = row_times(job, now);
+        let times = times[index];
         row.push_bind(&job.topic)
-            .push_bind(&job.key)
             .push_bind(inserted[index].payload_column())
             .push_bind(inserted[index].kind_column(job.payload_kind))
-            .push_bind(inserted[index].headers_column(&job.headers))
             .push_bind(times.schedule)
             .push_bind(job.policy.max_attempts)
             .push_bind(job.policy.expects_result)
             .push_bind(job.policy.backoff_base_ms)
             .push_bind(job.policy.backoff_cap_ms)
             .push_bind(job.policy.ack_timeout_ms)
-            .push_bind(&job.trace_parent)
-            .push_bind(job.schedule_id)
-            .push_bind(times.expires_at)
-            .push_bind(job.window.map(|window| window.ms))
-            .push_bind(times.window_start)
-            .push_bind(job.wall.as_ref().map(|wall| wall.local))
-            .push_bind(job.wall.as_ref().map(|wall| wall.zone.as_str()))
-            .push_bind(job.wall.as_ref().map(|wall| wall.tzdata_version.as_str()))
             .push_bind(token_base | index as u64);
+        // In the order of `OptionalColumns::names`.
+        if columns.key {
+            row.push_bind(&job.key);
+        }
+        if columns.headers {
+            row.push_bind(headers[index].clone());
+        }
+        if columns.trace_parent {
+            row.push_bind(&job.trace_parent);
+        }
+        if columns.schedule_id {
+            row.push_bind(job.schedule_id);
+        }
+        if columns.expires_at {
+            row.push_bind(times.expires_at);
+        }
+        if columns.window {
+            row.push_bind(job.window.map(|window| window.ms))
+                .push_bind(times.window_start);
+        }
+        if columns.wall {
+            row.push_bind(job.wall.as_ref().map(|wall| wall.local))
+                .push_bind(job.wall.as_ref().map(|wall| wall.zone.as_str()))
+                .push_bind(job.wall.as_ref().map(|wall| wall.tzdata_version.as_str()));
+        }
         if let Some(positions) = positions {
             row.push_bind(positions.get(index).map(String::as_str));
         }
@@ -950,6 +977,54 @@ struct RowTimes {
     schedule: NaiveDateTime,
     expires_at: Option<NaiveDateTime>,
     window_start: Option<NaiveDateTime>,
+}
+
+/// The columns of a batch's INSERT that some of its rows set; the others
+/// are left to their default, NULL.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+struct OptionalColumns {
+    key: bool,
+    headers: bool,
+    trace_parent: bool,
+    schedule_id: bool,
+    expires_at: bool,
+    window: bool,
+    wall: bool,
+    position: bool,
+}
+
+impl OptionalColumns {
+    /// The INSERT's columns: those every row sets, then the optional ones
+    /// present, in the order their values are bound.
+    fn names(&self) -> Vec<&'static str> {
+        let mut names = vec![
+            "topic",
+            "payload",
+            "payload_kind",
+            "schedule_time",
+            "max_attempts",
+            "expects_result",
+            "backoff_base_ms",
+            "backoff_cap_ms",
+            "ack_timeout_ms",
+            "create_token",
+        ];
+        for (present, columns) in [
+            (self.key, &["job_key"][..]),
+            (self.headers, &["headers"]),
+            (self.trace_parent, &["trace_parent"]),
+            (self.schedule_id, &["schedule_id"]),
+            (self.expires_at, &["expires_at"]),
+            (self.window, &["window_ms", "window_start"]),
+            (self.wall, &["run_local", "time_zone", "tzdata_version"]),
+            (self.position, &["ingress_position"]),
+        ] {
+            if present {
+                names.extend_from_slice(columns);
+            }
+        }
+        names
+    }
 }
 
 /// Whether a time of `job` counts from the database's clock (a delay, an
@@ -1122,6 +1197,32 @@ mod tests {
         assert_eq!(
             row_times(&expiring, now).expires_at,
             Some(db_time(utc("2026-12-01T00:00:00.999Z")))
+        );
+    }
+
+    #[test]
+    fn a_batch_names_only_the_optional_columns_some_row_sets() {
+        let none = OptionalColumns {
+            key: false,
+            headers: false,
+            trace_parent: false,
+            schedule_id: false,
+            expires_at: false,
+            window: false,
+            wall: false,
+            position: false,
+        };
+        assert_eq!(none.names().len(), 10);
+        assert!(!none.names().contains(&"job_key"));
+        let some = OptionalColumns {
+            key: true,
+            window: true,
+            position: true,
+            ..none
+        };
+        assert_eq!(
+            some.names()[10..],
+            ["job_key", "window_ms", "window_start", "ingress_position"]
         );
     }
 
