@@ -531,23 +531,44 @@ impl Store {
         let mut marked = Marked::default();
         for chunk in jobs.chunks(CHUNK) {
             let token = event_token();
-            let mut query = positions_join(chunk);
+            // A chunk of one claim sent at one instant (as a pass's are)
+            // binds its token and time once: the derived table then carries
+            // three values a row, not five (#61).
+            let shared = shared_claim(chunk);
+            let mut query = match shared {
+                Some(_) => positions_join_compact(chunk),
+                None => positions_join(chunk),
+            };
+            let at = shared.map(|(_, at)| db_time(at));
             // A job expecting a result waits for it until the ack
             // deadline, counted on the database's clock.
             query.push("SET j.event_token = ").push_bind(token).push(
                 ", j.status = 'dispatched', j.version = j.version % 4294967295 + 1, \
                      j.claim_token = NULL, j.claimed_by = NULL, j.claim_expires_at = NULL, \
-                     j.claimed_at = NULL, j.dispatched_at = d.t, \
-                     j.kafka_partition = d.p, j.kafka_offset = d.o, j.verified_at = NULL, \
+                     j.claimed_at = NULL, j.dispatched_at = ",
+            );
+            push_sent_at(&mut query, at);
+            query.push(
+                ", j.kafka_partition = d.p, j.kafka_offset = d.o, j.verified_at = NULL, \
                      j.ack_deadline = IF(j.expects_result, \
                        TIMESTAMPADD(MICROSECOND, j.ack_timeout_ms * 1000, UTC_TIMESTAMP(3)), NULL), \
-                     j.last_error = IF(j.window_ms IS NOT NULL \
-                       AND d.t > TIMESTAMPADD(MICROSECOND, j.window_ms * 1000, j.window_start), \
-                       CONCAT('produced ', TIMESTAMPDIFF(MICROSECOND, \
-                         TIMESTAMPADD(MICROSECOND, j.window_ms * 1000, j.window_start), d.t) DIV 1000, \
-                         ' ms after its window ended'), j.last_error) \
-                     WHERE j.status = 'dispatching' AND COALESCE(j.claim_token, 0) = d.k",
+                     j.last_error = IF(j.window_ms IS NOT NULL AND ",
             );
+            push_sent_at(&mut query, at);
+            query.push(
+                " > TIMESTAMPADD(MICROSECOND, j.window_ms * 1000, j.window_start), \
+                       CONCAT('produced ', TIMESTAMPDIFF(MICROSECOND, \
+                         TIMESTAMPADD(MICROSECOND, j.window_ms * 1000, j.window_start), ",
+            );
+            push_sent_at(&mut query, at);
+            query.push(
+                ") DIV 1000, ' ms after its window ended'), j.last_error) \
+                     WHERE j.status = 'dispatching' AND COALESCE(j.claim_token, 0) = ",
+            );
+            match shared {
+                Some((claim, _)) => query.push_bind(claim),
+                None => query.push("d.k"),
+            };
             let ids: Vec<JobId> = chunk.iter().map(|job| job.id).collect();
             let mut tx = self.begin().await?;
             let chunk_marked = query.build().execute(&mut *tx).await?.rows_affected();
@@ -954,6 +975,41 @@ impl Store {
 
 /// The positions where records landed, as the derived table `d` (id, k
 /// the claim token, p, o, t).
+/// The claim token and send time every job of `jobs` shares, if they do.
+fn shared_claim(jobs: &[Dispatched]) -> Option<(u64, DateTime<Utc>)> {
+    let first = jobs.first()?;
+    jobs.iter()
+        .all(|job| job.token == first.token && job.dispatched_at == first.dispatched_at)
+        .then_some((first.token, first.dispatched_at))
+}
+
+/// The send time in the mark: bound once (`at`, shared by the chunk) or
+/// each row's own (`d.t`).
+fn push_sent_at(query: &mut QueryBuilder<'_, MySql>, at: Option<NaiveDateTime>) {
+    match at {
+        Some(at) => {
+            query.push_bind(at);
+        }
+        None => {
+            query.push("d.t");
+        }
+    }
+}
+
+/// [`positions_join`] for a chunk of one claim sent at one instant: each
+/// row's id and position only.
+fn positions_join_compact(jobs: &[Dispatched]) -> QueryBuilder<'_, MySql> {
+    update_joined(jobs, "d", |query, job| {
+        query
+            .push_bind(job.id)
+            .push(" AS id, ")
+            .push_bind(job.partition)
+            .push(" AS p, ")
+            .push_bind(job.offset)
+            .push(" AS o");
+    })
+}
+
 fn positions_join(jobs: &[Dispatched]) -> QueryBuilder<'_, MySql> {
     update_joined(jobs, "d", |query, job| {
         query
@@ -991,4 +1047,34 @@ fn doubt_from_row(row: &MySqlRow) -> Result<Doubt, StoreError> {
             .and_utc(),
         schedule_time: scheduled.and_utc(),
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn sent(id: JobId, token: u64, at_ms: i64) -> Dispatched {
+        let at = DateTime::from_timestamp_millis(at_ms).unwrap();
+        Dispatched {
+            id,
+            token,
+            partition: 0,
+            offset: id as i64,
+            dispatched_at: at,
+            schedule_time: at,
+            attempt: 1,
+        }
+    }
+
+    #[test]
+    fn a_mark_binds_the_claim_once_only_when_every_row_shares_it() {
+        let at = DateTime::from_timestamp_millis(1_000).unwrap();
+        assert_eq!(
+            shared_claim(&[sent(1, 7, 1_000), sent(2, 7, 1_000)]),
+            Some((7, at))
+        );
+        assert_eq!(shared_claim(&[sent(1, 7, 1_000), sent(2, 8, 1_000)]), None);
+        assert_eq!(shared_claim(&[sent(1, 7, 1_000), sent(2, 7, 1_001)]), None);
+        assert_eq!(shared_claim(&[]), None);
+    }
 }
