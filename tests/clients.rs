@@ -39,18 +39,24 @@ fn files(dir: &Path) -> Vec<PathBuf> {
     out
 }
 
-#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn the_python_package_is_what_the_served_document_generates() {
-    let env = TestEnv::start().await;
+/// The live server's OpenAPI document, written to `dir/openapi.json`.
+async fn served_document(env: &TestEnv, dir: &Path) -> PathBuf {
     let spec: serde_json::Value = reqwest::get(format!("{}/v1/openapi.json", env.base_url))
         .await
         .unwrap()
         .json()
         .await
         .unwrap();
-    let dir = tickler_testkit::scratch_dir();
     let spec_file = dir.join("openapi.json");
     std::fs::write(&spec_file, serde_json::to_vec(&spec).unwrap()).unwrap();
+    spec_file
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_python_package_is_what_the_served_document_generates() {
+    let env = TestEnv::start().await;
+    let dir = tickler_testkit::scratch_dir();
+    let spec_file = served_document(&env, &dir).await;
     let generated = dir.join("tickler_client");
     let output = Command::new(venv("openapi-python-client"))
         .args(["generate", "--meta", "none", "--path"])
@@ -638,15 +644,8 @@ fn run_ok(dir: &Path, program: &str, args: &[&str], env: &[(&str, &str)]) -> Str
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_typescript_package_is_what_the_served_document_generates() {
     let env = TestEnv::start().await;
-    let spec: serde_json::Value = reqwest::get(format!("{}/v1/openapi.json", env.base_url))
-        .await
-        .unwrap()
-        .json()
-        .await
-        .unwrap();
     let dir = tickler_testkit::scratch_dir();
-    let spec_file = dir.join("openapi.json");
-    std::fs::write(&spec_file, serde_json::to_vec(&spec).unwrap()).unwrap();
+    let spec_file = served_document(&env, &dir).await;
     let ts = typescript_dir();
     let (spec_arg, schema, operations) = (
         spec_file.to_str().unwrap().to_owned(),
@@ -713,7 +712,9 @@ async fn the_typescript_package_packs_and_its_readme_example_runs_against_a_live
         "{said}"
     );
 
-    // A token allowed one request a second: three calls wait for it.
+    // A token allowed one request a second, none in reserve: three calls
+    // in a row succeed only by waiting out each 429's Retry-After, and the
+    // same calls without retries are refused.
     let secret = tickler_testkit::token_create_limited(
         &env.config.mysql.url,
         "slow",
@@ -728,17 +729,14 @@ async fn the_typescript_package_packs_and_its_readme_example_runs_against_a_live
         r#"import { TicklerClient } from "tickler-client";
 const url = process.env.TICKLER_URL, token = process.env.TICKLER_TOKEN;
 const patient = new TicklerClient({ url, token });
-const started = Date.now();
 for (let i = 0; i < 3; i++) await patient.topicsList({});
-const waited = Date.now() - started;
-if (waited < 1500) throw new Error(`did not wait for the rate: ${waited} ms`);
 try {
   await new TicklerClient({ url, token, retries: 0 }).topicsList({});
   throw new Error("not limited");
 } catch (err) {
   if (err.code !== "rate_limited") throw err;
 }
-console.log("waited", waited);
+console.log("retried past the rate");
 "#,
     )
     .unwrap();
@@ -751,7 +749,7 @@ console.log("waited", waited);
             ("TICKLER_TOKEN", &secret),
         ],
     );
-    assert!(said.contains("waited"), "{said}");
+    assert!(said.contains("retried past the rate"), "{said}");
     env.finish().await;
 }
 

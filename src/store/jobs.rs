@@ -903,7 +903,7 @@ async fn insert_chunk_on(
             row.push_bind(&job.key);
         }
         if columns.headers {
-            row.push_bind(headers[index].clone());
+            row.push_bind(headers[index].as_deref());
         }
         if columns.trace_parent {
             row.push_bind(&job.trace_parent);
