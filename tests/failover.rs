@@ -436,7 +436,12 @@ async fn three_seconds_read_only_loses_no_request_and_answers_503_with_retry_aft
     let ids: HashSet<u64> = expected.iter().map(|e| e.id).collect();
     world.await_seen(&ids, Duration::from_secs(60)).await;
     let interrupted = world.interrupted().await;
-    let verdict = chronos::check(&expected, &HashSet::new(), &interrupted, &world.seen());
+    let verdict = chronos::check(
+        &expected,
+        &HashSet::new(),
+        &interrupted,
+        &world.seen_audited().await,
+    );
     verdict.assert_clean("three seconds read-only");
     world.finish().await;
 }
@@ -598,7 +603,7 @@ async fn a_primary_switch_loses_no_acknowledged_job_and_answers_503_meanwhile() 
         .collect();
     let ids: HashSet<u64> = expected.iter().map(|e| e.id).collect();
     world.await_seen(&ids, Duration::from_secs(90)).await;
-    let seen = world.seen();
+    let seen = world.seen_audited().await;
     let resumed_ms = seen
         .iter()
         .map(|s| s.dispatched_at_ms)
@@ -697,7 +702,12 @@ async fn galera_losing_a_node_under_load_loses_nothing() {
     let ids: HashSet<u64> = expected.iter().map(|e| e.id).collect();
     world.await_seen(&ids, Duration::from_secs(90)).await;
     let interrupted = world.interrupted().await;
-    let verdict = chronos::check(&expected, &HashSet::new(), &interrupted, &world.seen());
+    let verdict = chronos::check(
+        &expected,
+        &HashSet::new(),
+        &interrupted,
+        &world.seen_audited().await,
+    );
     verdict.assert_clean("a galera node killed under load");
     world.finish().await;
 }

@@ -728,7 +728,12 @@ async fn kill_9_while_requests_stream_in_loses_and_doubles_none() {
     let ids: HashSet<u64> = rows.iter().map(|(id, _)| *id).collect();
     world.await_seen(&ids, Duration::from_secs(60)).await;
     let interrupted = world.interrupted().await;
-    let verdict = chronos::check(&expected, &HashSet::new(), &interrupted, &world.seen());
+    let verdict = chronos::check(
+        &expected,
+        &HashSet::new(),
+        &interrupted,
+        &world.seen_audited().await,
+    );
     verdict.assert_clean("kill -9 of the ingress");
     // Every request is answered. A request read again after the kill (its
     // pass written, its offsets not yet committed) is answered twice, so
