@@ -84,7 +84,9 @@ async fn the_python_package_is_what_the_served_document_generates() {
     let extra: Vec<&PathBuf> = kept
         .iter()
         .filter(|file| !made.contains(file))
-        .filter(|file| !["kafka_headers.py", "py.typed"].contains(&file.to_str().unwrap()))
+        .filter(|file| {
+            !["kafka_headers.py", "consumer.py", "py.typed"].contains(&file.to_str().unwrap())
+        })
         .collect();
     assert!(
         stale.is_empty() && extra.is_empty(),
@@ -265,6 +267,66 @@ async fn the_rust_client_retries_a_429_after_retry_after() {
     assert_eq!(
         refused.code(),
         Some(&tickler_client::ErrorCode::RateLimited)
+    );
+    env.finish().await;
+}
+
+/// A consumer team's question, "what lands on my topic in the next hour",
+/// from the Rust client with a read-only token scoped to its topic: the
+/// jobs due there, minute by minute, and the topic's pace; another topic
+/// is refused.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_rust_client_forecasts_its_topic_with_a_read_only_token() {
+    let env = TestEnv::start().await;
+    // Buckets start at `from`, a whole minute; jobs half-way through two
+    // of them.
+    let now = chrono::Utc::now().timestamp();
+    let from = chrono::DateTime::from_timestamp(now - now % 60, 0).unwrap();
+    let at = |seconds: i64| {
+        (from + chrono::Duration::seconds(seconds))
+            .to_rfc3339_opts(chrono::SecondsFormat::Millis, true)
+    };
+    for seconds in [330, 330, 1230] {
+        env.job_create(serde_json::json!({"payload": {}, "run_at": at(seconds)}))
+            .await;
+    }
+    let (status, _) = env
+        .request(
+            "PATCH",
+            &format!("/v1/topics/{}", env.topic),
+            Some(r#"{"max_per_second": 50}"#.to_owned()),
+        )
+        .await;
+    assert_eq!(status, 200);
+    let secret =
+        tickler_testkit::token_create(&env.config.mysql.url, "team", &[&env.topic], &["read"])
+            .await;
+    let team = tickler_client::Client::new(&env.base_url, Some(&secret)).unwrap();
+    let forecast = team
+        .forecast(Some(&env.topic), Some(&at(0)), Some(&at(3600)), Some("1m"))
+        .await
+        .unwrap();
+    assert_eq!(forecast.bucket_ms, 60_000);
+    let due: Vec<u64> = forecast
+        .buckets
+        .iter()
+        .map(|b| b.jobs)
+        .filter(|n| *n > 0)
+        .collect();
+    assert_eq!(due, [2, 1], "two jobs in one minute, one in another");
+    assert_eq!(forecast.buckets[5].jobs, 2, "in their minute");
+    assert_eq!(forecast.topics.len(), 1);
+    assert_eq!(forecast.topics[0].topic, env.topic);
+    assert_eq!(forecast.topics[0].peak, 2);
+    let topic = team.topic_get(&env.topic).await.unwrap();
+    assert_eq!(topic["max_per_second"], 50);
+    let refused = team
+        .forecast(Some("someone-elses"), None, None, None)
+        .await
+        .unwrap_err();
+    assert_eq!(
+        refused.code(),
+        Some(&tickler_client::ErrorCode::ForbiddenTopic)
     );
     env.finish().await;
 }

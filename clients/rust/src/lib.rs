@@ -20,6 +20,9 @@
 //! a 429 or 503 (nothing was written) is tried again after its
 //! `Retry-After`, up to [`ClientBuilder::retries`] times.
 
+#[cfg(feature = "consumer")]
+pub mod consumer;
+
 use std::collections::BTreeMap;
 use std::time::Duration;
 
@@ -437,6 +440,47 @@ pub struct DevClock {
     pub offset_ms: i64,
 }
 
+/// What falls due, bucket by bucket (`GET /v1/forecast`).
+#[derive(Debug, Clone, Deserialize)]
+pub struct Forecast {
+    /// The range, RFC 3339: `from` included, `to` excluded.
+    pub from: String,
+    pub to: String,
+    pub bucket_ms: u64,
+    /// The database's clock when it was read.
+    pub at: String,
+    /// Every bucket of the range, in order, empty ones included.
+    pub buckets: Vec<ForecastBucket>,
+    /// The range's totals per topic, the busiest first.
+    pub topics: Vec<ForecastTopic>,
+    /// False when a cron schedule fires so often that its projection
+    /// stopped after 100,000 occurrences.
+    pub projected_complete: bool,
+}
+
+/// One bucket of a [`Forecast`].
+#[derive(Debug, Clone, Deserialize)]
+pub struct ForecastBucket {
+    pub at: String,
+    /// Pending jobs due in the bucket.
+    pub jobs: u64,
+    /// Occurrences schedules will create there, not yet jobs.
+    pub projected: u64,
+}
+
+/// One topic's totals in a [`Forecast`].
+#[derive(Debug, Clone, Deserialize)]
+pub struct ForecastTopic {
+    pub topic: String,
+    pub jobs: u64,
+    pub projected: u64,
+    /// Its busiest bucket (jobs and projected), if any.
+    #[serde(default)]
+    pub peak_at: Option<String>,
+    #[serde(default)]
+    pub peak: u64,
+}
+
 /// Settings of a [`Client`].
 pub struct ClientBuilder {
     url: String,
@@ -692,6 +736,44 @@ impl Client {
         self.json(Method::POST, "/v1/dev/clock", Some(&body)).await
     }
 
+    /// `GET /v1/forecast`: what falls due on `topic` (or on every topic
+    /// the token may read), from `from` (default now) to `to` (default a
+    /// day later), by `bucket` (`1m`, `1h`, `1h30m`…; default `1h`). Needs
+    /// `read`; a topic outside the token's is [`ErrorCode::ForbiddenTopic`].
+    pub async fn forecast(
+        &self,
+        topic: Option<&str>,
+        from: Option<&str>,
+        to: Option<&str>,
+        bucket: Option<&str>,
+    ) -> Result<Forecast, Error> {
+        let query: Vec<(&str, &str)> = [
+            ("topic", topic),
+            ("from", from),
+            ("to", to),
+            ("bucket", bucket),
+        ]
+        .into_iter()
+        .filter_map(|(name, value)| value.map(|v| (name, v)))
+        .collect();
+        let query = serde_urlencoded::to_string(&query)
+            .map_err(|err| Error::Usage(format!("forecast parameters: {err}")))?;
+        let path = if query.is_empty() {
+            "/v1/forecast".to_owned()
+        } else {
+            format!("/v1/forecast?{query}")
+        };
+        self.json::<(), _>(Method::GET, &path, None).await
+    }
+
+    /// `GET /v1/topics/{topic}`: a topic's controls (`paused`,
+    /// `max_per_second`, `group_by`…) and its `watermark`. Needs `read`.
+    pub async fn topic_get(&self, topic: &str) -> Result<Value, Error> {
+        let topic = percent_encode_segment(topic);
+        self.json::<(), _>(Method::GET, &format!("/v1/topics/{topic}"), None)
+            .await
+    }
+
     /// Any call: `path` with its query, a JSON body, the JSON answer.
     pub async fn request(
         &self,
@@ -783,6 +865,19 @@ fn error_chain(err: &dyn std::error::Error) -> String {
         source = cause.source();
     }
     text
+}
+
+/// `segment` with everything but unreserved characters percent-encoded.
+fn percent_encode_segment(segment: &str) -> String {
+    let mut out = String::with_capacity(segment.len());
+    for byte in segment.bytes() {
+        if byte.is_ascii_alphanumeric() || b"-._~".contains(&byte) {
+            out.push(byte as char);
+        } else {
+            out.push_str(&format!("%{byte:02X}"));
+        }
+    }
+    out
 }
 
 #[cfg(test)]
