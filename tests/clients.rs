@@ -841,3 +841,115 @@ async fn the_testing_guides_typescript_test_passes_against_tickler_dev() {
     );
     env.finish().await;
 }
+
+/// Each client packaged as its ecosystem expects, at the API's version:
+/// the crate's file list, the wheel (with the consumer extra) and the npm
+/// tarball (with the consumer entry), each with its changelog.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn every_client_packages_at_the_apis_version() {
+    let env = TestEnv::start().await;
+    let dir = tickler_testkit::scratch_dir();
+    let spec: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(served_document(&env, &dir).await).unwrap()).unwrap();
+    let version = spec["info"]["version"].as_str().unwrap().to_owned();
+    env.finish().await;
+    let manifest_version = |text: &str| -> String {
+        text.lines()
+            .find_map(|line| line.strip_prefix("version = \""))
+            .and_then(|rest| rest.strip_suffix('"'))
+            .unwrap()
+            .to_owned()
+    };
+
+    // Rust: the crate as `cargo package` would upload it.
+    let crate_manifest = std::fs::read_to_string(root().join("clients/rust/Cargo.toml")).unwrap();
+    assert_eq!(manifest_version(&crate_manifest), version, "the crate");
+    let listed = run_ok(
+        &root(),
+        "cargo",
+        &[
+            "package",
+            "-p",
+            "tickler-client",
+            "--list",
+            "--offline",
+            "--allow-dirty",
+        ],
+        &[],
+    );
+    for file in ["README.md", "CHANGELOG.md", "src/lib.rs", "src/consumer.rs"] {
+        assert!(
+            listed.lines().any(|l| l == file),
+            "the crate holds {file}:\n{listed}"
+        );
+    }
+
+    // Python: a wheel built from a copy (a build writes beside its sources).
+    let python = dir.join("python");
+    run_ok(
+        &root(),
+        "cp",
+        &["-r", "clients/python", python.to_str().unwrap()],
+        &[],
+    );
+    let pyproject = std::fs::read_to_string(python.join("pyproject.toml")).unwrap();
+    assert_eq!(manifest_version(&pyproject), version, "the wheel");
+    let python_bin = venv("python");
+    run_ok(
+        &python,
+        python_bin.to_str().unwrap(),
+        &[
+            "-m",
+            "build",
+            "--wheel",
+            "--no-isolation",
+            "--outdir",
+            "wheels",
+        ],
+        &[],
+    );
+    let wheel = python.join(format!("wheels/tickler_client-{version}-py3-none-any.whl"));
+    let contents = run_ok(
+        &python,
+        python_bin.to_str().unwrap(),
+        &[
+            "-c",
+            "import sys, zipfile; z = zipfile.ZipFile(sys.argv[1]); print('\\n'.join(z.namelist())); \
+             print(z.read(next(n for n in z.namelist() if n.endswith('METADATA'))).decode())",
+            wheel.to_str().unwrap(),
+        ],
+        &[],
+    );
+    for needed in [
+        "tickler_client/consumer.py",
+        "tickler_client/kafka_headers.py",
+        "tickler_client/py.typed",
+        "Provides-Extra: consumer",
+        "Requires-Dist: confluent-kafka>=2.3; extra == \"consumer\"",
+    ] {
+        assert!(
+            contents.contains(needed),
+            "the wheel has {needed}:\n{contents}"
+        );
+    }
+    assert!(root().join("clients/python/CHANGELOG.md").exists());
+
+    // TypeScript: the tarball `npm pack` makes, installed.
+    typescript_packed(&dir);
+    let installed = dir.join("node_modules/tickler-client");
+    let package: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(installed.join("package.json")).unwrap()).unwrap();
+    assert_eq!(package["version"], version, "the npm package");
+    assert_eq!(
+        package["exports"]["./consumer"]["import"],
+        "./dist/consumer.js"
+    );
+    for file in [
+        "dist/index.js",
+        "dist/consumer.js",
+        "dist/consumer.d.ts",
+        "CHANGELOG.md",
+    ] {
+        assert!(installed.join(file).exists(), "the tarball holds {file}");
+    }
+}
