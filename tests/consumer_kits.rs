@@ -9,6 +9,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use rdkafka::consumer::{BaseConsumer, Consumer};
+use rdkafka::message::{Header, OwnedHeaders};
 use rdkafka::producer::FutureRecord;
 use rdkafka::{ClientConfig, Offset, TopicPartitionList};
 use serde_json::{json, Value};
@@ -137,9 +138,46 @@ async fn the_rust_kit_retries_once_skips_a_duplicate_and_reports_one_ok() {
         }
     });
 
+    // A record that is not tickler's, and one whose attempt was edited
+    // into nonsense, ahead of the job: each skipped, neither in the way.
+    let producer = producer(&env.config.kafka.brokers, &Default::default(), 0, 10_000).unwrap();
+    for headers in [
+        OwnedHeaders::new(),
+        OwnedHeaders::new()
+            .insert(Header {
+                key: "tickler-job-id",
+                value: Some("1"),
+            })
+            .insert(Header {
+                key: "tickler-attempt",
+                value: Some("first"),
+            }),
+    ] {
+        producer
+            .send(
+                FutureRecord::<(), _>::to(&env.topic)
+                    .payload("{}")
+                    .headers(headers),
+                Duration::from_secs(10),
+            )
+            .await
+            .map_err(|(err, _)| err)
+            .unwrap();
+    }
     let id = job_expecting_a_result(&env).await;
     env.status_await(id, "succeeded", Duration::from_secs(60))
         .await;
+    let skipped: Vec<String> = events
+        .lock()
+        .unwrap()
+        .iter()
+        .filter_map(|e| match e {
+            Event::Skipped { why, .. } => Some(why.clone()),
+            _ => None,
+        })
+        .collect();
+    assert_eq!(skipped.len(), 2, "{skipped:?}");
+    assert!(skipped.iter().any(|why| why.contains("tickler-attempt")));
     let second = calls.lock().unwrap().last().cloned().unwrap();
     assert_eq!((second.id, second.attempt), (id, 2));
     assert_eq!(second.key.as_deref(), Some(&b"order-7"[..]));
