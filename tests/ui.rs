@@ -7,7 +7,9 @@
 //! previewed (matching exactly the jobs its filter names), applied,
 //! followed to `done`, and found in MySQL; a schedule is paused and resumed
 //! from its row, and a topic paused by name and resumed from the list, each
-//! as the API then says. The page itself is three files
+//! as the API then says. A read-only token scoped to one topic pattern
+//! sees its topic's page: the jobs due ahead against the topic's pace, and
+//! the API's refusal for another topic. The page itself is three files
 //! served without a token and referring to nothing outside tickler.
 //!
 //! Screenshots of each page go to `docs/ui/` when `TICKLER_UI_SCREENSHOTS`
@@ -19,7 +21,7 @@ use std::time::Duration;
 use serde_json::json;
 use tickler_testkit::procs::scratch_dir;
 use tickler_testkit::webdriver::Browser;
-use tickler_testkit::{eventually, TestEnv};
+use tickler_testkit::{eventually, unique, TestEnv};
 
 /// How long the page may take to show something: the overview refreshes
 /// every 5 s.
@@ -513,6 +515,234 @@ async fn the_schedules_topics_forecast_and_audit_pages_work() {
         .await
         .unwrap();
     browser.screenshot(&shots.join("audit.png")).await.unwrap();
+
+    drop(browser);
+    env.finish().await;
+}
+
+/// A consumer team's view of its topic: a token with only `read`, scoped
+/// to the test's topic pattern, opens `#/topics/{topic}` from the topics
+/// list and sees the topic's pace and the jobs due in the next hour, by the
+/// minute, with the pace's capacity per minute drawn across; every request
+/// the page made was a GET it was allowed. A topic outside the token's
+/// pattern shows the API's 403 in the page's error line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_read_only_token_sees_its_topics_forecast_against_the_pace() {
+    let env = TestEnv::start().await;
+    let topic = env.topic.clone();
+    let path = format!("/v1/topics/{topic}");
+
+    // A pace of 1 a second: 60 a minute.
+    let (status, paced) = env
+        .request(
+            "PATCH",
+            &path,
+            Some(json!({"max_per_second": 1}).to_string()),
+        )
+        .await;
+    assert_eq!(status, 200, "{paced}");
+
+    // 80 jobs half-way through the minute 20 minutes ahead (more than the
+    // pace lets out in it: 20 left over, 20 s at 1 a second), and 5 more
+    // spread over the next half hour.
+    let now = chrono::Utc::now().timestamp();
+    let minute = chrono::DateTime::from_timestamp(now - now % 60 + 20 * 60, 0).unwrap();
+    let burst_at = (minute + chrono::Duration::seconds(30))
+        .to_rfc3339_opts(chrono::SecondsFormat::Millis, true);
+    let burst: Vec<_> = (0..80)
+        .map(|i| json!({"topic": topic, "key": format!("burst-{i}"), "payload": i, "run_at": burst_at}))
+        .collect();
+    let (status, created) = env.post("/v1/jobs/batch", json!({"jobs": burst})).await;
+    assert_eq!(status, 200, "{created}");
+    let results = created["results"].as_array().unwrap();
+    assert!(
+        results.iter().all(|r| r["result"] == "created"),
+        "{created}"
+    );
+    for i in 0..5u64 {
+        env.job_create(
+            json!({"key": format!("later-{i}"), "payload": i, "delay_ms": 1_800_000 + i * 300_000}),
+        )
+        .await;
+    }
+    let due = 85;
+
+    // Read only, on topics of the test's pattern (the test's topic is one).
+    let pattern = format!("{topic}*");
+    let secret =
+        tickler_testkit::token_create(&env.config.mysql.url, "team", &[&pattern], &["read"]).await;
+    let elsewhere = unique("elsewhere-");
+
+    let shots = screenshot_dir();
+    let browser = Browser::start()
+        .await
+        .expect("chromium and chromedriver run (scripts/services installs them)");
+    let ui = format!("{}/ui", env.base_url);
+    browser.goto(&ui).await.unwrap();
+    let token = browser.wait_for("#token", |_| true, WAIT).await.unwrap();
+    browser.send_keys(&token, &secret).await.unwrap();
+    browser
+        .click(&browser.find("#signin").await.unwrap())
+        .await
+        .unwrap();
+    browser
+        .wait_for("#stats-body", |_| true, WAIT)
+        .await
+        .unwrap();
+
+    // From here every request the page makes is recorded with its answer.
+    browser
+        .execute(
+            "window.seen = [];
+             const sent = window.fetch;
+             window.fetch = async function (path, init) {
+               const entry = {method: (init && init.method) || 'GET', path: String(path), status: null};
+               window.seen.push(entry);
+               const response = await sent.call(this, path, init);
+               entry.status = response.status;
+               return response;
+             };
+             location.hash = '#/topics';",
+            &[],
+        )
+        .await
+        .unwrap();
+    // The paced topic is listed; its name opens the topic's page.
+    // (The list is drawn afresh every 5 s: a link found just before may be
+    // gone by the click, then it is found again.)
+    let link = format!("#topics tr[data-topic=\"{topic}\"] a[data-topic-link]");
+    let mut tries = 0;
+    loop {
+        let found = browser.wait_for(&link, |t| t == topic, WAIT).await.unwrap();
+        match browser.click(&found).await {
+            Err(err) if err.code() == Some("stale element reference") && tries < 3 => tries += 1,
+            clicked => break clicked.unwrap(),
+        }
+    }
+    browser
+        .wait_for("#topic-title", |t| t.contains(&topic), WAIT)
+        .await
+        .unwrap();
+    assert!(
+        browser
+            .url()
+            .await
+            .unwrap()
+            .ends_with(&format!("#/topics/{topic}")),
+        "the address names the topic"
+    );
+
+    // The pace, and the bars: every job due in the hour, in its minute.
+    browser
+        .wait_for(
+            "#topic-state [data-field=\"pace\"]",
+            |t| t.starts_with("1 job a second") && t.contains("set through the API"),
+            WAIT,
+        )
+        .await
+        .unwrap();
+    browser
+        .wait_for(
+            "#topic-state [data-field=\"state\"]",
+            |t| t == "running",
+            WAIT,
+        )
+        .await
+        .unwrap();
+    browser
+        .wait_for("#topic-chart rect.bar", |_| true, WAIT)
+        .await
+        .unwrap();
+    let drawn = browser
+        .execute(
+            "const bars = [...document.querySelectorAll('#topic-chart rect.bar')];
+             return {jobs: bars.reduce((n, bar) => n + Number(bar.dataset.jobs), 0),
+                     most: Math.max(...bars.map((bar) => Number(bar.dataset.jobs))),
+                     bars: bars.length};",
+            &[],
+        )
+        .await
+        .unwrap();
+    assert_eq!(drawn["jobs"], due, "{drawn}");
+    assert_eq!(drawn["most"], 80, "{drawn}");
+    assert_eq!(drawn["bars"], 6, "{drawn}");
+    let total = browser.find("#topic-total").await.unwrap();
+    assert_eq!(
+        browser
+            .attribute(&total, "data-jobs")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("85")
+    );
+    // The pace across the chart at what it lets out a minute.
+    let line = browser.find("#topic-chart-pace").await.unwrap();
+    assert_eq!(
+        browser
+            .attribute(&line, "data-capacity")
+            .await
+            .unwrap()
+            .as_deref(),
+        Some("60")
+    );
+    let label = browser.find("#topic-chart .pace-label").await.unwrap();
+    assert_eq!(
+        browser.text(&label).await.unwrap(),
+        "pace: 1/s = 60 a minute"
+    );
+    // And what it makes of the busiest minute.
+    let busiest = format!(
+        "busiest minute: 80 jobs at {} UTC — more than the pace lets out (60): ~20 s of backlog",
+        minute.format("%m-%d %H:%M")
+    );
+    let reading = browser.find("#topic-reading").await.unwrap();
+    let said = browser.text(&reading).await.unwrap();
+    assert!(said.starts_with(&busiest), "{said}");
+
+    // Nothing was refused: no error line, and only allowed GETs were sent.
+    let problem = browser.find("#topic-error").await.unwrap();
+    assert_eq!(browser.text(&problem).await.unwrap(), "");
+    let seen = browser.execute("return window.seen;", &[]).await.unwrap();
+    let seen = seen.as_array().unwrap();
+    let asked = |prefix: &str| {
+        seen.iter()
+            .any(|r| r["path"].as_str().unwrap().starts_with(prefix))
+    };
+    assert!(asked(&path) && asked("/v1/forecast?topic="), "{seen:?}");
+    for request in seen {
+        assert_eq!(request["method"], "GET", "{request}");
+        assert_eq!(request["status"], 200, "{request}");
+        assert!(
+            !request["path"].as_str().unwrap().starts_with("/v1/audit"),
+            "{request}"
+        );
+    }
+    browser.screenshot(&shots.join("topic.png")).await.unwrap();
+
+    // Another team's topic: the API's refusal, on the page.
+    browser
+        .execute(
+            "location.hash = arguments[0];",
+            &[json!(format!("#/topics/{elsewhere}"))],
+        )
+        .await
+        .unwrap();
+    browser
+        .wait_for(
+            "#topic-error",
+            |t| t.starts_with("forbidden_topic: ") && t.contains(&elsewhere),
+            WAIT,
+        )
+        .await
+        .unwrap();
+    browser
+        .wait_for("#topic-title", |t| t.contains(&elsewhere), WAIT)
+        .await
+        .unwrap();
+    assert!(
+        browser.find_all("#topic-chart").await.unwrap().is_empty(),
+        "no chart for a topic the token may not read"
+    );
 
     drop(browser);
     env.finish().await;

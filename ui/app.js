@@ -13,7 +13,9 @@
 //   #/bulk          bulk changes: preview (dry run), apply, progress
 //   #/bulk/{id}     the progress of one bulk operation
 //   #/schedules     every schedule, with pause and resume
-//   #/topics        paused and paced topics; pause a topic by name
+//   #/topics        paused and paced topics; pause or open a topic by name
+//   #/topics/{name} one topic (URL-encoded): its state and pace, and what falls
+//                   due on it ahead, against the pace (?span=…); read scope only
 //   #/forecast      what falls due ahead, by topic (?topic=…&span=…)
 //   #/audit         who changed the rules, newest first (?action=…&actor=…)
 // Elements tests look for carry ids or data-* attributes (data-action,
@@ -386,6 +388,9 @@
     } else if (parts[0] === 'topics' && parts.length === 1) {
       nav = 'topics';
       viewTopics(view, gen);
+    } else if (parts[0] === 'topics' && parts.length === 2) {
+      nav = 'topics';
+      viewTopic(view, gen, parts[1], params);
     } else if (parts[0] === 'forecast' && parts.length === 1) {
       nav = 'forecast';
       viewForecast(view, gen, params);
@@ -1298,7 +1303,6 @@
     every(REFRESH_MS, gen, refresh);
   }
 
-  /** #/topics: paused and paced topics; pause a topic by name. */
   // ---------------------------------------------------------------------
   // #/forecast
 
@@ -1309,6 +1313,20 @@
     ['next 30 days, by the day', 30 * 24 * 3600e3, '1d'],
     ['next hour, by the minute', 3600e3, '1m'],
   ];
+
+  const BUCKET_MS = {'1m': 60e3, '1h': 3600e3, '6h': 6 * 3600e3, '1d': 24 * 3600e3};
+
+  /**
+   * The query of FORECAST_SPANS[index] (else [fallback]): whole buckets of
+   * UTC (minutes, hours…) from the one now is in, so a bar is a minute of
+   * the clock; the first counts what fell due since its start too.
+   */
+  function forecastRange(index, fallback) {
+    const [, ahead, bucket] = FORECAST_SPANS[Number(index)] || FORECAST_SPANS[Number(fallback)];
+    const size = BUCKET_MS[bucket];
+    const from = Math.floor(Date.now() / size) * size;
+    return {from: new Date(from).toISOString(), to: new Date(from + ahead).toISOString(), bucket};
+  }
 
   function viewForecast(view, gen, params) {
     const topic = h('input', {name: 'topic', class: 'mono', size: 28, placeholder: 'every topic',
@@ -1326,19 +1344,19 @@
     });
     const box = h('div', {id: 'forecast-body'});
     const problem = h('div', {class: 'error-line', id: 'forecast-error'});
+    const shown = params.get('topic') || '';
     append(view, h('section', {class: 'panel', id: 'forecast-panel'},
       h('div', {class: 'panel-head'}, h('h2', null, 'What falls due'),
-        h('span', {class: 'meta'}, 'pending jobs, and what schedules will create; every 30 s')),
+        h('span', {class: 'meta'}, 'pending jobs, and what schedules will create; every 30 s'),
+        shown ? h('span', {class: 'spacer'}) : null,
+        shown ? h('a', {href: topicHref(shown, span.value), id: 'forecast-topic-link'}, shown + ' against its pace') : null),
       form, problem, box));
 
     async function refresh() {
-      const [, ahead, bucket] = FORECAST_SPANS[Number(span.value)] || FORECAST_SPANS[0];
-      const from = new Date();
-      const to = new Date(from.getTime() + ahead);
       let data;
       try {
         data = (await api('GET', '/v1/forecast' + query({
-          topic: topic.value.trim() || null, from: from.toISOString(), to: to.toISOString(), bucket,
+          topic: topic.value.trim() || null, ...forecastRange(span.value, '0'),
         }))).data;
       } catch (err) {
         if (gen === generation) problem.textContent = errorText(err);
@@ -1346,50 +1364,18 @@
       }
       if (gen !== generation) return;
       problem.textContent = '';
-      forecastDraw(clear(box), data);
+      forecastDraw(clear(box), data, span.value);
     }
     every(30000, gen, refresh);
   }
 
-  function forecastDraw(box, data) {
-    const buckets = (data.buckets || []).map((b) => ({t: Date.parse(b.at), jobs: Number(b.jobs) || 0, projected: Number(b.projected) || 0, at: b.at}));
-    const total = buckets.reduce((n, b) => n + b.jobs + b.projected, 0);
-    append(box, h('div', {class: 'legend'},
-      h('span', null, h('span', {class: 'key bar'}), 'pending jobs'),
-      h('span', null, h('span', {class: 'key projected'}), 'projected from schedules')));
-    if (buckets.length === 0 || total === 0) {
-      append(box, h('div', {class: 'empty', id: 'forecast-empty'}, 'Nothing falls due in this range.'));
-      return;
-    }
-    const W = 720, H = 200, L = 56, R = 8, T = 8, B = 20;
-    const top = niceCeil(Math.max(...buckets.map((b) => b.jobs + b.projected), 1));
-    const step = (W - L - R) / buckets.length;
-    const barW = Math.max(1, step - 1);
-    const y = (n) => T + (H - T - B) * (1 - n / top);
-    const chart = svg('svg', {class: 'chart', id: 'forecast-chart', viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': 'Jobs due per bucket'});
-    for (let i = 0; i <= 4; i++) {
-      const n = (top * i) / 4;
-      chart.append(svg('line', {class: 'grid', x1: L, x2: W - R, y1: y(n), y2: y(n)}));
-      chart.append(svg('text', {x: L - 4, y: y(n) + 3, 'text-anchor': 'end'}, count(n)));
-    }
-    buckets.forEach((b, i) => {
-      const x = L + i * step;
-      const tip = `${b.at} · ${b.jobs} pending · ${b.projected} projected`;
-      if (b.jobs > 0) {
-        chart.append(svg('rect', {class: 'bar', x, y: y(b.jobs), width: barW, height: y(0) - y(b.jobs), 'data-at': b.at}, svg('title', null, tip)));
-      }
-      if (b.projected > 0) {
-        chart.append(svg('rect', {class: 'projected', x, y: y(b.jobs + b.projected), width: barW, height: y(b.jobs) - y(b.jobs + b.projected)}, svg('title', null, tip)));
-      }
-    });
-    const label = (t) => new Date(t).toISOString().slice(5, 16).replace('T', ' ');
-    const first = buckets[0].t, last = buckets[buckets.length - 1].t;
-    chart.append(svg('text', {x: L, y: H - 6, 'text-anchor': 'start'}, label(first)));
-    chart.append(svg('text', {x: W - R, y: H - 6, 'text-anchor': 'end'}, label(last)));
-    append(box, chart);
-    const rows = (data.topics || []).map((t) => h('tr', null,
-      h('td', {class: 'mono'}, h('a', {href: '#/jobs' + query({topic: t.topic, status: 'pending'})}, t.topic)),
-      h('td', {class: 'num'}, count(t.jobs)),
+  /** #/forecast's body: the chart of every topic it covers, and a row per topic. */
+  function forecastDraw(box, data, span) {
+    append(box, forecastChart(data, {chart: 'forecast-chart', empty: 'forecast-empty'}, null));
+    if (forecastBuckets(data).every((b) => b.jobs + b.projected === 0)) return;
+    const rows = (data.topics || []).map((t) => h('tr', {'data-topic': t.topic},
+      h('td', {class: 'mono'}, h('a', {href: topicHref(t.topic, span), 'data-topic-link': t.topic}, t.topic)),
+      h('td', {class: 'num'}, h('a', {href: '#/jobs' + query({topic: t.topic, status: 'pending'}), title: 'the pending jobs of ' + t.topic}, count(t.jobs))),
       h('td', {class: 'num'}, count(t.projected)),
       h('td', null, t.peak_at ? count(t.peak) + ' at ' + timeText(t.peak_at) : '—')));
     append(box, h('div', {class: 'table-wrap'}, h('table', {id: 'forecast-topics'},
@@ -1399,6 +1385,272 @@
     if (data.projected_complete === false) {
       append(box, h('p', {class: 'notice'}, 'A cron schedule fires so often in this range that its projection stopped after 100,000 occurrences.'));
     }
+  }
+
+  /** A forecast's buckets, in order: {t, at, jobs, projected, n (both)}. */
+  function forecastBuckets(data) {
+    return (data.buckets || []).map((b) => {
+      const jobs = Number(b.jobs) || 0;
+      const projected = Number(b.projected) || 0;
+      return {t: Date.parse(b.at), at: b.at, jobs, projected, n: jobs + projected};
+    });
+  }
+
+  /** A bucket's length in words: "minute", "hour", "6 hours", "day". */
+  function bucketWord(ms) {
+    for (const [size, name] of [[86400e3, 'day'], [3600e3, 'hour'], [60e3, 'minute'], [1e3, 'second']]) {
+      if (ms >= size && ms % size === 0) {
+        const n = ms / size;
+        return n === 1 ? name : n + ' ' + name + 's';
+      }
+    }
+    return ms + ' ms';
+  }
+
+  /** "by the minute", "by 6 hours". */
+  function byBucket(ms) {
+    const word = bucketWord(ms);
+    return 'by ' + (/^[0-9]/.test(word) ? '' : 'the ') + word;
+  }
+
+  /** `n` buckets of `ms`: "3 minutes", "2 buckets of 6 hours". */
+  function bucketsOf(n, ms) {
+    const word = bucketWord(ms);
+    if (/^[0-9]/.test(word)) return n + (n === 1 ? ' bucket of ' : ' buckets of ') + word;
+    return n + ' ' + word + (n === 1 ? '' : 's');
+  }
+
+  /** `n` jobs per bucket of `ms`: "3,000 a minute", "1,080,000 per 6 hours". */
+  function perBucket(n, ms) {
+    const word = bucketWord(ms);
+    const article = /^[0-9]/.test(word) ? 'per' : word === 'hour' ? 'an' : 'a';
+    return count(n) + ' ' + article + ' ' + word;
+  }
+
+  /** A bucket's start as the chart writes it: `01-31 14:02 UTC`. */
+  function bucketAt(t) {
+    return new Date(t).toISOString().slice(5, 16).replace('T', ' ') + ' UTC';
+  }
+
+  /**
+   * The bars of a forecast (pending jobs, and on top what schedules will
+   * create), under a legend. `pace`, when given — {perSecond, capacity
+   * (what it lets out in one bucket), label} — is a line across at
+   * `capacity`, as long as the busiest bucket is not below a tenth of it
+   * (then the bars would be slivers: the legend says the line is off the
+   * scale). `ids`: {chart, empty}; the line is `#{chart}-pace`. Each bar
+   * carries data-at and data-jobs (data-projected), the line data-capacity.
+   */
+  function forecastChart(data, ids, pace) {
+    const buckets = forecastBuckets(data);
+    const busiest = Math.max(0, ...buckets.map((b) => b.n));
+    const drawn = pace && busiest > 0 && pace.capacity <= 10 * busiest;
+    const legend = h('div', {class: 'legend forecast'},
+      h('span', null, h('span', {class: 'key bar'}), 'pending jobs'),
+      h('span', null, h('span', {class: 'key projected'}), 'projected from schedules'),
+      pace ? h('span', {class: 'pace-key'}, h('span', {class: 'key pace'}),
+        pace.label + (busiest > 0 && !drawn ? ' (above this chart\'s scale: not drawn)' : '')) : null);
+    if (busiest === 0) {
+      return h('div', null, legend, h('div', {class: 'empty', id: ids.empty}, 'Nothing falls due in this range.'));
+    }
+    const W = 720, H = 200, L = 56, R = 8, T = 14, B = 20;
+    const top = niceCeil(Math.max(busiest, drawn ? pace.capacity : 0, 1));
+    const step = (W - L - R) / buckets.length;
+    const barW = Math.max(1, step - 1);
+    const y = (n) => T + (H - T - B) * (1 - n / top);
+    const chart = svg('svg', {class: 'chart forecast', id: ids.chart, viewBox: `0 0 ${W} ${H}`, role: 'img', 'aria-label': 'Jobs due per bucket'});
+    for (let i = 0; i <= 4; i++) {
+      const n = (top * i) / 4;
+      chart.append(svg('line', {class: 'grid', x1: L, x2: W - R, y1: y(n), y2: y(n)}));
+      chart.append(svg('text', {x: L - 4, y: y(n) + 3, 'text-anchor': 'end'}, count(n)));
+    }
+    buckets.forEach((b, i) => {
+      const x = L + i * step;
+      const tip = `${b.at} · ${b.jobs} pending · ${b.projected} projected`;
+      if (b.jobs > 0) {
+        chart.append(svg('rect', {class: 'bar', x, y: y(b.jobs), width: barW, height: y(0) - y(b.jobs),
+          'data-at': b.at, 'data-jobs': b.jobs}, svg('title', null, tip)));
+      }
+      if (b.projected > 0) {
+        chart.append(svg('rect', {class: 'projected', x, y: y(b.n), width: barW, height: y(b.jobs) - y(b.n),
+          'data-at': b.at, 'data-projected': b.projected}, svg('title', null, tip)));
+      }
+    });
+    if (drawn) {
+      const at = y(pace.capacity);
+      chart.append(svg('line', {class: 'pace', id: ids.chart + '-pace', x1: L, x2: W - R, y1: at, y2: at,
+        'data-capacity': pace.capacity}, svg('title', null, pace.label)));
+      chart.append(svg('text', {class: 'pace-label', x: W - R - 2, y: at - 3, 'text-anchor': 'end'}, pace.label));
+    }
+    const first = buckets[0].t, last = buckets[buckets.length - 1].t;
+    chart.append(svg('text', {x: L, y: H - 6, 'text-anchor': 'start'}, bucketAt(first).replace(' UTC', '')));
+    chart.append(svg('text', {x: W - R, y: H - 6, 'text-anchor': 'end'}, bucketAt(last).replace(' UTC', '')));
+    return h('div', null, legend, chart);
+  }
+
+  /**
+   * What a topic's pace makes of a forecast, a line a finding: the busiest
+   * bucket against what the pace lets out in a bucket and, when more falls
+   * due than that, the backlog — what is left over at the end of a bucket
+   * is carried into the next, and the most ever left over takes that many
+   * seconds to go out at the pace. {text, over} (over: the pace is passed).
+   */
+  function paceReading(data, topicView) {
+    const buckets = forecastBuckets(data);
+    const bucketMs = Number(data.bucket_ms) || 0;
+    const word = bucketWord(bucketMs);
+    const perSecond = topicView ? Number(topicView.max_per_second) || 0 : 0;
+    const paused = Boolean(topicView && topicView.paused);
+    const lines = [];
+    if (paused) lines.push('paused: nothing goes out until the topic is resumed; then what is due goes out at once, at its pace if it has one.');
+    const groups = topicView && topicView.group_max_per_second
+      ? ', though each group (' + topicView.group_by + ') at most ' + count(topicView.group_max_per_second) + ' a second'
+      : '';
+    if (!perSecond) lines.push('no pace: due jobs go out as fast as the dispatcher can' + groups + '.');
+    let busiest = null;
+    for (const b of buckets) if (b.n > 0 && (!busiest || b.n > busiest.n)) busiest = b;
+    if (!busiest) {
+      lines.push('nothing falls due in this range.');
+      return {text: lines.join('\n'), over: false};
+    }
+    const head = 'busiest ' + word + ': ' + count(busiest.n) + (busiest.n === 1 ? ' job' : ' jobs') + ' at ' + bucketAt(busiest.t);
+    if (!perSecond) {
+      lines.push(head + '.');
+      return {text: lines.join('\n'), over: false};
+    }
+    const capacity = perSecond * bucketMs / 1000;
+    if (busiest.n <= capacity) {
+      lines.push(head + ' — within what the pace lets out (' + perBucket(capacity, bucketMs) + ').');
+      return {text: lines.join('\n'), over: false};
+    }
+    let left = 0, most = 0, mostAt = null, over = 0;
+    for (const b of buckets) {
+      if (b.n > capacity) over += 1;
+      left = Math.max(0, left + b.n - capacity);
+      if (left > most) { most = left; mostAt = b.t; }
+    }
+    const seconds = most / perSecond;
+    const backlog = seconds < 60 ? '~' + Math.ceil(seconds) + ' s' : '~' + duration(seconds * 1000);
+    lines.push(head + ' — more than the pace lets out (' + count(capacity) + '): ' + backlog + ' of backlog (' +
+      count(most) + (most === 1 ? ' job' : ' jobs') + ' still waiting at ' + bucketAt(mostAt + bucketMs) +
+      ', going out at ' + count(perSecond) + '/s)' +
+      (over > 1 ? '; ' + bucketsOf(over, bucketMs) + ' go over the pace.' : '.'));
+    return {text: lines.join('\n'), over: true};
+  }
+
+  // ---------------------------------------------------------------------
+  // #/topics/{topic}
+
+  /** The address of a topic's page (with a range of FORECAST_SPANS, if given). */
+  function topicHref(topic, span) {
+    return '#/topics/' + encodeURIComponent(topic) + query({span: span === undefined ? null : span});
+  }
+
+  /** The default range of a topic's page: the next hour, by the minute. */
+  const TOPIC_SPAN = String(FORECAST_SPANS.findIndex(([, , bucket]) => bucket === '1m'));
+
+  /**
+   * #/topics/{topic}: what a consumer of the topic wants to know with a
+   * read token — is it paused, what is its pace, how far its watermark
+   * has come, and what falls due on it ahead against that pace. Only
+   * GET /v1/topics/{topic} and GET /v1/forecast?topic= (read scope).
+   */
+  function viewTopic(view, gen, encoded, params) {
+    let topic;
+    try {
+      topic = decodeURIComponent(encoded);
+    } catch (_) {
+      topic = encoded;
+    }
+    const span = h('select', {name: 'span', id: 'topic-span', 'aria-label': 'range'},
+      ...FORECAST_SPANS.map(([label], i) => h('option', {value: String(i)}, label)));
+    const wanted = params.get('span');
+    span.value = /^[0-9]+$/.test(wanted || '') && FORECAST_SPANS[Number(wanted)] ? wanted : TOPIC_SPAN;
+    span.addEventListener('change', () => {
+      location.hash = topicHref(topic, span.value === TOPIC_SPAN ? undefined : span.value);
+    });
+    const problem = h('div', {class: 'error-line', id: 'topic-error'});
+    const state = h('div', {id: 'topic-state'}, h('p', {class: 'muted'}, 'Loading…'));
+    const reading = h('p', {class: 'reading', id: 'topic-reading'});
+    const chartBox = h('div', {id: 'topic-forecast'});
+    const asOf = h('span', {class: 'meta', id: 'topic-at'});
+    append(view,
+      h('section', {class: 'panel', id: 'topic-panel', 'data-topic': topic},
+        h('div', {class: 'panel-head'},
+          h('h2', {id: 'topic-title'}, 'Topic ', h('span', {class: 'mono'}, topic)),
+          h('span', {class: 'spacer'}),
+          h('span', {class: 'links'},
+            h('a', {href: '#/jobs' + query({topic, status: 'pending'}), id: 'topic-jobs'}, 'pending jobs'),
+            h('a', {href: '#/jobs' + query({topic})}, 'all its jobs'),
+            h('a', {href: '#/topics'}, 'all topics'))),
+        problem, state),
+      h('section', {class: 'panel', id: 'topic-forecast-panel'},
+        h('div', {class: 'panel-head'}, h('h2', null, 'What falls due on it'),
+          h('span', {class: 'meta'}, 'pending jobs, and what schedules will create, against the pace; every 30 s'),
+          h('span', {class: 'spacer'}), asOf),
+        h('form', {class: 'row', onsubmit: (event) => event.preventDefault()},
+          h('label', {class: 'field'}, 'range', span)),
+        reading, chartBox));
+
+    async function refresh() {
+      const [control, forecast] = await Promise.allSettled([
+        api('GET', '/v1/topics/' + encodeURIComponent(topic)),
+        api('GET', '/v1/forecast' + query({topic, ...forecastRange(span.value, TOPIC_SPAN)})),
+      ]);
+      if (gen !== generation) return;
+      // One message for both when both are refused alike (a 403 outside
+      // the token's topics), else each.
+      const errors = [...new Set([control, forecast]
+        .filter((r) => r.status === 'rejected').map((r) => errorText(r.reason)))];
+      problem.textContent = errors.join('\n');
+      const topicView = control.status === 'fulfilled' ? control.value.data : null;
+      if (topicView) topicStateDraw(clear(state), topicView);
+      else if (state.querySelector('p.muted')) clear(state);
+      if (forecast.status !== 'fulfilled') return;
+      const data = forecast.value.data;
+      const perSecond = topicView ? Number(topicView.max_per_second) || 0 : 0;
+      const bucketMs = Number(data.bucket_ms) || 0;
+      const pace = perSecond && bucketMs ? {
+        perSecond,
+        capacity: perSecond * bucketMs / 1000,
+        label: 'pace: ' + count(perSecond) + '/s = ' + perBucket(perSecond * bucketMs / 1000, bucketMs),
+      } : null;
+      const said = topicView ? paceReading(data, topicView) : {text: '', over: false};
+      reading.textContent = said.text;
+      reading.classList.toggle('over', said.over);
+      const total = forecastBuckets(data).reduce((sum, b) => ({jobs: sum.jobs + b.jobs, projected: sum.projected + b.projected}), {jobs: 0, projected: 0});
+      asOf.textContent = 'as of ' + timeText(data.at);
+      append(clear(chartBox),
+        forecastChart(data, {chart: 'topic-chart', empty: 'topic-chart-empty'}, pace),
+        h('p', {class: 'muted', id: 'topic-total', 'data-jobs': total.jobs, 'data-projected': total.projected},
+          count(total.jobs) + (total.jobs === 1 ? ' pending job' : ' pending jobs') + ' and ' +
+          count(total.projected) + ' projected from schedules due in this range, ' + byBucket(bucketMs) + '. ',
+          h('a', {href: '#/forecast' + query({topic, span: span.value})}, 'On the forecast page')),
+        data.projected_complete === false
+          ? h('p', {class: 'notice'}, 'A cron schedule fires so often in this range that its projection stopped after 100,000 occurrences.')
+          : null);
+    }
+    every(30000, gen, refresh);
+  }
+
+  /** A topic's controls, as GET /v1/topics/{topic} has them. */
+  function topicStateDraw(box, t) {
+    const row = (field, label, ...value) => [h('dt', null, label), h('dd', {'data-field': field}, ...value)];
+    const source = {api: 'set through the API', config: 'from the configuration'}[t.max_per_second_source] || t.max_per_second_source;
+    append(box, h('dl', {class: 'fields-list'},
+      row('state', 'state', t.paused
+        ? h('span', {class: 'status status-dead', 'data-paused': 'true'}, 'paused')
+        : h('span', {class: 'status status-succeeded', 'data-paused': 'false'}, 'running')),
+      row('pace', 'pace', t.max_per_second
+        ? count(t.max_per_second) + (Number(t.max_per_second) === 1 ? ' job' : ' jobs') + ' a second across every instance' +
+          (source ? ' (' + source + ')' : '')
+        : 'none: due jobs go out as fast as the dispatcher can'),
+      t.group_by ? row('group', 'groups', 'by ' + t.group_by + ' — ' + (t.group_max_per_second
+        ? 'each group at most ' + count(t.group_max_per_second) + ' a second'
+        : 'sharing the pace fairly')) : null,
+      t.watermark ? row('watermark', 'watermark', timeText(t.watermark),
+        h('span', {class: 'rel'}, relative(t.watermark) + ' · every job due by then is done with')) : null,
+      t.updated_by ? row('changed', 'changed', t.updated_by + ' at ' + timeText(t.updated_at)) : null));
   }
 
   // ---------------------------------------------------------------------
@@ -1457,13 +1709,25 @@
     })();
   }
 
+  /** #/topics: paused and paced topics; pause or open a topic by name. */
   function viewTopics(view, gen) {
     const box = h('div', {class: 'table-wrap'});
     const problem = h('div', {class: 'error-line', id: 'topics-error'});
     const name = h('input', {name: 'topic', class: 'mono', size: 28, placeholder: 'orders'});
+    // Open: the topic's page (read scope), for any topic, paced or not.
+    const open = h('button', {type: 'button', id: 'open-topic', title: 'Its state, and what falls due on it against its pace'}, 'Open');
     const form = h('form', {class: 'row', id: 'pause-form'},
       h('label', {class: 'field'}, 'topic', name),
+      open,
       h('button', {type: 'submit', class: 'danger', id: 'pause-topic'}, 'Pause'));
+    open.addEventListener('click', () => {
+      const topic = name.value.trim();
+      if (!topic) {
+        problem.textContent = 'give a topic';
+        return;
+      }
+      location.hash = topicHref(topic);
+    });
     form.addEventListener('submit', (event) => {
       event.preventDefault();
       const topic = name.value.trim();
@@ -1504,12 +1768,13 @@
             '/v1/topics/' + encodeURIComponent(t.topic) + '/' + (t.paused ? 'resume' : 'pause'), resume,
             'topic ' + t.topic + (t.paused ? ' resumed' : ' paused'), refresh));
           return h('tr', {'data-topic': t.topic, 'data-paused': String(t.paused)},
-            h('td', {class: 'mono'}, h('a', {href: '#/jobs' + query({topic: t.topic})}, t.topic)),
+            h('td', {class: 'mono'}, h('a', {href: topicHref(t.topic), 'data-topic-link': t.topic}, t.topic)),
             h('td', null, t.paused ? h('span', {class: 'status status-dead'}, 'paused') : 'running'),
             h('td', {class: 'num'}, t.max_per_second ? count(t.max_per_second) + '/s (' + t.max_per_second_source + ')' : '—'),
             h('td', {class: 'mono'}, t.updated_by || '—'),
             timeCell(t.updated_at),
-            h('td', {class: 'actions'}, resume));
+            h('td', {class: 'actions'},
+              h('a', {class: 'jobs-link', href: '#/jobs' + query({topic: t.topic})}, 'jobs'), resume));
         }))));
     }
     every(REFRESH_MS, gen, refresh);
