@@ -469,13 +469,17 @@ impl World {
         use rdkafka::consumer::Consumer;
         let consumer = consumer_from_beginning(&self.services.brokers, &self.topic);
         let mut ends: HashMap<i32, i64> = HashMap::new();
-        let metadata = consumer
-            .fetch_metadata(Some(&self.topic), Duration::from_secs(10))
-            .expect("topic metadata");
+        // A broker away (a fault under way): nothing read this time.
+        let Ok(metadata) = consumer.fetch_metadata(Some(&self.topic), Duration::from_secs(10))
+        else {
+            return Vec::new();
+        };
         for partition in metadata.topics().iter().flat_map(|t| t.partitions()) {
-            let (_, high) = consumer
-                .fetch_watermarks(&self.topic, partition.id(), Duration::from_secs(10))
-                .expect("watermarks");
+            let Ok((_, high)) =
+                consumer.fetch_watermarks(&self.topic, partition.id(), Duration::from_secs(10))
+            else {
+                return Vec::new();
+            };
             if high > 0 {
                 ends.insert(partition.id(), high);
             }
