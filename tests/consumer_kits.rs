@@ -335,8 +335,9 @@ async fn a_record_whose_report_never_arrived_is_not_committed() {
         .set("fetch.wait.max.ms", "50");
     let id = job_expecting_a_result(&env).await;
 
-    // Reports over HTTP to an address where nothing listens.
-    let nowhere = tickler_client::Client::new("http://127.0.0.1:9", Some("tkl_x")).unwrap();
+    // Reports over HTTP with a token tickler does not know (401): a
+    // misconfiguration to wait out, never a report dropped.
+    let nowhere = tickler_client::Client::new(&env.base_url, Some("tkl_unknown")).unwrap();
     let events: Arc<Mutex<Vec<Event>>> = Arc::default();
     let kit = Kit::new(&config, &[&env.topic], Reporter::Api(nowhere))
         .unwrap()
@@ -370,6 +371,14 @@ async fn a_record_whose_report_never_arrived_is_not_committed() {
             .iter()
             .any(|e| matches!(e, Event::Handled { .. })),
         "nothing counts as handled without its report"
+    );
+    assert!(
+        !events
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|e| matches!(e, Event::Refused { .. })),
+        "a refused token is not a report refused for good"
     );
     assert!(
         !committed_to_the_end(&brokers, &group, &env.topic),

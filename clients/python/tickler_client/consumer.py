@@ -316,10 +316,12 @@ class ApiReporter:
         response = self._client.get_httpx_client().post(
             f"/v1/jobs/{job_id}/result", json=report
         )
-        if response.status_code >= 500 or response.status_code == 429:
-            raise RuntimeError(f"POST /v1/jobs/{job_id}/result: {response.status_code}")
-        if response.status_code >= 400:
+        # Only an unknown job (404) or an unreadable report (400) is refused
+        # for good; a refused token or a server in trouble is waited for.
+        if response.status_code in (400, 404):
             raise Refused(f"{response.status_code} {response.text[:300]}")
+        if response.status_code >= 300:
+            raise RuntimeError(f"POST /v1/jobs/{job_id}/result: {response.status_code}")
 
 
 class NoReporter:

@@ -448,9 +448,10 @@ impl Reporter {
         })
     }
 
-    /// Sends `report` once; `Err` when it may not have arrived (worth
-    /// sending again), `Ok(Some(why))` when tickler refused it for good
-    /// (an unknown job: nothing to report to).
+    /// Sends `report` once; `Err` when it may not have arrived or may be
+    /// accepted later (a token refused, tickler in trouble: worth sending
+    /// again), `Ok(Some(why))` when tickler refused it for good (an unknown
+    /// job: nothing to report to).
     async fn send(&self, id: u64, report: &Value) -> Result<Option<String>, String> {
         match self {
             Reporter::Topic { producer, topic } => {
@@ -469,10 +470,15 @@ impl Reporter {
                 let path = format!("/v1/jobs/{id}/result");
                 match client.request(Method::POST, &path, Some(report)).await {
                     Ok(_) => Ok(None),
-                    Err(ApiError::Api { status, .. }) if status.is_server_error() => {
-                        Err(format!("POST {path}: {status}"))
+                    // Only a job tickler does not know (404) or a report it
+                    // cannot read (400) is refused for good; a token refused
+                    // (401, 403) or a server in trouble is worth waiting
+                    // for, never a report dropped and its record committed.
+                    Err(err @ ApiError::Api { status, .. })
+                        if status.as_u16() == 404 || status.as_u16() == 400 =>
+                    {
+                        Ok(Some(err.to_string()))
                     }
-                    Err(err @ ApiError::Api { .. }) => Ok(Some(err.to_string())),
                     Err(err) => Err(format!("POST {path}: {err}")),
                 }
             }

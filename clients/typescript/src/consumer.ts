@@ -294,7 +294,9 @@ export class ApiReporter implements Reporter {
         body: report as never,
       });
     } catch (err) {
-      if (err instanceof TicklerError && err.status < 500 && err.status !== 429) {
+      // Only an unknown job (404) or an unreadable report (400) is refused
+      // for good; a refused token or a server in trouble is waited for.
+      if (err instanceof TicklerError && (err.status === 404 || err.status === 400)) {
         throw new Refused(err.message);
       }
       throw err;
