@@ -396,6 +396,74 @@ async fn mark_records_the_position_and_arms_the_ack_deadline_of_jobs_expecting_a
     db.finish().await;
 }
 
+/// A pass's mark records each row's own position whatever shape the
+/// positions take: runs of consecutive offsets in several partitions (one
+/// single-table UPDATE), a partition shared with another producer (runs
+/// broken by gaps), and offsets too scattered for runs (the joined form).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_mark_records_every_rows_own_position_in_runs_gaps_and_scatter() {
+    let db = Db::new().await;
+    let mut ids = Vec::new();
+    for _ in 0..120 {
+        ids.push(db.job(-1_000, 1).await);
+    }
+    let claim = db
+        .store
+        .job_claim_many(&ids, 9, LEASE, &db.fence)
+        .await
+        .unwrap();
+    assert_eq!(claim.won.len(), 120);
+    let sent_at = db.store.db_now().await.unwrap();
+    let at = |id, partition, offset| Dispatched {
+        id,
+        token: 9,
+        partition,
+        offset,
+        dispatched_at: sent_at,
+        schedule_time: Utc::now(),
+        attempt: 1,
+    };
+    // 0..60: three partitions, ids not in offset order, one gap in
+    // partition 1 (another producer's record at 1_020).
+    let mut expected = Vec::new();
+    for (n, id) in ids[..60].iter().enumerate() {
+        let partition = (n % 3) as i32;
+        let mut offset = 1_000 + (59 - n as i64) / 3;
+        if partition == 1 && offset >= 1_010 {
+            offset += 10;
+        }
+        expected.push(at(*id, partition, offset));
+    }
+    // 60..120: every other offset of one partition (too many runs).
+    for (n, id) in ids[60..].iter().enumerate() {
+        expected.push(at(*id, 5, 7_000 + 2 * n as i64));
+    }
+    for chunk in [&expected[..60], &expected[60..]] {
+        let marked = db.store.job_mark_dispatched_many(chunk).await.unwrap();
+        assert_eq!(marked.marked, chunk.len() as u64);
+    }
+    for sent in &expected {
+        let job = db.store.job_get(sent.id).await.unwrap();
+        assert_eq!(
+            (
+                job.status,
+                job.kafka_partition,
+                job.kafka_offset,
+                job.dispatched_at
+            ),
+            (
+                Status::Dispatched,
+                Some(sent.partition),
+                Some(sent.offset),
+                Some(sent_at)
+            ),
+            "job {}",
+            sent.id
+        );
+    }
+    db.finish().await;
+}
+
 /// A consumer can answer before the dispatcher marks: the mark then records
 /// where the record landed and leaves the report's status; a job the report
 /// sent back to pending is named, so its index entry at the retry time

@@ -532,24 +532,43 @@ impl Store {
         for chunk in jobs.chunks(CHUNK) {
             let token = event_token();
             // A chunk of one claim sent at one instant (as a pass's are)
-            // binds its token and time once: the derived table then carries
-            // three values a row, not five (#61).
+            // binds its token and time once (#61). Its positions are then
+            // runs of consecutive offsets, each row's offset its run's
+            // first plus its place in it: a single-table UPDATE by the
+            // primary key, without the derived table of positions a join
+            // needs (a quarter of the mark's time). Otherwise (a reconciler
+            // settling several claims, offsets scattered) each row's
+            // values come from a derived table joined to `jobs`.
             let shared = shared_claim(chunk);
-            let mut query = match shared {
-                Some(_) => positions_join_compact(chunk),
-                None => positions_join(chunk),
-            };
+            let runs = shared.and_then(|_| PositionRuns::of(chunk));
             let at = shared.map(|(_, at)| db_time(at));
+            let mut query = match &runs {
+                Some(runs) => {
+                    let mut query = QueryBuilder::<MySql>::new(
+                        "UPDATE jobs j FORCE INDEX (PRIMARY) SET j.kafka_partition = ",
+                    );
+                    runs.push_partition(&mut query);
+                    query.push(", j.kafka_offset = ");
+                    runs.push_offset(&mut query);
+                    query.push(", ");
+                    query
+                }
+                None => {
+                    let mut query = positions_join(chunk);
+                    query.push("SET j.kafka_partition = d.p, j.kafka_offset = d.o, ");
+                    query
+                }
+            };
             // A job expecting a result waits for it until the ack
             // deadline, counted on the database's clock.
-            query.push("SET j.event_token = ").push_bind(token).push(
+            query.push("j.event_token = ").push_bind(token).push(
                 ", j.status = 'dispatched', j.version = j.version % 4294967295 + 1, \
                      j.claim_token = NULL, j.claimed_by = NULL, j.claim_expires_at = NULL, \
                      j.claimed_at = NULL, j.dispatched_at = ",
             );
             push_sent_at(&mut query, at);
             query.push(
-                ", j.kafka_partition = d.p, j.kafka_offset = d.o, j.verified_at = NULL, \
+                ", j.verified_at = NULL, \
                      j.ack_deadline = IF(j.expects_result, \
                        TIMESTAMPADD(MICROSECOND, j.ack_timeout_ms * 1000, UTC_TIMESTAMP(3)), NULL), \
                      j.last_error = IF(j.window_ms IS NOT NULL AND ",
@@ -569,6 +588,10 @@ impl Store {
                 Some((claim, _)) => query.push_bind(claim),
                 None => query.push("d.k"),
             };
+            if let Some(runs) = &runs {
+                query.push(" AND j.id IN ");
+                push_id_list(&mut query, &runs.ids);
+            }
             let ids: Vec<JobId> = chunk.iter().map(|job| job.id).collect();
             let mut tx = self.begin().await?;
             let chunk_marked = query.build().execute(&mut *tx).await?.rows_affected();
@@ -996,18 +1019,105 @@ fn push_sent_at(query: &mut QueryBuilder<'_, MySql>, at: Option<NaiveDateTime>) 
     }
 }
 
-/// [`positions_join`] for a chunk of one claim sent at one instant: each
-/// row's id and position only.
-fn positions_join_compact(jobs: &[Dispatched]) -> QueryBuilder<'_, MySql> {
-    update_joined(jobs, "d", |query, job| {
-        query
-            .push_bind(job.id)
-            .push(" AS id, ")
-            .push_bind(job.partition)
-            .push(" AS p, ")
-            .push_bind(job.offset)
-            .push(" AS o");
-    })
+/// The positions of a mark's rows as runs of consecutive offsets in one
+/// partition, for a single-table UPDATE: `kafka_partition` by which
+/// partition's id list holds the row, `kafka_offset` as its run's first
+/// offset plus its place in the run (`FIELD`, a scan of the run's ids: runs
+/// are cut at [`PositionRuns::RUN_MAX`] to bound it). A producer gives one
+/// partition's records of a batch consecutive offsets, so a pass's chunk
+/// is a few runs per partition.
+#[derive(Debug, PartialEq, Eq)]
+struct PositionRuns {
+    /// Every row's id, in id order.
+    ids: Vec<JobId>,
+    /// Each partition with its rows' ids (in id order).
+    partitions: Vec<(i32, Vec<JobId>)>,
+    /// Each run: its first offset, and its rows' ids in offset order.
+    runs: Vec<(i64, Vec<JobId>)>,
+}
+
+impl PositionRuns {
+    /// Ids a run's `FIELD` scans at most.
+    const RUN_MAX: usize = 256;
+    /// Runs past which the derived table is the cheaper form (each row
+    /// tests the runs before its own).
+    const RUNS_MAX: usize = 32;
+
+    /// The runs of `jobs`, or `None` when they do not make a few (offsets
+    /// scattered among other producers' records) or name an id twice.
+    fn of(jobs: &[Dispatched]) -> Option<Self> {
+        let mut ids: Vec<JobId> = jobs.iter().map(|job| job.id).collect();
+        ids.sort_unstable();
+        if ids.windows(2).any(|pair| pair[0] == pair[1]) {
+            return None;
+        }
+        let mut by_position: Vec<&Dispatched> = jobs.iter().collect();
+        by_position.sort_unstable_by_key(|job| (job.partition, job.offset));
+        let mut partitions: Vec<(i32, Vec<JobId>)> = Vec::new();
+        let mut runs: Vec<(i64, Vec<JobId>)> = Vec::new();
+        let mut last: Option<(i32, i64)> = None;
+        for job in by_position {
+            match partitions.last_mut() {
+                Some((partition, ids)) if *partition == job.partition => ids.push(job.id),
+                _ => partitions.push((job.partition, vec![job.id])),
+            }
+            let follows = last == Some((job.partition, job.offset.wrapping_sub(1)));
+            match runs.last_mut() {
+                Some((_, run)) if follows && run.len() < Self::RUN_MAX => run.push(job.id),
+                _ => runs.push((job.offset, vec![job.id])),
+            }
+            if runs.len() > Self::RUNS_MAX {
+                return None;
+            }
+            last = Some((job.partition, job.offset));
+        }
+        for (_, ids) in &mut partitions {
+            ids.sort_unstable();
+        }
+        Some(Self {
+            ids,
+            partitions,
+            runs,
+        })
+    }
+
+    fn push_partition(&self, query: &mut QueryBuilder<'_, MySql>) {
+        if let [(partition, _)] = self.partitions.as_slice() {
+            query.push_bind(*partition);
+            return;
+        }
+        query.push("CASE");
+        for (partition, ids) in &self.partitions {
+            query.push(" WHEN j.id IN ");
+            push_id_list(query, ids);
+            query.push(" THEN ").push_bind(*partition);
+        }
+        query.push(" END");
+    }
+
+    fn push_offset(&self, query: &mut QueryBuilder<'_, MySql>) {
+        // FIELD counts from 1: a run's offsets are its first - 1 + FIELD.
+        let run = |query: &mut QueryBuilder<'_, MySql>, (first, ids): &(i64, Vec<JobId>)| {
+            query.push_bind(first - 1).push(" + FIELD(j.id, ");
+            let mut list = query.separated(", ");
+            for id in ids {
+                list.push_bind(*id);
+            }
+            query.push(")");
+        };
+        if let [only] = self.runs.as_slice() {
+            run(query, only);
+            return;
+        }
+        query.push("CASE");
+        for each in &self.runs {
+            query.push(" WHEN j.id IN ");
+            push_id_list(query, &each.1);
+            query.push(" THEN ");
+            run(query, each);
+        }
+        query.push(" END");
+    }
 }
 
 fn positions_join(jobs: &[Dispatched]) -> QueryBuilder<'_, MySql> {
@@ -1064,6 +1174,49 @@ mod tests {
             schedule_time: at,
             attempt: 1,
         }
+    }
+
+    fn at(id: JobId, partition: i32, offset: i64) -> Dispatched {
+        Dispatched {
+            partition,
+            offset,
+            ..sent(id, 7, 1_000)
+        }
+    }
+
+    #[test]
+    fn a_marks_positions_are_runs_of_consecutive_offsets_per_partition() {
+        // Partition 0 takes 9, 3, 5 at 10, 11, 12; partition 1 takes 4 at 7
+        // and 8 at 9 (another producer's record at 8 between them).
+        let runs = PositionRuns::of(&[
+            at(3, 0, 11),
+            at(4, 1, 7),
+            at(5, 0, 12),
+            at(8, 1, 9),
+            at(9, 0, 10),
+        ])
+        .unwrap();
+        assert_eq!(runs.ids, vec![3, 4, 5, 8, 9]);
+        assert_eq!(runs.partitions, vec![(0, vec![3, 5, 9]), (1, vec![4, 8])]);
+        assert_eq!(
+            runs.runs,
+            vec![(10, vec![9, 3, 5]), (7, vec![4]), (9, vec![8])]
+        );
+    }
+
+    #[test]
+    fn a_mark_cuts_long_runs_and_leaves_scattered_or_repeated_rows_to_the_join() {
+        let long: Vec<Dispatched> = (0..600).map(|n| at(n + 1, 2, 1_000 + n as i64)).collect();
+        let runs = PositionRuns::of(&long).unwrap();
+        let lengths: Vec<(i64, usize)> = runs
+            .runs
+            .iter()
+            .map(|(first, ids)| (*first, ids.len()))
+            .collect();
+        assert_eq!(lengths, vec![(1_000, 256), (1_256, 256), (1_512, 88)]);
+        let scattered: Vec<Dispatched> = (0..40).map(|n| at(n + 1, 0, 2 * n as i64)).collect();
+        assert_eq!(PositionRuns::of(&scattered), None);
+        assert_eq!(PositionRuns::of(&[at(1, 0, 5), at(1, 0, 6)]), None);
     }
 
     #[test]

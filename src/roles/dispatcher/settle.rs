@@ -210,7 +210,6 @@ impl Settler {
                 }
             }
         }
-        metrics::dispatched(dispatched.len());
         if !dispatched.is_empty() {
             self.failed_passes.store(0, Ordering::Relaxed);
         } else if failed_count > unchecked {
@@ -218,6 +217,9 @@ impl Settler {
         }
 
         let retried_early = self.mark_dispatched(&dispatched).await;
+        // Counted once the mark was tried: a mark that failed is the
+        // reconciler's to make, and the job was produced all the same.
+        metrics::dispatched(dispatched.len());
         if let Some(feed) = &self.verify {
             // Behind the dispatch path: never waits.
             feed.offer(produced);
