@@ -760,7 +760,6 @@ const PORTABLE_DEBT: &[(&str, &str, usize)] = &[
     ("src/store/schedules.rs", "locking-read", 4),
     ("src/store/scratch.rs", "subquery-in-write", 1),
     ("src/store/sql.rs", "multi-table-write", 1),
-    ("src/store/topics.rs", "locking-read", 2),
     ("src/store/verify.rs", "multi-table-write", 1),
 ];
 

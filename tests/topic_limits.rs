@@ -478,3 +478,60 @@ async fn each_group_of_a_topic_is_held_to_its_group_max_in_flight() {
     );
     env.finish().await;
 }
+
+/// The overdue cap's writes are compare-and-sets, not a lock held from
+/// reading the backlog to writing it (#62): of the ids read, a row an
+/// operator moved out of the backlog meanwhile and one cancelled stay as
+/// they are, and only the rows written are named, with their history.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_overdue_cap_writes_only_the_rows_still_as_it_read_them() {
+    use tickler::domain::job::Status;
+    use tickler_testkit::store::Db;
+
+    let db = Db::new().await;
+    let mut ids = Vec::new();
+    for _ in 0..4 {
+        ids.push(db.job(-600_000, 1).await);
+    }
+    let (kept, moved, cancelled, deferred) = (ids[0], ids[1], ids[2], ids[3]);
+    // Read as overdue, then changed before the write.
+    db.edit(
+        "UPDATE jobs SET schedule_time = TIMESTAMPADD(HOUR, 1, UTC_TIMESTAMP(3)) WHERE id = ?",
+        moved,
+    )
+    .await;
+    db.store.job_cancel(cancelled).await.unwrap();
+
+    let expired = db
+        .store
+        .topic_overdue_expire_ids("store-test", 60_000, 1, &[kept, moved, cancelled])
+        .await
+        .unwrap();
+    assert_eq!(expired, vec![kept]);
+    let status = |id| {
+        let store = db.store.clone();
+        async move { store.job_get(id).await.unwrap().status }
+    };
+    assert_eq!(status(kept).await, Status::Expired);
+    assert_eq!(status(moved).await, Status::Pending);
+    assert_eq!(status(cancelled).await, Status::Cancelled);
+    let history = db.store.job_history(moved).await.unwrap();
+    assert!(
+        history.iter().all(|event| event.status != Status::Expired),
+        "no history row for a row left alone: {history:?}"
+    );
+
+    // The defer: `deferred` is the only overdue row left (the cap of 0
+    // keeps none), and it is moved; `moved` is not overdue and is not.
+    let before = db.store.job_get(moved).await.unwrap().schedule_time;
+    let (moved_now, drain) = db
+        .store
+        .topic_overdue_defer("store-test", 60_000, 0, 10, None)
+        .await
+        .unwrap();
+    assert_eq!(moved_now, vec![deferred]);
+    assert_eq!(drain.ranked, 1);
+    assert!(db.store.job_get(deferred).await.unwrap().schedule_time > Utc::now());
+    assert_eq!(db.store.job_get(moved).await.unwrap().schedule_time, before);
+    db.finish().await;
+}

@@ -54,6 +54,27 @@ pub(super) async fn events_record(
     events_insert(conn, actor, select).await
 }
 
+/// [`events_record`], returning the ids whose rows the statement with
+/// `token` changed: what a compare-and-set over `ids` won, known without
+/// having locked the rows first.
+pub(super) async fn events_record_changed(
+    conn: &mut MySqlConnection,
+    actor: &str,
+    ids: &[JobId],
+    token: u64,
+) -> Result<Vec<JobId>, StoreError> {
+    if ids.is_empty() {
+        return Ok(Vec::new());
+    }
+    let mut select = QueryBuilder::<MySql>::new(EVENT_ROWS);
+    select.push(" event_token = ").push_bind(token);
+    select.push(" AND id IN ");
+    push_id_list(&mut select, ids);
+    let rows: Vec<EventRow> = select.build_query_as().fetch_all(&mut *conn).await?;
+    events_insert_rows(conn, actor, &rows).await?;
+    Ok(rows.iter().map(|(id, ..)| *id).collect())
+}
+
 /// Records, as `actor`, the rows among `from` (ids, each with the topic it
 /// had) that the statement with `token` moved to topic `to`, naming both
 /// topics; returns the ids it moved. Runs on the caller's transaction.

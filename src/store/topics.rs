@@ -8,7 +8,7 @@ use sqlx::{MySql, QueryBuilder, Row};
 
 use super::error::StoreError;
 use super::handle::Store;
-use super::history::{event_token, events_record};
+use super::history::{event_token, events_record, events_record_changed};
 use super::job_row::{text, WindowEntry};
 use super::payload::headers_opened;
 use super::sql::{db_time, push_id_list};
@@ -162,6 +162,13 @@ impl Store {
     /// attempts beyond its `cap` newest: the oldest, a topic's
     /// `overdue_policy = "expire"`. Returns their ids.
     ///
+    /// A plain read picks them, and a compare-and-set
+    /// ([`Store::topic_overdue_expire_ids`]) expires those still as read:
+    /// no row is locked in between (#62). A row changed meanwhile (moved,
+    /// cancelled, sent) is left as it is; the ranking is the read's, so a
+    /// backlog that shrank meanwhile may lose a row or two fewer or more
+    /// than the cap says, never one that was not overdue.
+    ///
     /// Crash after this commits: they are expired, with their history; the
     /// index drops them when the caller or the reconciler's stale probe
     /// gets to it.
@@ -172,23 +179,37 @@ impl Store {
         cap: u32,
         batch: u32,
     ) -> Result<Vec<JobId>, StoreError> {
-        let mut tx = self.begin().await?;
         // The newest `cap` overdue stay; the ones after them, oldest last
         // in this order, go.
         let ids: Vec<JobId> = sqlx::query_scalar(
             "SELECT id FROM jobs WHERE status = 'pending' \
              AND schedule_time < TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3)) \
              AND topic = ? AND attempt = 1 AND held_at IS NULL \
-             ORDER BY schedule_time DESC LIMIT ? OFFSET ? FOR UPDATE",
+             ORDER BY schedule_time DESC LIMIT ? OFFSET ?",
         )
         .bind(overdue_before_us(after_ms))
         .bind(topic)
         .bind(batch)
         .bind(cap)
-        .fetch_all(&mut *tx)
+        .fetch_all(&self.pool)
         .await?;
+        self.topic_overdue_expire_ids(topic, after_ms, cap, &ids)
+            .await
+    }
+
+    /// The write of [`Store::topic_overdue_expire`]: `pending → expired`
+    /// for those of `ids` that are still `topic`'s overdue, pending,
+    /// unheld first attempts, in one compare-and-set with their history.
+    /// Returns the ids it expired.
+    pub async fn topic_overdue_expire_ids(
+        &self,
+        topic: &str,
+        after_ms: u64,
+        cap: u32,
+        ids: &[JobId],
+    ) -> Result<Vec<JobId>, StoreError> {
         if ids.is_empty() {
-            return Ok(ids);
+            return Ok(Vec::new());
         }
         let token = event_token();
         let mut update = QueryBuilder::<MySql>::new("UPDATE jobs SET event_token = ");
@@ -201,13 +222,18 @@ impl Store {
             .push_bind(cap)
             .push(
                 ", ' jobs overdue (max_overdue, overdue_policy = expire): the oldest end unsent') \
-                 WHERE status = 'pending' AND attempt = 1 AND held_at IS NULL AND id IN ",
-            );
-        push_id_list(&mut update, &ids);
+                 WHERE status = 'pending' AND attempt = 1 AND held_at IS NULL AND topic = ",
+            )
+            .push_bind(topic)
+            .push(" AND schedule_time < TIMESTAMPADD(MICROSECOND, ")
+            .push_bind(overdue_before_us(after_ms))
+            .push(", UTC_TIMESTAMP(3)) AND id IN ");
+        push_id_list(&mut update, ids);
+        let mut tx = self.begin().await?;
         update.build().execute(&mut *tx).await?;
-        events_record(&mut tx, &self.actor, &ids, token).await?;
+        let expired = events_record_changed(&mut tx, &self.actor, ids, token).await?;
         tx.commit().await?;
-        Ok(ids)
+        Ok(expired)
     }
 
     /// Moves up to `batch` of `topic`'s overdue jobs beyond its `cap`
@@ -220,6 +246,11 @@ impl Store {
     /// first slot is `after_ms` from now). Returns the ids moved and the
     /// drain to carry on with. Only the order of the rows is read, never
     /// their spacing: a hand-set time moves one row, not the backlog.
+    ///
+    /// A plain read ranks them, and each slot's compare-and-set moves
+    /// those still as read (`topic`'s pending, unheld, overdue): no row is
+    /// locked in between (#62). A row changed meanwhile keeps its change
+    /// and its rank stays given, so no slot ever holds more than `cap`.
     ///
     /// A job's window goes (it is at an exact time now) and its expiry is
     /// not moved: one deferred past it ends `expired` when it falls due,
@@ -236,18 +267,17 @@ impl Store {
         batch: u32,
         drain: Option<OverdueDrain>,
     ) -> Result<(Vec<JobId>, OverdueDrain), StoreError> {
-        let mut tx = self.begin().await?;
         let rows: Vec<(JobId, NaiveDateTime)> = sqlx::query_as(
             "SELECT id, UTC_TIMESTAMP(3) FROM jobs WHERE status = 'pending' \
              AND schedule_time < TIMESTAMPADD(MICROSECOND, ?, UTC_TIMESTAMP(3)) \
              AND topic = ? AND held_at IS NULL \
-             ORDER BY schedule_time LIMIT ? OFFSET ? FOR UPDATE",
+             ORDER BY schedule_time LIMIT ? OFFSET ?",
         )
         .bind(overdue_before_us(after_ms))
         .bind(topic)
         .bind(batch)
         .bind(cap)
-        .fetch_all(&mut *tx)
+        .fetch_all(&self.pool)
         .await?;
         let step = chrono::Duration::milliseconds(
             i64::try_from(after_ms)
@@ -277,6 +307,7 @@ impl Store {
                 .or_default()
                 .push(*id);
         }
+        let mut tx = self.begin().await?;
         for (slot, ids) in &slots {
             let at = i32::try_from(*slot)
                 .ok()
@@ -290,15 +321,21 @@ impl Store {
                 .push_bind(db_time(at))
                 .push(
                     ", window_ms = NULL, window_start = NULL \
-                     WHERE status = 'pending' AND held_at IS NULL AND id IN ",
-                );
+                     WHERE status = 'pending' AND held_at IS NULL AND topic = ",
+                )
+                .push_bind(topic)
+                .push(" AND schedule_time < TIMESTAMPADD(MICROSECOND, ")
+                .push_bind(overdue_before_us(after_ms))
+                .push(", UTC_TIMESTAMP(3)) AND id IN ");
             push_id_list(&mut update, ids);
             update.build().execute(&mut *tx).await?;
         }
-        let ids: Vec<JobId> = rows.iter().map(|(id, _)| *id).collect();
-        events_record(&mut tx, &self.actor, &ids, token).await?;
+        let read: Vec<JobId> = rows.iter().map(|(id, _)| *id).collect();
+        let ids = events_record_changed(&mut tx, &self.actor, &read, token).await?;
         tx.commit().await?;
-        let ranked = drain.ranked + ids.len() as u64;
+        // Every rank read is given, moved or not: a later call's ranks
+        // start past them, and no slot holds more than `cap`.
+        let ranked = drain.ranked + read.len() as u64;
         Ok((ids, OverdueDrain { ranked, ..drain }))
     }
 
