@@ -1044,8 +1044,13 @@ impl PositionRuns {
     const RUNS_MAX: usize = 32;
 
     /// The runs of `jobs`, or `None` when they do not make a few (offsets
-    /// scattered among other producers' records) or name an id twice.
+    /// scattered among other producers' records), name an id twice, or
+    /// hold an offset the broker did not give (negative: none known),
+    /// which the joined form records as it is.
     fn of(jobs: &[Dispatched]) -> Option<Self> {
+        if jobs.iter().any(|job| job.offset < 0) {
+            return None;
+        }
         let mut ids: Vec<JobId> = jobs.iter().map(|job| job.id).collect();
         ids.sort_unstable();
         if ids.windows(2).any(|pair| pair[0] == pair[1]) {
@@ -1217,6 +1222,8 @@ mod tests {
         let scattered: Vec<Dispatched> = (0..40).map(|n| at(n + 1, 0, 2 * n as i64)).collect();
         assert_eq!(PositionRuns::of(&scattered), None);
         assert_eq!(PositionRuns::of(&[at(1, 0, 5), at(1, 0, 6)]), None);
+        assert_eq!(PositionRuns::of(&[at(1, 0, -1), at(2, 0, 0)]), None);
+        assert_eq!(PositionRuns::of(&[at(1, 0, i64::MIN)]), None);
     }
 
     #[test]

@@ -8,7 +8,7 @@ use sqlx::{MySql, QueryBuilder, Row};
 
 use super::error::StoreError;
 use super::handle::Store;
-use super::history::{event_token, events_record, events_record_changed};
+use super::history::{event_token, events_record_changed};
 use super::job_row::{text, WindowEntry};
 use super::payload::headers_opened;
 use super::sql::{db_time, push_id_list};
