@@ -55,6 +55,23 @@ macro_rules! fail_point_stall {
     };
 }
 
+/// An `async` fail point that, set to `return(<ms>)`, waits that long: the
+/// race tests hold a compare-and-set between its read and its write while
+/// they change the row (`FAILPOINTS` or `fail::cfg`). Without the
+/// `failpoints` feature, nothing at all. Names in use: `results-read`,
+/// `job-modify-read`, `schedule-read` (tests/cas_races.rs).
+macro_rules! fail_point_pause {
+    ($name:literal) => {
+        #[cfg(feature = "failpoints")]
+        {
+            if let Some(Some(ms)) = fail::eval($name, |ms| ms.and_then(|ms| ms.parse::<u64>().ok()))
+            {
+                tokio::time::sleep(std::time::Duration::from_millis(ms)).await;
+            }
+        }
+    };
+}
+
 pub mod api;
 pub mod app;
 pub mod cli;

@@ -754,7 +754,6 @@ const PORTABLE_DEBT: &[(&str, &str, usize)] = &[
     ("src/store/jobs.rs", "locking-read", 2),
     ("src/store/payload.rs", "multi-table-write", 1),
     ("src/store/quotas.rs", "multi-table-write", 2),
-    ("src/store/results.rs", "locking-read", 1),
     ("src/store/results.rs", "multi-table-write", 1),
     ("src/store/results.rs", "subquery-in-write", 1),
     ("src/store/schedules.rs", "locking-read", 4),

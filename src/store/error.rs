@@ -52,6 +52,16 @@ pub enum StoreError {
 }
 
 impl StoreError {
+    /// A compare-and-set that found its row moved since it was read: the
+    /// transaction is dropped (nothing written) and, like a rolled-back
+    /// conflict, the write may simply be tried again on the rows as they
+    /// are now ([`contention_retry`]).
+    pub(super) fn lost_race(what: String) -> Self {
+        StoreError::Contention(sqlx::Error::Protocol(format!(
+            "a compare-and-set lost to a concurrent write: {what}"
+        )))
+    }
+
     /// A moment's failure that nothing was written by, to wait out and try
     /// again (the database failing over, a rolled-back conflict, a payload
     /// dictionary not loaded yet), never the caller's fault nor a reason to

@@ -1,11 +1,16 @@
 //! Results, retries and dead jobs: reports and missed ack deadlines applied
 //! to jobs, redrive, and the dead-letter outbox.
 //!
-//! A decision is taken on rows locked `FOR UPDATE` (by primary key only: no
-//! gap locks) and written in the same transaction, so a report and the ack
-//! deadline, or two instances, never both move one attempt. Crash before the
-//! commit: nothing happened, the report is read again (the results consumer
-//! commits its offset only after this commit) or the deadline is still past.
+//! A decision is taken on rows read plainly and written by a compare-and-set
+//! that repeats what it was taken on (the row's version, status and attempt,
+//! and for a missed deadline that it is still past): a report and the ack
+//! deadline, or two instances, never both move one attempt. A batch one of
+//! whose rows moved between the read and the write is rolled back whole and
+//! decided again on the rows as they are now ([`contention_retry`]), so no
+//! lock is held and no locking read is needed (docs/architecture.md,
+//! "Compare-and-set, not locks"). Crash before the commit: nothing happened,
+//! the report is read again (the results consumer commits its offset only
+//! after this commit) or the deadline is still past.
 
 use std::collections::{HashMap, HashSet};
 use std::time::Duration;
@@ -13,7 +18,7 @@ use std::time::Duration;
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, QueryBuilder, Row, Transaction};
 
-use super::error::StoreError;
+use super::error::{contention_retry, StoreError};
 use super::handle::Store;
 use super::history::{event_token, events_record};
 use super::job_row::{
@@ -71,8 +76,8 @@ pub struct DeadLetter {
     pub tries: u32,
 }
 
-/// A locked job, as a decision needs it.
-struct Locked {
+/// A job as read for a decision: what the decision is taken on.
+struct Seen {
     state: JobState,
     version: u32,
     topic: String,
@@ -85,6 +90,13 @@ struct Locked {
 struct Change {
     id: JobId,
     version: u32,
+    /// The status and attempt the decision was taken on: the write's
+    /// compare-and-set repeats them beside the version (a hand edit need
+    /// not move the version).
+    was: Status,
+    /// The decision counted on the ack deadline being past: the write
+    /// checks it still is.
+    deadline_past: bool,
     status: Status,
     /// For a retry: the delay from now.
     delay_ms: Option<u64>,
@@ -101,19 +113,35 @@ impl Store {
         reports: &[ResultReport],
         dead_letter: &(dyn Fn(&str) -> bool + Sync),
     ) -> Result<Decided, StoreError> {
+        contention_retry(|| self.job_report_many_once(reports, dead_letter)).await
+    }
+
+    async fn job_report_many_once(
+        &self,
+        reports: &[ResultReport],
+        dead_letter: &(dyn Fn(&str) -> bool + Sync),
+    ) -> Result<Decided, StoreError> {
         let ids: Vec<JobId> = reports.iter().map(|r| r.job_id).collect();
         let mut tx = self.begin().await?;
-        let mut locked = lock(&mut tx, &ids).await?;
+        let mut seen = read(&mut tx, &ids).await?;
+        fail_point_pause!("results-read");
         let mut changes: Vec<Change> = Vec::new();
         let dispositions = {
             let mut rng = rand::rng();
             reports
                 .iter()
-                .map(|report| match locked.get_mut(&report.job_id) {
+                .map(|report| match seen.get_mut(&report.job_id) {
                     None => Disposition::Ignored(Ignored::UnknownJob),
                     Some(job) => {
                         let decision = outcome::decide(&job.state, report, &mut rng);
-                        change_push(&mut changes, report.job_id, job, decision, dead_letter)
+                        change_push(
+                            &mut changes,
+                            report.job_id,
+                            job,
+                            decision,
+                            dead_letter,
+                            false,
+                        )
                     }
                 })
                 .collect()
@@ -130,7 +158,7 @@ impl Store {
         limit: u32,
         dead_letter: &(dyn Fn(&str) -> bool + Sync),
     ) -> Result<Decided, StoreError> {
-        // Served by (status, ack_deadline); locked afterwards by id.
+        // Served by (status, ack_deadline); read again by id to decide.
         let ids: Vec<JobId> = sqlx::query_scalar(
             "SELECT id FROM jobs WHERE status = 'dispatched' \
              AND ack_deadline < UTC_TIMESTAMP(3) ORDER BY ack_deadline LIMIT ?",
@@ -141,23 +169,26 @@ impl Store {
         if ids.is_empty() {
             return Ok(Decided::default());
         }
-        let mut tx = self.begin().await?;
-        let mut locked = lock(&mut tx, &ids).await?;
-        let mut changes = Vec::new();
-        {
-            let mut rng = rand::rng();
-            for id in &ids {
-                let Some(job) = locked.get_mut(id) else {
-                    continue;
-                };
-                // A report may have settled it since the first read.
-                if job.state.status == Status::Dispatched && job.ack_expired {
-                    let decision = outcome::decide_silence(&job.state, &mut rng);
-                    change_push(&mut changes, *id, job, decision, dead_letter);
+        contention_retry(|| async {
+            let mut tx = self.begin().await?;
+            let mut seen = read(&mut tx, &ids).await?;
+            let mut changes = Vec::new();
+            {
+                let mut rng = rand::rng();
+                for id in &ids {
+                    let Some(job) = seen.get_mut(id) else {
+                        continue;
+                    };
+                    // A report may have settled it since the first read.
+                    if job.state.status == Status::Dispatched && job.ack_expired {
+                        let decision = outcome::decide_silence(&job.state, &mut rng);
+                        change_push(&mut changes, *id, job, decision, dead_letter, true);
+                    }
                 }
             }
-        }
-        finish(tx, &self.actor, &changes).await
+            finish(tx, &self.actor, &changes).await
+        })
+        .await
     }
 
     /// Counts a failed attempt for jobs of claim `token` whose record the
@@ -180,22 +211,26 @@ impl Store {
             return Ok(Decided::default());
         }
         let ids: Vec<JobId> = refused.iter().map(|(id, _)| *id).collect();
-        let mut tx = self.begin().await?;
-        let mut locked = lock(&mut tx, &ids).await?;
-        let mut changes = Vec::new();
-        {
-            let mut rng = rand::rng();
-            for (id, error) in refused {
-                let Some(job) = locked.get_mut(id) else {
-                    continue;
-                };
-                if job.state.status == Status::Dispatching && job.claim_token == Some(token) {
-                    let decision = outcome::decide_refused(&job.state, error, &mut rng);
-                    change_push(&mut changes, *id, job, decision, dead_letter);
+        contention_retry(|| async {
+            let mut tx = self.begin().await?;
+            let mut seen = read(&mut tx, &ids).await?;
+            let mut changes = Vec::new();
+            {
+                let mut rng = rand::rng();
+                for (id, error) in refused {
+                    let Some(job) = seen.get_mut(id) else {
+                        continue;
+                    };
+                    // Under `token` still: another claim moved the version.
+                    if job.state.status == Status::Dispatching && job.claim_token == Some(token) {
+                        let decision = outcome::decide_refused(&job.state, error, &mut rng);
+                        change_push(&mut changes, *id, job, decision, dead_letter, false);
+                    }
                 }
             }
-        }
-        finish(tx, &self.actor, &changes).await
+            finish(tx, &self.actor, &changes).await
+        })
+        .await
     }
 
     /// Sends a dead job back to `pending` with `attempts` more attempts, at
@@ -429,25 +464,17 @@ impl Store {
     }
 }
 
-/// Locks the rows of `ids` (in id order, so concurrent batches do not
-/// deadlock) and reads what decisions need. Only ids that exist are locked:
-/// `FOR UPDATE` on a missing id would lock the gap where it would be (at
-/// REPEATABLE READ), holding up inserts. Only the columns a decision needs
-/// are read, so a row a person garbled elsewhere (say, its headers) does not
-/// hold up the reports of a batch.
-async fn lock(
-    tx: &mut Transaction<'_, MySql>,
+/// Reads what decisions need of the rows of `ids` that exist, plainly:
+/// the write repeats what a decision was taken on ([`finish`]). Only the
+/// columns a decision needs are read, so a row a person garbled elsewhere
+/// (say, its headers) does not hold up the reports of a batch.
+async fn read(
+    conn: &mut sqlx::MySqlConnection,
     ids: &[JobId],
-) -> Result<HashMap<JobId, Locked>, StoreError> {
+) -> Result<HashMap<JobId, Seen>, StoreError> {
     let mut ids = ids.to_vec();
     ids.sort_unstable();
     ids.dedup();
-    let mut exists = QueryBuilder::<MySql>::new("SELECT id FROM jobs WHERE id IN ");
-    push_id_list(&mut exists, &ids);
-    let ids: Vec<JobId> = exists.build_query_scalar().fetch_all(&mut **tx).await?;
-    if ids.is_empty() {
-        return Ok(HashMap::new());
-    }
     let mut query = QueryBuilder::<MySql>::new(
         "SELECT id, topic, CAST(status AS CHAR) AS status, attempt, version, claim_token, \
          expects_result, max_attempts, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
@@ -455,11 +482,8 @@ async fn lock(
          FROM jobs WHERE id IN ",
     );
     push_id_list(&mut query, &ids);
-    // id-order: rows locked in one order so two batches cannot deadlock;
-    // any total order would do.
-    query.push(" ORDER BY id FOR UPDATE");
-    let rows = query.build().fetch_all(&mut **tx).await?;
-    let mut locked = HashMap::with_capacity(rows.len());
+    let rows = query.build().fetch_all(conn).await?;
+    let mut seen = HashMap::with_capacity(rows.len());
     for row in &rows {
         let id: JobId = row.try_get("id")?;
         let status: Vec<u8> = row.try_get("status")?;
@@ -469,9 +493,9 @@ async fn lock(
             .ok_or_else(|| StoreError::Corrupt(format!("job {id}: unknown status")))?;
         let topic: Vec<u8> = row.try_get("topic")?;
         let ack_expired: i64 = row.try_get("ack_expired")?;
-        locked.insert(
+        seen.insert(
             id,
-            Locked {
+            Seen {
                 state: JobState {
                     status,
                     attempt: row.try_get("attempt")?,
@@ -484,17 +508,19 @@ async fn lock(
             },
         );
     }
-    Ok(locked)
+    Ok(seen)
 }
 
-/// Records `decision` for a locked job, and moves its in-memory state so a
-/// later report of the same batch is judged against the new state.
+/// Records `decision` for a job as read, and moves its in-memory state so
+/// a later report of the same batch is judged against the new state.
+/// `deadline_past`: the decision is a missed ack deadline's.
 fn change_push(
     changes: &mut Vec<Change>,
     id: JobId,
-    job: &mut Locked,
+    job: &mut Seen,
     decision: Decision,
     dead_letter: &(dyn Fn(&str) -> bool + Sync),
+    deadline_past: bool,
 ) -> Disposition {
     let attempt = job.state.attempt;
     let (status, delay_ms, error) = match decision {
@@ -508,6 +534,8 @@ fn change_push(
     changes.push(Change {
         id,
         version: job.version,
+        was: job.state.status,
+        deadline_past,
         status,
         delay_ms,
         error,
@@ -545,6 +573,12 @@ async fn finish(
                 .push(" AS id, ")
                 .push_bind(change.version)
                 .push(" AS v, ")
+                .push_bind(change.was.as_str())
+                .push(" AS w, ")
+                .push_bind(change.attempt)
+                .push(" AS a, ")
+                .push_bind(i8::from(change.deadline_past))
+                .push(" AS x, ")
                 .push_bind(change.status.as_str())
                 .push(" AS s, ")
                 .push_bind(delay_us)
@@ -563,9 +597,20 @@ async fn finish(
              j.attempt = IF(c.d >= 0, LEAST(j.attempt, 4294967294) + 1, j.attempt), \
              j.last_error = IF(c.e = '', j.last_error, c.e), \
              j.ack_deadline = NULL, j.version = j.version % 4294967295 + 1, j.status = c.s \
-             WHERE j.version = c.v",
+             WHERE j.version = c.v AND j.status = c.w AND j.attempt = c.a \
+             AND (c.x = 0 OR j.ack_deadline < UTC_TIMESTAMP(3))",
         );
-        update.build().execute(&mut *tx).await?;
+        let written = update.build().execute(&mut *tx).await?.rows_affected();
+        if written != changes.len() as u64 {
+            // A row moved since it was read (a report, a deadline, another
+            // instance, a person): nothing of this batch is kept, and it
+            // is decided again on the rows as they are now.
+            return Err(StoreError::lost_race(format!(
+                "{} of {} results' rows changed since they were read",
+                changes.len() as u64 - written.min(changes.len() as u64),
+                changes.len()
+            )));
+        }
         let ids: Vec<JobId> = changes.iter().map(|c| c.id).collect();
         events_record(&mut tx, actor, &ids, token).await?;
 
