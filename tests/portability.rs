@@ -751,7 +751,6 @@ const PORTABLE_DEBT: &[(&str, &str, usize)] = &[
     ("src/store/dispatch.rs", "multi-table-write", 4),
     ("src/store/dispatch.rs", "subquery-in-write", 2),
     ("src/store/holds.rs", "multi-table-write", 1),
-    ("src/store/jobs.rs", "locking-read", 2),
     ("src/store/payload.rs", "multi-table-write", 1),
     ("src/store/quotas.rs", "multi-table-write", 2),
     ("src/store/results.rs", "multi-table-write", 1),

@@ -164,13 +164,18 @@ impl Store {
         position: Option<&str>,
     ) -> Result<Modified, StoreError> {
         // One transaction, so the answer reads the row as this change left
-        // it, not as a dispatcher took it a moment later.
-        let mut tx = self.begin().await?;
-        let modified = self
-            .job_modify_on(&mut tx, id, version, changes, position)
-            .await?;
-        tx.commit().await?;
-        Ok(modified)
+        // it, not as a dispatcher took it a moment later. A compare-and-set
+        // that found the row changed by hand since it read it is tried
+        // again on the row as it is now.
+        contention_retry(|| async {
+            let mut tx = self.begin().await?;
+            let modified = self
+                .job_modify_on(&mut tx, id, version, changes, position)
+                .await?;
+            tx.commit().await?;
+            Ok(modified)
+        })
+        .await
     }
 
     /// [`Store::job_modify`] on the caller's transaction (which commits).
@@ -191,12 +196,13 @@ impl Store {
             Some(_) => super::quotas::job_counted_on(&mut *tx, id).await?,
             None => None,
         };
-        // A new topic: the one the job is on, read under the row's lock so
-        // the history names it (None: the job is on it already, or gone).
+        // A new topic: the one the job is on, so the history names it
+        // (None: the job is on it already, or gone). Read plainly: the
+        // UPDATE repeats it.
         let moved_from = match &changes.topic {
             Some(to) => {
                 let row: Option<(Vec<u8>, Option<u64>)> =
-                    sqlx::query_as("SELECT topic, schedule_id FROM jobs WHERE id = ? FOR UPDATE")
+                    sqlx::query_as("SELECT topic, schedule_id FROM jobs WHERE id = ?")
                         .bind(id)
                         .fetch_optional(&mut *tx)
                         .await?;
@@ -222,6 +228,9 @@ impl Store {
             None => None,
         };
         let token = event_token();
+        // What the change keeps of the row as read (payload, headers): the
+        // UPDATE repeats it.
+        let mut read_kept: Option<Kept> = None;
         let mut query = QueryBuilder::<MySql>::new("UPDATE jobs SET ");
         // First, so that it compares the time the row had: a move to the
         // time it already has is not recorded.
@@ -338,7 +347,10 @@ impl Store {
         if changes.payload.is_some() || changes.headers.is_some() {
             // Both are written together, under one key (or none): the one
             // not changed is read, opened and written again with the other.
-            let (payload, headers, key, kind) = resealed(
+            let Resealed {
+                row: (payload, headers, key, kind),
+                kept,
+            } = resealed(
                 &mut *tx,
                 (&self.keys.sealing(), &self.codec),
                 id,
@@ -346,6 +358,7 @@ impl Store {
                 &changes.headers,
             )
             .await?;
+            read_kept = kept;
             query
                 .push(", payload = ")
                 .push_bind(payload)
@@ -373,6 +386,26 @@ impl Store {
         if let Some(topic) = &changes.on_topic {
             query.push(" AND topic = ").push_bind(topic.as_str());
         }
+        // The compare-and-set repeats what was read to build the change (a
+        // person's edit need not move the version): the topic a move
+        // leaves, the payload and headers a change of the other keeps.
+        if let Some(from) = &moved_from {
+            query
+                .push(" AND topic = ")
+                .push_bind(from.clone())
+                .push(" AND schedule_id IS NULL");
+        }
+        let read_conditions = moved_from.is_some() || read_kept.is_some();
+        if let Some(kept) = read_kept {
+            query
+                .push(" AND payload <=> ")
+                .push_bind(kept.payload)
+                .push(" AND headers <=> ")
+                .push_bind(kept.headers)
+                .push(" AND enc_key <=> ")
+                .push_bind(kept.enc_key);
+        }
+        fail_point_pause!("job-modify-read");
         // A new topic whose key a job there holds fails here (the unique
         // key), and the whole change is rolled back: `DuplicateKey`.
         let applied = query.build().execute(&mut *tx).await?.rows_affected() == 1;
@@ -407,8 +440,21 @@ impl Store {
             }
         }
         let (job, now) = job_read_back(tx, self, id).await?;
+        let on_topic = changes
+            .on_topic
+            .as_ref()
+            .is_none_or(|topic| *topic == job.topic);
         if applied {
             Ok(Modified::Applied(job, now))
+        } else if read_conditions
+            && job.status == Status::Pending
+            && job.version == version
+            && on_topic
+        {
+            // Only what was read can have failed it: changed by hand since.
+            Err(StoreError::lost_race(format!(
+                "job {id} changed since its change was built"
+            )))
         } else if job.status != Status::Pending {
             Ok(Modified::NotPending(job))
         } else {
@@ -1078,36 +1124,63 @@ async fn db_clock_on(conn: &mut sqlx::MySqlConnection) -> Result<NaiveDateTime, 
         .await?)
 }
 
+/// The payload, headers and key of a row as read, which a change of only
+/// one of payload and headers keeps: its compare-and-set repeats them.
+struct Kept {
+    payload: Vec<u8>,
+    headers: Option<Vec<u8>>,
+    enc_key: Option<Vec<u8>>,
+}
+
+/// What [`resealed`] gives: the columns to write, and what they keep of
+/// the row as read (None: both were given, nothing was read).
+struct Resealed {
+    row: (Vec<u8>, Option<String>, Option<String>, &'static str),
+    kept: Option<Kept>,
+}
+
 /// A change of job `id`'s payload or headers as the row is to hold both:
 /// (payload, headers, key, payload_kind), the payload compressed by
 /// `codec` when it is on, then both sealed under the active key of
 /// `keys`, or plain without one. What the change leaves alone is read from
-/// the row (locked), opened and expanded.
+/// the row (plainly), opened and expanded; the raw columns read are given
+/// back for the write to repeat.
 async fn resealed(
     conn: &mut sqlx::MySqlConnection,
     (keys, codec): (&Keyring, &Codec),
     id: JobId,
     payload: &Option<(Vec<u8>, PayloadKind)>,
     headers: &Option<BTreeMap<String, String>>,
-) -> Result<(Vec<u8>, Option<String>, Option<String>, &'static str), StoreError> {
-    let (payload, kind, headers) = match (payload, headers) {
-        (Some((payload, kind)), Some(headers)) => (payload.clone(), *kind, headers.clone()),
+) -> Result<Resealed, StoreError> {
+    let (payload, kind, headers, kept) = match (payload, headers) {
+        (Some((payload, kind)), Some(headers)) => (payload.clone(), *kind, headers.clone(), None),
         _ => {
-            let row = sqlx::query(&format!(
-                "SELECT {JOB_COLUMNS} FROM jobs WHERE id = ? FOR UPDATE"
-            ))
-            .bind(id)
-            .fetch_optional(&mut *conn)
-            .await?
-            .ok_or(StoreError::NotFound(id))?;
+            let row = sqlx::query(&format!("SELECT {JOB_COLUMNS} FROM jobs WHERE id = ?"))
+                .bind(id)
+                .fetch_optional(&mut *conn)
+                .await?
+                .ok_or(StoreError::NotFound(id))?;
             let current = job_from_row(&row, keys, codec)?;
+            let kept = Kept {
+                payload: row.try_get("payload")?,
+                headers: row.try_get("headers")?,
+                enc_key: row.try_get("enc_key")?,
+            };
             let (payload, kind) = payload
                 .clone()
                 .unwrap_or((current.payload, current.payload_kind));
-            (payload, kind, headers.clone().unwrap_or(current.headers))
+            (
+                payload,
+                kind,
+                headers.clone().unwrap_or(current.headers),
+                Some(kept),
+            )
         }
     };
-    Ok(packed_sealed((keys, codec), id, &payload, kind, &headers))
+    Ok(Resealed {
+        row: packed_sealed((keys, codec), id, &payload, kind, &headers),
+        kept,
+    })
 }
 
 #[cfg(test)]
