@@ -8,17 +8,23 @@
 //!
 //! Fail points: `results-read` (a batch of reports decided, not yet
 //! written), `job-modify-read` (a change built on the row as read, not yet
-//! written), `schedule-read` (a schedule's change built, not yet written).
+//! written), `schedule-planned` (a schedule's occurrences planned and
+//! inserted, its cursor not yet advanced), `bulk-read` (a bulk batch read,
+//! not yet written).
 
 #![cfg(feature = "failpoints")]
 
 use std::collections::BTreeMap;
 use std::time::Duration;
 
-use tickler::domain::job::{JobId, NewJob, Status};
+use tickler::domain::job::{JobId, NewJob, PayloadKind, Status};
 use tickler::domain::outcome::{Ignored, Outcome, ResultReport};
 use tickler::domain::policy::Policy;
-use tickler::store::{Actor, Disposition, JobChanges, Modified};
+use tickler::domain::schedule::Misfire;
+use tickler::store::{
+    Actor, BulkAction, BulkFilter, Disposition, JobChanges, Modified, NewSchedule, ScheduleDef,
+    ScheduleStatus,
+};
 use tickler_testkit::store::{job_new, Db};
 
 /// How long a fail point holds its write: the test's edit is made well
@@ -121,5 +127,134 @@ async fn a_change_of_headers_keeps_a_payload_a_person_wrote_after_it_read_the_ro
     let now = db.store.job_get(id).await.unwrap();
     assert_eq!(now.payload, br#"{"fixed":1}"#.to_vec());
     assert_eq!(now.version, version + 1);
+    db.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn occurrences_planned_before_a_pause_are_not_left_behind_it() {
+    let db = Db::new().await;
+    let now = db.store.db_now().await.unwrap();
+    let start = now + chrono::Duration::minutes(10);
+    let def = ScheduleDef {
+        payload: b"{}".to_vec(),
+        payload_kind: PayloadKind::Json,
+        headers: BTreeMap::new(),
+        policy: Policy::default(),
+        cron: None,
+        time_zone: None,
+        every_ms: Some(60_000),
+        start_at: start,
+        end_at: None,
+        max_occurrences: None,
+        misfire: Misfire::FireOnce,
+        misfire_grace_ms: 60_000,
+        window_ms: None,
+        jitter_ms: None,
+    };
+    let schedule = db
+        .store
+        .schedule_insert(
+            &NewSchedule {
+                topic: "ticks".to_owned(),
+                key: "race".to_owned(),
+                def: def.clone(),
+                created_by: "api:alice".to_owned(),
+            },
+            Some(start),
+        )
+        .await
+        .unwrap();
+
+    // A materializer plans and inserts the next half hour's occurrences,
+    // then is held before it advances the schedule; the pause commits in
+    // that gap (it cannot see the occurrences not yet committed).
+    fail::cfg("schedule-planned", HOLD).unwrap();
+    let store = db.store.clone();
+    let materialize = tokio::spawn(async move {
+        store
+            .schedule_materialize(schedule.id, Duration::from_secs(40 * 60))
+            .await
+    });
+    tokio::time::sleep(EDIT_AFTER).await;
+    let (paused, _) = db.store.schedule_pause(schedule.id, true).await.unwrap();
+    assert_eq!(paused.status, ScheduleStatus::Paused);
+    let done = materialize.await.unwrap().unwrap();
+    fail::remove("schedule-planned");
+
+    assert!(
+        done.created.is_empty(),
+        "the pass is made again on the paused schedule: {} created",
+        done.created.len()
+    );
+    let pending = db.store.schedule_pending(schedule.id, 100).await.unwrap();
+    assert!(
+        pending.is_empty(),
+        "a paused schedule has no occurrences not yet due: {} pending",
+        pending.len()
+    );
+    let now = db.store.schedule_get(schedule.id).await.unwrap();
+    assert_eq!(now.status, ScheduleStatus::Paused);
+    assert_eq!(now.occurrences, 0);
+    db.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_bulk_batch_leaves_a_row_a_person_moved_out_of_its_filter() {
+    let db = Db::new().await;
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(db.job(60_000, 1).await);
+    }
+    let run_at_to = chrono::Utc::now() + chrono::Duration::minutes(5);
+    let filter = BulkFilter {
+        topic: Some("store-test".to_owned()),
+        run_at_to: Some(run_at_to),
+        ..BulkFilter::default()
+    };
+    let action = BulkAction::Shift { by_ms: 3_600_000 };
+    let max_id = db.store.job_max_id().await.unwrap();
+    let (total, _) = db
+        .store
+        .bulk_count(&filter, max_id, action.applies_to())
+        .await
+        .unwrap();
+    assert_eq!(total, 3);
+    let op_id = db
+        .store
+        .bulk_create("api:ops", &filter, &action, max_id, total, 1)
+        .await
+        .unwrap();
+    let op = db.store.bulk_get(op_id).await.unwrap().unwrap();
+    let batch = db.store.bulk_next(&op, 10).await.unwrap();
+    assert_eq!(batch.len(), 3);
+
+    fail::cfg("bulk-read", HOLD).unwrap();
+    let store = db.store.clone();
+    let apply = tokio::spawn(async move { store.bulk_apply(&op, &batch, |_| 1, |_| true).await });
+    tokio::time::sleep(EDIT_AFTER).await;
+    // A person moves one job a day out, past the operation's filter, with
+    // its version as it was: the shift must not move it again.
+    db.edit(
+        "UPDATE jobs SET schedule_time = TIMESTAMPADD(DAY, 1, UTC_TIMESTAMP(3)) WHERE id = ?",
+        ids[1],
+    )
+    .await;
+    let done = apply.await.unwrap().unwrap().expect("the operation runs");
+    fail::remove("bulk-read");
+
+    let mut changed = done.changed.clone();
+    changed.sort_unstable();
+    assert_eq!(changed, vec![ids[0], ids[2]]);
+    let moved = db.store.job_get(ids[1]).await.unwrap();
+    let day = chrono::Utc::now() + chrono::Duration::days(1);
+    assert!(
+        (moved.schedule_time - day).num_minutes().abs() < 5,
+        "the person's time is kept: {}",
+        moved.schedule_time
+    );
+    for id in [ids[0], ids[2]] {
+        let shifted = db.store.job_get(id).await.unwrap();
+        assert!(shifted.schedule_time > run_at_to, "shifted by an hour");
+    }
     db.finish().await;
 }

@@ -744,7 +744,6 @@ fn the_sql_tickler_runs_uses_only_what_every_target_engine_has() {
 
 /// (file, rule, how many): what is left to take out for #62.
 const PORTABLE_DEBT: &[(&str, &str, usize)] = &[
-    ("src/store/bulk.rs", "locking-read", 1),
     ("src/store/consumption.rs", "multi-table-write", 1),
     ("src/store/consumption.rs", "subquery-in-write", 1),
     ("src/store/debounce.rs", "locking-read", 1),
@@ -755,7 +754,6 @@ const PORTABLE_DEBT: &[(&str, &str, usize)] = &[
     ("src/store/quotas.rs", "multi-table-write", 2),
     ("src/store/results.rs", "multi-table-write", 1),
     ("src/store/results.rs", "subquery-in-write", 1),
-    ("src/store/schedules.rs", "locking-read", 4),
     ("src/store/scratch.rs", "subquery-in-write", 1),
     ("src/store/sql.rs", "multi-table-write", 1),
     ("src/store/verify.rs", "multi-table-write", 1),

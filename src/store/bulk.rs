@@ -3,6 +3,7 @@
 //! operation's progress commit together, so an operation resumed after a
 //! crash neither skips nor repeats a job.
 
+use std::collections::HashMap;
 use std::time::Duration;
 
 use chrono::{DateTime, NaiveDateTime, Utc};
@@ -258,6 +259,41 @@ fn ids_push(query: &mut QueryBuilder<'_, MySql>, ids: &[JobId]) {
     query.push(")");
 }
 
+/// ` AND` each of `ids` (read in the batch) still at the version it was
+/// read at: with the read's own conditions repeated, the write's
+/// compare-and-set. `id IN` first, so the primary key finds the rows.
+fn as_read_push(
+    query: &mut QueryBuilder<'_, MySql>,
+    ids: &[JobId],
+    versions: &HashMap<JobId, u32>,
+) {
+    ids_push(query, ids);
+    query.push(" AND (id, version) IN (");
+    let mut list = query.separated(", ");
+    for id in ids {
+        list.push("(")
+            .push_bind_unseparated(*id)
+            .push_unseparated(", ")
+            .push_bind_unseparated(versions.get(id).copied().unwrap_or(0))
+            .push_unseparated(")");
+    }
+    query.push(")");
+}
+
+/// A batch's write changed every row it read, or none is kept: one changed
+/// since the read (by a dispatcher, a person, another change) fails the
+/// batch, which is made again on the rows as they are now.
+fn all_as_read(written: u64, read: usize) -> Result<(), StoreError> {
+    if written == read as u64 {
+        Ok(())
+    } else {
+        Err(StoreError::lost_race(format!(
+            "{} of a bulk batch's {read} rows changed since they were read",
+            (read as u64).saturating_sub(written)
+        )))
+    }
+}
+
 impl Store {
     /// The newest job id (0 when there is none).
     pub async fn job_max_id(&self) -> Result<JobId, StoreError> {
@@ -486,9 +522,9 @@ impl Store {
             .await
     }
 
-    /// Long because it is one transaction: lock the batch, apply the
-    /// operation's change to each job it still applies to, advance the cursor,
-    /// all on one connection and under the same locks.
+    /// Long because it is one transaction: read the batch, apply the
+    /// operation's change to each job it still applies to by compare-and-sets
+    /// on the rows as read, advance the cursor, all on one connection.
     async fn bulk_apply_once(
         &self,
         op: &BulkOp,
@@ -499,22 +535,34 @@ impl Store {
     ) -> Result<Option<BulkBatch>, StoreError> {
         let mut tx = self.begin().await?;
         let ids: Vec<JobId> = batch.iter().map(|(id, _)| *id).collect();
-        // A release that checks payloads reads them under the lock.
+        // A release that checks payloads reads them (and the write repeats
+        // the version they were read at).
         let checks_payloads = matches!(op.action, BulkAction::Release { force: false });
         let columns = if checks_payloads {
             JOB_COLUMNS
         } else {
-            "id, topic"
+            "id, topic, version"
         };
-        // Lock the rows first, so which of them change is known exactly.
-        let mut lock =
+        // Read plainly: each write repeats the read's conditions and the
+        // versions read ([`as_read_push`]), and a batch one of whose rows
+        // changed in between is made again on the rows as they are now.
+        let mut read =
             QueryBuilder::<MySql>::new(format!("SELECT {columns} FROM jobs WHERE status = "));
-        lock.push_bind(op.action.applies_to().as_str());
-        action_push(&mut lock, &op.action);
-        ids_push(&mut lock, &ids);
-        filter_push(&mut lock, &op.filter);
-        lock.push(" FOR UPDATE");
-        let rows = lock.build().fetch_all(&mut *tx).await?;
+        read.push_bind(op.action.applies_to().as_str());
+        action_push(&mut read, &op.action);
+        ids_push(&mut read, &ids);
+        filter_push(&mut read, &op.filter);
+        let rows = read.build().fetch_all(&mut *tx).await?;
+        let mut versions: HashMap<JobId, u32> = HashMap::with_capacity(rows.len());
+        for row in &rows {
+            versions.insert(row.try_get("id")?, row.try_get("version")?);
+        }
+        let as_read = |query: &mut QueryBuilder<'_, MySql>, ids: &[JobId]| {
+            action_push(query, &op.action);
+            filter_push(query, &op.filter);
+            as_read_push(query, ids, &versions);
+        };
+        fail_point_pause!("bulk-read");
         let mut eligible: Vec<(JobId, String)> = Vec::with_capacity(rows.len());
         let mut conflicts = 0;
         for row in &rows {
@@ -550,8 +598,9 @@ impl Store {
                             ", version = version % 4294967295 + 1 \
                              WHERE status = 'pending' AND held_at IS NOT NULL",
                         );
-                    ids_push(&mut update, &changed);
-                    update.build().execute(&mut *tx).await?;
+                    as_read(&mut update, &changed);
+                    let written = update.build().execute(&mut *tx).await?.rows_affected();
+                    all_as_read(written, changed.len())?;
                     events_record(&mut tx, &self.actor, &changed, token).await?;
                 }
                 BulkAction::Retarget { topic } => {
@@ -567,8 +616,9 @@ impl Store {
                         .push(", version = version % 4294967295 + 1, topic = ")
                         .push_bind(topic.as_str())
                         .push(" WHERE status = 'pending'");
-                    action_push(&mut update, &op.action);
-                    ids_push(&mut update, &changed);
+                    as_read(&mut update, &changed);
+                    // A row changed since the read is not moved, and is
+                    // counted with those whose key the topic holds.
                     update.build().execute(&mut *tx).await?;
                     let moved =
                         events_record_retargeted(&mut tx, &self.actor, &eligible, topic, token)
@@ -600,8 +650,9 @@ impl Store {
                                  ack_deadline = NULL, version = version % 4294967295 + 1 \
                                  WHERE status = 'dead'",
                         );
-                        ids_push(&mut update, &of_topic);
-                        update.build().execute(&mut *tx).await?;
+                        as_read(&mut update, &of_topic);
+                        let written = update.build().execute(&mut *tx).await?.rows_affected();
+                        all_as_read(written, of_topic.len())?;
                         events_record(&mut tx, &self.actor, &of_topic, token).await?;
                     }
                 }
@@ -712,8 +763,9 @@ impl Store {
                         }
                     }
                     update.push(" WHERE status = 'pending'");
-                    ids_push(&mut update, &changed);
-                    update.build().execute(&mut *tx).await?;
+                    as_read(&mut update, &changed);
+                    let written = update.build().execute(&mut *tx).await?.rows_affected();
+                    all_as_read(written, changed.len())?;
                     events_record(&mut tx, &self.actor, &changed, token).await?;
                 }
             }

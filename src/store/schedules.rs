@@ -615,8 +615,7 @@ impl Store {
     ) -> Result<Materialized, StoreError> {
         let mut tx = self.begin().await?;
         let row = sqlx::query(&format!(
-            "SELECT {SCHEDULE_COLUMNS}, UTC_TIMESTAMP(3) AS db_now FROM schedules \
-             WHERE id = ? FOR UPDATE"
+            "SELECT {SCHEDULE_COLUMNS}, UTC_TIMESTAMP(3) AS db_now FROM schedules WHERE id = ?"
         ))
         .bind(id)
         .fetch_optional(&mut *tx)
@@ -698,18 +697,29 @@ impl Store {
             gap_skipped_record(&mut tx, id, schedule.cursor_at, span).await?;
         }
         let last_at = plan.create.iter().map(|o| o.at).max();
-        sqlx::query(
+        fail_point_pause!("schedule-planned");
+        let advance = format!(
             "UPDATE schedules SET cursor_at = ?, next_at = ?, last_at = COALESCE(?, last_at), \
-             occurrences = occurrences + ?, status = IF(?, 'ended', status) WHERE id = ?",
-        )
-        .bind(db_time(plan.cursor))
-        .bind(plan.next_at.map(db_time))
-        .bind(last_at.map(db_time))
-        .bind(done.created.len() as u32)
-        .bind(plan.ended)
-        .bind(id)
-        .execute(&mut *tx)
-        .await?;
+             occurrences = occurrences + ?, status = IF(?, 'ended', status){AS_READ}"
+        );
+        let advance = sqlx::query(&advance)
+            .bind(db_time(plan.cursor))
+            .bind(plan.next_at.map(db_time))
+            .bind(last_at.map(db_time))
+            .bind(done.created.len() as u32)
+            .bind(plan.ended);
+        if as_read_bind(advance, AsRead::from(&schedule))
+            .execute(&mut *tx)
+            .await?
+            .rows_affected()
+            != 1
+        {
+            // Paused, changed, deleted or advanced by another instance
+            // since the read: this pass's occurrences go with the rollback.
+            return Err(StoreError::lost_race(format!(
+                "schedule {id} changed since this pass read it"
+            )));
+        }
         tx.commit().await?;
         Ok(done)
     }
@@ -728,11 +738,21 @@ impl Store {
         version: u32,
         def: &ScheduleDef,
     ) -> Result<ScheduleUpdate, StoreError> {
+        contention_retry(|| self.schedule_update_once(id, version, def)).await
+    }
+
+    async fn schedule_update_once(
+        &self,
+        id: u64,
+        version: u32,
+        def: &ScheduleDef,
+    ) -> Result<ScheduleUpdate, StoreError> {
         let mut tx = self.begin().await?;
-        let current = schedule_lock(&mut tx, &self.keys, id).await?;
+        let current = schedule_read(&mut tx, &self.keys, id).await?;
         if current.version != version {
             return Ok(ScheduleUpdate::VersionMismatch(Box::new(current)));
         }
+        schedule_take(&mut tx, AsRead::from(&current)).await?;
         // One "now" for what is deleted and where the cursor goes, so no
         // occurrence falls between the two.
         let now: NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(3)")
@@ -805,8 +825,7 @@ impl Store {
             .push(", window_ms = ")
             .push_bind(def.window_ms)
             .push(", jitter_ms = ")
-            .push_bind(def.jitter_ms)
-            .push(", version = version % 4294967295 + 1");
+            .push_bind(def.jitter_ms);
         if retime {
             // From now (or the new start), with the occurrences that stay
             // counted; the next pass creates what the new times ask for.
@@ -846,8 +865,22 @@ impl Store {
         id: u64,
         pause: bool,
     ) -> Result<(ScheduleRow, u64), StoreError> {
+        contention_retry(|| self.schedule_pause_once(id, pause)).await
+    }
+
+    async fn schedule_pause_once(
+        &self,
+        id: u64,
+        pause: bool,
+    ) -> Result<(ScheduleRow, u64), StoreError> {
         let mut tx = self.begin().await?;
-        let current = schedule_lock(&mut tx, &self.keys, id).await?;
+        let current = schedule_read(&mut tx, &self.keys, id).await?;
+        if matches!(
+            (pause, current.status),
+            (true, ScheduleStatus::Active) | (false, ScheduleStatus::Paused)
+        ) {
+            schedule_take(&mut tx, AsRead::from(&current)).await?;
+        }
         let now: NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(3)")
             .fetch_one(&mut *tx)
             .await?;
@@ -861,7 +894,7 @@ impl Store {
                 let from = removed.first_at.map_or(now, |first| first.min(now));
                 gap_pause_open(&mut tx, id, from).await?;
                 sqlx::query(
-                    "UPDATE schedules SET status = 'paused', version = version % 4294967295 + 1, \
+                    "UPDATE schedules SET status = 'paused', \
                      cursor_at = ?, last_at = NULL, next_at = ?, \
                      occurrences = GREATEST(CAST(occurrences AS SIGNED) - ?, 0) WHERE id = ?",
                 )
@@ -876,7 +909,7 @@ impl Store {
                 let cursor = current.cursor_at.max(now);
                 let next_at = current.def.first_after(cursor);
                 sqlx::query(
-                    "UPDATE schedules SET status = ?, version = version % 4294967295 + 1, cursor_at = ?, \
+                    "UPDATE schedules SET status = ?, cursor_at = ?, \
                      last_at = NULL, next_at = ? WHERE id = ?",
                 )
                 .bind(if next_at.is_some() { "active" } else { "ended" })
@@ -902,15 +935,17 @@ impl Store {
         id: u64,
         pending: PendingOccurrences,
     ) -> Result<u64, StoreError> {
+        contention_retry(|| self.schedule_delete_once(id, pending)).await
+    }
+
+    async fn schedule_delete_once(
+        &self,
+        id: u64,
+        pending: PendingOccurrences,
+    ) -> Result<u64, StoreError> {
         let mut tx = self.begin().await?;
-        let found: Option<u64> =
-            sqlx::query_scalar("SELECT id FROM schedules WHERE id = ? FOR UPDATE")
-                .bind(id)
-                .fetch_optional(&mut *tx)
-                .await?;
-        if found.is_none() {
-            return Err(StoreError::NotFound(id));
-        }
+        let current = as_read(&mut tx, id).await?;
+        schedule_take(&mut tx, current).await?;
         let mut gone = 0;
         if pending == PendingOccurrences::Cancel {
             let now: NaiveDateTime = sqlx::query_scalar("SELECT UTC_TIMESTAMP(3)")
@@ -1144,20 +1179,110 @@ fn fire_job_from_row(row: &MySqlRow) -> Result<Option<(DateTime<Utc>, FireJob)>,
     )))
 }
 
-/// Reads schedule `id` and locks its row until the transaction ends.
-async fn schedule_lock(
+/// Reads schedule `id`, plainly: what is decided on it is written after
+/// [`schedule_take`]'s compare-and-set.
+async fn schedule_read(
     conn: &mut sqlx::MySqlConnection,
     keys: &Keyring,
     id: u64,
 ) -> Result<ScheduleRow, StoreError> {
     let row = sqlx::query(&format!(
-        "SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = ? FOR UPDATE"
+        "SELECT {SCHEDULE_COLUMNS} FROM schedules WHERE id = ?"
     ))
     .bind(id)
     .fetch_optional(conn)
     .await?
     .ok_or(StoreError::NotFound(id))?;
     schedule_from_row(&row, keys)
+}
+
+/// What a change of a schedule decides on and its compare-and-set repeats:
+/// its version, and what the materializer moves without one (status,
+/// cursor, occurrences, the latest occurrence), as the row holds them.
+struct AsRead {
+    id: u64,
+    version: u32,
+    status: Vec<u8>,
+    cursor_at: NaiveDateTime,
+    occurrences: u32,
+    last_at: Option<NaiveDateTime>,
+}
+
+impl From<&ScheduleRow> for AsRead {
+    fn from(read: &ScheduleRow) -> Self {
+        AsRead {
+            id: read.id,
+            version: read.version,
+            status: read.status.as_str().as_bytes().to_vec(),
+            cursor_at: db_time(read.cursor_at),
+            occurrences: read.occurrences,
+            last_at: read.last_at.map(db_time),
+        }
+    }
+}
+
+/// Reads of schedule `id` only what [`AsRead`] holds: a delete needs no
+/// more, so a row whose payload or definition does not decode can still be
+/// deleted.
+async fn as_read(conn: &mut sqlx::MySqlConnection, id: u64) -> Result<AsRead, StoreError> {
+    let (id, version, status, cursor_at, occurrences, last_at) = sqlx::query_as(
+        "SELECT id, version, CAST(status AS CHAR) AS status, cursor_at, occurrences, last_at \
+         FROM schedules WHERE id = ?",
+    )
+    .bind(id)
+    .fetch_optional(conn)
+    .await?
+    .ok_or(StoreError::NotFound(id))?;
+    Ok(AsRead {
+        id,
+        version,
+        status,
+        cursor_at,
+        occurrences,
+        last_at,
+    })
+}
+
+/// ` WHERE` the schedule is still as it was read: its placeholders are
+/// bound by [`as_read_bind`].
+const AS_READ: &str = " WHERE id = ? AND version = ? AND status = ? AND cursor_at = ? \
+     AND occurrences = ? AND last_at <=> ?";
+
+/// Binds [`AS_READ`]'s placeholders, the last of `query`'s.
+fn as_read_bind(
+    query: sqlx::query::Query<'_, MySql, sqlx::mysql::MySqlArguments>,
+    read: AsRead,
+) -> sqlx::query::Query<'_, MySql, sqlx::mysql::MySqlArguments> {
+    query
+        .bind(read.id)
+        .bind(read.version)
+        .bind(read.status)
+        .bind(read.cursor_at)
+        .bind(read.occurrences)
+        .bind(read.last_at)
+}
+
+/// The first write of a change of a schedule (update, pause, resume,
+/// delete): its version moves on, by a compare-and-set on the schedule as
+/// read. Lost (a materializer or a person wrote it since, or it is gone):
+/// nothing is written and the change is made again on the row as it is
+/// now. Won: the row is this transaction's until it ends, so a
+/// materializer's own compare-and-set, which waits for it, then fails, and
+/// the occurrences this change reads are all there are.
+async fn schedule_take(conn: &mut sqlx::MySqlConnection, read: AsRead) -> Result<(), StoreError> {
+    let id = read.id;
+    let take = format!("UPDATE schedules SET version = version % 4294967295 + 1{AS_READ}");
+    if as_read_bind(sqlx::query(&take), read)
+        .execute(conn)
+        .await?
+        .rows_affected()
+        != 1
+    {
+        return Err(StoreError::lost_race(format!(
+            "schedule {id} changed since it was read"
+        )));
+    }
+    Ok(())
 }
 
 /// What [`occurrences_delete_future`] deleted.
@@ -1186,8 +1311,7 @@ async fn occurrences_delete_future(
 ) -> Result<Removed, StoreError> {
     let doomed: Vec<(JobId, NaiveDateTime, u32, Option<Vec<u8>>)> = sqlx::query_as(
         "SELECT id, schedule_time, attempt, job_key FROM jobs WHERE schedule_id = ? \
-         AND status = 'pending' AND schedule_time > ? AND attempt = 1 AND dispatched_at IS NULL \
-         FOR UPDATE",
+         AND status = 'pending' AND schedule_time > ? AND attempt = 1 AND dispatched_at IS NULL",
     )
     .bind(id)
     .bind(now)
@@ -1218,10 +1342,22 @@ async fn occurrences_delete_future(
     let ids: Vec<JobId> = doomed.iter().map(|(id, _, _, _)| *id).collect();
     let mut delete = QueryBuilder::<MySql>::new("DELETE FROM jobs WHERE id IN ");
     push_id_list(&mut delete, &ids);
-    Ok(Removed {
-        count: delete.build().execute(&mut *conn).await?.rows_affected(),
-        first_at,
-    })
+    // The read's conditions again: one claimed, moved or run since it was
+    // read is not deleted, and the change is made again.
+    delete
+        .push(" AND schedule_id = ")
+        .push_bind(id)
+        .push(" AND status = 'pending' AND schedule_time > ")
+        .push_bind(now)
+        .push(" AND attempt = 1 AND dispatched_at IS NULL");
+    let count = delete.build().execute(&mut *conn).await?.rows_affected();
+    if count != ids.len() as u64 {
+        return Err(StoreError::lost_race(format!(
+            "{} of schedule {id}'s occurrences changed since they were read",
+            ids.len() as u64 - count.min(ids.len() as u64)
+        )));
+    }
+    Ok(Removed { count, first_at })
 }
 
 /// Opens the gap of a pause: the occurrences from `from` on are not
