@@ -59,8 +59,8 @@ macro_rules! fail_point_stall {
 /// race tests hold a compare-and-set between its read and its write while
 /// they change the row (`FAILPOINTS` or `fail::cfg`). Without the
 /// `failpoints` feature, nothing at all. Names in use: `results-read`,
-/// `job-modify-read`, `schedule-planned`, `bulk-read`
-/// (tests/cas_races.rs).
+/// `job-modify-read`, `schedule-planned`, `bulk-read`,
+/// `debounce-read` (tests/cas_races.rs).
 macro_rules! fail_point_pause {
     ($name:literal) => {
         #[cfg(feature = "failpoints")]

@@ -10,7 +10,8 @@
 //! written), `job-modify-read` (a change built on the row as read, not yet
 //! written), `schedule-planned` (a schedule's occurrences planned and
 //! inserted, its cursor not yet advanced), `bulk-read` (a bulk batch read,
-//! not yet written).
+//! not yet written), `debounce-read` (the key's job read as pending, not
+//! yet moved).
 
 #![cfg(feature = "failpoints")]
 
@@ -22,8 +23,8 @@ use tickler::domain::outcome::{Ignored, Outcome, ResultReport};
 use tickler::domain::policy::Policy;
 use tickler::domain::schedule::Misfire;
 use tickler::store::{
-    Actor, BulkAction, BulkFilter, Disposition, JobChanges, Modified, NewSchedule, ScheduleDef,
-    ScheduleStatus,
+    Actor, BulkAction, BulkFilter, Debounced, Disposition, JobChanges, Modified, NewSchedule,
+    ScheduleDef, ScheduleStatus,
 };
 use tickler_testkit::store::{job_new, Db};
 
@@ -256,5 +257,46 @@ async fn a_bulk_batch_leaves_a_row_a_person_moved_out_of_its_filter() {
         let shifted = db.store.job_get(id).await.unwrap();
         assert!(shifted.schedule_time > run_at_to, "shifted by an hour");
     }
+    db.finish().await;
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_debounce_does_not_move_a_job_whose_key_a_person_freed_after_it_read_it() {
+    let db = Db::new().await;
+    let keyed = |payload: &str| NewJob {
+        key: Some("k".to_owned()),
+        payload: payload.as_bytes().to_vec(),
+        ..job_new("store-test", 3_600_000)
+    };
+    let first = match db
+        .store
+        .job_debounce(&keyed("1"), None, None)
+        .await
+        .unwrap()
+    {
+        Debounced::Created(job, _) => job,
+        other => panic!("the first request creates: {other:?}"),
+    };
+
+    fail::cfg("debounce-read", HOLD).unwrap();
+    let store = db.store.clone();
+    let second = keyed("2");
+    let debounce = tokio::spawn(async move { store.job_debounce(&second, None, None).await });
+    tokio::time::sleep(EDIT_AFTER).await;
+    // A person frees the key by hand (version untouched): the job keeps
+    // what it had, and the request makes the key's next job.
+    db.edit("UPDATE jobs SET job_key = NULL WHERE id = ?", first.id)
+        .await;
+    let debounced = debounce.await.unwrap().unwrap();
+    fail::remove("debounce-read");
+
+    let Debounced::Created(created, _) = debounced else {
+        panic!("the key is free when the write comes: {debounced:?}");
+    };
+    assert_ne!(created.id, first.id);
+    assert_eq!(created.payload, b"2".to_vec());
+    let left = db.store.job_get(first.id).await.unwrap();
+    assert_eq!(left.payload, b"1".to_vec(), "the freed job is left alone");
+    assert_eq!(left.version, first.version);
     db.finish().await;
 }

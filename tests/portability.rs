@@ -746,7 +746,6 @@ fn the_sql_tickler_runs_uses_only_what_every_target_engine_has() {
 const PORTABLE_DEBT: &[(&str, &str, usize)] = &[
     ("src/store/consumption.rs", "multi-table-write", 1),
     ("src/store/consumption.rs", "subquery-in-write", 1),
-    ("src/store/debounce.rs", "locking-read", 1),
     ("src/store/dispatch.rs", "multi-table-write", 4),
     ("src/store/dispatch.rs", "subquery-in-write", 2),
     ("src/store/holds.rs", "multi-table-write", 1),

@@ -1,7 +1,10 @@
 //! A create that debounces (`on_conflict: "debounce"`): one transaction
-//! that reads the job holding (topic, key) under its row lock and then
-//! creates it, moves it (never past its ceiling), or — once it went out —
-//! frees the key and creates the next generation.
+//! that reads the job holding (topic, key), plainly, and then creates it
+//! (the unique key refuses a second), moves it (never past its ceiling; a
+//! compare-and-set on it still pending and holding the key), or — once it
+//! went out — frees the key (a compare-and-set on the version read) and
+//! creates the next generation. A write that finds the row changed since
+//! the read is made again on the row as it is now.
 //!
 //! The ceiling of a generation is its first request time
 //! (`debounce_first_at`, the database's clock when the generation's first
@@ -18,7 +21,7 @@ use sqlx::Row;
 use super::error::{contention_retry, StoreError};
 use super::handle::Store;
 use super::job_row::job_read_back;
-use super::jobs::{JobChanges, Modified};
+use super::jobs::{Expect, JobChanges, Modified};
 use crate::domain::job::{Expiry, Job, JobId, NewJob, Schedule, Status};
 
 /// Tries of a debounce that finds the key taken by a job created after it
@@ -89,8 +92,8 @@ impl Store {
         }
     }
 
-    /// Long because it is the three outcomes of one locked read, each in
-    /// the same transaction.
+    /// Long because it is the three outcomes of one read, each written by a
+    /// compare-and-set in the same transaction.
     async fn job_debounce_once(
         &self,
         job: &NewJob,
@@ -101,7 +104,7 @@ impl Store {
             "a debounce without a key (refused by the request's rules)".to_owned(),
         ))?;
         let mut tx = self.begin().await?;
-        let holder = holder_lock(&mut tx, &job.topic, key, max_delay_ms).await?;
+        let holder = holder_read(&mut tx, &job.topic, key, max_delay_ms).await?;
         let Some(holder) = holder else {
             let (created, db_now) = self.job_insert_on(&mut tx, job).await?;
             let mark = Mark {
@@ -171,11 +174,23 @@ impl Store {
                     topic: None,
                     on_topic: None,
                 };
-                // Under the row's lock: the version and status read above
-                // still hold, and the claim's compare-and-set waits for
-                // this commit (then finds the new time).
+                // A compare-and-set on the job still pending and holding
+                // the key, whatever its version: a debounce writes the job
+                // whole as its request says, so of debounces racing on one
+                // key each waits for the one before it (the row's write
+                // lock) and the latest wins, as it would have in sequence.
+                // A claim that came first fails it (not pending: read
+                // again, in flight); the claim's own compare-and-set waits
+                // for this commit, then finds the new time.
+                fail_point_pause!("debounce-read");
                 match self
-                    .job_modify_on(&mut tx, holder.id, holder.version, &changes, position)
+                    .job_modify_on(
+                        &mut tx,
+                        holder.id,
+                        Expect::HoldingKey(key),
+                        &changes,
+                        position,
+                    )
                     .await?
                 {
                     Modified::Applied(moved, db_now) => {
@@ -186,7 +201,7 @@ impl Store {
                             db_now,
                         })
                     }
-                    // Not while we hold the lock; read again.
+                    // Claimed, or its key freed, since the read: read again.
                     Modified::VersionMismatch(_)
                     | Modified::NotPending(_)
                     | Modified::Occurrence(_) => Err(StoreError::DuplicateKey),
@@ -200,11 +215,14 @@ impl Store {
             // Gone out (or finished, or a status this build does not know:
             // a hand edit): the next generation takes the key.
             _ => {
+                // Only while it is as read: not pending again (a retry)
+                // nor freed by another debounce since.
                 let freed = sqlx::query(
                     "UPDATE jobs SET retired_key = job_key, job_key = NULL \
-                     WHERE id = ? AND job_key IS NOT NULL",
+                     WHERE id = ? AND job_key IS NOT NULL AND version = ?",
                 )
                 .bind(holder.id)
+                .bind(holder.version)
                 .execute(&mut *tx)
                 .await?
                 .rows_affected();
@@ -229,9 +247,9 @@ impl Store {
     }
 }
 
-/// The job holding (topic, key), locked, with its ceiling: `max_delay_ms`
-/// stands for a `debounce_max_ms` the row lacks.
-async fn holder_lock(
+/// The job holding (topic, key), read plainly, with its ceiling:
+/// `max_delay_ms` stands for a `debounce_max_ms` the row lacks.
+async fn holder_read(
     conn: &mut sqlx::MySqlConnection,
     topic: &str,
     key: &str,
@@ -240,7 +258,7 @@ async fn holder_lock(
     let row = sqlx::query(
         "SELECT id, CAST(status AS CHAR) AS status, version, generation, created_at, \
          debounce_first_at, debounce_max_ms, UTC_TIMESTAMP(3) AS db_now \
-         FROM jobs WHERE topic = ? AND job_key = ? FOR UPDATE",
+         FROM jobs WHERE topic = ? AND job_key = ?",
     )
     .bind(topic)
     .bind(key)

@@ -50,6 +50,25 @@ pub struct JobChanges {
     pub on_topic: Option<String>,
 }
 
+/// What a modification expects of the job besides being pending.
+#[derive(Debug, Clone, Copy)]
+pub(super) enum Expect<'a> {
+    /// Still at this version: a caller's change of the job it read.
+    Version(u32),
+    /// Still holding this key, whatever its version: a debounce, which
+    /// writes the job whole as its request says (the latest request wins).
+    HoldingKey(&'a str),
+}
+
+impl Expect<'_> {
+    fn holds(&self, job: &Job) -> bool {
+        match self {
+            Expect::Version(version) => job.version == *version,
+            Expect::HoldingKey(key) => job.key.as_deref() == Some(*key),
+        }
+    }
+}
+
 /// What became of a modification.
 #[derive(Debug)]
 pub enum Modified {
@@ -170,7 +189,7 @@ impl Store {
         contention_retry(|| async {
             let mut tx = self.begin().await?;
             let modified = self
-                .job_modify_on(&mut tx, id, version, changes, position)
+                .job_modify_on(&mut tx, id, Expect::Version(version), changes, position)
                 .await?;
             tx.commit().await?;
             Ok(modified)
@@ -186,7 +205,7 @@ impl Store {
         &self,
         tx: &mut sqlx::MySqlConnection,
         id: JobId,
-        version: u32,
+        expect: Expect<'_>,
         changes: &JobChanges,
         position: Option<&str>,
     ) -> Result<Modified, StoreError> {
@@ -213,7 +232,7 @@ impl Store {
                         let (job, _) = job_read_back(tx, self, id).await?;
                         return Ok(if job.status != Status::Pending {
                             Modified::NotPending(job)
-                        } else if job.version != version {
+                        } else if !expect.holds(&job) {
                             Modified::VersionMismatch(job)
                         } else {
                             Modified::Occurrence(job)
@@ -380,9 +399,15 @@ impl Store {
         query
             .push(" WHERE id = ")
             .push_bind(id)
-            .push(" AND version = ")
-            .push_bind(version)
             .push(" AND status = 'pending'");
+        match expect {
+            Expect::Version(version) => {
+                query.push(" AND version = ").push_bind(version);
+            }
+            Expect::HoldingKey(key) => {
+                query.push(" AND job_key = ").push_bind(key);
+            }
+        }
         if let Some(topic) = &changes.on_topic {
             query.push(" AND topic = ").push_bind(topic.as_str());
         }
@@ -446,10 +471,7 @@ impl Store {
             .is_none_or(|topic| *topic == job.topic);
         if applied {
             Ok(Modified::Applied(job, now))
-        } else if read_conditions
-            && job.status == Status::Pending
-            && job.version == version
-            && on_topic
+        } else if read_conditions && job.status == Status::Pending && expect.holds(&job) && on_topic
         {
             // Only what was read can have failed it: changed by hand since.
             Err(StoreError::lost_race(format!(
