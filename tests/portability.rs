@@ -748,14 +748,11 @@ const PORTABLE_DEBT: &[(&str, &str, usize)] = &[
     ("src/store/consumption.rs", "subquery-in-write", 1),
     ("src/store/dispatch.rs", "multi-table-write", 4),
     ("src/store/dispatch.rs", "subquery-in-write", 2),
-    ("src/store/holds.rs", "multi-table-write", 1),
     ("src/store/payload.rs", "multi-table-write", 1),
     ("src/store/quotas.rs", "multi-table-write", 2),
-    ("src/store/results.rs", "multi-table-write", 1),
     ("src/store/results.rs", "subquery-in-write", 1),
     ("src/store/scratch.rs", "subquery-in-write", 1),
     ("src/store/sql.rs", "multi-table-write", 1),
-    ("src/store/verify.rs", "multi-table-write", 1),
 ];
 
 fn portable_rules() -> &'static [(&'static str, Regex)] {

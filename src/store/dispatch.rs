@@ -29,10 +29,6 @@ use crate::domain::job::{Job, JobId, Status};
 pub(super) const CLAIM_NONE: &str = "claim_token = 0, claimed_by = 0, \
      claimed_at = '1970-01-01 00:00:00.000', claim_expires_at = '1970-01-01 00:00:00.000'";
 
-/// [`CLAIM_NONE`] for an UPDATE of `jobs j` joined to another table.
-pub(super) const CLAIM_NONE_JOINED: &str = "j.claim_token = 0, j.claimed_by = 0, \
-     j.claimed_at = '1970-01-01 00:00:00.000', j.claim_expires_at = '1970-01-01 00:00:00.000'";
-
 /// The claim's condition that the row's topic is not paused.
 const PAUSED_NOT: &str = "topic NOT IN (SELECT topic FROM topic_controls WHERE paused) AND ";
 

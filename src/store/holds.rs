@@ -16,7 +16,7 @@ use super::error::StoreError;
 use super::handle::Store;
 use super::history::{event_token, events_record};
 use super::job_row::job_read_back;
-use super::sql::update_joined;
+use super::sql::push_id_list;
 use crate::domain::job::{Job, JobId};
 
 /// What a release made of a held job.
@@ -51,28 +51,40 @@ impl Store {
         if held.is_empty() {
             return Ok(0);
         }
+        // One single-table UPDATE per reason (a batch's reasons are few:
+        // one schema's failures), in one transaction.
+        let mut reasons: Vec<&str> = held.iter().map(|(_, why)| why.as_str()).collect();
+        reasons.sort_unstable();
+        reasons.dedup();
         let event = event_token();
-        let mut update = update_joined(held, "h", |query, (id, why)| {
-            query
-                .push_bind(*id)
-                .push(" AS id, ")
-                .push_bind(why.as_str())
-                .push(" AS r");
-        });
-        update
-            .push("SET j.event_token = ")
-            .push_bind(event)
-            .push(
-                ", j.status = 'pending', j.version = j.version % 4294967295 + 1, \
-                 j.updated_at = j.updated_at, j.held_at = UTC_TIMESTAMP(3), j.held_reason = h.r, \
-                 j.last_error = h.r, ",
-            )
-            .push(super::dispatch::CLAIM_NONE_JOINED)
-            .push(" WHERE j.status = 'dispatching' AND j.claim_token = ")
-            .push_bind(token);
-        let ids: Vec<JobId> = held.iter().map(|(id, _)| *id).collect();
         let mut tx = self.begin().await?;
-        let n = update.build().execute(&mut *tx).await?.rows_affected();
+        let mut n = 0;
+        for why in reasons {
+            let ids: Vec<JobId> = held
+                .iter()
+                .filter(|(_, r)| r == why)
+                .map(|(id, _)| *id)
+                .collect();
+            let mut update = QueryBuilder::<MySql>::new("UPDATE jobs SET event_token = ");
+            update
+                .push_bind(event)
+                .push(
+                    ", status = 'pending', version = version % 4294967295 + 1, \
+                     updated_at = updated_at, held_at = UTC_TIMESTAMP(3), held_reason = ",
+                )
+                .push_bind(why)
+                .push(", last_error = ")
+                .push_bind(why)
+                .push(", ")
+                .push(super::dispatch::CLAIM_NONE)
+                .push(" WHERE id IN ");
+            push_id_list(&mut update, &ids);
+            update
+                .push(" AND status = 'dispatching' AND claim_token = ")
+                .push_bind(token);
+            n += update.build().execute(&mut *tx).await?.rows_affected();
+        }
+        let ids: Vec<JobId> = held.iter().map(|(id, _)| *id).collect();
         events_record(&mut tx, &self.actor, &ids, event).await?;
         tx.commit().await?;
         Ok(n)

@@ -25,7 +25,7 @@ use super::job_row::{
     job_from_row, job_from_row_without_body, job_read_back, policy_from_row, WindowEntry,
     JOB_COLUMNS,
 };
-use super::sql::{db_time, push_id_list, update_joined};
+use super::sql::{db_time, push_id_list};
 use crate::domain::job::{Job, JobId, Schedule, Status};
 use crate::domain::outcome::{self, Decision, Ignored, JobState, ResultReport};
 
@@ -549,10 +549,120 @@ fn change_push(
     Disposition::Applied(status)
 }
 
-/// Writes the changes (one UPDATE joined to them as a derived table), the
+/// Changes written by one statement when they carry only a status.
+const CHANGES_PLAIN_MAX: usize = 1_000;
+
+/// Changes written by one statement when each has its own time or error:
+/// a `CASE id WHEN` costs each row a walk of its arms, so they stay few.
+const CHANGES_OWN_MAX: usize = 64;
+
+/// One single-table UPDATE of `changes`: by id, each row still as its
+/// decision read it (a row constructor per row: version, status,
+/// attempt; a missed deadline's still past), to its new status, and for
+/// those that have one their new time (a retry, with the next attempt)
+/// and error. Returns how many rows it changed.
+async fn changes_write(
+    tx: &mut sqlx::MySqlConnection,
+    token: u64,
+    changes: &[&Change],
+) -> Result<u64, StoreError> {
+    let ids: Vec<JobId> = changes.iter().map(|change| change.id).collect();
+    let mut update = QueryBuilder::<MySql>::new("UPDATE jobs SET event_token = ");
+    update.push_bind(token);
+    let retried: Vec<(JobId, i64)> = changes
+        .iter()
+        .filter_map(|change| {
+            change.delay_ms.map(|ms| {
+                let us = i64::try_from(ms.saturating_mul(1000)).unwrap_or(i64::MAX);
+                (change.id, us)
+            })
+        })
+        .collect();
+    if !retried.is_empty() {
+        update.push(", schedule_time = CASE id");
+        for (id, us) in &retried {
+            update
+                .push(" WHEN ")
+                .push_bind(*id)
+                .push(" THEN TIMESTAMPADD(MICROSECOND, ")
+                .push_bind(*us)
+                .push(", UTC_TIMESTAMP(3))");
+        }
+        update.push(" ELSE schedule_time END, attempt = IF(id IN ");
+        let retried_ids: Vec<JobId> = retried.iter().map(|(id, _)| *id).collect();
+        push_id_list(&mut update, &retried_ids);
+        update.push(", LEAST(attempt, 4294967294) + 1, attempt)");
+    }
+    let errors: Vec<(JobId, &str)> = changes
+        .iter()
+        .filter_map(|change| change.error.as_deref().map(|error| (change.id, error)))
+        .collect();
+    if !errors.is_empty() {
+        update.push(", last_error = CASE id");
+        for (id, error) in &errors {
+            update
+                .push(" WHEN ")
+                .push_bind(*id)
+                .push(" THEN ")
+                .push_bind(*error);
+        }
+        update.push(" ELSE last_error END");
+    }
+    // The claim token is kept: a dispatcher still marking this attempt
+    // records its position by it.
+    update.push(", ack_deadline = NULL, version = version % 4294967295 + 1, status = ");
+    let mut statuses: Vec<Status> = changes.iter().map(|change| change.status).collect();
+    statuses.sort_unstable_by_key(|status| status.as_str());
+    statuses.dedup();
+    if let [status] = statuses[..] {
+        update.push_bind(status.as_str());
+    } else {
+        update.push("CASE");
+        for status in statuses {
+            let of_status: Vec<JobId> = changes
+                .iter()
+                .filter(|change| change.status == status)
+                .map(|change| change.id)
+                .collect();
+            update.push(" WHEN id IN ");
+            push_id_list(&mut update, &of_status);
+            update.push(" THEN ").push_bind(status.as_str());
+        }
+        update.push(" ELSE status END");
+    }
+    update.push(" WHERE id IN ");
+    push_id_list(&mut update, &ids);
+    update.push(" AND (id, version, status, attempt) IN (");
+    let mut rows = update.separated(", ");
+    for change in changes {
+        rows.push("(")
+            .push_bind_unseparated(change.id)
+            .push_unseparated(", ")
+            .push_bind_unseparated(change.version)
+            .push_unseparated(", ")
+            .push_bind_unseparated(change.was.as_str())
+            .push_unseparated(", ")
+            .push_bind_unseparated(change.attempt)
+            .push_unseparated(")");
+    }
+    update.push(")");
+    let deadlines: Vec<JobId> = changes
+        .iter()
+        .filter(|change| change.deadline_past)
+        .map(|change| change.id)
+        .collect();
+    if !deadlines.is_empty() {
+        update.push(" AND (id NOT IN ");
+        push_id_list(&mut update, &deadlines);
+        update.push(" OR ack_deadline < UTC_TIMESTAMP(3))");
+    }
+    Ok(update.build().execute(&mut *tx).await?.rows_affected())
+}
+
+/// Writes the changes (single-table UPDATEs: [`changes_write`]), the
 /// dead-letter outbox rows, and commits.
 ///
-/// Long because it is the one write of a settlement: the joined UPDATE, the
+/// Long because it is the one write of a settlement: the UPDATEs, the
 /// history, the dead-letter rows, the retries read back for Redis, the
 /// counts, then the commit.
 async fn finish(
@@ -562,45 +672,21 @@ async fn finish(
 ) -> Result<Decided, StoreError> {
     let mut settled = Decided::default();
     if !changes.is_empty() {
-        let mut update = update_joined(changes, "c", |query, change| {
-            // No NULLs in the derived table: a column's type is taken from
-            // its values, and -1 / '' read plainly as "none".
-            let delay_us = change.delay_ms.map_or(-1, |ms| {
-                i64::try_from(ms.saturating_mul(1000)).unwrap_or(i64::MAX)
-            });
-            query
-                .push_bind(change.id)
-                .push(" AS id, ")
-                .push_bind(change.version)
-                .push(" AS v, ")
-                .push_bind(change.was.as_str())
-                .push(" AS w, ")
-                .push_bind(change.attempt)
-                .push(" AS a, ")
-                .push_bind(i8::from(change.deadline_past))
-                .push(" AS x, ")
-                .push_bind(change.status.as_str())
-                .push(" AS s, ")
-                .push_bind(delay_us)
-                .push(" AS d, ")
-                .push_bind(change.error.clone().unwrap_or_default())
-                .push(" AS e");
-        });
-        // Assignments read only d and columns not assigned before them, so
-        // evaluation order does not matter. The claim token is kept: a
-        // dispatcher still marking this attempt records its position by it.
         // Every change moves the status or the attempt: each is recorded.
         let token = event_token();
-        update.push("SET j.event_token = ").push_bind(token).push(
-            ", \
-             j.schedule_time = IF(c.d >= 0, TIMESTAMPADD(MICROSECOND, c.d, UTC_TIMESTAMP(3)), j.schedule_time), \
-             j.attempt = IF(c.d >= 0, LEAST(j.attempt, 4294967294) + 1, j.attempt), \
-             j.last_error = IF(c.e = '', j.last_error, c.e), \
-             j.ack_deadline = NULL, j.version = j.version % 4294967295 + 1, j.status = c.s \
-             WHERE j.version = c.v AND j.status = c.w AND j.attempt = c.a \
-             AND (c.x = 0 OR j.ack_deadline < UTC_TIMESTAMP(3))",
-        );
-        let written = update.build().execute(&mut *tx).await?.rows_affected();
+        // Changes with nothing of their own but a status (a success, a
+        // death without a message) go many to a statement; those with a
+        // time or an error of their own, a few, each named in a CASE.
+        let (plain, own): (Vec<&Change>, Vec<&Change>) = changes
+            .iter()
+            .partition(|change| change.delay_ms.is_none() && change.error.is_none());
+        let mut written = 0;
+        for chunk in plain.chunks(CHANGES_PLAIN_MAX) {
+            written += changes_write(&mut tx, token, chunk).await?;
+        }
+        for chunk in own.chunks(CHANGES_OWN_MAX) {
+            written += changes_write(&mut tx, token, chunk).await?;
+        }
         if written != changes.len() as u64 {
             // A row moved since it was read (a report, a deadline, another
             // instance, a person): nothing of this batch is kept, and it

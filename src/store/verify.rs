@@ -11,8 +11,9 @@ use super::error::StoreError;
 use super::handle::Store;
 use super::history::{event_token, events_record};
 use super::job_row::{text, WindowEntry};
-use super::sql::{db_time, update_joined};
+use super::sql::{db_time, push_id_list};
 use crate::domain::delivery::Produced;
+use crate::domain::job::JobId;
 
 /// A row found by the sweep, and where the sweep goes on from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -33,22 +34,28 @@ impl Store {
     pub async fn job_verified_many(&self, found: &[Produced]) -> Result<u64, StoreError> {
         let mut set = 0;
         for chunk in found.chunks(1_000) {
-            let mut query = update_joined(chunk, "v", |query, produced| {
-                query
-                    .push_bind(produced.id)
-                    .push(" AS id, ")
-                    .push_bind(produced.attempt)
-                    .push(" AS a, ")
-                    .push_bind(produced.partition)
-                    .push(" AS p, ")
-                    .push_bind(produced.offset)
-                    .push(" AS o");
-            });
-            query.push(
-                "SET j.verified_at = UTC_TIMESTAMP(3), j.updated_at = j.updated_at \
-                 WHERE j.verified_at IS NULL AND j.attempt = v.a \
-                 AND j.kafka_partition = v.p AND j.kafka_offset = v.o",
+            // One table: the rows by id, each still at the attempt and
+            // position that was found (a row constructor per row).
+            let ids: Vec<JobId> = chunk.iter().map(|produced| produced.id).collect();
+            let mut query = QueryBuilder::<MySql>::new(
+                "UPDATE jobs SET verified_at = UTC_TIMESTAMP(3), updated_at = updated_at \
+                 WHERE verified_at IS NULL AND id IN ",
             );
+            push_id_list(&mut query, &ids);
+            query.push(" AND (id, attempt, kafka_partition, kafka_offset) IN (");
+            let mut rows = query.separated(", ");
+            for produced in chunk {
+                rows.push("(")
+                    .push_bind_unseparated(produced.id)
+                    .push_unseparated(", ")
+                    .push_bind_unseparated(produced.attempt)
+                    .push_unseparated(", ")
+                    .push_bind_unseparated(produced.partition)
+                    .push_unseparated(", ")
+                    .push_bind_unseparated(produced.offset)
+                    .push_unseparated(")");
+            }
+            query.push(")");
             set += query.build().execute(&self.pool).await?.rows_affected();
         }
         Ok(set)
