@@ -30,6 +30,9 @@ pub struct Consumed {
     pub at: Option<DateTime<Utc>>,
 }
 
+/// (topic, partition, group)s whose old samples one DELETE removes.
+const PURGE_GROUPS_MAX: usize = 200;
+
 impl Store {
     /// Records `samples` as seen now (the database's clock); a sample
     /// already recorded (by another instance) is left as it is.
@@ -172,20 +175,43 @@ impl Store {
     /// stands (what `--unconsumed-by` and a job's `consumed` read). Returns
     /// how many it deleted.
     pub async fn consumer_offsets_purge(&self, before: DateTime<Utc>) -> Result<u64, StoreError> {
-        // The derived table is grouped, so it is materialized before the
-        // delete (MySQL and MariaDB refuse one merged into it).
-        Ok(sqlx::query(
-            "DELETE c FROM consumer_offsets c JOIN (\
-               SELECT topic, kafka_partition, group_id, MAX(seen_at) AS newest \
-               FROM consumer_offsets GROUP BY topic, kafka_partition, group_id) n \
-             ON c.topic = n.topic AND c.kafka_partition = n.kafka_partition \
-             AND c.group_id = n.group_id \
-             WHERE c.seen_at < ? AND c.seen_at < n.newest",
+        // Each group's newest sample on each partition (of the groups that
+        // have one old enough to go), read; then, from the one table, what
+        // is older than both `before` and that newest, by primary-key
+        // prefix, a chunk of groups at a time. A sample written between the
+        // two is newer than `before` and stays.
+        let before = db_time(before);
+        let newest: Vec<(Vec<u8>, i32, Vec<u8>, NaiveDateTime)> = sqlx::query_as(
+            "SELECT topic, kafka_partition, group_id, MAX(seen_at) FROM consumer_offsets \
+             GROUP BY topic, kafka_partition, group_id HAVING MIN(seen_at) < ?",
         )
-        .bind(db_time(before))
-        .execute(&self.pool)
-        .await?
-        .rows_affected())
+        .bind(before)
+        .fetch_all(&self.pool)
+        .await?;
+        let mut deleted = 0;
+        for chunk in newest.chunks(PURGE_GROUPS_MAX) {
+            let mut delete =
+                QueryBuilder::<MySql>::new("DELETE FROM consumer_offsets WHERE seen_at < ");
+            delete.push_bind(before).push(" AND (");
+            for (n, (topic, partition, group, newest)) in chunk.iter().enumerate() {
+                if n > 0 {
+                    delete.push(" OR ");
+                }
+                delete
+                    .push("(topic = ")
+                    .push_bind(topic.clone())
+                    .push(" AND kafka_partition = ")
+                    .push_bind(*partition)
+                    .push(" AND group_id = ")
+                    .push_bind(group.clone())
+                    .push(" AND seen_at < ")
+                    .push_bind(*newest)
+                    .push(")");
+            }
+            delete.push(")");
+            deleted += delete.build().execute(&self.pool).await?.rows_affected();
+        }
+        Ok(deleted)
     }
 }
 

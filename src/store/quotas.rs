@@ -21,6 +21,7 @@ use sqlx::{MySql, QueryBuilder, Row};
 
 use super::error::StoreError;
 use super::handle::Store;
+use super::sql::push_id_list;
 use crate::domain::job::JobId;
 
 /// A token's quotas and what it uses of them.
@@ -77,20 +78,33 @@ async fn usage_charge_on(
     jobs: u64,
     bytes: u64,
 ) -> Result<(), StoreError> {
+    // The token's quotas, read plainly and bound into the charge (one
+    // table written): a quota changed meanwhile counts from the next charge,
+    // as if it had been changed a moment later.
+    let limits: Option<(Option<u64>, Option<u64>)> =
+        sqlx::query_as("SELECT max_pending_jobs, max_payload_bytes FROM api_tokens WHERE id = ?")
+            .bind(token)
+            .fetch_optional(&mut *conn)
+            .await?;
+    let (max_jobs, max_bytes) = limits.unwrap_or((None, None));
     for row_made in [false, true] {
         let charged = sqlx::query(
-            "UPDATE token_usage u JOIN api_tokens t ON t.id = u.token_id \
-             SET u.pending_jobs = u.pending_jobs + ?, u.payload_bytes = u.payload_bytes + ? \
-             WHERE u.token_id = ? \
-             AND (? = 0 OR t.max_pending_jobs IS NULL OR u.pending_jobs + ? <= t.max_pending_jobs) \
-             AND (t.max_payload_bytes IS NULL OR u.payload_bytes + ? <= t.max_payload_bytes)",
+            "UPDATE token_usage \
+             SET pending_jobs = pending_jobs + ?, payload_bytes = payload_bytes + ? \
+             WHERE token_id = ? \
+             AND (? = 0 OR ? IS NULL OR pending_jobs + ? <= ?) \
+             AND (? IS NULL OR payload_bytes + ? <= ?)",
         )
         .bind(jobs)
         .bind(bytes)
         .bind(token)
         .bind(jobs)
+        .bind(max_jobs)
         .bind(jobs)
+        .bind(max_jobs)
+        .bind(max_bytes)
         .bind(bytes)
+        .bind(max_bytes)
         .execute(&mut *conn)
         .await?
         .rows_affected();
@@ -343,15 +357,24 @@ impl Store {
         .execute(&mut *tx)
         .await?;
         tx.commit().await?;
-        sqlx::query(
-            "DELETE t FROM token_jobs t LEFT JOIN jobs j ON j.id = t.job_id \
+        // Read, then deleted from the one table by id: a job that leaves
+        // its end state between the two (a verification's new attempt) is
+        // counted again by the next recount, as before.
+        let done: Vec<JobId> = sqlx::query_scalar(
+            "SELECT t.job_id FROM token_jobs t LEFT JOIN jobs j ON j.id = t.job_id \
              WHERE t.token_id = ? AND (j.id IS NULL \
              OR j.status IN ('succeeded', 'cancelled', 'expired') \
              OR (j.status = 'dispatched' AND j.ack_deadline IS NULL))",
         )
         .bind(token)
-        .execute(&self.pool)
+        .fetch_all(&self.pool)
         .await?;
+        for chunk in done.chunks(1_000) {
+            let mut delete = QueryBuilder::<MySql>::new("DELETE FROM token_jobs WHERE token_id = ");
+            delete.push_bind(token).push(" AND job_id IN ");
+            push_id_list(&mut delete, chunk);
+            delete.build().execute(&self.pool).await?;
+        }
         self.quota_usage(token)
             .await?
             .ok_or_else(|| StoreError::Corrupt(format!("token {token} vanished while counted")))

@@ -334,10 +334,22 @@ impl Store {
             )
             .push_bind(cutoff);
         let purged = delete.build().execute(&mut *tx).await?.rows_affected();
-        let mut events = QueryBuilder::<MySql>::new("DELETE FROM job_events WHERE job_id IN ");
-        push_id_list(&mut events, &ids);
-        events.push(" AND NOT EXISTS (SELECT 1 FROM jobs WHERE jobs.id = job_events.job_id)");
-        events.build().execute(&mut *tx).await?;
+        // The history of the jobs now gone (this transaction's deletes, and
+        // any another purger made): one table at a time.
+        let mut present = QueryBuilder::<MySql>::new("SELECT id FROM jobs WHERE id IN ");
+        push_id_list(&mut present, &ids);
+        let present: HashSet<JobId> = present
+            .build_query_scalar()
+            .fetch_all(&mut *tx)
+            .await?
+            .into_iter()
+            .collect();
+        let gone: Vec<JobId> = ids.into_iter().filter(|id| !present.contains(id)).collect();
+        if !gone.is_empty() {
+            let mut events = QueryBuilder::<MySql>::new("DELETE FROM job_events WHERE job_id IN ");
+            push_id_list(&mut events, &gone);
+            events.build().execute(&mut *tx).await?;
+        }
         tx.commit().await?;
         Ok(purged)
     }
