@@ -307,6 +307,7 @@ impl Releaser {
                     Failure::Refused {
                         reason: "unknown_topic",
                         message: format!("topic {:?} does not exist on the broker", job.topic),
+                        from_broker: false,
                     }
                 } else {
                     let topics = self.topics.clone();

@@ -25,6 +25,11 @@ pub enum Failure {
         /// Stable word, the `reason` label of `tickler_produce_refused_total`.
         reason: &'static str,
         message: String,
+        /// The broker's own answer (at delivery), which a topic missing
+        /// drops from the cached metadata; false for a refusal made from
+        /// that metadata, which has nothing to add to it, and whose settle
+        /// may come after a newer fetch that found the topic.
+        from_broker: bool,
     },
     /// Not acknowledged in time: the topic may have vanished (checked
     /// against fresh metadata) or the broker is slow.
@@ -51,7 +56,11 @@ pub enum Failure {
 pub(super) fn kafka_failure(err: &KafkaError) -> Failure {
     let message = err.to_string();
     match kafka::fault_of(err) {
-        Fault::Refused(reason) => Failure::Refused { reason, message },
+        Fault::Refused(reason) => Failure::Refused {
+            reason,
+            message,
+            from_broker: true,
+        },
         Fault::TimedOut => Failure::TimedOut(message),
         Fault::Broker => Failure::Broker(message),
     }

@@ -165,9 +165,20 @@ impl Settler {
                 Err(failure) => failure,
             };
             match failure {
-                Failure::Refused { reason, message } => {
+                Failure::Refused {
+                    reason,
+                    message,
+                    from_broker,
+                } => {
                     metrics::produce_refused(sent.id, &sent.topic, reason, &message);
-                    if reason == "unknown_topic" {
+                    // Only the broker's own answer drops the topic: a
+                    // refusal made from the cached metadata is settled up
+                    // to a second later, and dropping the topic then would
+                    // undo a fetch made since that found it, and keep it
+                    // "missing" on fresh metadata for another round of
+                    // refusals (every job's attempts spent on a topic that
+                    // exists).
+                    if reason == "unknown_topic" && from_broker {
                         self.topics.forget(&sent.topic);
                     }
                     refused
