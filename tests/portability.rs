@@ -746,7 +746,6 @@ fn the_sql_tickler_runs_uses_only_what_every_target_engine_has() {
 const PORTABLE_DEBT: &[(&str, &str, usize)] = &[
     ("src/store/dispatch.rs", "multi-table-write", 4),
     ("src/store/dispatch.rs", "subquery-in-write", 2),
-    ("src/store/payload.rs", "multi-table-write", 1),
     ("src/store/scratch.rs", "subquery-in-write", 1),
     ("src/store/sql.rs", "multi-table-write", 1),
 ];

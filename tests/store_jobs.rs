@@ -405,14 +405,21 @@ async fn list_pages_by_id_without_payloads_and_applies_each_filter() {
         .job_list(&JobFilter::default(), None, 100)
         .await
         .unwrap();
-    assert_eq!(ids(&all), [a, b, c, d]);
+    // Ids are a total order, not a time order (see docs/architecture.md).
+    let by_id = sorted([a, b, c, d]);
+    assert_eq!(ids(&all), by_id);
     assert!(
         all.iter().all(|j| j.payload.is_empty()),
         "listings leave payloads out"
     );
-    assert_eq!(list(JobFilter::default(), None, 2).await, [a, b]);
-    assert_eq!(list(JobFilter::default(), Some(b), 2).await, [c, d]);
-    assert!(list(JobFilter::default(), Some(d), 2).await.is_empty());
+    assert_eq!(list(JobFilter::default(), None, 2).await, by_id[..2]);
+    assert_eq!(
+        list(JobFilter::default(), Some(by_id[1]), 2).await,
+        by_id[2..]
+    );
+    assert!(list(JobFilter::default(), Some(by_id[3]), 2)
+        .await
+        .is_empty());
 
     let filter = |topic: Option<&str>, status, key: Option<&str>| JobFilter {
         topic: topic.map(str::to_owned),
@@ -422,7 +429,7 @@ async fn list_pages_by_id_without_payloads_and_applies_each_filter() {
     };
     assert_eq!(
         list(filter(Some("orders.eu"), None, None), None, 100).await,
-        [a, d]
+        sorted([a, d])
     );
     assert_eq!(
         list(filter(None, Some(Status::Cancelled), None), None, 100).await,
@@ -443,12 +450,16 @@ async fn list_pages_by_id_without_payloads_and_applies_each_filter() {
         run_at_from: Some(hour(2)),
         ..JobFilter::default()
     };
-    assert_eq!(list(from, None, 100).await, [b, c, d], "from is inclusive");
+    assert_eq!(
+        list(from, None, 100).await,
+        sorted([b, c, d]),
+        "from is inclusive"
+    );
     let to = JobFilter {
         run_at_to: Some(hour(3)),
         ..JobFilter::default()
     };
-    assert_eq!(list(to, None, 100).await, [a, b], "to is exclusive");
+    assert_eq!(list(to, None, 100).await, sorted([a, b]), "to is exclusive");
     let patterns = |p: &[&str]| JobFilter {
         topic_patterns: Some(p.iter().map(|s| s.to_string()).collect()),
         ..JobFilter::default()
@@ -458,10 +469,13 @@ async fn list_pages_by_id_without_payloads_and_applies_each_filter() {
         [c],
         "'_' in a pattern is itself"
     );
-    assert_eq!(list(patterns(&["orders.*"]), None, 100).await, [a, b, d]);
+    assert_eq!(
+        list(patterns(&["orders.*"]), None, 100).await,
+        sorted([a, b, d])
+    );
     assert_eq!(
         list(patterns(&["orders.us", "orders_x"]), None, 100).await,
-        [b, c]
+        sorted([b, c])
     );
     assert!(
         list(patterns(&[]), None, 100).await.is_empty(),
@@ -911,9 +925,10 @@ async fn a_topics_pending_jobs_and_the_topics_of_ids_are_read_by_id() {
             )
         }
     };
-    assert_eq!(pending(0, 100).await, [overdue, soon]);
-    assert_eq!(pending(overdue, 100).await, [soon]);
-    assert_eq!(pending(0, 1).await, [overdue]);
+    let [first, second] = sorted([overdue, soon]);
+    assert_eq!(pending(0, 100).await, [first, second]);
+    assert_eq!(pending(first, 100).await, [second]);
+    assert_eq!(pending(0, 1).await, [first]);
     assert!(!pending(0, 100).await.contains(&later));
 
     let topics: Vec<(u64, String, bool)> = db
@@ -1216,11 +1231,11 @@ async fn samples_read_recent_dispatches_positions_statuses_and_deaths() {
             .iter()
             .map(|p| (p.id, p.topic.as_str(), p.partition, p.offset))
             .collect::<Vec<_>>(),
-        [
+        sorted([
             (recent, "store-test", 0, recent as i64),
             (old, "store-test", 0, old as i64),
             (finished, "store-test", 0, finished as i64),
-        ]
+        ])
     );
     assert_eq!(
         db.store.job_positions_recent(1).await.unwrap().len(),
@@ -1262,5 +1277,137 @@ async fn samples_read_recent_dispatches_positions_statuses_and_deaths() {
         .await
         .unwrap()
         .is_empty());
+    db.finish().await;
+}
+
+/// `items` in ascending order.
+fn sorted<T: Ord, const N: usize>(mut items: [T; N]) -> [T; N] {
+    items.sort();
+    items
+}
+
+// ---------------------------------------------------------------------------
+// ids known before the write (src/store/id_blocks.rs)
+
+/// A plain job with `key` on `topic` due in an hour.
+fn keyed(topic: &str, key: &str) -> NewJob {
+    NewJob {
+        key: Some(key.to_owned()),
+        ..job_new(topic, 3_600_000)
+    }
+}
+
+/// What the row `id` holds as (topic, payload): to show a row is untouched.
+async fn row_of(db: &Db, id: JobId) -> (String, Vec<u8>) {
+    sqlx::query_as("SELECT CAST(topic AS CHAR), payload FROM jobs WHERE id = ?")
+        .bind(id)
+        .fetch_one(&db.sql)
+        .await
+        .unwrap()
+}
+
+/// A row inserted as a build before the id blocks does, or a person: by
+/// the table's AUTO_INCREMENT, or at `id` when given.
+async fn inserted_beside(db: &Db, id: Option<JobId>) -> JobId {
+    let done = sqlx::query(
+        "INSERT INTO jobs (id, topic, payload, payload_kind, schedule_time) \
+         VALUES (?, 'beside', 'by hand', 'bytes', UTC_TIMESTAMP(3) + INTERVAL 1 DAY)",
+    )
+    .bind(id)
+    .execute(&db.sql)
+    .await
+    .unwrap();
+    id.unwrap_or(done.last_insert_id())
+}
+
+/// A row that took the id a handle was about to give — by hand, by an
+/// older build's counter, by a restore — costs the write a retry with a
+/// fresh block: the job is created once, under another id, and the row
+/// that was there first is left as it was. Single creates and batches.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_id_taken_beside_its_block_costs_a_retry_and_never_a_job() {
+    let db = Db::new().await;
+    let api = db.store_as(Actor::Api);
+    let first = api.job_insert(&keyed("ids", "first")).await.unwrap().0.id;
+    // The handle's next single create would be `first - 1`.
+    let squatter = inserted_beside(&db, Some(first - 1)).await;
+    let (second, _) = api.job_insert(&keyed("ids", "second")).await.unwrap();
+    assert_ne!(second.id, squatter);
+    assert_eq!(second.key.as_deref(), Some("second"));
+
+    // Rows by AUTO_INCREMENT land above every block handed out so far.
+    let counted = inserted_beside(&db, None).await;
+    assert!(counted > first && counted > second.id);
+
+    // A batch of three would take the three ids below `second`: one taken.
+    let taken = inserted_beside(&db, Some(second.id - 2)).await;
+    let batch = [keyed("ids", "a"), keyed("ids", "b"), keyed("ids", "first")];
+    let (rows, _) = api.job_insert_many(&batch).await.unwrap();
+    let (a, b) = (created(&rows[0]), created(&rows[1]));
+    assert!(matches!(rows[2], BatchRow::Duplicate), "its key is taken");
+    assert_eq!((a.key.as_deref(), b.key.as_deref()), (Some("a"), Some("b")));
+    let mut all = vec![first, second.id, a.id, b.id, squatter, counted, taken];
+    all.sort_unstable();
+    all.dedup();
+    assert_eq!(all.len(), 7, "every row has an id of its own");
+    for id in [squatter, counted, taken] {
+        assert_eq!(
+            row_of(&db, id).await,
+            ("beside".to_owned(), b"by hand".to_vec()),
+            "row {id} is as it was written"
+        );
+    }
+    for (id, key) in [
+        (first, "first"),
+        (second.id, "second"),
+        (a.id, "a"),
+        (b.id, "b"),
+    ] {
+        let job = api.job_get(id).await.unwrap();
+        assert_eq!(job.key.as_deref(), Some(key), "job {id}");
+    }
+    let count: i64 = sqlx::query_scalar("SELECT COUNT(*) FROM jobs")
+        .fetch_one(&db.sql)
+        .await
+        .unwrap();
+    assert_eq!(count, 7, "nothing written twice, nothing lost");
+    db.finish().await;
+}
+
+/// The sequence's row is hostile input too: set behind the table, past
+/// the largest id, or deleted, a new handle still creates jobs, each under
+/// an id of its own at most 2^53 - 1.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_hand_set_id_sequence_costs_no_create() {
+    let db = Db::new().await;
+    let mut ids = vec![
+        db.store_as(Actor::Api)
+            .job_insert(&keyed("ids", "start"))
+            .await
+            .unwrap()
+            .0
+            .id,
+    ];
+    for (n, edit) in [
+        "UPDATE id_blocks SET next_id = 0",
+        "UPDATE id_blocks SET next_id = 18446744073709551615",
+        "UPDATE id_blocks SET next_id = 9007199254740990",
+        "DELETE FROM id_blocks",
+    ]
+    .into_iter()
+    .enumerate()
+    {
+        sqlx::query(edit).execute(&db.sql).await.unwrap();
+        // A handle of its own: no block left from before the edit.
+        let api = db.store_as(Actor::Api);
+        let (job, _) = api
+            .job_insert(&keyed("ids", &format!("after-{n}")))
+            .await
+            .unwrap_or_else(|err| panic!("after {edit}: {err}"));
+        assert!(job.id < 1 << 53, "after {edit}: {}", job.id);
+        assert!(!ids.contains(&job.id), "after {edit}: {} again", job.id);
+        ids.push(job.id);
+        api.close().await;
+    }
     db.finish().await;
 }

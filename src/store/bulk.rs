@@ -297,10 +297,10 @@ fn all_as_read(written: u64, read: usize) -> Result<(), StoreError> {
 impl Store {
     /// The newest job id (0 when there is none).
     pub async fn job_max_id(&self) -> Result<JobId, StoreError> {
-        // id-order: the bound of a bulk change. Ids come from one counter on
-        // InnoDB and from one allocator, in order, on TiDB with the baseline's
-        // AUTO_ID_CACHE=1: a job created after this read gets a higher id. One
-        // being inserted during the read may fall either side, as with any start.
+        // id-order: the bound of a bulk change's cursor: every job that exists
+        // now has an id up to it. Ids are not in time order (a job created
+        // after this read may get a lower one from a block reserved before):
+        // the operation leaves those out by their created_at (`bulk_next`).
         let max: Option<JobId> = sqlx::query_scalar("SELECT MAX(id) FROM jobs")
             .fetch_one(&self.pool)
             .await?;
@@ -468,12 +468,16 @@ impl Store {
         limit: u32,
     ) -> Result<Vec<(JobId, String)>, StoreError> {
         // id-order: a cursor over the ids up to max_id: it needs ids to be a
-        // total order, not a time order; the bound is job_max_id's.
+        // total order, not a time order. Ids are not handed out in time order
+        // (src/store/id_blocks.rs), so a job created after the operation may
+        // have a lower id: its created_at leaves it out.
         let mut query = QueryBuilder::<MySql>::new("SELECT id, topic FROM jobs WHERE id > ");
         query
             .push_bind(op.cursor_id)
             .push(" AND id <= ")
-            .push_bind(op.max_id);
+            .push_bind(op.max_id)
+            .push(" AND created_at <= ")
+            .push_bind(db_time(op.created_at));
         filter_push(&mut query, &op.filter);
         query.push(" ORDER BY id LIMIT ").push_bind(limit);
         let rows = query.build().fetch_all(&self.pool).await?;

@@ -103,10 +103,12 @@ impl Store {
         let key = job.key.as_deref().ok_or(StoreError::Corrupt(
             "a debounce without a key (refused by the request's rules)".to_owned(),
         ))?;
+        // Taken before the transaction, used if a job is created.
+        let id = self.job_id().await?;
         let mut tx = self.begin().await?;
         let holder = holder_read(&mut tx, &job.topic, key, max_delay_ms).await?;
         let Some(holder) = holder else {
-            let (created, db_now) = self.job_insert_on(&mut tx, job).await?;
+            let (created, db_now) = self.job_insert_on(&mut tx, job, id).await?;
             let mark = Mark {
                 max_delay_ms,
                 generation: 0,
@@ -230,7 +232,7 @@ impl Store {
                     // Another debounce freed it first: read again.
                     return Err(StoreError::DuplicateKey);
                 }
-                let (created, db_now) = self.job_insert_on(&mut tx, job).await?;
+                let (created, db_now) = self.job_insert_on(&mut tx, job, id).await?;
                 let generation = holder.generation.saturating_add(1);
                 let mark = Mark {
                     max_delay_ms,

@@ -9,6 +9,7 @@ use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::mysql::MySqlPool;
 use sqlx::{MySql, Transaction};
 
+use super::id_blocks::IdBlocks;
 use super::pool;
 use super::sql::session_clock_set;
 use super::StoreError;
@@ -73,6 +74,9 @@ pub struct Store {
     pub(super) keys: Keyring,
     /// Compresses the payloads it writes, expands those it reads.
     pub(super) codec: Codec,
+    /// The ids this handle (and its clones) hands new jobs (see
+    /// `id_blocks.rs`).
+    pub(super) ids: Arc<IdBlocks>,
 }
 
 impl Store {
@@ -107,6 +111,7 @@ impl Store {
             quota: None,
             keys: Keyring::none(),
             codec: Codec::off(),
+            ids: Arc::default(),
         })
     }
 

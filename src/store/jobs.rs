@@ -16,7 +16,7 @@ use super::job_row::{
     job_created, job_from_row, job_from_row_listed, job_from_row_without_body, job_read_back, text,
     CREATED_COLUMNS, JOB_COLUMNS, JOB_COLUMNS_NO_PAYLOAD,
 };
-use super::payload::{packed_sealed, seal_created_on, Inserted};
+use super::payload::packed_sealed;
 use super::sql::{db_time, run_at_push, topic_patterns_push, INSERT_ROWS_MAX};
 use crate::domain::compression::Codec;
 use crate::domain::job::{Expiry, Job, JobId, NewJob, PayloadKind, Schedule, Status, Window};
@@ -582,13 +582,14 @@ impl Store {
         jobs: &[&NewJob],
         positions: Option<&[String]>,
     ) -> Result<(Vec<BatchRow>, DateTime<Utc>), StoreError> {
+        let ids = self.job_ids(jobs.len()).await?;
         let mut tx = self.begin().await?;
         let rows = insert_many_with_positions_on(
             &mut tx,
-            &self.actor,
+            self,
             &self.keys.sealing(),
-            &self.codec,
             jobs,
+            &ids,
             positions,
         )
         .await?;
@@ -694,23 +695,41 @@ impl Store {
     }
 
     async fn job_insert_once(&self, job: &NewJob) -> Result<(Job, DateTime<Utc>), StoreError> {
+        let id = self.job_id().await?;
         let mut tx = self.begin().await?;
-        let created = self.job_insert_on(&mut tx, job).await?;
+        let created = self.job_insert_on(&mut tx, job, id).await?;
         tx.commit().await?;
         Ok(created)
     }
 
-    /// [`Store::job_insert`] on the caller's transaction (which commits).
+    /// One id for a new job (see [`Store::job_ids`]): taken before the
+    /// write's transaction begins.
+    pub(super) async fn job_id(&self) -> Result<JobId, StoreError> {
+        let ids = self.job_ids(1).await?;
+        ids.first()
+            .copied()
+            .ok_or_else(|| StoreError::Corrupt("no id for a new job".to_owned()))
+    }
+
+    /// [`Store::job_insert`] as row `id` (from [`Store::job_ids`]) on the
+    /// caller's transaction (which commits).
     pub(super) async fn job_insert_on(
         &self,
         tx: &mut sqlx::MySqlConnection,
         job: &NewJob,
+        id: JobId,
     ) -> Result<(Job, DateTime<Utc>), StoreError> {
-        // Sealed once the row has its id, in this transaction (see
-        // `insert_chunk_on`).
+        // Sealed under its id in its own INSERT: the plain payload and
+        // headers never reach the table, its redo log or the binary log.
         // One key for the whole write (see `Keyring::sealing`).
         let keys = self.keys.sealing();
-        let inserted = Inserted::of(&keys, &self.codec, &job.payload);
+        let (payload, headers, enc_key, kind) = packed_sealed(
+            (&keys, &self.codec),
+            id,
+            &job.payload,
+            job.payload_kind,
+            &job.headers,
+        );
         // Times bound as values, a delay counted from the database's clock
         // (see `insert_chunk_on`).
         let now = if times_relative(job) {
@@ -719,18 +738,20 @@ impl Store {
             NaiveDateTime::default()
         };
         let times = row_times(job, now);
-        sqlx::query(
-            "INSERT INTO jobs (topic, job_key, payload, payload_kind, headers, schedule_time, \
-             max_attempts, expects_result, backoff_base_ms, backoff_cap_ms, ack_timeout_ms, \
-             trace_parent, schedule_id, expires_at, window_ms, window_start, \
+        let inserted = sqlx::query(
+            "INSERT INTO jobs (id, topic, job_key, payload, payload_kind, headers, enc_key, \
+             schedule_time, max_attempts, expects_result, backoff_base_ms, backoff_cap_ms, \
+             ack_timeout_ms, trace_parent, schedule_id, expires_at, window_ms, window_start, \
              run_local, time_zone, tzdata_version) \
-             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+             VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
         )
+        .bind(id)
         .bind(&job.topic)
         .bind(&job.key)
-        .bind(inserted.payload_column())
-        .bind(inserted.kind_column(job.payload_kind))
-        .bind(inserted.headers_column(&job.headers))
+        .bind(&payload)
+        .bind(kind)
+        .bind(&headers)
+        .bind(&enc_key)
         .bind(times.schedule)
         .bind(job.policy.max_attempts)
         .bind(job.policy.expects_result)
@@ -746,27 +767,44 @@ impl Store {
         .bind(job.wall.as_ref().map(|wall| wall.zone.as_str()))
         .bind(job.wall.as_ref().map(|wall| wall.tzdata_version.as_str()))
         .execute(&mut *tx)
-        .await?;
+        .await
+        .map_err(StoreError::from);
+        if let Err(StoreError::DuplicateKey) = inserted {
+            // Its (topic, key) taken, or its id: by a row inserted beside
+            // the block (see `id_blocks`), which is no duplicate.
+            let taken: Option<i32> = sqlx::query_scalar("SELECT 1 FROM jobs WHERE id = ?")
+                .bind(id)
+                .fetch_optional(&mut *tx)
+                .await?;
+            if taken.is_some() {
+                return Err(self.ids_taken(&[id]));
+            }
+        }
+        inserted?;
         let row = sqlx::query(&format!(
-            "SELECT {CREATED_COLUMNS}, UTC_TIMESTAMP(3) AS db_now FROM jobs WHERE id = LAST_INSERT_ID()"
+            "SELECT {CREATED_COLUMNS}, UTC_TIMESTAMP(3) AS db_now FROM jobs WHERE id = ?"
         ))
+        .bind(id)
         .fetch_one(&mut *tx)
         .await?;
         let now: NaiveDateTime = row.try_get("db_now")?;
         let created = job_created(job, &row)?;
         events_record_new(&mut *tx, &self.actor, &[&created]).await?;
-        seal_created_on(
-            &mut *tx,
-            &keys,
-            &[(created.id, &inserted, &created.headers)],
-        )
-        .await?;
         if let Some(token) = self.quota {
             // Before the commit: a create past the quota is rolled back.
             super::quotas::charge_on(&mut *tx, token, &[(created.id, job.payload.len() as u64)])
                 .await?;
         }
         Ok((created, now.and_utc()))
+    }
+
+    /// A write that found ids of this handle's block taken: the block is
+    /// dropped, and the write, rolled back, is made again with new ids.
+    pub(super) fn ids_taken(&self, ids: &[JobId]) -> StoreError {
+        self.ids.forget();
+        StoreError::lost_race(format!(
+            "job ids {ids:?} were taken by rows inserted beside their block; the write is made again with new ids"
+        ))
     }
 
     /// A job's topic alone: what a caller's topic scope is checked against
@@ -842,35 +880,43 @@ impl Store {
 }
 
 /// Inserts many jobs in one statement on `conn` (inside the caller's
-/// transaction). A (topic, key) already taken yields `Duplicate` for that
-/// item and writes nothing for it. One row per item, in order.
+/// transaction), as rows `ids` (from [`Store::job_ids`], one an item),
+/// sealed under `keys`. A (topic, key) already taken yields `Duplicate`
+/// for that item and writes nothing for it. One row per item, in order.
 pub(super) async fn insert_many_on(
     conn: &mut sqlx::MySqlConnection,
-    actor: &str,
+    store: &Store,
     keys: &Keyring,
-    codec: &Codec,
     jobs: &[NewJob],
+    ids: &[JobId],
 ) -> Result<Vec<BatchRow>, StoreError> {
     let jobs: Vec<&NewJob> = jobs.iter().collect();
-    insert_many_with_positions_on(conn, actor, keys, codec, &jobs, None).await
+    insert_many_with_positions_on(conn, store, keys, &jobs, ids, None).await
 }
 
 /// [`insert_many_on`], each row with the ingress position of the request
 /// that asks for it when given: in the statements [`statement_rows`] says.
 async fn insert_many_with_positions_on(
     conn: &mut sqlx::MySqlConnection,
-    actor: &str,
+    store: &Store,
     keys: &Keyring,
-    codec: &Codec,
     jobs: &[&NewJob],
+    ids: &[JobId],
     positions: Option<&[String]>,
 ) -> Result<Vec<BatchRow>, StoreError> {
+    if ids.len() != jobs.len() {
+        return Err(StoreError::Corrupt(format!(
+            "{} ids for {} new jobs",
+            ids.len(),
+            jobs.len()
+        )));
+    }
     let mut rows = Vec::with_capacity(jobs.len());
     let mut at = 0;
     for n in statement_rows(jobs.len()) {
         let chunk = &jobs[at..at + n];
         let positions = positions.map(|p| &p[at.min(p.len())..(at + n).min(p.len())]);
-        rows.extend(insert_chunk_on(conn, actor, keys, codec, chunk, positions).await?);
+        rows.extend(insert_chunk_on(conn, store, keys, chunk, &ids[at..at + n], positions).await?);
         at += n;
     }
     Ok(rows)
@@ -897,26 +943,37 @@ fn statement_rows(mut n: usize) -> Vec<usize> {
     sizes
 }
 
-/// One INSERT of at most [`INSERT_ROWS_MAX`] rows, and its read-back.
+/// One INSERT of at most [`INSERT_ROWS_MAX`] rows, as rows `ids`, and its
+/// read-back.
 ///
 /// Long because it is one statement built row by row, then its read-back.
 async fn insert_chunk_on(
     conn: &mut sqlx::MySqlConnection,
-    actor: &str,
+    store: &Store,
     keys: &Keyring,
-    codec: &Codec,
     jobs: &[&NewJob],
+    ids: &[JobId],
     positions: Option<&[String]>,
 ) -> Result<Vec<BatchRow>, StoreError> {
-    // Each row carries token_base | item index, so the rows can be read
-    // back and matched to their items (MySQL has no RETURNING).
+    // Each row carries token_base | item index, so a row read back at an
+    // item's id is told from one that took the id first (MySQL has no
+    // RETURNING).
     let token_base: u64 = rand::random::<u64>() & !0xFFFF;
-    // Sealed payloads and headers are written once the rows have their
-    // ids (their associated data), in this transaction: the plain ones
-    // never reach the table, its redo log or the binary log.
-    let inserted: Vec<Inserted> = jobs
+    // Compressed, then sealed under its id in this INSERT: the plain
+    // payloads and headers never reach the table, its redo log or the
+    // binary log.
+    let stored: Vec<_> = jobs
         .iter()
-        .map(|job| Inserted::of(keys, codec, &job.payload))
+        .zip(ids)
+        .map(|(job, id)| {
+            packed_sealed(
+                (keys, &store.codec),
+                *id,
+                &job.payload,
+                job.payload_kind,
+                &job.headers,
+            )
+        })
         .collect();
     // Every time is bound as a value, never an expression per row: MariaDB
     // sets up and evaluates each row's expressions at every execution, and
@@ -932,17 +989,13 @@ async fn insert_chunk_on(
         NaiveDateTime::default()
     };
     let times: Vec<RowTimes> = jobs.iter().map(|job| row_times(job, now)).collect();
-    let headers: Vec<Option<String>> = jobs
-        .iter()
-        .zip(&inserted)
-        .map(|(job, inserted)| inserted.headers_column(&job.headers))
-        .collect();
     // A column NULL in every row is left out (its default is NULL): each
     // bound value costs MariaDB its set-up at every execution, and most
     // jobs have no key, headers, expiry, window or wall clock (#61).
     let columns = OptionalColumns {
         key: jobs.iter().any(|job| job.key.is_some()),
-        headers: headers.iter().any(Option::is_some),
+        headers: stored.iter().any(|row| row.1.is_some()),
+        enc_key: stored.iter().any(|row| row.2.is_some()),
         trace_parent: jobs.iter().any(|job| job.trace_parent.is_some()),
         schedule_id: jobs.iter().any(|job| job.schedule_id.is_some()),
         expires_at: times.iter().any(|t| t.expires_at.is_some()),
@@ -956,9 +1009,11 @@ async fn insert_chunk_on(
     ));
     insert.push_values(jobs.iter().enumerate(), |mut row, (index, job)| {
         let times = times[index];
-        row.push_bind(&job.topic)
-            .push_bind(inserted[index].payload_column())
-            .push_bind(inserted[index].kind_column(job.payload_kind))
+        let (payload, headers, enc_key, kind) = &stored[index];
+        row.push_bind(ids[index])
+            .push_bind(&job.topic)
+            .push_bind(&payload[..])
+            .push_bind(*kind)
             .push_bind(times.schedule)
             .push_bind(job.policy.max_attempts)
             .push_bind(job.policy.expects_result)
@@ -971,7 +1026,10 @@ async fn insert_chunk_on(
             row.push_bind(&job.key);
         }
         if columns.headers {
-            row.push_bind(headers[index].as_deref());
+            row.push_bind(headers.as_deref());
+        }
+        if columns.enc_key {
+            row.push_bind(enc_key.as_deref());
         }
         if columns.trace_parent {
             row.push_bind(&job.trace_parent);
@@ -996,46 +1054,40 @@ async fn insert_chunk_on(
         }
     });
     insert.push(" ON DUPLICATE KEY UPDATE id = id");
-    let first_id = insert.build().execute(&mut *conn).await?.last_insert_id();
+    insert.build().execute(&mut *conn).await?;
 
+    // An item with no row at its id: its (topic, key) was taken.
     let mut rows: Vec<BatchRow> = jobs.iter().map(|_| BatchRow::Duplicate).collect();
-    if first_id > 0 {
-        // id-order: one statement's rows get ids from LAST_INSERT_ID() up, on
-        // InnoDB (a multi-row insert takes its ids together) and on TiDB; rows are
-        // matched to items by create_token, never by their id's position.
-        // Our rows have ids from first_id up, in item order; rows of
-        // concurrent inserts may sit between them.
-        // Only what the database decided: the rest is the items', and
-        // sending it back costs the server and the decode.
-        let found = sqlx::query(&format!(
-            "SELECT {CREATED_COLUMNS}, create_token FROM jobs WHERE id >= ? \
-             AND create_token BETWEEN ? AND ? ORDER BY id LIMIT ?"
-        ))
-        .bind(first_id)
-        .bind(token_base)
-        .bind(token_base | 0xFFFF)
-        .bind(jobs.len() as u64)
-        .fetch_all(&mut *conn)
-        .await?;
-        for row in &found {
-            let token: u64 = row.try_get("create_token")?;
-            let index = (token - token_base) as usize;
-            if let (Some(slot), Some(item)) = (rows.get_mut(index), jobs.get(index)) {
-                *slot = BatchRow::Created(job_created(item, row)?);
-            }
-        }
-        let created: Vec<&Job> = rows.iter().filter_map(BatchRow::created).collect();
-        events_record_new(conn, actor, &created).await?;
-        let sealed: Vec<(JobId, &Inserted, &BTreeMap<String, String>)> = rows
-            .iter()
-            .zip(&inserted)
-            .filter_map(|(row, inserted)| {
-                let job = row.created()?;
-                Some((job.id, inserted, &job.headers))
-            })
-            .collect();
-        seal_created_on(conn, keys, &sealed).await?;
+    // Only what the database decided: the rest is the items', and sending
+    // it back costs the server and the decode.
+    let mut select = QueryBuilder::<MySql>::new(format!(
+        "SELECT {CREATED_COLUMNS}, create_token FROM jobs WHERE id IN ("
+    ));
+    let mut list = select.separated(", ");
+    for id in ids {
+        list.push_bind(*id);
     }
+    select.push(")");
+    let found = select.build().fetch_all(&mut *conn).await?;
+    let mut taken = Vec::new();
+    for row in &found {
+        let id: JobId = row.try_get("id")?;
+        let token: Option<u64> = row.try_get("create_token")?;
+        let index = token
+            .and_then(|token| token.checked_sub(token_base))
+            .and_then(|index| usize::try_from(index).ok())
+            .filter(|index| ids.get(*index) == Some(&id));
+        match index.and_then(|index| Some((index, jobs.get(index)?))) {
+            Some((index, item)) => rows[index] = BatchRow::Created(job_created(item, row)?),
+            // Not this statement's row: it had the id first.
+            None => taken.push(id),
+        }
+    }
+    if !taken.is_empty() {
+        return Err(store.ids_taken(&taken));
+    }
+    let created: Vec<&Job> = rows.iter().filter_map(BatchRow::created).collect();
+    events_record_new(conn, &store.actor, &created).await?;
     Ok(rows)
 }
 
@@ -1053,6 +1105,7 @@ struct RowTimes {
 struct OptionalColumns {
     key: bool,
     headers: bool,
+    enc_key: bool,
     trace_parent: bool,
     schedule_id: bool,
     expires_at: bool,
@@ -1066,6 +1119,7 @@ impl OptionalColumns {
     /// present, in the order their values are bound.
     fn names(&self) -> Vec<&'static str> {
         let mut names = vec![
+            "id",
             "topic",
             "payload",
             "payload_kind",
@@ -1080,6 +1134,7 @@ impl OptionalColumns {
         for (present, columns) in [
             (self.key, &["job_key"][..]),
             (self.headers, &["headers"]),
+            (self.enc_key, &["enc_key"]),
             (self.trace_parent, &["trace_parent"]),
             (self.schedule_id, &["schedule_id"]),
             (self.expires_at, &["expires_at"]),
@@ -1300,6 +1355,7 @@ mod tests {
         let none = OptionalColumns {
             key: false,
             headers: false,
+            enc_key: false,
             trace_parent: false,
             schedule_id: false,
             expires_at: false,
@@ -1307,7 +1363,7 @@ mod tests {
             wall: false,
             position: false,
         };
-        assert_eq!(none.names().len(), 10);
+        assert_eq!(none.names().len(), 11);
         assert!(!none.names().contains(&"job_key"));
         let some = OptionalColumns {
             key: true,
@@ -1316,7 +1372,7 @@ mod tests {
             ..none
         };
         assert_eq!(
-            some.names()[10..],
+            some.names()[11..],
             ["job_key", "window_ms", "window_start", "ingress_position"]
         );
     }

@@ -10,7 +10,8 @@
 //! public. The [`Actor`] who writes and the [`Store`] handle with its
 //! constructors are `handle.rs`'s; the statements' files add their methods
 //! to the handle. A job's payload and headers are compressed, sealed, opened
-//! and expanded in one place, `payload.rs`. Below the statements' files lie the error and its
+//! and expanded in one place, `payload.rs`; a new job's id is known before
+//! its INSERT, from a block `id_blocks.rs` reserves. Below the statements' files lie the error and its
 //! classes (`error.rs`), failover's demoted connections (`failover.rs`),
 //! connecting and the pool's hooks (`pool.rs`), and the shared SQL
 //! fragments with the session clock (`sql.rs`).
@@ -28,6 +29,7 @@ mod forecast;
 mod handle;
 mod history;
 mod holds;
+mod id_blocks;
 mod job_row;
 mod jobs;
 mod migrate;

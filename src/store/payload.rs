@@ -2,7 +2,7 @@
 //! place in the store that compresses, seals, opens and expands. Written:
 //! the payload compressed by the codec when that is smaller (`payload_kind`
 //! says `+zstd`), then payload and headers sealed under the active key
-//! once the row has its id (the id is bound into the seal), or plain
+//! under the row's id (bound into the seal, known before its INSERT), or plain
 //! without a key. Read: opened with the key the row names (`enc_key`),
 //! then expanded. The statement files hand rows to it and write what it
 //! returns; none of them calls the keyring or the codec.
@@ -10,10 +10,10 @@
 use std::collections::BTreeMap;
 
 use sqlx::mysql::MySqlRow;
-use sqlx::Row;
+use sqlx::{MySql, QueryBuilder, Row};
 
 use super::error::StoreError;
-use super::sql::{text, INSERT_ROWS_MAX};
+use super::sql::text;
 use crate::domain::compression::{Codec, CodecError};
 use crate::domain::job::{JobId, PayloadKind};
 use crate::domain::keys::Keyring;
@@ -130,8 +130,9 @@ pub(super) fn sealed_row(
 }
 
 /// Writes sealed (id, payload, headers) rows with the active key's id: one
-/// UPDATE joined to them per chunk. `updated_at` is kept: a row sealed at
-/// its create is not a changed row.
+/// UPDATE of `jobs` alone per chunk, each row's values chosen by a `CASE`
+/// on its id. `updated_at` is kept: a row sealed with its schedule's
+/// change is changed by that, not by this.
 pub(super) async fn seal_sealed_on(
     conn: &mut sqlx::MySqlConnection,
     keys: &Keyring,
@@ -140,24 +141,40 @@ pub(super) async fn seal_sealed_on(
     let Some(active) = keys.active() else {
         return Ok(());
     };
-    for chunk in sealed.chunks(INSERT_ROWS_MAX) {
-        let mut update = super::sql::update_joined(chunk, "s", |query, (id, payload, headers)| {
-            query
+    for chunk in sealed.chunks(SEAL_ROWS_MAX) {
+        let mut update = QueryBuilder::<MySql>::new("UPDATE jobs SET payload = CASE id");
+        for (id, payload, _) in chunk {
+            update
+                .push(" WHEN ")
                 .push_bind(*id)
-                .push(" AS id, CAST(")
-                .push_bind(&payload[..])
-                .push(" AS BINARY) AS p, ")
+                .push(" THEN ")
+                .push_bind(&payload[..]);
+        }
+        update.push(" END, headers = CASE id");
+        for (id, _, headers) in chunk {
+            update
+                .push(" WHEN ")
+                .push_bind(*id)
+                .push(" THEN NULLIF(")
                 .push_bind(headers.as_str())
-                .push(" AS h");
-        });
+                .push(", '')");
+        }
         update
-            .push("SET j.payload = s.p, j.headers = NULLIF(s.h, ''), j.enc_key = ")
+            .push(" END, enc_key = ")
             .push_bind(active)
-            .push(", j.updated_at = j.updated_at");
+            .push(", updated_at = updated_at WHERE id IN (");
+        let mut ids = update.separated(", ");
+        for (id, _, _) in chunk {
+            ids.push_bind(*id);
+        }
+        update.push(")");
         update.build().execute(&mut *conn).await?;
     }
     Ok(())
 }
+
+/// The rows one sealing UPDATE writes: five values a row.
+const SEAL_ROWS_MAX: usize = 200;
 
 pub(super) fn headers_encode(headers: &BTreeMap<String, String>) -> Option<String> {
     if headers.is_empty() {
@@ -165,72 +182,6 @@ pub(super) fn headers_encode(headers: &BTreeMap<String, String>) -> Option<Strin
     } else {
         serde_json::to_string(headers).ok()
     }
-}
-
-/// A new job's payload and headers as its INSERT writes them: the payload
-/// compressed when that is smaller; under a key, nothing readable at all —
-/// both are sealed once the row has its id, in the same transaction
-/// ([`seal_created_on`]), so the plain ones never reach the table, its redo
-/// log or the binary log.
-pub(super) struct Inserted {
-    packed: Vec<u8>,
-    compressed: bool,
-    sealing: bool,
-}
-
-impl Inserted {
-    /// `job`'s payload, compressed by `codec`; sealed later when `keys`
-    /// has an active key.
-    pub(super) fn of(keys: &Keyring, codec: &Codec, payload: &[u8]) -> Inserted {
-        // Compressed before sealing: a sealed payload does not compress.
-        let (packed, compressed) = codec.pack(payload);
-        Inserted {
-            packed,
-            compressed,
-            sealing: keys.active().is_some(),
-        }
-    }
-
-    /// The `payload` column at the INSERT (empty when it is sealed after).
-    pub(super) fn payload_column(&self) -> &[u8] {
-        if self.sealing {
-            &[]
-        } else {
-            &self.packed
-        }
-    }
-
-    /// The `payload_kind` column.
-    pub(super) fn kind_column(&self, kind: PayloadKind) -> &'static str {
-        stored_kind(kind, self.compressed)
-    }
-
-    /// The `headers` column at the INSERT (none when they are sealed
-    /// after).
-    pub(super) fn headers_column(&self, headers: &BTreeMap<String, String>) -> Option<String> {
-        if self.sealing {
-            None
-        } else {
-            headers_encode(headers)
-        }
-    }
-}
-
-/// Seals the payload and headers of rows just created, each for its id,
-/// under the active key of `keys` (nothing to do without one).
-pub(super) async fn seal_created_on(
-    conn: &mut sqlx::MySqlConnection,
-    keys: &Keyring,
-    created: &[(JobId, &Inserted, &BTreeMap<String, String>)],
-) -> Result<(), StoreError> {
-    if keys.active().is_none() {
-        return Ok(());
-    }
-    let sealed: Vec<(JobId, Vec<u8>, String)> = created
-        .iter()
-        .map(|(id, inserted, headers)| sealed_row(keys, *id, &inserted.packed, headers))
-        .collect();
-    seal_sealed_on(conn, keys, &sealed).await
 }
 
 /// A job row's headers only, opened (pacing reads no payload): None when

@@ -685,8 +685,11 @@ impl Store {
         // max_allowed_packet is 16 MiB.
         let per_insert = (INSERT_BYTES_MAX / schedule.def.payload.len().max(1)).max(1);
         let keys = self.keys.sealing();
-        for chunk in jobs.chunks(per_insert) {
-            for row in insert_many_on(&mut tx, &self.actor, &keys, &self.codec, chunk).await? {
+        // Reserved (when this handle's block is spent) on a connection of
+        // the pool's own, beside this transaction: one pass at a time.
+        let ids = self.job_ids(jobs.len()).await?;
+        for (chunk, ids) in jobs.chunks(per_insert).zip(ids.chunks(per_insert)) {
+            for row in insert_many_on(&mut tx, self, &keys, chunk, ids).await? {
                 if let BatchRow::Created(job) = row {
                     done.created.push(job);
                 }
