@@ -1003,6 +1003,8 @@ async fn insert_chunk_on(
         wall: jobs.iter().any(|job| job.wall.is_some()),
         position: positions.is_some(),
     };
+    let key_literal = key_literal(&stored);
+    let key_literal = key_literal.as_deref();
     let mut insert = QueryBuilder::<MySql>::new(format!(
         "INSERT INTO jobs ({}) ",
         columns.names().join(", ")
@@ -1029,7 +1031,15 @@ async fn insert_chunk_on(
             row.push_bind(headers.as_deref());
         }
         if columns.enc_key {
-            row.push_bind(enc_key.as_deref());
+            match key_literal {
+                // Written as text: one bound value fewer a row (#61).
+                Some(literal) => {
+                    row.push(literal);
+                }
+                None => {
+                    row.push_bind(enc_key.as_deref());
+                }
+            }
         }
         if columns.trace_parent {
             row.push_bind(&job.trace_parent);
@@ -1089,6 +1099,20 @@ async fn insert_chunk_on(
     let created: Vec<&Job> = rows.iter().filter_map(BatchRow::created).collect();
     events_record_new(conn, &store.actor, &created).await?;
     Ok(rows)
+}
+
+/// The key id every row of `stored` is sealed under as an SQL string
+/// literal, when they share one and it is spelled as key ids are (letters,
+/// digits, `.`, `_`, `-`: nothing to escape); None otherwise (bound).
+fn key_literal<T, U>(stored: &[(T, U, Option<String>, &'static str)]) -> Option<String> {
+    let first = stored.first()?.2.as_deref()?;
+    let plain = !first.is_empty()
+        && first.len() <= 64
+        && first
+            .chars()
+            .all(|c| c.is_ascii_alphanumeric() || matches!(c, '.' | '_' | '-'));
+    let shared = stored.iter().all(|row| row.2.as_deref() == Some(first));
+    (plain && shared).then(|| format!("'{first}'"))
 }
 
 /// A new job's times as its row holds them.
@@ -1375,6 +1399,30 @@ mod tests {
             some.names()[11..],
             ["job_key", "window_ms", "window_start", "ingress_position"]
         );
+    }
+
+    #[test]
+    fn a_shared_key_id_is_written_as_a_literal_only_when_nothing_needs_escaping() {
+        let row = |key: Option<&str>| ((), (), key.map(str::to_owned), "json");
+        let rows = |keys: &[Option<&str>]| keys.iter().map(|k| row(*k)).collect::<Vec<_>>();
+        assert_eq!(
+            key_literal(&rows(&[Some("k-2026.1"), Some("k-2026.1")])).as_deref(),
+            Some("'k-2026.1'")
+        );
+        assert_eq!(
+            key_literal(&rows(&[Some("a"), Some("b")])),
+            None,
+            "two keys"
+        );
+        assert_eq!(key_literal(&rows(&[Some("a"), None])), None, "one plain");
+        assert_eq!(key_literal(&rows(&[None])), None);
+        assert_eq!(
+            key_literal(&rows(&[Some("it's")])),
+            None,
+            "bound, never spliced"
+        );
+        assert_eq!(key_literal(&rows(&[Some("a\\")])), None);
+        assert_eq!(key_literal(&rows(&[])), None);
     }
 
     #[test]
