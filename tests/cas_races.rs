@@ -11,7 +11,9 @@
 //! written), `schedule-planned` (a schedule's occurrences planned and
 //! inserted, its cursor not yet advanced), `bulk-read` (a bulk batch read,
 //! not yet written), `debounce-read` (the key's job read as pending, not
-//! yet moved).
+//! yet moved), `claim-written` (a claim written, its fence not yet read
+//! back), `rescue-read` (a dead instance's claims read, not yet put in
+//! doubt).
 
 #![cfg(feature = "failpoints")]
 
@@ -26,7 +28,7 @@ use tickler::store::{
     Actor, BulkAction, BulkFilter, Debounced, Disposition, JobChanges, Modified, NewSchedule,
     ScheduleDef, ScheduleStatus,
 };
-use tickler_testkit::store::{job_new, Db};
+use tickler_testkit::store::{job_new, Db, LEASE};
 
 /// How long a fail point holds its write: the test's edit is made well
 /// inside it (the edit takes no lock the held write waits on).
@@ -298,5 +300,98 @@ async fn a_debounce_does_not_move_a_job_whose_key_a_person_freed_after_it_read_i
     let left = db.store.job_get(first.id).await.unwrap();
     assert_eq!(left.payload, b"1".to_vec(), "the freed job is left alone");
     assert_eq!(left.version, first.version);
+    db.finish().await;
+}
+
+/// The claim's fence is read after its write (#62: the write names `jobs`
+/// alone): an instance whose shards were taken over while it claimed —
+/// here between the write and the read-back — sends nothing, and what it
+/// won is pending again, as it was before the claim.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_claim_whose_fence_stopped_holding_after_its_write_gives_back_what_it_won() {
+    let db = Db::new().await;
+    let id = db.job(-1_000, 3).await;
+    let (before, updated): (u32, String) =
+        sqlx::query_as("SELECT version, CAST(updated_at AS CHAR) FROM jobs WHERE id = ?")
+            .bind(id)
+            .fetch_one(&db.sql)
+            .await
+            .unwrap();
+
+    fail::cfg("claim-written", HOLD).unwrap();
+    let store = db.store.clone();
+    let fence = db.fence.clone();
+    let claim = tokio::spawn(async move { store.job_claim_many(&[id], 7, LEASE, &fence).await });
+    tokio::time::sleep(EDIT_AFTER).await;
+    // Another instance takes the shards over (their epochs move on).
+    sqlx::query("UPDATE shard_leases SET epoch = epoch + 1")
+        .execute(&db.sql)
+        .await
+        .unwrap();
+    let outcome = claim.await.unwrap().unwrap();
+    fail::remove("claim-written");
+
+    assert!(outcome.won.is_empty(), "nothing to send");
+    assert_eq!(outcome.fenced, [id]);
+    let (status, token, version, now_updated): (String, u64, u32, String) = sqlx::query_as(
+        "SELECT CAST(status AS CHAR), claim_token, version, CAST(updated_at AS CHAR) \
+         FROM jobs WHERE id = ?",
+    )
+    .bind(id)
+    .fetch_one(&db.sql)
+    .await
+    .unwrap();
+    assert_eq!((status.as_str(), token), ("pending", 0), "given back");
+    assert_eq!(version, before + 2, "claimed, then given back");
+    assert_eq!(now_updated, updated, "as it was before the claim");
+    db.finish().await;
+}
+
+/// A dead instance's claims are put in doubt by a compare-and-set on the
+/// claim the rescue read: a row claimed again meanwhile (here its token
+/// changed by hand, as a new claim changes it) is left as it is, and the
+/// others go in doubt.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_rescue_leaves_a_claim_made_since_its_read() {
+    let db = Db::new().await;
+    let (kept, rescued) = (db.job(-1_000, 3).await, db.job(-1_000, 3).await);
+    let claim = db
+        .store
+        .job_claim_many(&[kept, rescued], 5, LEASE, &db.fence)
+        .await
+        .unwrap();
+    assert_eq!(claim.won.len(), 2);
+    // The instance dies: its heartbeat is an hour old.
+    sqlx::query("UPDATE instances SET heartbeat_at = TIMESTAMPADD(HOUR, -1, heartbeat_at)")
+        .execute(&db.sql)
+        .await
+        .unwrap();
+
+    fail::cfg("rescue-read", HOLD).unwrap();
+    let membership = db.store_as(Actor::Membership);
+    let rescue = tokio::spawn(async move {
+        membership
+            .job_rescue_dead(Duration::from_secs(30), Duration::from_secs(5), 100)
+            .await
+    });
+    tokio::time::sleep(EDIT_AFTER).await;
+    db.edit("UPDATE jobs SET claim_token = 99 WHERE id = ?", kept)
+        .await;
+    let count = rescue.await.unwrap().unwrap();
+    fail::remove("rescue-read");
+
+    assert_eq!(count, 1, "only the claim as it was read");
+    let claimed_by = |id: JobId| {
+        let sql = db.sql.clone();
+        async move {
+            sqlx::query_scalar::<_, Option<u64>>("SELECT claimed_by FROM jobs WHERE id = ?")
+                .bind(id)
+                .fetch_one(&sql)
+                .await
+                .unwrap()
+        }
+    };
+    assert_eq!(claimed_by(kept).await, Some(db.fence.instance));
+    assert_eq!(claimed_by(rescued).await, None, "in doubt");
     db.finish().await;
 }

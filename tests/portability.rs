@@ -743,12 +743,7 @@ fn the_sql_tickler_runs_uses_only_what_every_target_engine_has() {
 // its count here.
 
 /// (file, rule, how many): what is left to take out for #62.
-const PORTABLE_DEBT: &[(&str, &str, usize)] = &[
-    ("src/store/dispatch.rs", "multi-table-write", 4),
-    ("src/store/dispatch.rs", "subquery-in-write", 2),
-    ("src/store/scratch.rs", "subquery-in-write", 1),
-    ("src/store/sql.rs", "multi-table-write", 1),
-];
+const PORTABLE_DEBT: &[(&str, &str, usize)] = &[("src/store/scratch.rs", "subquery-in-write", 1)];
 
 fn portable_rules() -> &'static [(&'static str, Regex)] {
     static RULES: std::sync::OnceLock<Vec<(&'static str, Regex)>> = std::sync::OnceLock::new();

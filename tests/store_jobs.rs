@@ -1329,13 +1329,16 @@ async fn an_id_taken_beside_its_block_costs_a_retry_and_never_a_job() {
     let db = Db::new().await;
     let api = db.store_as(Actor::Api);
     let first = api.job_insert(&keyed("ids", "first")).await.unwrap().0.id;
-    // The handle's next single create would be `first - 1`.
-    let squatter = inserted_beside(&db, Some(first - 1)).await;
+    // The handle's next single create would be `first + 1`, the id the
+    // table's AUTO_INCREMENT gives next too.
+    let squatter = inserted_beside(&db, None).await;
+    assert_eq!(squatter, first + 1);
     let (second, _) = api.job_insert(&keyed("ids", "second")).await.unwrap();
     assert_ne!(second.id, squatter);
     assert_eq!(second.key.as_deref(), Some("second"));
 
-    // Rows by AUTO_INCREMENT land above every block handed out so far.
+    // Now handed out from the top down: rows by AUTO_INCREMENT land above
+    // the whole block.
     let counted = inserted_beside(&db, None).await;
     assert!(counted > first && counted > second.id);
 

@@ -16,7 +16,7 @@ use super::error::StoreError;
 use super::handle::Store;
 use super::history::{event_token, events_insert_rows, events_record, EventRow};
 use super::job_row::{job_from_row, text, WindowEntry, JOB_COLUMNS, UNREADABLE_PREFIX};
-use super::sql::{db_time, micros, push_id_list, update_joined};
+use super::sql::{db_time, micros, push_id_list};
 use crate::domain::job::{Job, JobId, Status};
 
 /// The claim columns of a job no claim holds, as a release puts them back:
@@ -28,9 +28,6 @@ use crate::domain::job::{Job, JobId, Status};
 /// which makes room for the position it writes.
 pub(super) const CLAIM_NONE: &str = "claim_token = 0, claimed_by = 0, \
      claimed_at = '1970-01-01 00:00:00.000', claim_expires_at = '1970-01-01 00:00:00.000'";
-
-/// The claim's condition that the row's topic is not paused.
-const PAUSED_NOT: &str = "topic NOT IN (SELECT topic FROM topic_controls WHERE paused) AND ";
 
 /// What the claim compare-and-set made of the ids the index suggested.
 #[derive(Debug, Default)]
@@ -223,8 +220,10 @@ impl Store {
     /// that are pending and due by the database's clock, under `token`, with
     /// a lease of `lease` — provided `fence` holds (the instance is alive and
     /// owns the ids' shards at the epochs it acquired them with), so an
-    /// instance that lost its shards while paused wins nothing. Returns what
-    /// became of every id.
+    /// instance that lost its shards while paused sends nothing. The fence
+    /// is read right after the write (a write names `jobs` alone, #62), and
+    /// what the write won is given back unsent when it does not hold.
+    /// Returns what became of every id.
     ///
     /// Crash after the UPDATE commits: the rows stay `dispatching` under the
     /// instance; once it is dead (heartbeat past the TTL) they are put in
@@ -299,42 +298,43 @@ impl Store {
                  AND held_at IS NULL AND ",
             );
         if paused_check {
-            update.push(PAUSED_NOT);
+            // Read, then bound: a write names no other table (#62). A
+            // pause committed between the two is missed as one committed
+            // just after the claim would be.
+            let paused: Vec<Vec<u8>> =
+                sqlx::query_scalar("SELECT topic FROM topic_controls WHERE paused")
+                    .fetch_all(&self.pool)
+                    .await?;
+            if !paused.is_empty() {
+                update.push("topic NOT IN (");
+                let mut list = update.separated(", ");
+                for topic in paused {
+                    list.push_bind(topic);
+                }
+                update.push(") AND ");
+            }
         }
-        push_fence(&mut update, fence);
-        update.push(" AND id IN ");
+        // The fence is checked by the read-back, after the write, and what
+        // the write won is given back when it does not hold (below).
+        update.push("id IN ");
         push_id_list(&mut update, ids);
 
-        let mut select = QueryBuilder::<MySql>::new(format!(
-            "SELECT {JOB_COLUMNS}, claim_token, UTC_TIMESTAMP(3) AS db_now, "
-        ));
-        push_fence(&mut select, fence);
-        select.push(
-            " AS fence_holds, COALESCE(expires_at <= UTC_TIMESTAMP(3) AND attempt = 1, FALSE) AS expired, \
-             held_at IS NOT NULL AS held, ",
-        );
-        select.push(if paused_check {
-            "topic IN (SELECT topic FROM topic_controls WHERE paused)"
-        } else {
-            "FALSE"
-        });
-        // By the primary key too: past `in_predicate_conversion_threshold`
-        // (1,000 ids) MariaDB joins the list as a table of values, and on a
-        // table whose statistics lag its rows it read all of `jobs` for it
-        // (#61: 6 rows examined per job claimed in the bench's burst).
-        select.push(" AS paused FROM jobs FORCE INDEX (PRIMARY) WHERE id IN ");
-        push_id_list(&mut select, ids);
+        let mut select = claim_read_back(ids, fence, paused_check);
 
         // The UPDATE commits on its own: a transaction around it and the
-        // SELECT would hold the locks its fence takes on `shard_leases` and
-        // `instances` for as long as this process is paused between the
-        // two, and stop every other instance's heartbeat and takeover (the
-        // fault suite's pause test hung on it). Both run on one connection;
+        // SELECT would hold the claimed rows' locks for as long as this
+        // process is paused between the two, and stop every other writer
+        // of them (until #62 the fence was a subquery of the UPDATE, whose
+        // locks on `shard_leases` and `instances` then stopped every
+        // heartbeat and takeover: the fault suite's pause test hung on
+        // it). The fence is read by the SELECT, after the write, so it is
+        // never older than the claim. Both run on one connection;
         // if the SELECT fails, what this claim won was never seen, so
         // nothing was sent: released at once by its token, not left for
         // the lease.
         let mut conn = self.pool.acquire().await?;
         update.build().execute(&mut *conn).await?;
+        fail_point_pause!("claim-written");
         let rows = match select.build().fetch_all(&mut *conn).await {
             Ok(rows) => rows,
             Err(err) => {
@@ -348,6 +348,28 @@ impl Store {
                 return Err(err.into());
             }
         };
+        // The fence, read after the write: when it does not hold (this
+        // instance was taken for dead, or lost a shard, before or while it
+        // claimed), what the write won is given back unsent.
+        let fence_failed = rows.iter().any(|row| {
+            row.try_get::<i64, _>("fence_holds")
+                .map_or(true, |holds| holds == 0)
+        });
+        if fence_failed {
+            let won: Vec<JobId> = rows
+                .iter()
+                .filter(|row| {
+                    text(row, "status").ok().flatten().as_deref() == Some("dispatching")
+                        && row.try_get::<Option<u64>, _>("claim_token").ok().flatten()
+                            == Some(token)
+                })
+                .filter_map(|row| row.try_get("id").ok())
+                .collect();
+            // Failing, the rows stay this claim's, unsent: put in doubt
+            // with this instance's other claims, or read back after the
+            // lease, found absent, and produced.
+            claim_undo(&mut conn, token, fence.instance, &won).await?;
+        }
 
         let mut dicts_refreshed = false;
         let mut dicts_loaded = false;
@@ -372,6 +394,10 @@ impl Store {
                 // Decoded one by one: a row this claim won that does not
                 // decode (a hand edit the column accepted) is set aside
                 // below, and never holds up the others.
+                // Won while the fence did not hold, and given back.
+                "dispatching" if claimed_by == Some(token) && fence_failed => {
+                    outcome.fenced.push(id)
+                }
                 "dispatching" if claimed_by == Some(token) => {
                     let mut decoded = job_from_row(row, &self.keys, &self.codec);
                     if matches!(decoded, Err(StoreError::DictionaryUnknown(_))) && !dicts_refreshed
@@ -474,24 +500,26 @@ impl Store {
                 })
                 .collect();
             let event = event_token();
-            let mut update = super::sql::update_joined(&errors, "u", |query, (id, error)| {
-                query
+            // Each row's error by a CASE on its id: a pass has few.
+            let mut update = QueryBuilder::<MySql>::new("UPDATE jobs SET event_token = ");
+            update.push_bind(event).push(
+                ", status = 'dead', version = version % 4294967295 + 1, \
+                 claim_token = NULL, claimed_by = NULL, claimed_at = NULL, \
+                 claim_expires_at = NULL, last_error = CASE id",
+            );
+            for (id, error) in &errors {
+                update
+                    .push(" WHEN ")
                     .push_bind(*id)
-                    .push(" AS id, ")
-                    .push_bind(error.as_str())
-                    .push(" AS e");
-            });
-            update
-                .push("SET j.event_token = ")
-                .push_bind(event)
-                .push(
-                    ", j.status = 'dead', j.version = j.version % 4294967295 + 1, \
-                     j.claim_token = NULL, j.claimed_by = NULL, j.claimed_at = NULL, \
-                     j.claim_expires_at = NULL, j.last_error = u.e \
-                     WHERE j.status = 'dispatching' AND j.claim_token = ",
-                )
-                .push_bind(token);
+                    .push(" THEN ")
+                    .push_bind(error.as_str());
+            }
             let ids: Vec<JobId> = errors.iter().map(|(id, _)| *id).collect();
+            update
+                .push(" END WHERE status = 'dispatching' AND claim_token = ")
+                .push_bind(token)
+                .push(" AND id IN ");
+            push_id_list(&mut update, &ids);
             let mut tx = sqlx::Connection::begin(&mut *conn).await?;
             update.build().execute(&mut *tx).await?;
             events_record(&mut tx, &self.actor, &ids, event).await?;
@@ -520,24 +548,33 @@ impl Store {
         // deadlock.
         let mut jobs = jobs.to_vec();
         jobs.sort_unstable_by_key(|job| job.id);
-        // One UPDATE per chunk, joined to the positions as a derived table:
-        // linear in the rows (a CASE list per column would be quadratic), and
-        // plain SQL on both MySQL 8 and MariaDB (no VALUES constructor).
+        // One UPDATE of `jobs` alone per chunk (#62).
         const CHUNK: usize = 1000;
         let mut marked = Marked::default();
-        for chunk in jobs.chunks(CHUNK) {
+        let mut next = 0;
+        while next < jobs.len() {
             let token = event_token();
             // A chunk of one claim sent at one instant (as a pass's are)
             // binds its token and time once (#61). Its positions are then
             // runs of consecutive offsets, each row's offset its run's
-            // first plus its place in it: a single-table UPDATE by the
-            // primary key, without the derived table of positions a join
-            // needs (a quarter of the mark's time). Otherwise (a reconciler
+            // first plus its place in it: by the primary key, without a
+            // value per row (a derived table joined to `jobs` cost a
+            // quarter of the mark's time). Otherwise (a reconciler
             // settling several claims, offsets scattered) each row's
-            // values come from a derived table joined to `jobs`.
+            // values come from a CASE on its id, a scan of the list per
+            // row: such chunks are cut at `CHUNK_SCATTERED` rows.
+            let wide = &jobs[next..(next + CHUNK).min(jobs.len())];
+            let runs = shared_claim(wide).and_then(|_| PositionRuns::of(wide));
+            let chunk = match runs {
+                Some(_) => wide,
+                None => &wide[..wide.len().min(CHUNK_SCATTERED)],
+            };
+            next += chunk.len();
             let shared = shared_claim(chunk);
-            let runs = shared.and_then(|_| PositionRuns::of(chunk));
-            let at = shared.map(|(_, at)| db_time(at));
+            let at = match shared {
+                Some((_, at)) => SentAt::Shared(db_time(at)),
+                None => SentAt::Each(chunk),
+            };
             let mut query = match &runs {
                 Some(runs) => {
                     let mut query = QueryBuilder::<MySql>::new(
@@ -550,8 +587,17 @@ impl Store {
                     query
                 }
                 None => {
-                    let mut query = positions_join(chunk);
-                    query.push("SET j.kafka_partition = d.p, j.kafka_offset = d.o, ");
+                    let mut query = QueryBuilder::<MySql>::new(
+                        "UPDATE jobs j FORCE INDEX (PRIMARY) SET j.kafka_partition = ",
+                    );
+                    push_case_by_id(&mut query, chunk, |query, job| {
+                        query.push_bind(job.partition);
+                    });
+                    query.push(", j.kafka_offset = ");
+                    push_case_by_id(&mut query, chunk, |query, job| {
+                        query.push_bind(job.offset);
+                    });
+                    query.push(", ");
                     query
                 }
             };
@@ -562,33 +608,38 @@ impl Store {
                      j.claim_token = NULL, j.claimed_by = NULL, j.claim_expires_at = NULL, \
                      j.claimed_at = NULL, j.dispatched_at = ",
             );
-            push_sent_at(&mut query, at);
+            push_sent_at(&mut query, &at);
             query.push(
                 ", j.verified_at = NULL, \
                      j.ack_deadline = IF(j.expects_result, \
                        TIMESTAMPADD(MICROSECOND, j.ack_timeout_ms * 1000, UTC_TIMESTAMP(3)), NULL), \
                      j.last_error = IF(j.window_ms IS NOT NULL AND ",
             );
-            push_sent_at(&mut query, at);
+            push_sent_at(&mut query, &at);
             query.push(
                 " > TIMESTAMPADD(MICROSECOND, j.window_ms * 1000, j.window_start), \
                        CONCAT('produced ', TIMESTAMPDIFF(MICROSECOND, \
                          TIMESTAMPADD(MICROSECOND, j.window_ms * 1000, j.window_start), ",
             );
-            push_sent_at(&mut query, at);
+            push_sent_at(&mut query, &at);
             query.push(
                 ") DIV 1000, ' ms after its window ended'), j.last_error) \
                      WHERE j.status = 'dispatching' AND COALESCE(j.claim_token, 0) = ",
             );
             match shared {
-                Some((claim, _)) => query.push_bind(claim),
-                None => query.push("d.k"),
+                Some((claim, _)) => {
+                    query.push_bind(claim);
+                }
+                None => push_case_by_id(&mut query, chunk, |query, job| {
+                    query.push_bind(job.token);
+                }),
             };
-            if let Some(runs) = &runs {
-                query.push(" AND j.id IN ");
-                push_id_list(&mut query, &runs.ids);
-            }
             let ids: Vec<JobId> = chunk.iter().map(|job| job.id).collect();
+            query.push(" AND j.id IN ");
+            match &runs {
+                Some(runs) => push_id_list(&mut query, &runs.ids),
+                None => push_id_list(&mut query, &ids),
+            }
             let mut tx = self.begin().await?;
             let chunk_marked = query.build().execute(&mut *tx).await?.rows_affected();
             if chunk_marked == chunk.len() as u64 {
@@ -643,14 +694,29 @@ impl Store {
                     .any(|job| job.id == id && Some(job.token) == token)
                     .then_some(id)
             }));
-        let mut query = positions_join(jobs);
-        query.push(
-            "SET j.claim_token = NULL, j.claimed_by = NULL, j.claim_expires_at = NULL, \
-             j.dispatched_at = d.t, j.kafka_partition = d.p, j.kafka_offset = d.o, \
-             j.verified_at = NULL \
-             WHERE j.status <> 'dispatching' AND j.claim_token = d.k",
-        );
-        marked.marked += query.build().execute(&self.pool).await?.rows_affected();
+        for chunk in jobs.chunks(CHUNK_SCATTERED) {
+            let mut query = QueryBuilder::<MySql>::new(
+                "UPDATE jobs j SET j.claim_token = NULL, j.claimed_by = NULL, \
+                 j.claim_expires_at = NULL, j.verified_at = NULL, j.dispatched_at = ",
+            );
+            push_sent_at(&mut query, &SentAt::Each(chunk));
+            query.push(", j.kafka_partition = ");
+            push_case_by_id(&mut query, chunk, |query, job| {
+                query.push_bind(job.partition);
+            });
+            query.push(", j.kafka_offset = ");
+            push_case_by_id(&mut query, chunk, |query, job| {
+                query.push_bind(job.offset);
+            });
+            query.push(" WHERE j.status <> 'dispatching' AND j.claim_token = ");
+            push_case_by_id(&mut query, chunk, |query, job| {
+                query.push_bind(job.token);
+            });
+            let ids: Vec<JobId> = chunk.iter().map(|job| job.id).collect();
+            query.push(" AND j.id IN ");
+            push_id_list(&mut query, &ids);
+            marked.marked += query.build().execute(&self.pool).await?.rows_affected();
+        }
         Ok(())
     }
 
@@ -872,49 +938,97 @@ impl Store {
         // instance's claim (NULL, or the placeholder 0 it was created
         // with: see `CLAIM_NONE`); the doubts take it as it is.
         let mut select = QueryBuilder::<MySql>::new(
-            "SELECT id FROM jobs WHERE status = 'dispatching' AND claimed_by > 0 \
+            "SELECT id, claim_token, claimed_by FROM jobs WHERE status = 'dispatching' \
+             AND claimed_by > 0 \
              AND claimed_by NOT IN (SELECT id FROM instances WHERE heartbeat_at >= ",
         );
         push_alive_since_own(&mut select, ttl);
         select.push(") LIMIT ").push_bind(limit);
-        let ids: Vec<u64> = select.build_query_scalar().fetch_all(&self.pool).await?;
-        if ids.is_empty() {
+        let found: Vec<(u64, Option<u64>, u64)> =
+            select.build_query_as().fetch_all(&self.pool).await?;
+        if found.is_empty() {
             return Ok(0);
         }
-        // Recorded in the jobs' history as the rescuer's (`membership`): the
-        // moment the claim went in doubt.
-        let token = event_token();
-        let mut update = QueryBuilder::<MySql>::new("UPDATE jobs SET event_token = ");
-        // When nothing of the dead instance's claims can still become
+        let ids: Vec<u64> = found.iter().map(|(id, _, _)| *id).collect();
+        let mut dead: Vec<u64> = found.iter().map(|(_, _, by)| *by).collect();
+        dead.sort_unstable();
+        dead.dedup();
+        // When nothing of a dead instance's claims can still become
         // visible, by its own row: it handed nothing to its producer after
         // three quarters of its TTL past its last heartbeat (`Releaser`),
         // and its producer gives up on a record its quiet time (message
         // timeout and margin) after it was handed over. A row from before
         // V39 (no settings), or none at all (it left, or was forgotten):
-        // `quiet` from now. Assigned before `claimed_by` is cleared (a
-        // single-table UPDATE assigns left to right).
-        let quiet_end = format!(
-            "COALESCE((SELECT TIMESTAMPADD(MICROSECOND, i.ttl_ms * 750 + i.quiet_ms * 1000, i.heartbeat_at) \
-             FROM instances i WHERE i.id = jobs.claimed_by AND i.ttl_ms IS NOT NULL AND i.quiet_ms IS NOT NULL), \
-             TIMESTAMPADD(MICROSECOND, {}, UTC_TIMESTAMP(3)))",
-            micros(quiet)
+        // `quiet` from now. Read here, and bound into the write (#62: a
+        // write names `jobs` alone).
+        let mut ends = QueryBuilder::<MySql>::new(
+            "SELECT id, TIMESTAMPADD(MICROSECOND, ttl_ms * 750 + quiet_ms * 1000, heartbeat_at) \
+             FROM instances WHERE ttl_ms IS NOT NULL AND quiet_ms IS NOT NULL AND id IN ",
         );
+        push_id_list(&mut ends, &dead);
+        let ends: Vec<(u64, Option<NaiveDateTime>)> =
+            ends.build_query_as().fetch_all(&self.pool).await?;
+        let known: Vec<(u64, NaiveDateTime)> = ends
+            .iter()
+            .filter_map(|(id, end)| Some((*id, (*end)?)))
+            .collect();
+        let push_quiet_end = |update: &mut QueryBuilder<'_, MySql>| {
+            if !known.is_empty() {
+                update.push("CASE claimed_by");
+                for (id, end) in &known {
+                    let (id, end) = (*id, *end);
+                    update
+                        .push(" WHEN ")
+                        .push_bind(id)
+                        .push(" THEN ")
+                        .push_bind(end);
+                }
+                update.push(" ELSE ");
+            }
+            update
+                .push("TIMESTAMPADD(MICROSECOND, ")
+                .push_bind(micros(quiet))
+                .push(", UTC_TIMESTAMP(3))");
+            if !known.is_empty() {
+                update.push(" END");
+            }
+        };
+        fail_point_pause!("rescue-read");
+        // Recorded in the jobs' history as the rescuer's (`membership`): the
+        // moment the claim went in doubt.
+        let token = event_token();
+        let mut update = QueryBuilder::<MySql>::new("UPDATE jobs SET event_token = ");
         // (LEAST of a NULL is NULL: a row without a lease gets the quiet
-        // end itself.)
-        update.push_bind(token).push(format!(
-            ", claim_expires_at = LEAST(COALESCE(claim_expires_at, {quiet_end}), {quiet_end}"
-        ));
-        // The candidates by primary key, checked again on the locked rows.
+        // end itself.) Assigned before `claimed_by` is cleared (a
+        // single-table UPDATE assigns left to right).
+        update
+            .push_bind(token)
+            .push(", claim_expires_at = LEAST(COALESCE(claim_expires_at, ");
+        push_quiet_end(&mut update);
+        update.push("), ");
+        push_quiet_end(&mut update);
+        // Each row still the claim the read saw, of an instance it read as
+        // dead (a compare-and-set on the claim's token: a claim the
+        // instance made since, alive again, is not put in doubt).
         update.push(
             "), \
                  last_error = CONCAT('claimed by instance ', claimed_by, \
                  ', which died; its topic is read back before the job is produced again'), \
-                 claimed_by = NULL WHERE status = 'dispatching' AND claimed_by > 0 \
-                 AND claimed_by NOT IN (SELECT id FROM instances WHERE heartbeat_at >= ",
+                 claimed_by = NULL WHERE status = 'dispatching' AND claimed_by IN ",
         );
-        push_alive_since_own(&mut update, ttl);
-        update.push(") AND id IN ");
+        push_id_list(&mut update, &dead);
+        update.push(" AND id IN ");
         push_id_list(&mut update, &ids);
+        update.push(" AND (id, COALESCE(claim_token, 0)) IN (");
+        let mut rows = update.separated(", ");
+        for (id, claim, _) in &found {
+            rows.push("(")
+                .push_bind_unseparated(*id)
+                .push_unseparated(", ")
+                .push_bind_unseparated(claim.unwrap_or(0))
+                .push_unseparated(")");
+        }
+        update.push(")");
         self.rescue_apply(update, &ids, token).await
     }
 
@@ -992,8 +1106,68 @@ impl Store {
     }
 }
 
-/// The positions where records landed, as the derived table `d` (id, k
-/// the claim token, p, o, t).
+/// The claim's read-back: each row of `ids` as the claim left it, whether
+/// `fence` holds now (read after the write, so never older than it), and
+/// why a row still pending was not won. A read: its subqueries lock
+/// nothing and are no write's.
+fn claim_read_back<'a>(
+    ids: &'a [JobId],
+    fence: &'a Fence,
+    paused_check: bool,
+) -> QueryBuilder<'a, MySql> {
+    let mut select = QueryBuilder::<MySql>::new(format!(
+        "SELECT {JOB_COLUMNS}, claim_token, UTC_TIMESTAMP(3) AS db_now, "
+    ));
+    push_fence(&mut select, fence);
+    select.push(
+        " AS fence_holds, COALESCE(expires_at <= UTC_TIMESTAMP(3) AND attempt = 1, FALSE) AS expired, \
+         held_at IS NOT NULL AS held, ",
+    );
+    select.push(if paused_check {
+        "topic IN (SELECT topic FROM topic_controls WHERE paused)"
+    } else {
+        "FALSE"
+    });
+    // By the primary key too: past `in_predicate_conversion_threshold`
+    // (1,000 ids) MariaDB joins the list as a table of values, and on a
+    // table whose statistics lag its rows it read all of `jobs` for it
+    // (#61: 6 rows examined per job claimed in the bench's burst).
+    select.push(" AS paused FROM jobs FORCE INDEX (PRIMARY) WHERE id IN ");
+    push_id_list(&mut select, ids);
+    select
+}
+
+/// Gives back what a claim under `token` won while its fence did not hold:
+/// pending again, as it was before the claim (`updated_at` kept, no
+/// history: the claim was never recorded either). Only rows still this
+/// instance's: one membership has put in doubt meanwhile (`claimed_by`
+/// NULL) is the reconciler's to settle.
+///
+/// Crash after this commits: the jobs are pending, in the index for the
+/// shard's owner, which claims them.
+async fn claim_undo(
+    conn: &mut sqlx::MySqlConnection,
+    token: u64,
+    instance: u64,
+    ids: &[JobId],
+) -> Result<u64, StoreError> {
+    if ids.is_empty() {
+        return Ok(0);
+    }
+    let mut undo = QueryBuilder::<MySql>::new(
+        "UPDATE jobs SET status = 'pending', version = version % 4294967295 + 1, \
+         updated_at = updated_at, ",
+    );
+    undo.push(CLAIM_NONE)
+        .push(" WHERE status = 'dispatching' AND claim_token = ")
+        .push_bind(token)
+        .push(" AND claimed_by = ")
+        .push_bind(instance)
+        .push(" AND id IN ");
+    push_id_list(&mut undo, ids);
+    Ok(undo.build().execute(&mut *conn).await?.rows_affected())
+}
+
 /// The claim token and send time every job of `jobs` shares, if they do.
 fn shared_claim(jobs: &[Dispatched]) -> Option<(u64, DateTime<Utc>)> {
     let first = jobs.first()?;
@@ -1002,17 +1176,41 @@ fn shared_claim(jobs: &[Dispatched]) -> Option<(u64, DateTime<Utc>)> {
         .then_some((first.token, first.dispatched_at))
 }
 
-/// The send time in the mark: bound once (`at`, shared by the chunk) or
-/// each row's own (`d.t`).
-fn push_sent_at(query: &mut QueryBuilder<'_, MySql>, at: Option<NaiveDateTime>) {
+/// The rows of a mark whose positions are not runs of one claim: each
+/// row's values come from a CASE on its id.
+const CHUNK_SCATTERED: usize = 100;
+
+/// The send time in a mark: one shared by the chunk, or each row's own.
+enum SentAt<'a> {
+    Shared(NaiveDateTime),
+    Each(&'a [Dispatched]),
+}
+
+/// The send time in the mark: bound once, or a CASE on the row's id.
+fn push_sent_at(query: &mut QueryBuilder<'_, MySql>, at: &SentAt<'_>) {
     match at {
-        Some(at) => {
-            query.push_bind(at);
+        SentAt::Shared(at) => {
+            query.push_bind(*at);
         }
-        None => {
-            query.push("d.t");
-        }
+        SentAt::Each(jobs) => push_case_by_id(query, jobs, |query, job| {
+            query.push_bind(db_time(job.dispatched_at));
+        }),
     }
+}
+
+/// `CASE j.id WHEN <id> THEN <value> … END` over `jobs`, each value pushed
+/// by `value`.
+fn push_case_by_id(
+    query: &mut QueryBuilder<'_, MySql>,
+    jobs: &[Dispatched],
+    mut value: impl FnMut(&mut QueryBuilder<'_, MySql>, &Dispatched),
+) {
+    query.push("CASE j.id");
+    for job in jobs {
+        query.push(" WHEN ").push_bind(job.id).push(" THEN ");
+        value(query, job);
+    }
+    query.push(" END");
 }
 
 /// The positions of a mark's rows as runs of consecutive offsets in one
@@ -1119,22 +1317,6 @@ impl PositionRuns {
         }
         query.push(" END");
     }
-}
-
-fn positions_join(jobs: &[Dispatched]) -> QueryBuilder<'_, MySql> {
-    update_joined(jobs, "d", |query, job| {
-        query
-            .push_bind(job.id)
-            .push(" AS id, ")
-            .push_bind(job.token)
-            .push(" AS k, ")
-            .push_bind(job.partition)
-            .push(" AS p, ")
-            .push_bind(job.offset)
-            .push(" AS o, ")
-            .push_bind(db_time(job.dispatched_at))
-            .push(" AS t");
-    })
 }
 
 const DOUBT_COLUMNS: &str = "id, topic, attempt, claim_token, claimed_at, schedule_time";

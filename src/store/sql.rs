@@ -61,35 +61,6 @@ pub(super) fn micros(d: Duration) -> u64 {
     u64::try_from(d.as_micros()).unwrap_or(u64::MAX)
 }
 
-/// `UPDATE jobs j JOIN (<rows>) <alias> ON j.id = <alias>.id `, the rows a
-/// derived table of `SELECT … UNION ALL SELECT …`, each written by `row`
-/// (binding `… AS id, …`): one statement for many rows with values of
-/// their own, linear in the rows, and plain SQL on both MySQL 8 and MariaDB
-/// (no `VALUES` row constructor). Callers then push `SET … WHERE …`.
-///
-/// Callers bind no NULL in `row`: a derived table's column takes its type
-/// from its values, and from MySQL 8.0.22 a `?` there is typed VARCHAR at
-/// prepare time and the statement prepared again with the bound types; a
-/// NULL would leave the column's type to chance on one engine or another.
-/// "None" is a plain sentinel (-1, '') read as such in the `SET`.
-pub(super) fn update_joined<'a, T>(
-    rows: &'a [T],
-    alias: &str,
-    mut row: impl FnMut(&mut QueryBuilder<'a, MySql>, &'a T),
-) -> QueryBuilder<'a, MySql> {
-    let mut query = QueryBuilder::<MySql>::new("UPDATE jobs j JOIN (");
-    for (n, item) in rows.iter().enumerate() {
-        query.push(if n == 0 {
-            "SELECT "
-        } else {
-            " UNION ALL SELECT "
-        });
-        row(&mut query, item);
-    }
-    query.push(format!(") {alias} ON j.id = {alias}.id "));
-    query
-}
-
 /// ` AND` due at or after `from` and before `to`.
 pub(super) fn run_at_push(
     query: &mut QueryBuilder<'_, MySql>,
