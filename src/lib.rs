@@ -60,7 +60,8 @@ macro_rules! fail_point_stall {
 /// they change the row (`FAILPOINTS` or `fail::cfg`). Without the
 /// `failpoints` feature, nothing at all. Names in use: `results-read`,
 /// `job-modify-read`, `schedule-planned`, `bulk-read`,
-/// `debounce-read`, `claim-written`, `rescue-read` (tests/cas_races.rs).
+/// `debounce-read`, `claim-written`, `rescue-read`, `recount-read`
+/// (tests/cas_races.rs).
 macro_rules! fail_point_pause {
     ($name:literal) => {
         #[cfg(feature = "failpoints")]

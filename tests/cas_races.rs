@@ -13,7 +13,8 @@
 //! not yet written), `debounce-read` (the key's job read as pending, not
 //! yet moved), `claim-written` (a claim written, its fence not yet read
 //! back), `rescue-read` (a dead instance's claims read, not yet put in
-//! doubt).
+//! doubt), `recount-read` (a token's usage and its jobs counted, the
+//! difference not yet added).
 
 #![cfg(feature = "failpoints")]
 
@@ -395,5 +396,60 @@ async fn a_rescue_leaves_a_claim_made_since_its_read() {
     };
     assert_eq!(claimed_by(kept).await, Some(db.fence.instance));
     assert_eq!(claimed_by(rescued).await, None, "in doubt");
+    db.finish().await;
+}
+
+/// A quota's recount takes no lock (#62): it reads the usage and the count
+/// in one statement and adds their difference, so a create charged
+/// between its read and its write keeps its charge — neither lost under an
+/// overwrite nor waiting on the recount — and the usage ends exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_create_charged_during_a_recount_keeps_its_charge() {
+    let db = Db::new().await;
+    tickler_testkit::token_create(&db.url, "tenant", &["*"], &["write"]).await;
+    sqlx::query("UPDATE api_tokens SET max_pending_jobs = 100 WHERE name = 'tenant'")
+        .execute(&db.sql)
+        .await
+        .unwrap();
+    let token: u64 = sqlx::query_scalar("SELECT id FROM api_tokens WHERE name = 'tenant'")
+        .fetch_one(&db.sql)
+        .await
+        .unwrap();
+    let tenant = db.store_as(Actor::Api).with_quota(Some(token));
+    let mut ids = Vec::new();
+    for _ in 0..3 {
+        ids.push(
+            tenant
+                .job_insert(&job_new("quota", 3_600_000))
+                .await
+                .unwrap()
+                .0
+                .id,
+        );
+    }
+    // One leaves pending by hand: the usage (3) is one more than the count.
+    db.edit("UPDATE jobs SET status = 'cancelled' WHERE id = ?", ids[0])
+        .await;
+
+    fail::cfg("recount-read", HOLD).unwrap();
+    let counter = db.store_as(Actor::Api);
+    let recount = tokio::spawn(async move { counter.quota_recount(token).await });
+    tokio::time::sleep(EDIT_AFTER).await;
+    tenant
+        .job_insert(&job_new("quota", 3_600_000))
+        .await
+        .unwrap();
+    let usage = recount.await.unwrap().unwrap();
+    fail::remove("recount-read");
+
+    assert_eq!(
+        usage.pending_jobs, 3,
+        "two left of the three, and the one created meanwhile"
+    );
+    let again = db.store.quota_recount(token).await.unwrap();
+    assert_eq!(
+        again.pending_jobs, 3,
+        "a recount with nothing new changes nothing"
+    );
     db.finish().await;
 }

@@ -19,7 +19,7 @@
 use chrono::{DateTime, NaiveDateTime, Utc};
 use sqlx::{MySql, QueryBuilder, Row};
 
-use super::error::StoreError;
+use super::error::{contention_retry, StoreError};
 use super::handle::Store;
 use super::sql::push_id_list;
 use crate::domain::job::JobId;
@@ -329,34 +329,21 @@ impl Store {
     }
 
     /// Counts the token's pending jobs and their payload bytes exactly and
-    /// makes them its usage, under the usage row's lock (a create of the
-    /// token waits meanwhile, so none is counted twice or missed); then
-    /// forgets the jobs finished for good. Returns the usage.
+    /// makes them its usage; then forgets the jobs finished for good.
+    /// Returns the usage.
+    ///
+    /// No lock (#62): the usage and the count are read by one statement,
+    /// so from one read view — a charge committed before it is in both, one
+    /// committed after in neither — and the difference is added to the
+    /// usage, not the count written over it: charges made meanwhile are
+    /// kept. The write is a compare-and-set on `counted_at` as read, so of
+    /// two recounts at once the second reads again rather than adding the
+    /// same difference twice.
+    ///
+    /// Crash after the UPDATE commits: the usage is right; the finished
+    /// jobs are forgotten by the next recount.
     pub async fn quota_recount(&self, token: u64) -> Result<QuotaUsage, StoreError> {
-        let mut tx = self.begin().await?;
-        // Made if missing, and locked.
-        usage_row_ensure_on(&mut tx, token).await?;
-        let row = sqlx::query(&format!(
-            "SELECT COUNT(*) AS jobs, CAST(COALESCE(SUM({COUNTED_BYTES}), 0) AS UNSIGNED) AS bytes \
-             FROM token_jobs t JOIN jobs j ON j.id = t.job_id \
-             WHERE t.token_id = ? AND j.status = 'pending'"
-        ))
-        .bind(crate::domain::keys::OVERHEAD as i64)
-        .bind(token)
-        .fetch_one(&mut *tx)
-        .await?;
-        let jobs: i64 = row.try_get("jobs")?;
-        let bytes: u64 = row.try_get("bytes")?;
-        sqlx::query(
-            "UPDATE token_usage SET pending_jobs = ?, payload_bytes = ?, \
-             counted_at = UTC_TIMESTAMP(3) WHERE token_id = ?",
-        )
-        .bind(jobs)
-        .bind(bytes)
-        .bind(token)
-        .execute(&mut *tx)
-        .await?;
-        tx.commit().await?;
+        contention_retry(|| self.quota_recount_once(token)).await?;
         // Read, then deleted from the one table by id: a job that leaves
         // its end state between the two (a verification's new attempt) is
         // counted again by the next recount, as before.
@@ -378,5 +365,58 @@ impl Store {
         self.quota_usage(token)
             .await?
             .ok_or_else(|| StoreError::Corrupt(format!("token {token} vanished while counted")))
+    }
+}
+
+impl Store {
+    /// One recount's read and compare-and-set (see [`Store::quota_recount`]).
+    async fn quota_recount_once(&self, token: u64) -> Result<(), StoreError> {
+        // Made if missing, committed at once: no lock is held past it.
+        let mut conn = self.pool.acquire().await?;
+        usage_row_ensure_on(&mut conn, token).await?;
+        drop(conn);
+        let counted = format!(
+            "FROM token_jobs t JOIN jobs j ON j.id = t.job_id \
+             WHERE t.token_id = u.token_id AND j.status = 'pending'"
+        );
+        let row = sqlx::query(&format!(
+            "SELECT CAST(u.pending_jobs AS SIGNED) AS used_jobs, \
+             CAST(u.payload_bytes AS SIGNED) AS used_bytes, u.counted_at, \
+             (SELECT COUNT(*) {counted}) AS jobs, \
+             (SELECT CAST(COALESCE(SUM({COUNTED_BYTES}), 0) AS SIGNED) {counted}) AS bytes \
+             FROM token_usage u WHERE u.token_id = ?"
+        ))
+        .bind(crate::domain::keys::OVERHEAD as i64)
+        .bind(token)
+        .fetch_optional(&self.pool)
+        .await?
+        .ok_or_else(|| StoreError::lost_race(format!("token {token}'s usage row is gone")))?;
+        let used_jobs: i64 = row.try_get("used_jobs")?;
+        let used_bytes: i64 = row.try_get("used_bytes")?;
+        let counted_at: Option<NaiveDateTime> = row.try_get("counted_at")?;
+        let jobs: i64 = row.try_get("jobs")?;
+        let bytes: i64 = row.try_get("bytes")?;
+        fail_point_pause!("recount-read");
+        let moved = sqlx::query(
+            "UPDATE token_usage \
+             SET pending_jobs = GREATEST(CAST(pending_jobs AS SIGNED) + ?, 0), \
+             payload_bytes = GREATEST(CAST(payload_bytes AS SIGNED) + ?, 0), \
+             counted_at = UTC_TIMESTAMP(3) \
+             WHERE token_id = ? AND (counted_at = ? OR (counted_at IS NULL AND ? IS NULL))",
+        )
+        .bind(jobs.saturating_sub(used_jobs))
+        .bind(bytes.saturating_sub(used_bytes))
+        .bind(token)
+        .bind(counted_at)
+        .bind(counted_at)
+        .execute(&self.pool)
+        .await?
+        .rows_affected();
+        if moved == 0 {
+            return Err(StoreError::lost_race(format!(
+                "token {token} was recounted by another meanwhile"
+            )));
+        }
+        Ok(())
     }
 }
