@@ -326,6 +326,12 @@ impl Topics {
         self.known().fetched_at.is_some_and(|at| at.elapsed() < age)
     }
 
+    /// Whether the last successful fetch was made after `instant`: its
+    /// answer can speak of a topic created before then.
+    pub fn fetched_after(&self, instant: std::time::Instant) -> bool {
+        self.known().fetched_at.is_some_and(|at| at > instant)
+    }
+
     /// What the broker says, refreshing the cache first when it does not
     /// know `topic` and was not refreshed within [`TOPICS_REFRESH_MIN`] (so
     /// a topic created a moment ago is found).

@@ -59,6 +59,15 @@ impl DbClock {
         self.db_now_ms + self.at.elapsed().as_millis() as i64
     }
 
+    /// A local instant no earlier than the one at which the database's
+    /// clock read `ms` (a time in the past, such as a row's `created_at`):
+    /// `at` less how far the reading was past `ms`. None when the local
+    /// clock cannot say (long ago, on some platforms).
+    pub fn instant_after(&self, ms: i64) -> Option<Instant> {
+        let back = self.db_now_ms.saturating_sub(ms).max(0) as u64;
+        self.at.checked_sub(Duration::from_millis(back))
+    }
+
     /// The first local instant at which the database's clock is surely at
     /// or past `ms`: a record sent then is never early by it.
     pub fn instant_of(&self, ms: i64) -> Instant {
@@ -298,20 +307,36 @@ impl Releaser {
                 continue;
             }
             if self.topics.state(&job.topic) == TopicState::Missing {
-                // Refused only on recent metadata, so a topic created since
-                // is not held against a job. Older metadata is fetched again
-                // in the background (sending never waits on the broker for
-                // it) and the job tried again after `retry_delay`, by when
-                // the metadata is recent.
-                let failure = if self.topics.fetched_within(TOPIC_MISSING_TRUST) {
+                // Refused only on recent metadata fetched after the job was
+                // created (and a margin for the broker to list a topic made
+                // just before it), so a topic created since, or made a moment
+                // before its jobs, is not held against a job. Other metadata
+                // is fetched again in the background (sending never waits on
+                // the broker for it) and the job tried again after
+                // `retry_delay`, by when the metadata is recent.
+                let trusted_from = batch
+                    .clock
+                    .instant_after(job.created_at.timestamp_millis())
+                    .map(|at| at + TOPIC_CREATED_MARGIN);
+                let after_create = trusted_from.is_none_or(|at| self.topics.fetched_after(at));
+                let failure = if self.topics.fetched_within(TOPIC_MISSING_TRUST) && after_create {
                     Failure::Refused {
                         reason: "unknown_topic",
                         message: format!("topic {:?} does not exist on the broker", job.topic),
                         from_broker: false,
                     }
                 } else {
+                    // Fetched once the metadata can speak of the job's
+                    // topic: at once (or within a second of the last
+                    // fetch), or at its create and margin.
                     let topics = self.topics.clone();
-                    tokio::spawn(async move { topics.refresh_if_older(TOPICS_REFRESH_MIN).await });
+                    let from = trusted_from.unwrap_or_else(Instant::now);
+                    tokio::spawn(async move {
+                        tokio::time::sleep_until(from.into()).await;
+                        topics
+                            .refresh_if_older(from.elapsed().min(TOPICS_REFRESH_MIN))
+                            .await
+                    });
                     Failure::Unchecked(format!(
                         "topic {:?} is not in the broker's metadata; checking again",
                         job.topic
@@ -484,9 +509,39 @@ impl Releaser {
     }
 }
 
+/// How long after a job's create metadata must have been fetched to refuse
+/// the job for a topic it does not list: a topic created just before its
+/// jobs may take the broker a moment to list.
+const TOPIC_CREATED_MARGIN: Duration = Duration::from_secs(1);
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_rows_time_maps_back_to_a_local_instant_no_earlier_than_it() {
+        let at = Instant::now();
+        let clock = DbClock {
+            db_now_ms: 1_000_000,
+            at,
+        };
+        assert_eq!(
+            clock.instant_after(999_700),
+            at.checked_sub(Duration::from_millis(300)),
+            "300 ms before the reading: 300 ms before its answer arrived"
+        );
+        assert_eq!(
+            clock.instant_after(1_000_500),
+            Some(at),
+            "never after the answer"
+        );
+        assert!(
+            clock
+                .instant_after(i64::MIN)
+                .is_none_or(|long_ago| long_ago + Duration::from_secs(86_400) < at),
+            "long ago: none, or an instant long before"
+        );
+    }
 
     #[test]
     fn a_job_is_released_no_sooner_than_the_database_says_it_is_due() {
