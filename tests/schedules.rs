@@ -246,16 +246,19 @@ async fn misfires_follow_each_schedules_policy() {
         missed,
         "fire_all: each, in order; {all:?}"
     );
-    let ids_in_order: Vec<u64> =
-        sqlx::query_scalar("SELECT id FROM jobs WHERE schedule_id = ? ORDER BY schedule_time")
-            .bind(ids["fire_all"])
-            .fetch_all(&env.sql)
-            .await
-            .unwrap();
-    let mut sorted = ids_in_order.clone();
+    // By created_at: ids are no time order (each process's handles take
+    // ids from blocks of their own).
+    let created_in_order: Vec<chrono::NaiveDateTime> = sqlx::query_scalar(
+        "SELECT created_at FROM jobs WHERE schedule_id = ? ORDER BY schedule_time",
+    )
+    .bind(ids["fire_all"])
+    .fetch_all(&env.sql)
+    .await
+    .unwrap();
+    let mut sorted = created_in_order.clone();
     sorted.sort();
     assert_eq!(
-        ids_in_order, sorted,
+        created_in_order, sorted,
         "created in the order of their instants"
     );
     env.finish().await;

@@ -548,9 +548,40 @@ impl Store {
         // deadlock.
         let mut jobs = jobs.to_vec();
         jobs.sort_unstable_by_key(|job| job.id);
+        // The rows of one claim sent at one instant together (a paced
+        // topic's claim goes out tick by tick): each such group is marked by
+        // the primary key with its token and time bound once. Rows of
+        // groups too small to be worth a statement of their own are marked
+        // together, each row's values by a CASE on its id.
+        let mut groups: std::collections::BTreeMap<(u64, DateTime<Utc>), Vec<Dispatched>> =
+            std::collections::BTreeMap::new();
+        for job in jobs {
+            groups
+                .entry((job.token, job.dispatched_at))
+                .or_default()
+                .push(job);
+        }
+        let mut marked = Marked::default();
+        let mut scattered = Vec::new();
+        for group in groups.into_values() {
+            if group.len() >= GROUP_MIN {
+                self.mark_rows(&group, &mut marked).await?;
+            } else {
+                scattered.extend(group);
+            }
+        }
+        scattered.sort_unstable_by_key(|job| job.id);
+        self.mark_rows(&scattered, &mut marked).await?;
+        Ok(marked)
+    }
+
+    /// Marks `jobs` (in id order) dispatched, a statement a chunk.
+    ///
+    /// Long because it is the mark's one UPDATE, built for a chunk of one
+    /// claim and instant or of scattered rows, and its history.
+    async fn mark_rows(&self, jobs: &[Dispatched], marked: &mut Marked) -> Result<(), StoreError> {
         // One UPDATE of `jobs` alone per chunk (#62).
         const CHUNK: usize = 1000;
-        let mut marked = Marked::default();
         let mut next = 0;
         while next < jobs.len() {
             let token = event_token();
@@ -659,10 +690,10 @@ impl Store {
             tx.commit().await?;
             marked.marked += chunk_marked;
             if chunk_marked < chunk.len() as u64 {
-                self.job_mark_settled_early(chunk, &mut marked).await?;
+                self.job_mark_settled_early(chunk, marked).await?;
             }
         }
-        Ok(marked)
+        Ok(())
     }
 
     /// Records where the records of these claims landed for jobs a
@@ -1179,6 +1210,10 @@ fn shared_claim(jobs: &[Dispatched]) -> Option<(u64, DateTime<Utc>)> {
 /// The rows of a mark whose positions are not runs of one claim: each
 /// row's values come from a CASE on its id.
 const CHUNK_SCATTERED: usize = 100;
+
+/// The fewest rows of one claim and instant marked by a statement of their
+/// own.
+const GROUP_MIN: usize = 8;
 
 /// The send time in a mark: one shared by the chunk, or each row's own.
 enum SentAt<'a> {
