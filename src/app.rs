@@ -321,7 +321,7 @@ async fn shutdown_signal() {
 /// tokens`; `metrics` with `api.metrics_addr`; `purger` with a retention (the
 /// default has one);
 /// `ingress` with `ingress.topics`; `overdue caps` with a topic's
-/// `max_overdue`.
+/// `max_overdue`; `hand edits` with `mysql.history_hand_edits = observe`.
 pub fn services(role: Option<Role>) -> &'static [&'static str] {
     match role {
         None => &[
@@ -344,6 +344,7 @@ pub fn services(role: Option<Role>) -> &'static [&'static str] {
             "consumption",
             "wall clock",
             "overdue caps",
+            "hand edits",
         ],
         Some(Role::Results) => &["results", "dead letters"],
         Some(Role::Ingress) => &["ingress"],
@@ -857,6 +858,16 @@ fn start_reconciler(
             cancel.child_token(),
         ),
     );
+    if config.mysql.history_hand_edits == crate::config::HandEdits::Observe {
+        shared.spawn_service(
+            Some(Role::Reconciler),
+            "hand edits",
+            service::run(
+                crate::roles::hand_edits::HandEditObserver::new(pools.reconciler.clone(), config),
+                cancel.child_token(),
+            ),
+        );
+    }
     let purger = PurgerConfig::from_config(config);
     if purger.retention.is_some() {
         let purger = Purger::new(pools.reconciler.clone(), purger);

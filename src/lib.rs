@@ -61,7 +61,7 @@ macro_rules! fail_point_stall {
 /// `failpoints` feature, nothing at all. Names in use: `results-read`,
 /// `job-modify-read`, `schedule-planned`, `bulk-read`,
 /// `debounce-read`, `claim-written`, `rescue-read`, `recount-read`
-/// (tests/cas_races.rs).
+/// (tests/cas_races.rs), `hand-edits-read` (tests/hand_edits.rs).
 macro_rules! fail_point_pause {
     ($name:literal) => {
         #[cfg(feature = "failpoints")]

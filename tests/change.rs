@@ -492,6 +492,9 @@ async fn history_shows_every_change_with_its_actor() {
         .execute(&env.sql)
         .await
         .unwrap();
+    // Recorded by the reconciler's next pass (hand edits observed).
+    env.history_await(id, "sql", "pending", Duration::from_secs(10))
+        .await;
 
     let (status, history) = env.get(&format!("/v1/jobs/{id}/history")).await;
     assert_eq!(status, 200);

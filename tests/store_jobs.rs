@@ -522,6 +522,14 @@ async fn history_records_each_change_of_state_time_or_attempt_with_who_made_it()
         job.id,
     )
     .await;
+    // Observed, as the reconciler's pass would (tests/hand_edits.rs).
+    assert_eq!(
+        db.store
+            .hand_edits_observe(now - Span::minutes(1))
+            .await
+            .unwrap(),
+        1
+    );
 
     let history = db.store.job_history(job.id).await.unwrap();
     let seen: Vec<(&str, Status)> = history
@@ -797,12 +805,17 @@ async fn cancel_records_who_cancelled_and_leaves_finished_jobs_alone() {
         )
         .await;
         let before = db.store.job_get(id).await.unwrap();
+        let recorded = db.store.job_history(id).await.unwrap().len();
         assert!(
             matches!(ops.job_cancel(id).await.unwrap(), Cancelled::TooLate(_)),
             "{finished}"
         );
         assert_eq!(db.store.job_get(id).await.unwrap(), before, "{finished}");
-        assert_eq!(db.store.job_history(id).await.unwrap().len(), 2);
+        assert_eq!(
+            db.store.job_history(id).await.unwrap().len(),
+            recorded,
+            "nothing recorded"
+        );
     }
     ops.close().await;
     db.finish().await;

@@ -67,6 +67,8 @@ async fn dashboard_signs_in_redrives_a_dead_job_shows_history_and_bulk_cancels()
     .execute(&env.sql)
     .await
     .unwrap();
+    env.history_await(doomed, "sql", "dead", Duration::from_secs(10))
+        .await;
 
     // A few sent already, so the overview has lateness to chart.
     let mut sent = Vec::new();

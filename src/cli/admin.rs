@@ -448,6 +448,14 @@ pub async fn migrate(config: &Config, to: Option<u32>) -> Result<(), StoreError>
         Ok(HandEditsState::NotRecorded) => {
             println!("hand edits in SQL are not recorded (mysql.history_hand_edits = off)")
         }
+        Ok(HandEditsState::Observed) => println!(
+            "hand edits in SQL are recorded in the history by the reconciler, which compares \
+             changed rows with their history (no trigger)"
+        ),
+        Err(err @ StoreError::MigrationRefused(_)) => {
+            store.close().await;
+            return Err(err);
+        }
         Err(err) if mode == HandEdits::Trigger => eprintln!(
             "warning: mysql.history_hand_edits = trigger, but the triggers that record hand edits \
              cannot be created: {err}. tickler records its own changes regardless. Grant \

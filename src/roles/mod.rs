@@ -16,6 +16,8 @@
 //! - [`consumption`] — follows the consumer groups reading tickler's topics:
 //!   when each job was consumed, and groups that stopped
 //! - [`purger`]     — deletes finished jobs past their retention
+//! - [`hand_edits`] — hand edits in SQL recorded in the history without a
+//!   trigger (`mysql.history_hand_edits = observe`)
 //! - [`overdue_caps`] — a topic's `max_overdue`: what a backlog past it
 //!   becomes (alerted, or its oldest expired)
 //! - [`materializer`] — a schedule's occurrences become jobs
@@ -54,6 +56,7 @@ pub mod codec_upkeep;
 pub mod consumption;
 pub mod dispatcher;
 pub mod doctor;
+pub mod hand_edits;
 pub mod ingress;
 pub mod jobs;
 pub mod kafka_topics;

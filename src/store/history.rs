@@ -28,7 +28,7 @@ use sqlx::{MySql, MySqlConnection, QueryBuilder};
 use super::error::StoreError;
 use super::handle::Store;
 use super::sql::{db_time, push_id_list};
-use crate::config::HandEdits;
+use crate::config::{Engine, HandEdits};
 use crate::domain::job::{Job, JobId};
 
 /// A fresh token for one changing statement (never 0, the column's default).
@@ -237,6 +237,8 @@ pub enum HandEditsState {
     Recorded,
     /// No trigger is in place.
     NotRecorded,
+    /// No trigger is in place; the reconciler observes hand edits.
+    Observed,
 }
 
 impl Store {
@@ -247,6 +249,13 @@ impl Store {
     /// instance's migrate) is not an error. Tickler's own history never
     /// depends on them.
     pub async fn hand_edits_apply(&self, mode: HandEdits) -> Result<HandEditsState, StoreError> {
+        if mode == HandEdits::Trigger && self.engine(Engine::Auto).await? == Engine::Portable {
+            return Err(StoreError::MigrationRefused(
+                "mysql.history_hand_edits = trigger: this server is TiDB or Vitess, which \
+                 have no triggers; set observe (hand edits recorded without a trigger)"
+                    .to_owned(),
+            ));
+        }
         let mut conn = self.pool.acquire().await?;
         // One read of the schema's triggers: each look at
         // information_schema costs MariaDB an internal temporary table.
@@ -256,7 +265,7 @@ impl Store {
             match mode {
                 // Only one that exists: with binary logging on, even
                 // dropping one that does not takes SUPER.
-                HandEdits::Off if exists(name) => {
+                HandEdits::Off | HandEdits::Observe if exists(name) => {
                     // A plain &str runs over the text protocol, as DDL must.
                     sqlx::Executor::execute(
                         &mut *conn,
@@ -280,9 +289,20 @@ impl Store {
         Ok(match mode {
             HandEdits::Trigger => HandEditsState::Recorded,
             HandEdits::Off => HandEditsState::NotRecorded,
+            HandEdits::Observe => HandEditsState::Observed,
             HandEdits::Keep if all => HandEditsState::Recorded,
             HandEdits::Keep => HandEditsState::NotRecorded,
         })
+    }
+
+    /// What `engine` (`mysql.engine`) means on this server: `auto` is
+    /// `portable` where `VERSION()` names TiDB or Vitess.
+    pub async fn engine(&self, engine: Engine) -> Result<Engine, StoreError> {
+        if engine != Engine::Auto {
+            return Ok(engine);
+        }
+        let mut conn = self.pool.acquire().await?;
+        Ok(engine.resolve(&super::pool::server_version(&mut conn).await?))
     }
 
     /// Whether hand edits are recorded now (both triggers in place).

@@ -11,7 +11,9 @@
 //! constructors are `handle.rs`'s; the statements' files add their methods
 //! to the handle. A job's payload and headers are compressed, sealed, opened
 //! and expanded in one place, `payload.rs`; a new job's id is known before
-//! its INSERT, from a block `id_blocks.rs` reserves. Below the statements' files lie the error and its
+//! its INSERT, from a block `id_blocks.rs` reserves. The history is
+//! `history.rs`'s; what people change by hand in SQL is recorded by a
+//! trigger there or, without one, observed by `hand_edits.rs`. Below the statements' files lie the error and its
 //! classes (`error.rs`), failover's demoted connections (`failover.rs`),
 //! connecting and the pool's hooks (`pool.rs`), and the shared SQL
 //! fragments with the session clock (`sql.rs`).
@@ -26,6 +28,7 @@ mod dispatch;
 mod error;
 mod failover;
 mod forecast;
+mod hand_edits;
 mod handle;
 mod history;
 mod holds;
@@ -57,6 +60,7 @@ pub use debounce::Debounced;
 pub use dispatch::{ClaimOutcome, Dispatched, Doubt, Marked};
 pub use error::StoreError;
 pub use forecast::DueCount;
+pub use hand_edits::OBSERVE_OVERLAP;
 pub use handle::{Actor, Store};
 pub use history::{BrokenTrigger, HandEditsState};
 pub use holds::{HoldReleased, SCHEMA as HOLDS_SCHEMA};

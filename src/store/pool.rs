@@ -206,10 +206,16 @@ pub(super) fn connect_options(url: &str) -> Result<MySqlConnectOptions, StoreErr
 /// Whether the server is TiDB (its `VERSION()` says so, e.g.
 /// `8.0.11-TiDB-v7.5.1`).
 pub async fn server_is_tidb(conn: &mut MySqlConnection) -> Result<bool, sqlx::Error> {
+    Ok(server_version(conn).await?.contains("TiDB"))
+}
+
+/// The server's `VERSION()`: `10.11.6-MariaDB-0+deb12u1`,
+/// `8.0.11-TiDB-v7.5.1`, `8.0.30-Vitess` (vtgate's own).
+pub async fn server_version(conn: &mut MySqlConnection) -> Result<String, sqlx::Error> {
     let version: Vec<u8> = sqlx::query_scalar("SELECT VERSION()")
         .fetch_one(conn)
         .await?;
-    Ok(String::from_utf8_lossy(&version).contains("TiDB"))
+    Ok(String::from_utf8_lossy(&version).into_owned())
 }
 
 #[cfg(test)]

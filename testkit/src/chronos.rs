@@ -121,6 +121,9 @@ pub fn fast_settings() -> Vec<(String, String)> {
         ("TICKLER_LOADER_INTERVAL_MS", "200"),
         ("TICKLER_DISPATCHER_IDLE_MS", "200"),
         ("TICKLER_LOG", "warn"),
+        // As the suite's other instances: portable, hand edits observed.
+        ("TICKLER_MYSQL_ENGINE", "portable"),
+        ("TICKLER_MYSQL_HISTORY_HAND_EDITS", "observe"),
     ]
     .iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
@@ -149,7 +152,7 @@ impl World {
             scratch::scratch_database_create(
                 &services.mysql_server_url,
                 &db_name,
-                tickler::config::HandEdits::Trigger,
+                tickler::config::HandEdits::Observe,
             )
             .await
             .ok()

@@ -74,7 +74,7 @@ pub async fn database_create() -> (String, String) {
     let mut last = String::new();
     for attempt in 1..=3 {
         let name = unique("tickler_t_");
-        match scratch::scratch_database_create(&mysql_server_url(), &name, HandEdits::Trigger).await
+        match scratch::scratch_database_create(&mysql_server_url(), &name, HandEdits::Observe).await
         {
             Ok(url) => return (name, url),
             Err(err) => {
@@ -97,6 +97,10 @@ pub fn test_config(mysql_url: &str, prefix: &str) -> Config {
     let mut config = Config::default();
     config.mysql.url = mysql_url.to_owned();
     config.mysql.pool_size = 8;
+    // The suite runs as tickler runs on TiDB or Vitess (#62): nothing only
+    // MySQL has, hand edits observed rather than caught by a trigger.
+    config.mysql.engine = tickler::config::Engine::Portable;
+    config.mysql.history_hand_edits = HandEdits::Observe;
     config.redis.url = redis_url();
     config.redis.prefix = prefix.to_owned();
     config.kafka.brokers = kafka_brokers();
@@ -410,6 +414,25 @@ impl TestEnv {
         assert!(
             reached.is_some(),
             "job {id} did not become {status} within {wait:?}"
+        );
+    }
+
+    /// Waits until job `id`'s history holds a row by `actor` with
+    /// `status`: a hand edit is recorded by the reconciler's next pass
+    /// (`mysql.history_hand_edits = observe`), not by its statement.
+    pub async fn history_await(&self, id: u64, actor: &str, status: &str, wait: Duration) {
+        let reached = eventually(wait, || async {
+            let (_, history) = self.get(&format!("/v1/jobs/{id}/history")).await;
+            history["events"]
+                .as_array()?
+                .iter()
+                .any(|e| e["actor"] == actor && e["status"] == status)
+                .then_some(())
+        })
+        .await;
+        assert!(
+            reached.is_some(),
+            "job {id}'s history has no ({actor}, {status}) within {wait:?}"
         );
     }
 

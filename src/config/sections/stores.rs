@@ -16,9 +16,16 @@ pub struct MysqlSettings {
     pub url: String,
     /// Connections in the MySQL pool.
     pub pool_size: u32,
+    /// What kind of server tickler writes to: `auto` (the default: the
+    /// server says, from `VERSION()`), `mysql` (MySQL or MariaDB: the
+    /// hand-edit triggers may be installed) or `portable` (TiDB, Vitess,
+    /// or a MySQL run as they would be: no trigger, hand edits observed).
+    pub engine: Engine,
     /// Whether changes made by hand in SQL are recorded in the jobs'
-    /// history: `trigger` (triggers on `jobs`, installed by `tickler
-    /// migrate`, record them as actor `sql`), `off` (`migrate` drops them)
+    /// history: `observe` (the reconciler compares changed rows with their
+    /// history and records the difference as actor `sql`; no trigger, on
+    /// every engine), `trigger` (triggers on `jobs`, installed by `tickler
+    /// migrate`; not on a portable engine), `off` (`migrate` drops them)
     /// or `keep` (the default: `migrate` leaves them as it finds them, so a
     /// new database has none). tickler records its own changes either way.
     pub history_hand_edits: HandEdits,
@@ -33,6 +40,7 @@ impl Default for MysqlSettings {
         MysqlSettings {
             url: "mysql://tickler:tickler@127.0.0.1:3306/tickler".to_owned(),
             pool_size: 16,
+            engine: Engine::Auto,
             history_hand_edits: HandEdits::Keep,
             schema_baseline: SchemaBaseline::Auto,
         }
@@ -44,6 +52,13 @@ impl MysqlSettings {
     pub fn validate(&self) -> Result<(), ConfigError> {
         if !self.url.starts_with("mysql://") && !self.url.starts_with("mariadb://") {
             return Err(invalid("mysql.url", "must start with mysql://"));
+        }
+        if self.engine == Engine::Portable && self.history_hand_edits == HandEdits::Trigger {
+            return Err(invalid(
+                "mysql.history_hand_edits",
+                "is trigger, which mysql.engine = portable does not use: set observe \
+                 (hand edits recorded without a trigger)",
+            ));
         }
         Ok(())
     }
@@ -60,6 +75,13 @@ pub enum HandEdits {
     Trigger,
     /// No trigger: hand edits leave no history rows.
     Off,
+    /// No trigger (`tickler migrate` drops them): the reconciler reads the
+    /// rows changed since its last pass, each beside its last history row,
+    /// and records as actor `sql` those whose status, time or attempt is
+    /// not what their history says, at the row's `updated_at`. Works on
+    /// every engine, TiDB and Vitess included (docs/operations.md, "Hand
+    /// edits in the history").
+    Observe,
     /// `tickler migrate` installs nothing and drops nothing. The default: a
     /// new database records no hand edits, and every row a claim or a mark
     /// changes is spared the trigger (about 5 µs of MariaDB's ~68 per
@@ -67,6 +89,32 @@ pub enum HandEdits {
     /// version that installed the triggers by default keeps them until `off`
     /// is set.
     Keep,
+}
+
+/// The `mysql.engine` setting.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Engine {
+    /// `portable` when the server's `VERSION()` names TiDB or Vitess,
+    /// `mysql` otherwise.
+    Auto,
+    /// MySQL or MariaDB: what only they have (triggers) may be used.
+    Mysql,
+    /// Only what TiDB and a sharded Vitess have too (docs/scaling.md).
+    Portable,
+}
+
+impl Engine {
+    /// What `auto` means on a server whose `VERSION()` is `version`.
+    pub fn resolve(self, version: &str) -> Engine {
+        match self {
+            Engine::Auto if version.contains("TiDB") || version.contains("Vitess") => {
+                Engine::Portable
+            }
+            Engine::Auto => Engine::Mysql,
+            chosen => chosen,
+        }
+    }
 }
 
 /// The `mysql.schema_baseline` setting.
