@@ -283,9 +283,7 @@ mod tests {
 
     #[test]
     fn a_row_is_a_hand_edit_when_its_history_says_otherwise() {
-        let at = DateTime::from_timestamp(1_800_000_000, 0)
-            .unwrap()
-            .naive_utc();
+        let at = db_time(DateTime::from_timestamp(1_800_000_000, 0).unwrap());
         let later = at + chrono::Duration::seconds(60);
         let pending = ("pending".to_owned(), at, 1);
         assert!(!edited(&seen("pending", at, 1), Some(&pending)));
