@@ -355,6 +355,20 @@ async fn the_doctor_names_jobs_set_aside_as_unreadable() {
 async fn a_trigger_whose_definer_is_gone_is_named_by_the_doctor() {
     let env = start().await;
     let report = doctor(&env).run_once().await;
+    assert!(
+        finding(&report, "triggers")
+            .summary
+            .contains("observed by the reconciler"),
+        "the suite's databases have none: {:?}",
+        finding(&report, "triggers")
+    );
+    // The MySQL-only option: the hand-edit triggers, as `tickler migrate`
+    // installs them with `mysql.history_hand_edits = trigger`.
+    env.store
+        .hand_edits_apply(tickler::config::HandEdits::Trigger)
+        .await
+        .unwrap();
+    let report = doctor(&env).run_once().await;
     let triggers = finding(&report, "triggers");
     assert_eq!(triggers.verdict, Verdict::Ok, "{triggers:?}");
     assert!(

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 use serde::Serialize;
 
-use crate::config::Config;
+use crate::config::{Config, HandEdits};
 use crate::domain::delivery::Verify;
 use crate::domain::job::{JobId, Status};
 use crate::index::Index;
@@ -1042,9 +1042,14 @@ impl Doctor {
         const CHECK: &str = "triggers";
         let (triggers, broken) = self.store.triggers_check().await?;
         if triggers.is_empty() {
+            let hand_edits = if self.config.mysql.history_hand_edits == HandEdits::Observe {
+                "hand edits in SQL are observed by the reconciler and recorded"
+            } else {
+                "hand edits in SQL are not recorded"
+            };
             return Ok(Finding::ok(
                 CHECK,
-                "no trigger on jobs (hand edits in SQL are not recorded)".to_owned(),
+                format!("no trigger on jobs ({hand_edits})"),
             ));
         }
         if broken.is_empty() {

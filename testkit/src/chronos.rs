@@ -161,9 +161,19 @@ impl World {
         .expect("mysql answers");
 
         let topic = unique("tickler-fault-");
-        kafka::topic_ensure(&services.brokers, &topic, 2)
-            .await
-            .unwrap();
+        // As MySQL above: a broker under the loaded suite has let the
+        // admin request time out (10 s) once; try for a while.
+        let made = eventually(Duration::from_secs(60), || async {
+            match kafka::topic_ensure(&services.brokers, &topic, 2).await {
+                Ok(()) => Some(()),
+                Err(err) => {
+                    eprintln!("topic {topic} not made yet: {err}");
+                    None
+                }
+            }
+        })
+        .await;
+        assert!(made.is_some(), "kafka makes topic {topic} within 60 s");
         let seen = Arc::new(Mutex::new(Vec::new()));
         let stop = CancellationToken::new();
         let consumer = consumer_from_beginning(&services.brokers, &topic);
