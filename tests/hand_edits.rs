@@ -8,7 +8,7 @@ use std::time::Duration;
 use chrono::Duration as Span;
 use tickler::config::{Engine, HandEdits};
 use tickler::domain::job::{JobId, Status};
-use tickler::store::{Actor, HandEditsState, Store};
+use tickler::store::{Actor, HandEditsChecked, HandEditsState, Store};
 use tickler_testkit::store::Db;
 
 /// `(actor, status)` of each of job `id`'s history rows, oldest first.
@@ -26,6 +26,9 @@ async fn steps(store: &Store, id: JobId) -> Vec<(String, Status)> {
 async fn a_pass_records_each_hand_edit_once_at_its_time_and_nothing_tickler_did() {
     let db = Db::new().await;
     let start = db.store.db_now().await.unwrap() - Span::seconds(1);
+    // One memory across the passes, as the reconciler keeps: a row found
+    // unedited is compared again once it changes.
+    let mut checked = HandEditsChecked::default();
     let moved = db.job(3_600_000, 1).await;
     let killed = db.job(3_600_000, 1).await;
     let sent = db.job(-1_000, 1).await;
@@ -34,7 +37,18 @@ async fn a_pass_records_each_hand_edit_once_at_its_time_and_nothing_tickler_did(
     db.dispatch(&[sent], 7).await;
     let cancelled = db.job(3_600_000, 1).await;
     db.store.job_cancel(cancelled).await.unwrap();
-    assert_eq!(db.store.hand_edits_observe(start).await.unwrap(), 0);
+    assert_eq!(
+        db.store
+            .hand_edits_observe(start, &mut checked)
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        checked.len(),
+        2,
+        "the sent and the cancelled job, as recorded"
+    );
 
     // A person moves one job and kills another.
     db.edit(
@@ -53,9 +67,18 @@ async fn a_pass_records_each_hand_edit_once_at_its_time_and_nothing_tickler_did(
         untouched,
     )
     .await;
-    assert_eq!(db.store.hand_edits_observe(start).await.unwrap(), 2);
     assert_eq!(
-        db.store.hand_edits_observe(start).await.unwrap(),
+        db.store
+            .hand_edits_observe(start, &mut checked)
+            .await
+            .unwrap(),
+        2
+    );
+    assert_eq!(
+        db.store
+            .hand_edits_observe(start, &mut checked)
+            .await
+            .unwrap(),
         0,
         "a pass over the same rows records nothing again"
     );
@@ -111,7 +134,13 @@ async fn a_pass_records_each_hand_edit_once_at_its_time_and_nothing_tickler_did(
         hand,
     )
     .await;
-    assert_eq!(db.store.hand_edits_observe(start).await.unwrap(), 1);
+    assert_eq!(
+        db.store
+            .hand_edits_observe(start, &mut checked)
+            .await
+            .unwrap(),
+        1
+    );
     assert_eq!(
         steps(&db.store, hand).await,
         [("sql".to_owned(), Status::Pending)]
@@ -132,9 +161,10 @@ async fn two_passes_at_once_record_an_edit_once() {
         .await
         .unwrap();
     let other = db.store_as(Actor::Reconciler);
+    let (mut one, mut two) = (HandEditsChecked::default(), HandEditsChecked::default());
     let (a, b) = tokio::join!(
-        db.store.hand_edits_observe(start),
-        other.hand_edits_observe(start)
+        db.store.hand_edits_observe(start, &mut one),
+        other.hand_edits_observe(start, &mut two)
     );
     assert_eq!(a.unwrap() + b.unwrap(), 20);
     for id in ids {
@@ -166,7 +196,11 @@ async fn an_edit_tickler_changes_again_during_a_pass_is_left_to_tickler() {
     .await;
     fail::cfg("hand-edits-read", "1*return(600)").unwrap();
     let store = db.store.clone();
-    let pass = tokio::spawn(async move { store.hand_edits_observe(start).await });
+    let pass = tokio::spawn(async move {
+        store
+            .hand_edits_observe(start, &mut HandEditsChecked::default())
+            .await
+    });
     tokio::time::sleep(Duration::from_millis(150)).await;
     db.store.job_cancel(id).await.unwrap();
     let recorded = pass.await.unwrap().unwrap();

@@ -525,7 +525,10 @@ async fn history_records_each_change_of_state_time_or_attempt_with_who_made_it()
     // Observed, as the reconciler's pass would (tests/hand_edits.rs).
     assert_eq!(
         db.store
-            .hand_edits_observe(now - Span::minutes(1))
+            .hand_edits_observe(
+                now - Span::minutes(1),
+                &mut tickler::store::HandEditsChecked::default()
+            )
             .await
             .unwrap(),
         1

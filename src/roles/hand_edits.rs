@@ -12,7 +12,7 @@ use chrono::{DateTime, Utc};
 
 use crate::config::Config;
 use crate::roles::service::Service;
-use crate::store::{Store, StoreError, OBSERVE_OVERLAP};
+use crate::store::{HandEditsChecked, Store, StoreError, OBSERVE_OVERLAP};
 
 /// How far back the first pass after a start reads: edits made while no
 /// instance observed, a restart's length.
@@ -23,6 +23,9 @@ pub struct HandEditObserver {
     interval: Duration,
     /// Database time of the last pass.
     observed_at: Option<DateTime<Utc>>,
+    /// Rows found unedited, not compared again while the overlap reads
+    /// them again.
+    checked: HandEditsChecked,
 }
 
 impl HandEditObserver {
@@ -31,6 +34,7 @@ impl HandEditObserver {
             store,
             interval: Duration::from_millis(config.reconciler.interval_ms),
             observed_at: None,
+            checked: HandEditsChecked::default(),
         }
     }
 }
@@ -56,7 +60,10 @@ impl Service for HandEditObserver {
             Some(at) => at - OBSERVE_OVERLAP,
             None => now - START_LOOKBACK,
         };
-        let recorded = self.store.hand_edits_observe(since).await?;
+        let recorded = self
+            .store
+            .hand_edits_observe(since, &mut self.checked)
+            .await?;
         self.observed_at = Some(now);
         Ok(recorded)
     }

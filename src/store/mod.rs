@@ -60,7 +60,7 @@ pub use debounce::Debounced;
 pub use dispatch::{ClaimOutcome, Dispatched, Doubt, Marked};
 pub use error::StoreError;
 pub use forecast::DueCount;
-pub use hand_edits::OBSERVE_OVERLAP;
+pub use hand_edits::{HandEditsChecked, OBSERVE_OVERLAP};
 pub use handle::{Actor, Store};
 pub use history::{BrokenTrigger, HandEditsState};
 pub use holds::{HoldReleased, SCHEMA as HOLDS_SCHEMA};
