@@ -39,7 +39,7 @@ async fn a_pass_records_each_hand_edit_once_at_its_time_and_nothing_tickler_did(
     db.store.job_cancel(cancelled).await.unwrap();
     assert_eq!(
         db.store
-            .hand_edits_observe(start, &mut checked)
+            .hand_edits_observe(start, start + Span::hours(1), &mut checked)
             .await
             .unwrap(),
         0
@@ -69,14 +69,14 @@ async fn a_pass_records_each_hand_edit_once_at_its_time_and_nothing_tickler_did(
     .await;
     assert_eq!(
         db.store
-            .hand_edits_observe(start, &mut checked)
+            .hand_edits_observe(start, start + Span::hours(1), &mut checked)
             .await
             .unwrap(),
         2
     );
     assert_eq!(
         db.store
-            .hand_edits_observe(start, &mut checked)
+            .hand_edits_observe(start, start + Span::hours(1), &mut checked)
             .await
             .unwrap(),
         0,
@@ -136,7 +136,7 @@ async fn a_pass_records_each_hand_edit_once_at_its_time_and_nothing_tickler_did(
     .await;
     assert_eq!(
         db.store
-            .hand_edits_observe(start, &mut checked)
+            .hand_edits_observe(start, start + Span::hours(1), &mut checked)
             .await
             .unwrap(),
         1
@@ -163,8 +163,9 @@ async fn two_passes_at_once_record_an_edit_once() {
     let other = db.store_as(Actor::Reconciler);
     let (mut one, mut two) = (HandEditsChecked::default(), HandEditsChecked::default());
     let (a, b) = tokio::join!(
-        db.store.hand_edits_observe(start, &mut one),
-        other.hand_edits_observe(start, &mut two)
+        db.store
+            .hand_edits_observe(start, start + Span::hours(1), &mut one),
+        other.hand_edits_observe(start, start + Span::hours(1), &mut two)
     );
     assert_eq!(a.unwrap() + b.unwrap(), 20);
     for id in ids {
@@ -198,7 +199,11 @@ async fn an_edit_tickler_changes_again_during_a_pass_is_left_to_tickler() {
     let store = db.store.clone();
     let pass = tokio::spawn(async move {
         store
-            .hand_edits_observe(start, &mut HandEditsChecked::default())
+            .hand_edits_observe(
+                start,
+                start + Span::hours(1),
+                &mut HandEditsChecked::default(),
+            )
             .await
     });
     tokio::time::sleep(Duration::from_millis(150)).await;
@@ -256,6 +261,90 @@ async fn observe_drops_the_triggers_and_a_portable_engine_refuses_them() {
     assert!(
         refused.contains("mysql.history_hand_edits") && refused.contains("observe"),
         "{refused}"
+    );
+    db.finish().await;
+}
+
+/// What the first review found: an edit to `expired` is read; an edit a
+/// claim followed is recorded as the edit left it (`pending`); a row whose
+/// values do not decode costs that row and not the pass; a pass reads
+/// nothing changed at or after its own instant; an engine said portable
+/// refuses the triggers on MariaDB too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn expired_claimed_and_unreadable_rows_each_cost_only_themselves() {
+    let db = Db::new().await;
+    let start = db.store.db_now().await.unwrap() - Span::seconds(1);
+    let mut checked = HandEditsChecked::default();
+    let expired = db.job(3_600_000, 1).await;
+    let claimed = db.job(3_600_000, 1).await;
+    let broken = db.job(3_600_000, 1).await;
+    db.edit("UPDATE jobs SET status = 'expired' WHERE id = ?", expired)
+        .await;
+    // Moved by hand to now, then claimed before a pass reads it.
+    db.edit(
+        "UPDATE jobs SET schedule_time = UTC_TIMESTAMP(3) - INTERVAL 1 SECOND WHERE id = ?",
+        claimed,
+    )
+    .await;
+    let claim = db
+        .store
+        .job_claim_many(&[claimed], 9, tickler_testkit::store::LEASE, &db.fence)
+        .await
+        .unwrap();
+    assert_eq!(claim.won.len(), 1);
+    // A zero date, as a session with a lax sql_mode can write.
+    let mut lax = db.sql.acquire().await.unwrap();
+    sqlx::query("SET SESSION sql_mode = ''")
+        .execute(&mut *lax)
+        .await
+        .unwrap();
+    sqlx::query("UPDATE jobs SET schedule_time = '0000-00-00' WHERE id = ?")
+        .bind(broken)
+        .execute(&mut *lax)
+        .await
+        .unwrap();
+    drop(lax);
+
+    // Before the edits' instant: nothing read.
+    assert_eq!(
+        db.store
+            .hand_edits_observe(start, start, &mut checked)
+            .await
+            .unwrap(),
+        0
+    );
+    let until = db.store.db_now().await.unwrap() + Span::seconds(1);
+    assert_eq!(
+        db.store
+            .hand_edits_observe(start, until, &mut checked)
+            .await
+            .unwrap(),
+        2,
+        "the expired and the claimed one; the unreadable one is left out"
+    );
+    assert_eq!(
+        steps(&db.store, expired).await.last().unwrap(),
+        &("sql".to_owned(), Status::Expired)
+    );
+    assert_eq!(
+        steps(&db.store, claimed).await,
+        [
+            ("dispatcher".to_owned(), Status::Pending),
+            ("sql".to_owned(), Status::Pending)
+        ],
+        "the history never says dispatching"
+    );
+    assert_eq!(steps(&db.store, broken).await.len(), 1);
+
+    assert!(matches!(
+        db.store
+            .hand_edits_apply_on(HandEdits::Trigger, Engine::Portable)
+            .await,
+        Err(tickler::store::StoreError::MigrationRefused(_))
+    ));
+    assert_eq!(
+        db.store.hand_edits_state().await.unwrap(),
+        HandEditsState::NotRecorded
     );
     db.finish().await;
 }

@@ -527,6 +527,7 @@ async fn history_records_each_change_of_state_time_or_attempt_with_who_made_it()
         db.store
             .hand_edits_observe(
                 now - Span::minutes(1),
+                now + Span::hours(2),
                 &mut tickler::store::HandEditsChecked::default()
             )
             .await

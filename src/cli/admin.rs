@@ -436,7 +436,7 @@ pub async fn migrate(config: &Config, to: Option<u32>) -> Result<(), StoreError>
     }
     let store = Store::connect_lazy(&config.mysql.url, 1, Actor::Cli)?;
     let mode = config.mysql.history_hand_edits;
-    match store.hand_edits_apply(mode).await {
+    match store.hand_edits_apply_on(mode, config.mysql.engine).await {
         Ok(HandEditsState::Recorded) if mode == HandEdits::Keep => println!(
             "hand edits in SQL are recorded in the history (the triggers were there and are \
              kept; history_hand_edits = off drops them)"

@@ -62,7 +62,7 @@ impl Service for HandEditObserver {
         };
         let recorded = self
             .store
-            .hand_edits_observe(since, &mut self.checked)
+            .hand_edits_observe(since, now, &mut self.checked)
             .await?;
         self.observed_at = Some(now);
         Ok(recorded)

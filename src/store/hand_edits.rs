@@ -75,12 +75,13 @@ enum Scan {
     Finished(&'static str),
 }
 
-const SCANS: [Scan; 5] = [
+const SCANS: [Scan; 6] = [
     Scan::Live,
     Scan::Finished("dispatched"),
     Scan::Finished("succeeded"),
     Scan::Finished("dead"),
     Scan::Finished("cancelled"),
+    Scan::Finished("expired"),
 ];
 
 /// The rows a pass found as their history says, each as it read it, so
@@ -124,12 +125,16 @@ impl Seen {
 
 impl Store {
     /// One pass: records as actor `sql` the hand edits among the rows
-    /// changed at or after `since`; returns how many it recorded. A row
+    /// changed at or after `since` and before `until` (the pass's own
+    /// instant: rows changed during the pass are the next one's, so a
+    /// steady stream of changes cannot keep it going); returns how many it
+    /// recorded. A row
     /// `checked` holds as it is now was found unedited by an earlier pass
     /// and is not compared again; the rows found so are added to it.
     pub async fn hand_edits_observe(
         &self,
         since: DateTime<Utc>,
+        until: DateTime<Utc>,
         checked: &mut HandEditsChecked,
     ) -> Result<u64, StoreError> {
         let from = db_time(since);
@@ -138,7 +143,7 @@ impl Store {
         for scan in SCANS {
             let mut after = None;
             loop {
-                let (page, last) = self.hand_edits_page(scan, since, after).await?;
+                let (page, last, read) = self.hand_edits_page(scan, since, until, after).await?;
                 let fresh: Vec<(Seen, u64, NaiveDateTime)> = page
                     .iter()
                     .map(|(row, at)| (row.clone(), row.fingerprint(), *at))
@@ -153,7 +158,7 @@ impl Store {
                         checked.rows.insert(print, at);
                     }
                 }
-                if page.len() < PAGE as usize {
+                if read < PAGE as usize {
                     break;
                 }
                 after = last;
@@ -162,14 +167,25 @@ impl Store {
         Ok(recorded)
     }
 
-    /// A page of the rows `scan` finds changed at or after `since`, after
-    /// `after` (its column's value and id); and the last one's key.
+    /// A page of the rows `scan` finds changed in [`since`, `until`),
+    /// after `after` (its column's value and id); the last one's key; and
+    /// how many rows the page read. A row whose values do not decode (a
+    /// zero date written under a lax `sql_mode`) is logged and left out:
+    /// it costs that row, never the pass.
     async fn hand_edits_page(
         &self,
         scan: Scan,
         since: DateTime<Utc>,
+        until: DateTime<Utc>,
         after: Option<(NaiveDateTime, JobId)>,
-    ) -> Result<(Vec<(Seen, NaiveDateTime)>, Option<(NaiveDateTime, JobId)>), StoreError> {
+    ) -> Result<
+        (
+            Vec<(Seen, NaiveDateTime)>,
+            Option<(NaiveDateTime, JobId)>,
+            usize,
+        ),
+        StoreError,
+    > {
         let (column, index) = match scan {
             Scan::Live => ("changed_at", "ix_jobs_changed"),
             Scan::Finished(_) => ("status_at", "ix_jobs_status_at"),
@@ -190,7 +206,12 @@ impl Store {
         // From the last page's key on, so the range starts there: an `OR`
         // alone would have each page read the index from `since` again.
         let from = after.map_or(db_time(since), |(at, _)| at);
-        select.push(column).push(" >= ").push_bind(from);
+        select
+            .push(column)
+            .push(" >= ")
+            .push_bind(from)
+            .push(format!(" AND {column} < "))
+            .push_bind(db_time(until));
         if let Some((at, id)) = after {
             select
                 .push(format!(" AND ({column} > "))
@@ -208,21 +229,31 @@ impl Store {
         let mut last = None;
         let mut seen = Vec::with_capacity(rows.len());
         for row in &rows {
+            // The key: within the range just bound, so always a date.
             let id: JobId = row.try_get("id")?;
             let at: NaiveDateTime = row.try_get("at")?;
             last = Some((at, id));
-            let status: Vec<u8> = row.try_get("status")?;
-            let read = Seen {
-                id,
-                status: String::from_utf8_lossy(&status).into_owned(),
-                schedule_time: row.try_get("schedule_time")?,
-                attempt: row.try_get("attempt")?,
-                updated_at: row.try_get("updated_at")?,
-                event_token: row.try_get("event_token")?,
-            };
-            seen.push((read, at));
+            let read = (|| -> Result<Seen, sqlx::Error> {
+                let status: Vec<u8> = row.try_get("status")?;
+                Ok(Seen {
+                    id,
+                    status: String::from_utf8_lossy(&status).into_owned(),
+                    schedule_time: row.try_get("schedule_time")?,
+                    attempt: row.try_get("attempt")?,
+                    updated_at: row.try_get("updated_at")?,
+                    event_token: row.try_get("event_token")?,
+                })
+            })();
+            match read {
+                Ok(read) => seen.push((read, at)),
+                Err(err) => tracing::warn!(
+                    job = id,
+                    error = %err,
+                    "a changed row does not decode: not compared with its history"
+                ),
+            }
         }
-        Ok((seen, last))
+        Ok((seen, last, rows.len()))
     }
 
     /// The rows of `seen` that are not what their last history row says.
@@ -318,10 +349,17 @@ impl Store {
             "INSERT INTO job_events (job_id, at, actor, status, schedule_time, attempt) ",
         );
         insert.push_values(&won, |mut row, (id, status, at, attempt, updated_at)| {
+            // A row claimed since the edit: the history never says
+            // `dispatching` (the claim is not recorded), and the edit left
+            // it pending.
+            let status = match String::from_utf8_lossy(status).into_owned() {
+                claimed if claimed == "dispatching" => "pending".to_owned(),
+                status => status,
+            };
             row.push_bind(*id)
                 .push_bind(*updated_at)
                 .push_bind("sql")
-                .push_bind(String::from_utf8_lossy(status).into_owned())
+                .push_bind(status)
                 .push_bind(*at)
                 .push_bind(*attempt);
         });

@@ -249,10 +249,22 @@ impl Store {
     /// instance's migrate) is not an error. Tickler's own history never
     /// depends on them.
     pub async fn hand_edits_apply(&self, mode: HandEdits) -> Result<HandEditsState, StoreError> {
-        if mode == HandEdits::Trigger && self.engine(Engine::Auto).await? == Engine::Portable {
+        self.hand_edits_apply_on(mode, Engine::Auto).await
+    }
+
+    /// [`Store::hand_edits_apply`] on an engine as `mysql.engine` names
+    /// it: a portable one (said, or read from the server) refuses the
+    /// triggers.
+    pub async fn hand_edits_apply_on(
+        &self,
+        mode: HandEdits,
+        engine: Engine,
+    ) -> Result<HandEditsState, StoreError> {
+        if mode == HandEdits::Trigger && self.engine(engine).await? == Engine::Portable {
             return Err(StoreError::MigrationRefused(
-                "mysql.history_hand_edits = trigger: this server is TiDB or Vitess, which \
-                 have no triggers; set observe (hand edits recorded without a trigger)"
+                "mysql.history_hand_edits = trigger: the engine is portable (TiDB or Vitess, \
+                 which have no triggers, or mysql.engine = portable); set observe (hand \
+                 edits recorded without a trigger)"
                     .to_owned(),
             ));
         }

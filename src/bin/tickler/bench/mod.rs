@@ -866,7 +866,11 @@ impl Bench {
         for pass in ["first", "next"] {
             let observed = Instant::now();
             let recorded = store
-                .hand_edits_observe(due - chrono::Duration::seconds(1), &mut checked)
+                .hand_edits_observe(
+                    due - chrono::Duration::seconds(1),
+                    Utc::now() + chrono::Duration::minutes(1),
+                    &mut checked,
+                )
                 .await?;
             let observed = observed.elapsed();
             println!(
