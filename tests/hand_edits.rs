@@ -245,6 +245,32 @@ async fn observe_drops_the_triggers_and_a_portable_engine_refuses_them() {
         db.store.hand_edits_apply(HandEdits::Trigger).await.unwrap(),
         HandEditsState::Recorded
     );
+    // A fleet in the middle of the move: the triggers of the old setting
+    // still in place while an instance already observes. The trigger
+    // records the edit; the pass finds the row as its history says.
+    let start = db.store.db_now().await.unwrap() - Span::seconds(1);
+    let id = db.job(3_600_000, 1).await;
+    db.edit("UPDATE jobs SET status = 'dead' WHERE id = ?", id)
+        .await;
+    assert_eq!(
+        db.store
+            .hand_edits_observe(
+                start,
+                start + Span::hours(1),
+                &mut HandEditsChecked::default()
+            )
+            .await
+            .unwrap(),
+        0
+    );
+    assert_eq!(
+        steps(&db.store, id).await,
+        [
+            ("dispatcher".to_owned(), Status::Pending),
+            ("sql".to_owned(), Status::Dead)
+        ],
+        "recorded once, by the trigger"
+    );
     assert_eq!(
         db.store.hand_edits_apply(HandEdits::Observe).await.unwrap(),
         HandEditsState::Observed
