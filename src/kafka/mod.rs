@@ -266,7 +266,7 @@ struct TopicsInner {
 #[derive(Default)]
 struct Known {
     topics: std::collections::HashSet<String>,
-    /// When the last fetch succeeded.
+    /// When the last fetch that succeeded was asked.
     fetched_at: Option<std::time::Instant>,
     /// When the last fetch was tried.
     tried_at: Option<std::time::Instant>,
@@ -403,13 +403,17 @@ impl Topics {
         let Some(metadata_client) = client.clone() else {
             return;
         };
+        // The answer is at least as new as the request: `fetched_at` is when
+        // it was asked, so "fetched after" never credits a fetch that began
+        // before the instant in question.
+        let asked = std::time::Instant::now();
         let fetched = tokio::task::spawn_blocking(move || topics_fetch(&metadata_client)).await;
         let mut known = self.known_mut();
         known.tried_at = Some(std::time::Instant::now());
         match fetched {
             Ok(Ok(topics)) => {
                 known.topics = topics;
-                known.fetched_at = known.tried_at;
+                known.fetched_at = Some(asked);
             }
             Ok(Err(err)) => tracing::warn!(error = %err, "cannot fetch kafka topic metadata"),
             Err(err) => tracing::warn!(error = %err, "kafka metadata task failed"),

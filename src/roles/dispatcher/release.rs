@@ -327,15 +327,16 @@ impl Releaser {
                     }
                 } else {
                     // Fetched once the metadata can speak of the job's
-                    // topic: at once (or within a second of the last
-                    // fetch), or at its create and margin.
+                    // topic (at once, or at its create and margin), and
+                    // never more than once a second: the jobs of one new
+                    // topic wake together, and one fetch answers them all.
+                    // A job the fetch came too early for is let through
+                    // unchecked again, and its next try asks again.
                     let topics = self.topics.clone();
                     let from = trusted_from.unwrap_or_else(Instant::now);
                     tokio::spawn(async move {
                         tokio::time::sleep_until(from.into()).await;
-                        topics
-                            .refresh_if_older(from.elapsed().min(TOPICS_REFRESH_MIN))
-                            .await
+                        topics.refresh_if_older(TOPICS_REFRESH_MIN).await
                     });
                     Failure::Unchecked(format!(
                         "topic {:?} is not in the broker's metadata; checking again",
