@@ -542,7 +542,10 @@ async fn a_crash_between_the_write_and_the_offset_commit_reads_the_requests_agai
         s.send(Req {
             key: Some(&format!("job-{i}")),
             value: Some(format!("payload {i}").as_bytes()),
-            headers: headers_of(&s.env.topic, ("tickler-delay-ms", "2000".to_owned())),
+            // Due well after the test: a job the dispatcher claimed before
+            // the move below was applied would answer `in_flight` (seen
+            // under a loaded suite with a delay of 2 s).
+            headers: headers_of(&s.env.topic, ("tickler-delay-ms", "600000".to_owned())),
         })
         .await;
     }
@@ -552,7 +555,7 @@ async fn a_crash_between_the_write_and_the_offset_commit_reads_the_requests_agai
     s.send(Req {
         key: Some("job-0"),
         value: Some(b"payload 0"),
-        headers: headers_of(&s.env.topic, ("tickler-delay-ms", "60000".to_owned())),
+        headers: headers_of(&s.env.topic, ("tickler-delay-ms", "3600000".to_owned())),
     })
     .await;
     let n = n + 1;
